@@ -1,0 +1,47 @@
+#include "backend/object_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace objfs {
+
+Result<size_t> MemorySource::read_at(uint64_t offset, std::span<std::byte> buf) const {
+  if (offset >= data_.size()) return size_t{0};
+  size_t n = std::min<uint64_t>(buf.size(), data_.size() - offset);
+  std::memcpy(buf.data(), data_.data() + offset, n);
+  return n;
+}
+
+Result<size_t> FileSource::read_at(uint64_t offset, std::span<std::byte> buf) const {
+  size_t done = 0;
+  while (done < buf.size() && offset + done < size_) {
+    size_t want = std::min<uint64_t>(buf.size() - done, size_ - offset - done);
+    ssize_t n = ::pread(fd_, buf.data() + done, want, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoError(std::string("reading staged data: ") + std::strerror(errno));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+Result<std::string> ReadAll(ObjectStore& store, std::string_view key) {
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store.head(key));
+  std::string out(info.size, '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    std::span<std::byte> buf(reinterpret_cast<std::byte*>(out.data()) + done, out.size() - done);
+    OBJFS_ASSIGN_OR_RETURN(size_t n, store.read(key, done, buf, &info.etag));
+    if (n == 0) break;
+    done += n;
+  }
+  out.resize(done);
+  return out;
+}
+
+}  // namespace objfs

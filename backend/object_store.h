@@ -1,0 +1,196 @@
+// The interface every backend implements: an S3 bucket, an SFTP directory, the in-memory fake.
+//
+// This is objfs's equivalent of leveldb's Env: the filesystem and caches above talk only to an
+// ObjectStore, so they can be tested over the fake, and wrappers (prefix, metrics, fault
+// injection) stack on ForwardingStore without knowing which backend sits underneath.
+//
+// Contracts that hold for every implementation (checked by tests/unit/conformance):
+// - Every method is safe to call from many threads at once.
+// - Keys are UTF-8 strings of 1..1024 bytes; '/' separates directory levels in listings only.
+//   A key ending in '/' is a directory marker.
+// - A failed call returns a non-ok Status and has no partial effect that a later call can see
+//   (a failed put leaves the old object, a failed copy leaves no destination).
+// - A server error or a timeout is never reported as NotFound.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/etag.h"
+#include "backend/status.h"
+
+namespace objfs {
+
+// User metadata without the transport prefix: for S3, header "x-amz-meta-mode: 33188" is
+// {"mode", "33188"}. Names are lowercase.
+using Metadata = std::map<std::string, std::string>;
+
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+  ETag etag;
+  int64_t mtime_ns = 0;  // the server's Last-Modified, in ns since the epoch
+  std::string content_type;
+  Metadata metadata;
+  // False for listing entries, which carry no user metadata: a HEAD would give it.
+  bool has_metadata = false;
+};
+
+struct ListOptions {
+  std::string prefix;
+  std::string delimiter;           // usually "/" or empty for a recursive listing
+  std::string continuation_token;  // from the previous page's Listing::next_token
+  std::string start_after;
+  int max_keys = 1000;
+};
+
+struct Listing {
+  std::vector<ObjectInfo> objects;         // in key order
+  std::vector<std::string> common_prefixes;  // with the delimiter at the end, in order
+  std::string next_token;                  // empty when this is the last page
+  bool truncated() const { return !next_token.empty(); }
+};
+
+// A random-access source of the bytes to upload. read_at may be called from several threads
+// at once (parts of a multipart upload are read in parallel).
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual uint64_t size() const = 0;
+  // Reads up to buf.size() bytes at offset; fewer only at the end of the source.
+  virtual Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const = 0;
+};
+
+// Bytes in memory that outlive the upload.
+class MemorySource : public ByteSource {
+ public:
+  explicit MemorySource(std::span<const std::byte> data) : data_(data) {}
+  explicit MemorySource(std::string_view data)
+      : data_(reinterpret_cast<const std::byte*>(data.data()), data.size()) {}
+  uint64_t size() const override { return data_.size(); }
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const override;
+
+ private:
+  std::span<const std::byte> data_;
+};
+
+// An open file descriptor (not owned), read with pread so that parts can be read in parallel.
+class FileSource : public ByteSource {
+ public:
+  FileSource(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const override;
+
+ private:
+  int fd_;
+  uint64_t size_;
+};
+
+struct PutOptions {
+  Metadata metadata;
+  std::string content_type;
+  std::optional<ETag> if_match;  // fail with PreconditionFailed unless the current ETag is this
+  bool if_none_match = false;    // fail with AlreadyExists (or PreconditionFailed) if it exists
+};
+
+struct CopyOptions {
+  // Empty: the destination keeps the source's metadata (S3 MetadataDirective COPY).
+  // Set: the destination gets exactly this metadata (REPLACE), e.g. for chmod as a self-copy.
+  std::optional<Metadata> replace_metadata;
+  std::optional<std::string> content_type;  // only with replace_metadata
+  bool if_match_source = true;  // the copy fails if the source no longer has src.etag
+};
+
+struct Capabilities {
+  std::string scheme;             // "s3", "sftp", "fake"
+  bool server_side_copy = false;  // copy() runs on the server, no bytes through this machine
+  bool native_etags = false;      // the server computes ETags (S3) or objfs does (SFTP)
+  uint64_t multipart_threshold = 0;  // put() above this size is multipart (0: never)
+  uint64_t part_size = 0;
+  uint64_t copy_part_threshold = 0;  // copy() above this size uses UploadPartCopy (0: never)
+};
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+
+  // Size, ETag, mtime and user metadata of `key`. NotFound when there is no such object.
+  virtual Result<ObjectInfo> head(std::string_view key) = 0;
+
+  // One bulk read of up to buf.size() bytes at `offset`, straight into buf. Returns the number
+  // of bytes read: fewer than buf.size() only at the end of the object, 0 at or past the end.
+  // With if_match set, fails with PreconditionFailed when the object's ETag differs.
+  virtual Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                              const ETag* if_match) = 0;
+
+  // One page of the keys under options.prefix, in key order.
+  virtual Result<Listing> list(const ListOptions& options) = 0;
+
+  // Creates or replaces `key` with the bytes of `source` (multipart above the threshold, with
+  // parts in parallel). Returns the new object's info, with the ETag the server acknowledged
+  // (checked against the MD5 objfs sent). On failure the old object, if any, is unchanged.
+  virtual Result<ObjectInfo> put(std::string_view key, const ByteSource& source,
+                                 const PutOptions& options) = 0;
+
+  // Server-side copy of the object described by `src` (its key, size and ETag are used) to
+  // `dst`. Returns the destination's info, its ETag included.
+  virtual Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
+                                  const CopyOptions& options) = 0;
+
+  // Deletes `key`. Deleting a key that does not exist succeeds.
+  virtual Status remove(std::string_view key) = 0;
+
+  // Deletes many keys (S3 DeleteObjects, 1000 a request). The first failure is returned, and
+  // keys that could not be deleted are named in its message.
+  virtual Status remove_many(const std::vector<std::string>& keys) = 0;
+
+  virtual Capabilities capabilities() const = 0;
+
+  // Where this store points, for messages: "s3://bucket/prefix at http://127.0.0.1:8000".
+  virtual std::string describe() const = 0;
+};
+
+// Forwards every call to another store. Wrappers derive from it and override only what they
+// change (leveldb's EnvWrapper).
+class ForwardingStore : public ObjectStore {
+ public:
+  explicit ForwardingStore(std::shared_ptr<ObjectStore> target) : target_(std::move(target)) {}
+
+  Result<ObjectInfo> head(std::string_view key) override { return target_->head(key); }
+  Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                      const ETag* if_match) override {
+    return target_->read(key, offset, buf, if_match);
+  }
+  Result<Listing> list(const ListOptions& options) override { return target_->list(options); }
+  Result<ObjectInfo> put(std::string_view key, const ByteSource& source,
+                         const PutOptions& options) override {
+    return target_->put(key, source, options);
+  }
+  Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
+                          const CopyOptions& options) override {
+    return target_->copy(src, dst, options);
+  }
+  Status remove(std::string_view key) override { return target_->remove(key); }
+  Status remove_many(const std::vector<std::string>& keys) override {
+    return target_->remove_many(keys);
+  }
+  Capabilities capabilities() const override { return target_->capabilities(); }
+  std::string describe() const override { return target_->describe(); }
+
+  ObjectStore& target() { return *target_; }
+
+ private:
+  std::shared_ptr<ObjectStore> target_;
+};
+
+// Reads the whole object into a string (tests and small objects only).
+Result<std::string> ReadAll(ObjectStore& store, std::string_view key);
+
+}  // namespace objfs

@@ -1,0 +1,82 @@
+// HTTP for the S3 client, through libcurl: a pool of keep-alive easy handles shared by threads.
+//
+// One call is one request on one pooled connection; retries, signing and error bodies are the
+// caller's business (S3Store). Transport failures (refused, reset, timeout, TLS, DNS) come back
+// as a Transient Status whose message names the host and port and curl's reason; an HTTP status
+// code is never an error here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "backend/object_store.h"
+#include "backend/status.h"
+
+namespace objfs::s3 {
+
+struct HttpOptions {
+  long connect_timeout_ms = 10'000;
+  // A transfer that moves less than 1 byte/s for this long is aborted (Transient).
+  long idle_timeout_s = 60;
+  bool verify_tls = true;
+  std::string ca_bundle;        // a PEM file (AWS_CA_BUNDLE); empty: the system's store
+  size_t max_idle_handles = 32;  // easy handles kept for reuse
+};
+
+struct HttpRequest {
+  std::string method;  // GET HEAD PUT POST DELETE
+  std::string url;     // complete and already percent-encoded
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // The body: a slice of a ByteSource (uploads stream from the staging file), or memory.
+  const ByteSource* body_source = nullptr;
+  uint64_t body_offset = 0;
+  uint64_t body_size = 0;
+  std::string body;  // used when body_source is null
+
+  // When non-empty, a 2xx response body is written straight into this buffer (a ranged GET
+  // into the caller's memory, no copy); more bytes than fit is an Internal error. Error
+  // responses (>= 300) always go to HttpResponse::body.
+  std::span<std::byte> response_buffer;
+};
+
+struct HttpResponse {
+  long status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;  // names lowercased, values trimmed
+  std::string body;       // the body, unless it went into response_buffer
+  size_t buffer_bytes = 0;  // bytes written into response_buffer
+
+  // The first header with this (lowercase) name, or nullptr.
+  const std::string* header(std::string_view name) const;
+};
+
+class HttpClient {
+ public:
+  explicit HttpClient(HttpOptions options);
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // Thread-safe. Takes an idle handle from the pool (or makes one), performs, returns it.
+  Result<HttpResponse> Perform(const HttpRequest& request);
+
+  const HttpOptions& options() const { return options_; }
+
+ private:
+  struct Handle;
+  std::unique_ptr<Handle> Acquire();
+  void Release(std::unique_ptr<Handle> handle);
+
+  HttpOptions options_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Handle>> idle_;
+};
+
+}  // namespace objfs::s3
