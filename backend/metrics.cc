@@ -1,0 +1,34 @@
+#include "backend/metrics.h"
+
+namespace objfs {
+
+std::string Metrics::ToText() const {
+  std::string out;
+  auto line = [&out](const char* name, const std::atomic<uint64_t>& v) {
+    out += name;
+    out += '=';
+    out += std::to_string(v.load(std::memory_order_relaxed));
+    out += '\n';
+  };
+  line("head_requests", head_requests);
+  line("read_requests", read_requests);
+  line("list_requests", list_requests);
+  line("put_requests", put_requests);
+  line("copy_requests", copy_requests);
+  line("remove_requests", remove_requests);
+  line("failed_requests", failed_requests);
+  line("bytes_read", bytes_read);
+  line("bytes_written", bytes_written);
+  line("server_copies", server_copies);
+  line("bytes_copied_on_server", bytes_copied_on_server);
+  line("bytes_hashed", bytes_hashed);
+  line("etags_reused", etags_reused);
+  line("http_requests", http_requests);
+  line("retries", retries);
+  line("sftp_read_requests", sftp_read_requests);
+  line("cache_hits", cache_hits);
+  line("cache_misses", cache_misses);
+  return out;
+}
+
+}  // namespace objfs

@@ -1,0 +1,48 @@
+// Counters of one mount: what each operation cost in backend requests, bytes and hashing.
+//
+// Users and tests read them with `getfattr -n user.objfs.stats MOUNTPOINT`; a test asserts, for
+// example, that `cp` within the mount moved 0 bytes through this machine and hashed 0 bytes.
+// Plain relaxed atomics: counting must never contend.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace objfs {
+
+struct Metrics {
+  // Backend requests by kind (counted by MetricsStore, one per ObjectStore call).
+  std::atomic<uint64_t> head_requests{0};
+  std::atomic<uint64_t> read_requests{0};
+  std::atomic<uint64_t> list_requests{0};
+  std::atomic<uint64_t> put_requests{0};
+  std::atomic<uint64_t> copy_requests{0};
+  std::atomic<uint64_t> remove_requests{0};
+  std::atomic<uint64_t> failed_requests{0};
+
+  std::atomic<uint64_t> bytes_read{0};     // bytes read from the backend
+  std::atomic<uint64_t> bytes_written{0};  // bytes uploaded to the backend
+  std::atomic<uint64_t> server_copies{0};  // copies done on the server
+  std::atomic<uint64_t> bytes_copied_on_server{0};
+  std::atomic<uint64_t> bytes_hashed{0};   // bytes MD5-hashed on this machine
+  std::atomic<uint64_t> etags_reused{0};   // copies whose ETag came from the source, unhashed
+
+  // Protocol-level requests below the ObjectStore calls (HTTP requests incl. retries, SFTP
+  // READ packets), counted by the backends themselves.
+  std::atomic<uint64_t> http_requests{0};
+  std::atomic<uint64_t> retries{0};
+  std::atomic<uint64_t> sftp_read_requests{0};
+
+  std::atomic<uint64_t> cache_hits{0};    // metadata or data served without a backend call
+  std::atomic<uint64_t> cache_misses{0};
+
+  // "name=value" lines, one counter a line, in a fixed order.
+  std::string ToText() const;
+};
+
+inline void Bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+  counter.fetch_add(n, std::memory_order_relaxed);
+}
+
+}  // namespace objfs
