@@ -1,0 +1,730 @@
+#include "backend/s3/s3_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend/base64.h"
+#include "backend/md5.h"
+#include "backend/s3/xml.h"
+
+namespace objfs::s3 {
+namespace {
+
+constexpr std::string_view kMetaPrefix = "x-amz-meta-";
+constexpr int kMaxDeleteBatch = 1000;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The query string as it goes on the wire; SigV4 canonicalises the same decoded pairs, so both
+// sort and encode identically.
+std::string EncodeQuery(HeaderList query) {
+  for (auto& [k, v] : query) {
+    k = UriEncode(k, false);
+    v = UriEncode(v, false);
+  }
+  std::sort(query.begin(), query.end());
+  std::string out;
+  for (const auto& [k, v] : query) {
+    if (!out.empty()) out += '&';
+    out += k;
+    out += '=';
+    out += v;
+  }
+  return out;
+}
+
+void AddMetadataHeaders(const Metadata& metadata, HeaderList& headers) {
+  for (const auto& [name, value] : metadata) {
+    headers.emplace_back(std::string(kMetaPrefix) + Lower(name), value);
+  }
+}
+
+// Size, ETag, mtime, content type and user metadata from a HEAD or GET reply.
+ObjectInfo InfoFromHeaders(std::string_view key, const HttpResponse& r) {
+  ObjectInfo info;
+  info.key = std::string(key);
+  if (const std::string* v = r.header("content-length")) info.size = std::stoull(*v);
+  if (const std::string* v = r.header("etag")) info.etag = ETag::Parse(*v);
+  if (const std::string* v = r.header("last-modified")) {
+    int64_t t = ParseHttpDate(*v);
+    if (t >= 0) info.mtime_ns = t;
+  }
+  if (const std::string* v = r.header("content-type")) info.content_type = *v;
+  for (const auto& [name, value] : r.headers) {
+    if (name.size() > kMetaPrefix.size() && name.compare(0, kMetaPrefix.size(), kMetaPrefix) == 0) {
+      info.metadata[name.substr(kMetaPrefix.size())] = value;
+    }
+  }
+  info.has_metadata = true;
+  return info;
+}
+
+std::string ContentMd5(const std::array<uint8_t, 16>& digest) {
+  return Base64(std::span<const uint8_t>(digest.data(), digest.size()));
+}
+
+// Streams the MD5 of a slice of a source with bulk reads.
+Result<std::array<uint8_t, 16>> Md5OfSource(const ByteSource& source, uint64_t offset,
+                                            uint64_t size, Metrics* metrics) {
+  Md5 md5;
+  std::vector<std::byte> buf(std::min<uint64_t>(size, 4 << 20));
+  uint64_t done = 0;
+  while (done < size) {
+    size_t want = std::min<uint64_t>(buf.size(), size - done);
+    OBJFS_ASSIGN_OR_RETURN(size_t n,
+                           source.read_at(offset + done, std::span<std::byte>(buf.data(), want)));
+    if (n == 0) return IoError("staged data is shorter than its recorded size");
+    md5.Update(std::span<const std::byte>(buf.data(), n));
+    done += n;
+  }
+  if (metrics != nullptr) Bump(metrics->bytes_hashed, size);
+  return md5.Final();
+}
+
+}  // namespace
+
+// One S3 request before signing.
+struct S3Store::Request {
+  std::string method;
+  std::string key;  // empty for bucket-level requests
+  bool bucket_level = false;
+  HeaderList query;
+  HeaderList headers;
+  std::string body;
+  const ByteSource* body_source = nullptr;
+  uint64_t body_offset = 0;
+  uint64_t body_size = 0;
+  std::span<std::byte> response_buffer;
+  std::string what;  // "GET s3://bucket/key", leads error messages
+};
+
+Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile,
+                        const GetEnvFn& getenv) {
+  auto env = [&getenv](const char* name) -> std::string {
+    const char* v = getenv(name);
+    return v != nullptr ? std::string(v) : std::string();
+  };
+  if (options.endpoint.empty()) options.endpoint = env("AWS_ENDPOINT_URL_S3");
+  if (options.endpoint.empty()) options.endpoint = env("AWS_ENDPOINT_URL");
+  if (options.region.empty()) options.region = env("AWS_REGION");
+  if (options.region.empty()) options.region = env("AWS_DEFAULT_REGION");
+  if (options.region.empty()) options.region = "us-east-1";
+  if (options.http.ca_bundle.empty()) options.http.ca_bundle = env("AWS_CA_BUNDLE");
+  if (options.credentials.access_key.empty()) {
+    OBJFS_ASSIGN_OR_RETURN(options.credentials, LoadCredentials(profile, getenv));
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<S3Store>> S3Store::Create(S3StoreOptions options) {
+  OBJFS_ASSIGN_OR_RETURN(S3Endpoint endpoint, S3Endpoint::Create(options.endpoint, options.region,
+                                                                  options.bucket,
+                                                                  options.addressing));
+  if (options.part_size == 0 || options.copy_part_size == 0) {
+    return InvalidArgumentError("part sizes must be positive");
+  }
+  if (options.parallel_parts < 1) options.parallel_parts = 1;
+  return std::unique_ptr<S3Store>(new S3Store(std::move(options), std::move(endpoint)));
+}
+
+S3Store::S3Store(S3StoreOptions options, S3Endpoint endpoint)
+    : options_(std::move(options)),
+      endpoint_(std::move(endpoint)),
+      http_(options_.http),
+      metrics_(options_.metrics != nullptr ? options_.metrics : &own_metrics_) {}
+
+std::string S3Store::What(std::string_view verb, std::string_view key) const {
+  std::string w(verb);
+  w += " s3://";
+  w += endpoint_.bucket();
+  if (!key.empty()) {
+    w += '/';
+    w += key;
+  }
+  return w;
+}
+
+std::string S3Store::describe() const {
+  return "s3://" + endpoint_.bucket() + " at " + endpoint_.endpoint();
+}
+
+Capabilities S3Store::capabilities() const {
+  Capabilities c;
+  c.scheme = "s3";
+  c.server_side_copy = true;
+  c.native_etags = true;
+  c.multipart_threshold = options_.multipart_threshold;
+  c.part_size = options_.part_size;
+  c.copy_part_threshold = options_.copy_part_threshold;
+  return c;
+}
+
+Result<HttpResponse> S3Store::ExecuteOnce(const Request& req) {
+  std::string path = req.bucket_level ? endpoint_.Path("") : endpoint_.Path(req.key);
+  SigningRequest sreq;
+  sreq.method = req.method;
+  sreq.canonical_uri = path;
+  sreq.query = req.query;
+  sreq.headers = req.headers;
+  sreq.headers.emplace_back("host", endpoint_.host());
+  if (req.body_source != nullptr) {
+    sreq.payload_sha256 = std::string(kUnsignedPayload);
+    if (options_.sign_payload) {
+      std::string data(req.body_size, '\0');
+      OBJFS_ASSIGN_OR_RETURN(
+          size_t n, req.body_source->read_at(
+                        req.body_offset, std::span<std::byte>(
+                                             reinterpret_cast<std::byte*>(data.data()),
+                                             data.size())));
+      data.resize(n);
+      sreq.payload_sha256 = Sha256Hex(data);
+    }
+  } else {
+    sreq.payload_sha256 = Sha256Hex(req.body);
+  }
+  std::string auth = Sign(sreq, options_.credentials, options_.region, "s3",
+                          std::chrono::system_clock::now(), /*add_content_sha256=*/true);
+
+  HttpRequest hreq;
+  hreq.method = req.method;
+  hreq.url = endpoint_.Url(path, EncodeQuery(req.query));
+  for (auto& [name, value] : sreq.headers) {
+    if (name == "host") continue;  // curl sends Host from the URL
+    hreq.headers.emplace_back(name, value);
+  }
+  hreq.headers.emplace_back("Authorization", auth);
+  hreq.body_source = req.body_source;
+  hreq.body_offset = req.body_offset;
+  hreq.body_size = req.body_size;
+  hreq.body = req.body;
+  hreq.response_buffer = req.response_buffer;
+
+  Bump(metrics_->http_requests);
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, http_.Perform(hreq));
+  if (resp.status >= 200 && resp.status < 300) return resp;
+  S3Error error;
+  if (!resp.body.empty()) {
+    Result<S3Error> parsed = ParseError(resp.body);
+    if (parsed.ok()) error = *parsed;
+  }
+  Status st = StatusFromS3Error(resp.status, error, req.what);
+  if (resp.status == 416) {
+    // Callers that can use the reply (a read past the end) look at the status themselves.
+    return resp;
+  }
+  return st;
+}
+
+Result<HttpResponse> S3Store::Execute(const Request& req) {
+  RetryBackoff backoff(options_.retry);
+  Result<HttpResponse> r = RetryCall(
+      backoff, [&] { return ExecuteOnce(req); }, RealSleep(),
+      [this](int, const Status&, std::chrono::milliseconds) { Bump(metrics_->retries); });
+  if (!r.ok()) Bump(metrics_->failed_requests);
+  return r;
+}
+
+Result<ObjectInfo> S3Store::head(std::string_view key) {
+  Request req;
+  req.method = "HEAD";
+  req.key = std::string(key);
+  req.what = What("HEAD", key);
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+  return InfoFromHeaders(key, resp);
+}
+
+Result<size_t> S3Store::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                             const ETag* if_match) {
+  if (buf.empty()) return size_t{0};
+  Request req;
+  req.method = "GET";
+  req.key = std::string(key);
+  req.what = What("GET", key);
+  req.headers.emplace_back("range", "bytes=" + std::to_string(offset) + "-" +
+                                        std::to_string(offset + buf.size() - 1));
+  if (if_match != nullptr && !if_match->empty()) {
+    req.headers.emplace_back("if-match", if_match->quoted());
+  }
+  req.response_buffer = buf;
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+  if (resp.status == 416) return size_t{0};  // at or past the end
+  if (resp.status == 200 && offset != 0) {
+    // The server ignored the range and sent the whole object from 0: never hand those bytes
+    // out as if they were at `offset`.
+    return InternalError(req.what + ": server ignored the Range header");
+  }
+  return resp.buffer_bytes;
+}
+
+Result<Listing> S3Store::list(const ListOptions& options) {
+  Request req;
+  req.method = "GET";
+  req.bucket_level = true;
+  req.what = What("LIST", options.prefix);
+  req.query.emplace_back("list-type", "2");
+  req.query.emplace_back("encoding-type", "url");
+  if (!options.prefix.empty()) req.query.emplace_back("prefix", options.prefix);
+  if (!options.delimiter.empty()) req.query.emplace_back("delimiter", options.delimiter);
+  if (!options.continuation_token.empty()) {
+    req.query.emplace_back("continuation-token", options.continuation_token);
+  }
+  if (!options.start_after.empty()) req.query.emplace_back("start-after", options.start_after);
+  req.query.emplace_back("max-keys", std::to_string(std::clamp(options.max_keys, 1, 1000)));
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+  Result<Listing> listing = ParseListObjectsV2(resp.body, /*url_encoded=*/true);
+  if (!listing.ok()) return listing.status().WithContext(req.what);
+  return listing;
+}
+
+Result<ObjectInfo> S3Store::put(std::string_view key, const ByteSource& source,
+                                const PutOptions& options) {
+  if (source.size() > options_.multipart_threshold) return PutMultipart(key, source, options);
+  return PutSingle(key, source, options);
+}
+
+Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& source,
+                                      const PutOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(auto digest, Md5OfSource(source, 0, source.size(), metrics_));
+  Request req;
+  req.method = "PUT";
+  req.key = std::string(key);
+  req.what = What("PUT", key);
+  req.headers.emplace_back("content-md5", ContentMd5(digest));
+  if (!options.content_type.empty()) req.headers.emplace_back("content-type", options.content_type);
+  if (options.if_match) req.headers.emplace_back("if-match", options.if_match->quoted());
+  if (options.if_none_match) req.headers.emplace_back("if-none-match", "*");
+  AddMetadataHeaders(options.metadata, req.headers);
+  req.body_source = &source;
+  req.body_size = source.size();
+  Result<HttpResponse> sent = Execute(req);
+  if (!sent.ok() && options.if_match &&
+      sent.status().code() == StatusCode::kPreconditionFailed) {
+    // RGW compares a PUT's If-Match with its stored, unquoted ETag byte for byte, so the quoted
+    // form that HTTP prescribes never matches there. When the object does carry the expected
+    // ETag, say it the way the server understands.
+    Result<ObjectInfo> current = head(key);
+    if (current.ok() && current->etag == *options.if_match) {
+      for (auto& [name, value] : req.headers) {
+        if (name == "if-match") value = options.if_match->value();
+      }
+      sent = Execute(req);
+    }
+  }
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(sent));
+  ETag expected = ETag::FromMd5(digest);
+  ETag got;
+  if (const std::string* v = resp.header("etag")) got = ETag::Parse(*v);
+  if (got.is_plain_md5() && got != expected) {
+    return InternalError(req.what + ": the server's ETag " + got.value() +
+                         " does not match the MD5 of the data sent " + expected.value());
+  }
+  ObjectInfo info;
+  info.key = std::string(key);
+  info.size = source.size();
+  info.etag = got.empty() ? expected : got;
+  info.mtime_ns = NowNs();
+  info.content_type = options.content_type;
+  info.metadata = options.metadata;
+  info.has_metadata = true;
+  Bump(metrics_->bytes_written, source.size());
+  return info;
+}
+
+Result<std::string> S3Store::InitiateMultipart(std::string_view key, const HeaderList& headers) {
+  Request req;
+  req.method = "POST";
+  req.key = std::string(key);
+  req.what = What("CreateMultipartUpload", key);
+  req.query.emplace_back("uploads", "");
+  req.headers = headers;
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+  Result<std::string> id = ParseInitiateMultipartUpload(resp.body);
+  if (!id.ok()) return id.status().WithContext(req.what);
+  return id;
+}
+
+Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string& upload_id,
+                                        const std::vector<std::pair<int, ETag>>& parts,
+                                        const HeaderList& conditions) {
+  Request req;
+  req.method = "POST";
+  req.key = std::string(key);
+  req.what = What("CompleteMultipartUpload", key);
+  req.query.emplace_back("uploadId", upload_id);
+  req.headers = conditions;
+  req.headers.emplace_back("content-type", "application/xml");
+  req.body = BuildCompleteMultipartUpload(parts);
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+  Result<ETag> etag = ParseCompleteMultipartUpload(resp.body);
+  if (!etag.ok()) return etag.status().WithContext(req.what);
+  if (etag->empty()) {
+    // RGW answers with an empty <ETag>: ask for it.
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, head(key));
+    return info.etag;
+  }
+  return etag;
+}
+
+void S3Store::AbortMultipart(std::string_view key, const std::string& upload_id) {
+  Request req;
+  req.method = "DELETE";
+  req.key = std::string(key);
+  req.what = What("AbortMultipartUpload", key);
+  req.query.emplace_back("uploadId", upload_id);
+  (void)Execute(req);  // best effort: the upload failed already
+}
+
+// Runs `count` part tasks on up to `parallel` threads; stops handing out parts after the first
+// failure and returns it.
+template <typename PartFn>
+static Status RunParts(int count, int parallel, PartFn&& part) {
+  std::mutex mu;
+  int next = 0;
+  Status first_error;
+  auto worker = [&] {
+    for (;;) {
+      int index;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next >= count || !first_error.ok()) return;
+        index = next++;
+      }
+      Status st = part(index);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.ok()) first_error = st;
+      }
+    }
+  };
+  int threads = std::min(count, parallel);
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  return first_error;
+}
+
+Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource& source,
+                                         const PutOptions& options) {
+  const uint64_t size = source.size();
+  const uint64_t part_size = options_.part_size;
+  const int count = static_cast<int>((size + part_size - 1) / part_size);
+  if (count > 10000) {
+    return InvalidArgumentError(What("PUT", key) + ": " + std::to_string(size) +
+                                " bytes need more than 10,000 parts; raise the part size");
+  }
+  if (options.if_match || options.if_none_match) {
+    // Conditional multipart completion is not available everywhere: check before uploading.
+    Result<ObjectInfo> current = head(key);
+    if (options.if_none_match && current.ok()) {
+      return PreconditionFailedError(What("PUT", key) + ": object exists");
+    }
+    if (options.if_match && (!current.ok() || current->etag != *options.if_match)) {
+      if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
+        return current.status();
+      }
+      return PreconditionFailedError(What("PUT", key) + ": object changed");
+    }
+  }
+  HeaderList headers;
+  if (!options.content_type.empty()) headers.emplace_back("content-type", options.content_type);
+  AddMetadataHeaders(options.metadata, headers);
+  OBJFS_ASSIGN_OR_RETURN(std::string upload_id, InitiateMultipart(key, headers));
+
+  std::vector<std::pair<int, ETag>> parts(count);
+  std::vector<std::array<uint8_t, 16>> digests(count);
+  Status st = RunParts(count, options_.parallel_parts, [&](int index) -> Status {
+    uint64_t offset = static_cast<uint64_t>(index) * part_size;
+    uint64_t len = std::min(part_size, size - offset);
+    std::vector<std::byte> data(len);
+    uint64_t done = 0;
+    while (done < len) {
+      OBJFS_ASSIGN_OR_RETURN(
+          size_t n, source.read_at(offset + done,
+                                   std::span<std::byte>(data.data() + done, len - done)));
+      if (n == 0) return IoError("staged data is shorter than its recorded size");
+      done += n;
+    }
+    std::array<uint8_t, 16> digest = Md5Of(std::span<const std::byte>(data.data(), len));
+    Bump(metrics_->bytes_hashed, len);
+    MemorySource body(std::span<const std::byte>(data.data(), len));
+    Request req;
+    req.method = "PUT";
+    req.key = std::string(key);
+    req.what = What("UploadPart", key);
+    req.query.emplace_back("partNumber", std::to_string(index + 1));
+    req.query.emplace_back("uploadId", upload_id);
+    req.headers.emplace_back("content-md5", ContentMd5(digest));
+    req.body_source = &body;
+    req.body_size = len;
+    OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+    ETag got;
+    if (const std::string* v = resp.header("etag")) got = ETag::Parse(*v);
+    ETag expected = ETag::FromMd5(digest);
+    if (got.is_plain_md5() && got != expected) {
+      return InternalError(req.what + ": part " + std::to_string(index + 1) +
+                           " ETag does not match its MD5");
+    }
+    parts[index] = {index + 1, got.empty() ? expected : got};
+    digests[index] = digest;
+    Bump(metrics_->bytes_written, len);
+    return Status::Ok();
+  });
+  if (!st.ok()) {
+    AbortMultipart(key, upload_id);
+    return st;
+  }
+  HeaderList conditions;
+  if (options.if_match) conditions.emplace_back("if-match", options.if_match->quoted());
+  if (options.if_none_match) conditions.emplace_back("if-none-match", "*");
+  Result<ETag> etag = CompleteMultipart(key, upload_id, parts, conditions);
+  if (!etag.ok()) {
+    AbortMultipart(key, upload_id);
+    return etag.status();
+  }
+  ETag expected = MultipartETag(digests);
+  if (etag->is_multipart() && *etag != expected) {
+    return InternalError(What("PUT", key) + ": the server's ETag " + etag->value() +
+                         " does not match the parts sent " + expected.value());
+  }
+  ObjectInfo info;
+  info.key = std::string(key);
+  info.size = size;
+  info.etag = *etag;
+  info.mtime_ns = NowNs();
+  info.content_type = options.content_type;
+  info.metadata = options.metadata;
+  info.has_metadata = true;
+  return info;
+}
+
+Result<ObjectInfo> S3Store::copy(const ObjectInfo& src, std::string_view dst,
+                                 const CopyOptions& options) {
+  if (src.size > options_.copy_part_threshold) return CopyMultipart(src, dst, options);
+  return CopySingle(src, dst, options);
+}
+
+Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view dst,
+                                       const CopyOptions& options) {
+  if (options.if_match_source && !src.etag.empty()) {
+    // Some servers (RGW) ignore x-amz-copy-source-if-match: check the source ourselves so that
+    // a copy of a changed source fails before it has touched the destination.
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, head(src.key));
+    if (current.etag != src.etag) {
+      return PreconditionFailedError(What("COPY", src.key) + ": the source changed (ETag " +
+                                     current.etag.value() + ", expected " + src.etag.value() +
+                                     ")");
+    }
+  }
+  Request req;
+  req.method = "PUT";
+  req.key = std::string(dst);
+  req.what = What("COPY", src.key) + " to " + std::string(dst);
+  req.headers.emplace_back("x-amz-copy-source", endpoint_.CopySource(src.key));
+  if (options.if_match_source && !src.etag.empty()) {
+    req.headers.emplace_back("x-amz-copy-source-if-match", src.etag.quoted());
+  }
+  if (options.replace_metadata) {
+    req.headers.emplace_back("x-amz-metadata-directive", "REPLACE");
+    AddMetadataHeaders(*options.replace_metadata, req.headers);
+    std::string type = options.content_type.value_or(src.content_type);
+    if (!type.empty()) req.headers.emplace_back("content-type", type);
+  } else {
+    req.headers.emplace_back("x-amz-metadata-directive", "COPY");
+  }
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+  Result<CopyResult> result = ParseCopyResult(resp.body);
+  if (!result.ok()) return result.status().WithContext(req.what);
+  if (options.if_match_source && src.etag.is_plain_md5() && result->etag.is_plain_md5() &&
+      result->etag != src.etag) {
+    // The source changed between the check above and the copy: a plain-MD5 copy of the
+    // expected source has the source's ETag, so a different one means other bytes.
+    return PreconditionFailedError(req.what + ": the source changed (ETag " +
+                                   result->etag.value() + ", expected " + src.etag.value() +
+                                   ")");
+  }
+  ObjectInfo info;
+  info.key = std::string(dst);
+  info.size = src.size;
+  info.etag = result->etag;
+  info.mtime_ns = result->mtime_ns > 0 ? result->mtime_ns : NowNs();
+  if (options.replace_metadata) {
+    info.metadata = *options.replace_metadata;
+    info.content_type = options.content_type.value_or(src.content_type);
+    info.has_metadata = true;
+  } else {
+    info.metadata = src.metadata;
+    info.content_type = src.content_type;
+    info.has_metadata = src.has_metadata;
+  }
+  if (info.etag.empty()) {
+    OBJFS_ASSIGN_OR_RETURN(info, head(dst));
+  }
+  Bump(metrics_->server_copies);
+  Bump(metrics_->bytes_copied_on_server, src.size);
+  return info;
+}
+
+Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_view dst,
+                                          const CopyOptions& options) {
+  ObjectInfo source = src;
+  if ((!options.replace_metadata && !source.has_metadata) || options.if_match_source) {
+    // The new upload must carry the source's metadata itself (COPY has no meaning here), and
+    // since some servers ignore x-amz-copy-source-if-match, check the source first.
+    OBJFS_ASSIGN_OR_RETURN(source, head(src.key));
+    if (options.if_match_source && !src.etag.empty() && source.etag != src.etag) {
+      return PreconditionFailedError(What("COPY", src.key) + ": the source changed");
+    }
+  }
+  const Metadata& metadata = options.replace_metadata ? *options.replace_metadata
+                                                      : source.metadata;
+  std::string type = options.content_type.value_or(source.content_type);
+  HeaderList headers;
+  if (!type.empty()) headers.emplace_back("content-type", type);
+  AddMetadataHeaders(metadata, headers);
+  OBJFS_ASSIGN_OR_RETURN(std::string upload_id, InitiateMultipart(dst, headers));
+
+  const uint64_t part_size = options_.copy_part_size;
+  const int count = static_cast<int>((source.size + part_size - 1) / part_size);
+  std::vector<std::pair<int, ETag>> parts(count);
+  Status st = RunParts(count, options_.parallel_parts, [&](int index) -> Status {
+    uint64_t first = static_cast<uint64_t>(index) * part_size;
+    uint64_t last = std::min(first + part_size, source.size) - 1;
+    Request req;
+    req.method = "PUT";
+    req.key = std::string(dst);
+    req.what = What("UploadPartCopy", src.key) + " to " + std::string(dst);
+    req.query.emplace_back("partNumber", std::to_string(index + 1));
+    req.query.emplace_back("uploadId", upload_id);
+    req.headers.emplace_back("x-amz-copy-source", endpoint_.CopySource(src.key));
+    req.headers.emplace_back("x-amz-copy-source-range",
+                             "bytes=" + std::to_string(first) + "-" + std::to_string(last));
+    if (options.if_match_source && !src.etag.empty()) {
+      req.headers.emplace_back("x-amz-copy-source-if-match", src.etag.quoted());
+    }
+    OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+    Result<CopyResult> result = ParseCopyResult(resp.body);
+    if (!result.ok()) return result.status().WithContext(req.what);
+    parts[index] = {index + 1, result->etag};
+    return Status::Ok();
+  });
+  if (!st.ok()) {
+    AbortMultipart(dst, upload_id);
+    return st;
+  }
+  Result<ETag> etag = CompleteMultipart(dst, upload_id, parts, {});
+  if (!etag.ok()) {
+    AbortMultipart(dst, upload_id);
+    return etag.status();
+  }
+  ObjectInfo info;
+  info.key = std::string(dst);
+  info.size = source.size;
+  info.etag = *etag;
+  info.mtime_ns = NowNs();
+  info.content_type = type;
+  info.metadata = metadata;
+  info.has_metadata = true;
+  Bump(metrics_->server_copies);
+  Bump(metrics_->bytes_copied_on_server, source.size);
+  return info;
+}
+
+Status S3Store::remove(std::string_view key) {
+  Request req;
+  req.method = "DELETE";
+  req.key = std::string(key);
+  req.what = What("DELETE", key);
+  Result<HttpResponse> resp = Execute(req);
+  if (!resp.ok() && resp.status().code() != StatusCode::kNotFound) return resp.status();
+  return Status::Ok();
+}
+
+Status S3Store::remove_many(const std::vector<std::string>& keys) {
+  for (size_t start = 0; start < keys.size(); start += kMaxDeleteBatch) {
+    size_t end = std::min(keys.size(), start + kMaxDeleteBatch);
+    std::vector<std::string> batch(keys.begin() + static_cast<long>(start),
+                                   keys.begin() + static_cast<long>(end));
+    Request req;
+    req.method = "POST";
+    req.bucket_level = true;
+    req.what = What("DeleteObjects", "");
+    req.query.emplace_back("delete", "");
+    req.body = BuildDeleteObjects(batch);
+    auto digest = Md5Of(std::span<const std::byte>(
+        reinterpret_cast<const std::byte*>(req.body.data()), req.body.size()));
+    req.headers.emplace_back("content-md5", ContentMd5(digest));
+    req.headers.emplace_back("content-type", "application/xml");
+    OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+    Result<std::vector<DeleteFailure>> failures = ParseDeleteResult(resp.body);
+    if (!failures.ok()) return failures.status().WithContext(req.what);
+    std::string failed;
+    for (const DeleteFailure& f : *failures) {
+      if (f.code == "NoSuchKey") continue;
+      if (!failed.empty()) failed += ", ";
+      failed += f.key + " (" + f.code + ": " + f.message + ")";
+    }
+    if (!failed.empty()) {
+      return Status(StatusCode::kIoError, req.what + ": could not delete " + failed,
+                    failures->front().code);
+    }
+  }
+  return Status::Ok();
+}
+
+Status S3Store::CheckBucket() {
+  // A one-key listing rather than HEAD: its error replies carry a body with the server's code
+  // (SignatureDoesNotMatch, InvalidAccessKeyId, NoSuchBucket), which a HEAD reply cannot.
+  Request req;
+  req.method = "GET";
+  req.bucket_level = true;
+  req.what = "LIST s3://" + endpoint_.bucket() + " at " + endpoint_.endpoint();
+  req.query.emplace_back("list-type", "2");
+  req.query.emplace_back("max-keys", "1");
+  Result<HttpResponse> resp = Execute(req);
+  if (resp.ok()) return Status::Ok();
+  Status st = resp.status();
+  if (st.code() == StatusCode::kNotFound) {
+    return Status(st.code(),
+                  "bucket '" + endpoint_.bucket() + "' does not exist at " + endpoint_.endpoint(),
+                  st.server_code());
+  }
+  if (st.code() == StatusCode::kPermissionDenied) {
+    return Status(st.code(),
+                  "access to bucket '" + endpoint_.bucket() + "' at " + endpoint_.endpoint() +
+                      " denied: check the access key and secret (" + st.message() + ")",
+                  st.server_code());
+  }
+  return st;
+}
+
+Status S3Store::CreateBucket() {
+  Request req;
+  req.method = "PUT";
+  req.bucket_level = true;
+  req.what = "CreateBucket s3://" + endpoint_.bucket();
+  if (options_.region != "us-east-1" && !options_.region.empty()) {
+    req.body =
+        "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+        "<LocationConstraint>" + XmlEscape(options_.region) +
+        "</LocationConstraint></CreateBucketConfiguration>";
+  }
+  Result<HttpResponse> resp = Execute(req);
+  return resp.status();
+}
+
+}  // namespace objfs::s3
