@@ -1,0 +1,96 @@
+// When and how long to wait before repeating a request that failed for a passing reason.
+//
+// Object stores throttle (503 SlowDown), connections reset and servers restart; a Transient
+// Status says "this may work if asked again". Retrying right away makes a busy server busier,
+// so attempts are spaced by exponential back-off with full jitter: the wait before retry n is
+// uniform in [0, min(max_delay, base_delay * 2^n)], which spreads many clients' retries apart.
+// The sleep is a parameter so that tests record the delays instead of waiting them out.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <type_traits>
+#include <utility>
+
+#include "backend/status.h"
+
+namespace objfs {
+
+struct RetryPolicy {
+  int max_attempts = 6;  // calls in all, the first included; values below 1 mean 1
+  std::chrono::milliseconds base_delay{50};
+  std::chrono::milliseconds max_delay{5000};
+};
+
+// The random waits of one retrying caller. Not thread-safe: each caller holds its own.
+class RetryBackoff {
+ public:
+  // Seeded from std::random_device.
+  explicit RetryBackoff(RetryPolicy policy);
+  RetryBackoff(RetryPolicy policy, uint64_t seed);
+
+  // The upper bound of the wait before retry `retry` (0 for the first retry):
+  // min(max_delay, base_delay * 2^retry), never negative.
+  static std::chrono::milliseconds Ceiling(const RetryPolicy& policy, int retry);
+
+  // A wait uniform in [0, Ceiling(policy, retry)].
+  std::chrono::milliseconds Delay(int retry);
+
+  const RetryPolicy& policy() const { return policy_; }
+
+ private:
+  RetryPolicy policy_;
+  std::mt19937_64 random_;
+};
+
+// True when repeating the same request may succeed: the code is Transient.
+bool IsRetryable(const Status& status);
+
+// Waits for the given time; production passes one that calls std::this_thread::sleep_for.
+using SleepFn = std::function<void(std::chrono::milliseconds)>;
+
+// Told about each retry before its wait: the retry's number (0 for the first), the error that
+// caused it and the wait about to happen. Callers count retries or log them with it.
+using OnRetryFn = std::function<void(int retry, const Status& error, std::chrono::milliseconds)>;
+
+// A SleepFn that really sleeps.
+SleepFn RealSleep();
+
+namespace retry_internal {
+
+inline Status StatusOf(const Status& status) { return status; }
+template <typename T>
+Status StatusOf(const Result<T>& result) {
+  return result.status();
+}
+
+}  // namespace retry_internal
+
+// Calls attempt() (which returns a Status or a Result<T>) until it succeeds, fails with an
+// error that is not retryable, or policy.max_attempts calls have been made; between calls it
+// sleeps through `sleep` for backoff.Delay(retry). Returns the last call's outcome.
+template <typename F>
+auto RetryCall(RetryBackoff& backoff, F&& attempt, const SleepFn& sleep,
+               const OnRetryFn& on_retry = {}) -> std::invoke_result_t<F&> {
+  const int max_attempts = backoff.policy().max_attempts < 1 ? 1 : backoff.policy().max_attempts;
+  for (int retry = 0;; ++retry) {
+    auto outcome = attempt();
+    Status status = retry_internal::StatusOf(outcome);
+    if (status.ok() || !IsRetryable(status) || retry + 1 >= max_attempts) return outcome;
+    std::chrono::milliseconds delay = backoff.Delay(retry);
+    if (on_retry) on_retry(retry, status, delay);
+    if (sleep) sleep(delay);
+  }
+}
+
+// As above, with a freshly seeded RetryBackoff for this one call.
+template <typename F>
+auto RetryCall(const RetryPolicy& policy, F&& attempt, const SleepFn& sleep,
+               const OnRetryFn& on_retry = {}) -> std::invoke_result_t<F&> {
+  RetryBackoff backoff(policy);
+  return RetryCall(backoff, std::forward<F>(attempt), sleep, on_retry);
+}
+
+}  // namespace objfs

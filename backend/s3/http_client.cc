@@ -1,0 +1,377 @@
+#include "backend/s3/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+namespace objfs::s3 {
+
+// One libcurl easy handle. The handle owns its connection cache, so reusing it for the next
+// request to the same host reuses the kept-alive connection.
+struct HttpClient::Handle {
+  Handle() : easy(curl_easy_init()) { error[0] = '\0'; }
+  ~Handle() {
+    if (easy != nullptr) curl_easy_cleanup(easy);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  CURL* easy;
+  char error[CURL_ERROR_SIZE];
+};
+
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string Lowercase(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool HasHeader(const HttpRequest& request, std::string_view lowercase_name) {
+  return std::any_of(request.headers.begin(), request.headers.end(),
+                     [&](const auto& h) { return Lowercase(h.first) == lowercase_name; });
+}
+
+// Frees the request's header list when the request ends.
+class HeaderList {
+ public:
+  HeaderList() = default;
+  ~HeaderList() { curl_slist_free_all(list_); }
+  HeaderList(const HeaderList&) = delete;
+  HeaderList& operator=(const HeaderList&) = delete;
+
+  bool Append(const std::string& line) {
+    curl_slist* grown = curl_slist_append(list_, line.c_str());
+    if (grown == nullptr) return false;
+    list_ = grown;
+    return true;
+  }
+  curl_slist* get() const { return list_; }
+
+ private:
+  curl_slist* list_ = nullptr;
+};
+
+// What one request's callbacks share.
+struct Transfer {
+  CURL* easy = nullptr;
+  const HttpRequest* request = nullptr;
+  HttpResponse* response = nullptr;
+  uint64_t upload_size = 0;
+  uint64_t upload_position = 0;
+  Status upload_error;
+  bool buffer_overflow = false;
+};
+
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  auto* transfer = static_cast<Transfer*>(user);
+  const size_t n = size * count;
+  std::string_view line = Trim(std::string_view(data, n));
+  if (line.starts_with("HTTP/")) {
+    // A new status line: the headers of an interim response (100 Continue) are not the answer.
+    transfer->response->headers.clear();
+    return n;
+  }
+  size_t colon = line.find(':');
+  if (line.empty() || colon == std::string_view::npos) return n;
+  transfer->response->headers.emplace_back(Lowercase(Trim(line.substr(0, colon))),
+                                           std::string(Trim(line.substr(colon + 1))));
+  return n;
+}
+
+size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  auto* transfer = static_cast<Transfer*>(user);
+  const size_t n = size * count;
+  long status = 0;
+  curl_easy_getinfo(transfer->easy, CURLINFO_RESPONSE_CODE, &status);
+  std::span<std::byte> buffer = transfer->request->response_buffer;
+  HttpResponse& response = *transfer->response;
+  if (status < 300 && !buffer.empty()) {
+    if (n > buffer.size() - response.buffer_bytes) {
+      transfer->buffer_overflow = true;
+      return 0;  // curl aborts the transfer with CURLE_WRITE_ERROR
+    }
+    std::memcpy(buffer.data() + response.buffer_bytes, data, n);
+    response.buffer_bytes += n;
+    return n;
+  }
+  response.body.append(data, n);
+  return n;
+}
+
+size_t OnUpload(char* out, size_t size, size_t count, void* user) {
+  auto* transfer = static_cast<Transfer*>(user);
+  const HttpRequest& request = *transfer->request;
+  if (transfer->upload_position >= transfer->upload_size) return 0;
+  const size_t want = static_cast<size_t>(
+      std::min<uint64_t>(size * count, transfer->upload_size - transfer->upload_position));
+  if (request.body_source == nullptr) {
+    std::memcpy(out, request.body.data() + transfer->upload_position, want);
+    transfer->upload_position += want;
+    return want;
+  }
+  Result<size_t> got = request.body_source->read_at(
+      request.body_offset + transfer->upload_position,
+      std::span<std::byte>(reinterpret_cast<std::byte*>(out), want));
+  if (!got.ok()) {
+    transfer->upload_error = got.status();
+    return CURL_READFUNC_ABORT;
+  }
+  if (*got == 0) {
+    transfer->upload_error =
+        IoError("the upload source ended at byte " + std::to_string(transfer->upload_position) +
+                " of " + std::to_string(transfer->upload_size));
+    return CURL_READFUNC_ABORT;
+  }
+  transfer->upload_position += *got;
+  return *got;
+}
+
+// curl rewinds the upload when it must send the request again (a kept-alive connection that
+// the server had closed).
+int OnSeek(void* user, curl_off_t offset, int origin) {
+  auto* transfer = static_cast<Transfer*>(user);
+  if (origin != SEEK_SET || offset < 0 || static_cast<uint64_t>(offset) > transfer->upload_size) {
+    return CURL_SEEKFUNC_CANTSEEK;
+  }
+  transfer->upload_position = static_cast<uint64_t>(offset);
+  return CURL_SEEKFUNC_OK;
+}
+
+// "host:port" of a URL (the default port of the scheme when none is given), for messages.
+std::string HostPort(const std::string& url) {
+  std::string out = url;
+  CURLU* parsed = curl_url();
+  if (parsed == nullptr) return out;
+  if (curl_url_set(parsed, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK) {
+    char* host = nullptr;
+    char* port = nullptr;
+    if (curl_url_get(parsed, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+        curl_url_get(parsed, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+      out = std::string(host) + ":" + port;
+    }
+    curl_free(host);
+    curl_free(port);
+  }
+  curl_url_cleanup(parsed);
+  return out;
+}
+
+bool FailedBeforeConnecting(CURLcode code, CURL* easy) {
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+      return true;
+    case CURLE_OPERATION_TIMEDOUT: {
+      curl_off_t connected_after = 0;
+      curl_easy_getinfo(easy, CURLINFO_CONNECT_TIME_T, &connected_after);
+      return connected_after == 0;
+    }
+    default:
+      return false;
+  }
+}
+
+// The Status of a request that failed below HTTP: the server was not reached or the
+// connection broke. Names the host and port, the system's reason and curl's.
+Status TransportError(CURLcode code, CURL* easy, const char* error_buffer,
+                      const HttpRequest& request) {
+  const std::string where = HostPort(request.url);
+  long os_errno = 0;
+  curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+  std::string reason =
+      os_errno != 0 ? std::strerror(static_cast<int>(os_errno)) : curl_easy_strerror(code);
+  std::string detail = error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(code);
+  if (code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL) {
+    return InvalidArgumentError("bad URL for " + where + ": " + detail);
+  }
+  std::string message = FailedBeforeConnecting(code, easy)
+                            ? "cannot reach " + where + ": "
+                            : request.method + " to " + where + " failed: ";
+  return TransientError(message + reason + " (curl: " + detail + ")");
+}
+
+// Sets options on one handle and remembers the first that failed.
+class OptionSetter {
+ public:
+  explicit OptionSetter(CURL* easy) : easy_(easy) {}
+
+  template <typename T>
+  void operator()(CURLoption option, T value) {
+    CURLcode code = curl_easy_setopt(easy_, option, value);
+    if (code != CURLE_OK && first_error_ == CURLE_OK) first_error_ = code;
+  }
+  CURLcode first_error() const { return first_error_; }
+
+ private:
+  CURL* easy_;
+  CURLcode first_error_ = CURLE_OK;
+};
+
+}  // namespace
+
+const std::string* HttpResponse::header(std::string_view name) const {
+  for (const auto& [key, value] : headers) {
+    if (key == name) return &value;
+  }
+  return nullptr;
+}
+
+HttpClient::HttpClient(HttpOptions options) : options_(std::move(options)) {
+  static std::once_flag curl_initialized;
+  std::call_once(curl_initialized, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+HttpClient::~HttpClient() = default;
+
+std::unique_ptr<HttpClient::Handle> HttpClient::Acquire() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_.empty()) {
+      std::unique_ptr<Handle> handle = std::move(idle_.back());
+      idle_.pop_back();
+      return handle;
+    }
+  }
+  return std::make_unique<Handle>();
+}
+
+void HttpClient::Release(std::unique_ptr<Handle> handle) {
+  // Drops the options of the last request but keeps the handle's open connections.
+  curl_easy_reset(handle->easy);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_.size() < options_.max_idle_handles) idle_.push_back(std::move(handle));
+  // Otherwise the handle and its connection close here.
+}
+
+Result<HttpResponse> HttpClient::Perform(const HttpRequest& request) {
+  const std::string& method = request.method;
+  if (method != "GET" && method != "HEAD" && method != "PUT" && method != "POST" &&
+      method != "DELETE") {
+    return InvalidArgumentError("unsupported HTTP method '" + method + "'");
+  }
+  uint64_t body_size = request.body.size();
+  if (request.body_source != nullptr) {
+    const uint64_t source_size = request.body_source->size();
+    if (request.body_offset > source_size ||
+        request.body_size > source_size - request.body_offset) {
+      return InvalidArgumentError("upload slice [" + std::to_string(request.body_offset) + ", +" +
+                                  std::to_string(request.body_size) + ") is outside a source of " +
+                                  std::to_string(source_size) + " bytes");
+    }
+    body_size = request.body_size;
+  }
+  const bool sends_body = method == "PUT" || method == "POST";
+  if (!sends_body && body_size != 0) {
+    return InvalidArgumentError(method + " request with a body");
+  }
+  if (body_size > static_cast<uint64_t>(std::numeric_limits<curl_off_t>::max())) {
+    return InvalidArgumentError("request body too large");
+  }
+
+  std::unique_ptr<Handle> handle = Acquire();
+  if (handle->easy == nullptr) return InternalError("curl_easy_init failed");
+  CURL* easy = handle->easy;
+  handle->error[0] = '\0';
+
+  HttpResponse response;
+  Transfer transfer;
+  transfer.easy = easy;
+  transfer.request = &request;
+  transfer.response = &response;
+  transfer.upload_size = body_size;
+
+  HeaderList headers;
+  bool headers_ok = true;
+  for (const auto& [name, value] : request.headers) {
+    // "Name;" is curl's way of sending a header with an empty value.
+    headers_ok &= headers.Append(value.empty() ? name + ";" : name + ": " + value);
+  }
+  // No "Expect: 100-continue" round trip before an upload.
+  headers_ok &= headers.Append("Expect:");
+  // curl would label a POST as a form; the caller names the type it sends, if any.
+  if (method == "POST" && !HasHeader(request, "content-type")) {
+    headers_ok &= headers.Append("Content-Type:");
+  }
+  if (!headers_ok) return InternalError("out of memory building request headers");
+
+  OptionSetter set(easy);
+  set(CURLOPT_URL, request.url.c_str());
+  set(CURLOPT_ERRORBUFFER, handle->error);
+  set(CURLOPT_NOSIGNAL, 1L);
+  set(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
+  set(CURLOPT_CONNECTTIMEOUT_MS, options_.connect_timeout_ms);
+  if (options_.idle_timeout_s > 0) {
+    set(CURLOPT_LOW_SPEED_LIMIT, 1L);
+    set(CURLOPT_LOW_SPEED_TIME, options_.idle_timeout_s);
+  }
+  set(CURLOPT_TCP_KEEPALIVE, 1L);
+  set(CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
+  set(CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
+  if (!options_.ca_bundle.empty()) set(CURLOPT_CAINFO, options_.ca_bundle.c_str());
+  set(CURLOPT_HTTPHEADER, headers.get());
+  set(CURLOPT_HEADERFUNCTION, OnHeader);
+  set(CURLOPT_HEADERDATA, static_cast<void*>(&transfer));
+  set(CURLOPT_WRITEFUNCTION, OnBody);
+  set(CURLOPT_WRITEDATA, static_cast<void*>(&transfer));
+
+  const auto curl_body_size = static_cast<curl_off_t>(body_size);
+  if (method == "GET") {
+    set(CURLOPT_HTTPGET, 1L);
+  } else if (method == "HEAD") {
+    set(CURLOPT_NOBODY, 1L);
+  } else if (method == "DELETE") {
+    set(CURLOPT_CUSTOMREQUEST, "DELETE");
+  } else if (method == "POST" && request.body_source == nullptr) {
+    set(CURLOPT_POSTFIELDSIZE_LARGE, curl_body_size);
+    set(CURLOPT_POSTFIELDS, request.body.data());
+  } else {
+    if (method == "PUT") {
+      // With a known size (0 included) curl sends Content-Length, never chunked encoding.
+      set(CURLOPT_UPLOAD, 1L);
+      set(CURLOPT_INFILESIZE_LARGE, curl_body_size);
+    } else {
+      set(CURLOPT_POST, 1L);
+      set(CURLOPT_POSTFIELDSIZE_LARGE, curl_body_size);
+    }
+    set(CURLOPT_READFUNCTION, OnUpload);
+    set(CURLOPT_READDATA, static_cast<void*>(&transfer));
+    set(CURLOPT_SEEKFUNCTION, OnSeek);
+    set(CURLOPT_SEEKDATA, static_cast<void*>(&transfer));
+  }
+  if (set.first_error() != CURLE_OK) {
+    return InternalError(std::string("cannot set up the request to ") + HostPort(request.url) +
+                         ": " + curl_easy_strerror(set.first_error()));
+  }
+
+  const CURLcode code = curl_easy_perform(easy);
+  if (code != CURLE_OK) {
+    // The handle is dropped with whatever connection state the failure left behind.
+    if (!transfer.upload_error.ok()) return transfer.upload_error;
+    if (transfer.buffer_overflow) {
+      return InternalError("response larger than the buffer: " + method + " to " +
+                           HostPort(request.url) + " sent more than " +
+                           std::to_string(request.response_buffer.size()) + " bytes");
+    }
+    return TransportError(code, easy, handle->error, request);
+  }
+  curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &response.status);
+  Release(std::move(handle));
+  return response;
+}
+
+}  // namespace objfs::s3
