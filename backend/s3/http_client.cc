@@ -311,6 +311,8 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& request) {
 
   OptionSetter set(easy);
   set(CURLOPT_URL, request.url.c_str());
+  // Keys are arbitrary: "a/../b" and "a/./b" are names, not paths to normalise.
+  set(CURLOPT_PATH_AS_IS, 1L);
   set(CURLOPT_ERRORBUFFER, handle->error);
   set(CURLOPT_NOSIGNAL, 1L);
   set(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));

@@ -301,6 +301,18 @@ TEST_F(S3StoreTest, RemoveManyAcrossBatches) {
   EXPECT_TRUE(after->objects.empty());
 }
 
+TEST_F(S3StoreTest, DotSegmentKeysAreNamesNotPaths) {
+  for (const std::string key : {"a/../b", "a/./c", "d/..", "e/."}) {
+    ASSERT_TRUE(Put(key, "data of " + key).ok()) << key;
+  }
+  for (const std::string key : {"a/../b", "a/./c", "d/..", "e/."}) {
+    Result<std::string> back = ReadAll(*store_, key);
+    ASSERT_TRUE(back.ok()) << key << ": " << back.status().ToString();
+    EXPECT_EQ(*back, "data of " + key);
+  }
+  EXPECT_EQ(store_->head("b").status().code(), StatusCode::kNotFound);
+}
+
 TEST(S3EndpointConfig, BadEndpointsAreRejectedInOneLine) {
   for (const char* ep : {"ftp://127.0.0.1:1", "127.0.0.1:8000", "http://", "http://h:x"}) {
     S3StoreOptions o;
