@@ -4,7 +4,7 @@
 // ObjectStore, so they can be tested over the fake, and wrappers (prefix, metrics, fault
 // injection) stack on ForwardingStore without knowing which backend sits underneath.
 //
-// Contracts that hold for every implementation (checked by tests/unit/conformance):
+// Contracts that hold for every implementation (checked by tests/conformance/object_store_conformance.h):
 // - Every method is safe to call from many threads at once.
 // - Keys are UTF-8 strings of 1..1024 bytes; '/' separates directory levels in listings only.
 //   A key ending in '/' is a directory marker.

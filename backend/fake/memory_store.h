@@ -3,7 +3,7 @@
 // It behaves like a strict S3 bucket: plain MD5 ETags for single puts, "<md5 of part md5s>-N"
 // ETags for puts above its multipart threshold, If-Match honoured on read/put/copy, listings
 // with prefix, delimiter and continuation, copies that keep or replace metadata. It passes the
-// same conformance suite as the real backends (tests/unit/conformance_*), so a test that passes
+// same conformance suite as the real backends (tests/conformance/), so a test that passes
 // over it has not merely passed over a lenient double.
 #pragma once
 
@@ -52,9 +52,17 @@ class MemoryStore : public ObjectStore {
     ObjectInfo info;
   };
 
+  // A fresh mtime: the current time, or one ns past the last one given if the clock has not
+  // moved, so that every write in this store has a distinct, increasing mtime.
+  int64_t NextMtimeLocked();
+  // The ETag S3 gives an object of `data` written in parts of part_size (or in one piece when
+  // `multipart` is false).
+  ETag ETagOf(std::string_view data, bool multipart) const;
+
   MemoryStoreOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, Object, std::less<>> objects_;
+  int64_t last_mtime_ns_ = 0;
 };
 
 }  // namespace objfs

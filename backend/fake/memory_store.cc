@@ -1,0 +1,270 @@
+#include "backend/fake/memory_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "backend/md5.h"
+
+namespace objfs {
+namespace {
+
+constexpr size_t kMaxKeyBytes = 1024;
+constexpr std::string_view kDefaultContentType = "binary/octet-stream";
+
+Status CheckKey(std::string_view key) {
+  if (key.empty()) return InvalidArgumentError("empty object key");
+  if (key.size() > kMaxKeyBytes) {
+    return InvalidArgumentError("object key of " + std::to_string(key.size()) +
+                                " bytes is longer than 1024 bytes");
+  }
+  return Status::Ok();
+}
+
+std::string Quote(std::string_view key) { return "\"" + std::string(key) + "\""; }
+
+// Continuation tokens name the last entry of the page: "k<key>" for an object, "p<prefix>" for
+// a common prefix (whose whole subtree the next page skips).
+constexpr char kKeyToken = 'k';
+constexpr char kPrefixToken = 'p';
+
+}  // namespace
+
+MemoryStore::MemoryStore(MemoryStoreOptions options) : options_(options) {}
+
+int64_t MemoryStore::NextMtimeLocked() {
+  int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  last_mtime_ns_ = std::max(now, last_mtime_ns_ + 1);
+  return last_mtime_ns_;
+}
+
+ETag MemoryStore::ETagOf(std::string_view data, bool multipart) const {
+  if (!multipart || options_.part_size == 0) return ETag::FromMd5(Md5Of(data));
+  std::vector<Md5Digest> parts;
+  for (size_t offset = 0; offset < data.size(); offset += options_.part_size) {
+    parts.push_back(Md5Of(data.substr(offset, options_.part_size)));
+  }
+  return MultipartETag(parts);
+}
+
+Result<ObjectInfo> MemoryStore::head(std::string_view key) {
+  OBJFS_RETURN_IF_ERROR(CheckKey(key));
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return NotFoundError("no object " + Quote(key));
+  return it->second.info;
+}
+
+Result<size_t> MemoryStore::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                                 const ETag* if_match) {
+  OBJFS_RETURN_IF_ERROR(CheckKey(key));
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return NotFoundError("no object " + Quote(key));
+  const Object& object = it->second;
+  if (if_match != nullptr && *if_match != object.info.etag) {
+    return PreconditionFailedError("object " + Quote(key) + " has ETag " +
+                                   object.info.etag.value() + ", not " + if_match->value());
+  }
+  if (offset >= object.data.size()) return size_t{0};
+  size_t n = std::min<uint64_t>(buf.size(), object.data.size() - offset);
+  std::copy_n(reinterpret_cast<const std::byte*>(object.data.data()) + offset, n, buf.data());
+  return n;
+}
+
+Result<Listing> MemoryStore::list(const ListOptions& options) {
+  if (options.max_keys < 1) return InvalidArgumentError("max_keys must be at least 1");
+  const int max_keys = std::min(options.max_keys, std::max(options_.max_keys_per_page, 1));
+  const std::string& prefix = options.prefix;
+  const std::string& delimiter = options.delimiter;
+
+  std::lock_guard lock(mu_);
+  auto it = objects_.lower_bound(prefix);
+  // Positions `it` after `last` (and after its subtree when `skip_subtree`), unless the prefix
+  // already starts later.
+  auto start_after = [&](std::string_view last, bool skip_subtree) {
+    if (last < std::string_view(prefix)) return;
+    it = objects_.upper_bound(last);
+    while (skip_subtree && it != objects_.end() && it->first.starts_with(last)) ++it;
+  };
+  if (!options.continuation_token.empty()) {
+    const std::string& token = options.continuation_token;
+    std::string_view last = std::string_view(token).substr(1);
+    if (token[0] == kKeyToken) {
+      start_after(last, false);
+    } else if (token[0] == kPrefixToken) {
+      start_after(last, true);
+    } else {
+      return InvalidArgumentError("malformed continuation token");
+    }
+  } else if (!options.start_after.empty()) {
+    start_after(options.start_after, false);
+  }
+
+  Listing listing;
+  int count = 0;
+  std::string last_token;
+  while (it != objects_.end() && it->first.starts_with(prefix)) {
+    std::string_view rest = std::string_view(it->first).substr(prefix.size());
+    size_t pos = delimiter.empty() ? std::string_view::npos : rest.find(delimiter);
+    if (count == max_keys) {
+      listing.next_token = std::move(last_token);
+      break;
+    }
+    ++count;
+    if (pos != std::string_view::npos) {
+      std::string common = prefix + std::string(rest.substr(0, pos + delimiter.size()));
+      while (it != objects_.end() && it->first.starts_with(common)) ++it;
+      last_token = kPrefixToken + common;
+      listing.common_prefixes.push_back(std::move(common));
+    } else {
+      ObjectInfo info = it->second.info;
+      info.content_type.clear();
+      info.metadata.clear();
+      info.has_metadata = false;
+      listing.objects.push_back(std::move(info));
+      last_token = kKeyToken + it->first;
+      ++it;
+    }
+  }
+  return listing;
+}
+
+Result<ObjectInfo> MemoryStore::put(std::string_view key, const ByteSource& source,
+                                    const PutOptions& options) {
+  OBJFS_RETURN_IF_ERROR(CheckKey(key));
+  std::string data(source.size(), '\0');
+  size_t done = 0;
+  while (done < data.size()) {
+    std::span<std::byte> buf(reinterpret_cast<std::byte*>(data.data()) + done, data.size() - done);
+    OBJFS_ASSIGN_OR_RETURN(size_t n, source.read_at(done, buf));
+    if (n == 0) {
+      return IoError("upload source of " + Quote(key) + " ended at " + std::to_string(done) +
+                     " of " + std::to_string(data.size()) + " bytes");
+    }
+    done += n;
+  }
+  bool multipart = options_.multipart_threshold > 0 && data.size() > options_.multipart_threshold;
+  ObjectInfo info;
+  info.key = std::string(key);
+  info.size = data.size();
+  info.etag = ETagOf(data, multipart);
+  info.content_type =
+      options.content_type.empty() ? std::string(kDefaultContentType) : options.content_type;
+  info.metadata = options.metadata;
+  info.has_metadata = true;
+
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(key);
+  if (options.if_none_match && it != objects_.end()) {
+    return PreconditionFailedError("object " + Quote(key) + " already exists");
+  }
+  if (options.if_match.has_value()) {
+    if (it == objects_.end()) {
+      return PreconditionFailedError("no object " + Quote(key) + " to match ETag " +
+                                     options.if_match->value());
+    }
+    if (it->second.info.etag != *options.if_match) {
+      return PreconditionFailedError("object " + Quote(key) + " has ETag " +
+                                     it->second.info.etag.value() + ", not " +
+                                     options.if_match->value());
+    }
+  }
+  info.mtime_ns = NextMtimeLocked();
+  Object& object = objects_[std::string(key)];
+  object.data = std::move(data);
+  object.info = info;
+  return info;
+}
+
+Result<ObjectInfo> MemoryStore::copy(const ObjectInfo& src, std::string_view dst,
+                                     const CopyOptions& options) {
+  OBJFS_RETURN_IF_ERROR(CheckKey(src.key));
+  OBJFS_RETURN_IF_ERROR(CheckKey(dst));
+  if (options.content_type.has_value() && !options.replace_metadata.has_value()) {
+    return InvalidArgumentError("a content type can only be set along with replaced metadata");
+  }
+  if (src.key == dst && !options.replace_metadata.has_value()) {
+    return InvalidArgumentError("copying " + Quote(dst) +
+                                " onto itself without changing its metadata");
+  }
+
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(src.key);
+  if (it == objects_.end()) return NotFoundError("no copy source " + Quote(src.key));
+  const Object& source = it->second;
+  if (options.if_match_source && !src.etag.empty() && source.info.etag != src.etag) {
+    return PreconditionFailedError("copy source " + Quote(src.key) + " has ETag " +
+                                   source.info.etag.value() + ", not " + src.etag.value());
+  }
+  bool by_parts =
+      options_.copy_part_threshold > 0 && source.data.size() > options_.copy_part_threshold;
+  ObjectInfo info;
+  info.key = std::string(dst);
+  info.size = source.data.size();
+  info.etag = by_parts ? ETagOf(source.data, true) : source.info.etag;
+  if (options.replace_metadata.has_value()) {
+    info.metadata = *options.replace_metadata;
+    info.content_type = options.content_type.value_or(std::string(kDefaultContentType));
+  } else {
+    info.metadata = source.info.metadata;
+    info.content_type = source.info.content_type;
+  }
+  info.has_metadata = true;
+  info.mtime_ns = NextMtimeLocked();
+  std::string data = source.data;  // `source` may be the destination itself
+  Object& object = objects_[std::string(dst)];
+  object.data = std::move(data);
+  object.info = info;
+  return info;
+}
+
+Status MemoryStore::remove(std::string_view key) {
+  OBJFS_RETURN_IF_ERROR(CheckKey(key));
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(key);
+  if (it != objects_.end()) objects_.erase(it);
+  return Status::Ok();
+}
+
+Status MemoryStore::remove_many(const std::vector<std::string>& keys) {
+  for (const std::string& key : keys) OBJFS_RETURN_IF_ERROR(CheckKey(key));
+  std::lock_guard lock(mu_);
+  for (const std::string& key : keys) {
+    auto it = objects_.find(key);
+    if (it != objects_.end()) objects_.erase(it);
+  }
+  return Status::Ok();
+}
+
+Capabilities MemoryStore::capabilities() const {
+  Capabilities caps;
+  caps.scheme = "fake";
+  caps.server_side_copy = true;
+  caps.native_etags = true;
+  caps.multipart_threshold = options_.multipart_threshold;
+  caps.part_size = options_.part_size;
+  caps.copy_part_threshold = options_.copy_part_threshold;
+  return caps;
+}
+
+std::string MemoryStore::contents(std::string_view key) const {
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(key);
+  return it == objects_.end() ? std::string() : it->second.data;
+}
+
+size_t MemoryStore::object_count() const {
+  std::lock_guard lock(mu_);
+  return objects_.size();
+}
+
+void MemoryStore::set_mtime(std::string_view key, int64_t mtime_ns) {
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(key);
+  if (it != objects_.end()) it->second.info.mtime_ns = mtime_ns;
+}
+
+}  // namespace objfs

@@ -1,0 +1,92 @@
+#include "backend/fault_injecting_store.h"
+
+#include <utility>
+
+namespace objfs {
+namespace {
+
+Status NotOk(Status status) {
+  if (status.ok()) return InternalError("injected failure");
+  return status;
+}
+
+}  // namespace
+
+void FaultInjectingStore::FailNth(StoreOp op, int k, Status status) {
+  std::lock_guard lock(mu_);
+  OpState& state = ops_[static_cast<size_t>(op)];
+  state.pending.push_back({state.calls + k, NotOk(std::move(status))});
+}
+
+void FaultInjectingStore::FailAll(StoreOp op, Status status) {
+  std::lock_guard lock(mu_);
+  ops_[static_cast<size_t>(op)].fail_all = NotOk(std::move(status));
+}
+
+void FaultInjectingStore::Clear() {
+  std::lock_guard lock(mu_);
+  for (OpState& state : ops_) {
+    state.pending.clear();
+    state.fail_all.reset();
+  }
+}
+
+int FaultInjectingStore::calls(StoreOp op) const {
+  std::lock_guard lock(mu_);
+  return ops_[static_cast<size_t>(op)].calls;
+}
+
+Status FaultInjectingStore::Admit(StoreOp op) {
+  std::lock_guard lock(mu_);
+  OpState& state = ops_[static_cast<size_t>(op)];
+  ++state.calls;
+  for (auto it = state.pending.begin(); it != state.pending.end(); ++it) {
+    if (it->call == state.calls) {
+      Status status = std::move(it->status);
+      state.pending.erase(it);
+      return status;
+    }
+  }
+  if (state.fail_all.has_value()) return *state.fail_all;
+  return Status::Ok();
+}
+
+Result<ObjectInfo> FaultInjectingStore::head(std::string_view key) {
+  OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kHead));
+  return ForwardingStore::head(key);
+}
+
+Result<size_t> FaultInjectingStore::read(std::string_view key, uint64_t offset,
+                                         std::span<std::byte> buf, const ETag* if_match) {
+  OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kRead));
+  return ForwardingStore::read(key, offset, buf, if_match);
+}
+
+Result<Listing> FaultInjectingStore::list(const ListOptions& options) {
+  OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kList));
+  return ForwardingStore::list(options);
+}
+
+Result<ObjectInfo> FaultInjectingStore::put(std::string_view key, const ByteSource& source,
+                                            const PutOptions& options) {
+  OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kPut));
+  return ForwardingStore::put(key, source, options);
+}
+
+Result<ObjectInfo> FaultInjectingStore::copy(const ObjectInfo& src, std::string_view dst,
+                                             const CopyOptions& options) {
+  OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kCopy));
+  return ForwardingStore::copy(src, dst, options);
+}
+
+Status FaultInjectingStore::remove(std::string_view key) {
+  OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kRemove));
+  return ForwardingStore::remove(key);
+}
+
+Status FaultInjectingStore::remove_many(const std::vector<std::string>& keys) {
+  OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kRemoveMany));
+  return ForwardingStore::remove_many(keys);
+}
+
+}  // namespace objfs

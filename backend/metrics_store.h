@@ -1,0 +1,36 @@
+// An ObjectStore wrapper that counts requests and bytes into a mount's Metrics.
+//
+// It sits directly above the backend, so every call the filesystem and caches make is counted
+// once, whichever backend serves it; `getfattr -n user.objfs.stats` reports the totals.
+#pragma once
+
+#include "backend/metrics.h"
+#include "backend/object_store.h"
+
+namespace objfs {
+
+class MetricsStore : public ForwardingStore {
+ public:
+  // `metrics` must outlive this store.
+  MetricsStore(std::shared_ptr<ObjectStore> target, Metrics& metrics)
+      : ForwardingStore(std::move(target)), metrics_(metrics) {}
+
+  Result<ObjectInfo> head(std::string_view key) override;
+  Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                      const ETag* if_match) override;
+  Result<Listing> list(const ListOptions& options) override;
+  Result<ObjectInfo> put(std::string_view key, const ByteSource& source,
+                         const PutOptions& options) override;
+  Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
+                          const CopyOptions& options) override;
+  Status remove(std::string_view key) override;
+  Status remove_many(const std::vector<std::string>& keys) override;
+
+ private:
+  // Counts a failure when `status` is not ok.
+  void CountOutcome(const Status& status);
+
+  Metrics& metrics_;
+};
+
+}  // namespace objfs

@@ -1,0 +1,84 @@
+#include "backend/prefix_store.h"
+
+#include <utility>
+
+namespace objfs {
+
+Result<std::string> PrefixStore::Map(std::string_view key) const {
+  if (key.empty()) return InvalidArgumentError("empty object key");
+  return prefix_ + std::string(key);
+}
+
+Result<std::string> PrefixStore::Unmap(std::string_view full_key) const {
+  if (!full_key.starts_with(prefix_)) {
+    return InternalError("the store returned key \"" + std::string(full_key) +
+                         "\" outside prefix \"" + prefix_ + "\"");
+  }
+  return std::string(full_key.substr(prefix_.size()));
+}
+
+Result<ObjectInfo> PrefixStore::UnmapInfo(Result<ObjectInfo> result) const {
+  if (!result.ok()) return result;
+  OBJFS_ASSIGN_OR_RETURN(result->key, Unmap(result->key));
+  return result;
+}
+
+Result<ObjectInfo> PrefixStore::head(std::string_view key) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  return UnmapInfo(ForwardingStore::head(full));
+}
+
+Result<size_t> PrefixStore::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                                 const ETag* if_match) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  return ForwardingStore::read(full, offset, buf, if_match);
+}
+
+Result<Listing> PrefixStore::list(const ListOptions& options) {
+  ListOptions mapped = options;
+  mapped.prefix = prefix_ + options.prefix;
+  if (!options.start_after.empty()) mapped.start_after = prefix_ + options.start_after;
+  OBJFS_ASSIGN_OR_RETURN(Listing listing, ForwardingStore::list(mapped));
+  for (ObjectInfo& object : listing.objects) {
+    OBJFS_ASSIGN_OR_RETURN(object.key, Unmap(object.key));
+  }
+  for (std::string& common : listing.common_prefixes) {
+    OBJFS_ASSIGN_OR_RETURN(common, Unmap(common));
+  }
+  return listing;
+}
+
+Result<ObjectInfo> PrefixStore::put(std::string_view key, const ByteSource& source,
+                                    const PutOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  return UnmapInfo(ForwardingStore::put(full, source, options));
+}
+
+Result<ObjectInfo> PrefixStore::copy(const ObjectInfo& src, std::string_view dst,
+                                     const CopyOptions& options) {
+  ObjectInfo mapped_src = src;
+  OBJFS_ASSIGN_OR_RETURN(mapped_src.key, Map(src.key));
+  OBJFS_ASSIGN_OR_RETURN(std::string full_dst, Map(dst));
+  return UnmapInfo(ForwardingStore::copy(mapped_src, full_dst, options));
+}
+
+Status PrefixStore::remove(std::string_view key) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  return ForwardingStore::remove(full);
+}
+
+Status PrefixStore::remove_many(const std::vector<std::string>& keys) {
+  std::vector<std::string> mapped;
+  mapped.reserve(keys.size());
+  for (const std::string& key : keys) {
+    OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+    mapped.push_back(std::move(full));
+  }
+  return ForwardingStore::remove_many(mapped);
+}
+
+std::string PrefixStore::describe() const {
+  return ForwardingStore::describe() + " under prefix \"" + prefix_ + "\"";
+}
+
+}  // namespace objfs

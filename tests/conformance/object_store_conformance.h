@@ -1,0 +1,697 @@
+// The behaviour every ObjectStore must show, as a value-parameterised GoogleTest suite.
+//
+// The layers above the backends rely on these properties (exact listings, ETags that predict
+// copies, conditional writes); the in-memory fake passes the same suite as the S3 and SFTP
+// clients, so tests written over the fake mean something for the real stores. The suite asserts
+// only what a strict S3 server guarantees and the ObjectStore contract promises.
+//
+// Include this header from exactly one .cc of a test binary and instantiate it there:
+//   INSTANTIATE_TEST_SUITE_P(Memory, ObjectStoreConformance, ::testing::Values(backend),
+//                            ConformanceBackendName);
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "backend/md5.h"
+#include "backend/object_store.h"
+
+namespace objfs {
+
+struct ConformanceBackend {
+  std::string name;
+  // A fresh, empty store (a new bucket or directory) for each test.
+  std::function<std::shared_ptr<ObjectStore>()> make_store;
+  uint64_t multipart_threshold = 0;  // put() above this size is multipart (0: never)
+  uint64_t part_size = 0;
+  uint64_t copy_part_threshold = 0;  // copy() above this size is by parts (0: never)
+};
+
+// Test names and failure messages show the backend by its name.
+inline void PrintTo(const ConformanceBackend& backend, std::ostream* os) { *os << backend.name; }
+
+// For INSTANTIATE_TEST_SUITE_P: names each instantiation after its backend.
+inline std::string ConformanceBackendName(
+    const ::testing::TestParamInfo<ConformanceBackend>& info) {
+  return info.param.name;
+}
+
+class ObjectStoreConformance : public ::testing::TestWithParam<ConformanceBackend> {
+ protected:
+  void SetUp() override {
+    store_ = GetParam().make_store();
+    ASSERT_NE(store_, nullptr);
+  }
+
+  ObjectStore& store() { return *store_; }
+
+  // Deterministic, non-repeating-looking content of `size` bytes.
+  static std::string Pattern(size_t size, uint32_t seed = 1) {
+    std::string out(size, '\0');
+    uint32_t x = seed * 2654435761u + 12345u;
+    for (char& c : out) {
+      x = x * 1664525u + 1013904223u;
+      c = static_cast<char>(x >> 24);
+    }
+    return out;
+  }
+
+  Result<ObjectInfo> Put(std::string_view key, std::string_view data,
+                         const PutOptions& options = {}) {
+    MemorySource source(data);
+    return store().put(key, source, options);
+  }
+
+  // Up to `length` bytes at `offset`.
+  Result<std::string> ReadRange(std::string_view key, uint64_t offset, size_t length,
+                                const ETag* if_match = nullptr) {
+    std::string out(length, '\0');
+    std::span<std::byte> buf(reinterpret_cast<std::byte*>(out.data()), out.size());
+    OBJFS_ASSIGN_OR_RETURN(size_t n, store().read(key, offset, buf, if_match));
+    if (n > length) return InternalError("read returned more bytes than asked for");
+    out.resize(n);
+    return out;
+  }
+
+  // Every page of a listing, in order.
+  Result<std::vector<Listing>> ListAll(ListOptions options) {
+    std::vector<Listing> pages;
+    for (;;) {
+      OBJFS_ASSIGN_OR_RETURN(Listing page, store().list(options));
+      pages.push_back(std::move(page));
+      if (!pages.back().truncated()) return pages;
+      if (pages.size() > 100000) return InternalError("listing does not end");
+      options.continuation_token = pages.back().next_token;
+    }
+  }
+
+  // The object keys of a complete recursive listing under `prefix`.
+  std::vector<std::string> ListKeys(const std::string& prefix = "") {
+    ListOptions options;
+    options.prefix = prefix;
+    Result<std::vector<Listing>> pages = ListAll(options);
+    EXPECT_TRUE(pages.ok()) << pages.status().ToString();
+    std::vector<std::string> keys;
+    if (!pages.ok()) return keys;
+    for (const Listing& page : *pages) {
+      for (const ObjectInfo& object : page.objects) keys.push_back(object.key);
+    }
+    return keys;
+  }
+
+  static uint64_t Ceil(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+  // Runs fn(i) for i in [0, n) on `threads` threads.
+  static void ParallelFor(int n, int threads, const std::function<void(int)>& fn) {
+    std::atomic<int> next{0};
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&] {
+        for (int i = next++; i < n; i = next++) fn(i);
+      });
+    }
+    for (std::thread& worker : workers) worker.join();
+  }
+
+  std::shared_ptr<ObjectStore> store_;
+};
+
+inline Status StatusOf(const Status& status) { return status; }
+template <typename T>
+Status StatusOf(const Result<T>& result) {
+  return result.status();
+}
+
+// Asserts that a Status or Result is ok, printing the error otherwise.
+#define OBJFS_CONFORMANCE_OK(expr)                                                              \
+  do {                                                                                          \
+    const ::objfs::Status objfs_conformance_s_ = ::objfs::StatusOf(expr);                       \
+    ASSERT_TRUE(objfs_conformance_s_.ok()) << #expr << ": " << objfs_conformance_s_.ToString(); \
+  } while (0)
+
+TEST_P(ObjectStoreConformance, HeadOfMissingKeyIsNotFound) {
+  Result<ObjectInfo> info = store().head("no/such/key");
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), StatusCode::kNotFound) << info.status().ToString();
+}
+
+TEST_P(ObjectStoreConformance, PutHeadReadRoundTrip) {
+  const std::string data = Pattern(10000);
+  PutOptions options;
+  options.metadata = {{"mode", "33188"}, {"uid", "1000"}, {"mtime", "1700000000.5"}};
+  options.content_type = "text/plain";
+  Result<ObjectInfo> put = Put("dir/file.txt", data, options);
+  OBJFS_CONFORMANCE_OK(put);
+  EXPECT_EQ(put->key, "dir/file.txt");
+  EXPECT_EQ(put->size, data.size());
+  EXPECT_FALSE(put->etag.empty());
+
+  Result<ObjectInfo> head = store().head("dir/file.txt");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->key, "dir/file.txt");
+  EXPECT_EQ(head->size, data.size());
+  EXPECT_EQ(head->etag, put->etag);
+  EXPECT_EQ(head->metadata, options.metadata);
+  EXPECT_EQ(head->content_type, "text/plain");
+  EXPECT_TRUE(head->has_metadata);
+  EXPECT_GT(head->mtime_ns, 0);
+
+  Result<std::string> read = ReadAll(store(), "dir/file.txt");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_TRUE(*read == data);
+}
+
+TEST_P(ObjectStoreConformance, PlainETagIsMd5OfContent) {
+  const std::string data = Pattern(4096, 7);
+  Result<ObjectInfo> put = Put("md5", data);
+  OBJFS_CONFORMANCE_OK(put);
+  EXPECT_EQ(put->etag.kind(), ETag::Kind::kPlainMd5) << put->etag.value();
+  EXPECT_EQ(put->etag.value(), HexMd5(Md5Of(data)));
+  Result<ObjectInfo> head = store().head("md5");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->etag.value(), HexMd5(Md5Of(data)));
+}
+
+TEST_P(ObjectStoreConformance, EmptyObject) {
+  OBJFS_CONFORMANCE_OK(Put("empty", ""));
+  Result<ObjectInfo> head = store().head("empty");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->size, 0u);
+  EXPECT_EQ(head->etag.value(), "d41d8cd98f00b204e9800998ecf8427e");
+  Result<std::string> read = ReadRange("empty", 0, 100);
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_EQ(*read, "");
+}
+
+TEST_P(ObjectStoreConformance, RangedReads) {
+  const std::string data = Pattern(1000, 3);
+  OBJFS_CONFORMANCE_OK(Put("ranged", data));
+
+  Result<std::string> first = ReadRange("ranged", 0, 1);
+  OBJFS_CONFORMANCE_OK(first);
+  EXPECT_EQ(*first, data.substr(0, 1));
+
+  Result<std::string> last = ReadRange("ranged", 999, 1);
+  OBJFS_CONFORMANCE_OK(last);
+  EXPECT_EQ(*last, data.substr(999, 1));
+
+  Result<std::string> middle = ReadRange("ranged", 100, 300);
+  OBJFS_CONFORMANCE_OK(middle);
+  EXPECT_EQ(*middle, data.substr(100, 300));
+
+  Result<std::string> straddling = ReadRange("ranged", 900, 500);
+  OBJFS_CONFORMANCE_OK(straddling);
+  EXPECT_EQ(straddling->size(), 100u);
+  EXPECT_EQ(*straddling, data.substr(900));
+
+  Result<std::string> at_end = ReadRange("ranged", 1000, 10);
+  OBJFS_CONFORMANCE_OK(at_end);
+  EXPECT_EQ(at_end->size(), 0u);
+
+  Result<std::string> past_end = ReadRange("ranged", 5000, 10);
+  OBJFS_CONFORMANCE_OK(past_end);
+  EXPECT_EQ(past_end->size(), 0u);
+}
+
+TEST_P(ObjectStoreConformance, ReadIfMatch) {
+  const std::string data = Pattern(100, 4);
+  Result<ObjectInfo> put = Put("conditional", data);
+  OBJFS_CONFORMANCE_OK(put);
+
+  Result<std::string> matching = ReadRange("conditional", 0, 100, &put->etag);
+  OBJFS_CONFORMANCE_OK(matching);
+  EXPECT_EQ(*matching, data);
+
+  ETag wrong = ETag::FromMd5(Md5Of("something else"));
+  Result<std::string> mismatched = ReadRange("conditional", 0, 100, &wrong);
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_EQ(mismatched.status().code(), StatusCode::kPreconditionFailed)
+      << mismatched.status().ToString();
+}
+
+TEST_P(ObjectStoreConformance, ReadOfMissingKeyIsNotFound) {
+  Result<std::string> read = ReadRange("missing", 0, 10);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), StatusCode::kNotFound) << read.status().ToString();
+}
+
+TEST_P(ObjectStoreConformance, LargePut) {
+  const ConformanceBackend& backend = GetParam();
+  const uint64_t size = backend.multipart_threshold > 0
+                            ? backend.multipart_threshold + backend.part_size / 2 + 1
+                            : (3u << 20) + 1;
+  const std::string data = Pattern(size, 5);
+  Result<ObjectInfo> put = Put("large", data);
+  OBJFS_CONFORMANCE_OK(put);
+  EXPECT_EQ(put->size, size);
+  if (backend.multipart_threshold > 0) {
+    EXPECT_EQ(put->etag.kind(), ETag::Kind::kMultipart) << put->etag.value();
+    EXPECT_EQ(put->etag.parts(), Ceil(size, backend.part_size));
+  } else {
+    EXPECT_NE(put->etag.kind(), ETag::Kind::kMultipart) << put->etag.value();
+  }
+  Result<ObjectInfo> head = store().head("large");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->etag, put->etag);
+  EXPECT_EQ(head->size, size);
+  Result<std::string> read = ReadAll(store(), "large");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_TRUE(*read == data) << "content of the large object differs";
+}
+
+TEST_P(ObjectStoreConformance, PutIfNoneMatch) {
+  PutOptions exclusive;
+  exclusive.if_none_match = true;
+  OBJFS_CONFORMANCE_OK(Put("exclusive", "first", exclusive));
+
+  Result<ObjectInfo> again = Put("exclusive", "second", exclusive);
+  ASSERT_FALSE(again.ok());
+  EXPECT_TRUE(again.status().code() == StatusCode::kPreconditionFailed ||
+              again.status().code() == StatusCode::kAlreadyExists)
+      << again.status().ToString();
+  Result<std::string> read = ReadAll(store(), "exclusive");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_EQ(*read, "first");
+}
+
+TEST_P(ObjectStoreConformance, PutIfMatch) {
+  Result<ObjectInfo> original = Put("guarded", "original");
+  OBJFS_CONFORMANCE_OK(original);
+
+  PutOptions stale;
+  stale.if_match = ETag::FromMd5(Md5Of("some other version"));
+  Result<ObjectInfo> rejected = Put("guarded", "replacement", stale);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_EQ(rejected.status().code(), StatusCode::kPreconditionFailed)
+      << rejected.status().ToString();
+  Result<std::string> intact = ReadAll(store(), "guarded");
+  OBJFS_CONFORMANCE_OK(intact);
+  EXPECT_EQ(*intact, "original");
+  Result<ObjectInfo> head = store().head("guarded");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->etag, original->etag);
+
+  PutOptions current;
+  current.if_match = original->etag;
+  OBJFS_CONFORMANCE_OK(Put("guarded", "replacement", current));
+  Result<std::string> replaced = ReadAll(store(), "guarded");
+  OBJFS_CONFORMANCE_OK(replaced);
+  EXPECT_EQ(*replaced, "replacement");
+}
+
+TEST_P(ObjectStoreConformance, OverwriteReplacesContentAndETag) {
+  Result<ObjectInfo> first = Put("overwritten", "version one");
+  OBJFS_CONFORMANCE_OK(first);
+  Result<ObjectInfo> second = Put("overwritten", "version two, longer");
+  OBJFS_CONFORMANCE_OK(second);
+  EXPECT_NE(first->etag, second->etag);
+
+  Result<ObjectInfo> head = store().head("overwritten");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->etag, second->etag);
+  EXPECT_EQ(head->size, std::string_view("version two, longer").size());
+  Result<std::string> read = ReadAll(store(), "overwritten");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_EQ(*read, "version two, longer");
+}
+
+TEST_P(ObjectStoreConformance, CopyKeepsMetadataAndPlainETag) {
+  const std::string data = Pattern(5000, 8);
+  PutOptions options;
+  options.metadata = {{"mode", "33261"}, {"gid", "100"}};
+  options.content_type = "application/x-test";
+  OBJFS_CONFORMANCE_OK(Put("src/file", data, options));
+  Result<ObjectInfo> src = store().head("src/file");
+  OBJFS_CONFORMANCE_OK(src);
+  ASSERT_TRUE(src->etag.is_plain_md5()) << src->etag.value();
+
+  Result<ObjectInfo> copied = store().copy(*src, "dst/file", CopyOptions{});
+  OBJFS_CONFORMANCE_OK(copied);
+  EXPECT_EQ(copied->key, "dst/file");
+  EXPECT_EQ(copied->size, data.size());
+  EXPECT_EQ(copied->etag, src->etag);
+
+  Result<ObjectInfo> head = store().head("dst/file");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->etag, src->etag);
+  EXPECT_EQ(head->metadata, options.metadata);
+  EXPECT_EQ(head->content_type, "application/x-test");
+  Result<std::string> read = ReadAll(store(), "dst/file");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_TRUE(*read == data);
+  // The source is untouched.
+  Result<std::string> source = ReadAll(store(), "src/file");
+  OBJFS_CONFORMANCE_OK(source);
+  EXPECT_TRUE(*source == data);
+}
+
+TEST_P(ObjectStoreConformance, CopyReplacesMetadata) {
+  const std::string data = Pattern(3000, 9);
+  PutOptions options;
+  options.metadata = {{"mode", "33188"}, {"uid", "1"}};
+  OBJFS_CONFORMANCE_OK(Put("original", data, options));
+  Result<ObjectInfo> src = store().head("original");
+  OBJFS_CONFORMANCE_OK(src);
+
+  CopyOptions replace;
+  replace.replace_metadata = Metadata{{"mode", "33152"}};
+  replace.content_type = "text/x-replaced";
+  OBJFS_CONFORMANCE_OK(store().copy(*src, "replaced", replace));
+  Result<ObjectInfo> head = store().head("replaced");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->metadata, (Metadata{{"mode", "33152"}}));
+  EXPECT_EQ(head->content_type, "text/x-replaced");
+  EXPECT_EQ(head->etag, src->etag);
+  Result<std::string> read = ReadAll(store(), "replaced");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_TRUE(*read == data);
+}
+
+TEST_P(ObjectStoreConformance, SelfCopyReplacesMetadataKeepsContent) {
+  const std::string data = Pattern(2000, 10);
+  PutOptions options;
+  options.metadata = {{"mode", "33188"}};
+  OBJFS_CONFORMANCE_OK(Put("chmod-me", data, options));
+  Result<ObjectInfo> src = store().head("chmod-me");
+  OBJFS_CONFORMANCE_OK(src);
+
+  CopyOptions replace;
+  replace.replace_metadata = Metadata{{"mode", "33261"}, {"uid", "42"}};
+  Result<ObjectInfo> copied = store().copy(*src, "chmod-me", replace);
+  OBJFS_CONFORMANCE_OK(copied);
+  EXPECT_EQ(copied->etag, src->etag);
+
+  Result<ObjectInfo> head = store().head("chmod-me");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->metadata, (Metadata{{"mode", "33261"}, {"uid", "42"}}));
+  EXPECT_EQ(head->etag, src->etag);
+  EXPECT_EQ(head->size, data.size());
+  Result<std::string> read = ReadAll(store(), "chmod-me");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_TRUE(*read == data);
+}
+
+TEST_P(ObjectStoreConformance, LargeCopy) {
+  const ConformanceBackend& backend = GetParam();
+  const uint64_t size = backend.copy_part_threshold > 0
+                            ? backend.copy_part_threshold + backend.part_size / 2 + 1
+                            : (3u << 20) + 1;
+  const std::string data = Pattern(size, 11);
+  OBJFS_CONFORMANCE_OK(Put("big/src", data));
+  Result<ObjectInfo> src = store().head("big/src");
+  OBJFS_CONFORMANCE_OK(src);
+
+  Result<ObjectInfo> copied = store().copy(*src, "big/dst", CopyOptions{});
+  OBJFS_CONFORMANCE_OK(copied);
+  EXPECT_EQ(copied->size, size);
+  if (backend.copy_part_threshold > 0) {
+    EXPECT_EQ(copied->etag.kind(), ETag::Kind::kMultipart) << copied->etag.value();
+    EXPECT_EQ(copied->etag.parts(), Ceil(size, backend.part_size));
+  }
+  Result<ObjectInfo> head = store().head("big/dst");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->etag, copied->etag);
+  Result<std::string> read = ReadAll(store(), "big/dst");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_TRUE(*read == data) << "content of the copy differs from its source";
+}
+
+TEST_P(ObjectStoreConformance, CopyOfMissingSourceIsNotFound) {
+  ObjectInfo src;
+  src.key = "not/there";
+  Result<ObjectInfo> copied = store().copy(src, "anywhere", CopyOptions{});
+  ASSERT_FALSE(copied.ok());
+  EXPECT_EQ(copied.status().code(), StatusCode::kNotFound) << copied.status().ToString();
+  EXPECT_EQ(store().head("anywhere").status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(ObjectStoreConformance, CopyOfChangedSourceFails) {
+  Result<ObjectInfo> old_version = Put("changing", "old content");
+  OBJFS_CONFORMANCE_OK(old_version);
+  OBJFS_CONFORMANCE_OK(Put("changing", "new content"));
+
+  Result<ObjectInfo> copied = store().copy(*old_version, "copy-of-old", CopyOptions{});
+  ASSERT_FALSE(copied.ok());
+  EXPECT_EQ(copied.status().code(), StatusCode::kPreconditionFailed) << copied.status().ToString();
+  EXPECT_EQ(store().head("copy-of-old").status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(ObjectStoreConformance, RemoveThenHeadIsNotFound) {
+  OBJFS_CONFORMANCE_OK(Put("doomed", "bytes"));
+  OBJFS_CONFORMANCE_OK(store().remove("doomed"));
+  Result<ObjectInfo> head = store().head("doomed");
+  ASSERT_FALSE(head.ok());
+  EXPECT_EQ(head.status().code(), StatusCode::kNotFound) << head.status().ToString();
+  EXPECT_TRUE(ListKeys().empty());
+}
+
+TEST_P(ObjectStoreConformance, RemoveOfMissingKeySucceeds) {
+  Status status = store().remove("never/existed");
+  EXPECT_TRUE(status.ok()) << status.ToString();
+}
+
+TEST_P(ObjectStoreConformance, RemoveMany) {
+  std::vector<std::string> keys = {"many/1", "many/2", "many/3", "many/sub/4"};
+  for (const std::string& key : keys) OBJFS_CONFORMANCE_OK(Put(key, key));
+  OBJFS_CONFORMANCE_OK(Put("keep", "kept"));
+  keys.push_back("many/missing");
+
+  Status status = store().remove_many(keys);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  for (const std::string& key : keys) {
+    EXPECT_EQ(store().head(key).status().code(), StatusCode::kNotFound) << key;
+  }
+  EXPECT_EQ(ListKeys(), std::vector<std::string>{"keep"});
+}
+
+TEST_P(ObjectStoreConformance, ListWithDelimiter) {
+  for (const char* key : {"a", "b/1", "b/2", "c", "d/e/f", "d0", "e/"}) {
+    OBJFS_CONFORMANCE_OK(Put(key, key));
+  }
+  ListOptions options;
+  options.delimiter = "/";
+  Result<Listing> root = store().list(options);
+  OBJFS_CONFORMANCE_OK(root);
+  std::vector<std::string> objects;
+  for (const ObjectInfo& object : root->objects) {
+    objects.push_back(object.key);
+    EXPECT_FALSE(object.has_metadata);
+  }
+  EXPECT_EQ(objects, (std::vector<std::string>{"a", "c", "d0"}));
+  EXPECT_EQ(root->common_prefixes, (std::vector<std::string>{"b/", "d/", "e/"}));
+  EXPECT_FALSE(root->truncated());
+  ASSERT_EQ(root->objects.size(), 3u);
+  EXPECT_EQ(root->objects[0].size, 1u);
+  EXPECT_EQ(root->objects[0].etag.value(), HexMd5(Md5Of("a")));
+
+  options.prefix = "d/";
+  Result<Listing> d = store().list(options);
+  OBJFS_CONFORMANCE_OK(d);
+  EXPECT_TRUE(d->objects.empty());
+  EXPECT_EQ(d->common_prefixes, (std::vector<std::string>{"d/e/"}));
+
+  options.prefix = "b/";
+  Result<Listing> b = store().list(options);
+  OBJFS_CONFORMANCE_OK(b);
+  ASSERT_EQ(b->objects.size(), 2u);
+  EXPECT_EQ(b->objects[0].key, "b/1");
+  EXPECT_EQ(b->objects[1].key, "b/2");
+  EXPECT_TRUE(b->common_prefixes.empty());
+
+  // A directory marker is listed as an object under its own prefix.
+  options.prefix = "e/";
+  Result<Listing> e = store().list(options);
+  OBJFS_CONFORMANCE_OK(e);
+  ASSERT_EQ(e->objects.size(), 1u);
+  EXPECT_EQ(e->objects[0].key, "e/");
+
+  EXPECT_EQ(ListKeys(), (std::vector<std::string>{"a", "b/1", "b/2", "c", "d/e/f", "d0", "e/"}));
+}
+
+TEST_P(ObjectStoreConformance, ListStartAfter) {
+  for (const char* key : {"k1", "k2", "k3", "k4"}) OBJFS_CONFORMANCE_OK(Put(key, key));
+  ListOptions options;
+  options.start_after = "k2";
+  Result<Listing> listing = store().list(options);
+  OBJFS_CONFORMANCE_OK(listing);
+  ASSERT_EQ(listing->objects.size(), 2u);
+  EXPECT_EQ(listing->objects[0].key, "k3");
+  EXPECT_EQ(listing->objects[1].key, "k4");
+}
+
+TEST_P(ObjectStoreConformance, PaginatedListing) {
+  constexpr int kFlatKeys = 2500;
+  auto flat_key = [](int i) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "pg/k%04d", i);
+    return std::string(name);
+  };
+  // Two "directories" whose names sort among the flat keys; "pg/k0998/" is the 1000th entry, so
+  // the first page ends on a common prefix whose objects continue past the page.
+  const std::vector<std::string> nested = {"pg/k0998/a", "pg/k0998/b", "pg/k0998/c/d", "pg/k1500/a",
+                                           "pg/k1500/b"};
+  std::atomic<int> failures{0};
+  ParallelFor(kFlatKeys + static_cast<int>(nested.size()), 8, [&](int i) {
+    std::string key = i < kFlatKeys ? flat_key(i) : nested[i - kFlatKeys];
+    if (!Put(key, "x").ok()) ++failures;
+  });
+  ASSERT_EQ(failures.load(), 0);
+
+  ListOptions options;
+  options.prefix = "pg/";
+  options.delimiter = "/";
+  options.max_keys = 1000;
+  Result<std::vector<Listing>> pages = ListAll(options);
+  OBJFS_CONFORMANCE_OK(pages);
+  ASSERT_GE(pages->size(), 3u);
+  std::vector<std::string> objects;
+  std::vector<std::string> prefixes;
+  for (const Listing& page : *pages) {
+    EXPECT_LE(page.objects.size() + page.common_prefixes.size(), 1000u);
+    for (const ObjectInfo& object : page.objects) objects.push_back(object.key);
+    for (const std::string& prefix : page.common_prefixes) prefixes.push_back(prefix);
+  }
+  EXPECT_FALSE((*pages)[0].objects.empty());
+  ASSERT_EQ(objects.size(), static_cast<size_t>(kFlatKeys));
+  for (int i = 0; i < kFlatKeys; ++i) ASSERT_EQ(objects[i], flat_key(i)) << "at " << i;
+  EXPECT_EQ(prefixes, (std::vector<std::string>{"pg/k0998/", "pg/k1500/"}));
+
+  // A recursive listing has every key exactly once, in order.
+  std::vector<std::string> all = ListKeys("pg/");
+  EXPECT_EQ(all.size(), kFlatKeys + nested.size());
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end()));
+  EXPECT_EQ(std::set<std::string>(all.begin(), all.end()).size(), all.size());
+}
+
+TEST_P(ObjectStoreConformance, SpecialKeys) {
+  const std::vector<std::string> keys = {
+      "dir/with space",                 // URL-encoded as %20, never '+'
+      "sym/+ & = , ; : @ $ ? #",        // reserved in URLs, query strings and signatures
+      "pct/%41",                        // must not be decoded to "A"
+      "dir/ünïcødé-日本",               // multi-byte UTF-8
+      "a//b",                           // an empty path segment
+      "long/" + std::string(995, 'x'),  // 1,000 bytes
+  };
+  ASSERT_EQ(keys.back().size(), 1000u);
+  std::set<std::string> expected;
+  for (const std::string& key : keys) {
+    SCOPED_TRACE(key.substr(0, 40));
+    PutOptions options;
+    options.metadata = {{"mode", "33188"}};
+    Result<ObjectInfo> put = Put(key, "content of " + key, options);
+    OBJFS_CONFORMANCE_OK(put);
+    EXPECT_EQ(put->key, key);
+    Result<ObjectInfo> head = store().head(key);
+    OBJFS_CONFORMANCE_OK(head);
+    EXPECT_EQ(head->key, key);
+    EXPECT_EQ(head->size, key.size() + 11);
+    Result<std::string> read = ReadAll(store(), key);
+    OBJFS_CONFORMANCE_OK(read);
+    EXPECT_EQ(*read, "content of " + key);
+
+    const std::string copy_key = key + ".copy";
+    Result<ObjectInfo> copied = store().copy(*head, copy_key, CopyOptions{});
+    OBJFS_CONFORMANCE_OK(copied);
+    EXPECT_EQ(copied->key, copy_key);
+    Result<std::string> copy_read = ReadAll(store(), copy_key);
+    OBJFS_CONFORMANCE_OK(copy_read);
+    EXPECT_EQ(*copy_read, "content of " + key);
+    expected.insert(key);
+    expected.insert(copy_key);
+  }
+
+  std::vector<std::string> listed = ListKeys();
+  EXPECT_EQ(std::set<std::string>(listed.begin(), listed.end()), expected);
+  EXPECT_EQ(listed.size(), expected.size());
+
+  // Each key is also found by a listing with itself as the prefix, as its exact bytes.
+  for (const std::string& key : keys) {
+    SCOPED_TRACE(key.substr(0, 40));
+    ListOptions options;
+    options.prefix = key;
+    options.delimiter = "/";
+    Result<Listing> listing = store().list(options);
+    OBJFS_CONFORMANCE_OK(listing);
+    ASSERT_FALSE(listing->objects.empty());
+    EXPECT_EQ(listing->objects[0].key, key);
+  }
+
+  for (const std::string& key : keys) {
+    Status removed = store().remove(key);
+    EXPECT_TRUE(removed.ok()) << removed.ToString();
+    EXPECT_EQ(store().head(key).status().code(), StatusCode::kNotFound);
+  }
+  std::vector<std::string> copies;
+  for (const std::string& key : keys) copies.push_back(key + ".copy");
+  Status removed = store().remove_many(copies);
+  EXPECT_TRUE(removed.ok()) << removed.ToString();
+  EXPECT_TRUE(ListKeys().empty());
+}
+
+TEST_P(ObjectStoreConformance, ConcurrentPutsAndReads) {
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 8;
+  constexpr size_t kSize = 64 << 10;
+  std::atomic<int> errors{0};
+  std::atomic<int> torn{0};
+  std::atomic<int> good_shared_reads{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string own_key = "concurrent/own-" + std::to_string(t);
+      for (int round = 0; round < kRounds; ++round) {
+        const std::string own = Pattern(kSize, 100 * t + round);
+        if (!Put(own_key, own).ok()) ++errors;
+        Result<std::string> own_read = ReadAll(store(), own_key);
+        if (!own_read.ok()) {
+          ++errors;
+        } else if (*own_read != own) {
+          ++torn;
+        }
+
+        // Everyone overwrites and reads one shared key: every read sees one whole version.
+        if (!Put("concurrent/shared", std::string(kSize, static_cast<char>('a' + t))).ok()) {
+          ++errors;
+        }
+        Result<std::string> shared = ReadAll(store(), "concurrent/shared");
+        if (!shared.ok()) {
+          // Replaced between the head and the read: the If-Match did its job.
+          if (shared.status().code() != StatusCode::kPreconditionFailed) ++errors;
+          continue;
+        }
+        if (shared->size() != kSize ||
+            std::count(shared->begin(), shared->end(), shared->front()) !=
+                static_cast<std::ptrdiff_t>(kSize) ||
+            shared->front() < 'a' || shared->front() >= 'a' + kThreads) {
+          ++torn;
+        } else {
+          ++good_shared_reads;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GT(good_shared_reads.load(), 0);
+  for (int t = 0; t < kThreads; ++t) {
+    Result<std::string> read = ReadAll(store(), "concurrent/own-" + std::to_string(t));
+    OBJFS_CONFORMANCE_OK(read);
+    EXPECT_TRUE(*read == Pattern(kSize, 100 * t + kRounds - 1));
+  }
+}
+
+}  // namespace objfs
