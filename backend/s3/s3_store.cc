@@ -234,7 +234,6 @@ Result<HttpResponse> S3Store::Execute(const Request& req) {
   Result<HttpResponse> r = RetryCall(
       backoff, [&] { return ExecuteOnce(req); }, RealSleep(),
       [this](int, const Status&, std::chrono::milliseconds) { Bump(metrics_->retries); });
-  if (!r.ok()) Bump(metrics_->failed_requests);
   return r;
 }
 
@@ -340,7 +339,6 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
   info.content_type = options.content_type;
   info.metadata = options.metadata;
   info.has_metadata = true;
-  Bump(metrics_->bytes_written, source.size());
   return info;
 }
 
@@ -481,7 +479,6 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
     }
     parts[index] = {index + 1, got.empty() ? expected : got};
     digests[index] = digest;
-    Bump(metrics_->bytes_written, len);
     return Status::Ok();
   });
   if (!st.ok()) {
@@ -574,8 +571,6 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   if (info.etag.empty()) {
     OBJFS_ASSIGN_OR_RETURN(info, head(dst));
   }
-  Bump(metrics_->server_copies);
-  Bump(metrics_->bytes_copied_on_server, src.size);
   return info;
 }
 
@@ -639,8 +634,6 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   info.content_type = type;
   info.metadata = metadata;
   info.has_metadata = true;
-  Bump(metrics_->server_copies);
-  Bump(metrics_->bytes_copied_on_server, source.size);
   return info;
 }
 

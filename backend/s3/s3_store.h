@@ -45,7 +45,9 @@ struct S3StoreOptions {
 
   HttpOptions http;
   RetryPolicy retry;
-  Metrics* metrics = nullptr;  // not owned; may be null
+  // Protocol-level counters (HTTP requests, retries, bytes hashed) go here; per-call counters
+  // are MetricsStore's. Not owned; may be null.
+  Metrics* metrics = nullptr;
 };
 
 // Fills endpoint (AWS_ENDPOINT_URL), region (AWS_REGION, then AWS_DEFAULT_REGION), the CA
