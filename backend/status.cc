@@ -17,6 +17,9 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kIoError: return "IoError";
     case StatusCode::kCancelled: return "Cancelled";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kNameTooLong: return "NameTooLong";
+    case StatusCode::kIsDirectory: return "IsDirectory";
+    case StatusCode::kNotDirectory: return "NotDirectory";
   }
   return "Unknown";
 }

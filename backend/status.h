@@ -28,6 +28,9 @@ enum class StatusCode {
   kIoError,             // local I/O failed (staging file, pipe)
   kCancelled,           // the caller gave up
   kInternal,            // a bug or a malformed server reply
+  kNameTooLong,         // a path component longer than 255 bytes
+  kIsDirectory,         // a file operation on a directory
+  kNotDirectory,        // a directory operation on a file
 };
 
 std::string_view StatusCodeName(StatusCode code);

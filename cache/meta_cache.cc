@@ -1,0 +1,76 @@
+#include "cache/meta_cache.h"
+
+#include <vector>
+
+namespace objfs {
+
+namespace {
+// Past this many entries, an insertion first drops the expired ones.
+constexpr size_t kSweepThreshold = 100000;
+}  // namespace
+
+MetaCache::MetaCache(std::shared_ptr<Clock> clock, std::chrono::nanoseconds ttl,
+                     std::chrono::nanoseconds negative_ttl)
+    : clock_(std::move(clock)), ttl_(ttl), negative_ttl_(negative_ttl) {}
+
+MetaCache::Hit MetaCache::Get(const std::string& key) const {
+  Hit hit;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(key);
+  if (it == slots_.end() || it->second.expires <= clock_->now()) return hit;
+  if (it->second.negative) {
+    hit.state = State::kNegative;
+  } else {
+    hit.state = State::kPositive;
+    hit.record = it->second.record;
+  }
+  return hit;
+}
+
+void MetaCache::Put(const std::string& key, MetaRecord record) {
+  if (ttl_.count() <= 0) return;
+  auto now = clock_->now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slots_.size() >= kSweepThreshold) {
+    std::erase_if(slots_, [now](const auto& kv) { return kv.second.expires <= now; });
+  }
+  Slot& slot = slots_[key];
+  slot.negative = false;
+  slot.record = std::move(record);
+  slot.expires = now + ttl_;
+}
+
+void MetaCache::PutNegative(const std::string& key) {
+  if (negative_ttl_.count() <= 0) return;
+  auto now = clock_->now();
+  std::lock_guard<std::mutex> lock(mu_);
+  Slot& slot = slots_[key];
+  slot.negative = true;
+  slot.record = MetaRecord();
+  slot.expires = now + negative_ttl_;
+}
+
+void MetaCache::Invalidate(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_.erase(key);
+}
+
+void MetaCache::InvalidateTree(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string prefix = key.empty() ? "" : key + "/";
+  std::erase_if(slots_, [&](const auto& kv) {
+    return kv.first == key || kv.first.compare(0, prefix.size(), prefix) == 0;
+  });
+}
+
+void MetaCache::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_.clear();
+}
+
+size_t MetaCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_.size();
+}
+
+}  // namespace objfs

@@ -1,0 +1,73 @@
+// Cached answers to "what is at this key?", so that the stat storms of ls, find and rsync cost
+// no backend request while the answer is fresh.
+//
+// An entry is either a record (a file, symlink or directory, with the attributes known) or a
+// negative entry ("nothing there"). A record is "complete" when it came from a HEAD or from a
+// write of ours (exact mode, owner, mtime and metadata) and "partial" when it came from a listing
+// (size, Last-Modified and ETag only). Entries expire after a TTL measured on an injected Clock.
+// The filesystem invalidates a key on every change it makes to it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "backend/etag.h"
+#include "backend/object_store.h"
+#include "cache/clock.h"
+
+namespace objfs {
+
+struct MetaRecord {
+  bool is_dir = false;
+  bool complete = false;   // mode, uid, gid, mtime and metadata are exact
+  bool has_object = true;  // false for a directory with no marker object
+  uint32_t mode = 0;       // st_mode with type bits
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  ETag etag;
+  Metadata metadata;  // the object's user metadata (complete records only)
+};
+
+class MetaCache {
+ public:
+  MetaCache(std::shared_ptr<Clock> clock, std::chrono::nanoseconds ttl,
+            std::chrono::nanoseconds negative_ttl);
+
+  enum class State { kMiss, kNegative, kPositive };
+  struct Hit {
+    State state = State::kMiss;
+    MetaRecord record;  // when kPositive
+  };
+
+  // The fresh entry for `key`, if any. Counts nothing: callers count hits and misses.
+  Hit Get(const std::string& key) const;
+  void Put(const std::string& key, MetaRecord record);
+  void PutNegative(const std::string& key);
+  void Invalidate(const std::string& key);
+  // Drops `key` and every key under "key/".
+  void InvalidateTree(const std::string& key);
+  void Clear();
+  size_t size() const;
+
+ private:
+  struct Slot {
+    bool negative = false;
+    MetaRecord record;
+    std::chrono::nanoseconds expires{0};
+  };
+
+  std::shared_ptr<Clock> clock_;
+  std::chrono::nanoseconds ttl_;
+  std::chrono::nanoseconds negative_ttl_;
+  mutable std::mutex mu_;  // lock 5 of fs/lock_order.h
+  std::unordered_map<std::string, Slot> slots_;
+};
+
+}  // namespace objfs

@@ -1,0 +1,250 @@
+#include "cache/staging.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace objfs {
+
+namespace {
+
+Status ErrnoStatus(std::string_view what, const std::string& path, int err) {
+  std::string m(what);
+  m += " ";
+  m += path;
+  m += ": ";
+  m += std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return NoSpaceError(std::move(m));
+  return IoError(std::move(m));
+}
+
+std::string PercentEncode(std::string_view s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '%' || c == '=' || c == '\n' || c == '\r' || c < 0x20) {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool PercentDecode(std::string_view s, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      *out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size()) return false;
+    int hi = HexValue(s[i + 1]), lo = HexValue(s[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    *out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return true;
+}
+
+Status WriteWholeFile(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus("create", tmp, errno);
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus("write", tmp, err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename", tmp, errno);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string EncodeSidecar(std::string_view key, const Metadata& metadata) {
+  std::string out = PercentEncode(key);
+  out += '\n';
+  for (const auto& [name, value] : metadata) {
+    out += PercentEncode(name);
+    out += '=';
+    out += PercentEncode(value);
+    out += '\n';
+  }
+  return out;
+}
+
+bool DecodeSidecar(std::string_view text, std::string* key, Metadata* metadata) {
+  metadata->clear();
+  size_t nl = text.find('\n');
+  if (nl == std::string_view::npos) return false;
+  if (!PercentDecode(text.substr(0, nl), key) || key->empty()) return false;
+  text.remove_prefix(nl + 1);
+  while (!text.empty()) {
+    nl = text.find('\n');
+    if (nl == std::string_view::npos) return false;
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl + 1);
+    size_t eq = line.find('=');
+    if (eq == std::string_view::npos) return false;
+    std::string name, value;
+    if (!PercentDecode(line.substr(0, eq), &name) ||
+        !PercentDecode(line.substr(eq + 1), &value)) {
+      return false;
+    }
+    (*metadata)[name] = value;
+  }
+  return true;
+}
+
+StagedFile::StagedFile(int fd, std::string data_path, std::string meta_path, uint64_t size)
+    : fd_(fd), data_path_(std::move(data_path)), meta_path_(std::move(meta_path)), size_(size) {}
+
+StagedFile::~StagedFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<size_t> StagedFile::ReadAt(uint64_t offset, std::span<std::byte> buf) const {
+  size_t done = 0;
+  while (done < buf.size() && offset + done < size_) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size() - done, size_ - offset - done));
+    ssize_t n = ::pread(fd_, buf.data() + done, want, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("read", data_path_, errno);
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done,
+                         static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("write", data_path_, errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  size_ = std::max<uint64_t>(size_, offset + data.size());
+  return Status::Ok();
+}
+
+Status StagedFile::Truncate(uint64_t size) {
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+    return ErrnoStatus("truncate", data_path_, errno);
+  }
+  size_ = size;
+  return Status::Ok();
+}
+
+Status StagedFile::Describe(std::string_view key, const Metadata& metadata) {
+  return WriteWholeFile(meta_path_, EncodeSidecar(key, metadata));
+}
+
+void StagedFile::Remove() {
+  if (removed_) return;
+  ::unlink(data_path_.c_str());
+  ::unlink(meta_path_.c_str());
+  removed_ = true;
+}
+
+Result<std::unique_ptr<StagingArea>> StagingArea::Open(const std::string& dir) {
+  if (dir.empty()) return InvalidArgumentError("no staging directory (cache_dir) given");
+  std::string path;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
+      path = dir.substr(0, i);
+      if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+        return ErrnoStatus("mkdir", path, errno);
+      }
+    }
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus("stat", dir, errno);
+  if (!S_ISDIR(st.st_mode)) return InvalidArgumentError(dir + " is not a directory");
+  return std::unique_ptr<StagingArea>(new StagingArea(dir));
+}
+
+Result<std::unique_ptr<StagedFile>> StagingArea::Create(std::string_view key,
+                                                        const Metadata& metadata) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = next_id_++;
+    }
+    std::string base = dir_ + "/" + std::to_string(::getpid()) + "-" + std::to_string(id);
+    std::string data_path = base + ".data";
+    int fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      if (errno == EEXIST) continue;
+      return ErrnoStatus("create", data_path, errno);
+    }
+    std::unique_ptr<StagedFile> file(new StagedFile(fd, data_path, base + ".meta", 0));
+    Status s = file->Describe(key, metadata);
+    if (!s.ok()) {
+      file->Remove();
+      return s;
+    }
+    return file;
+  }
+  return IoError("cannot find a free staging file name in " + dir_);
+}
+
+Result<std::vector<StagedLeftover>> StagingArea::Leftovers() const {
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return ErrnoStatus("opendir", dir_, errno);
+  std::vector<StagedLeftover> out;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    const std::string suffix = ".meta";
+    if (name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    std::string base = dir_ + "/" + name.substr(0, name.size() - suffix.size());
+    std::ifstream in(dir_ + "/" + name, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    StagedLeftover left;
+    left.meta_path = dir_ + "/" + name;
+    left.data_path = base + ".data";
+    struct stat st;
+    if (!DecodeSidecar(text.str(), &left.key, &left.metadata) ||
+        ::stat(left.data_path.c_str(), &st) != 0) {
+      continue;
+    }
+    out.push_back(std::move(left));
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace objfs

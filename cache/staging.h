@@ -1,0 +1,91 @@
+// Local files that hold a file's content between its first write and its upload.
+//
+// Object stores only take whole objects, so random writes, appends and truncates go to a
+// staging file that is uploaded in one put at flush/release. Each staging file "N.data" has a
+// sidecar "N.meta" naming its key and the metadata of the upload, so that the data of a process
+// killed before its upload can be found and uploaded at the next mount (Leftovers()).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/object_store.h"
+#include "backend/status.h"
+
+namespace objfs {
+
+class StagedFile {
+ public:
+  ~StagedFile();  // closes the descriptor; the files stay unless Remove() was called
+  StagedFile(const StagedFile&) = delete;
+  StagedFile& operator=(const StagedFile&) = delete;
+
+  uint64_t size() const { return size_; }
+  const std::string& data_path() const { return data_path_; }
+
+  // Reads up to buf.size() bytes at offset (short only at the end).
+  Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> buf) const;
+  // Writes all of `data` at offset, growing the file as needed.
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data);
+  Status Truncate(uint64_t size);
+  // Rewrites the sidecar: the key and metadata the data is to be uploaded with.
+  Status Describe(std::string_view key, const Metadata& metadata);
+  // A source over the current content, for ObjectStore::put. Valid while this file lives and
+  // is not written.
+  FileSource Source() const { return FileSource(fd_, size_); }
+  // Deletes the data file and its sidecar (after a successful upload).
+  void Remove();
+
+ private:
+  friend class StagingArea;
+  StagedFile(int fd, std::string data_path, std::string meta_path, uint64_t size);
+
+  int fd_;
+  std::string data_path_;
+  std::string meta_path_;
+  uint64_t size_;
+  bool removed_ = false;
+};
+
+// A staging file found at startup.
+struct StagedLeftover {
+  std::string key;
+  Metadata metadata;
+  std::string data_path;
+  std::string meta_path;
+};
+
+class StagingArea {
+ public:
+  // Uses (and creates) directory `dir`.
+  static Result<std::unique_ptr<StagingArea>> Open(const std::string& dir);
+
+  // A new, empty staging file for `key`.
+  Result<std::unique_ptr<StagedFile>> Create(std::string_view key, const Metadata& metadata);
+
+  // Staging files left by an earlier process (with a readable sidecar).
+  Result<std::vector<StagedLeftover>> Leftovers() const;
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit StagingArea(std::string dir) : dir_(std::move(dir)) {}
+
+  std::string dir_;
+  std::mutex mu_;  // lock 6 of fs/lock_order.h; guards next_id_
+  uint64_t next_id_ = 0;
+};
+
+// Sidecar encoding, exposed for tests: first line the key, then "name=value" lines, each
+// percent-encoded so that newlines and '=' survive.
+std::string EncodeSidecar(std::string_view key, const Metadata& metadata);
+bool DecodeSidecar(std::string_view text, std::string* key, Metadata* metadata);
+
+}  // namespace objfs

@@ -1,0 +1,23 @@
+// The one table that turns a Status into the errno the kernel returns to the application.
+//
+// Nothing else in objfs interprets status codes as errnos. Two errnos have no status code of
+// their own and are told apart by the status's server_code: ENODATA (a missing extended
+// attribute, a NotFound made by NoXattrError) and EPERM (a read-only objfs attribute, a
+// PermissionDenied made by ReservedXattrError).
+#pragma once
+
+#include <string>
+
+#include "backend/status.h"
+
+namespace objfs {
+
+// 0 for an ok status, otherwise a positive errno value.
+int ErrnoFromStatus(const Status& status);
+
+// NotFound that maps to ENODATA: the object exists but has no attribute `name`.
+Status NoXattrError(std::string name);
+// PermissionDenied that maps to EPERM: `name` is maintained by objfs and cannot be changed.
+Status ReservedXattrError(std::string name);
+
+}  // namespace objfs

@@ -1,0 +1,365 @@
+// Filesystem: construction, name resolution, attributes and directory listings.
+#include "fs/filesystem.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <set>
+
+#include "cache/io_pool.h"
+#include "cache/read_budget.h"
+#include "fs/object_metadata.h"
+
+namespace objfs {
+
+namespace {
+
+constexpr size_t kMaxNameBytes = 255;
+constexpr uint64_t kDirectorySize = 4096;
+
+std::chrono::nanoseconds Seconds(double s) {
+  return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
+}
+
+// A listing name that can be a file name: not empty, ".", ".." and without '/'.
+bool IsValidName(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find('/') == std::string_view::npos && name.size() <= kMaxNameBytes;
+}
+
+std::string DirPrefix(const std::string& key) { return key.empty() ? "" : key + "/"; }
+
+}  // namespace
+
+Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectStore> store,
+                                                       FilesystemOptions options,
+                                                       Metrics* metrics,
+                                                       std::shared_ptr<Clock> clock) {
+  if (store == nullptr) return InvalidArgumentError("no object store");
+  if (metrics == nullptr) return InvalidArgumentError("no metrics");
+  if (clock == nullptr) clock = std::make_shared<SteadyClock>();
+  OBJFS_ASSIGN_OR_RETURN(auto staging, StagingArea::Open(options.cache_dir));
+  std::unique_ptr<Filesystem> fs(
+      new Filesystem(std::move(store), std::move(options), metrics, std::move(clock)));
+  fs->staging_ = std::move(staging);
+  return fs;
+}
+
+Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions options,
+                       Metrics* metrics, std::shared_ptr<Clock> clock)
+    : store_(std::move(store)),
+      options_(std::move(options)),
+      metrics_(metrics),
+      clock_(clock),
+      meta_cache_(clock, Seconds(options_.attr_timeout), Seconds(options_.negative_timeout)),
+      io_pool_(std::make_unique<IoPool>(
+          static_cast<size_t>(options_.io_threads > 0 ? options_.io_threads : 1))),
+      read_budget_(std::make_unique<ReadBudget>(options_.prefetch_memory)),
+      mount_time_ns_(NowNs()) {}
+
+Filesystem::~Filesystem() {
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  handles_.clear();  // prefetchers finish with the pool still alive
+}
+
+int64_t Filesystem::NowNs() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status Filesystem::CheckWritable() const {
+  if (options_.read_only) return PermissionDeniedError("the mount is read-only");
+  return Status::Ok();
+}
+
+Result<std::string> Filesystem::KeyOf(uint64_t ino) {
+  auto key = inodes_.KeyOf(ino);
+  if (!key) return NotFoundError("unknown inode " + std::to_string(ino));
+  return *key;
+}
+
+Result<std::string> Filesystem::ChildKey(uint64_t parent, std::string_view name) {
+  if (name.size() > kMaxNameBytes) {
+    return Status(StatusCode::kNameTooLong,
+                  "name of " + std::to_string(name.size()) + " bytes (the limit is 255)");
+  }
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string_view::npos) {
+    return InvalidArgumentError("invalid file name '" + std::string(name) + "'");
+  }
+  OBJFS_ASSIGN_OR_RETURN(std::string parent_key, KeyOf(parent));
+  return parent_key.empty() ? std::string(name) : parent_key + "/" + std::string(name);
+}
+
+std::shared_ptr<Filesystem::Handle> Filesystem::FindHandle(uint64_t fh) {
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  auto it = handles_.find(fh);
+  return it == handles_.end() ? nullptr : it->second;
+}
+
+uint64_t Filesystem::AddHandle(std::shared_ptr<Handle> handle) {
+  handle->inode->open_handles.fetch_add(1);
+  std::lock_guard<std::mutex> lock(handles_mu_);
+  uint64_t fh = next_fh_++;
+  handles_.emplace(fh, std::move(handle));
+  return fh;
+}
+
+MetaRecord Filesystem::RecordFromInfo(const ObjectInfo& info, bool is_dir) const {
+  MetaRecord rec;
+  PosixMetadata posix = ParsePosixMetadata(info.metadata);
+  if (posix.mode && S_ISDIR(*posix.mode)) is_dir = true;
+  rec.is_dir = is_dir;
+  rec.complete = info.has_metadata;
+  rec.has_object = true;
+  uint32_t type = is_dir ? S_IFDIR : S_IFREG;
+  uint32_t perms =
+      (is_dir ? options_.dir_mode : options_.file_mode) & ~options_.umask & 07777;
+  if (posix.mode) {
+    uint32_t t = *posix.mode & S_IFMT;
+    if (is_dir) {
+      t = S_IFDIR;
+    } else if (t != S_IFREG && t != S_IFLNK) {
+      t = S_IFREG;
+    }
+    type = t;
+    perms = *posix.mode & 07777;
+  }
+  rec.mode = type | perms;
+  rec.uid = posix.uid.value_or(options_.uid);
+  rec.gid = posix.gid.value_or(options_.gid);
+  rec.size = is_dir ? 0 : info.size;
+  rec.mtime_ns = posix.mtime_ns.value_or(info.mtime_ns);
+  rec.etag = info.etag;
+  rec.metadata = info.metadata;
+  return rec;
+}
+
+MetaRecord Filesystem::RootRecord() const {
+  MetaRecord rec;
+  rec.is_dir = true;
+  rec.complete = true;
+  rec.has_object = false;
+  rec.mode = S_IFDIR | (options_.dir_mode & ~options_.umask & 07777);
+  rec.uid = options_.uid;
+  rec.gid = options_.gid;
+  rec.mtime_ns = mount_time_ns_;
+  return rec;
+}
+
+MetaRecord Filesystem::ImplicitDirRecord(int64_t mtime_ns) const {
+  MetaRecord rec = RootRecord();
+  rec.mtime_ns = mtime_ns;
+  return rec;
+}
+
+Result<MetaRecord> Filesystem::Resolve(const std::string& key) {
+  if (key.empty()) return RootRecord();
+  MetaCache::Hit hit = meta_cache_.Get(key);
+  if (hit.state == MetaCache::State::kNegative) {
+    Bump(metrics_->cache_hits);
+    return NotFoundError("no such file: " + key);
+  }
+  if (hit.state == MetaCache::State::kPositive) {
+    if (hit.record.complete) {
+      Bump(metrics_->cache_hits);
+      return hit.record;
+    }
+    if (hit.record.is_dir) {
+      Bump(metrics_->cache_misses);
+      return ResolveDirectory(key);
+    }
+  }
+  Bump(metrics_->cache_misses);
+  auto head = store_->head(key);
+  if (head.ok()) {
+    MetaRecord rec = RecordFromInfo(*head, false);
+    rec.complete = true;
+    meta_cache_.Put(key, rec);
+    return rec;
+  }
+  if (head.status().code() != StatusCode::kNotFound) return head.status();
+  return ResolveDirectory(key);
+}
+
+Result<MetaRecord> Filesystem::ResolveDirectory(const std::string& key) {
+  ListOptions list;
+  list.prefix = key + "/";
+  list.max_keys = 1;
+  OBJFS_ASSIGN_OR_RETURN(Listing listing, store_->list(list));
+  if (listing.objects.empty() && listing.common_prefixes.empty()) {
+    meta_cache_.PutNegative(key);
+    return NotFoundError("no such file or directory: " + key);
+  }
+  MetaRecord rec;
+  if (!listing.objects.empty() && listing.objects.front().key == list.prefix) {
+    auto marker = store_->head(list.prefix);
+    if (marker.ok()) {
+      rec = RecordFromInfo(*marker, true);
+      rec.complete = true;
+    } else if (marker.status().code() != StatusCode::kNotFound) {
+      return marker.status();
+    } else {
+      rec = ImplicitDirRecord(listing.objects.front().mtime_ns);
+    }
+  } else {
+    rec = ImplicitDirRecord(listing.objects.empty() ? mount_time_ns_
+                                                    : listing.objects.front().mtime_ns);
+  }
+  meta_cache_.Put(key, rec);
+  return rec;
+}
+
+FileAttr Filesystem::AttrFromRecord(uint64_t ino, const MetaRecord& rec) const {
+  FileAttr attr;
+  attr.ino = ino;
+  attr.mode = rec.mode;
+  attr.uid = rec.uid;
+  attr.gid = rec.gid;
+  attr.size = rec.is_dir ? kDirectorySize : rec.size;
+  attr.mtime_ns = attr.ctime_ns = attr.atime_ns = rec.mtime_ns;
+  attr.nlink = rec.is_dir ? 2 : 1;
+  return attr;
+}
+
+Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {
+  Entry entry;
+  entry.attr = attr;
+  entry.attr_timeout = exact ? options_.attr_timeout : 0;
+  entry.entry_timeout = exact ? options_.entry_timeout : 0;
+  return entry;
+}
+
+std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
+  std::lock_guard<std::mutex> lock(inode.mu);
+  if (!inode.staged) return std::nullopt;
+  FileAttr attr = inode.attr;
+  attr.ino = ino;
+  attr.size = inode.staged->size();
+  return attr;
+}
+
+Result<Entry> Filesystem::Lookup(uint64_t parent, std::string_view name) {
+  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  if (uint64_t known = inodes_.InoOf(key)) {
+    if (auto inode = inodes_.Get(known)) {
+      if (auto attr = LocalAttr(*inode, known)) {
+        inodes_.AddLookup(known);
+        return MakeEntry(*attr, true);
+      }
+    }
+  }
+  OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+  uint64_t ino = inodes_.Acquire(key, 1);
+  return MakeEntry(AttrFromRecord(ino, rec), true);
+}
+
+void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }
+
+void Filesystem::AddLookup(uint64_t ino) { inodes_.AddLookup(ino); }
+
+Result<Entry> Filesystem::GetAttr(uint64_t ino) {
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  if (auto inode = inodes_.Get(ino)) {
+    if (auto attr = LocalAttr(*inode, ino)) return MakeEntry(*attr, true);
+  }
+  OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+  return MakeEntry(AttrFromRecord(ino, rec), true);
+}
+
+Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  if (!key.empty()) {
+    MetaCache::Hit hit = meta_cache_.Get(key);
+    if (hit.state == MetaCache::State::kPositive && !hit.record.is_dir) {
+      return Status(StatusCode::kNotDirectory, key + " is not a directory");
+    }
+  }
+  const std::string prefix = DirPrefix(key);
+  std::vector<DirEntry> out;
+  std::set<std::string, std::less<>> seen;
+
+  auto add = [&](const std::string& name, const MetaRecord& listed) {
+    if (!IsValidName(name)) {
+      skipped_names_.fetch_add(1);
+      return;
+    }
+    if (!seen.insert(name).second) return;
+    std::string child = prefix + name;
+    MetaRecord rec = listed;
+    MetaCache::Hit hit = meta_cache_.Get(child);
+    if (hit.state == MetaCache::State::kPositive && hit.record.complete &&
+        hit.record.is_dir == listed.is_dir) {
+      rec = hit.record;
+    } else {
+      meta_cache_.Put(child, listed);
+    }
+    uint64_t child_ino = inodes_.Acquire(child, 0);
+    FileAttr attr = AttrFromRecord(child_ino, rec);
+    bool exact = rec.complete;
+    if (auto inode = inodes_.Get(child_ino)) {
+      if (auto local = LocalAttr(*inode, child_ino)) {
+        attr = *local;
+        exact = true;
+      }
+    }
+    out.push_back(DirEntry{name, MakeEntry(attr, exact)});
+  };
+
+  ListOptions list;
+  list.prefix = prefix;
+  list.delimiter = "/";
+  do {
+    OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
+    for (const ObjectInfo& obj : page.objects) {
+      if (obj.key.size() < prefix.size() + 1) continue;  // the marker of this directory
+      std::string name = obj.key.substr(prefix.size());
+      bool is_dir = false;
+      if (name.back() == '/') {
+        name.pop_back();
+        is_dir = true;
+      }
+      MetaRecord rec = is_dir ? ImplicitDirRecord(obj.mtime_ns) : RecordFromInfo(obj, false);
+      rec.complete = false;
+      add(name, rec);
+    }
+    for (const std::string& cp : page.common_prefixes) {
+      if (cp.size() <= prefix.size()) continue;
+      std::string name = cp.substr(prefix.size(), cp.size() - prefix.size() - 1);
+      MetaRecord rec = ImplicitDirRecord(mount_time_ns_);
+      rec.complete = false;
+      add(name, rec);
+    }
+    list.continuation_token = page.next_token;
+  } while (!list.continuation_token.empty());
+
+  // Files created here and not uploaded yet.
+  for (const auto& [child_ino, inode] : inodes_.WithLocalData(key)) {
+    auto child_key = inodes_.KeyOf(child_ino);
+    if (!child_key || child_key->size() <= prefix.size() ||
+        inodes_.InoOf(*child_key) != child_ino) {
+      continue;
+    }
+    std::string name = child_key->substr(prefix.size());
+    if (name.find('/') != std::string::npos || seen.count(name) > 0) continue;
+    if (auto attr = LocalAttr(*inode, child_ino)) {
+      seen.insert(name);
+      out.push_back(DirEntry{name, MakeEntry(*attr, true)});
+    }
+  }
+  return out;
+}
+
+FsStats Filesystem::StatFs() const {
+  FsStats stats;
+  stats.block_size = 4096;
+  stats.fragment_size = 4096;
+  // Object stores have no meaningful capacity; like s3fs, report a very large free space
+  // (2^50 blocks of 4 KiB: 4 EiB, which keeps blocks * block size within 64 bits).
+  stats.blocks = stats.blocks_free = stats.blocks_available = uint64_t{1} << 50;
+  stats.files = stats.files_free = uint64_t{1} << 32;
+  stats.name_max = kMaxNameBytes;
+  return stats;
+}
+
+}  // namespace objfs

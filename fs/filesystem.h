@@ -1,0 +1,352 @@
+// The POSIX logic of an objfs mount: names, inodes, attributes, reads, staged writes, renames,
+// symbolic links and extended attributes over an ObjectStore, with no libfuse types.
+//
+// The FUSE adapter (fs/fuse_adapter) is a thin translation layer: it turns each low-level
+// request into one call here and each non-ok Status into an errno with fs/errno_map. Keeping
+// the logic here lets unit tests drive the whole filesystem over the in-memory store without a
+// kernel.
+//
+// Layout in the store (s3fs-compatible, so buckets written by s3fs mount here and back):
+// - a file "a/b" is the object "a/b"; its mode, uid, gid and mtime are the user metadata
+//   "mode", "uid", "gid", "mtime" (fs/object_metadata.h); missing metadata means the defaults
+//   of FilesystemOptions and the object's Last-Modified;
+// - a directory "a" exists when the marker object "a/" exists or any key starts with "a/";
+//   mkdir writes the marker, which carries the directory's metadata;
+// - a symbolic link is an object whose content is the target and whose mode has S_IFLNK;
+// - user extended attributes live in the metadata "xattr" (fs/xattr.h).
+//
+// Threading: every method may be called concurrently from libfuse's multi-threaded loop.
+// Lock order: fs/lock_order.h.
+//
+// Errors: every method returns a Status (or Result) whose code the adapter maps with
+// ErrnoFromStatus() (fs/errno_map.h). Codes used beyond the obvious ones: kNameTooLong for a
+// name over 255 bytes, kIsDirectory / kNotDirectory, kNotEmpty for rmdir, kAlreadyExists for
+// O_EXCL and RENAME_NOREPLACE, kUnsupported for RENAME_EXCHANGE and non-"user." xattrs,
+// NoXattrError() (ENODATA) and ReservedXattrError() (EPERM) for extended attributes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/metrics.h"
+#include "backend/object_store.h"
+#include "backend/status.h"
+#include "cache/clock.h"
+#include "cache/meta_cache.h"
+#include "cache/prefetcher.h"
+#include "cache/staging.h"
+#include "fs/file_attr.h"
+#include "fs/inode_table.h"
+
+namespace objfs {
+
+struct FilesystemOptions {
+  uint32_t uid = 0;  // owner of objects without "uid" metadata, and of new objects
+  uint32_t gid = 0;
+  uint32_t umask = 0022;       // applied to file_mode and dir_mode
+  uint32_t file_mode = 0644;   // permissions of files without "mode" metadata
+  uint32_t dir_mode = 0755;    // permissions of directories without a marker or "mode"
+  double attr_timeout = 1.0;   // seconds; also the metadata cache's TTL
+  double entry_timeout = 1.0;  // seconds
+  double negative_timeout = 1.0;  // seconds a "no such name" answer is cached
+  std::string cache_dir;       // where staging files live (created if missing); required
+  PrefetchOptions prefetch;    // read_buffer and max_readahead of every open file
+  int io_threads = 8;          // threads of the backend I/O pool used by prefetching
+  size_t prefetch_memory = 256u << 20;  // bytes of prefetched data across all open files
+  size_t max_rename_objects = 10000;    // a directory rename moving more objects is refused
+  bool read_only = false;      // every modifying call fails with PermissionDenied
+};
+
+// One name of a directory listing, with the attributes readdirplus returns.
+struct DirEntry {
+  std::string name;
+  Entry entry;
+};
+
+// What statfs reports.
+struct FsStats {
+  uint64_t block_size = 4096;
+  uint64_t fragment_size = 4096;
+  uint64_t blocks = 0;
+  uint64_t blocks_free = 0;
+  uint64_t blocks_available = 0;
+  uint64_t files = 0;
+  uint64_t files_free = 0;
+  uint32_t name_max = 255;
+};
+
+// Which fields of SetAttr's `attr` to apply (the FUSE_SET_ATTR_* bits, renamed).
+enum SetAttrMask : uint32_t {
+  kSetMode = 1 << 0,
+  kSetUid = 1 << 1,
+  kSetGid = 1 << 2,
+  kSetSize = 1 << 3,
+  kSetAtime = 1 << 4,
+  kSetMtime = 1 << 5,
+  kSetAtimeNow = 1 << 7,
+  kSetMtimeNow = 1 << 8,
+  kSetCtime = 1 << 10,
+};
+
+// Flags of Rename (the renameat2 values).
+inline constexpr uint32_t kRenameNoReplace = 1;
+inline constexpr uint32_t kRenameExchange = 2;
+
+// Flags of SetXattr (the setxattr values).
+inline constexpr int kXattrCreate = 1;
+inline constexpr int kXattrReplace = 2;
+
+struct CreatedFile {
+  Entry entry;
+  uint64_t fh = 0;
+};
+
+class IoPool;
+class ReadBudget;
+
+class Filesystem {
+ public:
+  // `metrics` must outlive the Filesystem (it is what "user.objfs.stats" reports); `clock`
+  // drives the metadata cache (nullptr: the steady clock). Fails when cache_dir cannot be
+  // created.
+  static Result<std::unique_ptr<Filesystem>> Create(std::shared_ptr<ObjectStore> store,
+                                                    FilesystemOptions options, Metrics* metrics,
+                                                    std::shared_ptr<Clock> clock = nullptr);
+  ~Filesystem();  // releases handles without uploading: call FlushAll() first
+  Filesystem(const Filesystem&) = delete;
+  Filesystem& operator=(const Filesystem&) = delete;
+
+  // ---- Names and attributes ----
+
+  // Resolves `name` in directory `parent`. On success the inode's lookup count grows by one
+  // (the kernel will Forget it). The answer comes from the metadata cache when fresh; a name
+  // known only from a listing costs one HEAD, so that mode, owner and mtime are exact. A miss
+  // is cached for negative_timeout. NotFound, NameTooLong (> 255 bytes).
+  Result<Entry> Lookup(uint64_t parent, std::string_view name);
+
+  // Drops `nlookup` references the kernel held on `ino`. The inode number stays valid while it
+  // has references, open handles or unsaved data.
+  void Forget(uint64_t ino, uint64_t nlookup);
+
+  // Adds one lookup reference to `ino`, for each entry the adapter actually hands to the kernel
+  // in a readdirplus reply (ReadDir itself does not count references).
+  void AddLookup(uint64_t ino);
+
+  // The attributes of `ino` (attr_timeout in the reply). NotFound once the object is gone.
+  Result<Entry> GetAttr(uint64_t ino);
+
+  // chmod, chown, utimens and truncate. `to_set` is a SetAttrMask. On a file with unsaved
+  // data, mode/owner/times only change the metadata of the pending upload; otherwise they are
+  // one server-side self-copy that replaces the metadata (never a re-upload). A size change is
+  // staged and uploaded at Flush/Release; without any open handle it is uploaded at once.
+  // `fh` is the handle of ftruncate/futimens, when the kernel gives one.
+  Result<Entry> SetAttr(uint64_t ino, uint32_t to_set, const FileAttr& attr,
+                        std::optional<uint64_t> fh);
+
+  // ---- Directories ----
+
+  // Every name in directory `ino` (without "." and ".."), from all pages of a delimited
+  // listing: no HEAD per entry. The adapter calls it once per opendir (or at offset 0) and
+  // serves later offsets from the returned vector. Attributes are those of the listing (size, Last-Modified as
+  // mtime, default mode and owner) unless the metadata cache holds exact ones; entries with
+  // listing-only attributes carry timeouts of 0 so that the kernel asks Lookup/GetAttr for the
+  // exact ones before using them. Inode numbers are assigned but not referenced (AddLookup).
+  // Names that cannot be file names (empty, ".", "..", from keys like "a//b") are skipped.
+  Result<std::vector<DirEntry>> ReadDir(uint64_t ino);
+
+  // Writes the marker "name/" with the directory's metadata. AlreadyExists if the name exists.
+  Result<Entry> MkDir(uint64_t parent, std::string_view name, uint32_t mode);
+
+  // Removes an empty directory's marker. NotEmpty when any other key is under it,
+  // NotDirectory when the name is a file.
+  Status RmDir(uint64_t parent, std::string_view name);
+
+  // Removes a file or symbolic link. IsDirectory for a directory. Data of open handles of the
+  // removed file is discarded when they are released.
+  Status Unlink(uint64_t parent, std::string_view name);
+
+  // rename / renameat2. A file is a server-side copy then a delete (unsaved data is uploaded
+  // first); a directory copies every object under it and then deletes the old ones, and is
+  // refused with InvalidArgument when it holds more than max_rename_objects objects. Open
+  // handles and known inodes follow the rename. `flags`: kRenameNoReplace (AlreadyExists if the
+  // target exists); kRenameExchange is Unsupported.
+  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                std::string_view new_name, uint32_t flags);
+
+  // ---- Symbolic links ----
+
+  // Creates `name` in `parent` pointing to `target` (an object holding the target, mode
+  // S_IFLNK|0777).
+  Result<Entry> Symlink(std::string_view target, uint64_t parent, std::string_view name);
+  Result<std::string> ReadLink(uint64_t ino);
+
+  // ---- Files ----
+
+  // Opens `ino` with open(2) `flags` and returns a handle. Reads go through a Prefetcher over
+  // the object as it was at open (its ETag guards against replacement: PreconditionFailed). With
+  // O_TRUNC on a writable open the file becomes empty and unsaved. IsDirectory for a directory.
+  Result<uint64_t> Open(uint64_t ino, int flags);
+
+  // Creates and opens `name` in `parent` (open with O_CREAT). The new file is empty and
+  // unsaved: its object appears at Flush/Release (so `touch` creates it). AlreadyExists with
+  // O_EXCL when the name exists; otherwise an existing file is opened with `flags`. The
+  // entry's lookup count grows by one.
+  Result<CreatedFile> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags);
+
+  // Reads up to buf.size() bytes at `offset`; fewer only at the end of the file. Unsaved data
+  // is read from its staging file.
+  Result<size_t> Read(uint64_t fh, uint64_t offset, std::span<std::byte> buf);
+
+  // Writes `data` at `offset` into the inode's staging file (fetching the object's content
+  // into it first, in read_buffer-sized reads, unless the file is empty). Returns data.size().
+  Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data);
+
+  // Uploads the inode's unsaved data and metadata, if any, with one put. On failure the data
+  // stays staged and unsaved, and a later Flush/Fsync/Release/FlushAll retries the upload.
+  Status Flush(uint64_t fh);
+  Status Fsync(uint64_t fh, bool datasync);
+
+  // Uploads unsaved data like Flush, then closes the handle. The handle is closed even when the
+  // upload fails (the data stays staged for FlushAll or a later Flush of the same inode).
+  Status Release(uint64_t fh);
+
+  // copy_file_range(2). When the whole source is copied onto an empty destination from offset
+  // 0 (what cp does), this is one server-side copy of the source object: no byte passes through
+  // this machine, the destination's ETag is the server's, and the kernel's follow-up calls for
+  // the rest of the range are answered without a backend call. Anything else is copied here in
+  // read_buffer-sized pieces. Returns the number of bytes copied.
+  Result<uint64_t> CopyFileRange(uint64_t fh_in, uint64_t off_in, uint64_t fh_out,
+                                 uint64_t off_out, uint64_t len, int flags);
+
+  // ---- Extended attributes ----
+
+  // "user.etag": the ETag of the stored object (NoXattrError if it was never uploaded);
+  // "user.objfs.etag_kind": plain-md5 / multipart / opaque; "user.objfs.stats" on the root:
+  // the mount's counters; other "user." names: values set with SetXattr. Other namespaces
+  // (security., system., trusted.) have no attributes: NoXattrError, without a backend call.
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name);
+
+  // Stores a "user." attribute in the object's metadata (a self-copy; staged for a file with
+  // unsaved data). `flags`: kXattrCreate (AlreadyExists if set), kXattrReplace (NoXattrError if
+  // unset). ReservedXattrError for "user.etag" and "user.objfs.*"; Unsupported for other
+  // namespaces.
+  Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
+
+  // The attribute names of `ino`: user.etag when the object exists, user attributes, and
+  // user.objfs.stats on the root.
+  Result<std::vector<std::string>> ListXattr(uint64_t ino);
+
+  Status RemoveXattr(uint64_t ino, std::string_view name);
+
+  // ---- The mount as a whole ----
+
+  // Constant, very large numbers (object stores have no capacity to report): 2^50 free blocks
+  // of 4096 bytes, 2^32 free inodes, names of up to 255 bytes.
+  FsStats StatFs() const;
+
+  // Uploads the unsaved data of every inode (at unmount or SIGTERM). Returns the first error;
+  // inodes that failed keep their staged data.
+  Status FlushAll();
+
+  // Uploads staging files left in cache_dir by a process that did not exit cleanly, then
+  // removes them. Call once after Create, before serving requests; each mount needs a
+  // cache_dir of its own. Returns the first failed upload (its files stay for the next try).
+  Status RecoverStaged();
+
+  // Names skipped by ReadDir because they cannot be file names (see ReadDir).
+  uint64_t skipped_names() const { return skipped_names_.load(); }
+
+  const FilesystemOptions& options() const { return options_; }
+
+ private:
+  // An open file.
+  struct Handle {
+    uint64_t ino = 0;
+    int flags = 0;
+    std::shared_ptr<Inode> inode;
+    std::mutex mu;  // guards the fields below
+    std::string read_key;  // the key `prefetcher` reads
+    ObjectInfo read_info;  // the object as seen at open (or after a rename)
+    std::shared_ptr<Prefetcher> prefetcher;
+    // Set when CopyFileRange made this handle's file a server-side copy of another.
+    uint64_t copied_from_fh = 0;
+    uint64_t copied_size = 0;
+    uint64_t copied_reported = 0;
+  };
+
+  Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions options, Metrics* metrics,
+             std::shared_ptr<Clock> clock);
+
+  // filesystem.cc: resolution and attributes.
+  Result<std::string> ChildKey(uint64_t parent, std::string_view name);
+  Result<std::string> KeyOf(uint64_t ino);
+  // The metadata of `key` (file, symlink or directory), from the cache when fresh and complete.
+  Result<MetaRecord> Resolve(const std::string& key);
+  Result<MetaRecord> ResolveDirectory(const std::string& key);
+  MetaRecord RootRecord() const;
+  // A directory that exists only as a prefix of other keys.
+  MetaRecord ImplicitDirRecord(int64_t mtime_ns) const;
+  FileAttr AttrFromRecord(uint64_t ino, const MetaRecord& rec) const;
+  Entry MakeEntry(const FileAttr& attr, bool exact) const;
+  // Attributes of an inode with local (staged) state, or nullopt.
+  std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
+  MetaRecord RecordFromInfo(const ObjectInfo& info, bool is_dir) const;
+  Status CheckWritable() const;
+  // `key` is bound to an inode with staged data (e.g. created and not uploaded yet).
+  bool HasLocalFile(const std::string& key);
+  std::shared_ptr<Handle> FindHandle(uint64_t fh);
+  int64_t NowNs() const;
+
+  // filesystem_io.cc: staging and uploads. REQUIRES: inode.mu held.
+  // Gives `inode` a staging file holding the object described by `rec` (or nothing when
+  // `empty`), unless it has one.
+  Status EnsureStagedLocked(Inode& inode, const std::string& key, const MetaRecord& rec,
+                            bool empty);
+  Status UploadLocked(Inode& inode, const std::string& key);
+  void DropStagingLocked(Inode& inode);
+  Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode);
+  Result<size_t> ReadFromStore(Handle& handle, uint64_t offset, std::span<std::byte> buf);
+
+  // filesystem_attr.cc: metadata changes.
+  // Applies `mutate` to the metadata of `ino` (pending metadata of unsaved data, or a
+  // self-copy / marker write) and returns the new record.
+  // `mutate` edits the attributes and the metadata other than mode/uid/gid/mtime; it may
+  // refuse with a non-ok Status.
+  Result<FileAttr> MutateMetadata(uint64_t ino,
+                                  const std::function<Status(FileAttr&, Metadata&)>& mutate);
+  // The user metadata other than mode/uid/gid/mtime of `ino` as it would be uploaded now.
+  Result<Metadata> ExtraMetadata(uint64_t ino);
+  uint64_t AddHandle(std::shared_ptr<Handle> handle);
+
+  // filesystem_rename.cc
+  Status RenameFile(const std::string& from, const std::string& to, const MetaRecord& src);
+  Status RenameDirectory(const std::string& from, const std::string& to, const MetaRecord& src);
+
+  std::shared_ptr<ObjectStore> store_;
+  FilesystemOptions options_;
+  Metrics* metrics_;
+  std::shared_ptr<Clock> clock_;
+  MetaCache meta_cache_;
+  InodeTable inodes_;
+  std::unique_ptr<StagingArea> staging_;
+  std::unique_ptr<IoPool> io_pool_;
+  std::unique_ptr<ReadBudget> read_budget_;
+
+  std::mutex handles_mu_;  // guards handles_ and next_fh_
+  std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_;
+  uint64_t next_fh_ = 1;
+  std::atomic<uint64_t> skipped_names_{0};
+  int64_t mount_time_ns_;  // the root's mtime
+};
+
+}  // namespace objfs

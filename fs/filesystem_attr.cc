@@ -1,0 +1,235 @@
+// Filesystem: chmod, chown, utimens, truncate and extended attributes.
+#include <sys/stat.h>
+
+#include "fs/errno_map.h"
+#include "fs/filesystem.h"
+#include "fs/object_metadata.h"
+#include "fs/xattr.h"
+
+namespace objfs {
+
+Result<FileAttr> Filesystem::MutateMetadata(
+    uint64_t ino, const std::function<Status(FileAttr&, Metadata&)>& mutate) {
+  OBJFS_RETURN_IF_ERROR(CheckWritable());
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  if (key.empty()) return UnsupportedError("the root directory's attributes cannot be changed");
+  std::shared_ptr<Inode> inode = inodes_.Get(ino);
+  if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
+  std::lock_guard<std::mutex> lock(inode->mu);
+  if (inode->staged && inode->dirty) {
+    // The change rides along with the pending upload.
+    FileAttr attr = inode->attr;
+    Metadata extra = inode->extra_metadata;
+    OBJFS_RETURN_IF_ERROR(mutate(attr, extra));
+    inode->attr = attr;
+    inode->extra_metadata = std::move(extra);
+    attr.ino = ino;
+    attr.size = inode->staged->size();
+    return attr;
+  }
+  for (int attempt = 0;; ++attempt) {
+    OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+    FileAttr attr = AttrFromRecord(ino, rec);
+    Metadata extra = WithoutPosixMetadata(rec.metadata);
+    Metadata before = extra;
+    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &before);
+    OBJFS_RETURN_IF_ERROR(mutate(attr, extra));
+    Metadata metadata = extra;
+    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
+    if (metadata == before && rec.has_object && rec.metadata == metadata) return attr;
+
+    Result<ObjectInfo> result = InternalError("unreachable");
+    if (rec.is_dir && !rec.has_object) {
+      PutOptions put;
+      put.metadata = metadata;
+      result = store_->put(key + "/", MemorySource(""), put);
+    } else {
+      ObjectInfo src;
+      src.key = rec.is_dir ? key + "/" : key;
+      src.size = rec.size;
+      src.etag = rec.etag;
+      CopyOptions copy;
+      copy.replace_metadata = metadata;
+      result = store_->copy(src, src.key, copy);
+    }
+    if (!result.ok()) {
+      meta_cache_.Invalidate(key);
+      // The object changed since it was cached: look again, once.
+      if (result.status().code() == StatusCode::kPreconditionFailed && attempt == 0) continue;
+      return result.status();
+    }
+    ObjectInfo info = *result;
+    info.size = rec.size;
+    info.metadata = metadata;
+    info.has_metadata = true;
+    MetaRecord updated = RecordFromInfo(info, rec.is_dir);
+    updated.complete = true;
+    meta_cache_.Put(key, updated);
+    if (inode->staged) {  // clean staged copy kept for open handles
+      inode->attr.mode = attr.mode;
+      inode->attr.uid = attr.uid;
+      inode->attr.gid = attr.gid;
+      inode->attr.mtime_ns = attr.mtime_ns;
+      inode->extra_metadata = extra;
+    }
+    if (!rec.is_dir) inode->uploaded_etag = info.etag;
+    return AttrFromRecord(ino, updated);
+  }
+}
+
+Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr& attr,
+                                  std::optional<uint64_t> /*fh*/) {
+  if (to_set & kSetSize) {
+    OBJFS_RETURN_IF_ERROR(CheckWritable());
+    OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+    std::shared_ptr<Inode> inode = inodes_.Get(ino);
+    if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (!inode->staged) {
+      OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+      if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
+      bool empty = attr.size == 0 || rec.size == 0;
+      OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(*inode, key, rec, empty));
+    }
+    OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(attr.size));
+    inode->attr.size = attr.size;
+    inode->attr.mtime_ns = NowNs();
+    inode->dirty = true;
+    meta_cache_.Invalidate(key);
+  }
+  uint32_t meta_fields = kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow;
+  if (to_set & meta_fields) {
+    int64_t now = NowNs();
+    auto mutate = [&](FileAttr& a, Metadata&) -> Status {
+      if (to_set & kSetMode) a.mode = (a.mode & S_IFMT) | (attr.mode & 07777);
+      if (to_set & kSetUid) a.uid = attr.uid;
+      if (to_set & kSetGid) a.gid = attr.gid;
+      if (to_set & kSetMtimeNow) {
+        a.mtime_ns = now;
+      } else if (to_set & kSetMtime) {
+        a.mtime_ns = attr.mtime_ns;
+      }
+      return Status::Ok();
+    };
+    OBJFS_RETURN_IF_ERROR(MutateMetadata(ino, mutate).status());
+  }
+  if (to_set & kSetSize) {
+    // A truncate without an open file is uploaded at once.
+    std::shared_ptr<Inode> inode = inodes_.Get(ino);
+    if (inode != nullptr && inode->open_handles.load() == 0) {
+      OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    }
+  }
+  return GetAttr(ino);
+}
+
+Result<Metadata> Filesystem::ExtraMetadata(uint64_t ino) {
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  if (std::shared_ptr<Inode> inode = inodes_.Get(ino)) {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (inode->staged) return inode->extra_metadata;
+  }
+  if (key.empty()) return Metadata();
+  OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+  return WithoutPosixMetadata(rec.metadata);
+}
+
+namespace {
+
+Result<XattrMap> XattrsOf(const Metadata& extra) {
+  auto it = extra.find(kXattrMetadata);
+  if (it == extra.end()) return XattrMap();
+  auto parsed = DecodeXattrs(it->second);
+  if (!parsed) return InternalError("malformed xattr metadata");
+  return *parsed;
+}
+
+}  // namespace
+
+Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
+  if (name == kStatsXattr) {
+    if (ino == kRootIno) return metrics_->ToText();
+    return NoXattrError(std::string(name));
+  }
+  if (!IsUserXattr(name)) return NoXattrError(std::string(name));
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  if (name == kEtagXattr || name == kEtagKindXattr) {
+    if (key.empty()) return NoXattrError(std::string(name));
+    auto rec = Resolve(key);
+    if (!rec.ok()) {
+      if (rec.status().code() == StatusCode::kNotFound) return NoXattrError(std::string(name));
+      return rec.status();
+    }
+    if (rec->is_dir || rec->etag.empty()) return NoXattrError(std::string(name));
+    if (name == kEtagXattr) return rec->etag.value();
+    return std::string(ETagKindName(rec->etag.kind()));
+  }
+  if (IsReservedXattr(name)) return NoXattrError(std::string(name));
+  OBJFS_ASSIGN_OR_RETURN(Metadata extra, ExtraMetadata(ino));
+  OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
+  auto it = xattrs.find(std::string(name));
+  if (it == xattrs.end()) return NoXattrError(std::string(name));
+  return it->second;
+}
+
+Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) {
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  std::vector<std::string> names;
+  if (ino == kRootIno) names.push_back(kStatsXattr);
+  if (!key.empty()) {
+    auto rec = Resolve(key);
+    if (rec.ok() && !rec->is_dir && !rec->etag.empty()) names.push_back(kEtagXattr);
+    if (!rec.ok() && rec.status().code() != StatusCode::kNotFound) return rec.status();
+  }
+  auto extra = ExtraMetadata(ino);
+  if (extra.ok()) {
+    OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(*extra));
+    for (const auto& [name, value] : xattrs) names.push_back(name);
+  } else if (extra.status().code() != StatusCode::kNotFound) {
+    return extra.status();
+  }
+  return names;
+}
+
+Status Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_view value,
+                            int flags) {
+  if (IsReservedXattr(name) || name == kStatsXattr) {
+    return ReservedXattrError(std::string(name));
+  }
+  if (!IsUserXattr(name)) {
+    return UnsupportedError("only user. extended attributes are supported");
+  }
+  std::string n(name);
+  std::string v(value);
+  auto mutate = [&](FileAttr&, Metadata& extra) -> Status {
+    OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
+    bool exists = xattrs.count(n) > 0;
+    if ((flags & kXattrCreate) && exists) return AlreadyExistsError(n + " exists");
+    if ((flags & kXattrReplace) && !exists) return NoXattrError(n);
+    xattrs[n] = v;
+    extra[kXattrMetadata] = EncodeXattrs(xattrs);
+    return Status::Ok();
+  };
+  return MutateMetadata(ino, mutate).status();
+}
+
+Status Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
+  if (IsReservedXattr(name) || name == kStatsXattr) {
+    return ReservedXattrError(std::string(name));
+  }
+  if (!IsUserXattr(name)) return NoXattrError(std::string(name));
+  std::string n(name);
+  auto mutate = [&](FileAttr&, Metadata& extra) -> Status {
+    OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
+    if (xattrs.erase(n) == 0) return NoXattrError(n);
+    if (xattrs.empty()) {
+      extra.erase(kXattrMetadata);
+    } else {
+      extra[kXattrMetadata] = EncodeXattrs(xattrs);
+    }
+    return Status::Ok();
+  };
+  return MutateMetadata(ino, mutate).status();
+}
+
+}  // namespace objfs

@@ -1,0 +1,130 @@
+// Filesystem: mkdir, rmdir, unlink, symlink and readlink.
+#include <sys/stat.h>
+
+#include "fs/filesystem.h"
+#include "fs/object_metadata.h"
+
+namespace objfs {
+
+namespace {
+
+// ok when nothing is at `key`, AlreadyExists when something is, or the lookup's error.
+Status ExpectAbsent(const Result<MetaRecord>& rec, const std::string& key) {
+  if (rec.ok()) return AlreadyExistsError(key + " exists");
+  if (rec.status().code() == StatusCode::kNotFound) return Status::Ok();
+  return rec.status();
+}
+
+}  // namespace
+
+bool Filesystem::HasLocalFile(const std::string& key) {
+  uint64_t ino = inodes_.InoOf(key);
+  if (ino == 0) return false;
+  auto inode = inodes_.Get(ino);
+  return inode != nullptr && LocalAttr(*inode, ino).has_value();
+}
+
+Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t mode) {
+  OBJFS_RETURN_IF_ERROR(CheckWritable());
+  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");
+  meta_cache_.Invalidate(key);
+  OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
+  Metadata metadata;
+  int64_t now = NowNs();
+  SetPosixMetadata(S_IFDIR | (mode & 07777), options_.uid, options_.gid, now, &metadata);
+  PutOptions put;
+  put.metadata = metadata;
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store_->put(key + "/", MemorySource(""), put));
+  info.metadata = metadata;
+  info.has_metadata = true;
+  MetaRecord rec = RecordFromInfo(info, true);
+  rec.complete = true;
+  meta_cache_.Put(key, rec);
+  uint64_t ino = inodes_.Acquire(key, 1);
+  return MakeEntry(AttrFromRecord(ino, rec), true);
+}
+
+Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
+  OBJFS_RETURN_IF_ERROR(CheckWritable());
+  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  meta_cache_.Invalidate(key);
+  OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+  if (!rec.is_dir) return Status(StatusCode::kNotDirectory, key + " is not a directory");
+  const std::string marker = key + "/";
+  ListOptions list;
+  list.prefix = marker;
+  list.max_keys = 2;
+  OBJFS_ASSIGN_OR_RETURN(Listing listing, store_->list(list));
+  for (const ObjectInfo& obj : listing.objects) {
+    if (obj.key != marker) return NotEmptyError(key + " is not empty");
+  }
+  if (!listing.common_prefixes.empty()) return NotEmptyError(key + " is not empty");
+  for (const auto& [ino, inode] : inodes_.WithLocalData(key)) {
+    auto child = inodes_.KeyOf(ino);
+    if (child && *child != key) return NotEmptyError(key + " is not empty");
+  }
+  OBJFS_RETURN_IF_ERROR(store_->remove(marker));
+  meta_cache_.InvalidateTree(key);
+  inodes_.Unbind(key);
+  return Status::Ok();
+}
+
+Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
+  OBJFS_RETURN_IF_ERROR(CheckWritable());
+  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  uint64_t ino = inodes_.InoOf(key);
+  std::shared_ptr<Inode> inode = ino ? inodes_.Get(ino) : nullptr;
+  bool local_only = false;
+  auto rec = Resolve(key);
+  if (!rec.ok()) {
+    if (rec.status().code() != StatusCode::kNotFound) return rec.status();
+    if (inode == nullptr || !LocalAttr(*inode, ino)) return rec.status();
+    local_only = true;  // created here, never uploaded
+  } else if (rec->is_dir) {
+    return Status(StatusCode::kIsDirectory, key + " is a directory");
+  }
+  if (!local_only) OBJFS_RETURN_IF_ERROR(store_->remove(key));
+  meta_cache_.Invalidate(key);
+  if (inode != nullptr) {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    inode->unlinked = true;
+    inode->dirty = false;
+    if (inode->open_handles.load() == 0) DropStagingLocked(*inode);
+  }
+  inodes_.Unbind(key);
+  return Status::Ok();
+}
+
+Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent,
+                                  std::string_view name) {
+  OBJFS_RETURN_IF_ERROR(CheckWritable());
+  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");
+  meta_cache_.Invalidate(key);
+  OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
+  Metadata metadata;
+  SetPosixMetadata(S_IFLNK | 0777, options_.uid, options_.gid, NowNs(), &metadata);
+  PutOptions put;
+  put.metadata = metadata;
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store_->put(key, MemorySource(target), put));
+  info.size = target.size();
+  info.metadata = metadata;
+  info.has_metadata = true;
+  MetaRecord rec = RecordFromInfo(info, false);
+  rec.complete = true;
+  meta_cache_.Put(key, rec);
+  uint64_t ino = inodes_.Acquire(key, 1);
+  return MakeEntry(AttrFromRecord(ino, rec), true);
+}
+
+Result<std::string> Filesystem::ReadLink(uint64_t ino) {
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+  if ((rec.mode & S_IFMT) != S_IFLNK) {
+    return InvalidArgumentError(key + " is not a symbolic link");
+  }
+  return ReadAll(*store_, key);
+}
+
+}  // namespace objfs

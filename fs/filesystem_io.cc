@@ -1,0 +1,341 @@
+// Filesystem: open files, reads, staged writes and uploads.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "cache/io_pool.h"
+#include "cache/read_budget.h"
+#include "fs/filesystem.h"
+#include "fs/object_metadata.h"
+
+namespace objfs {
+
+namespace {
+
+bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
+
+ObjectInfo InfoFromRecord(const std::string& key, const MetaRecord& rec) {
+  ObjectInfo info;
+  info.key = key;
+  info.size = rec.size;
+  info.etag = rec.etag;
+  info.mtime_ns = rec.mtime_ns;
+  info.metadata = rec.metadata;
+  info.has_metadata = rec.complete;
+  return info;
+}
+
+}  // namespace
+
+Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key,
+                                      const MetaRecord& rec, bool empty) {
+  if (inode.staged) return Status::Ok();
+  FileAttr attr = AttrFromRecord(0, rec);
+  Metadata extra = WithoutPosixMetadata(rec.metadata);
+  Metadata upload = extra;
+  SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &upload);
+  OBJFS_ASSIGN_OR_RETURN(auto staged, staging_->Create(key, upload));
+  if (!empty && rec.size > 0) {
+    // The object's current content, in read_buffer-sized reads.
+    std::vector<std::byte> buf(std::max<size_t>(options_.prefetch.read_buffer, 4096));
+    uint64_t offset = 0;
+    while (offset < rec.size) {
+      auto n = store_->read(key, offset, buf, rec.etag.empty() ? nullptr : &rec.etag);
+      if (!n.ok()) {
+        staged->Remove();
+        return n.status().WithContext("fetching " + key + " for writing");
+      }
+      if (*n == 0) break;
+      Status s = staged->WriteAt(offset, std::span<const std::byte>(buf.data(), *n));
+      if (!s.ok()) {
+        staged->Remove();
+        return s;
+      }
+      offset += *n;
+    }
+  }
+  attr.size = staged->size();
+  inode.attr = attr;
+  inode.extra_metadata = std::move(extra);
+  inode.staged = std::move(staged);
+  inode.has_local_data.store(true);
+  return Status::Ok();
+}
+
+void Filesystem::DropStagingLocked(Inode& inode) {
+  if (!inode.staged) return;
+  inode.staged->Remove();
+  inode.staged.reset();
+  inode.dirty = false;
+  inode.has_local_data.store(false);
+}
+
+Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
+  Metadata metadata = inode.extra_metadata;
+  SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns,
+                   &metadata);
+  // Keep the sidecar current so that an unclean exit uploads what the user last saw.
+  Status described = inode.staged->Describe(key, metadata);
+  if (!described.ok()) return described;
+  PutOptions put;
+  put.metadata = metadata;
+  auto result = store_->put(key, inode.staged->Source(), put);
+  if (!result.ok()) {
+    meta_cache_.Invalidate(key);
+    return result.status().WithContext("uploading " + key);
+  }
+  inode.dirty = false;
+  inode.uploaded_etag = result->etag;
+  ObjectInfo info = *result;
+  info.size = inode.staged->size();
+  info.metadata = metadata;
+  info.has_metadata = true;
+  MetaRecord rec = RecordFromInfo(info, false);
+  rec.complete = true;
+  meta_cache_.Put(key, rec);
+  if (inode.open_handles.load() == 0) DropStagingLocked(inode);
+  return Status::Ok();
+}
+
+Status Filesystem::FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode) {
+  std::lock_guard<std::mutex> lock(inode->mu);
+  if (!inode->dirty || inode->unlinked || !inode->staged) return Status::Ok();
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  return UploadLocked(*inode, key);
+}
+
+Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
+  bool writable = IsWritable(flags);
+  bool truncate = writable && (flags & O_TRUNC) != 0;
+  if (writable) OBJFS_RETURN_IF_ERROR(CheckWritable());
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  std::shared_ptr<Inode> inode = inodes_.Get(ino);
+  if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
+  auto handle = std::make_shared<Handle>();
+  handle->ino = ino;
+  handle->flags = flags;
+  handle->inode = inode;
+  handle->read_key = key;
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (!inode->staged) {
+      OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+      if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
+      if (truncate) {
+        OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(*inode, key, rec, /*empty=*/true));
+        inode->attr.mtime_ns = NowNs();
+        inode->dirty = true;
+        meta_cache_.Invalidate(key);
+      } else {
+        handle->read_info = InfoFromRecord(key, rec);
+      }
+    } else if (truncate && inode->staged->size() > 0) {
+      OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(0));
+      inode->attr.size = 0;
+      inode->attr.mtime_ns = NowNs();
+      inode->dirty = true;
+      meta_cache_.Invalidate(key);
+    }
+  }
+  return AddHandle(std::move(handle));
+}
+
+Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, uint32_t mode,
+                                       int flags) {
+  OBJFS_RETURN_IF_ERROR(CheckWritable());
+  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  bool exists = false;
+  if (uint64_t known = inodes_.InoOf(key)) {
+    if (auto inode = inodes_.Get(known)) exists = LocalAttr(*inode, known).has_value();
+  }
+  if (!exists) {
+    auto rec = Resolve(key);
+    if (rec.ok()) {
+      exists = true;
+      if (rec->is_dir && (flags & O_EXCL) == 0) {
+        return Status(StatusCode::kIsDirectory, key + " is a directory");
+      }
+    } else if (rec.status().code() != StatusCode::kNotFound) {
+      return rec.status();
+    }
+  }
+  if (exists) {
+    if (flags & O_EXCL) return AlreadyExistsError(key + " exists");
+    uint64_t ino = inodes_.Acquire(key, 0);
+    OBJFS_ASSIGN_OR_RETURN(uint64_t fh, Open(ino, flags));
+    auto entry = GetAttr(ino);
+    if (!entry.ok()) {
+      (void)Release(fh);
+      return entry.status();
+    }
+    inodes_.AddLookup(ino);
+    return CreatedFile{*entry, fh};
+  }
+
+  uint64_t ino = inodes_.Acquire(key, 1);
+  std::shared_ptr<Inode> inode = inodes_.Get(ino);
+  auto handle = std::make_shared<Handle>();
+  handle->ino = ino;
+  handle->flags = flags;
+  handle->inode = inode;
+  handle->read_key = key;
+  FileAttr attr;
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (!inode->staged) {
+      MetaRecord rec;
+      rec.mode = S_IFREG | (mode & 07777);
+      rec.uid = options_.uid;
+      rec.gid = options_.gid;
+      rec.mtime_ns = NowNs();
+      rec.complete = true;
+      Status s = EnsureStagedLocked(*inode, key, rec, /*empty=*/true);
+      if (!s.ok()) {
+        inodes_.Forget(ino, 1);
+        return s;
+      }
+    }
+    inode->unlinked = false;
+    inode->dirty = true;
+    attr = inode->attr;
+    attr.ino = ino;
+    attr.size = inode->staged->size();
+  }
+  meta_cache_.Invalidate(key);
+  uint64_t fh = AddHandle(std::move(handle));
+  return CreatedFile{MakeEntry(attr, true), fh};
+}
+
+Result<size_t> Filesystem::ReadFromStore(Handle& handle, uint64_t offset,
+                                         std::span<std::byte> buf) {
+  std::shared_ptr<Prefetcher> prefetcher;
+  {
+    std::lock_guard<std::mutex> lock(handle.mu);
+    OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle.ino));
+    if (handle.prefetcher == nullptr || handle.read_key != key || handle.read_info.key != key) {
+      if (handle.read_info.key != key || handle.read_info.etag.empty()) {
+        OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+        if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
+        handle.read_info = InfoFromRecord(key, rec);
+      }
+      handle.read_key = key;
+      handle.prefetcher = std::make_shared<Prefetcher>(
+          store_, key, handle.read_info.etag, handle.read_info.size, options_.prefetch,
+          *io_pool_, *read_budget_, metrics_);
+    }
+    prefetcher = handle.prefetcher;
+  }
+  return prefetcher->Read(offset, buf);
+}
+
+Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byte> buf) {
+  std::shared_ptr<Handle> handle = FindHandle(fh);
+  if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  {
+    std::lock_guard<std::mutex> lock(handle->inode->mu);
+    if (handle->inode->staged) return handle->inode->staged->ReadAt(offset, buf);
+  }
+  return ReadFromStore(*handle, offset, buf);
+}
+
+Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data) {
+  OBJFS_RETURN_IF_ERROR(CheckWritable());
+  std::shared_ptr<Handle> handle = FindHandle(fh);
+  if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  if (!IsWritable(handle->flags)) return InvalidArgumentError("handle not open for writing");
+  Inode& inode = *handle->inode;
+  std::lock_guard<std::mutex> lock(inode.mu);
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle->ino));
+  if (!inode.staged) {
+    OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+    if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
+    OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(inode, key, rec, /*empty=*/rec.size == 0));
+  }
+  if (handle->flags & O_APPEND) offset = inode.staged->size();
+  OBJFS_RETURN_IF_ERROR(inode.staged->WriteAt(offset, data));
+  inode.attr.size = inode.staged->size();
+  inode.attr.mtime_ns = NowNs();
+  inode.dirty = true;
+  meta_cache_.Invalidate(key);
+  return data.size();
+}
+
+Status Filesystem::Flush(uint64_t fh) {
+  std::shared_ptr<Handle> handle = FindHandle(fh);
+  if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  return FlushInode(handle->ino, handle->inode);
+}
+
+Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) { return Flush(fh); }
+
+Status Filesystem::Release(uint64_t fh) {
+  std::shared_ptr<Handle> handle;
+  {
+    std::lock_guard<std::mutex> lock(handles_mu_);
+    auto it = handles_.find(fh);
+    if (it == handles_.end()) return InvalidArgumentError("unknown file handle");
+    handle = std::move(it->second);
+    handles_.erase(it);
+  }
+  Inode& inode = *handle->inode;
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(inode.mu);
+    int remaining = inode.open_handles.fetch_sub(1) - 1;
+    if (inode.unlinked) {
+      if (remaining == 0) DropStagingLocked(inode);
+    } else if (inode.dirty && inode.staged) {
+      auto key = KeyOf(handle->ino);
+      status = key.ok() ? UploadLocked(inode, *key) : key.status();
+    } else if (remaining == 0) {
+      DropStagingLocked(inode);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(handle->mu);
+    handle->prefetcher.reset();
+  }
+  // An inode the kernel already forgot goes once its last handle closes.
+  inodes_.Forget(handle->ino, 0);
+  return status;
+}
+
+Status Filesystem::FlushAll() {
+  Status first;
+  for (const auto& [ino, inode] : inodes_.WithLocalData("")) {
+    Status s = FlushInode(ino, inode);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status Filesystem::RecoverStaged() {
+  OBJFS_ASSIGN_OR_RETURN(auto leftovers, staging_->Leftovers());
+  Status first;
+  for (const StagedLeftover& left : leftovers) {
+    int fd = ::open(left.data_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      continue;
+    }
+    FileSource source(fd, static_cast<uint64_t>(st.st_size));
+    PutOptions put;
+    put.metadata = left.metadata;
+    auto result = store_->put(left.key, source, put);
+    ::close(fd);
+    if (!result.ok()) {
+      if (first.ok()) first = result.status().WithContext("recovering " + left.key);
+      continue;
+    }
+    meta_cache_.Invalidate(left.key);
+    ::unlink(left.data_path.c_str());
+    ::unlink(left.meta_path.c_str());
+  }
+  return first;
+}
+
+}  // namespace objfs

@@ -1,0 +1,143 @@
+// Filesystem: rename of files (server-side copy + delete) and directories (every object under
+// the prefix, bounded by max_rename_objects).
+#include <future>
+#include <vector>
+
+#include "cache/io_pool.h"
+#include "fs/filesystem.h"
+
+namespace objfs {
+
+Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                          std::string_view new_name, uint32_t flags) {
+  OBJFS_RETURN_IF_ERROR(CheckWritable());
+  if (flags & kRenameExchange) return UnsupportedError("RENAME_EXCHANGE is not supported");
+  if (flags & ~(kRenameNoReplace | kRenameExchange)) {
+    return InvalidArgumentError("unknown rename flags");
+  }
+  OBJFS_ASSIGN_OR_RETURN(std::string from, ChildKey(parent, name));
+  OBJFS_ASSIGN_OR_RETURN(std::string to, ChildKey(new_parent, new_name));
+  if (from == to) return Status::Ok();
+  if (to.size() > from.size() && to.compare(0, from.size() + 1, from + "/") == 0) {
+    return InvalidArgumentError("cannot move a directory into itself");
+  }
+
+  // Unsaved data of the source goes up first, so that the copy carries it.
+  if (uint64_t ino = inodes_.InoOf(from)) {
+    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+  }
+  meta_cache_.Invalidate(from);
+  OBJFS_ASSIGN_OR_RETURN(MetaRecord src, Resolve(from));
+
+  if (uint64_t ino = inodes_.InoOf(to)) {
+    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+  }
+  meta_cache_.Invalidate(to);
+  auto dst = Resolve(to);
+  if (!dst.ok() && dst.status().code() != StatusCode::kNotFound) return dst.status();
+  if (dst.ok()) {
+    if (flags & kRenameNoReplace) return AlreadyExistsError(to + " exists");
+    if (src.is_dir && !dst->is_dir) {
+      return Status(StatusCode::kNotDirectory, to + " is not a directory");
+    }
+    if (!src.is_dir && dst->is_dir) return Status(StatusCode::kIsDirectory, to + " is a directory");
+    if (dst->is_dir) {
+      ListOptions list;
+      list.prefix = to + "/";
+      list.max_keys = 2;
+      OBJFS_ASSIGN_OR_RETURN(Listing listing, store_->list(list));
+      for (const ObjectInfo& obj : listing.objects) {
+        if (obj.key != list.prefix) return NotEmptyError(to + " is not empty");
+      }
+      if (!listing.common_prefixes.empty()) return NotEmptyError(to + " is not empty");
+      if (dst->has_object) OBJFS_RETURN_IF_ERROR(store_->remove(list.prefix));
+    }
+  }
+  return src.is_dir ? RenameDirectory(from, to, src) : RenameFile(from, to, src);
+}
+
+Status Filesystem::RenameFile(const std::string& from, const std::string& to,
+                              const MetaRecord& src) {
+  // A replaced target's open handles must not resurrect it at release.
+  if (uint64_t old = inodes_.InoOf(to)) {
+    if (auto inode = inodes_.Get(old)) {
+      std::lock_guard<std::mutex> lock(inode->mu);
+      inode->unlinked = true;
+      inode->dirty = false;
+      if (inode->open_handles.load() == 0) DropStagingLocked(*inode);
+    }
+  }
+  uint64_t ino = inodes_.InoOf(from);
+  std::shared_ptr<Inode> inode = ino ? inodes_.Get(ino) : nullptr;
+  std::unique_lock<std::mutex> lock;
+  if (inode != nullptr) {
+    lock = std::unique_lock<std::mutex>(inode->mu);
+    if (inode->dirty && inode->staged) OBJFS_RETURN_IF_ERROR(UploadLocked(*inode, from));
+  }
+  ObjectInfo info;
+  info.key = from;
+  info.size = src.size;
+  info.etag = src.etag;
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo copied, store_->copy(info, to, CopyOptions()));
+  OBJFS_RETURN_IF_ERROR(store_->remove(from));
+  meta_cache_.Invalidate(from);
+  copied.size = src.size;
+  copied.metadata = src.metadata;
+  copied.has_metadata = true;
+  MetaRecord rec = RecordFromInfo(copied, false);
+  rec.complete = true;
+  meta_cache_.Put(to, rec);
+  inodes_.Rename(from, to, /*subtree=*/false);
+  if (inode != nullptr && inode->staged) {
+    Metadata metadata = src.metadata;
+    (void)inode->staged->Describe(to, metadata);
+  }
+  return Status::Ok();
+}
+
+Status Filesystem::RenameDirectory(const std::string& from, const std::string& to,
+                                   const MetaRecord& /*src*/) {
+  for (const auto& [ino, inode] : inodes_.WithLocalData(from)) {
+    OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+  }
+  const std::string prefix = from + "/";
+  std::vector<ObjectInfo> objects;
+  ListOptions list;
+  list.prefix = prefix;
+  do {
+    OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
+    for (ObjectInfo& obj : page.objects) objects.push_back(std::move(obj));
+    if (objects.size() > options_.max_rename_objects) {
+      return InvalidArgumentError("directory " + from + " has more than " +
+                                  std::to_string(options_.max_rename_objects) +
+                                  " objects; raise -o max_rename_objects");
+    }
+    list.continuation_token = page.next_token;
+  } while (!list.continuation_token.empty());
+
+  // Copies run in parallel on the I/O pool; all must succeed before anything is deleted.
+  std::vector<std::future<Status>> copies;
+  copies.reserve(objects.size());
+  for (const ObjectInfo& obj : objects) {
+    std::string dst = to + "/" + obj.key.substr(prefix.size());
+    copies.push_back(io_pool_->Async([this, obj, dst]() -> Status {
+      return store_->copy(obj, dst, CopyOptions()).status();
+    }));
+  }
+  Status first;
+  for (auto& f : copies) {
+    Status s = f.get();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  meta_cache_.InvalidateTree(to);
+  if (!first.ok()) return first.WithContext("renaming " + from);
+  std::vector<std::string> old_keys;
+  old_keys.reserve(objects.size());
+  for (const ObjectInfo& obj : objects) old_keys.push_back(obj.key);
+  if (!old_keys.empty()) OBJFS_RETURN_IF_ERROR(store_->remove_many(old_keys));
+  meta_cache_.InvalidateTree(from);
+  inodes_.Rename(from, to, /*subtree=*/true);
+  return Status::Ok();
+}
+
+}  // namespace objfs

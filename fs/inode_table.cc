@@ -1,0 +1,145 @@
+#include "fs/inode_table.h"
+
+namespace objfs {
+
+namespace {
+
+bool IsUnder(const std::string& key, const std::string& prefix) {
+  if (prefix.empty()) return true;
+  return key == prefix ||
+         (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
+          key[prefix.size()] == '/');
+}
+
+}  // namespace
+
+InodeTable::InodeTable() {
+  Slot root;
+  root.key = "";
+  root.lookups = 1;  // the kernel never forgets the root
+  root.inode = std::make_shared<Inode>();
+  slots_.emplace(kRootIno, std::move(root));
+  by_key_.emplace("", kRootIno);
+}
+
+uint64_t InodeTable::Acquire(const std::string& key, uint64_t lookups) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_key_.find(key);
+  if (it != by_key_.end()) {
+    slots_[it->second].lookups += lookups;
+    return it->second;
+  }
+  uint64_t ino = next_ino_++;
+  Slot slot;
+  slot.key = key;
+  slot.lookups = lookups;
+  slot.inode = std::make_shared<Inode>();
+  slots_.emplace(ino, std::move(slot));
+  by_key_.emplace(key, ino);
+  return ino;
+}
+
+bool InodeTable::AddLookup(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(ino);
+  if (it == slots_.end()) return false;
+  ++it->second.lookups;
+  return true;
+}
+
+void InodeTable::Forget(uint64_t ino, uint64_t n) {
+  if (ino == kRootIno) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(ino);
+  if (it == slots_.end()) return;
+  it->second.lookups = it->second.lookups > n ? it->second.lookups - n : 0;
+  MaybeEraseLocked(ino);
+}
+
+void InodeTable::MaybeEraseLocked(uint64_t ino) {
+  auto it = slots_.find(ino);
+  if (it == slots_.end() || ino == kRootIno) return;
+  const Slot& slot = it->second;
+  if (slot.lookups > 0 || slot.inode->open_handles.load() > 0 ||
+      slot.inode->has_local_data.load()) {
+    return;
+  }
+  if (slot.bound) {
+    auto k = by_key_.find(slot.key);
+    if (k != by_key_.end() && k->second == ino) by_key_.erase(k);
+  }
+  slots_.erase(it);
+}
+
+std::optional<std::string> InodeTable::KeyOf(uint64_t ino) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(ino);
+  if (it == slots_.end()) return std::nullopt;
+  return it->second.key;
+}
+
+uint64_t InodeTable::InoOf(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? 0 : it->second;
+}
+
+std::shared_ptr<Inode> InodeTable::Get(uint64_t ino) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(ino);
+  return it == slots_.end() ? nullptr : it->second.inode;
+}
+
+void InodeTable::Rename(const std::string& from, const std::string& to, bool subtree) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, uint64_t>> moves;
+  for (const auto& [key, ino] : by_key_) {
+    if (key == from || (subtree && IsUnder(key, from) && !from.empty())) {
+      moves.emplace_back(key, ino);
+    }
+  }
+  // Whatever held a target name was replaced: it keeps its number but loses the name.
+  for (const auto& [key, ino] : moves) {
+    std::string target = to + key.substr(from.size());
+    auto old = by_key_.find(target);
+    if (old != by_key_.end() && old->second != ino) {
+      slots_[old->second].bound = false;
+      by_key_.erase(old);
+    }
+  }
+  for (const auto& [key, ino] : moves) by_key_.erase(key);
+  for (const auto& [key, ino] : moves) {
+    std::string target = to + key.substr(from.size());
+    slots_[ino].key = target;
+    by_key_[target] = ino;
+  }
+}
+
+void InodeTable::Unbind(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_key_.find(key);
+  if (it == by_key_.end() || it->second == kRootIno) return;
+  uint64_t ino = it->second;
+  slots_[ino].bound = false;
+  by_key_.erase(it);
+  MaybeEraseLocked(ino);
+}
+
+std::vector<std::pair<uint64_t, std::shared_ptr<Inode>>> InodeTable::WithLocalData(
+    const std::string& prefix) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, std::shared_ptr<Inode>>> out;
+  for (const auto& [ino, slot] : slots_) {
+    if (slot.inode->has_local_data.load() && IsUnder(slot.key, prefix)) {
+      out.emplace_back(ino, slot.inode);
+    }
+  }
+  return out;
+}
+
+size_t InodeTable::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_.size();
+}
+
+}  // namespace objfs

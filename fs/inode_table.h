@@ -1,0 +1,90 @@
+// Inode numbers for keys: the FUSE kernel names files by 64-bit inode numbers, the store by
+// keys. The table hands out a stable number per key, counts the kernel's references (lookup /
+// forget), follows renames, and owns the per-inode state of files with local data.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/object_store.h"
+#include "cache/staging.h"
+#include "fs/file_attr.h"
+
+namespace objfs {
+
+// Per-inode state. Its mutex is lock 1 of fs/lock_order.h; every field below it is guarded by
+// it except the atomics.
+struct Inode {
+  std::mutex mu;
+  // The staged content, when this inode has local data (unsaved, or kept while handles are
+  // open after an upload).
+  std::unique_ptr<StagedFile> staged;
+  bool dirty = false;  // staged data or pending metadata differ from the stored object
+  bool unlinked = false;  // removed while open: unsaved data is discarded at release
+  // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
+  // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.
+  FileAttr attr;
+  Metadata extra_metadata;
+  // The ETag of the last upload or copy made through this inode (empty: none this session).
+  ETag uploaded_etag;
+  // Open handles; read by the table without the mutex to decide whether it may forget.
+  std::atomic<int> open_handles{0};
+  std::atomic<bool> has_local_data{false};  // `staged` is set (mirrors it for the table)
+};
+
+class InodeTable {
+ public:
+  InodeTable();
+
+  // The inode of `key` (directories without a trailing slash; "" is the root), created when
+  // unknown; adds `lookups` kernel references.
+  uint64_t Acquire(const std::string& key, uint64_t lookups);
+  // Adds one reference to a known inode. False when `ino` is unknown.
+  bool AddLookup(uint64_t ino);
+  // Drops `n` references; forgets the inode once it has none, no open handle and no local data.
+  void Forget(uint64_t ino, uint64_t n);
+
+  // The current key of `ino`, or nullopt when unknown.
+  std::optional<std::string> KeyOf(uint64_t ino) const;
+  // The inode currently bound to `key`, or 0.
+  uint64_t InoOf(const std::string& key) const;
+  // The state of `ino` (never null for a known inode), or nullptr when unknown.
+  std::shared_ptr<Inode> Get(uint64_t ino) const;
+
+  // Moves `from` to `to`, and with `subtree` every key under "from/" to the same place under
+  // "to/". An inode already bound to `to` loses its name (it was replaced).
+  void Rename(const std::string& from, const std::string& to, bool subtree);
+  // Unbinds `key` (after unlink/rmdir): the inode keeps its number for open handles but a new
+  // file of that name gets a new inode.
+  void Unbind(const std::string& key);
+
+  // Inodes with local data whose key is `prefix` or under "prefix/" (all when prefix is "").
+  std::vector<std::pair<uint64_t, std::shared_ptr<Inode>>> WithLocalData(
+      const std::string& prefix) const;
+
+  size_t size() const;
+
+ private:
+  struct Slot {
+    std::string key;
+    bool bound = true;  // `key` maps back to this inode
+    uint64_t lookups = 0;
+    std::shared_ptr<Inode> inode;
+  };
+  void MaybeEraseLocked(uint64_t ino);
+
+  mutable std::mutex mu_;  // lock 4 of fs/lock_order.h
+  std::unordered_map<uint64_t, Slot> slots_;
+  std::unordered_map<std::string, uint64_t> by_key_;
+  uint64_t next_ino_ = kRootIno + 1;
+};
+
+}  // namespace objfs

@@ -1,0 +1,88 @@
+#include "fs/object_metadata.h"
+
+#include <charconv>
+#include <cstdio>
+
+namespace objfs {
+
+namespace {
+
+template <typename T>
+std::optional<T> ParseUnsigned(std::string_view text) {
+  T value = 0;
+  if (text.empty()) return std::nullopt;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<std::string_view> Find(const Metadata& metadata, const char* name) {
+  auto it = metadata.find(name);
+  if (it == metadata.end()) return std::nullopt;
+  return std::string_view(it->second);
+}
+
+}  // namespace
+
+std::optional<int64_t> ParseMtime(std::string_view text) {
+  bool negative = !text.empty() && text[0] == '-';
+  if (negative) text.remove_prefix(1);
+  size_t dot = text.find('.');
+  auto secs = ParseUnsigned<int64_t>(text.substr(0, dot));
+  if (!secs) return std::nullopt;
+  int64_t ns = 0;
+  if (dot != std::string_view::npos) {
+    std::string_view frac = text.substr(dot + 1);
+    if (frac.empty()) return std::nullopt;
+    int64_t scale = 100000000;
+    for (char c : frac) {
+      if (c < '0' || c > '9') return std::nullopt;
+      ns += (c - '0') * scale;
+      scale /= 10;
+    }
+  }
+  int64_t total = *secs * 1000000000 + ns;
+  return negative ? -total : total;
+}
+
+std::string FormatMtime(int64_t mtime_ns) {
+  // Sign and magnitude, so that ParseMtime reads back the same value for times before 1970.
+  bool negative = mtime_ns < 0;
+  uint64_t magnitude = negative ? 0 - static_cast<uint64_t>(mtime_ns) : mtime_ns;
+  uint64_t secs = magnitude / 1000000000;
+  uint64_t ns = magnitude % 1000000000;
+  std::string out = negative ? "-" : "";
+  if (ns == 0) return out + std::to_string(secs);
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%llu.%09llu", static_cast<unsigned long long>(secs),
+                static_cast<unsigned long long>(ns));
+  return out + buf;
+}
+
+PosixMetadata ParsePosixMetadata(const Metadata& metadata) {
+  PosixMetadata out;
+  if (auto v = Find(metadata, kModeMetadata)) out.mode = ParseUnsigned<uint32_t>(*v);
+  if (auto v = Find(metadata, kUidMetadata)) out.uid = ParseUnsigned<uint32_t>(*v);
+  if (auto v = Find(metadata, kGidMetadata)) out.gid = ParseUnsigned<uint32_t>(*v);
+  if (auto v = Find(metadata, kMtimeMetadata)) out.mtime_ns = ParseMtime(*v);
+  return out;
+}
+
+void SetPosixMetadata(uint32_t mode, uint32_t uid, uint32_t gid, int64_t mtime_ns,
+                      Metadata* metadata) {
+  (*metadata)[kModeMetadata] = std::to_string(mode);
+  (*metadata)[kUidMetadata] = std::to_string(uid);
+  (*metadata)[kGidMetadata] = std::to_string(gid);
+  (*metadata)[kMtimeMetadata] = FormatMtime(mtime_ns);
+}
+
+Metadata WithoutPosixMetadata(const Metadata& metadata) {
+  Metadata out = metadata;
+  out.erase(kModeMetadata);
+  out.erase(kUidMetadata);
+  out.erase(kGidMetadata);
+  out.erase(kMtimeMetadata);
+  return out;
+}
+
+}  // namespace objfs

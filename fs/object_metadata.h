@@ -1,0 +1,43 @@
+// The POSIX attributes of a file as user metadata, in the names and formats s3fs uses, so that
+// a bucket written by either tool shows the same modes, owners and times in the other.
+//
+//   "mode"  decimal st_mode including the type bits (33188 for a 0644 regular file)
+//   "uid", "gid"  decimal
+//   "mtime" decimal seconds since the epoch; objfs writes "<s>.<9-digit ns>" when the
+//           nanoseconds are not zero (s3fs reads both forms), integer seconds otherwise
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "backend/object_store.h"
+
+namespace objfs {
+
+inline constexpr char kModeMetadata[] = "mode";
+inline constexpr char kUidMetadata[] = "uid";
+inline constexpr char kGidMetadata[] = "gid";
+inline constexpr char kMtimeMetadata[] = "mtime";
+
+struct PosixMetadata {
+  std::optional<uint32_t> mode;
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<int64_t> mtime_ns;
+};
+
+// Reads the attributes present (and well-formed) in `metadata`.
+PosixMetadata ParsePosixMetadata(const Metadata& metadata);
+// Sets the four names in `metadata`, leaving other names as they are.
+void SetPosixMetadata(uint32_t mode, uint32_t uid, uint32_t gid, int64_t mtime_ns,
+                      Metadata* metadata);
+// Drops the four names, leaving the rest (xattrs, names of other tools).
+Metadata WithoutPosixMetadata(const Metadata& metadata);
+
+std::string FormatMtime(int64_t mtime_ns);
+// Accepts "123", "123.5", "123.456789012", "-5". nullopt when malformed.
+std::optional<int64_t> ParseMtime(std::string_view text);
+
+}  // namespace objfs

@@ -1,0 +1,650 @@
+// Filesystem over the in-memory store: names, attributes, listings, staged writes and renames.
+#include "fs/filesystem.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/fake/memory_store.h"
+#include "backend/fault_injecting_store.h"
+#include "backend/md5.h"
+#include "backend/metrics_store.h"
+#include "fs/errno_map.h"
+#include "fs/object_metadata.h"
+#include "gtest/gtest.h"
+
+namespace objfs {
+namespace {
+
+std::span<const std::byte> Bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+class FilesystemTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/objfs-fs-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    cache_dir_ = tmpl;
+    memory_ = std::make_shared<MemoryStore>();
+    faults_ = std::make_shared<FaultInjectingStore>(memory_);
+    store_ = std::make_shared<MetricsStore>(faults_, metrics_);
+    clock_ = std::make_shared<FakeClock>();
+    options_.cache_dir = cache_dir_ + "/staging";
+    options_.uid = 1000;
+    options_.gid = 1000;
+    options_.prefetch.read_buffer = 64 << 10;
+    options_.prefetch.max_readahead = 1 << 20;
+    fs_ = NewFilesystem();
+  }
+
+  void TearDown() override {
+    fs_.reset();
+    std::filesystem::remove_all(cache_dir_);
+  }
+
+  std::unique_ptr<Filesystem> NewFilesystem() {
+    auto fs = Filesystem::Create(store_, options_, &metrics_, clock_);
+    EXPECT_TRUE(fs.ok()) << fs.status().ToString();
+    return std::move(fs).value();
+  }
+
+  void PutObject(const std::string& key, std::string_view data, Metadata metadata = {}) {
+    PutOptions put;
+    put.metadata = std::move(metadata);
+    ASSERT_TRUE(memory_->put(key, MemorySource(data), put).ok());
+  }
+
+  // Creates parent/name with `data` through the filesystem; returns its inode.
+  uint64_t WriteFile(uint64_t parent, const std::string& name, std::string_view data) {
+    auto created = fs_->Create(parent, name, 0644, O_WRONLY | O_CREAT | O_TRUNC);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (!created.ok()) return 0;
+    if (!data.empty()) {
+      auto n = fs_->Write(created->fh, 0, Bytes(data));
+      EXPECT_TRUE(n.ok()) << n.status().ToString();
+    }
+    Status s = fs_->Release(created->fh);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return created->entry.attr.ino;
+  }
+
+  std::string ReadFile(Filesystem& fs, uint64_t ino) {
+    auto fh = fs.Open(ino, O_RDONLY);
+    EXPECT_TRUE(fh.ok()) << fh.status().ToString();
+    if (!fh.ok()) return "";
+    std::string out;
+    std::string buf(7000, '\0');
+    for (;;) {
+      auto n = fs.Read(*fh, out.size(),
+                       std::span<std::byte>(reinterpret_cast<std::byte*>(buf.data()), buf.size()));
+      EXPECT_TRUE(n.ok()) << n.status().ToString();
+      if (!n.ok() || *n == 0) break;
+      out.append(buf.data(), *n);
+    }
+    EXPECT_TRUE(fs.Release(*fh).ok());
+    return out;
+  }
+
+  uint64_t LookupIno(uint64_t parent, const std::string& name) {
+    auto e = fs_->Lookup(parent, name);
+    EXPECT_TRUE(e.ok()) << name << ": " << e.status().ToString();
+    return e.ok() ? e->attr.ino : 0;
+  }
+
+  std::string cache_dir_;
+  Metrics metrics_;
+  std::shared_ptr<MemoryStore> memory_;
+  std::shared_ptr<FaultInjectingStore> faults_;
+  std::shared_ptr<MetricsStore> store_;
+  std::shared_ptr<FakeClock> clock_;
+  FilesystemOptions options_;
+  std::unique_ptr<Filesystem> fs_;
+};
+
+TEST_F(FilesystemTest, RootIsADirectory) {
+  auto root = fs_->GetAttr(kRootIno);
+  ASSERT_TRUE(root.ok());
+  EXPECT_TRUE(S_ISDIR(root->attr.mode));
+  EXPECT_EQ(root->attr.mode & 07777, 0755u);
+  EXPECT_EQ(root->attr.uid, 1000u);
+}
+
+TEST_F(FilesystemTest, LookupFileWithS3fsMetadata) {
+  PutObject("a.txt", "hello",
+            {{"mode", std::to_string(S_IFREG | 0600)}, {"uid", "42"}, {"gid", "43"},
+             {"mtime", "1700000000"}});
+  auto e = fs_->Lookup(kRootIno, "a.txt");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_TRUE(S_ISREG(e->attr.mode));
+  EXPECT_EQ(e->attr.mode & 07777, 0600u);
+  EXPECT_EQ(e->attr.uid, 42u);
+  EXPECT_EQ(e->attr.gid, 43u);
+  EXPECT_EQ(e->attr.size, 5u);
+  EXPECT_EQ(e->attr.mtime_ns, int64_t{1700000000} * 1000000000);
+  EXPECT_EQ(e->attr_timeout, 1.0);
+}
+
+TEST_F(FilesystemTest, LookupWithoutMetadataUsesDefaults) {
+  PutObject("plain", "x");
+  auto e = fs_->Lookup(kRootIno, "plain");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.mode, static_cast<uint32_t>(S_IFREG | 0644));
+  EXPECT_EQ(e->attr.uid, 1000u);
+  auto head = memory_->head("plain");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(e->attr.mtime_ns, head->mtime_ns);
+}
+
+TEST_F(FilesystemTest, ImplicitAndExplicitDirectories) {
+  PutObject("implicit/file", "x");
+  PutObject("explicit/", "", {{"mode", std::to_string(S_IFDIR | 0700)}});
+  auto imp = fs_->Lookup(kRootIno, "implicit");
+  ASSERT_TRUE(imp.ok());
+  EXPECT_TRUE(S_ISDIR(imp->attr.mode));
+  auto exp = fs_->Lookup(kRootIno, "explicit");
+  ASSERT_TRUE(exp.ok());
+  EXPECT_TRUE(S_ISDIR(exp->attr.mode));
+  EXPECT_EQ(exp->attr.mode & 07777, 0700u);
+  auto file = fs_->Lookup(imp->attr.ino, "file");
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(file->attr.size, 1u);
+}
+
+TEST_F(FilesystemTest, MissingNameIsNotFoundAndCachedNegatively) {
+  auto e = fs_->Lookup(kRootIno, "nope");
+  EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ErrnoFromStatus(e.status()), ENOENT);
+  uint64_t heads = metrics_.head_requests.load();
+  uint64_t lists = metrics_.list_requests.load();
+  EXPECT_FALSE(fs_->Lookup(kRootIno, "nope").ok());
+  EXPECT_EQ(metrics_.head_requests.load(), heads);
+  EXPECT_EQ(metrics_.list_requests.load(), lists);
+  // After the negative TTL the store is asked again and sees the new object.
+  PutObject("nope", "now");
+  clock_->Advance(std::chrono::seconds(2));
+  EXPECT_TRUE(fs_->Lookup(kRootIno, "nope").ok());
+}
+
+TEST_F(FilesystemTest, NameLengthLimit) {
+  std::string ok_name(255, 'n');
+  std::string long_name(256, 'n');
+  EXPECT_NE(WriteFile(kRootIno, ok_name, "x"), 0u);
+  EXPECT_TRUE(fs_->Lookup(kRootIno, ok_name).ok());
+  auto e = fs_->Lookup(kRootIno, long_name);
+  EXPECT_EQ(ErrnoFromStatus(e.status()), ENAMETOOLONG);
+  auto c = fs_->Create(kRootIno, long_name, 0644, O_WRONLY | O_CREAT);
+  EXPECT_EQ(ErrnoFromStatus(c.status()), ENAMETOOLONG);
+}
+
+TEST_F(FilesystemTest, NamesWithSpacesAndUnicode) {
+  const std::string name = "r\xc3\xa9sum\xc3\xa9 final \xe2\x9c\x93.txt";
+  uint64_t ino = WriteFile(kRootIno, name, "content");
+  EXPECT_EQ(memory_->contents(name), "content");
+  EXPECT_EQ(ReadFile(*fs_, ino), "content");
+  auto list = fs_->ReadDir(kRootIno);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].name, name);
+}
+
+TEST_F(FilesystemTest, ReadDirUsesListingsWithoutHeads) {
+  PutObject("d/a", "aaa");
+  PutObject("d/b", "bb", {{"mode", std::to_string(S_IFREG | 0600)}});
+  PutObject("d/sub/c", "c");
+  PutObject("d/", "");
+  PutObject("d/x//y", "bad");
+  uint64_t d = LookupIno(kRootIno, "d");
+  uint64_t heads = metrics_.head_requests.load();
+  auto list = fs_->ReadDir(d);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(metrics_.head_requests.load(), heads);
+  std::map<std::string, Entry> by_name;
+  for (const auto& e : *list) by_name[e.name] = e.entry;
+  ASSERT_EQ(by_name.size(), 4u);  // a, b, sub, x
+  EXPECT_EQ(by_name["a"].attr.size, 3u);
+  EXPECT_TRUE(S_ISREG(by_name["a"].attr.mode));
+  EXPECT_TRUE(S_ISDIR(by_name["sub"].attr.mode));
+  EXPECT_TRUE(S_ISDIR(by_name["x"].attr.mode));
+  // Listing-only attributes are not cached by the kernel: it asks Lookup, which HEADs once.
+  EXPECT_EQ(by_name["b"].attr_timeout, 0);
+  auto b = fs_->Lookup(d, "b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->attr.mode & 07777, 0600u);
+  EXPECT_EQ(metrics_.head_requests.load(), heads + 1);
+  // The "x//y" key gives an empty name inside "x": skipped, not fatal.
+  uint64_t x = LookupIno(d, "x");
+  auto xs = fs_->ReadDir(x);
+  ASSERT_TRUE(xs.ok());
+  EXPECT_TRUE(xs->empty());
+  EXPECT_EQ(fs_->skipped_names(), 1u);
+}
+
+TEST_F(FilesystemTest, ReadDirPrefersCompleteCachedMetadata) {
+  PutObject("f", "x", {{"mode", std::to_string(S_IFREG | 0640)}});
+  ASSERT_TRUE(fs_->Lookup(kRootIno, "f").ok());
+  auto list = fs_->ReadDir(kRootIno);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].entry.attr.mode & 07777, 0640u);
+  EXPECT_EQ((*list)[0].entry.attr_timeout, 1.0);
+}
+
+TEST_F(FilesystemTest, ReadDirOfManyEntriesReadsAllPages) {
+  for (int i = 0; i < 2500; ++i) PutObject("big/f" + std::to_string(i), "x");
+  uint64_t big = LookupIno(kRootIno, "big");
+  uint64_t lists = metrics_.list_requests.load();
+  auto list = fs_->ReadDir(big);
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2500u);
+  EXPECT_EQ(metrics_.list_requests.load(), lists + 3);
+  std::set<std::string> names;
+  for (const auto& e : *list) names.insert(e.name);
+  EXPECT_EQ(names.size(), 2500u);
+  EXPECT_TRUE(names.count("f2499"));
+}
+
+TEST_F(FilesystemTest, CreateWriteReleaseUploadsOnceWithMetadata) {
+  uint64_t puts = metrics_.put_requests.load();
+  auto created = fs_->Create(kRootIno, "new.txt", 0640, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("hello ")).ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 6, Bytes("world")).ok());
+  // Visible before the upload, with its local size.
+  auto attr = fs_->GetAttr(created->entry.attr.ino);
+  ASSERT_TRUE(attr.ok());
+  EXPECT_EQ(attr->attr.size, 11u);
+  EXPECT_EQ(metrics_.put_requests.load(), puts);
+  ASSERT_TRUE(fs_->Flush(created->fh).ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_EQ(metrics_.put_requests.load(), puts + 1);
+  EXPECT_EQ(memory_->contents("new.txt"), "hello world");
+  auto head = memory_->head("new.txt");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0640));
+  EXPECT_EQ(head->metadata.at("uid"), "1000");
+  EXPECT_EQ(head->metadata.at("gid"), "1000");
+  EXPECT_TRUE(ParseMtime(head->metadata.at("mtime")).has_value());
+  // Staging files are gone after a clean upload.
+  EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
+}
+
+TEST_F(FilesystemTest, TouchCreatesAnEmptyObject) {
+  auto created = fs_->Create(kRootIno, "empty", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  auto head = memory_->head("empty");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->size, 0u);
+}
+
+TEST_F(FilesystemTest, CreateExclusiveOnExistingFails) {
+  PutObject("exists", "x");
+  auto c = fs_->Create(kRootIno, "exists", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  EXPECT_EQ(ErrnoFromStatus(c.status()), EEXIST);
+}
+
+TEST_F(FilesystemTest, RandomWritesMatchALocalModel) {
+  std::mt19937 rng(7);
+  std::string initial(100000, '\0');
+  for (char& c : initial) c = static_cast<char>('a' + rng() % 26);
+  PutObject("model", initial);
+  std::string model = initial;
+  uint64_t ino = LookupIno(kRootIno, "model");
+  auto fh = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(fh.ok());
+  for (int i = 0; i < 50; ++i) {
+    int op = static_cast<int>(rng() % 4);
+    if (op == 0) {  // overwrite in the middle
+      size_t off = rng() % (model.size() + 1);
+      std::string data(rng() % 5000, static_cast<char>('A' + i % 26));
+      ASSERT_TRUE(fs_->Write(*fh, off, Bytes(data)).ok());
+      if (model.size() < off + data.size()) model.resize(off + data.size(), '\0');
+      model.replace(off, data.size(), data);
+    } else if (op == 1) {  // append
+      std::string data(rng() % 3000, static_cast<char>('0' + i % 10));
+      ASSERT_TRUE(fs_->Write(*fh, model.size(), Bytes(data)).ok());
+      model += data;
+    } else if (op == 2) {  // truncate down or up
+      size_t size = rng() % (model.size() + 20000);
+      FileAttr attr;
+      attr.size = size;
+      ASSERT_TRUE(fs_->SetAttr(ino, kSetSize, attr, *fh).ok());
+      model.resize(size, '\0');
+    } else {  // write past the end, leaving a hole
+      size_t off = model.size() + rng() % 1000;
+      ASSERT_TRUE(fs_->Write(*fh, off, Bytes("tail")).ok());
+      model.resize(off, '\0');
+      model += "tail";
+    }
+  }
+  // Reads of the open handle see the staged data.
+  std::string buf(model.size() + 10, '\0');
+  auto n = fs_->Read(*fh, 0, std::span<std::byte>(reinterpret_cast<std::byte*>(buf.data()),
+                                                   buf.size()));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(buf.substr(0, *n), model);
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("model"), model);
+  auto fresh = NewFilesystem();
+  auto e = fresh->Lookup(kRootIno, "model");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.size, model.size());
+  EXPECT_EQ(ReadFile(*fresh, e->attr.ino), model);
+}
+
+TEST_F(FilesystemTest, TruncateWithoutOpenFileUploadsAtOnce) {
+  PutObject("t", "0123456789");
+  uint64_t ino = LookupIno(kRootIno, "t");
+  FileAttr attr;
+  attr.size = 4;
+  auto e = fs_->SetAttr(ino, kSetSize, attr, std::nullopt);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->attr.size, 4u);
+  EXPECT_EQ(memory_->contents("t"), "0123");
+}
+
+TEST_F(FilesystemTest, OpenWithTruncEmptiesTheFile) {
+  PutObject("t", "0123456789");
+  uint64_t ino = LookupIno(kRootIno, "t");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("ab")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("t"), "ab");
+}
+
+TEST_F(FilesystemTest, ReadThroughPrefetcherEqualsContent) {
+  std::string data(300000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31 % 251);
+  PutObject("big.bin", data);
+  uint64_t ino = LookupIno(kRootIno, "big.bin");
+  uint64_t reads = metrics_.read_requests.load();
+  EXPECT_EQ(ReadFile(*fs_, ino), data);
+  // 7000-byte reads of a 300000-byte file: far fewer backend reads than kernel reads.
+  EXPECT_LT(metrics_.read_requests.load() - reads, 300000u / 7000u);
+}
+
+TEST_F(FilesystemTest, ChmodChownUtimensAreSelfCopies) {
+  PutObject("m", "data");
+  uint64_t ino = LookupIno(kRootIno, "m");
+  uint64_t puts = metrics_.put_requests.load();
+  uint64_t copies = metrics_.copy_requests.load();
+  FileAttr attr;
+  attr.mode = 0600;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, attr, std::nullopt).ok());
+  EXPECT_EQ(metrics_.copy_requests.load(), copies + 1);
+  attr.uid = 7;
+  attr.gid = 8;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetUid | kSetGid, attr, std::nullopt).ok());
+  attr.mtime_ns = int64_t{1600000000} * 1000000000 + 123456789;
+  auto e = fs_->SetAttr(ino, kSetMtime, attr, std::nullopt);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.mtime_ns, attr.mtime_ns);
+  EXPECT_EQ(metrics_.copy_requests.load(), copies + 3);
+  EXPECT_EQ(metrics_.put_requests.load(), puts);
+  EXPECT_EQ(memory_->contents("m"), "data");
+
+  auto fresh = NewFilesystem();
+  auto got = fresh->Lookup(kRootIno, "m");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+  EXPECT_EQ(got->attr.uid, 7u);
+  EXPECT_EQ(got->attr.gid, 8u);
+  EXPECT_EQ(got->attr.mtime_ns, attr.mtime_ns);
+}
+
+TEST_F(FilesystemTest, ChmodOfUnsavedFileRidesWithTheUpload) {
+  auto created = fs_->Create(kRootIno, "pending", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("x")).ok());
+  FileAttr attr;
+  attr.mode = 0700;
+  uint64_t copies = metrics_.copy_requests.load();
+  ASSERT_TRUE(fs_->SetAttr(created->entry.attr.ino, kSetMode, attr, created->fh).ok());
+  EXPECT_EQ(metrics_.copy_requests.load(), copies);
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  auto head = memory_->head("pending");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0700));
+}
+
+TEST_F(FilesystemTest, MkdirAndRmdir) {
+  auto d = fs_->MkDir(kRootIno, "dir", 0750);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(S_ISDIR(d->attr.mode));
+  auto marker = memory_->head("dir/");
+  ASSERT_TRUE(marker.ok());
+  EXPECT_EQ(marker->metadata.at("mode"), std::to_string(S_IFDIR | 0750));
+  EXPECT_EQ(ErrnoFromStatus(fs_->MkDir(kRootIno, "dir", 0755).status()), EEXIST);
+
+  WriteFile(d->attr.ino, "f", "x");
+  Status s = fs_->RmDir(kRootIno, "dir");
+  EXPECT_EQ(s.code(), StatusCode::kNotEmpty);
+  EXPECT_EQ(ErrnoFromStatus(s), ENOTEMPTY);
+  ASSERT_TRUE(fs_->Unlink(d->attr.ino, "f").ok());
+  ASSERT_TRUE(fs_->RmDir(kRootIno, "dir").ok());
+  EXPECT_EQ(memory_->object_count(), 0u);
+  EXPECT_EQ(fs_->Lookup(kRootIno, "dir").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(FilesystemTest, RmdirOfFileAndUnlinkOfDirectory) {
+  PutObject("file", "x");
+  PutObject("dir/", "");
+  EXPECT_EQ(ErrnoFromStatus(fs_->RmDir(kRootIno, "file")), ENOTDIR);
+  EXPECT_EQ(ErrnoFromStatus(fs_->Unlink(kRootIno, "dir")), EISDIR);
+}
+
+TEST_F(FilesystemTest, RenameFileIsCopyAndDeleteKeepingTheEtag) {
+  uint64_t ino = WriteFile(kRootIno, "src", "payload");
+  auto before = memory_->head("src");
+  ASSERT_TRUE(before.ok());
+  uint64_t puts = metrics_.put_requests.load();
+  ASSERT_TRUE(fs_->Rename(kRootIno, "src", kRootIno, "dst", 0).ok());
+  EXPECT_EQ(metrics_.put_requests.load(), puts);
+  EXPECT_FALSE(memory_->head("src").ok());
+  auto after = memory_->head("dst");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->etag, before->etag);
+  EXPECT_EQ(after->metadata.at("mode"), before->metadata.at("mode"));
+  // The inode follows the rename.
+  auto e = fs_->Lookup(kRootIno, "dst");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.ino, ino);
+  EXPECT_EQ(ReadFile(*fs_, ino), "payload");
+}
+
+TEST_F(FilesystemTest, RenameNoReplaceAndExchange) {
+  PutObject("a", "1");
+  PutObject("b", "2");
+  EXPECT_EQ(ErrnoFromStatus(fs_->Rename(kRootIno, "a", kRootIno, "b", kRenameNoReplace)),
+            EEXIST);
+  EXPECT_EQ(fs_->Rename(kRootIno, "a", kRootIno, "b", kRenameExchange).code(),
+            StatusCode::kUnsupported);
+  ASSERT_TRUE(fs_->Rename(kRootIno, "a", kRootIno, "b", 0).ok());
+  EXPECT_EQ(memory_->contents("b"), "1");
+}
+
+TEST_F(FilesystemTest, RenameOfUnsavedFileUploadsFirst) {
+  auto created = fs_->Create(kRootIno, "draft", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("text")).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "draft", kRootIno, "final", 0).ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 4, Bytes("+more")).ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_FALSE(memory_->head("draft").ok());
+  EXPECT_EQ(memory_->contents("final"), "text+more");
+}
+
+TEST_F(FilesystemTest, RenameDirectoryMovesEveryObject) {
+  PutObject("old/", "");
+  PutObject("old/a", "A");
+  PutObject("old/sub/b", "B");
+  uint64_t old_ino = LookupIno(kRootIno, "old");
+  ASSERT_TRUE(fs_->Rename(kRootIno, "old", kRootIno, "new", 0).ok());
+  EXPECT_EQ(memory_->object_count(), 3u);
+  EXPECT_TRUE(memory_->head("new/").ok());
+  EXPECT_EQ(memory_->contents("new/a"), "A");
+  EXPECT_EQ(memory_->contents("new/sub/b"), "B");
+  EXPECT_FALSE(memory_->head("old/a").ok());
+  EXPECT_EQ(LookupIno(kRootIno, "new"), old_ino);
+  EXPECT_EQ(fs_->Lookup(kRootIno, "old").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(FilesystemTest, RenameDirectoryAboveTheLimitIsRefused) {
+  options_.max_rename_objects = 5;
+  fs_ = NewFilesystem();
+  for (int i = 0; i < 6; ++i) PutObject("many/f" + std::to_string(i), "x");
+  Status s = fs_->Rename(kRootIno, "many", kRootIno, "moved", 0);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("max_rename_objects"), std::string::npos);
+  EXPECT_EQ(memory_->object_count(), 6u);
+  EXPECT_TRUE(memory_->head("many/f0").ok());
+}
+
+TEST_F(FilesystemTest, SymlinkAndReadlink) {
+  auto e = fs_->Symlink("../target/file", kRootIno, "link");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_TRUE(S_ISLNK(e->attr.mode));
+  EXPECT_EQ(memory_->contents("link"), "../target/file");
+  auto fresh = NewFilesystem();
+  auto l = fresh->Lookup(kRootIno, "link");
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(S_ISLNK(l->attr.mode));
+  auto target = fresh->ReadLink(l->attr.ino);
+  ASSERT_TRUE(target.ok());
+  EXPECT_EQ(*target, "../target/file");
+}
+
+TEST_F(FilesystemTest, FailedUploadKeepsDataAndRetries) {
+  auto created = fs_->Create(kRootIno, "precious", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("do not lose me")).ok());
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
+  Status s = fs_->Flush(created->fh);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(ErrnoFromStatus(s), EIO);
+  EXPECT_FALSE(memory_->head("precious").ok());
+  EXPECT_FALSE(std::filesystem::is_empty(options_.cache_dir));
+  auto attr = fs_->GetAttr(created->entry.attr.ino);
+  ASSERT_TRUE(attr.ok());
+  EXPECT_EQ(attr->attr.size, 14u);
+  ASSERT_TRUE(fs_->Flush(created->fh).ok());
+  EXPECT_EQ(memory_->contents("precious"), "do not lose me");
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+}
+
+TEST_F(FilesystemTest, FailedReleaseIsRetriedByFlushAll) {
+  auto created = fs_->Create(kRootIno, "late", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("eventually")).ok());
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("timeout"));
+  EXPECT_FALSE(fs_->Release(created->fh).ok());
+  EXPECT_FALSE(memory_->head("late").ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("late"), "eventually");
+  EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
+}
+
+TEST_F(FilesystemTest, RecoverStagedUploadsLeftovers) {
+  auto created = fs_->Create(kRootIno, "crash", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("survives")).ok());
+  faults_->FailAll(StoreOp::kPut, TransientError("down"));
+  EXPECT_FALSE(fs_->Flush(created->fh).ok());
+  faults_->Clear();
+  // A new process over the same cache directory finds and uploads the data.
+  auto next = NewFilesystem();
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(memory_->contents("crash"), "survives");
+}
+
+TEST_F(FilesystemTest, UnlinkWhileOpenDiscardsData) {
+  auto created = fs_->Create(kRootIno, "gone", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("x")).ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "gone").ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_FALSE(memory_->head("gone").ok());
+  EXPECT_EQ(fs_->Lookup(kRootIno, "gone").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(FilesystemTest, StatFsReportsLargeConstants) {
+  FsStats st = fs_->StatFs();
+  EXPECT_EQ(st.block_size, 4096u);
+  EXPECT_EQ(st.name_max, 255u);
+  EXPECT_GT(st.blocks_free, uint64_t{1} << 40);
+}
+
+TEST_F(FilesystemTest, ReadOnlyMountRefusesChanges) {
+  options_.read_only = true;
+  fs_ = NewFilesystem();
+  EXPECT_EQ(ErrnoFromStatus(fs_->Create(kRootIno, "x", 0644, O_WRONLY | O_CREAT).status()),
+            EACCES);
+  EXPECT_EQ(ErrnoFromStatus(fs_->MkDir(kRootIno, "d", 0755).status()), EACCES);
+}
+
+}  // namespace
+}  // namespace objfs
+
+namespace objfs {
+namespace {
+
+TEST_F(FilesystemTest, ConcurrentWritersAndReadersOfDistinctFiles) {
+  constexpr int kThreads = 8;
+  constexpr int kFilesPerThread = 10;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kFilesPerThread; ++i) {
+        std::string name = "t" + std::to_string(t) + "-" + std::to_string(i);
+        std::string data(1000 + 37 * i, static_cast<char>('a' + t));
+        auto created = fs_->Create(kRootIno, name, 0644, O_RDWR | O_CREAT);
+        if (!created.ok()) {
+          ++failures;
+          continue;
+        }
+        if (!fs_->Write(created->fh, 0, Bytes(data)).ok()) ++failures;
+        std::string back(data.size(), '\0');
+        auto n = fs_->Read(created->fh, 0,
+                           std::span<std::byte>(reinterpret_cast<std::byte*>(back.data()),
+                                                back.size()));
+        if (!n.ok() || back != data) ++failures;
+        if (!fs_->Release(created->fh).ok()) ++failures;
+        if (!fs_->ReadDir(kRootIno).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(memory_->object_count(), static_cast<size_t>(kThreads * kFilesPerThread));
+  EXPECT_EQ(memory_->contents("t3-4"), std::string(1000 + 37 * 4, 'd'));
+  auto list = fs_->ReadDir(kRootIno);
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), static_cast<size_t>(kThreads * kFilesPerThread));
+}
+
+TEST_F(FilesystemTest, ForgottenInodeIsDroppedAfterItsLastHandle) {
+  uint64_t ino = WriteFile(kRootIno, "f", "x");
+  auto fh = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(fh.ok());
+  fs_->Forget(ino, 1);
+  // Still usable through the open handle.
+  EXPECT_TRUE(fs_->GetAttr(ino).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(fs_->GetAttr(ino).status().code(), StatusCode::kNotFound);
+  // A new lookup gives the name a (new) inode again.
+  EXPECT_TRUE(fs_->Lookup(kRootIno, "f").ok());
+}
+
+}  // namespace
+}  // namespace objfs
