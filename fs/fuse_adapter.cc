@@ -1,0 +1,642 @@
+#define FUSE_USE_VERSION 314
+
+#include "fs/fuse_adapter.h"
+
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fs/errno_map.h"
+
+namespace objfs {
+namespace {
+
+// What opendir saw: the listing that readdir/readdirplus serve by offset. Offset i+1 follows
+// the i-th name of the listing, where names 0 and 1 are "." and "..".
+struct DirHandle {
+  uint64_t ino = 0;
+  std::mutex mu;  // guards the fields below
+  std::vector<DirEntry> entries;
+  bool served = false;  // a readdir has read from `entries` (rewinddir then re-lists)
+};
+
+FuseAdapter& AdapterOf(fuse_req_t req) {
+  return *static_cast<FuseAdapter*>(fuse_req_userdata(req));
+}
+
+Filesystem& FsOf(fuse_req_t req) { return *AdapterOf(req).filesystem(); }
+
+int ErrnoOf(const Status& status) {
+  int err = ErrnoFromStatus(status);
+  return err > 0 ? err : EIO;
+}
+
+void ReplyStatus(fuse_req_t req, const Status& status) {
+  fuse_reply_err(req, status.ok() ? 0 : ErrnoOf(status));
+}
+
+timespec ToTimespec(int64_t ns) {
+  timespec ts{};
+  int64_t sec = ns / 1'000'000'000;
+  int64_t rem = ns % 1'000'000'000;
+  if (rem < 0) {
+    rem += 1'000'000'000;
+    --sec;
+  }
+  ts.tv_sec = static_cast<time_t>(sec);
+  ts.tv_nsec = static_cast<long>(rem);
+  return ts;
+}
+
+int64_t FromTimespec(const timespec& ts) {
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+struct stat ToStat(const FileAttr& attr) {
+  struct stat st {};
+  st.st_ino = attr.ino;
+  st.st_mode = attr.mode;
+  st.st_nlink = attr.nlink;
+  st.st_uid = attr.uid;
+  st.st_gid = attr.gid;
+  st.st_size = static_cast<off_t>(attr.size);
+  st.st_blksize = 4096;
+  st.st_blocks = static_cast<blkcnt_t>((attr.size + 511) / 512);
+  st.st_atim = ToTimespec(attr.atime_ns);
+  st.st_mtim = ToTimespec(attr.mtime_ns);
+  st.st_ctim = ToTimespec(attr.ctime_ns);
+  return st;
+}
+
+fuse_entry_param ToEntryParam(const Entry& entry) {
+  fuse_entry_param param{};
+  param.ino = entry.attr.ino;
+  param.generation = 0;
+  param.attr = ToStat(entry.attr);
+  param.attr_timeout = entry.attr_timeout;
+  param.entry_timeout = entry.entry_timeout;
+  return param;
+}
+
+void ReplyEntry(fuse_req_t req, const Result<Entry>& entry) {
+  if (!entry.ok()) {
+    ReplyStatus(req, entry.status());
+    return;
+  }
+  fuse_entry_param param = ToEntryParam(*entry);
+  fuse_reply_entry(req, &param);
+}
+
+// Runs `body`, answering the request with EIO when it throws (allocation failure, a bug):
+// libfuse's C code must never see an exception.
+template <typename Body>
+void Guarded(fuse_req_t req, const char* op, Body&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "objfs: %s failed: %s\n", op, e.what());
+    fuse_reply_err(req, EIO);
+  } catch (...) {
+    std::fprintf(stderr, "objfs: %s failed with an unknown exception\n", op);
+    fuse_reply_err(req, EIO);
+  }
+}
+
+// ---- The operations ----
+
+void OpInit(void* userdata, fuse_conn_info* conn) {
+  auto* adapter = static_cast<FuseAdapter*>(userdata);
+  const FuseAdapterOptions& options = adapter->options();
+  conn->max_write = options.max_write;
+  conn->max_read = options.max_read;
+  conn->max_readahead = options.max_readahead;
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  // Always readdirplus: a listing already carries the attributes, so handing them over saves
+  // the kernel a lookup per name.
+  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+  // Writes must reach Filesystem as they happen: it stages and uploads them itself.
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+}
+
+void OpDestroy(void* userdata) {
+  try {
+    static_cast<FuseAdapter*>(userdata)->FlushAllOnDestroy();
+  } catch (...) {
+    std::fprintf(stderr, "objfs: flushing at unmount failed with an exception\n");
+  }
+}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guarded(req, "lookup", [&] {
+    Filesystem& fs = FsOf(req);
+    Result<Entry> entry = fs.Lookup(parent, name);
+    if (!entry.ok() && ErrnoOf(entry.status()) == ENOENT && fs.options().negative_timeout > 0) {
+      // A negative entry: the kernel remembers the miss for negative_timeout.
+      fuse_entry_param param{};
+      param.ino = 0;
+      param.entry_timeout = fs.options().negative_timeout;
+      fuse_reply_entry(req, &param);
+      return;
+    }
+    ReplyEntry(req, entry);
+  });
+}
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  try {
+    FsOf(req).Forget(ino, nlookup);
+  } catch (...) {
+    std::fprintf(stderr, "objfs: forget failed with an exception\n");
+  }
+  fuse_reply_none(req);
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  try {
+    Filesystem& fs = FsOf(req);
+    for (size_t i = 0; i < count; ++i) fs.Forget(forgets[i].ino, forgets[i].nlookup);
+  } catch (...) {
+    std::fprintf(stderr, "objfs: forget failed with an exception\n");
+  }
+  fuse_reply_none(req);
+}
+
+void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+  Guarded(req, "getattr", [&] {
+    Result<Entry> entry = FsOf(req).GetAttr(ino);
+    if (!entry.ok()) {
+      ReplyStatus(req, entry.status());
+      return;
+    }
+    struct stat st = ToStat(entry->attr);
+    fuse_reply_attr(req, &st, entry->attr_timeout);
+  });
+}
+
+void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  Guarded(req, "setattr", [&] {
+    uint32_t mask = 0;
+    if (to_set & FUSE_SET_ATTR_MODE) mask |= kSetMode;
+    if (to_set & FUSE_SET_ATTR_UID) mask |= kSetUid;
+    if (to_set & FUSE_SET_ATTR_GID) mask |= kSetGid;
+    if (to_set & FUSE_SET_ATTR_SIZE) mask |= kSetSize;
+    if (to_set & FUSE_SET_ATTR_ATIME) mask |= kSetAtime;
+    if (to_set & FUSE_SET_ATTR_MTIME) mask |= kSetMtime;
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) mask |= kSetAtimeNow;
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) mask |= kSetMtimeNow;
+    if (to_set & FUSE_SET_ATTR_CTIME) mask |= kSetCtime;
+    FileAttr wanted;
+    wanted.ino = ino;
+    wanted.mode = attr->st_mode;
+    wanted.uid = attr->st_uid;
+    wanted.gid = attr->st_gid;
+    wanted.size = attr->st_size < 0 ? 0 : static_cast<uint64_t>(attr->st_size);
+    wanted.atime_ns = FromTimespec(attr->st_atim);
+    wanted.mtime_ns = FromTimespec(attr->st_mtim);
+    wanted.ctime_ns = FromTimespec(attr->st_ctim);
+    if ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size < 0) {
+      fuse_reply_err(req, EINVAL);
+      return;
+    }
+    std::optional<uint64_t> fh;
+    if (fi != nullptr) fh = fi->fh;
+    Result<Entry> entry = FsOf(req).SetAttr(ino, mask, wanted, fh);
+    if (!entry.ok()) {
+      ReplyStatus(req, entry.status());
+      return;
+    }
+    struct stat st = ToStat(entry->attr);
+    fuse_reply_attr(req, &st, entry->attr_timeout);
+  });
+}
+
+void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
+  Guarded(req, "readlink", [&] {
+    Result<std::string> target = FsOf(req).ReadLink(ino);
+    if (!target.ok()) {
+      ReplyStatus(req, target.status());
+      return;
+    }
+    fuse_reply_readlink(req, target->c_str());
+  });
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t /*rdev*/) {
+  Guarded(req, "mknod", [&] {
+    if (!S_ISREG(mode)) {
+      // Devices, FIFOs and sockets cannot be stored as objects.
+      fuse_reply_err(req, EPERM);
+      return;
+    }
+    Filesystem& fs = FsOf(req);
+    Result<CreatedFile> created = fs.Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL);
+    if (!created.ok()) {
+      ReplyStatus(req, created.status());
+      return;
+    }
+    Status released = fs.Release(created->fh);
+    if (!released.ok()) {
+      fs.Forget(created->entry.attr.ino, 1);
+      ReplyStatus(req, released);
+      return;
+    }
+    fuse_entry_param param = ToEntryParam(created->entry);
+    fuse_reply_entry(req, &param);
+  });
+}
+
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  Guarded(req, "mkdir", [&] { ReplyEntry(req, FsOf(req).MkDir(parent, name, mode)); });
+}
+
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guarded(req, "unlink", [&] { ReplyStatus(req, FsOf(req).Unlink(parent, name)); });
+}
+
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guarded(req, "rmdir", [&] { ReplyStatus(req, FsOf(req).RmDir(parent, name)); });
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  Guarded(req, "symlink", [&] { ReplyEntry(req, FsOf(req).Symlink(link, parent, name)); });
+}
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
+              const char* new_name, unsigned int flags) {
+  Guarded(req, "rename", [&] {
+    uint32_t rename_flags = 0;
+    if (flags & RENAME_NOREPLACE) rename_flags |= kRenameNoReplace;
+    if (flags & RENAME_EXCHANGE) rename_flags |= kRenameExchange;
+    if (flags & ~static_cast<unsigned int>(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
+      fuse_reply_err(req, EINVAL);
+      return;
+    }
+    ReplyStatus(req, FsOf(req).Rename(parent, name, new_parent, new_name, rename_flags));
+  });
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guarded(req, "open", [&] {
+    Result<uint64_t> fh = FsOf(req).Open(ino, fi->flags);
+    if (!fh.ok()) {
+      ReplyStatus(req, fh.status());
+      return;
+    }
+    fi->fh = *fh;
+    fi->keep_cache = 0;
+    fi->direct_io = 0;
+    if (fuse_reply_open(req, fi) != 0) {
+      // The opener is gone (interrupted): nobody will release this handle.
+      Status ignored = FsOf(req).Release(*fh);
+      (void)ignored;
+    }
+  });
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
+  Guarded(req, "read", [&] {
+    if (off < 0) {
+      fuse_reply_err(req, EINVAL);
+      return;
+    }
+    std::unique_ptr<std::byte[]> buf(new std::byte[size == 0 ? 1 : size]);
+    Result<size_t> n =
+        FsOf(req).Read(fi->fh, static_cast<uint64_t>(off), std::span<std::byte>(buf.get(), size));
+    if (!n.ok()) {
+      ReplyStatus(req, n.status());
+      return;
+    }
+    fuse_reply_buf(req, reinterpret_cast<const char*>(buf.get()), *n);
+  });
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size, off_t off,
+             fuse_file_info* fi) {
+  Guarded(req, "write", [&] {
+    if (off < 0) {
+      fuse_reply_err(req, EINVAL);
+      return;
+    }
+    Result<size_t> n =
+        FsOf(req).Write(fi->fh, static_cast<uint64_t>(off),
+                        std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), size));
+    if (!n.ok()) {
+      ReplyStatus(req, n.status());
+      return;
+    }
+    fuse_reply_write(req, *n);
+  });
+}
+
+void OpFlush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  Guarded(req, "flush", [&] { ReplyStatus(req, FsOf(req).Flush(fi->fh)); });
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  Guarded(req, "release", [&] { ReplyStatus(req, FsOf(req).Release(fi->fh)); });
+}
+
+void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi) {
+  Guarded(req, "fsync", [&] { ReplyStatus(req, FsOf(req).Fsync(fi->fh, datasync != 0)); });
+}
+
+void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guarded(req, "opendir", [&] {
+    Result<std::vector<DirEntry>> entries = FsOf(req).ReadDir(ino);
+    if (!entries.ok()) {
+      ReplyStatus(req, entries.status());
+      return;
+    }
+    auto dir = std::make_unique<DirHandle>();
+    dir->ino = ino;
+    dir->entries = std::move(*entries);
+    fi->fh = reinterpret_cast<uint64_t>(dir.get());
+    fi->keep_cache = 0;
+    fi->cache_readdir = 0;
+    if (fuse_reply_open(req, fi) == 0) dir.release();
+  });
+}
+
+// Serves readdir (plus = false) and readdirplus from the handle's listing.
+void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,
+              bool plus) {
+  Filesystem& fs = FsOf(req);
+  auto* dir = reinterpret_cast<DirHandle*>(fi->fh);
+  std::lock_guard<std::mutex> lock(dir->mu);
+  if (off < 0) {
+    fuse_reply_err(req, EINVAL);
+    return;
+  }
+  if (off == 0 && dir->served) {
+    // rewinddir(): list again so that the directory's current names are seen.
+    Result<std::vector<DirEntry>> entries = fs.ReadDir(ino);
+    if (!entries.ok()) {
+      ReplyStatus(req, entries.status());
+      return;
+    }
+    dir->entries = std::move(*entries);
+  }
+  dir->served = true;
+  std::vector<char> buf(size);
+  size_t used = 0;
+  const size_t total = dir->entries.size() + 2;
+  for (size_t index = static_cast<size_t>(off); index < total; ++index) {
+    const off_t next = static_cast<off_t>(index + 1);
+    char* dest = buf.data() + used;
+    size_t room = size - used;
+    size_t needed = 0;
+    if (index < 2) {
+      const char* name = index == 0 ? "." : "..";
+      struct stat st {};
+      st.st_mode = S_IFDIR;
+      st.st_ino = index == 0 ? ino : FUSE_ROOT_ID;
+      if (plus) {
+        fuse_entry_param param{};
+        param.attr = st;  // ino 0: the kernel takes no reference on "." and ".."
+        needed = fuse_add_direntry_plus(req, dest, room, name, &param, next);
+      } else {
+        needed = fuse_add_direntry(req, dest, room, name, &st, next);
+      }
+      if (needed > room) break;
+    } else {
+      const DirEntry& entry = dir->entries[index - 2];
+      if (plus) {
+        fuse_entry_param param = ToEntryParam(entry.entry);
+        needed = fuse_add_direntry_plus(req, dest, room, entry.name.c_str(), &param, next);
+        if (needed > room) break;
+        fs.AddLookup(entry.entry.attr.ino);
+      } else {
+        struct stat st {};
+        st.st_ino = entry.entry.attr.ino;
+        st.st_mode = entry.entry.attr.mode;
+        needed = fuse_add_direntry(req, dest, room, entry.name.c_str(), &st, next);
+        if (needed > room) break;
+      }
+    }
+    used += needed;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  Guarded(req, "readdir", [&] { ServeDir(req, ino, size, off, fi, /*plus=*/false); });
+}
+
+void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  Guarded(req, "readdirplus", [&] { ServeDir(req, ino, size, off, fi, /*plus=*/true); });
+}
+
+void OpReleaseDir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void OpFsyncDir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* /*fi*/) {
+  // A directory has nothing unsaved: mkdir, rmdir and renames are done when they return.
+  fuse_reply_err(req, 0);
+}
+
+void OpStatFs(fuse_req_t req, fuse_ino_t /*ino*/) {
+  Guarded(req, "statfs", [&] {
+    FsStats stats = FsOf(req).StatFs();
+    struct statvfs st {};
+    st.f_bsize = stats.block_size;
+    st.f_frsize = stats.fragment_size;
+    st.f_blocks = stats.blocks;
+    st.f_bfree = stats.blocks_free;
+    st.f_bavail = stats.blocks_available;
+    st.f_files = stats.files;
+    st.f_ffree = stats.files_free;
+    st.f_favail = stats.files_free;
+    st.f_namemax = stats.name_max;
+    fuse_reply_statfs(req, &st);
+  });
+}
+
+void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags) {
+  Guarded(req, "setxattr", [&] {
+    int xattr_flags = 0;
+    if (flags & XATTR_CREATE) xattr_flags |= kXattrCreate;
+    if (flags & XATTR_REPLACE) xattr_flags |= kXattrReplace;
+    ReplyStatus(req, FsOf(req).SetXattr(ino, name, std::string_view(value, size), xattr_flags));
+  });
+}
+
+// The size protocol of getxattr/listxattr: size 0 asks for the length, a smaller buffer than
+// the value is ERANGE.
+void ReplyXattrValue(fuse_req_t req, const std::string& value, size_t size) {
+  if (size == 0) {
+    fuse_reply_xattr(req, value.size());
+  } else if (value.size() > size) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, value.data(), value.size());
+  }
+}
+
+void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Guarded(req, "getxattr", [&] {
+    Result<std::string> value = FsOf(req).GetXattr(ino, name);
+    if (!value.ok()) {
+      ReplyStatus(req, value.status());
+      return;
+    }
+    ReplyXattrValue(req, *value, size);
+  });
+}
+
+void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Guarded(req, "listxattr", [&] {
+    Result<std::vector<std::string>> names = FsOf(req).ListXattr(ino);
+    if (!names.ok()) {
+      ReplyStatus(req, names.status());
+      return;
+    }
+    std::string list;
+    for (const std::string& name : *names) {
+      list += name;
+      list.push_back('\0');
+    }
+    ReplyXattrValue(req, list, size);
+  });
+}
+
+void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Guarded(req, "removexattr", [&] { ReplyStatus(req, FsOf(req).RemoveXattr(ino, name)); });
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              fuse_file_info* fi) {
+  Guarded(req, "create", [&] {
+    Filesystem& fs = FsOf(req);
+    Result<CreatedFile> created = fs.Create(parent, name, mode, fi->flags);
+    if (!created.ok()) {
+      ReplyStatus(req, created.status());
+      return;
+    }
+    fi->fh = created->fh;
+    fi->keep_cache = 0;
+    fi->direct_io = 0;
+    fuse_entry_param param = ToEntryParam(created->entry);
+    if (fuse_reply_create(req, &param, fi) != 0) {
+      // The creator is gone: the kernel holds neither the handle nor the reference.
+      Status ignored = fs.Release(created->fh);
+      (void)ignored;
+      fs.Forget(created->entry.attr.ino, 1);
+    }
+  });
+}
+
+void OpCopyFileRange(fuse_req_t req, fuse_ino_t /*ino_in*/, off_t off_in, fuse_file_info* fi_in,
+                     fuse_ino_t /*ino_out*/, off_t off_out, fuse_file_info* fi_out, size_t len,
+                     int flags) {
+  Guarded(req, "copy_file_range", [&] {
+    if (off_in < 0 || off_out < 0) {
+      fuse_reply_err(req, EINVAL);
+      return;
+    }
+    Result<uint64_t> copied =
+        FsOf(req).CopyFileRange(fi_in->fh, static_cast<uint64_t>(off_in), fi_out->fh,
+                                static_cast<uint64_t>(off_out), len, flags);
+    if (!copied.ok()) {
+      ReplyStatus(req, copied.status());
+      return;
+    }
+    // The protocol's reply holds 32 bits; the kernel asks again for the rest.
+    uint64_t reported = std::min<uint64_t>(*copied, std::numeric_limits<uint32_t>::max());
+    fuse_reply_write(req, static_cast<size_t>(reported));
+  });
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t /*ino*/, int /*mode*/, off_t /*offset*/,
+                 off_t /*length*/, fuse_file_info* /*fi*/) {
+  fuse_reply_err(req, EOPNOTSUPP);
+}
+
+fuse_lowlevel_ops MakeOperations() {
+  fuse_lowlevel_ops ops{};
+  ops.init = OpInit;
+  ops.destroy = OpDestroy;
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.forget_multi = OpForgetMulti;
+  ops.getattr = OpGetAttr;
+  ops.setattr = OpSetAttr;
+  ops.readlink = OpReadLink;
+  ops.mknod = OpMknod;
+  ops.mkdir = OpMkdir;
+  ops.unlink = OpUnlink;
+  ops.rmdir = OpRmdir;
+  ops.symlink = OpSymlink;
+  ops.rename = OpRename;
+  ops.open = OpOpen;
+  ops.read = OpRead;
+  ops.write = OpWrite;
+  ops.flush = OpFlush;
+  ops.release = OpRelease;
+  ops.fsync = OpFsync;
+  ops.opendir = OpOpenDir;
+  ops.readdir = OpReadDir;
+  ops.readdirplus = OpReadDirPlus;
+  ops.releasedir = OpReleaseDir;
+  ops.fsyncdir = OpFsyncDir;
+  ops.statfs = OpStatFs;
+  ops.setxattr = OpSetXattr;
+  ops.getxattr = OpGetXattr;
+  ops.listxattr = OpListXattr;
+  ops.removexattr = OpRemoveXattr;
+  ops.create = OpCreate;
+  ops.copy_file_range = OpCopyFileRange;
+  ops.fallocate = OpFallocate;
+  return ops;
+}
+
+const fuse_lowlevel_ops kOperations = MakeOperations();
+
+}  // namespace
+
+fuse_session* FuseAdapter::NewSession(fuse_args* args) {
+  return fuse_session_new(args, &kOperations, sizeof(kOperations), this);
+}
+
+int FuseAdapter::Run(fuse_session* session) {
+  fuse_loop_config* config = fuse_loop_cfg_create();
+  if (config == nullptr) return -ENOMEM;
+  fuse_loop_cfg_set_max_threads(config, static_cast<unsigned int>(options_.max_threads));
+  fuse_loop_cfg_set_clone_fd(config, 0);
+  int result = fuse_session_loop_mt(session, config);
+  fuse_loop_cfg_destroy(config);
+  return result;
+}
+
+Status FuseAdapter::destroy_status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return destroy_status_;
+}
+
+void FuseAdapter::FlushAllOnDestroy() {
+  if (fs_ == nullptr) return;
+  Status status = fs_->FlushAll();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!status.ok() && destroy_status_.ok()) destroy_status_ = status;
+}
+
+}  // namespace objfs

@@ -1,0 +1,61 @@
+// The bridge between the kernel's FUSE protocol (libfuse's low-level API) and Filesystem.
+//
+// Each request becomes one Filesystem call; each non-ok Status becomes an errno through
+// fs/errno_map.h. The adapter owns only what the protocol itself needs: directory handles
+// (a snapshot of a listing served by offset) and the negotiation of the connection's limits at
+// init. A failing or misbehaving request is answered with an error and never ends the process.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+
+#include "backend/status.h"
+#include "fs/filesystem.h"
+
+struct fuse_args;
+struct fuse_session;
+
+namespace objfs {
+
+struct FuseAdapterOptions {
+  uint32_t max_write = 1u << 20;      // largest write request
+  uint32_t max_read = 1u << 20;       // largest read request (also the max_read mount option)
+  uint32_t max_readahead = 1u << 20;  // the kernel's read-ahead per file
+  int max_threads = 64;               // threads of libfuse's multi-threaded loop
+};
+
+class FuseAdapter {
+ public:
+  explicit FuseAdapter(FuseAdapterOptions options = {}) : options_(options) {}
+  FuseAdapter(const FuseAdapter&) = delete;
+  FuseAdapter& operator=(const FuseAdapter&) = delete;
+
+  // The filesystem requests are served by. Must be set before the loop runs (the session may
+  // be created and mounted earlier); must outlive the session.
+  void set_filesystem(Filesystem* fs) { fs_ = fs; }
+  Filesystem* filesystem() const { return fs_; }
+  const FuseAdapterOptions& options() const { return options_; }
+
+  // fuse_session_new with this adapter's operations and `this` as the session's user data.
+  // nullptr when libfuse rejects `args` (it prints why).
+  fuse_session* NewSession(fuse_args* args);
+
+  // Serves requests on `session` with libfuse's multi-threaded loop until the file system is
+  // unmounted or the session is told to exit (signal handlers). Returns libfuse's result: 0, a
+  // negative errno, or the number of the signal that ended the loop.
+  int Run(fuse_session* session);
+
+  // The first failure of the FlushAll() run by the kernel's destroy request, if any.
+  Status destroy_status() const;
+
+  // Called from the destroy request: uploads everything unsaved and remembers a failure.
+  void FlushAllOnDestroy();
+
+ private:
+  FuseAdapterOptions options_;
+  Filesystem* fs_ = nullptr;
+  mutable std::mutex mu_;  // guards destroy_status_
+  Status destroy_status_;
+};
+
+}  // namespace objfs

@@ -1,0 +1,269 @@
+// objfs: mounts an S3 bucket (or, later, an SFTP directory) as a directory.
+//
+// Everything that can be checked before mounting is checked first (arguments, mount point,
+// credentials, endpoint, bucket), each failure being one line on stderr and exit status 1, so
+// that a mount that cannot work fails before the shell gets its prompt back. Only after the
+// kernel mount succeeded does the process go to the background. On unmount, SIGTERM or SIGINT
+// everything unsaved is uploaded before the process exits; a failed upload makes the exit
+// status non-zero.
+#define FUSE_USE_VERSION 314
+
+#include <fuse_lowlevel.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <syslog.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "backend/metrics.h"
+#include "backend/metrics_store.h"
+#include "backend/prefix_store.h"
+#include "backend/s3/s3_store.h"
+#include "fs/filesystem.h"
+#include "fs/fuse_adapter.h"
+#include "fs/mount_options.h"
+#include "objfs_version.h"
+
+namespace objfs {
+namespace {
+
+// Where messages go: stderr while attached to a terminal or in the foreground, syslog once
+// the process is a daemon (its stderr is then /dev/null).
+class Reporter {
+ public:
+  void set_daemon(bool daemon) {
+    if (daemon && !daemon_) ::openlog("objfs", LOG_PID, LOG_DAEMON);
+    daemon_ = daemon;
+  }
+
+  void Error(const std::string& message) const {
+    std::fprintf(stderr, "objfs: %s\n", message.c_str());
+    if (daemon_) ::syslog(LOG_ERR, "%s", message.c_str());
+  }
+
+ private:
+  bool daemon_ = false;
+};
+
+// SIGINT, SIGTERM and SIGHUP end the loop through libfuse's handlers. Threads started while
+// they are blocked inherit the mask, so the signals always reach the thread running the loop.
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+Status CheckMountPoint(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    int err = errno;
+    if (err == ENOENT) return NotFoundError("mount point '" + path + "' does not exist");
+    if (err == ENOTCONN) {
+      return IoError("mount point '" + path +
+                     "' is a disconnected FUSE mount: unmount it first (fusermount3 -u " + path +
+                     ")");
+    }
+    return IoError("cannot use mount point '" + path + "': " + std::strerror(err));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return InvalidArgumentError("mount point '" + path + "' is not a directory");
+  }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics& metrics) {
+  s3::S3StoreOptions s3_options;
+  s3_options.bucket = options.url.bucket;
+  s3_options.endpoint = options.endpoint;
+  s3_options.region = options.region;  // empty: from the environment, else us-east-1
+  s3_options.addressing = options.addressing;
+  if (options.multipart_threshold) s3_options.multipart_threshold = *options.multipart_threshold;
+  if (options.part_size) s3_options.part_size = *options.part_size;
+  if (options.copy_part_threshold) s3_options.copy_part_threshold = *options.copy_part_threshold;
+  if (options.parallel_parts) s3_options.parallel_parts = *options.parallel_parts;
+  s3_options.metrics = &metrics;
+  OBJFS_RETURN_IF_ERROR(s3::ApplyEnvironment(s3_options, options.profile,
+                                             [](const char* name) { return std::getenv(name); }));
+  if (s3_options.region.empty()) s3_options.region = "us-east-1";
+
+  OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<s3::S3Store> s3_store,
+                         s3::S3Store::Create(std::move(s3_options)));
+  OBJFS_RETURN_IF_ERROR(s3_store->CheckBucket());
+
+  std::shared_ptr<ObjectStore> store =
+      std::make_shared<MetricsStore>(std::shared_ptr<ObjectStore>(std::move(s3_store)), metrics);
+  if (!options.url.prefix.empty()) {
+    store = std::make_shared<PrefixStore>(std::move(store), options.url.prefix);
+  }
+  return store;
+}
+
+// The arguments of fuse_session_new: program name, debug, and the mount options.
+std::vector<std::string> FuseArguments(const MountOptions& options,
+                                       const FuseAdapterOptions& adapter_options) {
+  std::vector<std::string> args = {"objfs"};
+  if (options.debug) args.push_back("-d");
+  std::string mount_options = "subtype=objfs,max_read=" + std::to_string(adapter_options.max_read);
+  if (!options.has_fsname) {
+    std::string fsname = "objfs:" + options.url.text;
+    std::string escaped;
+    for (char c : fsname) {
+      if (c == ',' || c == '\\') escaped.push_back('\\');
+      escaped.push_back(c);
+    }
+    mount_options += ",fsname=" + escaped;
+  }
+  for (const std::string& opt : options.fuse_options) mount_options += "," + opt;
+  args.push_back("-o");
+  args.push_back(mount_options);
+  return args;
+}
+
+int Mount(const MountOptions& options) {
+  Reporter reporter;
+  if (options.url.scheme == UrlScheme::kSftp) {
+    reporter.Error("sftp:// is not supported by this build yet");
+    return 1;
+  }
+
+  Status mount_point = CheckMountPoint(options.mountpoint);
+  if (!mount_point.ok()) {
+    reporter.Error(mount_point.message());
+    return 1;
+  }
+  std::error_code ec;
+  std::filesystem::path mountpoint = std::filesystem::canonical(options.mountpoint, ec);
+  if (ec) {
+    reporter.Error("cannot use mount point '" + options.mountpoint + "': " + ec.message());
+    return 1;
+  }
+
+  sigset_t termination = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &termination, nullptr);
+
+  Metrics metrics;
+  Result<std::shared_ptr<ObjectStore>> store = OpenS3(options, metrics);
+  if (!store.ok()) {
+    reporter.Error(store.status().message());
+    return 1;
+  }
+
+  FilesystemOptions fs_options = options.fs;
+  std::filesystem::create_directories(fs_options.cache_dir, ec);
+  if (!ec) fs_options.cache_dir = std::filesystem::canonical(fs_options.cache_dir, ec).string();
+  if (ec) {
+    reporter.Error("cannot create cache directory '" + options.fs.cache_dir + "': " + ec.message());
+    return 1;
+  }
+
+  FuseAdapterOptions adapter_options;
+  FuseAdapter adapter(adapter_options);
+  std::vector<std::string> fuse_arg_strings = FuseArguments(options, adapter_options);
+  std::vector<char*> fuse_argv;
+  for (std::string& arg : fuse_arg_strings) fuse_argv.push_back(arg.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fuse_argv.size()), fuse_argv.data());
+  fuse_session* session = adapter.NewSession(&args);
+  if (session == nullptr) {
+    reporter.Error("libfuse rejected the mount options");
+    fuse_opt_free_args(&args);
+    return 1;
+  }
+  if (fuse_set_signal_handlers(session) != 0) {
+    reporter.Error("cannot install signal handlers");
+    fuse_session_destroy(session);
+    fuse_opt_free_args(&args);
+    return 1;
+  }
+  if (fuse_session_mount(session, mountpoint.c_str()) != 0) {
+    reporter.Error("cannot mount at '" + mountpoint.string() + "'");
+    fuse_remove_signal_handlers(session);
+    fuse_session_destroy(session);
+    fuse_opt_free_args(&args);
+    return 1;
+  }
+
+  // Threads do not survive the fork of fuse_daemonize, so the filesystem (and its I/O pool)
+  // starts only in the process that will serve requests.
+  if (fuse_daemonize(options.foreground ? 1 : 0) != 0) {
+    reporter.Error("cannot go to the background");
+    fuse_session_unmount(session);
+    fuse_remove_signal_handlers(session);
+    fuse_session_destroy(session);
+    fuse_opt_free_args(&args);
+    return 1;
+  }
+  reporter.set_daemon(!options.foreground);
+
+  int exit_code = 0;
+  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Create(*store, fs_options, &metrics);
+  if (!fs.ok()) {
+    reporter.Error(fs.status().message());
+    exit_code = 1;
+  } else {
+    Status recovered = (*fs)->RecoverStaged();
+    if (!recovered.ok()) {
+      reporter.Error("warning: staged data of an earlier mount not uploaded yet (kept in " +
+                     fs_options.cache_dir + "): " + recovered.message());
+    }
+    adapter.set_filesystem(fs->get());
+    pthread_sigmask(SIG_UNBLOCK, &termination, nullptr);
+    int loop_result = adapter.Run(session);
+    pthread_sigmask(SIG_BLOCK, &termination, nullptr);
+    if (loop_result < 0) {
+      reporter.Error(std::string("the request loop failed: ") + std::strerror(-loop_result));
+      exit_code = 1;
+    }
+    Status flushed = (*fs)->FlushAll();
+    if (!flushed.ok()) {
+      reporter.Error("unsaved data could not be uploaded (kept in " + fs_options.cache_dir +
+                     "): " + flushed.message());
+      exit_code = 1;
+    }
+  }
+
+  fuse_remove_signal_handlers(session);
+  fuse_session_unmount(session);
+  fuse_session_destroy(session);  // runs the destroy request's flush if the kernel sent none
+  fuse_opt_free_args(&args);
+  if (fs.ok() && exit_code == 0 && !adapter.destroy_status().ok()) {
+    reporter.Error("unsaved data could not be uploaded: " + adapter.destroy_status().message());
+    exit_code = 1;
+  }
+  adapter.set_filesystem(nullptr);
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace objfs
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  objfs::Result<objfs::MountOptions> options =
+      objfs::ParseMountOptions(args, objfs::CurrentMountEnvironment());
+  if (!options.ok()) {
+    std::fprintf(stderr, "objfs: %s\n", options.status().message().c_str());
+    return 1;
+  }
+  switch (options->action) {
+    case objfs::MountAction::kHelp:
+      std::fputs(objfs::MountUsage().c_str(), stdout);
+      return 0;
+    case objfs::MountAction::kVersion:
+      std::printf("objfs %s (libfuse %s)\n", OBJFS_VERSION, fuse_pkgversion());
+      return 0;
+    case objfs::MountAction::kMount:
+      break;
+  }
+  return objfs::Mount(*options);
+}

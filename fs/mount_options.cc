@@ -1,0 +1,501 @@
+#include "fs/mount_options.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace objfs {
+namespace {
+
+constexpr size_t kMinReadBuffer = 4096;
+
+Status Invalid(std::string message) { return InvalidArgumentError(std::move(message)); }
+
+// Splits "a,b,c" on commas; empty pieces are dropped.
+std::vector<std::string> SplitOptions(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    if (comma > start) out.emplace_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+Result<uint64_t> ParseUnsigned(std::string_view text, std::string_view what) {
+  if (text.empty()) return Invalid(std::string(what) + " needs a value");
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') {
+      return Invalid("bad value '" + std::string(text) + "' for " + std::string(what) +
+                     " (expected a non-negative integer)");
+    }
+    uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) {
+      return Invalid("value '" + std::string(text) + "' for " + std::string(what) +
+                     " is too large");
+    }
+    value = value * 10 + digit;
+  }
+  return value;
+}
+
+Result<uint64_t> ParseBounded(std::string_view text, std::string_view what, uint64_t min,
+                              uint64_t max) {
+  OBJFS_ASSIGN_OR_RETURN(uint64_t value, ParseUnsigned(text, what));
+  if (value < min || value > max) {
+    return Invalid(std::string(what) + "=" + std::string(text) + " is out of range (" +
+                   std::to_string(min) + ".." + std::to_string(max) + ")");
+  }
+  return value;
+}
+
+Result<uint64_t> ParseSizeOption(std::string_view text, std::string_view what, uint64_t min) {
+  if (text.empty()) return Invalid(std::string(what) + " needs a value");
+  Result<uint64_t> size = ParseSize(text);
+  if (!size.ok()) {
+    return Invalid("bad size '" + std::string(text) + "' for " + std::string(what) +
+                   " (expected e.g. 4096, 64K, 1M, 2G)");
+  }
+  if (*size < min) {
+    return Invalid(std::string(what) + "=" + std::string(text) + " is too small (minimum " +
+                   std::to_string(min) + " bytes)");
+  }
+  return *size;
+}
+
+Result<double> ParseSeconds(std::string_view text, std::string_view what) {
+  std::string copy(text);
+  if (copy.empty()) return Invalid(std::string(what) + " needs a value");
+  char* end = nullptr;
+  errno = 0;
+  double value = std::strtod(copy.c_str(), &end);
+  if (errno != 0 || end != copy.c_str() + copy.size() || !(value >= 0) || value > 1e9) {
+    return Invalid("bad value '" + copy + "' for " + std::string(what) +
+                   " (expected a non-negative number of seconds)");
+  }
+  return value;
+}
+
+Result<uint32_t> ParseOctalMask(std::string_view text) {
+  if (text.empty()) return Invalid("umask needs a value");
+  uint32_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '7') {
+      return Invalid("bad value '" + std::string(text) + "' for umask (expected octal, e.g. 022)");
+    }
+    value = value * 8 + static_cast<uint32_t>(c - '0');
+    if (value > 0777) return Invalid("umask=" + std::string(text) + " is out of range (0..0777)");
+  }
+  return value;
+}
+
+bool IsKernelFlag(std::string_view opt) {
+  return opt == "rw" || opt == "dev" || opt == "nodev" || opt == "suid" || opt == "nosuid" ||
+         opt == "exec" || opt == "noexec";
+}
+
+// Options of mount(8) and fstab that concern the mount command, not the filesystem.
+bool IsMountCommandOption(std::string_view opt) {
+  return opt == "auto" || opt == "noauto" || opt == "user" || opt == "nouser" || opt == "_netdev" ||
+         opt == "users" || opt == "nofail";
+}
+
+Status ApplyOption(std::string_view opt, MountOptions& out, bool& cache_dir_given) {
+  size_t eq = opt.find('=');
+  std::string_view name = opt.substr(0, eq);
+  std::string_view value = eq == std::string_view::npos ? std::string_view() : opt.substr(eq + 1);
+  bool has_value = eq != std::string_view::npos;
+
+  auto need_value = [&]() -> Status {
+    if (!has_value || value.empty()) {
+      return Invalid("option '" + std::string(name) + "' needs a value (" + std::string(name) +
+                     "=...)");
+    }
+    return Status::Ok();
+  };
+  auto no_value = [&]() -> Status {
+    if (has_value) return Invalid("option '" + std::string(name) + "' takes no value");
+    return Status::Ok();
+  };
+
+  if (name == "endpoint") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    out.endpoint = std::string(value);
+  } else if (name == "region") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    out.region = std::string(value);
+  } else if (name == "profile") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    out.profile = std::string(value);
+  } else if (name == "path_style") {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    out.addressing = s3::Addressing::kPath;
+  } else if (name == "virtual_host") {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    out.addressing = s3::Addressing::kVirtualHost;
+  } else if (name == "cache_dir") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    out.fs.cache_dir = std::string(value);
+    cache_dir_given = true;
+  } else if (name == "read_buffer") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(value, name, kMinReadBuffer));
+    out.fs.prefetch.read_buffer = size;
+  } else if (name == "max_readahead") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(value, name, kMinReadBuffer));
+    out.fs.prefetch.max_readahead = size;
+  } else if (name == "uid") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t id, ParseBounded(value, name, 0, 0xfffffffeu));
+    out.fs.uid = static_cast<uint32_t>(id);
+  } else if (name == "gid") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t id, ParseBounded(value, name, 0, 0xfffffffeu));
+    out.fs.gid = static_cast<uint32_t>(id);
+  } else if (name == "umask") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(out.fs.umask, ParseOctalMask(value));
+  } else if (name == "attr_timeout") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(double seconds, ParseSeconds(value, name));
+    out.fs.attr_timeout = seconds;
+    out.fs.entry_timeout = seconds;
+  } else if (name == "negative_timeout") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(out.fs.negative_timeout, ParseSeconds(value, name));
+  } else if (name == "multipart_threshold") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(out.multipart_threshold, ParseSizeOption(value, name, 1));
+  } else if (name == "part_size") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(out.part_size, ParseSizeOption(value, name, 1));
+  } else if (name == "copy_part_threshold") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(out.copy_part_threshold, ParseSizeOption(value, name, 1));
+  } else if (name == "parallel_parts") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 256));
+    out.parallel_parts = static_cast<int>(n);
+  } else if (name == "io_threads") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 1024));
+    out.fs.io_threads = static_cast<int>(n);
+  } else if (name == "prefetch_memory") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(value, name, kMinReadBuffer));
+    out.fs.prefetch_memory = size;
+  } else if (name == "max_rename_objects") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t n,
+                           ParseBounded(value, name, 1, std::numeric_limits<uint32_t>::max()));
+    out.fs.max_rename_objects = n;
+  } else if (name == "ro") {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    out.fs.read_only = true;
+    out.fuse_options.emplace_back("ro");
+  } else if (name == "allow_other" || name == "default_permissions") {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    out.fuse_options.emplace_back(name);
+  } else if (name == "fsname") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    out.fuse_options.emplace_back(opt);
+    out.has_fsname = true;
+  } else if (IsKernelFlag(name)) {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    if (name == "rw") out.fs.read_only = false;
+    out.fuse_options.emplace_back(name);
+  } else if (IsMountCommandOption(name)) {
+    // Meaningful to mount(8) only; accepted so that fstab entries work.
+  } else {
+    return Invalid("unknown option '" + std::string(opt) + "' (see objfs --help)");
+  }
+  return Status::Ok();
+}
+
+uint64_t Fnv1a64(std::string_view text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+}  // namespace
+
+Result<MountUrl> ParseMountUrl(std::string_view url) {
+  MountUrl out;
+  out.text = std::string(url);
+  size_t sep = url.find("://");
+  if (sep == std::string_view::npos) {
+    return Invalid("'" + std::string(url) +
+                   "' is not a URL (expected s3://BUCKET[/PREFIX] or sftp://[USER@]HOST/PATH)");
+  }
+  std::string_view scheme = url.substr(0, sep);
+  std::string_view rest = url.substr(sep + 3);
+  if (scheme == "s3") {
+    out.scheme = UrlScheme::kS3;
+    size_t slash = rest.find('/');
+    out.bucket = std::string(rest.substr(0, slash));
+    if (out.bucket.empty()) return Invalid("URL '" + std::string(url) + "' names no bucket");
+    if (out.bucket.size() < 3 || out.bucket.size() > 63) {
+      return Invalid("bucket name '" + out.bucket + "' must be 3 to 63 characters long");
+    }
+    for (char c : out.bucket) {
+      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '.' || c == '_';
+      if (!ok) return Invalid("bucket name '" + out.bucket + "' contains '" + c + "'");
+    }
+    if (slash != std::string_view::npos) {
+      std::string_view prefix = rest.substr(slash + 1);
+      while (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
+      if (prefix.find("//") != std::string_view::npos || (!prefix.empty() && prefix[0] == '/')) {
+        return Invalid("prefix of URL '" + std::string(url) + "' has an empty path component");
+      }
+      if (!prefix.empty()) out.prefix = std::string(prefix) + "/";
+    }
+    return out;
+  }
+  if (scheme == "sftp") {
+    out.scheme = UrlScheme::kSftp;
+    size_t slash = rest.find('/');
+    if (slash == std::string_view::npos) {
+      return Invalid("URL '" + std::string(url) + "' names no path (sftp://[USER@]HOST/PATH)");
+    }
+    std::string_view authority = rest.substr(0, slash);
+    out.path = std::string(rest.substr(slash));
+    size_t at = authority.rfind('@');
+    if (at != std::string_view::npos) {
+      out.user = std::string(authority.substr(0, at));
+      if (out.user.empty()) return Invalid("URL '" + std::string(url) + "' has an empty user");
+      authority = authority.substr(at + 1);
+    }
+    std::string_view host = authority;
+    if (!host.empty() && host[0] == '[') {  // [IPv6]:port
+      size_t close = host.find(']');
+      if (close == std::string_view::npos) {
+        return Invalid("URL '" + std::string(url) + "' has an unterminated '['");
+      }
+      out.host = std::string(host.substr(1, close - 1));
+      host = host.substr(close + 1);
+      if (!host.empty() && host[0] != ':') {
+        return Invalid("URL '" + std::string(url) + "' has junk after ']'");
+      }
+    } else {
+      size_t colon = host.find(':');
+      out.host = std::string(host.substr(0, colon));
+      host = colon == std::string_view::npos ? std::string_view() : host.substr(colon);
+    }
+    if (!host.empty()) {  // ":PORT"
+      Result<uint64_t> port = ParseBounded(host.substr(1), "port", 1, 65535);
+      if (!port.ok()) {
+        return Invalid("bad port '" + std::string(host.substr(1)) + "' in URL '" +
+                       std::string(url) + "'");
+      }
+      out.port = static_cast<int>(*port);
+    }
+    if (out.host.empty()) return Invalid("URL '" + std::string(url) + "' names no host");
+    return out;
+  }
+  return Invalid("unsupported URL scheme '" + std::string(scheme) + "' (use s3:// or sftp://)");
+}
+
+Result<uint64_t> ParseSize(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) return Invalid("bad size '" + std::string(text) + "'");
+  OBJFS_ASSIGN_OR_RETURN(uint64_t value, ParseUnsigned(text.substr(0, digits), "size"));
+  std::string_view suffix = text.substr(digits);
+  int shift = 0;
+  if (!suffix.empty()) {
+    switch (suffix[0]) {
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      case 't':
+      case 'T':
+        shift = 40;
+        break;
+      default:
+        return Invalid("bad size '" + std::string(text) + "'");
+    }
+    std::string_view unit = suffix.substr(1);
+    if (!unit.empty() && unit != "B" && unit != "iB" && unit != "b" && unit != "ib") {
+      return Invalid("bad size '" + std::string(text) + "'");
+    }
+  }
+  if (shift > 0 && value > (std::numeric_limits<uint64_t>::max() >> shift)) {
+    return Invalid("size '" + std::string(text) + "' is too large");
+  }
+  return value << shift;
+}
+
+MountEnvironment CurrentMountEnvironment() {
+  MountEnvironment env;
+  env.uid = static_cast<uint32_t>(::getuid());
+  env.gid = static_cast<uint32_t>(::getgid());
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg != nullptr && xdg[0] == '/') {
+    env.cache_root = std::string(xdg) + "/objfs";
+  } else if (home != nullptr && home[0] == '/') {
+    env.cache_root = std::string(home) + "/.cache/objfs";
+  } else if (const passwd* pw = ::getpwuid(::getuid());
+             pw != nullptr && pw->pw_dir != nullptr && pw->pw_dir[0] == '/') {
+    env.cache_root = std::string(pw->pw_dir) + "/.cache/objfs";
+  } else {
+    env.cache_root = "/tmp/objfs-" + std::to_string(env.uid);
+  }
+  return env;
+}
+
+std::string MountCacheName(const MountUrl& url) {
+  std::string canonical;
+  if (url.scheme == UrlScheme::kS3) {
+    canonical = "s3://" + url.bucket + "/" + url.prefix;
+  } else {
+    canonical = "sftp://" + url.user + "@" + url.host + ":" + std::to_string(url.port) + url.path;
+  }
+  std::string readable;
+  for (char c : canonical.substr(canonical.find("://") + 3)) {
+    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '_';
+    if (readable.size() >= 64) break;
+    char out = keep ? c : '-';
+    if (out == '-' && (readable.empty() || readable.back() == '-')) continue;
+    readable += out;
+  }
+  while (!readable.empty() && readable.back() == '-') readable.pop_back();
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(Fnv1a64(canonical)));
+  std::string scheme = url.scheme == UrlScheme::kS3 ? "s3" : "sftp";
+  return scheme + "-" + readable + "-" + std::string(hash, 12);
+}
+
+Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
+                                       const MountEnvironment& env) {
+  MountOptions out;
+  out.fs.uid = env.uid;
+  out.fs.gid = env.gid;
+  bool cache_dir_given = false;
+  std::vector<std::string> positional;
+  bool only_positional = false;
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (only_positional || arg.empty() || arg[0] != '-' || arg == "-") {
+      positional.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      only_positional = true;
+    } else if (arg == "-h" || arg == "--help") {
+      out.action = MountAction::kHelp;
+      return out;
+    } else if (arg == "-V" || arg == "--version") {
+      out.action = MountAction::kVersion;
+      return out;
+    } else if (arg == "-f") {
+      out.foreground = true;
+    } else if (arg == "-d") {
+      out.debug = true;
+      out.foreground = true;
+    } else if (arg == "-o" || arg.rfind("-o", 0) == 0) {
+      std::string list;
+      if (arg == "-o") {
+        if (i + 1 >= args.size()) return Invalid("-o needs a list of options");
+        list = args[++i];
+      } else {
+        list = arg.substr(2);
+      }
+      for (const std::string& opt : SplitOptions(list)) {
+        OBJFS_RETURN_IF_ERROR(ApplyOption(opt, out, cache_dir_given));
+      }
+    } else {
+      return Invalid("unknown argument '" + arg + "' (see objfs --help)");
+    }
+  }
+
+  if (positional.empty()) return Invalid("missing URL and mount point (see objfs --help)");
+  if (positional.size() == 1) return Invalid("missing mount point (see objfs --help)");
+  if (positional.size() > 2) {
+    return Invalid("unexpected argument '" + positional[2] + "' (see objfs --help)");
+  }
+  OBJFS_ASSIGN_OR_RETURN(out.url, ParseMountUrl(positional[0]));
+  out.mountpoint = positional[1];
+  if (out.mountpoint.empty()) return Invalid("the mount point is an empty string");
+
+  if (out.fs.prefetch.max_readahead < out.fs.prefetch.read_buffer) {
+    return Invalid("max_readahead (" + std::to_string(out.fs.prefetch.max_readahead) +
+                   ") must not be smaller than read_buffer (" +
+                   std::to_string(out.fs.prefetch.read_buffer) + ")");
+  }
+  if (!cache_dir_given) out.fs.cache_dir = env.cache_root + "/" + MountCacheName(out.url);
+  return out;
+}
+
+std::string MountUsage() {
+  return R"(usage: objfs URL MOUNTPOINT [-f] [-d] [-o OPTION[,OPTION...]]...
+
+Mounts an object store bucket (or an SFTP directory) as a directory.
+
+URL:
+  s3://BUCKET[/PREFIX]            the keys of BUCKET (under PREFIX/)
+  sftp://[USER@]HOST[:PORT]/PATH  a directory on an SFTP server
+
+Arguments:
+  -f                  stay in the foreground
+  -d                  print libfuse's debug output (implies -f)
+  -h, --help          print this help
+  -V, --version       print the version
+
+S3 options (credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or
+~/.aws/credentials; the endpoint and region also from AWS_ENDPOINT_URL and AWS_REGION):
+  endpoint=URL              e.g. http://127.0.0.1:8000 (default: AWS)
+  region=NAME               signing region (default us-east-1)
+  profile=NAME              profile of the shared credentials file
+  path_style | virtual_host how requests address the bucket (default: automatic)
+  multipart_threshold=SIZE  uploads above this are multipart (default 64M)
+  part_size=SIZE            multipart part size (default 16M)
+  copy_part_threshold=SIZE  server-side copies above this are multipart (default 5G)
+  parallel_parts=N          parts in flight per upload or copy (default 4)
+
+Filesystem options:
+  cache_dir=DIR             staging files of unsaved writes (default: a directory per URL
+                            under $XDG_CACHE_HOME/objfs or ~/.cache/objfs)
+  read_buffer=SIZE          smallest backend read, at least 4K (default 1M)
+  max_readahead=SIZE        largest sequential read-ahead window (default 64M)
+  prefetch_memory=SIZE      prefetched data across all open files (default 256M)
+  io_threads=N              backend I/O threads for prefetching (default 8)
+  uid=N, gid=N              owner of objects without owner metadata (default: the caller)
+  umask=OCTAL               applied to default permissions (default 022)
+  attr_timeout=SECONDS      attribute and name cache lifetime (default 1)
+  negative_timeout=SECONDS  lifetime of "no such file" answers (default 1)
+  max_rename_objects=N      refuse renaming directories holding more objects (default 10000)
+
+FUSE and mount options:
+  ro, allow_other, default_permissions, fsname=NAME
+  rw, dev, nodev, suid, nosuid, exec, noexec, auto, noauto, user, nouser, _netdev
+
+SIZE is a number of bytes with an optional K, M, G or T suffix (powers of 1024).
+)";
+}
+
+}  // namespace objfs

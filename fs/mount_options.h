@@ -1,0 +1,102 @@
+// The command line of objfs: `objfs URL MOUNTPOINT [-f] [-d] [-o opt[,opt...]]...`.
+//
+// Parsing is separate from main() so that every option, default and error message is unit
+// tested without mounting anything. The result says what to mount where and with which tuning;
+// main() turns it into store, filesystem and libfuse settings. Every error is one line meant to
+// be printed as "objfs: <message>".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/s3/s3_endpoint.h"
+#include "backend/status.h"
+#include "fs/filesystem.h"
+
+namespace objfs {
+
+enum class UrlScheme { kS3, kSftp };
+
+// `s3://BUCKET[/PREFIX]` or `sftp://[USER@]HOST[:PORT]/PATH`, taken apart.
+struct MountUrl {
+  UrlScheme scheme = UrlScheme::kS3;
+  std::string text;  // the URL as given
+
+  // s3://
+  std::string bucket;
+  std::string prefix;  // empty, or the key prefix ending with '/' ("some/dir/")
+
+  // sftp://
+  std::string user;  // empty: the caller's user name
+  std::string host;
+  int port = 22;
+  std::string path;  // absolute path on the server, starting with '/'
+};
+
+// Parses a mount URL. InvalidArgument with a one-line message when it is malformed or its
+// scheme is neither s3 nor sftp.
+Result<MountUrl> ParseMountUrl(std::string_view url);
+
+// Parses a byte count: decimal digits with an optional binary suffix K, M, G or T (any case,
+// optionally followed by "iB" or "B"): "4096", "64K", "1M", "2GiB". InvalidArgument otherwise.
+Result<uint64_t> ParseSize(std::string_view text);
+
+// What the process is asked to do.
+enum class MountAction { kMount, kHelp, kVersion };
+
+struct MountOptions {
+  MountAction action = MountAction::kMount;
+  MountUrl url;
+  std::string mountpoint;
+  bool foreground = false;  // -f (or -d): do not daemonise
+  bool debug = false;       // -d: libfuse's debug output
+
+  // S3 settings; empty / unset means the environment's or the store's default.
+  std::string endpoint;                               // endpoint=
+  std::string region;                                 // region=
+  std::string profile;                                // profile=: the credentials file's profile
+  s3::Addressing addressing = s3::Addressing::kAuto;  // path_style / virtual_host
+  std::optional<uint64_t> multipart_threshold;
+  std::optional<uint64_t> part_size;
+  std::optional<uint64_t> copy_part_threshold;
+  std::optional<int> parallel_parts;
+
+  // The filesystem's settings (uid, gid, umask, timeouts, cache_dir, read_buffer,
+  // max_readahead, io_threads, prefetch_memory, max_rename_objects, read_only). cache_dir is
+  // always set: cache_dir= as given, or the default root plus a per-mount subdirectory named
+  // after the URL (MountCacheName), so that remounting the same URL finds the staging files a
+  // crashed process left behind.
+  FilesystemOptions fs;
+
+  // Options handed to libfuse's mount as "-o" options: ro, allow_other, default_permissions,
+  // fsname=, and the kernel flags rw, dev, nodev, suid, nosuid, exec, noexec.
+  std::vector<std::string> fuse_options;
+  bool has_fsname = false;  // fsname= was among fuse_options
+};
+
+// Facts about the calling process that supply defaults.
+struct MountEnvironment {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string cache_root;  // directory holding every mount's cache directory
+};
+
+// uid/gid of the process; cache_root $XDG_CACHE_HOME/objfs, else $HOME/.cache/objfs, else
+// the passwd entry's home directory, else /tmp/objfs-<uid>.
+MountEnvironment CurrentMountEnvironment();
+
+// The name of the per-mount cache subdirectory for `url`: readable and unique ("s3-bucket-
+// some-dir-<hash>"), a single path component.
+std::string MountCacheName(const MountUrl& url);
+
+// Parses the arguments after the program name.
+Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
+                                       const MountEnvironment& env);
+
+// The text of --help.
+std::string MountUsage();
+
+}  // namespace objfs

@@ -1,0 +1,324 @@
+// The objfs command line: URLs, every -o option, sizes, defaults, errors, help and version.
+
+#include "fs/mount_options.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace objfs {
+namespace {
+
+MountEnvironment TestEnvironment() {
+  MountEnvironment env;
+  env.uid = 1234;
+  env.gid = 5678;
+  env.cache_root = "/home/u/.cache/objfs";
+  return env;
+}
+
+Result<MountOptions> Parse(std::vector<std::string> args) {
+  return ParseMountOptions(args, TestEnvironment());
+}
+
+// Parses "s3://bucket /mnt -o <options>" and expects success.
+MountOptions ParseWith(const std::string& options) {
+  Result<MountOptions> parsed = Parse({"s3://bucket", "/mnt", "-o", options});
+  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+  return parsed.ok() ? *parsed : MountOptions{};
+}
+
+// Expects the options to be refused with a message containing `text`.
+void ExpectError(std::vector<std::string> args, const std::string& text) {
+  Result<MountOptions> parsed = Parse(args);
+  ASSERT_FALSE(parsed.ok()) << "accepted: " << ::testing::PrintToString(args);
+  EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find(text), std::string::npos)
+      << "message: " << parsed.status().message();
+  EXPECT_EQ(parsed.status().message().find('\n'), std::string::npos);
+}
+
+TEST(ParseMountUrlTest, S3BucketOnly) {
+  Result<MountUrl> url = ParseMountUrl("s3://my-bucket");
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  EXPECT_EQ(url->scheme, UrlScheme::kS3);
+  EXPECT_EQ(url->bucket, "my-bucket");
+  EXPECT_EQ(url->prefix, "");
+  EXPECT_EQ(url->text, "s3://my-bucket");
+}
+
+TEST(ParseMountUrlTest, S3PrefixIsNormalizedToEndWithSlash) {
+  for (const char* text : {"s3://b01/some/dir", "s3://b01/some/dir/", "s3://b01/some/dir//"}) {
+    Result<MountUrl> url = ParseMountUrl(text);
+    ASSERT_TRUE(url.ok()) << text << ": " << url.status().ToString();
+    EXPECT_EQ(url->bucket, "b01");
+    EXPECT_EQ(url->prefix, "some/dir/") << text;
+  }
+  Result<MountUrl> empty_prefix = ParseMountUrl("s3://b01/");
+  ASSERT_TRUE(empty_prefix.ok());
+  EXPECT_EQ(empty_prefix->prefix, "");
+}
+
+TEST(ParseMountUrlTest, BadS3Urls) {
+  EXPECT_FALSE(ParseMountUrl("s3://").ok());
+  EXPECT_FALSE(ParseMountUrl("s3:///prefix").ok());
+  EXPECT_FALSE(ParseMountUrl("s3://ab").ok());  // too short a bucket name
+  EXPECT_FALSE(ParseMountUrl("s3://bad bucket").ok());
+  EXPECT_FALSE(ParseMountUrl("s3://b01/a//b").ok());
+  EXPECT_FALSE(ParseMountUrl("bucket").ok());
+}
+
+TEST(ParseMountUrlTest, SftpWithAllParts) {
+  Result<MountUrl> url = ParseMountUrl("sftp://alice@files.example.com:2222/srv/data");
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  EXPECT_EQ(url->scheme, UrlScheme::kSftp);
+  EXPECT_EQ(url->user, "alice");
+  EXPECT_EQ(url->host, "files.example.com");
+  EXPECT_EQ(url->port, 2222);
+  EXPECT_EQ(url->path, "/srv/data");
+}
+
+TEST(ParseMountUrlTest, SftpDefaultsAndIpv6) {
+  Result<MountUrl> url = ParseMountUrl("sftp://host/");
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  EXPECT_EQ(url->user, "");
+  EXPECT_EQ(url->host, "host");
+  EXPECT_EQ(url->port, 22);
+  EXPECT_EQ(url->path, "/");
+
+  Result<MountUrl> v6 = ParseMountUrl("sftp://bob@[::1]:2200/home/bob");
+  ASSERT_TRUE(v6.ok()) << v6.status().ToString();
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 2200);
+  EXPECT_EQ(v6->user, "bob");
+}
+
+TEST(ParseMountUrlTest, BadSftpUrls) {
+  EXPECT_FALSE(ParseMountUrl("sftp://host").ok());      // no path
+  EXPECT_FALSE(ParseMountUrl("sftp:///path").ok());     // no host
+  EXPECT_FALSE(ParseMountUrl("sftp://host:0/p").ok());  // bad port
+  EXPECT_FALSE(ParseMountUrl("sftp://host:99999/p").ok());
+  EXPECT_FALSE(ParseMountUrl("sftp://host:x/p").ok());
+  EXPECT_FALSE(ParseMountUrl("sftp://@host/p").ok());  // empty user
+}
+
+TEST(ParseMountUrlTest, UnknownSchemeNamesIt) {
+  Result<MountUrl> url = ParseMountUrl("gs://bucket");
+  ASSERT_FALSE(url.ok());
+  EXPECT_EQ(url.status().message(), "unsupported URL scheme 'gs' (use s3:// or sftp://)");
+}
+
+TEST(ParseSizeTest, SuffixesArePowersOf1024) {
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_EQ(*ParseSize("4K"), 4096u);
+  EXPECT_EQ(*ParseSize("4k"), 4096u);
+  EXPECT_EQ(*ParseSize("1M"), 1u << 20);
+  EXPECT_EQ(*ParseSize("1MiB"), 1u << 20);
+  EXPECT_EQ(*ParseSize("64MB"), 64u << 20);
+  EXPECT_EQ(*ParseSize("2G"), 2ull << 30);
+  EXPECT_EQ(*ParseSize("1T"), 1ull << 40);
+  EXPECT_EQ(*ParseSize("0"), 0u);
+}
+
+TEST(ParseSizeTest, BadSizes) {
+  for (const char* text :
+       {"", "K", "1X", "1.5M", "-1", "1MM", "1 M", "99999999999999999999", "17179869184G"}) {
+    EXPECT_FALSE(ParseSize(text).ok()) << text;
+  }
+}
+
+TEST(ParseMountOptionsTest, Defaults) {
+  Result<MountOptions> parsed = Parse({"s3://bucket/dir", "/mnt"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  const MountOptions& o = *parsed;
+  EXPECT_EQ(o.action, MountAction::kMount);
+  EXPECT_EQ(o.url.bucket, "bucket");
+  EXPECT_EQ(o.url.prefix, "dir/");
+  EXPECT_EQ(o.mountpoint, "/mnt");
+  EXPECT_FALSE(o.foreground);
+  EXPECT_FALSE(o.debug);
+  EXPECT_EQ(o.fs.uid, 1234u);
+  EXPECT_EQ(o.fs.gid, 5678u);
+  EXPECT_EQ(o.fs.prefetch.read_buffer, 1u << 20);
+  EXPECT_EQ(o.fs.prefetch.max_readahead, 64u << 20);
+  EXPECT_FALSE(o.fs.read_only);
+  EXPECT_EQ(o.addressing, s3::Addressing::kAuto);
+  EXPECT_EQ(o.endpoint, "");
+  EXPECT_FALSE(o.multipart_threshold.has_value());
+  EXPECT_FALSE(o.part_size.has_value());
+  EXPECT_FALSE(o.copy_part_threshold.has_value());
+  EXPECT_FALSE(o.parallel_parts.has_value());
+  EXPECT_TRUE(o.fuse_options.empty());
+  EXPECT_EQ(o.fs.cache_dir, "/home/u/.cache/objfs/" + MountCacheName(o.url));
+}
+
+TEST(ParseMountOptionsTest, CacheDirectoryIsPerUrlAndStable) {
+  MountUrl a = *ParseMountUrl("s3://bucket/dir");
+  MountUrl a_again = *ParseMountUrl("s3://bucket/dir/");
+  MountUrl b = *ParseMountUrl("s3://bucket/other");
+  MountUrl c = *ParseMountUrl("s3://bucket2/dir");
+  EXPECT_EQ(MountCacheName(a), MountCacheName(a_again));
+  EXPECT_NE(MountCacheName(a), MountCacheName(b));
+  EXPECT_NE(MountCacheName(a), MountCacheName(c));
+  EXPECT_EQ(MountCacheName(a).find('/'), std::string::npos);
+  EXPECT_EQ(MountCacheName(a).rfind("s3-bucket-dir-", 0), 0u) << MountCacheName(a);
+  MountUrl sftp = *ParseMountUrl("sftp://u@h:2222/x/y");
+  EXPECT_EQ(MountCacheName(sftp).find('/'), std::string::npos);
+  EXPECT_EQ(MountCacheName(sftp).rfind("sftp-", 0), 0u) << MountCacheName(sftp);
+}
+
+TEST(ParseMountOptionsTest, ForegroundAndDebug) {
+  Result<MountOptions> f = Parse({"-f", "s3://bucket", "/mnt"});
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(f->foreground);
+  EXPECT_FALSE(f->debug);
+  Result<MountOptions> d = Parse({"s3://bucket", "/mnt", "-d"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->debug);
+  EXPECT_TRUE(d->foreground);  // -d implies -f
+}
+
+TEST(ParseMountOptionsTest, S3Options) {
+  MountOptions o = ParseWith(
+      "endpoint=http://127.0.0.1:8000,region=eu-west-1,profile=work,path_style,"
+      "multipart_threshold=8M,part_size=5M,copy_part_threshold=1G,parallel_parts=7");
+  EXPECT_EQ(o.endpoint, "http://127.0.0.1:8000");
+  EXPECT_EQ(o.region, "eu-west-1");
+  EXPECT_EQ(o.profile, "work");
+  EXPECT_EQ(o.addressing, s3::Addressing::kPath);
+  EXPECT_EQ(o.multipart_threshold, 8u << 20);
+  EXPECT_EQ(o.part_size, 5u << 20);
+  EXPECT_EQ(o.copy_part_threshold, 1ull << 30);
+  EXPECT_EQ(o.parallel_parts, 7);
+  EXPECT_EQ(ParseWith("virtual_host").addressing, s3::Addressing::kVirtualHost);
+}
+
+TEST(ParseMountOptionsTest, FilesystemOptions) {
+  MountOptions o = ParseWith(
+      "cache_dir=/var/cache/x,read_buffer=64K,max_readahead=8M,uid=1000,gid=100,umask=027,"
+      "attr_timeout=2.5,negative_timeout=0,io_threads=3,prefetch_memory=32M,"
+      "max_rename_objects=50");
+  EXPECT_EQ(o.fs.cache_dir, "/var/cache/x");
+  EXPECT_EQ(o.fs.prefetch.read_buffer, 64u << 10);
+  EXPECT_EQ(o.fs.prefetch.max_readahead, 8u << 20);
+  EXPECT_EQ(o.fs.uid, 1000u);
+  EXPECT_EQ(o.fs.gid, 100u);
+  EXPECT_EQ(o.fs.umask, 027u);
+  EXPECT_DOUBLE_EQ(o.fs.attr_timeout, 2.5);
+  EXPECT_DOUBLE_EQ(o.fs.entry_timeout, 2.5);
+  EXPECT_DOUBLE_EQ(o.fs.negative_timeout, 0);
+  EXPECT_EQ(o.fs.io_threads, 3);
+  EXPECT_EQ(o.fs.prefetch_memory, 32u << 20);
+  EXPECT_EQ(o.fs.max_rename_objects, 50u);
+}
+
+TEST(ParseMountOptionsTest, RepeatedAndAttachedDashO) {
+  Result<MountOptions> parsed =
+      Parse({"-ouid=7", "s3://bucket", "-o", "gid=8", "/mnt", "-o", "umask=0,uid=9"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->fs.uid, 9u);  // the last one wins
+  EXPECT_EQ(parsed->fs.gid, 8u);
+  EXPECT_EQ(parsed->fs.umask, 0u);
+}
+
+TEST(ParseMountOptionsTest, ReadBufferDownTo4K) {
+  EXPECT_EQ(ParseWith("read_buffer=4K").fs.prefetch.read_buffer, 4096u);
+  EXPECT_EQ(ParseWith("read_buffer=4096").fs.prefetch.read_buffer, 4096u);
+  ExpectError({"s3://bucket", "/mnt", "-o", "read_buffer=4095"}, "too small");
+  ExpectError({"s3://bucket", "/mnt", "-o", "read_buffer=2M,max_readahead=1M"}, "max_readahead");
+}
+
+TEST(ParseMountOptionsTest, FuseOptionsArePassedThrough) {
+  MountOptions o = ParseWith("ro,allow_other,default_permissions,fsname=mine");
+  EXPECT_TRUE(o.fs.read_only);
+  EXPECT_EQ(o.fuse_options,
+            (std::vector<std::string>{"ro", "allow_other", "default_permissions", "fsname=mine"}));
+  EXPECT_TRUE(o.has_fsname);
+  EXPECT_FALSE(ParseWith("allow_other").has_fsname);
+}
+
+TEST(ParseMountOptionsTest, GenericMountOptionsAreAccepted) {
+  MountOptions o =
+      ParseWith("rw,dev,nodev,suid,nosuid,exec,noexec,auto,noauto,user,nouser,_netdev");
+  EXPECT_FALSE(o.fs.read_only);
+  // Kernel flags go to the mount; mount(8)'s own options do not.
+  EXPECT_EQ(o.fuse_options,
+            (std::vector<std::string>{"rw", "dev", "nodev", "suid", "nosuid", "exec", "noexec"}));
+  EXPECT_FALSE(ParseWith("ro,rw").fs.read_only);
+}
+
+TEST(ParseMountOptionsTest, BadOptionValues) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"no_such_option", "unknown option 'no_such_option'"},
+      {"read_buffer=lots", "bad size 'lots' for read_buffer"},
+      {"read_buffer", "needs a value"},
+      {"endpoint=", "needs a value"},
+      {"max_readahead=1Q", "bad size"},
+      {"uid=-1", "uid"},
+      {"uid=abc", "uid"},
+      {"gid=4294967296", "out of range"},
+      {"umask=999", "octal"},
+      {"umask=1777", "out of range"},
+      {"attr_timeout=-1", "attr_timeout"},
+      {"attr_timeout=soon", "attr_timeout"},
+      {"negative_timeout=x", "negative_timeout"},
+      {"parallel_parts=0", "out of range"},
+      {"io_threads=0", "out of range"},
+      {"io_threads=many", "io_threads"},
+      {"part_size=0", "too small"},
+      {"prefetch_memory=1K", "too small"},
+      {"max_rename_objects=0", "out of range"},
+      {"path_style=yes", "takes no value"},
+      {"ro=1", "takes no value"},
+  };
+  for (const auto& [option, text] : cases) {
+    SCOPED_TRACE(option);
+    ExpectError({"s3://bucket", "/mnt", "-o", option}, text);
+  }
+}
+
+TEST(ParseMountOptionsTest, BadArguments) {
+  ExpectError({}, "missing URL");
+  ExpectError({"s3://bucket"}, "missing mount point");
+  ExpectError({"s3://bucket", "/mnt", "extra"}, "unexpected argument 'extra'");
+  ExpectError({"s3://bucket", "/mnt", "-x"}, "unknown argument '-x'");
+  ExpectError({"s3://bucket", "/mnt", "-o"}, "-o needs");
+  ExpectError({"ftp://host/x", "/mnt"}, "unsupported URL scheme 'ftp'");
+  ExpectError({"s3://", "/mnt"}, "no bucket");
+}
+
+TEST(ParseMountOptionsTest, SftpUrlIsParsed) {
+  Result<MountOptions> parsed = Parse({"sftp://me@host:2022/data", "/mnt"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->url.scheme, UrlScheme::kSftp);
+  EXPECT_EQ(parsed->url.host, "host");
+  EXPECT_EQ(parsed->url.port, 2022);
+}
+
+TEST(ParseMountOptionsTest, HelpAndVersionWinOverEverythingElse) {
+  for (const char* flag : {"-h", "--help"}) {
+    Result<MountOptions> parsed = Parse({"s3://bucket", flag, "-o", "bogus"});
+    ASSERT_TRUE(parsed.ok()) << flag;
+    EXPECT_EQ(parsed->action, MountAction::kHelp);
+  }
+  for (const char* flag : {"-V", "--version"}) {
+    Result<MountOptions> parsed = Parse({flag});
+    ASSERT_TRUE(parsed.ok()) << flag;
+    EXPECT_EQ(parsed->action, MountAction::kVersion);
+  }
+  std::string usage = MountUsage();
+  for (const char* option : {"endpoint=", "read_buffer=", "max_rename_objects=", "allow_other",
+                             "cache_dir=", "multipart_threshold="}) {
+    EXPECT_NE(usage.find(option), std::string::npos) << option;
+  }
+}
+
+TEST(ParseMountOptionsTest, DoubleDashEndsOptions) {
+  Result<MountOptions> parsed = Parse({"--", "s3://bucket", "-odd-mount-point"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->mountpoint, "-odd-mount-point");
+}
+
+}  // namespace
+}  // namespace objfs
