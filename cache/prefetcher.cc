@@ -1,0 +1,344 @@
+#include "cache/prefetcher.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "cache/io_pool.h"
+#include "cache/read_budget.h"
+
+namespace objfs {
+namespace {
+
+constexpr uint64_t kMinReadBuffer = 4 << 10;
+// How far behind the furthest read a read may land and still count as sequential (the kernel
+// issues its read-ahead requests concurrently, so they arrive slightly out of order), and how
+// long a chunk is kept after the reads have passed it.
+constexpr uint64_t kMinSlack = 1 << 20;
+
+enum class ChunkState {
+  kQueued,     // charged and in the map; nobody is fetching it yet
+  kRunning,    // one thread (a pool worker or a reader) is fetching it
+  kReady,      // data holds `filled` bytes of the object from `offset`
+  kFailed,     // the fetch failed with `error`; no longer in the map
+  kAbandoned,  // dropped before anyone started fetching it
+};
+
+// One contiguous range of the object, fetched by exactly one backend read.
+struct Chunk {
+  Chunk(uint64_t offset, uint64_t length) : offset(offset), length(length) {}
+
+  const uint64_t offset;
+  const uint64_t length;
+
+  // Guarded by Core::mu.
+  ChunkState state = ChunkState::kQueued;
+  Status error;
+  uint64_t charged = 0;  // bytes held from the ReadBudget
+  bool forced = false;   // charged beyond the budget because a read needed it
+  bool retired = false;  // removed from Core::chunks
+
+  // Written only by the thread that moved the chunk to kRunning, read only once it is kReady.
+  std::unique_ptr<std::byte[]> data;
+  uint64_t filled = 0;
+};
+
+// The state fetch tasks share with the Prefetcher. Tasks hold it by shared_ptr, so a task still
+// queued on the pool when the Prefetcher is destroyed finds it alive: it sees its chunk abandoned
+// and returns without touching the store or the budget.
+//
+// Locking: `mu` is the only mutex here. It is never held across a backend read or
+// IoPool::Submit, and the pool runs tasks without holding its own mutex, so the two never nest.
+struct Core {
+  Core(std::shared_ptr<ObjectStore> store, std::string key, ETag etag, uint64_t size,
+       const PrefetchOptions& options, ReadBudget& budget)
+      : store(std::move(store)),
+        key(std::move(key)),
+        etag(std::move(etag)),
+        size(size),
+        read_buffer(std::max<uint64_t>(options.read_buffer, kMinReadBuffer)),
+        max_readahead(std::max<uint64_t>(options.max_readahead, read_buffer)),
+        slack(std::max(read_buffer, kMinSlack)),
+        budget(budget),
+        window(read_buffer) {}
+
+  uint64_t AlignDown(uint64_t offset) const { return offset - offset % read_buffer; }
+  uint64_t LengthAt(uint64_t pos) const { return std::min(read_buffer, size - pos); }
+
+  // Records a read of [offset, end) and adapts the window. Returns whether it continues the
+  // sequential stream.
+  bool NoteAccessLocked(uint64_t offset, uint64_t end);
+  // Drops chunks that the read of [offset, end) shows to be no longer useful.
+  void DropUselessLocked(uint64_t offset, uint64_t end, bool sequential);
+  // Creates chunks so that `window` bytes after `end` are fetched or being fetched, as far as
+  // the budget allows, and appends them to `out` for the pool.
+  void ScheduleAheadLocked(uint64_t end, std::vector<std::shared_ptr<Chunk>>* out);
+  // A new queued chunk at `pos`, in the map, charged even beyond the budget.
+  std::shared_ptr<Chunk> NewNeededChunkLocked(uint64_t pos);
+  void RetireLocked(const std::shared_ptr<Chunk>& chunk);
+  void EraseLocked(std::map<uint64_t, std::shared_ptr<Chunk>>::iterator it);
+  void ReleaseChargeLocked(Chunk& chunk);
+  void FinishLocked(const std::shared_ptr<Chunk>& chunk, Status status);
+
+  // One backend read into the chunk. Called without mu, by the thread that made it kRunning.
+  Status Fetch(Chunk& chunk);
+  // The body of a pool task: fetches the chunk unless a reader claimed it or it was dropped.
+  void RunQueued(const std::shared_ptr<Chunk>& chunk);
+  // Waits until `chunk` is ready, fetching it here if nobody has started to, and fetching it
+  // again once when it failed with a transient error or was dropped.
+  Result<std::shared_ptr<Chunk>> Await(std::shared_ptr<Chunk> chunk);
+
+  const std::shared_ptr<ObjectStore> store;
+  const std::string key;
+  const ETag etag;
+  const uint64_t size;
+  const uint64_t read_buffer;
+  const uint64_t max_readahead;
+  const uint64_t slack;
+  // Outlives every access: only readers and running fetches touch it, and ~Prefetcher waits for
+  // running fetches.
+  ReadBudget& budget;
+
+  std::mutex mu;
+  std::condition_variable changed;  // a chunk left kQueued/kRunning, or `running` dropped
+  // Guarded by mu.
+  std::map<uint64_t, std::shared_ptr<Chunk>> chunks;  // by offset, each aligned to read_buffer
+  int running = 0;             // chunks in kRunning
+  bool have_last = false;      // whether a read was seen yet
+  uint64_t last_end = 0;       // the end of the furthest read of the current stream
+  uint64_t window;             // bytes to keep fetched ahead of the stream
+  uint64_t prefetched_to = 0;  // chunks below this were already scheduled for the stream
+  Status stale;                // PreconditionFailed once the object changed underneath
+};
+
+bool Core::NoteAccessLocked(uint64_t offset, uint64_t end) {
+  const bool sequential = have_last && offset + slack >= last_end && offset <= last_end + slack;
+  if (sequential) {
+    window = std::min(window * 2, max_readahead);
+    last_end = std::max(last_end, end);
+  } else {
+    window = read_buffer;
+    last_end = end;
+    prefetched_to = 0;
+  }
+  have_last = true;
+  return sequential;
+}
+
+void Core::DropUselessLocked(uint64_t offset, uint64_t end, bool sequential) {
+  for (auto it = chunks.begin(); it != chunks.end();) {
+    const Chunk& chunk = *it->second;
+    const bool overlaps = chunk.offset < end && offset < chunk.offset + chunk.length;
+    bool drop;
+    if (sequential) {
+      // Behind the stream by more than the slack, or a forced chunk the read does not need.
+      drop = chunk.offset + chunk.length + slack <= offset || (chunk.forced && !overlaps);
+    } else {
+      drop = !overlaps;
+    }
+    if (drop) {
+      auto next = std::next(it);
+      EraseLocked(it);
+      it = next;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Core::ScheduleAheadLocked(uint64_t end, std::vector<std::shared_ptr<Chunk>>* out) {
+  const uint64_t limit = std::min(size, end + window);
+  uint64_t pos = std::max(AlignDown(end), prefetched_to);
+  for (; pos < limit; pos += read_buffer) {
+    if (chunks.contains(pos)) continue;
+    const uint64_t length = LengthAt(pos);
+    if (!budget.TryAcquire(length)) break;
+    auto chunk = std::make_shared<Chunk>(pos, length);
+    chunk->charged = length;
+    chunks.emplace(pos, chunk);
+    out->push_back(std::move(chunk));
+  }
+  prefetched_to = std::max(prefetched_to, pos);
+}
+
+std::shared_ptr<Chunk> Core::NewNeededChunkLocked(uint64_t pos) {
+  auto chunk = std::make_shared<Chunk>(pos, LengthAt(pos));
+  if (!budget.TryAcquire(chunk->length)) {
+    budget.ForceAcquire(chunk->length);
+    chunk->forced = true;
+  }
+  chunk->charged = chunk->length;
+  chunks.insert_or_assign(pos, chunk);
+  return chunk;
+}
+
+void Core::RetireLocked(const std::shared_ptr<Chunk>& chunk) {
+  chunk->retired = true;
+  if (chunk->state == ChunkState::kQueued) {
+    chunk->state = ChunkState::kAbandoned;
+    changed.notify_all();
+  }
+  // A running fetch still fills its buffer: it returns the charge when it finishes.
+  if (chunk->state != ChunkState::kRunning) ReleaseChargeLocked(*chunk);
+}
+
+void Core::EraseLocked(std::map<uint64_t, std::shared_ptr<Chunk>>::iterator it) {
+  RetireLocked(it->second);
+  chunks.erase(it);
+}
+
+void Core::ReleaseChargeLocked(Chunk& chunk) {
+  if (chunk.charged == 0) return;
+  budget.Release(chunk.charged);
+  chunk.charged = 0;
+}
+
+void Core::FinishLocked(const std::shared_ptr<Chunk>& chunk, Status status) {
+  --running;
+  if (status.ok()) {
+    chunk->state = ChunkState::kReady;
+  } else {
+    chunk->state = ChunkState::kFailed;
+    if (status.code() == StatusCode::kPreconditionFailed) stale = status;
+    chunk->error = std::move(status);
+    chunk->data.reset();
+    auto it = chunks.find(chunk->offset);
+    if (it != chunks.end() && it->second == chunk) chunks.erase(it);
+    chunk->retired = true;
+  }
+  if (chunk->retired) ReleaseChargeLocked(*chunk);
+  changed.notify_all();
+}
+
+Status Core::Fetch(Chunk& chunk) {
+  chunk.data = std::make_unique_for_overwrite<std::byte[]>(chunk.length);
+  Result<size_t> n = store->read(key, chunk.offset, std::span(chunk.data.get(), chunk.length),
+                                 etag.empty() ? nullptr : &etag);
+  if (!n.ok()) return n.status();
+  chunk.filled = std::min<uint64_t>(*n, chunk.length);
+  return Status::Ok();
+}
+
+void Core::RunQueued(const std::shared_ptr<Chunk>& chunk) {
+  {
+    std::lock_guard lock(mu);
+    if (chunk->state != ChunkState::kQueued) return;
+    chunk->state = ChunkState::kRunning;
+    ++running;
+  }
+  Status status = Fetch(*chunk);
+  std::lock_guard lock(mu);
+  FinishLocked(chunk, std::move(status));
+}
+
+Result<std::shared_ptr<Chunk>> Core::Await(std::shared_ptr<Chunk> chunk) {
+  bool retried = false;
+  std::unique_lock lock(mu);
+  for (;;) {
+    if (chunk->state == ChunkState::kQueued) {
+      // Nobody has started it (the pool may be busy with other files): fetch it here.
+      chunk->state = ChunkState::kRunning;
+      ++running;
+      lock.unlock();
+      Status status = Fetch(*chunk);
+      lock.lock();
+      FinishLocked(chunk, std::move(status));
+    }
+    changed.wait(lock, [&] { return chunk->state != ChunkState::kRunning; });
+    if (chunk->state == ChunkState::kReady) return chunk;
+    if (chunk->state == ChunkState::kFailed) {
+      if (chunk->error.code() != StatusCode::kTransient || retried) return chunk->error;
+      retried = true;
+    }
+    // Dropped before it was fetched, or a transient failure worth one more try: join a fetch
+    // that another reader already started, or fetch it again.
+    auto it = chunks.find(chunk->offset);
+    chunk = it != chunks.end() ? it->second : NewNeededChunkLocked(chunk->offset);
+  }
+}
+
+}  // namespace
+
+struct Prefetcher::State {
+  std::shared_ptr<Core> core;
+  IoPool& pool;
+  Metrics* metrics;
+};
+
+Prefetcher::Prefetcher(std::shared_ptr<ObjectStore> store, std::string key, ETag etag,
+                       uint64_t size, const PrefetchOptions& options, IoPool& pool,
+                       ReadBudget& budget, Metrics* metrics)
+    : state_(new State{std::make_shared<Core>(std::move(store), std::move(key), std::move(etag),
+                                              size, options, budget),
+                       pool, metrics}) {}
+
+Prefetcher::~Prefetcher() {
+  Core& core = *state_->core;
+  std::unique_lock lock(core.mu);
+  while (!core.chunks.empty()) core.EraseLocked(core.chunks.begin());
+  // Queued tasks are now no-ops; running fetches still write into their chunks and return
+  // their charge to the budget, so wait for them.
+  core.changed.wait(lock, [&] { return core.running == 0; });
+}
+
+Result<size_t> Prefetcher::Read(uint64_t offset, std::span<std::byte> buf) {
+  Core& core = *state_->core;
+  if (offset >= core.size || buf.empty()) return size_t{0};
+  const uint64_t end = offset + std::min<uint64_t>(buf.size(), core.size - offset);
+
+  std::vector<std::shared_ptr<Chunk>> parts;      // the chunks covering [offset, end), in order
+  std::vector<std::shared_ptr<Chunk>> to_submit;  // chunks for the pool
+  bool hit = true;
+  {
+    std::lock_guard lock(core.mu);
+    if (!core.stale.ok()) return core.stale;
+    const bool sequential = core.NoteAccessLocked(offset, end);
+    core.DropUselessLocked(offset, end, sequential);
+    bool first_missing = true;
+    for (uint64_t pos = core.AlignDown(offset); pos < end; pos += core.read_buffer) {
+      auto it = core.chunks.find(pos);
+      std::shared_ptr<Chunk> chunk;
+      if (it != core.chunks.end()) {
+        chunk = it->second;
+      } else {
+        chunk = core.NewNeededChunkLocked(pos);
+        // This thread fetches the first missing chunk itself; the pool may start the others
+        // meanwhile (whichever reaches a queued chunk first fetches it).
+        if (!first_missing) to_submit.push_back(chunk);
+        first_missing = false;
+      }
+      if (chunk->state != ChunkState::kReady) hit = false;
+      parts.push_back(std::move(chunk));
+    }
+    if (sequential) core.ScheduleAheadLocked(end, &to_submit);
+  }
+  if (state_->metrics != nullptr) {
+    Bump(hit ? state_->metrics->cache_hits : state_->metrics->cache_misses);
+  }
+  for (std::shared_ptr<Chunk>& chunk : to_submit) {
+    state_->pool.Submit([core = state_->core, chunk = std::move(chunk)] {
+      core->RunQueued(chunk);
+    });
+  }
+
+  uint64_t copied = 0;
+  for (std::shared_ptr<Chunk>& part : parts) {
+    OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk, core.Await(std::move(part)));
+    const uint64_t from = std::max(offset, chunk->offset);
+    const uint64_t chunk_end = chunk->offset + chunk->filled;
+    const uint64_t to = std::min(end, chunk_end);
+    if (to > from) {
+      std::memcpy(buf.data() + (from - offset), chunk->data.get() + (from - chunk->offset),
+                  to - from);
+      copied += to - from;
+    }
+    if (chunk->filled < chunk->length) break;  // the object ended early
+  }
+  return static_cast<size_t>(copied);
+}
+
+}  // namespace objfs
