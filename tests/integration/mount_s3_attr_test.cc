@@ -1,0 +1,225 @@
+// File attributes and names through a real objfs mount on RGW: mode, owner and mtime,
+// symbolic links, rmdir of a directory that is not empty, long and non-ASCII names, and user
+// extended attributes, each checked with the standard tools and across remounts.
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/run_command.h"
+#include "tests/fixtures/test_servers.h"
+
+namespace objfs::testing {
+namespace {
+
+std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+// `stat -c FORMAT PATH` without the newline.
+std::string StatFormat(const std::string& format, const std::string& path) {
+  CommandResult r = RunCommand({"stat", "-c", format, path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (!r.out.empty() && r.out.back() == '\n') r.out.pop_back();
+  return r.out;
+}
+
+TEST(MountS3AttrTest, ChmodChownAndTouchPersistAcrossRemount) {
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  WriteFile(m + "/file", "attributes");
+  ASSERT_EQ(::mkdir((m + "/dir").c_str(), 0755), 0) << std::strerror(errno);
+
+  for (const std::string& path : {m + "/file", m + "/dir"}) {
+    CommandResult chmod = RunCommand({"chmod", "640", path});
+    ASSERT_EQ(chmod.exit_code, 0) << chmod.err;
+    CommandResult chown = RunCommand({"chown", "1234:5678", path});
+    ASSERT_EQ(chown.exit_code, 0) << chown.err;
+    CommandResult touch = RunCommand({"touch", "-d", "2001-02-03 04:05:06", path});
+    ASSERT_EQ(touch.exit_code, 0) << touch.err;
+  }
+  CommandResult expected_time = RunCommand({"date", "-d", "2001-02-03 04:05:06", "+%s"});
+  ASSERT_EQ(expected_time.exit_code, 0);
+  std::string want = "640 1234 5678 " + expected_time.out.substr(0, expected_time.out.size() - 1);
+  EXPECT_EQ(StatFormat("%a %u %g %Y", m + "/file"), want);
+  EXPECT_EQ(StatFormat("%a %u %g %Y", m + "/dir"), want);
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(StatFormat("%a %u %g %Y", m + "/file"), want);
+  EXPECT_EQ(StatFormat("%a %u %g %Y", m + "/dir"), want);
+  EXPECT_EQ(ReadFile(m + "/file"), "attributes");
+}
+
+TEST(MountS3AttrTest, SymbolicLinks) {
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::mkdir((m + "/dir").c_str(), 0755), 0) << std::strerror(errno);
+  WriteFile(m + "/dir/target", "pointed at");
+  CommandResult ln = RunCommand({"ln", "-s", "dir/target", m + "/link"});
+  ASSERT_EQ(ln.exit_code, 0) << ln.err;
+  CommandResult ln_dir = RunCommand({"ln", "-s", "dir", m + "/dirlink"});
+  ASSERT_EQ(ln_dir.exit_code, 0) << ln_dir.err;
+
+  auto check = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    CommandResult readlink = RunCommand({"readlink", m + "/link"});
+    EXPECT_EQ(readlink.out, "dir/target\n") << readlink.err;
+    CommandResult cat = RunCommand({"cat", m + "/link"});
+    EXPECT_EQ(cat.out, "pointed at") << cat.err;
+    CommandResult cat_dir = RunCommand({"cat", m + "/dirlink/target"});
+    EXPECT_EQ(cat_dir.out, "pointed at") << cat_dir.err;
+    CommandResult ls = RunCommand({"ls", "-l", m});
+    ASSERT_EQ(ls.exit_code, 0) << ls.err;
+    EXPECT_NE(ls.out.find("\nl"), std::string::npos) << ls.out;
+    EXPECT_NE(ls.out.find(" link -> dir/target\n"), std::string::npos) << ls.out;
+    EXPECT_NE(ls.out.find(" dirlink -> dir\n"), std::string::npos) << ls.out;
+    struct stat st {};
+    ASSERT_EQ(::lstat((m + "/link").c_str(), &st), 0) << std::strerror(errno);
+    EXPECT_TRUE(S_ISLNK(st.st_mode));
+    EXPECT_EQ(st.st_size, 10);
+  };
+  check("same mount");
+  ASSERT_TRUE(mount->Restart());
+  check("after a remount");
+}
+
+TEST(MountS3AttrTest, RmdirOfANonEmptyDirectoryFails) {
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::mkdir((m + "/full").c_str(), 0755), 0) << std::strerror(errno);
+  WriteFile(m + "/full/keep", "kept");
+
+  CommandResult rmdir = RunCommand({"rmdir", m + "/full"});
+  EXPECT_NE(rmdir.exit_code, 0);
+  EXPECT_NE(rmdir.err.find("Directory not empty"), std::string::npos) << rmdir.err;
+  EXPECT_NE(::rmdir((m + "/full").c_str()), 0);
+  EXPECT_EQ(errno, ENOTEMPTY);
+
+  ASSERT_TRUE(mount->Restart());
+  struct stat st {};
+  ASSERT_EQ(::stat((m + "/full").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(ReadFile(m + "/full/keep"), "kept");
+}
+
+TEST(MountS3AttrTest, LongAndUnicodeNames) {
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  std::string ascii(255, 'a');
+  // "é" is 2 bytes, "€" 3 and "🙂" 4: 60 * 4 + 5 * 3 = 255 bytes.
+  std::string utf8;
+  for (int i = 0; i < 60; ++i) utf8 += "\xF0\x9F\x99\x82";
+  for (int i = 0; i < 5; ++i) utf8 += "\xE2\x82\xAC";
+  ASSERT_EQ(utf8.size(), 255u);
+  std::string spaced = "name with  spaces, caf\xC3\xA9 & \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E";
+  for (const std::string& name : {ascii, utf8, spaced}) WriteFile(m + "/" + name, name);
+
+  auto check = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    CommandResult ls = RunCommand({"ls", "-1A", m});
+    ASSERT_EQ(ls.exit_code, 0) << ls.err;
+    for (const std::string& name : {ascii, utf8, spaced}) {
+      EXPECT_NE(ls.out.find(name + "\n"), std::string::npos) << name << " not in:\n" << ls.out;
+      EXPECT_EQ(ReadFile(m + "/" + name), name);
+    }
+    CommandResult count = RunCommand({"sh", "-c", "ls -1A \"$0\" | wc -l", m});
+    EXPECT_EQ(count.out, "3\n");
+  };
+  check("same mount");
+
+  std::string too_long(256, 'b');
+  CommandResult touch = RunCommand({"touch", m + "/" + too_long});
+  EXPECT_NE(touch.exit_code, 0);
+  EXPECT_NE(touch.err.find("File name too long"), std::string::npos) << touch.err;
+  std::string too_long_utf8 = utf8 + "x";
+  CommandResult touch_utf8 = RunCommand({"touch", m + "/" + too_long_utf8});
+  EXPECT_NE(touch_utf8.exit_code, 0);
+  EXPECT_NE(touch_utf8.err.find("File name too long"), std::string::npos) << touch_utf8.err;
+  EXPECT_NE(::mkdir((m + "/" + too_long).c_str(), 0755), 0);
+  EXPECT_EQ(errno, ENAMETOOLONG);
+
+  ASSERT_TRUE(mount->Restart());
+  check("after a remount");
+}
+
+// Characters that URLs, SigV4 canonical requests and copy sources must encode.
+TEST(MountS3AttrTest, NamesWithUrlSpecialCharacters) {
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::vector<std::string> names = {"plus+sign",   "percent%20x", "question?mark",
+                                          "hash#tag",    "amp&eq=1;x",  "tilde~star*",
+                                          "quote'\"",    "back\\slash", "caf\xC3\xA9 \xE2\x82\xAC",
+                                          "[br]{ace}@$!"};
+  ASSERT_EQ(::mkdir((m + "/dir + %2F ?").c_str(), 0755), 0) << std::strerror(errno);
+  for (const std::string& name : names) WriteFile(m + "/dir + %2F ?/" + name, name);
+
+  // Renaming the directory copies every object; cp within copies on the server.
+  CommandResult mv = RunCommand({"mv", m + "/dir + %2F ?", m + "/moved #1"});
+  ASSERT_EQ(mv.exit_code, 0) << mv.err;
+  for (const std::string& name : names) {
+    CommandResult cp = RunCommand({"cp", m + "/moved #1/" + name, m + "/moved #1/" + name + "+c"});
+    EXPECT_EQ(cp.exit_code, 0) << name << ": " << cp.err;
+  }
+
+  ASSERT_TRUE(mount->Restart());
+  CommandResult ls = RunCommand({"ls", "-1A", m + "/moved #1"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  for (const std::string& name : names) {
+    EXPECT_NE(ls.out.find(name + "\n"), std::string::npos) << name << " not in:\n" << ls.out;
+    EXPECT_NE(ls.out.find(name + "+c\n"), std::string::npos) << name << "+c not in:\n" << ls.out;
+    EXPECT_EQ(ReadFile(m + "/moved #1/" + name), name);
+    EXPECT_EQ(ReadFile(m + "/moved #1/" + name + "+c"), name);
+  }
+  CommandResult count = RunCommand({"sh", "-c", "ls -1A \"$0\" | wc -l", m + "/moved #1"});
+  EXPECT_EQ(count.out, std::to_string(2 * names.size()) + "\n");
+  CommandResult root = RunCommand({"ls", "-1A", m});
+  EXPECT_EQ(root.out, "moved #1\n");
+}
+
+TEST(MountS3AttrTest, UserExtendedAttributes) {
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())));
+  ASSERT_TRUE(mount);
+  std::string file = mount->path() + "/colored";
+  WriteFile(file, "has attributes");
+  std::string etag = GetXattr(file, "user.etag");
+  ASSERT_EQ(etag.size(), 32u);
+
+  CommandResult set = RunCommand({"setfattr", "-n", "user.color", "-v", "blue", file});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_EQ(GetXattr(file, "user.color"), "blue");
+
+  CommandResult set_etag = RunCommand({"setfattr", "-n", "user.etag", "-v", "forged", file});
+  EXPECT_NE(set_etag.exit_code, 0);
+  EXPECT_NE(set_etag.err.find("Operation not permitted"), std::string::npos) << set_etag.err;
+  EXPECT_NE(::setxattr(file.c_str(), "user.etag", "x", 1, 0), 0);
+  EXPECT_EQ(errno, EPERM);
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(GetXattr(file, "user.color"), "blue");
+  EXPECT_EQ(GetXattr(file, "user.etag"), etag);
+  EXPECT_EQ(ReadFile(file), "has attributes");
+  CommandResult dump = RunCommand({"getfattr", "-d", file});
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  EXPECT_NE(dump.out.find("user.color=\"blue\"\n"), std::string::npos) << dump.out;
+  EXPECT_NE(dump.out.find("user.etag=\"" + etag + "\"\n"), std::string::npos) << dump.out;
+
+  CommandResult remove = RunCommand({"setfattr", "-x", "user.color", file});
+  ASSERT_EQ(remove.exit_code, 0) << remove.err;
+  ASSERT_TRUE(mount->Restart());
+  CommandResult dump_after = RunCommand({"getfattr", "-d", file});
+  EXPECT_EQ(dump_after.out.find("user.color"), std::string::npos) << dump_after.out;
+  EXPECT_NE(dump_after.out.find("user.etag="), std::string::npos) << dump_after.out;
+}
+
+}  // namespace
+}  // namespace objfs::testing

@@ -1,0 +1,241 @@
+// The S3 server going away while a file is being written: close() reports the failed upload,
+// the data stays staged in the mount's cache directory, and it is uploaded once the server is
+// back. The test runs a Ceph cluster of its own, since it stops and restarts its radosgw.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/run_command.h"
+#include "tests/fixtures/test_servers.h"
+
+namespace objfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string ReadLocal(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Polls `done` every 20 ms until it returns true or `seconds` pass; returns its last answer.
+template <typename F>
+bool WaitFor(double seconds, F done) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (Clock::now() > deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// True while `pid` runs (a zombie counts as gone: the daemons are not our children).
+bool ProcessAlive(pid_t pid) {
+  std::string stat = ReadLocal("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+// A Ceph cluster of this test's own (tests/fixtures/rgw.sh), stopped and removed at scope end.
+class OwnCluster {
+ public:
+  OwnCluster() {
+    char dir_template[] = "/tmp/objfs-outage-XXXXXX";
+    if (::mkdtemp(dir_template) == nullptr) {
+      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+      return;
+    }
+    dir_ = dir_template;
+    script_ = ScriptDir() + "/rgw.sh";
+    CommandResult r = RunCommand({"/bin/bash", script_, "start", dir_ + "/cluster"});
+    if (r.exit_code != 0) {
+      ADD_FAILURE() << "rgw.sh start failed: " << r.out << r.err;
+      return;
+    }
+    std::ifstream env(dir_ + "/cluster/env");
+    std::map<std::string, std::string> vars;
+    std::string line;
+    while (std::getline(env, line)) {
+      if (line.rfind("export ", 0) == 0) line.erase(0, 7);
+      size_t eq = line.find('=');
+      if (eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    server_.endpoint = vars["OBJFS_TEST_S3_ENDPOINT"];
+    server_.access_key = vars["OBJFS_TEST_S3_ACCESS_KEY"];
+    server_.secret_key = vars["OBJFS_TEST_S3_SECRET_KEY"];
+    server_.region = vars["OBJFS_TEST_S3_REGION"];
+    server_.dir = dir_ + "/cluster";
+    ok_ = !server_.endpoint.empty() && !server_.access_key.empty();
+    if (!ok_) ADD_FAILURE() << "rgw.sh wrote no usable env file";
+  }
+  ~OwnCluster() {
+    if (dir_.empty()) return;
+    CommandResult r = RunCommand({"/bin/bash", script_, "stop", dir_ + "/cluster"});
+    if (r.exit_code != 0) ADD_FAILURE() << "rgw.sh stop failed: " << r.out << r.err;
+    if (::testing::Test::HasFailure()) {
+      std::cerr << "cluster logs kept in " << dir_ << "/cluster/log\n";
+    } else {
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+    }
+  }
+  OwnCluster(const OwnCluster&) = delete;
+  OwnCluster& operator=(const OwnCluster&) = delete;
+
+  bool ok() const { return ok_; }
+  const S3TestServer& server() const { return server_; }
+
+  // HTTP status of a signed request (curl's "000" when nothing answered).
+  std::string Request(const std::string& method, const std::string& path,
+                      std::string* body = nullptr) const {
+    std::vector<std::string> argv = SignedCurlArgs(server_, "");
+    for (std::string a : {std::string("--max-time"), std::string("10"), std::string("-X"), method,
+                          std::string("-w"), std::string("\n%{http_code}")}) {
+      argv.push_back(a);
+    }
+    argv.push_back(server_.endpoint + path);
+    CommandResult r = RunCommand(argv);
+    size_t nl = r.out.rfind('\n');
+    if (nl == std::string::npos) return "000";
+    if (body != nullptr) *body = r.out.substr(0, nl);
+    return r.out.substr(nl + 1);
+  }
+
+  pid_t RadosgwPid() const {
+    std::string text = ReadLocal(server_.dir + "/run/client.rgw.x.pid");
+    return static_cast<pid_t>(std::atoi(text.c_str()));
+  }
+
+ private:
+  std::string dir_;
+  std::string script_;
+  S3TestServer server_;
+  bool ok_ = false;
+};
+
+// The paths of every "*.data" file under `dir` whose content is `data`.
+std::vector<std::string> StagingFilesHolding(const std::string& dir, const std::string& data) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file() || it->path().extension() != ".data") continue;
+    if (ReadLocal(it->path().string()) == data) found.push_back(it->path().string());
+  }
+  return found;
+}
+
+TEST(MountS3OutageTest, ServerStoppedWhileWritingKeepsTheDataForARetry) {
+  OwnCluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  const std::string bucket = "outage";
+  ASSERT_EQ(cluster.Request("PUT", "/" + bucket), "200");
+
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  options.extra_options =
+      "endpoint=" + cluster.server().endpoint + ",path_style,region=" + cluster.server().region;
+  options.env = {{"AWS_ACCESS_KEY_ID", cluster.server().access_key},
+                 {"AWS_SECRET_ACCESS_KEY", cluster.server().secret_key}};
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  // "unsent" is retried by a new open and fsync, "at-unmount" by the unmount's flush.
+  std::string file = mount->path() + "/unsent";
+  std::string data = PseudoRandomBytes(1 << 20, 21);
+  std::string second = mount->path() + "/at-unmount";
+  std::string second_data = PseudoRandomBytes(300000, 22);
+
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()))
+      << std::strerror(errno);
+  int fd2 = ::open(second.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd2, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd2, second_data.data(), second_data.size()),
+            static_cast<ssize_t>(second_data.size()))
+      << std::strerror(errno);
+
+  // Stop radosgw alone; the mon and the memstore osd (which hold the bucket) keep running.
+  pid_t rgw = cluster.RadosgwPid();
+  ASSERT_GT(rgw, 0);
+  std::string cmdline = ReadLocal("/proc/" + std::to_string(rgw) + "/cmdline");
+  std::vector<std::string> rgw_argv;
+  for (size_t pos = 0; pos < cmdline.size();) {
+    size_t end = cmdline.find('\0', pos);
+    if (end == std::string::npos) end = cmdline.size();
+    rgw_argv.push_back(cmdline.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  ASSERT_FALSE(rgw_argv.empty());
+  ASSERT_NE(rgw_argv[0].find("radosgw"), std::string::npos) << cmdline;
+  ASSERT_EQ(::kill(rgw, SIGTERM), 0) << std::strerror(errno);
+  ASSERT_TRUE(WaitFor(20, [&] { return !ProcessAlive(rgw); })) << "radosgw did not exit";
+
+  errno = 0;
+  EXPECT_NE(::close(fd), 0) << "close() succeeded with the server down";
+  EXPECT_EQ(errno, EIO) << std::strerror(errno);
+  errno = 0;
+  EXPECT_NE(::close(fd2), 0) << "close() succeeded with the server down";
+  EXPECT_EQ(errno, EIO) << std::strerror(errno);
+  EXPECT_EQ(StagingFilesHolding(mount->cache_dir(), data).size(), 1u)
+      << "no staging file with the written data in " << mount->cache_dir();
+  EXPECT_EQ(StagingFilesHolding(mount->cache_dir(), second_data).size(), 1u)
+      << "no staging file with the second file's data in " << mount->cache_dir();
+  // Reading the file back still gives what was written (from the staging file).
+  EXPECT_TRUE(ReadFile(file) == data) << "reading the unsent file gave other bytes";
+
+  // The same command line again; it detaches, so nothing of ours may stay open in it.
+  std::vector<std::string> restart = {"/bin/sh", "-c", "exec \"$@\" < /dev/null >> \"$0\" 2>&1",
+                                      cluster.server().dir + "/log/restart.log"};
+  restart.insert(restart.end(), rgw_argv.begin(), rgw_argv.end());
+  CommandResult started = RunCommand(restart);
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  ASSERT_TRUE(WaitFor(60, [&] { return cluster.Request("GET", "/" + bucket) == "200"; }))
+      << "radosgw did not come back";
+
+  // A new open of the same file finds the staged data; fsync uploads it.
+  int again = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(again, 0) << std::strerror(errno);
+  EXPECT_EQ(::fsync(again), 0) << std::strerror(errno);
+  EXPECT_EQ(::close(again), 0) << std::strerror(errno);
+
+  std::string body;
+  EXPECT_EQ(cluster.Request("GET", "/" + bucket + "/unsent", &body), "200");
+  EXPECT_EQ(body.size(), data.size());
+  EXPECT_TRUE(body == data) << "the bucket holds other bytes";
+  EXPECT_TRUE(StagingFilesHolding(mount->cache_dir(), data).empty())
+      << "the staging file stayed after the upload";
+
+  EXPECT_EQ(cluster.Request("GET", "/" + bucket + "/at-unmount"), "404");
+  EXPECT_EQ(mount->Stop(), 0);
+  std::string second_body;
+  EXPECT_EQ(cluster.Request("GET", "/" + bucket + "/at-unmount", &second_body), "200");
+  EXPECT_TRUE(second_body == second_data) << "the bucket holds other bytes for at-unmount";
+  EXPECT_TRUE(StagingFilesHolding(mount->cache_dir(), second_data).empty())
+      << "the staging file stayed after the upload at unmount";
+}
+
+}  // namespace
+}  // namespace objfs::testing
