@@ -1,0 +1,199 @@
+#include "backend/sftp/session_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+#include <utility>
+
+namespace objfs::sftp {
+namespace {
+
+std::string HostPort(const SftpConnectOptions& options) {
+  return options.host + ":" + std::to_string(options.port);
+}
+
+// "SHA256:<base64>" of the server's host key, or a note that it could not be computed.
+std::string ServerFingerprint(ssh_session ssh) {
+  ssh_key key = nullptr;
+  if (ssh_get_server_publickey(ssh, &key) != SSH_OK) return "unavailable";
+  unsigned char* hash = nullptr;
+  size_t hash_len = 0;
+  std::string out = "unavailable";
+  if (ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &hash_len) == SSH_OK) {
+    char* text = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, hash_len);
+    if (text != nullptr) {
+      out = text;
+      ssh_string_free_char(text);
+    }
+    ssh_clean_pubkey_hash(&hash);
+  }
+  ssh_key_free(key);
+  return out;
+}
+
+Status CheckHostKey(ssh_session ssh, const SftpConnectOptions& options) {
+  enum ssh_known_hosts_e state = ssh_session_is_known_server(ssh);
+  const std::string where = HostPort(options);
+  switch (state) {
+    case SSH_KNOWN_HOSTS_OK:
+      return Status::Ok();
+    case SSH_KNOWN_HOSTS_CHANGED:
+    case SSH_KNOWN_HOSTS_OTHER:
+      return PermissionDeniedError("host key for " + where + " has CHANGED (fingerprint " +
+                                   ServerFingerprint(ssh) + ", known_hosts " + options.known_hosts +
+                                   ") — refusing");
+    case SSH_KNOWN_HOSTS_NOT_FOUND:
+    case SSH_KNOWN_HOSTS_UNKNOWN:
+      if (options.accept_new_host_key) {
+        if (ssh_session_update_known_hosts(ssh) != SSH_OK) {
+          return IoError("cannot record the host key of " + where + " in " + options.known_hosts +
+                         ": " + ssh_get_error(ssh));
+        }
+        return Status::Ok();
+      }
+      return PermissionDeniedError(
+          "host key for " + where + " is unknown (fingerprint " + ServerFingerprint(ssh) +
+          "); add it to " +
+          (options.known_hosts.empty() ? std::string("known_hosts") : options.known_hosts) +
+          " or accept new host keys — refusing");
+    case SSH_KNOWN_HOSTS_ERROR:
+    default:
+      return PermissionDeniedError("cannot check the host key of " + where + ": " +
+                                   ssh_get_error(ssh));
+  }
+}
+
+Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
+  std::vector<std::string> tried;
+  // The server may need to learn the username before offering methods.
+  ssh_userauth_none(ssh, nullptr);
+  for (const std::string& path : options.identity_files) {
+    ssh_key key = nullptr;
+    if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK) {
+      tried.push_back("key " + path + " (unreadable)");
+      continue;
+    }
+    int rc = ssh_userauth_publickey(ssh, nullptr, key);
+    ssh_key_free(key);
+    if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
+    if (rc == SSH_AUTH_ERROR) {
+      return TransientError("authentication as " + options.user + "@" + options.host +
+                            " failed: " + ssh_get_error(ssh));
+    }
+    tried.push_back("key " + path);
+  }
+  if (const char* agent = std::getenv("SSH_AUTH_SOCK"); agent != nullptr && *agent != '\0') {
+    if (ssh_userauth_agent(ssh, nullptr) == SSH_AUTH_SUCCESS) return Status::Ok();
+    tried.push_back("ssh-agent");
+  }
+  if (options.identity_files.empty()) {
+    if (ssh_userauth_publickey_auto(ssh, nullptr, nullptr) == SSH_AUTH_SUCCESS) {
+      return Status::Ok();
+    }
+    tried.push_back("default keys");
+  }
+  std::string list;
+  for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
+  return PermissionDeniedError("authentication as " + options.user + "@" + options.host +
+                               " failed (tried: " + (list.empty() ? "nothing" : list) + ")");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnectOptions& options) {
+  std::unique_ptr<SftpConnection> c(new SftpConnection);
+  c->ssh_ = ssh_new();
+  if (c->ssh_ == nullptr) return InternalError("ssh_new failed");
+  ssh_session ssh = c->ssh_;
+  long timeout = static_cast<long>(options.connect_timeout.count());
+  unsigned int port = static_cast<unsigned int>(options.port);
+  int process_config = 0;
+  ssh_options_set(ssh, SSH_OPTIONS_PROCESS_CONFIG, &process_config);
+  ssh_options_set(ssh, SSH_OPTIONS_HOST, options.host.c_str());
+  ssh_options_set(ssh, SSH_OPTIONS_PORT, &port);
+  if (!options.user.empty()) ssh_options_set(ssh, SSH_OPTIONS_USER, options.user.c_str());
+  ssh_options_set(ssh, SSH_OPTIONS_TIMEOUT, &timeout);
+  if (!options.known_hosts.empty()) {
+    ssh_options_set(ssh, SSH_OPTIONS_KNOWNHOSTS, options.known_hosts.c_str());
+    ssh_options_set(ssh, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
+  }
+  const std::string where = options.user + "@" + HostPort(options);
+  if (ssh_connect(ssh) != SSH_OK) {
+    return TransientError("cannot connect to " + where + ": " + ssh_get_error(ssh));
+  }
+  OBJFS_RETURN_IF_ERROR(CheckHostKey(ssh, options));
+  OBJFS_RETURN_IF_ERROR(Authenticate(ssh, options));
+  c->sftp_ = sftp_new(ssh);
+  if (c->sftp_ == nullptr) {
+    return TransientError("cannot open an SFTP session on " + where + ": " + ssh_get_error(ssh));
+  }
+  if (sftp_init(c->sftp_) != SSH_OK) {
+    return TransientError("SFTP handshake with " + where + " failed: " + ssh_get_error(ssh));
+  }
+  OBJFS_ASSIGN_OR_RETURN(c->wire_, SftpWire::Open(ssh));
+  return c;
+}
+
+SftpConnection::~SftpConnection() {
+  wire_.reset();
+  if (sftp_ != nullptr) sftp_free(sftp_);
+  if (ssh_ != nullptr) {
+    ssh_disconnect(ssh_);
+    ssh_free(ssh_);
+  }
+}
+
+bool SftpConnection::healthy() const {
+  return !broken_ && wire_ != nullptr && wire_->healthy() && ssh_is_connected(ssh_) != 0;
+}
+
+SftpSessionPool::SftpSessionPool(SftpConnectOptions options, int size)
+    : options_(std::move(options)), size_(std::max(1, size)) {}
+
+SftpSessionPool::~SftpSessionPool() = default;
+
+SftpSessionPool::Lease::~Lease() {
+  if (pool_ != nullptr && connection_ != nullptr) pool_->Release(std::move(connection_));
+}
+
+Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
+  std::chrono::steady_clock::time_point not_before;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !idle_.empty() || leased_or_connecting_ < size_; });
+    if (!idle_.empty()) {
+      std::unique_ptr<SftpConnection> c = std::move(idle_.back());
+      idle_.pop_back();
+      ++leased_or_connecting_;
+      return Lease(this, std::move(c));
+    }
+    ++leased_or_connecting_;
+    not_before = next_attempt_;
+  }
+  // Back off while connecting keeps failing for transient reasons.
+  std::this_thread::sleep_until(not_before);
+  Result<std::unique_ptr<SftpConnection>> c = SftpConnection::Connect(options_);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!c.ok()) {
+    --leased_or_connecting_;
+    cv_.notify_one();
+    if (c.status().code() == StatusCode::kTransient) {
+      consecutive_failures_ = std::min(consecutive_failures_ + 1, 6);
+      next_attempt_ = std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(50) * (1 << consecutive_failures_);
+    }
+    return c.status();
+  }
+  consecutive_failures_ = 0;
+  next_attempt_ = {};
+  return Lease(this, std::move(c).value());
+}
+
+void SftpSessionPool::Release(std::unique_ptr<SftpConnection> connection) {
+  std::lock_guard<std::mutex> lock(mu_);
+  --leased_or_connecting_;
+  if (connection->healthy()) idle_.push_back(std::move(connection));
+  cv_.notify_one();
+}
+
+}  // namespace objfs::sftp

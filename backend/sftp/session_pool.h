@@ -1,0 +1,98 @@
+// Authenticated SSH connections to one SFTP server, shared by the threads of an SftpStore.
+//
+// An SSH session (and the SFTP sessions on it) must be used by one thread at a time, and a
+// connection costs a TCP and key exchange round trip, so the store borrows a connection per call
+// from this pool. A connection that failed at the transport level is dropped and a fresh one is
+// made on the next borrow, after a back-off when connecting keeps failing. Host keys are checked
+// against a known_hosts file; unknown or changed keys are refused with their fingerprint.
+#pragma once
+
+#include <libssh/libssh.h>
+#include <libssh/sftp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/sftp/sftp_wire.h"
+#include "backend/status.h"
+
+namespace objfs::sftp {
+
+struct SftpConnectOptions {
+  std::string host;
+  int port = 22;
+  std::string user;
+  std::vector<std::string> identity_files;  // private keys to offer, in order
+  std::string known_hosts;                  // empty: libssh's default (~/.ssh/known_hosts)
+  bool accept_new_host_key = false;         // record an unknown host key instead of refusing it
+  std::chrono::seconds connect_timeout{10};
+};
+
+// One authenticated connection: libssh's SFTP session for most requests and an SftpWire on a
+// second channel for the OpenSSH extensions.
+class SftpConnection {
+ public:
+  static Result<std::unique_ptr<SftpConnection>> Connect(const SftpConnectOptions& options);
+  ~SftpConnection();
+  SftpConnection(const SftpConnection&) = delete;
+  SftpConnection& operator=(const SftpConnection&) = delete;
+
+  sftp_session sftp() const { return sftp_; }
+  SftpWire& wire() const { return *wire_; }
+  // False after a transport failure on either channel.
+  bool healthy() const;
+  void MarkBroken() { broken_ = true; }
+
+ private:
+  SftpConnection() = default;
+  ssh_session ssh_ = nullptr;
+  sftp_session sftp_ = nullptr;
+  std::unique_ptr<SftpWire> wire_;
+  bool broken_ = false;
+};
+
+class SftpSessionPool {
+ public:
+  SftpSessionPool(SftpConnectOptions options, int size);
+  ~SftpSessionPool();
+
+  // A connection borrowed for one call; returned to the pool (or dropped if broken) on
+  // destruction.
+  class Lease {
+   public:
+    Lease(SftpSessionPool* pool, std::unique_ptr<SftpConnection> connection)
+        : pool_(pool), connection_(std::move(connection)) {}
+    Lease(Lease&& other) noexcept = default;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease();
+    SftpConnection* operator->() const { return connection_.get(); }
+    SftpConnection& operator*() const { return *connection_; }
+
+   private:
+    SftpSessionPool* pool_;
+    std::unique_ptr<SftpConnection> connection_;
+  };
+
+  // Waits for a free slot and returns its connection, connecting first if needed.
+  Result<Lease> Acquire();
+
+  const SftpConnectOptions& options() const { return options_; }
+
+ private:
+  void Release(std::unique_ptr<SftpConnection> connection);
+
+  const SftpConnectOptions options_;
+  const int size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<SftpConnection>> idle_;
+  int leased_or_connecting_ = 0;
+  int consecutive_failures_ = 0;
+  std::chrono::steady_clock::time_point next_attempt_{};
+};
+
+}  // namespace objfs::sftp

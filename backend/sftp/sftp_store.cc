@@ -1,0 +1,835 @@
+#include "backend/sftp/sftp_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cmath>
+#include <ctime>
+#include <deque>
+#include <functional>
+#include <random>
+#include <utility>
+
+#include "backend/md5.h"
+
+namespace objfs::sftp {
+namespace {
+
+constexpr std::string_view kReservedPrefix = ".objfs-";
+constexpr std::string_view kRecordDir = ".objfs-meta";
+constexpr std::string_view kMarkerFile = ".objfs-dir";
+constexpr size_t kMaxNameBytes = 255;
+// Symbolic link targets are limited to PATH_MAX on the server.
+constexpr size_t kMaxRecordBytes = 4000;
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+bool IsMarker(std::string_view key) { return !key.empty() && key.back() == '/'; }
+
+Status InvalidKey(std::string_view key) {
+  return InvalidArgumentError("key '" + std::string(key) +
+                              "' is not a valid file name on an SFTP server");
+}
+
+// Every '/'-separated component of `key` (without a marker's final '/') must be a file name.
+Status ValidateKey(std::string_view key) {
+  std::string_view path = IsMarker(key) ? key.substr(0, key.size() - 1) : key;
+  if (path.empty() || path.find('\0') != std::string_view::npos) return InvalidKey(key);
+  while (true) {
+    size_t slash = path.find('/');
+    std::string_view name = path.substr(0, slash);
+    if (name.empty() || name == "." || name == ".." || StartsWith(name, kReservedPrefix)) {
+      return InvalidKey(key);
+    }
+    if (name.size() > kMaxNameBytes) {
+      return Status(StatusCode::kNameTooLong, "key '" + std::string(key) + "' has a component of " +
+                                                  std::to_string(name.size()) +
+                                                  " bytes; the SFTP server allows 255");
+    }
+    if (slash == std::string_view::npos) return Status::Ok();
+    path.remove_prefix(slash + 1);
+  }
+}
+
+// The status of the last libssh sftp call that failed on `c`; a lost connection marks it broken.
+Status LibsshStatus(SftpConnection& c, const std::string& what) {
+  ssh_session ssh = c.sftp()->session;
+  if (ssh_is_connected(ssh) == 0 || ssh_get_error_code(ssh) == SSH_FATAL) {
+    c.MarkBroken();
+    return TransientError(what + ": connection lost: " + ssh_get_error(ssh));
+  }
+  int code = sftp_get_error(c.sftp());
+  if (code == SSH_FX_OK) {
+    c.MarkBroken();
+    return TransientError(what + ": " + ssh_get_error(ssh));
+  }
+  if (code == SSH_FX_CONNECTION_LOST || code == SSH_FX_NO_CONNECTION) c.MarkBroken();
+  return StatusFromSftpCode(static_cast<uint32_t>(code), "", what);
+}
+
+struct AttributesDeleter {
+  void operator()(sftp_attributes a) const { sftp_attributes_free(a); }
+};
+using Attributes = std::unique_ptr<sftp_attributes_struct, AttributesDeleter>;
+
+int64_t MtimeSeconds(const sftp_attributes_struct& a) { return a.mtime; }
+
+bool IsDirectory(const sftp_attributes_struct& a) {
+  return a.type == SSH_FILEXFER_TYPE_DIRECTORY ||
+         ((a.flags & SSH_FILEXFER_ATTR_PERMISSIONS) && S_ISDIR(a.permissions));
+}
+
+// s3fs-style metadata from SFTP attributes, for files objfs did not write.
+Metadata MetadataFromAttributes(const sftp_attributes_struct& a) {
+  Metadata m;
+  if (a.flags & SSH_FILEXFER_ATTR_PERMISSIONS) m["mode"] = std::to_string(a.permissions);
+  if (a.flags & SSH_FILEXFER_ATTR_UIDGID) {
+    m["uid"] = std::to_string(a.uid);
+    m["gid"] = std::to_string(a.gid);
+  }
+  if (a.flags & SSH_FILEXFER_ATTR_ACMODTIME) m["mtime"] = std::to_string(a.mtime);
+  return m;
+}
+
+std::optional<uint32_t> ParseMode(const Metadata& metadata) {
+  auto it = metadata.find("mode");
+  if (it == metadata.end()) return std::nullopt;
+  uint32_t mode = 0;
+  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), mode);
+  if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
+  return mode;
+}
+
+// s3fs writes mtime as whole or fractional seconds.
+std::optional<int64_t> ParseMtime(const Metadata& metadata) {
+  auto it = metadata.find("mtime");
+  if (it == metadata.end()) return std::nullopt;
+  char* end = nullptr;
+  double seconds = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds < 0 ||
+      seconds > 4294967295.0) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(std::floor(seconds));
+}
+
+struct FileCloser {
+  void operator()(sftp_file f) const { sftp_close(f); }
+};
+using File = std::unique_ptr<sftp_file_struct, FileCloser>;
+
+// Reads up to buf.size() bytes of `file` at `offset` with up to `in_flight` READ requests of
+// `chunk` bytes outstanding. Fewer bytes only at the end of the file.
+Result<size_t> PipelinedRead(SftpConnection& c, sftp_file file, uint64_t offset,
+                             std::span<std::byte> buf, uint32_t chunk, int in_flight,
+                             Metrics* metrics, const std::string& what) {
+  if (buf.empty()) return size_t{0};
+  if (sftp_seek64(file, offset) != 0) return LibsshStatus(c, what);
+  struct Pending {
+    int id;
+    size_t at;
+    uint32_t len;
+  };
+  std::deque<Pending> pending;
+  size_t issued = 0;
+  size_t contiguous = 0;
+  bool short_read = false;
+  Status error;
+  while (true) {
+    while (error.ok() && !short_read && issued < buf.size() &&
+           pending.size() < static_cast<size_t>(std::max(1, in_flight))) {
+      uint32_t len = static_cast<uint32_t>(std::min<size_t>(chunk, buf.size() - issued));
+      int id = sftp_async_read_begin(file, len);
+      if (id < 0) {
+        error = LibsshStatus(c, what);
+        break;
+      }
+      if (metrics != nullptr) Bump(metrics->sftp_read_requests);
+      pending.push_back({id, issued, len});
+      issued += len;
+    }
+    if (pending.empty()) break;
+    Pending p = pending.front();
+    pending.pop_front();
+    int n = sftp_async_read(file, buf.data() + p.at, p.len, static_cast<uint32_t>(p.id));
+    if (n < 0) {
+      if (error.ok()) error = LibsshStatus(c, what);
+      if (!c.healthy()) return error;  // the remaining replies will never come
+      continue;
+    }
+    if (error.ok() && !short_read) {
+      contiguous += static_cast<size_t>(n);
+      if (static_cast<uint32_t>(n) < p.len) short_read = true;
+    }
+  }
+  if (!error.ok()) return error;
+  // A short reply before the end of the file: fill the rest synchronously.
+  if (short_read && contiguous < buf.size() && contiguous > 0) {
+    if (sftp_seek64(file, offset + contiguous) != 0) return LibsshStatus(c, what);
+    while (contiguous < buf.size()) {
+      size_t want = std::min<size_t>(chunk, buf.size() - contiguous);
+      if (metrics != nullptr) Bump(metrics->sftp_read_requests);
+      ssize_t n = sftp_read(file, buf.data() + contiguous, want);
+      if (n < 0) return LibsshStatus(c, what);
+      if (n == 0) break;
+      contiguous += static_cast<size_t>(n);
+    }
+  }
+  return contiguous;
+}
+
+std::string ParentOf(const std::string& path) { return path.substr(0, path.rfind('/')); }
+
+Status StatusOfResult(const Status& status) { return status; }
+template <typename T>
+Status StatusOfResult(const Result<T>& result) {
+  return result.status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SftpStore>> SftpStore::Create(SftpStoreOptions options) {
+  if (options.host.empty()) return InvalidArgumentError("SFTP store needs a host");
+  if (options.root.empty() || options.root[0] != '/') {
+    return InvalidArgumentError("SFTP root '" + options.root + "' is not an absolute path");
+  }
+  while (options.root.size() > 1 && options.root.back() == '/') options.root.pop_back();
+  std::unique_ptr<SftpStore> store(new SftpStore(std::move(options)));
+  OBJFS_RETURN_IF_ERROR(store->CheckRoot());
+  return store;
+}
+
+SftpStore::SftpStore(SftpStoreOptions options)
+    : options_(std::move(options)),
+      pool_(SftpConnectOptions{options_.host, options_.port, options_.user, options_.identity_files,
+                               options_.known_hosts, options_.accept_new_host_key,
+                               options_.connect_timeout},
+            options_.sessions) {}
+
+Status SftpStore::CheckRoot() {
+  return WithRetry([&](SftpConnection& c) -> Status {
+    {
+      std::lock_guard<std::mutex> lock(server_mu_);
+      if (!server_known_) {
+        copy_data_ = options_.use_copy_data && c.wire().HasExtension("copy-data", "1");
+        limits_ = c.wire().limits();
+        server_known_ = true;
+      }
+    }
+    Attributes a(sftp_stat(c.sftp(), options_.root.c_str()));
+    if (a == nullptr) return LibsshStatus(c, "SFTP root " + describe());
+    if (!IsDirectory(*a)) {
+      return Status(StatusCode::kNotDirectory, "SFTP root " + describe() + " is not a directory");
+    }
+    return Status::Ok();
+  });
+}
+
+template <typename Fn>
+auto SftpStore::WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>())) {
+  for (int attempt = 0;; ++attempt) {
+    Result<SftpSessionPool::Lease> lease = pool_.Acquire();
+    if (!lease.ok()) return lease.status();
+    auto result = fn(**lease);
+    if (attempt == 0 && !result.ok() && StatusOfResult(result).code() == StatusCode::kTransient &&
+        !(*lease)->healthy()) {
+      continue;
+    }
+    return result;
+  }
+}
+
+Result<SftpStore::KeyPaths> SftpStore::PathsOf(std::string_view key) const {
+  OBJFS_RETURN_IF_ERROR(ValidateKey(key));
+  KeyPaths p;
+  std::string full = options_.root + "/" + std::string(key);
+  if (IsMarker(key)) full += kMarkerFile;
+  size_t slash = full.rfind('/');
+  p.dir = full.substr(0, slash);
+  p.name = full.substr(slash + 1);
+  p.data = full;
+  p.record = p.dir + "/" + std::string(kRecordDir) + "/" + p.name;
+  return p;
+}
+
+std::mutex& SftpStore::KeyLock(std::string_view key) {
+  return key_locks_[std::hash<std::string_view>()(key) % key_locks_.size()];
+}
+
+std::string SftpStore::TempName(const std::string& dir) {
+  static std::atomic<uint64_t> counter{std::random_device()()};
+  static const uint64_t salt = (uint64_t{std::random_device()()} << 32) | std::random_device()();
+  uint64_t n = counter.fetch_add(1) * 0x9e3779b97f4a7c15ull ^ salt;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(n));
+  return dir + "/" + std::string(kReservedPrefix) + "tmp-" + hex;
+}
+
+std::optional<ObjectRecord> SftpStore::ReadRecord(SftpConnection& c, const KeyPaths& paths,
+                                                  uint64_t size, int64_t mtime_s) {
+  char* target = sftp_readlink(c.sftp(), paths.record.c_str());
+  if (target == nullptr) return std::nullopt;
+  std::optional<ObjectRecord> record = DecodeObjectRecord(target);
+  ssh_string_free_char(target);
+  if (!record || !record->Describes(size, mtime_s)) return std::nullopt;
+  return record;
+}
+
+Result<ObjectInfo> SftpStore::HeadOn(SftpConnection& c, std::string_view key) {
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
+  if (a == nullptr) {
+    Status status = LibsshStatus(c, "stat " + std::string(key));
+    if (status.code() != StatusCode::kNotFound || !IsMarker(key)) return status;
+    // A directory without a marker file is still a directory.
+    a.reset(sftp_stat(c.sftp(), paths.dir.c_str()));
+    if (a == nullptr) return LibsshStatus(c, "stat " + std::string(key));
+    if (!IsDirectory(*a)) return NotFoundError("no object " + std::string(key));
+    ObjectInfo info;
+    info.key = std::string(key);
+    info.mtime_ns = MtimeSeconds(*a) * 1000000000;
+    info.metadata = MetadataFromAttributes(*a);
+    info.has_metadata = true;
+    return info;
+  }
+  if (IsDirectory(*a)) return NotFoundError("no object " + std::string(key) + " (a directory)");
+  ObjectInfo info;
+  info.key = std::string(key);
+  info.size = a->size;
+  info.mtime_ns = MtimeSeconds(*a) * 1000000000;
+  info.has_metadata = true;
+  if (std::optional<ObjectRecord> record = ReadRecord(c, paths, a->size, MtimeSeconds(*a))) {
+    info.etag = record->etag;
+    info.content_type = std::move(record->content_type);
+    info.metadata = std::move(record->metadata);
+  } else {
+    info.metadata = MetadataFromAttributes(*a);
+  }
+  return info;
+}
+
+Result<ObjectInfo> SftpStore::head(std::string_view key) {
+  return WithRetry([&](SftpConnection& c) { return HeadOn(c, key); });
+}
+
+Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                               const ETag* if_match) {
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  return WithRetry([&](SftpConnection& c) -> Result<size_t> {
+    const std::string what = "read " + std::string(key);
+    File file;
+    if (if_match != nullptr && !if_match->empty()) {
+      // Open and check under the key's lock, so no commit of ours falls between.
+      std::lock_guard<std::mutex> lock(KeyLock(key));
+      file.reset(sftp_open(c.sftp(), paths.data.c_str(), O_RDONLY, 0));
+      if (file == nullptr) return LibsshStatus(c, what);
+      Attributes a(sftp_fstat(file.get()));
+      if (a == nullptr) return LibsshStatus(c, what);
+      std::optional<ObjectRecord> record = ReadRecord(c, paths, a->size, MtimeSeconds(*a));
+      ETag current = record ? record->etag : ETag();
+      if (current != *if_match) {
+        return PreconditionFailedError(what + ": the object changed (ETag " + current.value() +
+                                       ", expected " + if_match->value() + ")");
+      }
+    } else {
+      file.reset(sftp_open(c.sftp(), paths.data.c_str(), O_RDONLY, 0));
+      if (file == nullptr) return LibsshStatus(c, what);
+    }
+    uint32_t chunk =
+        static_cast<uint32_t>(std::clamp<uint64_t>(c.wire().limits().max_read, 4096, 4u << 20));
+    return PipelinedRead(c, file.get(), offset, buf, chunk, options_.requests_in_flight,
+                         options_.metrics, what);
+  });
+}
+
+namespace {
+
+struct DirEntry {
+  std::string key;  // object key, or the common prefix (ending in '/') of a directory
+  bool is_dir = false;
+  std::string name;
+  uint64_t size = 0;
+  int64_t mtime_s = 0;
+};
+
+// The entries of directory `path` whose names start with `name_prefix`, as keys under `base`
+// (which ends in '/' or is empty), sorted by key bytes. NotFound gives no entries.
+Result<std::vector<DirEntry>> ReadDirSorted(SftpConnection& c, const std::string& path,
+                                            const std::string& base, std::string_view name_prefix) {
+  std::vector<DirEntry> entries;
+  sftp_dir dir = sftp_opendir(c.sftp(), path.c_str());
+  if (dir == nullptr) {
+    Status status = LibsshStatus(c, "list " + path);
+    if (status.code() == StatusCode::kNotFound || status.code() == StatusCode::kIoError) {
+      return entries;  // no such directory, or a file: nothing under this prefix
+    }
+    return status;
+  }
+  while (Attributes a{sftp_readdir(c.sftp(), dir)}) {
+    std::string_view name = a->name != nullptr ? a->name : "";
+    if (name.empty() || name == "." || name == "..") continue;
+    if (name == kMarkerFile) {
+      if (base.empty() || !name_prefix.empty()) continue;
+      entries.push_back({base, false, std::string(name), a->size, MtimeSeconds(*a)});
+      continue;
+    }
+    if (StartsWith(name, kReservedPrefix) || !StartsWith(name, name_prefix)) continue;
+    DirEntry e;
+    e.name = std::string(name);
+    e.is_dir = IsDirectory(*a);
+    e.key = base + e.name + (e.is_dir ? "/" : "");
+    e.size = a->size;
+    e.mtime_s = MtimeSeconds(*a);
+    entries.push_back(std::move(e));
+  }
+  bool complete = sftp_dir_eof(dir) != 0;
+  sftp_closedir(dir);
+  if (!complete) return LibsshStatus(c, "list " + path);
+  std::sort(entries.begin(), entries.end(),
+            [](const DirEntry& x, const DirEntry& y) { return x.key < y.key; });
+  return entries;
+}
+
+// Appends the keys under directory `path` (keys starting with `base`) greater than `marker` to
+// `out`, in order, until it holds more than `limit`.
+Status Walk(SftpConnection& c, const std::string& path, const std::string& base,
+            std::string_view name_prefix, const std::string& marker, size_t limit,
+            std::vector<DirEntry>& out) {
+  OBJFS_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, ReadDirSorted(c, path, base, name_prefix));
+  for (DirEntry& e : entries) {
+    if (out.size() > limit) return Status::Ok();
+    if (e.is_dir) {
+      if (e.key <= marker && !StartsWith(marker, e.key)) continue;
+      OBJFS_RETURN_IF_ERROR(Walk(c, path + "/" + e.name, e.key, "", marker, limit, out));
+    } else if (e.key > marker) {
+      out.push_back(std::move(e));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Listing> SftpStore::list(const ListOptions& options) {
+  if (!options.delimiter.empty() && options.delimiter != "/") {
+    return UnsupportedError("SFTP listings support only the delimiter '/'");
+  }
+  const size_t max_keys = options.max_keys > 0 ? static_cast<size_t>(options.max_keys) : 1000;
+  const std::string marker = std::max(options.start_after, options.continuation_token);
+  const size_t slash = options.prefix.rfind('/');
+  const std::string base =
+      slash == std::string::npos ? std::string() : options.prefix.substr(0, slash + 1);
+  const std::string name_prefix = options.prefix.substr(base.size());
+  if (!base.empty() && !ValidateKey(base).ok()) return Listing{};
+  const std::string dir_path =
+      base.empty() ? options_.root : options_.root + "/" + base.substr(0, base.size() - 1);
+
+  return WithRetry([&](SftpConnection& c) -> Result<Listing> {
+    std::vector<DirEntry> entries;
+    if (options.delimiter.empty()) {
+      OBJFS_RETURN_IF_ERROR(Walk(c, dir_path, base, name_prefix, marker, max_keys, entries));
+    } else {
+      OBJFS_ASSIGN_OR_RETURN(std::vector<DirEntry> all,
+                             ReadDirSorted(c, dir_path, base, name_prefix));
+      for (DirEntry& e : all) {
+        if (e.key <= marker) continue;
+        entries.push_back(std::move(e));
+        if (entries.size() > max_keys) break;
+      }
+    }
+    Listing listing;
+    if (entries.size() > max_keys) {
+      entries.resize(max_keys);
+      listing.next_token = entries.back().key;
+    }
+    for (DirEntry& e : entries) {
+      if (e.is_dir && !options.delimiter.empty()) {
+        listing.common_prefixes.push_back(std::move(e.key));
+        continue;
+      }
+      ObjectInfo info;
+      info.size = e.size;
+      info.mtime_ns = e.mtime_s * 1000000000;
+      Result<KeyPaths> paths = PathsOf(e.key);
+      if (!paths.ok()) continue;  // a name objfs cannot address
+      if (std::optional<ObjectRecord> record = ReadRecord(c, *paths, e.size, e.mtime_s)) {
+        info.etag = record->etag;
+      }
+      info.key = std::move(e.key);
+      listing.objects.push_back(std::move(info));
+    }
+    return listing;
+  });
+}
+
+Status SftpStore::MakeDirs(SftpConnection& c, const std::string& dir) {
+  if (dir.size() <= options_.root.size()) return Status::Ok();
+  Attributes a(sftp_stat(c.sftp(), dir.c_str()));
+  if (a != nullptr) {
+    if (IsDirectory(*a)) return Status::Ok();
+    return Status(StatusCode::kNotDirectory, dir + " is a file, not a directory");
+  }
+  Status missing = LibsshStatus(c, "stat " + dir);
+  if (missing.code() != StatusCode::kNotFound) return missing;
+  OBJFS_RETURN_IF_ERROR(MakeDirs(c, ParentOf(dir)));
+  if (sftp_mkdir(c.sftp(), dir.c_str(), 0755) != 0) {
+    Status status = LibsshStatus(c, "mkdir " + dir);
+    // Another writer may have created it meanwhile.
+    Attributes again(sftp_stat(c.sftp(), dir.c_str()));
+    if (again == nullptr || !IsDirectory(*again)) return status;
+  }
+  return Status::Ok();
+}
+
+Result<std::string> SftpStore::StageRecord(SftpConnection& c, const KeyPaths& paths,
+                                           const ObjectRecord& record) {
+  std::string text = EncodeObjectRecord(record);
+  if (text.size() > kMaxRecordBytes) {
+    return InvalidArgumentError("metadata of " + paths.data + " is too large for an SFTP store (" +
+                                std::to_string(text.size()) + " bytes encoded)");
+  }
+  const std::string record_dir = ParentOf(paths.record);
+  const std::string staged = TempName(record_dir);
+  for (int attempt = 0;; ++attempt) {
+    if (sftp_symlink(c.sftp(), text.c_str(), staged.c_str()) == 0) return staged;
+    Status status = LibsshStatus(c, "write record " + paths.record);
+    if (attempt > 0 || !c.healthy()) return status;
+    // The first object of a directory: create its record directory.
+    if (sftp_mkdir(c.sftp(), record_dir.c_str(), 0755) != 0) {
+      Attributes a(sftp_stat(c.sftp(), record_dir.c_str()));
+      if (a == nullptr) return status;
+    }
+  }
+}
+
+Result<int64_t> SftpStore::ApplyAttributes(SftpConnection& c, const std::string& path,
+                                           const Metadata& metadata) {
+  sftp_attributes_struct attrs{};
+  int64_t mtime = ParseMtime(metadata).value_or(static_cast<int64_t>(std::time(nullptr)));
+  attrs.flags = SSH_FILEXFER_ATTR_ACMODTIME;
+  attrs.atime = static_cast<uint32_t>(mtime);
+  attrs.mtime = static_cast<uint32_t>(mtime);
+  if (std::optional<uint32_t> mode = ParseMode(metadata)) {
+    attrs.flags |= SSH_FILEXFER_ATTR_PERMISSIONS;
+    attrs.permissions = *mode & 07777;
+  }
+  if (sftp_setstat(c.sftp(), path.c_str(), &attrs) != 0) {
+    return LibsshStatus(c, "set attributes of " + path);
+  }
+  return mtime;
+}
+
+Status SftpStore::Rename(SftpConnection& c, const std::string& from, const std::string& to) {
+  if (c.wire().HasExtension("posix-rename@openssh.com", "1")) {
+    return c.wire().PosixRename(from, to);
+  }
+  // Plain SFTP v3 RENAME fails when the target exists: replace it, not atomically.
+  if (sftp_rename(c.sftp(), from.c_str(), to.c_str()) == 0) return Status::Ok();
+  sftp_unlink(c.sftp(), to.c_str());
+  if (sftp_rename(c.sftp(), from.c_str(), to.c_str()) == 0) return Status::Ok();
+  return LibsshStatus(c, "rename " + from + " to " + to);
+}
+
+Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
+                         const std::string& staged_data, const std::string& staged_record,
+                         const PutOptions& preconditions) {
+  std::lock_guard<std::mutex> lock(KeyLock(key));
+  if (preconditions.if_none_match || preconditions.if_match) {
+    Result<ObjectInfo> current = HeadOn(c, key);
+    if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
+      return current.status();
+    }
+    if (preconditions.if_none_match && current.ok()) {
+      return PreconditionFailedError("put " + std::string(key) + ": the object exists");
+    }
+    if (preconditions.if_match) {
+      if (!current.ok()) return current.status();
+      if (current->etag != *preconditions.if_match) {
+        return PreconditionFailedError("put " + std::string(key) + ": the object changed (ETag " +
+                                       current->etag.value() + ", expected " +
+                                       preconditions.if_match->value() + ")");
+      }
+    }
+  }
+  Status renamed = Rename(c, staged_data, paths.data);
+  if (!renamed.ok()) {
+    Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
+    if (a != nullptr && IsDirectory(*a)) {
+      return Status(StatusCode::kIsDirectory,
+                    "put " + std::string(key) + ": a directory of that name holds other keys");
+    }
+    return renamed;
+  }
+  Status record = Rename(c, staged_record, paths.record);
+  if (!record.ok()) {
+    // The data is in place; a stale record must not describe it.
+    sftp_unlink(c.sftp(), paths.record.c_str());
+  }
+  return Status::Ok();
+}
+
+Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source,
+                                  const PutOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  OBJFS_ASSIGN_OR_RETURN(SftpSessionPool::Lease lease, pool_.Acquire());
+  SftpConnection& c = *lease;
+  SftpWire& wire = c.wire();
+  const std::string staged = TempName(paths.dir);
+  std::string staged_record;
+  auto cleanup = [&] {
+    if (!c.healthy()) return;
+    sftp_unlink(c.sftp(), staged.c_str());
+    if (!staged_record.empty()) sftp_unlink(c.sftp(), staged_record.c_str());
+  };
+
+  const uint32_t create = kOpenWrite | kOpenCreate | kOpenTruncate | kOpenExclusive;
+  Result<SftpWire::Handle> handle = wire.OpenFile(staged, create, 0600);
+  if (!handle.ok() && handle.status().code() == StatusCode::kNotFound) {
+    OBJFS_RETURN_IF_ERROR(MakeDirs(c, paths.dir));
+    handle = wire.OpenFile(staged, create, 0600);
+  }
+  if (!handle.ok()) return handle.status().WithContext("put " + std::string(key));
+
+  Md5 md5;
+  const uint64_t size = source.size();
+  const size_t block = std::max<uint64_t>(wire.limits().max_write, 4096) *
+                       static_cast<size_t>(std::max(1, options_.requests_in_flight));
+  std::vector<std::byte> buf(std::min<uint64_t>(block, std::max<uint64_t>(size, 1)));
+  Status status;
+  for (uint64_t offset = 0; offset < size && status.ok();) {
+    size_t want = std::min<uint64_t>(buf.size(), size - offset);
+    Result<size_t> n = source.read_at(offset, std::span<std::byte>(buf.data(), want));
+    if (!n.ok()) {
+      status = n.status();
+      break;
+    }
+    if (*n == 0) {
+      status = IoError("put " + std::string(key) + ": the source ended early");
+      break;
+    }
+    std::span<const std::byte> data(buf.data(), *n);
+    md5.Update(data);
+    if (options_.metrics != nullptr) Bump(options_.metrics->bytes_hashed, *n);
+    status = wire.WriteAll(*handle, offset, data, options_.requests_in_flight);
+    offset += *n;
+  }
+  if (status.ok() && wire.HasExtension("fsync@openssh.com", "1")) status = wire.Fsync(*handle);
+  Status closed = wire.Close(*handle);
+  if (status.ok()) status = closed;
+  if (!status.ok()) {
+    cleanup();
+    return status.WithContext("put " + std::string(key));
+  }
+
+  Result<int64_t> mtime = ApplyAttributes(c, staged, options.metadata);
+  if (!mtime.ok()) {
+    cleanup();
+    return mtime.status();
+  }
+  ObjectRecord record;
+  record.size = size;
+  record.mtime_s = *mtime;
+  record.etag = ETag::FromMd5(md5.Final());
+  record.content_type = options.content_type;
+  record.metadata = options.metadata;
+  Result<std::string> staged_rec = StageRecord(c, paths, record);
+  if (!staged_rec.ok()) {
+    cleanup();
+    return staged_rec.status();
+  }
+  staged_record = *staged_rec;
+  status = Commit(c, key, paths, staged, staged_record, options);
+  if (!status.ok()) {
+    cleanup();
+    return status;
+  }
+  ObjectInfo info;
+  info.key = std::string(key);
+  info.size = size;
+  info.etag = record.etag;
+  info.mtime_ns = record.mtime_s * 1000000000;
+  info.content_type = record.content_type;
+  info.metadata = record.metadata;
+  info.has_metadata = true;
+  return info;
+}
+
+Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
+                                   const CopyOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths src_paths, PathsOf(src.key));
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths dst_paths, PathsOf(dst));
+  OBJFS_ASSIGN_OR_RETURN(SftpSessionPool::Lease lease, pool_.Acquire());
+  SftpConnection& c = *lease;
+  SftpWire& wire = c.wire();
+  const std::string what = "copy " + src.key + " to " + std::string(dst);
+
+  // Open the source and check that it is still the version the caller saw, under its lock.
+  ObjectInfo current;
+  SftpWire::Handle src_handle;
+  {
+    std::lock_guard<std::mutex> lock(KeyLock(src.key));
+    OBJFS_ASSIGN_OR_RETURN(current, HeadOn(c, src.key));
+    if (options.if_match_source && !src.etag.empty() && current.etag != src.etag) {
+      return PreconditionFailedError(what + ": the source changed (ETag " + current.etag.value() +
+                                     ", expected " + src.etag.value() + ")");
+    }
+    Result<SftpWire::Handle> h = wire.OpenFile(src_paths.data, kOpenRead, 0);
+    if (!h.ok()) return h.status().WithContext(what);
+    src_handle = std::move(h).value();
+  }
+
+  const std::string staged = TempName(dst_paths.dir);
+  std::string staged_record;
+  auto cleanup = [&] {
+    if (!c.healthy()) return;
+    sftp_unlink(c.sftp(), staged.c_str());
+    if (!staged_record.empty()) sftp_unlink(c.sftp(), staged_record.c_str());
+  };
+  const uint32_t create = kOpenWrite | kOpenCreate | kOpenTruncate | kOpenExclusive;
+  Result<SftpWire::Handle> dst_handle = wire.OpenFile(staged, create, 0600);
+  if (!dst_handle.ok() && dst_handle.status().code() == StatusCode::kNotFound) {
+    Status made = MakeDirs(c, dst_paths.dir);
+    if (!made.ok()) {
+      (void)wire.Close(src_handle);
+      return made;
+    }
+    dst_handle = wire.OpenFile(staged, create, 0600);
+  }
+  if (!dst_handle.ok()) {
+    (void)wire.Close(src_handle);
+    return dst_handle.status().WithContext(what);
+  }
+
+  ETag etag = current.etag;
+  Status status;
+  uint64_t copied = current.size;
+  if (options_.use_copy_data && wire.HasExtension("copy-data", "1")) {
+    status = wire.CopyData(src_handle, 0, 0, *dst_handle, 0);
+  } else {
+    // Stream through this machine, hashing on the way.
+    Md5 md5;
+    File file(sftp_open(c.sftp(), src_paths.data.c_str(), O_RDONLY, 0));
+    if (file == nullptr) status = LibsshStatus(c, what);
+    const uint32_t chunk =
+        static_cast<uint32_t>(std::clamp<uint64_t>(wire.limits().max_read, 4096, 4u << 20));
+    std::vector<std::byte> buf(static_cast<size_t>(chunk) *
+                               static_cast<size_t>(std::max(1, options_.requests_in_flight)));
+    copied = 0;
+    while (status.ok()) {
+      Result<size_t> n = PipelinedRead(c, file.get(), copied, buf, chunk,
+                                       options_.requests_in_flight, options_.metrics, what);
+      if (!n.ok()) {
+        status = n.status();
+        break;
+      }
+      if (*n == 0) break;
+      std::span<const std::byte> data(buf.data(), *n);
+      md5.Update(data);
+      if (options_.metrics != nullptr) Bump(options_.metrics->bytes_hashed, *n);
+      status = wire.WriteAll(*dst_handle, copied, data, options_.requests_in_flight);
+      copied += *n;
+    }
+    etag = ETag::FromMd5(md5.Final());
+  }
+  Status closed_src = wire.Close(src_handle);
+  Status closed_dst = wire.Close(*dst_handle);
+  if (status.ok()) status = closed_src.ok() ? closed_dst : closed_src;
+  if (!status.ok()) {
+    cleanup();
+    return status.WithContext(what);
+  }
+
+  ObjectRecord record;
+  record.size = copied;
+  record.etag = etag;
+  if (options.replace_metadata) {
+    record.metadata = *options.replace_metadata;
+    record.content_type = options.content_type.value_or("");
+  } else {
+    record.metadata = current.metadata;
+    record.content_type = current.content_type;
+  }
+  Result<int64_t> mtime = ApplyAttributes(c, staged, record.metadata);
+  if (!mtime.ok()) {
+    cleanup();
+    return mtime.status();
+  }
+  record.mtime_s = *mtime;
+  Result<std::string> staged_rec = StageRecord(c, dst_paths, record);
+  if (!staged_rec.ok()) {
+    cleanup();
+    return staged_rec.status();
+  }
+  staged_record = *staged_rec;
+  status = Commit(c, dst, dst_paths, staged, staged_record, PutOptions{});
+  if (!status.ok()) {
+    cleanup();
+    return status;
+  }
+  ObjectInfo info;
+  info.key = std::string(dst);
+  info.size = record.size;
+  info.etag = record.etag;
+  info.mtime_ns = record.mtime_s * 1000000000;
+  info.content_type = record.content_type;
+  info.metadata = record.metadata;
+  info.has_metadata = true;
+  return info;
+}
+
+Status SftpStore::remove(std::string_view key) {
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  return WithRetry([&](SftpConnection& c) -> Status {
+    std::lock_guard<std::mutex> lock(KeyLock(key));
+    if (sftp_unlink(c.sftp(), paths.data.c_str()) != 0) {
+      Status status = LibsshStatus(c, "remove " + std::string(key));
+      if (status.code() != StatusCode::kNotFound) {
+        // Removing a key that names a directory removes no object.
+        Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
+        if (a == nullptr || !IsDirectory(*a)) return status;
+      }
+    }
+    sftp_unlink(c.sftp(), paths.record.c_str());
+    if (IsMarker(key)) {
+      // Best effort: the directory stays while it holds other objects.
+      sftp_rmdir(c.sftp(), ParentOf(paths.record).c_str());
+      sftp_rmdir(c.sftp(), paths.dir.c_str());
+    }
+    if (!c.healthy()) return TransientError("remove " + std::string(key) + ": connection lost");
+    return Status::Ok();
+  });
+}
+
+Status SftpStore::remove_many(const std::vector<std::string>& keys) {
+  Status first;
+  std::string failed;
+  for (const std::string& key : keys) {
+    Status status = remove(key);
+    if (status.ok()) continue;
+    if (first.ok()) first = status;
+    failed += (failed.empty() ? "" : ", ") + key;
+  }
+  if (first.ok()) return first;
+  return Status(first.code(), "could not remove " + failed + ": " + first.message(),
+                first.server_code());
+}
+
+Capabilities SftpStore::capabilities() const {
+  Capabilities caps;
+  caps.scheme = "sftp";
+  caps.server_side_copy = copy_data_;
+  caps.native_etags = false;
+  return caps;
+}
+
+std::string SftpStore::describe() const {
+  return "sftp://" + options_.user + "@" + options_.host + ":" + std::to_string(options_.port) +
+         options_.root;
+}
+
+}  // namespace objfs::sftp

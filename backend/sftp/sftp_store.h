@@ -1,0 +1,119 @@
+// The SFTP client: an ObjectStore over one directory of an SFTP server (OpenSSH's sftp-server or
+// internal-sftp), so that objfs can mount a plain remote directory as well as a bucket.
+//
+// Keys are paths relative to the root directory; '/' in a key is a directory level, and a
+// directory marker "x/" is the directory "x" (its content, if any, lives in "x/.objfs-dir").
+// SFTP has no ETags, content types or user metadata: objfs computes the content MD5 while
+// uploading and keeps it with the metadata in an ObjectRecord (object_record.h). Files that
+// objfs did not write report no ETag and their SFTP attributes (mode, uid, gid, mtime) as
+// metadata, as s3fs writes them. Uploads go to a temporary name and are renamed into place with
+// posix-rename@openssh.com, so readers see the old or the new object, never a mix; copies use
+// the server's copy-data extension when it has one. Names beginning with ".objfs-" are
+// reserved.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/metrics.h"
+#include "backend/object_store.h"
+#include "backend/sftp/object_record.h"
+#include "backend/sftp/session_pool.h"
+
+namespace objfs::sftp {
+
+struct SftpStoreOptions {
+  std::string host;
+  int port = 22;
+  std::string user;
+  std::string root;  // absolute directory on the server that keys are relative to
+  std::vector<std::string> identity_files;
+  std::string known_hosts;  // empty: ~/.ssh/known_hosts
+  bool accept_new_host_key = false;
+  int sessions = 4;  // SSH connections in the pool, i.e. calls served at once
+  // READ requests in flight for one read() and WRITE requests for one put().
+  int requests_in_flight = 32;
+  // Copy with the server's copy-data extension when it has one; false streams every copy
+  // through this machine (for servers whose copy-data is broken).
+  bool use_copy_data = true;
+  Metrics* metrics = nullptr;  // not owned; may be null
+  std::chrono::seconds connect_timeout{10};
+};
+
+class SftpStore : public ObjectStore {
+ public:
+  // Checks the options; the first connection is made by the first call (or by CheckRoot).
+  static Result<std::unique_ptr<SftpStore>> Create(SftpStoreOptions options);
+
+  // Connects and checks that the root is a directory: the errors a user should see at mount.
+  Status CheckRoot();
+
+  Result<ObjectInfo> head(std::string_view key) override;
+  Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                      const ETag* if_match) override;
+  Result<Listing> list(const ListOptions& options) override;
+  Result<ObjectInfo> put(std::string_view key, const ByteSource& source,
+                         const PutOptions& options) override;
+  Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
+                          const CopyOptions& options) override;
+  Status remove(std::string_view key) override;
+  Status remove_many(const std::vector<std::string>& keys) override;
+  Capabilities capabilities() const override;
+  std::string describe() const override;
+
+  // The server's packet limits, as learnt from the first connection.
+  SftpLimits server_limits() const { return limits_; }
+
+ private:
+  explicit SftpStore(SftpStoreOptions options);
+
+  // The paths on the server that hold `key`: its data file and its record.
+  struct KeyPaths {
+    std::string dir;     // the directory holding the data file
+    std::string data;    // dir + "/" + name
+    std::string name;    // the data file's name
+    std::string record;  // dir + "/.objfs-meta/" + name
+  };
+  Result<KeyPaths> PathsOf(std::string_view key) const;
+
+  // Runs `fn` on a borrowed connection; when it fails because the connection broke, runs it
+  // once more on a fresh one. For operations that are safe to repeat.
+  template <typename Fn>
+  auto WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>()));
+
+  Result<ObjectInfo> HeadOn(SftpConnection& c, std::string_view key);
+  // The record for `paths` when it describes a file of this size and mtime.
+  std::optional<ObjectRecord> ReadRecord(SftpConnection& c, const KeyPaths& paths, uint64_t size,
+                                         int64_t mtime_s);
+  Status MakeDirs(SftpConnection& c, const std::string& dir);
+  // Writes `record` under a temporary name next to paths.record and returns that name.
+  Result<std::string> StageRecord(SftpConnection& c, const KeyPaths& paths,
+                                  const ObjectRecord& record);
+  // Applies mode and mtime from `metadata` to the staged file; returns the mtime set.
+  Result<int64_t> ApplyAttributes(SftpConnection& c, const std::string& path,
+                                  const Metadata& metadata);
+  // Renames the staged data and record into place, after checking the preconditions, holding
+  // the key's lock.
+  Status Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
+                const std::string& staged_data, const std::string& staged_record,
+                const PutOptions& preconditions);
+  Status Rename(SftpConnection& c, const std::string& from, const std::string& to);
+  std::string TempName(const std::string& dir);
+  std::mutex& KeyLock(std::string_view key);
+
+  const SftpStoreOptions options_;
+  SftpSessionPool pool_;
+  std::array<std::mutex, 64> key_locks_;
+  // Learnt from the first connection.
+  std::mutex server_mu_;
+  bool server_known_ = false;
+  bool copy_data_ = false;
+  SftpLimits limits_;
+};
+
+}  // namespace objfs::sftp

@@ -1,0 +1,345 @@
+#include "backend/sftp/sftp_wire.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <utility>
+
+namespace objfs::sftp {
+namespace {
+
+constexpr uint8_t kFxpInit = 1;
+constexpr uint8_t kFxpVersion = 2;
+constexpr uint8_t kFxpOpen = 3;
+constexpr uint8_t kFxpClose = 4;
+constexpr uint8_t kFxpWrite = 6;
+constexpr uint8_t kFxpStatus = 101;
+constexpr uint8_t kFxpHandle = 102;
+constexpr uint8_t kFxpExtended = 200;
+constexpr uint8_t kFxpExtendedReply = 201;
+
+constexpr uint32_t kAttrPermissions = 0x4;
+constexpr uint32_t kMaxReply = 1 << 20;
+// A server that answers nothing for this long is treated as gone.
+constexpr int kReplyTimeoutMs = 120000;
+
+void PutU32(std::string& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
+}
+void PutU64(std::string& out, uint64_t v) {
+  PutU32(out, static_cast<uint32_t>(v >> 32));
+  PutU32(out, static_cast<uint32_t>(v));
+}
+void PutString(std::string& out, std::string_view s) {
+  PutU32(out, static_cast<uint32_t>(s.size()));
+  out.append(s);
+}
+
+// Reads big-endian fields from a reply body; any overrun makes ok() false.
+class Reader {
+ public:
+  explicit Reader(std::string_view data) : data_(data) {}
+  uint32_t U32() {
+    if (data_.size() < 4) return Fail();
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(data_[i]);
+    data_.remove_prefix(4);
+    return v;
+  }
+  uint64_t U64() {
+    uint64_t hi = U32();
+    return (hi << 32) | U32();
+  }
+  std::string_view String() {
+    uint32_t n = U32();
+    if (!ok_ || data_.size() < n) {
+      Fail();
+      return {};
+    }
+    std::string_view s = data_.substr(0, n);
+    data_.remove_prefix(n);
+    return s;
+  }
+  bool ok() const { return ok_; }
+  bool empty() const { return data_.empty(); }
+
+ private:
+  uint32_t Fail() {
+    ok_ = false;
+    data_ = {};
+    return 0;
+  }
+  std::string_view data_;
+  bool ok_ = true;
+};
+
+const char* SftpCodeName(uint32_t code) {
+  static constexpr const char* kNames[] = {"SSH_FX_OK",
+                                           "SSH_FX_EOF",
+                                           "SSH_FX_NO_SUCH_FILE",
+                                           "SSH_FX_PERMISSION_DENIED",
+                                           "SSH_FX_FAILURE",
+                                           "SSH_FX_BAD_MESSAGE",
+                                           "SSH_FX_NO_CONNECTION",
+                                           "SSH_FX_CONNECTION_LOST",
+                                           "SSH_FX_OP_UNSUPPORTED"};
+  return code < std::size(kNames) ? kNames[code] : "SSH_FX_UNKNOWN";
+}
+
+}  // namespace
+
+Status StatusFromSftpCode(uint32_t code, std::string_view server_message, std::string_view what) {
+  std::string message(what);
+  message += ": ";
+  message += server_message.empty() ? SftpCodeName(code) : server_message;
+  StatusCode status_code;
+  switch (code) {
+    case 0:
+      return Status::Ok();
+    case 2:  // SSH_FX_NO_SUCH_FILE
+      status_code = StatusCode::kNotFound;
+      break;
+    case 3:  // SSH_FX_PERMISSION_DENIED
+      status_code = StatusCode::kPermissionDenied;
+      break;
+    case 6:  // SSH_FX_NO_CONNECTION
+    case 7:  // SSH_FX_CONNECTION_LOST
+      status_code = StatusCode::kTransient;
+      break;
+    case 8:  // SSH_FX_OP_UNSUPPORTED
+      status_code = StatusCode::kUnsupported;
+      break;
+    default:
+      status_code = StatusCode::kIoError;
+      break;
+  }
+  return Status(status_code, std::move(message), SftpCodeName(code));
+}
+
+Result<std::unique_ptr<SftpWire>> SftpWire::Open(ssh_session session) {
+  ssh_channel channel = ssh_channel_new(session);
+  if (channel == nullptr) return TransientError("cannot create an SSH channel");
+  if (ssh_channel_open_session(channel) != SSH_OK ||
+      ssh_channel_request_subsystem(channel, "sftp") != SSH_OK) {
+    std::string error = ssh_get_error(session);
+    ssh_channel_free(channel);
+    return TransientError("cannot start the sftp subsystem: " + error);
+  }
+  std::unique_ptr<SftpWire> wire(new SftpWire(channel));
+  std::string init;
+  PutU32(init, 3);
+  std::string packet;
+  PutU32(packet, static_cast<uint32_t>(init.size() + 1));
+  packet.push_back(static_cast<char>(kFxpInit));
+  packet += init;
+  if (ssh_channel_write(channel, packet.data(), static_cast<uint32_t>(packet.size())) !=
+      static_cast<int>(packet.size())) {
+    return TransientError("sending SFTP INIT failed: " + std::string(ssh_get_error(session)));
+  }
+  OBJFS_ASSIGN_OR_RETURN(Reply version, wire->Receive());
+  if (version.type != kFxpVersion) return InternalError("SFTP server did not answer VERSION");
+  // Receive() took the first 4 bytes of the body as an id: it is the version number.
+  Reader reader(version.body);
+  while (!reader.empty() && reader.ok()) {
+    std::string name(reader.String());
+    std::string data(reader.String());
+    if (reader.ok()) wire->extensions_[name] = data;
+  }
+  if (wire->HasExtension("limits@openssh.com", "1")) {
+    OBJFS_ASSIGN_OR_RETURN(Reply reply, wire->Call(kFxpExtended, [] {
+      std::string body;
+      PutString(body, "limits@openssh.com");
+      return body;
+    }()));
+    if (reply.type == kFxpExtendedReply) {
+      Reader limits(reply.body);
+      uint64_t packet_len = limits.U64();
+      uint64_t read_len = limits.U64();
+      uint64_t write_len = limits.U64();
+      if (limits.ok()) {
+        if (packet_len > 0) wire->limits_.max_packet = packet_len;
+        if (read_len > 0) wire->limits_.max_read = read_len;
+        if (write_len > 0) wire->limits_.max_write = write_len;
+      }
+    }
+  }
+  return wire;
+}
+
+SftpWire::~SftpWire() {
+  ssh_channel_close(channel_);
+  ssh_channel_free(channel_);
+}
+
+bool SftpWire::HasExtension(std::string_view name, std::string_view data) const {
+  auto it = extensions_.find(name);
+  return it != extensions_.end() && it->second == data;
+}
+
+Status SftpWire::Broken(std::string message) {
+  healthy_ = false;
+  return TransientError(std::move(message));
+}
+
+Status SftpWire::Send(uint8_t type, uint32_t id, std::string_view body) {
+  if (!healthy_) return TransientError("SFTP channel is broken");
+  std::string header;
+  PutU32(header, static_cast<uint32_t>(body.size() + 5));
+  header.push_back(static_cast<char>(type));
+  PutU32(header, id);
+  std::string packet = header;
+  packet.append(body);
+  size_t done = 0;
+  while (done < packet.size()) {
+    int n = ssh_channel_write(channel_, packet.data() + done,
+                              static_cast<uint32_t>(packet.size() - done));
+    if (n <= 0) return Broken("writing to the SFTP channel failed");
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status SftpWire::ReadExact(void* dst, size_t n) {
+  auto* out = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < n) {
+    int got = ssh_channel_read_timeout(channel_, out + done, static_cast<uint32_t>(n - done), 0,
+                                       kReplyTimeoutMs);
+    if (got == 0 && ssh_channel_is_eof(channel_) == 0) {
+      return Broken("no SFTP reply within " + std::to_string(kReplyTimeoutMs / 1000) + " s");
+    }
+    if (got <= 0) return Broken("the SFTP channel closed or failed while reading");
+    done += static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
+Result<SftpWire::Reply> SftpWire::Receive() {
+  if (!healthy_) return TransientError("SFTP channel is broken");
+  unsigned char header[9];
+  OBJFS_RETURN_IF_ERROR(ReadExact(header, 4));
+  uint32_t length = (uint32_t{header[0]} << 24) | (uint32_t{header[1]} << 16) |
+                    (uint32_t{header[2]} << 8) | header[3];
+  if (length < 5 || length > kMaxReply) return Broken("malformed SFTP reply length");
+  OBJFS_RETURN_IF_ERROR(ReadExact(header + 4, 5));
+  Reply reply;
+  reply.type = header[4];
+  reply.id = (uint32_t{header[5]} << 24) | (uint32_t{header[6]} << 16) |
+             (uint32_t{header[7]} << 8) | header[8];
+  reply.body.resize(length - 5);
+  OBJFS_RETURN_IF_ERROR(ReadExact(reply.body.data(), reply.body.size()));
+  return reply;
+}
+
+Result<SftpWire::Reply> SftpWire::Call(uint8_t type, std::string_view body) {
+  uint32_t id = next_id_++;
+  OBJFS_RETURN_IF_ERROR(Send(type, id, body));
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Receive());
+  if (reply.id != id) return Broken("SFTP reply for an unexpected request");
+  return reply;
+}
+
+Status SftpWire::StatusOf(const Reply& reply, std::string_view what) {
+  if (reply.type != kFxpStatus) {
+    return InternalError(std::string(what) + ": unexpected SFTP reply type " +
+                         std::to_string(reply.type));
+  }
+  Reader reader(reply.body);
+  uint32_t code = reader.U32();
+  std::string_view message = reader.String();
+  if (!reader.ok()) return InternalError(std::string(what) + ": malformed SFTP status");
+  return StatusFromSftpCode(code, message, what);
+}
+
+Result<SftpWire::Handle> SftpWire::OpenFile(std::string_view path, uint32_t flags,
+                                            uint32_t permissions) {
+  std::string body;
+  PutString(body, path);
+  PutU32(body, flags);
+  PutU32(body, kAttrPermissions);
+  PutU32(body, permissions);
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpOpen, body));
+  if (reply.type == kFxpHandle) {
+    Reader reader(reply.body);
+    std::string handle(reader.String());
+    if (!reader.ok()) return InternalError("malformed SFTP handle");
+    return handle;
+  }
+  Status status = StatusOf(reply, "open " + std::string(path));
+  if (status.ok()) return InternalError("SFTP open returned no handle");
+  return status;
+}
+
+Status SftpWire::Close(const Handle& handle) {
+  std::string body;
+  PutString(body, handle);
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpClose, body));
+  return StatusOf(reply, "close");
+}
+
+Status SftpWire::WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,
+                          int in_flight) {
+  const size_t chunk = std::max<uint64_t>(1, limits_.max_write);
+  std::deque<uint32_t> outstanding;
+  Status first_error;
+  size_t sent = 0;
+  auto collect_one = [&]() -> Status {
+    OBJFS_ASSIGN_OR_RETURN(Reply reply, Receive());
+    if (reply.id != outstanding.front()) return Broken("SFTP write replies out of order");
+    outstanding.pop_front();
+    Status status = StatusOf(reply, "write");
+    if (!status.ok() && first_error.ok()) first_error = status;
+    return Status::Ok();
+  };
+  while (sent < data.size() || !outstanding.empty()) {
+    if (sent < data.size() && first_error.ok() &&
+        outstanding.size() < static_cast<size_t>(std::max(1, in_flight))) {
+      size_t n = std::min(chunk, data.size() - sent);
+      std::string body;
+      body.reserve(handle.size() + n + 16);
+      PutString(body, handle);
+      PutU64(body, offset + sent);
+      PutString(body, std::string_view(reinterpret_cast<const char*>(data.data()) + sent, n));
+      uint32_t id = next_id_++;
+      OBJFS_RETURN_IF_ERROR(Send(kFxpWrite, id, body));
+      outstanding.push_back(id);
+      sent += n;
+      continue;
+    }
+    if (outstanding.empty()) break;
+    OBJFS_RETURN_IF_ERROR(collect_one());
+  }
+  return first_error;
+}
+
+Status SftpWire::Fsync(const Handle& handle) {
+  std::string body;
+  PutString(body, "fsync@openssh.com");
+  PutString(body, handle);
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpExtended, body));
+  return StatusOf(reply, "fsync");
+}
+
+Status SftpWire::PosixRename(std::string_view from, std::string_view to) {
+  std::string body;
+  PutString(body, "posix-rename@openssh.com");
+  PutString(body, from);
+  PutString(body, to);
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpExtended, body));
+  return StatusOf(reply, "rename " + std::string(from) + " to " + std::string(to));
+}
+
+Status SftpWire::CopyData(const Handle& from, uint64_t from_offset, uint64_t length,
+                          const Handle& to, uint64_t to_offset) {
+  std::string body;
+  PutString(body, "copy-data");
+  PutString(body, from);
+  PutU64(body, from_offset);
+  PutU64(body, length);
+  PutString(body, to);
+  PutU64(body, to_offset);
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpExtended, body));
+  return StatusOf(reply, "copy-data");
+}
+
+}  // namespace objfs::sftp

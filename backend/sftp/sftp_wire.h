@@ -1,0 +1,100 @@
+// A small SFTP v3 client on an SSH channel of its own, for what libssh 0.10's sftp API lacks.
+//
+// libssh 0.10 cannot send arbitrary SSH_FXP_EXTENDED requests and has no pipelined writes, so the
+// OpenSSH extensions objfs relies on (posix-rename@openssh.com to replace a file atomically,
+// copy-data to copy on the server, limits@openssh.com for the server's packet sizes,
+// fsync@openssh.com) and streaming uploads go through this client. It speaks just the requests
+// it needs; everything else stays on libssh's sftp_session of the same connection.
+#pragma once
+
+#include <libssh/libssh.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "backend/status.h"
+
+namespace objfs::sftp {
+
+// SSH_FXF_* open flags of SFTP v3.
+inline constexpr uint32_t kOpenRead = 0x01;
+inline constexpr uint32_t kOpenWrite = 0x02;
+inline constexpr uint32_t kOpenCreate = 0x08;
+inline constexpr uint32_t kOpenTruncate = 0x10;
+inline constexpr uint32_t kOpenExclusive = 0x20;
+
+// The server's limits (limits@openssh.com), or conservative defaults when it does not say.
+struct SftpLimits {
+  uint64_t max_packet = 34000;
+  uint64_t max_read = 32768;
+  uint64_t max_write = 32768;
+};
+
+// Turns an SSH_FX_* status code and the server's message into a Status; `what` names the
+// operation and path for the message.
+Status StatusFromSftpCode(uint32_t code, std::string_view server_message, std::string_view what);
+
+class SftpWire {
+ public:
+  // Opens a channel on `session` (connected and authenticated, not owned), starts the "sftp"
+  // subsystem and negotiates version 3. The session must outlive the client.
+  static Result<std::unique_ptr<SftpWire>> Open(ssh_session session);
+  ~SftpWire();
+  SftpWire(const SftpWire&) = delete;
+  SftpWire& operator=(const SftpWire&) = delete;
+
+  // Whether the server's VERSION reply listed extension `name` with version `data`.
+  bool HasExtension(std::string_view name, std::string_view data) const;
+  const SftpLimits& limits() const { return limits_; }
+
+  // An open remote file handle; opaque bytes.
+  using Handle = std::string;
+
+  Result<Handle> OpenFile(std::string_view path, uint32_t flags, uint32_t permissions);
+  Status Close(const Handle& handle);
+  // Writes `data` at `offset` with up to `in_flight` WRITE requests outstanding, each at most
+  // limits().max_write bytes.
+  Status WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,
+                  int in_flight);
+  Status Fsync(const Handle& handle);
+  // posix-rename@openssh.com: replaces `to` atomically.
+  Status PosixRename(std::string_view from, std::string_view to);
+  // copy-data: copies `length` bytes (0: to the end) of `from` at `from_offset` into `to` at
+  // `to_offset`, on the server.
+  Status CopyData(const Handle& from, uint64_t from_offset, uint64_t length, const Handle& to,
+                  uint64_t to_offset);
+
+  // False once a transport error was seen; the connection should then be dropped.
+  bool healthy() const { return healthy_; }
+
+ private:
+  explicit SftpWire(ssh_channel channel) : channel_(channel) {}
+
+  struct Reply {
+    uint8_t type = 0;
+    uint32_t id = 0;
+    std::string body;  // after the id
+  };
+
+  Status Send(uint8_t type, uint32_t id, std::string_view body);
+  Result<Reply> Receive();
+  // Sends one request and waits for its reply (no other requests may be outstanding).
+  Result<Reply> Call(uint8_t type, std::string_view body);
+  // Expects an SSH_FXP_STATUS reply and converts it.
+  Status StatusOf(const Reply& reply, std::string_view what);
+  Status ReadExact(void* dst, size_t n);
+  Status Broken(std::string message);
+
+  ssh_channel channel_;
+  uint32_t next_id_ = 1;
+  bool healthy_ = true;
+  std::map<std::string, std::string, std::less<>> extensions_;
+  SftpLimits limits_;
+};
+
+}  // namespace objfs::sftp
