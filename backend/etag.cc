@@ -79,10 +79,14 @@ ETag ETag::FromMd5(const std::array<uint8_t, 16>& digest) {
 
 std::string_view ETagKindName(ETag::Kind kind) {
   switch (kind) {
-    case ETag::Kind::kNone: return "none";
-    case ETag::Kind::kPlainMd5: return "md5";
-    case ETag::Kind::kMultipart: return "multipart";
-    case ETag::Kind::kOpaque: return "opaque";
+    case ETag::Kind::kNone:
+      return "none";
+    case ETag::Kind::kPlainMd5:
+      return "md5";
+    case ETag::Kind::kMultipart:
+      return "multipart";
+    case ETag::Kind::kOpaque:
+      return "opaque";
   }
   return "unknown";
 }

@@ -25,8 +25,8 @@ struct Metrics {
   std::atomic<uint64_t> bytes_written{0};  // bytes uploaded to the backend
   std::atomic<uint64_t> server_copies{0};  // copies done on the server
   std::atomic<uint64_t> bytes_copied_on_server{0};
-  std::atomic<uint64_t> bytes_hashed{0};   // bytes MD5-hashed on this machine
-  std::atomic<uint64_t> etags_reused{0};   // copies whose ETag came from the source, unhashed
+  std::atomic<uint64_t> bytes_hashed{0};  // bytes MD5-hashed on this machine
+  std::atomic<uint64_t> etags_reused{0};  // copies whose ETag came from the source, unhashed
 
   // Protocol-level requests below the ObjectStore calls (HTTP requests incl. retries, SFTP
   // READ packets), counted by the backends themselves.
@@ -34,7 +34,7 @@ struct Metrics {
   std::atomic<uint64_t> retries{0};
   std::atomic<uint64_t> sftp_read_requests{0};
 
-  std::atomic<uint64_t> cache_hits{0};    // metadata or data served without a backend call
+  std::atomic<uint64_t> cache_hits{0};  // metadata or data served without a backend call
   std::atomic<uint64_t> cache_misses{0};
 
   // "name=value" lines, one counter a line, in a fixed order.

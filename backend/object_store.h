@@ -4,7 +4,8 @@
 // ObjectStore, so they can be tested over the fake, and wrappers (prefix, metrics, fault
 // injection) stack on ForwardingStore without knowing which backend sits underneath.
 //
-// Contracts that hold for every implementation (checked by tests/conformance/object_store_conformance.h):
+// Contracts that hold for every implementation (checked by
+// tests/conformance/object_store_conformance.h):
 // - Every method is safe to call from many threads at once.
 // - Keys are UTF-8 strings of 1..1024 bytes; '/' separates directory levels in listings only.
 //   A key ending in '/' is a directory marker.
@@ -52,9 +53,9 @@ struct ListOptions {
 };
 
 struct Listing {
-  std::vector<ObjectInfo> objects;         // in key order
+  std::vector<ObjectInfo> objects;           // in key order
   std::vector<std::string> common_prefixes;  // with the delimiter at the end, in order
-  std::string next_token;                  // empty when this is the last page
+  std::string next_token;                    // empty when this is the last page
   bool truncated() const { return !next_token.empty(); }
 };
 
@@ -105,13 +106,13 @@ struct CopyOptions {
   // Set: the destination gets exactly this metadata (REPLACE), e.g. for chmod as a self-copy.
   std::optional<Metadata> replace_metadata;
   std::optional<std::string> content_type;  // only with replace_metadata
-  bool if_match_source = true;  // the copy fails if the source no longer has src.etag
+  bool if_match_source = true;              // the copy fails if the source no longer has src.etag
 };
 
 struct Capabilities {
-  std::string scheme;             // "s3", "sftp", "fake"
-  bool server_side_copy = false;  // copy() runs on the server, no bytes through this machine
-  bool native_etags = false;      // the server computes ETags (S3) or objfs does (SFTP)
+  std::string scheme;                // "s3", "sftp", "fake"
+  bool server_side_copy = false;     // copy() runs on the server, no bytes through this machine
+  bool native_etags = false;         // the server computes ETags (S3) or objfs does (SFTP)
   uint64_t multipart_threshold = 0;  // put() above this size is multipart (0: never)
   uint64_t part_size = 0;
   uint64_t copy_part_threshold = 0;  // copy() above this size uses UploadPartCopy (0: never)

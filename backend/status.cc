@@ -4,22 +4,38 @@ namespace objfs {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kAlreadyExists: return "AlreadyExists";
-    case StatusCode::kPreconditionFailed: return "PreconditionFailed";
-    case StatusCode::kPermissionDenied: return "PermissionDenied";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kUnsupported: return "Unsupported";
-    case StatusCode::kTransient: return "Transient";
-    case StatusCode::kNotEmpty: return "NotEmpty";
-    case StatusCode::kNoSpace: return "NoSpace";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kCancelled: return "Cancelled";
-    case StatusCode::kInternal: return "Internal";
-    case StatusCode::kNameTooLong: return "NameTooLong";
-    case StatusCode::kIsDirectory: return "IsDirectory";
-    case StatusCode::kNotDirectory: return "NotDirectory";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kAlreadyExists:
+      return "AlreadyExists";
+    case StatusCode::kPreconditionFailed:
+      return "PreconditionFailed";
+    case StatusCode::kPermissionDenied:
+      return "PermissionDenied";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kUnsupported:
+      return "Unsupported";
+    case StatusCode::kTransient:
+      return "Transient";
+    case StatusCode::kNotEmpty:
+      return "NotEmpty";
+    case StatusCode::kNoSpace:
+      return "NoSpace";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kCancelled:
+      return "Cancelled";
+    case StatusCode::kInternal:
+      return "Internal";
+    case StatusCode::kNameTooLong:
+      return "NameTooLong";
+    case StatusCode::kIsDirectory:
+      return "IsDirectory";
+    case StatusCode::kNotDirectory:
+      return "NotDirectory";
   }
   return "Unknown";
 }

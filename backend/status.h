@@ -56,8 +56,7 @@ class [[nodiscard]] Status {
   Status WithContext(std::string_view context) const;
 
   bool operator==(const Status& other) const {
-    return code_ == other.code_ && message_ == other.message_ &&
-           server_code_ == other.server_code_;
+    return code_ == other.code_ && message_ == other.message_ && server_code_ == other.server_code_;
   }
 
  private:
@@ -90,7 +89,7 @@ inline Status InternalError(std::string m) { return {StatusCode::kInternal, std:
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok() && "Result needs a value or a non-ok Status");
   }
@@ -115,9 +114,9 @@ class [[nodiscard]] Result {
 }  // namespace objfs
 
 // Returns the Status of `expr` from the enclosing function when it is not ok.
-#define OBJFS_RETURN_IF_ERROR(expr)          \
-  do {                                       \
-    ::objfs::Status objfs_status_ = (expr);  \
+#define OBJFS_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::objfs::Status objfs_status_ = (expr);        \
     if (!objfs_status_.ok()) return objfs_status_; \
   } while (0)
 

@@ -107,8 +107,8 @@ struct Core {
   std::condition_variable changed;  // a chunk left kQueued/kRunning, or `running` dropped
   // Guarded by mu.
   std::map<uint64_t, std::shared_ptr<Chunk>> chunks;  // by offset, each aligned to read_buffer
-  int running = 0;             // chunks in kRunning
-  bool have_last = false;      // whether a read was seen yet
+  int running = 0;                                    // chunks in kRunning
+  bool have_last = false;                             // whether a read was seen yet
   uint64_t last_end = 0;       // the end of the furthest read of the current stream
   uint64_t window;             // bytes to keep fetched ahead of the stream
   uint64_t prefetched_to = 0;  // chunks below this were already scheduled for the stream
@@ -320,9 +320,8 @@ Result<size_t> Prefetcher::Read(uint64_t offset, std::span<std::byte> buf) {
     Bump(hit ? state_->metrics->cache_hits : state_->metrics->cache_misses);
   }
   for (std::shared_ptr<Chunk>& chunk : to_submit) {
-    state_->pool.Submit([core = state_->core, chunk = std::move(chunk)] {
-      core->RunQueued(chunk);
-    });
+    state_->pool.Submit(
+        [core = state_->core, chunk = std::move(chunk)] { core->RunQueued(chunk); });
   }
 
   uint64_t copied = 0;

@@ -121,9 +121,9 @@ size_t OnUpload(char* out, size_t size, size_t count, void* user) {
     transfer->upload_position += want;
     return want;
   }
-  Result<size_t> got = request.body_source->read_at(
-      request.body_offset + transfer->upload_position,
-      std::span<std::byte>(reinterpret_cast<std::byte*>(out), want));
+  Result<size_t> got =
+      request.body_source->read_at(request.body_offset + transfer->upload_position,
+                                   std::span<std::byte>(reinterpret_cast<std::byte*>(out), want));
   if (!got.ok()) {
     transfer->upload_error = got.status();
     return CURL_READFUNC_ABORT;

@@ -26,7 +26,7 @@ struct HttpOptions {
   // A transfer that moves less than 1 byte/s for this long is aborted (Transient).
   long idle_timeout_s = 60;
   bool verify_tls = true;
-  std::string ca_bundle;        // a PEM file (AWS_CA_BUNDLE); empty: the system's store
+  std::string ca_bundle;         // a PEM file (AWS_CA_BUNDLE); empty: the system's store
   size_t max_idle_handles = 32;  // easy handles kept for reuse
 };
 
@@ -50,7 +50,7 @@ struct HttpRequest {
 struct HttpResponse {
   long status = 0;
   std::vector<std::pair<std::string, std::string>> headers;  // names lowercased, values trimmed
-  std::string body;       // the body, unless it went into response_buffer
+  std::string body;         // the body, unless it went into response_buffer
   size_t buffer_bytes = 0;  // bytes written into response_buffer
 
   // The first header with this (lowercase) name, or nullptr.

@@ -39,8 +39,8 @@ Result<S3Endpoint> S3Endpoint::Create(std::string_view endpoint, std::string_vie
   }
   e.bucket_ = std::string(bucket);
   std::string ep(endpoint);
-  if (ep.empty()) ep = "https://s3." + std::string(region.empty() ? "us-east-1" : region) +
-                       ".amazonaws.com";
+  if (ep.empty())
+    ep = "https://s3." + std::string(region.empty() ? "us-east-1" : region) + ".amazonaws.com";
   while (!ep.empty() && ep.back() == '/') ep.pop_back();
   size_t sep = ep.find("://");
   if (sep == std::string::npos) {
@@ -70,8 +70,12 @@ Result<S3Endpoint> S3Endpoint::Create(std::string_view endpoint, std::string_vie
     }
   }
   switch (addressing) {
-    case Addressing::kPath: e.path_style_ = true; break;
-    case Addressing::kVirtualHost: e.path_style_ = false; break;
+    case Addressing::kPath:
+      e.path_style_ = true;
+      break;
+    case Addressing::kVirtualHost:
+      e.path_style_ = false;
+      break;
     case Addressing::kAuto:
       e.path_style_ = IsIpAddress(host_only) || host_only == "localhost" ||
                       // A dotted bucket breaks the TLS wildcard of virtual hosts.

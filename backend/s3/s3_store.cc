@@ -112,8 +112,7 @@ struct S3Store::Request {
   std::string what;  // "GET s3://bucket/key", leads error messages
 };
 
-Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile,
-                        const GetEnvFn& getenv) {
+Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile, const GetEnvFn& getenv) {
   auto env = [&getenv](const char* name) -> std::string {
     const char* v = getenv(name);
     return v != nullptr ? std::string(v) : std::string();
@@ -131,9 +130,9 @@ Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile,
 }
 
 Result<std::unique_ptr<S3Store>> S3Store::Create(S3StoreOptions options) {
-  OBJFS_ASSIGN_OR_RETURN(S3Endpoint endpoint, S3Endpoint::Create(options.endpoint, options.region,
-                                                                  options.bucket,
-                                                                  options.addressing));
+  OBJFS_ASSIGN_OR_RETURN(
+      S3Endpoint endpoint,
+      S3Endpoint::Create(options.endpoint, options.region, options.bucket, options.addressing));
   if (options.part_size == 0 || options.copy_part_size == 0) {
     return InvalidArgumentError("part sizes must be positive");
   }
@@ -186,10 +185,10 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req) {
     if (options_.sign_payload) {
       std::string data(req.body_size, '\0');
       OBJFS_ASSIGN_OR_RETURN(
-          size_t n, req.body_source->read_at(
-                        req.body_offset, std::span<std::byte>(
-                                             reinterpret_cast<std::byte*>(data.data()),
-                                             data.size())));
+          size_t n,
+          req.body_source->read_at(
+              req.body_offset,
+              std::span<std::byte>(reinterpret_cast<std::byte*>(data.data()), data.size())));
       data.resize(n);
       sreq.payload_sha256 = Sha256Hex(data);
     }
@@ -253,8 +252,8 @@ Result<size_t> S3Store::read(std::string_view key, uint64_t offset, std::span<st
   req.method = "GET";
   req.key = std::string(key);
   req.what = What("GET", key);
-  req.headers.emplace_back("range", "bytes=" + std::to_string(offset) + "-" +
-                                        std::to_string(offset + buf.size() - 1));
+  req.headers.emplace_back(
+      "range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + buf.size() - 1));
   if (if_match != nullptr && !if_match->empty()) {
     req.headers.emplace_back("if-match", if_match->quoted());
   }
@@ -310,8 +309,7 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
   req.body_source = &source;
   req.body_size = source.size();
   Result<HttpResponse> sent = Execute(req);
-  if (!sent.ok() && options.if_match &&
-      sent.status().code() == StatusCode::kPreconditionFailed) {
+  if (!sent.ok() && options.if_match && sent.status().code() == StatusCode::kPreconditionFailed) {
     // RGW compares a PUT's If-Match with its stored, unquoted ETag byte for byte, so the quoted
     // form that HTTP prescribes never matches there. When the object does carry the expected
     // ETag, say it the way the server understands.
@@ -452,8 +450,8 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
     uint64_t done = 0;
     while (done < len) {
       OBJFS_ASSIGN_OR_RETURN(
-          size_t n, source.read_at(offset + done,
-                                   std::span<std::byte>(data.data() + done, len - done)));
+          size_t n,
+          source.read_at(offset + done, std::span<std::byte>(data.data() + done, len - done)));
       if (n == 0) return IoError("staged data is shorter than its recorded size");
       done += n;
     }
@@ -523,8 +521,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, head(src.key));
     if (current.etag != src.etag) {
       return PreconditionFailedError(What("COPY", src.key) + ": the source changed (ETag " +
-                                     current.etag.value() + ", expected " + src.etag.value() +
-                                     ")");
+                                     current.etag.value() + ", expected " + src.etag.value() + ")");
     }
   }
   Request req;
@@ -550,9 +547,8 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
       result->etag != src.etag) {
     // The source changed between the check above and the copy: a plain-MD5 copy of the
     // expected source has the source's ETag, so a different one means other bytes.
-    return PreconditionFailedError(req.what + ": the source changed (ETag " +
-                                   result->etag.value() + ", expected " + src.etag.value() +
-                                   ")");
+    return PreconditionFailedError(req.what + ": the source changed (ETag " + result->etag.value() +
+                                   ", expected " + src.etag.value() + ")");
   }
   ObjectInfo info;
   info.key = std::string(dst);
@@ -585,8 +581,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
       return PreconditionFailedError(What("COPY", src.key) + ": the source changed");
     }
   }
-  const Metadata& metadata = options.replace_metadata ? *options.replace_metadata
-                                                      : source.metadata;
+  const Metadata& metadata = options.replace_metadata ? *options.replace_metadata : source.metadata;
   std::string type = options.content_type.value_or(source.content_type);
   HeaderList headers;
   if (!type.empty()) headers.emplace_back("content-type", type);
@@ -713,8 +708,8 @@ Status S3Store::CreateBucket() {
   if (options_.region != "us-east-1" && !options_.region.empty()) {
     req.body =
         "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-        "<LocationConstraint>" + XmlEscape(options_.region) +
-        "</LocationConstraint></CreateBucketConfiguration>";
+        "<LocationConstraint>" +
+        XmlEscape(options_.region) + "</LocationConstraint></CreateBucketConfiguration>";
   }
   Result<HttpResponse> resp = Execute(req);
   return resp.status();

@@ -38,7 +38,7 @@ struct S3StoreOptions {
   uint64_t part_size = 16ull << 20;            // at least 5 MiB on AWS and RGW
   uint64_t copy_part_threshold = 5ull << 30;   // copy() above this uses UploadPartCopy
   uint64_t copy_part_size = 512ull << 20;
-  int parallel_parts = 4;                      // parts in flight for one upload or copy
+  int parallel_parts = 4;  // parts in flight for one upload or copy
   // Sign object bodies with their SHA-256 instead of UNSIGNED-PAYLOAD (Content-MD5 already
   // protects them; signing costs a second pass over the data).
   bool sign_payload = false;
@@ -53,8 +53,7 @@ struct S3StoreOptions {
 // Fills endpoint (AWS_ENDPOINT_URL), region (AWS_REGION, then AWS_DEFAULT_REGION), the CA
 // bundle (AWS_CA_BUNDLE) and credentials (see credentials.h) from the environment, keeping
 // values already set in `options`.
-Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile,
-                        const GetEnvFn& getenv);
+Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile, const GetEnvFn& getenv);
 
 class S3Store : public ObjectStore {
  public:

@@ -4,7 +4,6 @@
 #include <charconv>
 #include <initializer_list>
 #include <limits>
-
 #include <pugixml.hpp>
 
 namespace objfs::s3 {
@@ -157,8 +156,8 @@ int64_t ToEpochNs(int year, int month, int day, int hour, int minute, int second
                   int64_t offset_s) {
   if (month < 1 || month > 12 || day < 1 || day > DaysInMonth(year, month)) return -1;
   if (hour > 23 || minute > 59 || second > 60) return -1;
-  int64_t secs = DaysFromCivil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second -
-                 offset_s;
+  int64_t secs =
+      DaysFromCivil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second - offset_s;
   constexpr int64_t kMaxSecs = std::numeric_limits<int64_t>::max() / 1'000'000'000 - 1;
   if (secs > kMaxSecs || secs < -kMaxSecs) return -1;
   return secs * 1'000'000'000 + nanos;
@@ -209,8 +208,7 @@ StatusCode CodeFromS3Code(std::string_view code) {
   if (code == "NoSuchKey" || code == "NoSuchBucket" || code == "NoSuchUpload") {
     return StatusCode::kNotFound;
   }
-  if (code == "AccessDenied" || code == "SignatureDoesNotMatch" ||
-      code == "InvalidAccessKeyId") {
+  if (code == "AccessDenied" || code == "SignatureDoesNotMatch" || code == "InvalidAccessKeyId") {
     return StatusCode::kPermissionDenied;
   }
   if (code == "PreconditionFailed") return StatusCode::kPreconditionFailed;
@@ -242,21 +240,34 @@ StatusCode CodeFromHttpStatus(long http_status, bool has_s3_code) {
 // A description for a response that brought no message of its own.
 std::string_view DefaultMessage(long http_status, StatusCode code) {
   switch (http_status) {
-    case 404: return "not found";
-    case 403: return "access denied";
-    case 412: return "precondition failed";
-    case 416: return "range not satisfiable";
-    case 429: return "too many requests";
-    case 500: return "internal server error";
-    case 502: return "bad gateway";
-    case 503: return "service unavailable";
-    case 504: return "gateway timeout";
-    default: break;
+    case 404:
+      return "not found";
+    case 403:
+      return "access denied";
+    case 412:
+      return "precondition failed";
+    case 416:
+      return "range not satisfiable";
+    case 429:
+      return "too many requests";
+    case 500:
+      return "internal server error";
+    case 502:
+      return "bad gateway";
+    case 503:
+      return "service unavailable";
+    case 504:
+      return "gateway timeout";
+    default:
+      break;
   }
   switch (code) {
-    case StatusCode::kTransient: return "server error";
-    case StatusCode::kInvalidArgument: return "request refused";
-    default: return "error response";
+    case StatusCode::kTransient:
+      return "server error";
+    case StatusCode::kInvalidArgument:
+      return "request refused";
+    default:
+      return "error response";
   }
 }
 
@@ -280,8 +291,8 @@ Status StatusFromS3Error(long http_status, const S3Error& error, std::string_vie
   if (!message.empty()) message += ": ";
   std::string server_message = OneLine(error.message);
   if (server_message.empty()) {
-    server_message = error.code.empty() ? std::string(DefaultMessage(http_status, code))
-                                        : error.code;
+    server_message =
+        error.code.empty() ? std::string(DefaultMessage(http_status, code)) : error.code;
   }
   message += server_message;
   if (error.code == "SignatureDoesNotMatch") {
@@ -377,9 +388,8 @@ Result<ETag> ParseCompleteMultipartUpload(std::string_view body) {
 Result<CopyResult> ParseCopyResult(std::string_view body) {
   constexpr std::string_view kWhat = "copy response";
   pugi::xml_document doc;
-  OBJFS_ASSIGN_OR_RETURN(
-      pugi::xml_node root,
-      LoadSuccessRoot(doc, body, {"CopyObjectResult", "CopyPartResult"}, kWhat));
+  OBJFS_ASSIGN_OR_RETURN(pugi::xml_node root,
+                         LoadSuccessRoot(doc, body, {"CopyObjectResult", "CopyPartResult"}, kWhat));
   CopyResult result;
   result.etag = ETag::Parse(ChildText(root, "ETag"));
   if (pugi::xml_node modified = Child(root, "LastModified")) {
@@ -467,8 +477,7 @@ int64_t ParseIso8601(std::string_view s) {
     const int sign = s.front() == '-' ? -1 : 1;
     s.remove_prefix(1);
     int oh, om;
-    if (!TakeDigits(s, 2, oh) || !TakeChar(s, ':') || !TakeDigits(s, 2, om) || oh > 23 ||
-        om > 59) {
+    if (!TakeDigits(s, 2, oh) || !TakeChar(s, ':') || !TakeDigits(s, 2, om) || oh > 23 || om > 59) {
       return -1;
     }
     offset_s = sign * (oh * 3600 + om * 60);
@@ -504,13 +513,25 @@ std::string XmlEscape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       case '\t':
-      case '\n': out += c; break;
+      case '\n':
+        out += c;
+        break;
       default: {
         const auto u = static_cast<unsigned char>(c);
         // A raw CR would be read back as LF (end-of-line normalisation); other control
@@ -534,8 +555,7 @@ std::string UrlDecode(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 &&
-        HexValue(s[i + 2]) >= 0) {
+    if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 && HexValue(s[i + 2]) >= 0) {
       out += static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2]));
       i += 2;
     } else {

@@ -1,12 +1,13 @@
 // The S3 client against a real Ceph RADOS Gateway: the backend conformance suite, and what is
 // particular to S3 (multipart ETags, UploadPartCopy, credentials, retries, unreachable servers).
+#include "backend/s3/s3_store.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 
 #include "backend/md5.h"
-#include "backend/s3/s3_store.h"
 #include "tests/conformance/object_store_conformance.h"
 #include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/free_port.h"
@@ -51,9 +52,9 @@ std::shared_ptr<ObjectStore> FreshBucketStore() {
 }
 
 INSTANTIATE_TEST_SUITE_P(RGW, ObjectStoreConformance,
-                         ::testing::Values(ConformanceBackend{
-                             "S3OnRGW", FreshBucketStore, kPart + (1 << 20), kPart,
-                             kPart + (1 << 20)}),
+                         ::testing::Values(ConformanceBackend{"S3OnRGW", FreshBucketStore,
+                                                              kPart + (1 << 20), kPart,
+                                                              kPart + (1 << 20)}),
                          ConformanceBackendName);
 
 std::string Pattern(size_t n, uint32_t seed) {
@@ -195,8 +196,7 @@ TEST_F(S3StoreTest, WrongSecretIsPermissionDeniedWithClearMessage) {
   Status check = store->CheckBucket();
   EXPECT_EQ(check.code(), StatusCode::kPermissionDenied);
   EXPECT_NE(check.message().find("denied"), std::string::npos) << check.ToString();
-  EXPECT_NE(check.ToString().find("SignatureDoesNotMatch"), std::string::npos)
-      << check.ToString();
+  EXPECT_NE(check.ToString().find("SignatureDoesNotMatch"), std::string::npos) << check.ToString();
   EXPECT_EQ(check.ToString().find('\n'), std::string::npos);
 }
 

@@ -166,15 +166,27 @@ TEST(S3TestServerTest, RejectsAWrongSecret) {
 }
 
 // sftp in batch mode against the shared server with `key` and `known_hosts`.
-CommandResult Sftp(const std::string& key, const std::string& known_hosts,
-                   std::string_view batch) {
+CommandResult Sftp(const std::string& key, const std::string& known_hosts, std::string_view batch) {
   const SftpTestServer& server = SharedSftpServer();
-  return RunCommand({"sftp", "-b", "-", "-P", std::to_string(server.port), "-i", key,
-                     "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                     "-o", "StrictHostKeyChecking=yes",
-                     "-o", "UserKnownHostsFile=" + known_hosts,
-                     "-o", "GlobalKnownHostsFile=/dev/null",
-                     "-o", "ConnectTimeout=10",
+  return RunCommand({"sftp",
+                     "-b",
+                     "-",
+                     "-P",
+                     std::to_string(server.port),
+                     "-i",
+                     key,
+                     "-o",
+                     "IdentitiesOnly=yes",
+                     "-o",
+                     "BatchMode=yes",
+                     "-o",
+                     "StrictHostKeyChecking=yes",
+                     "-o",
+                     "UserKnownHostsFile=" + known_hosts,
+                     "-o",
+                     "GlobalKnownHostsFile=/dev/null",
+                     "-o",
+                     "ConnectTimeout=10",
                      server.user + "@" + server.host},
                     batch);
 }
@@ -189,8 +201,8 @@ TEST(SftpTestServerTest, PutAndGetRoundTrip) {
   LocalTempDir local;
   std::string data = "sftp round trip\n" + std::string(50000, 'z');
   WriteFile(local.path() / "in", data);
-  std::string batch = "put " + (local.path() / "in").string() + " " + remote + "/file\n" +
-                      "get " + remote + "/file " + (local.path() / "out").string() + "\n";
+  std::string batch = "put " + (local.path() / "in").string() + " " + remote + "/file\n" + "get " +
+                      remote + "/file " + (local.path() / "out").string() + "\n";
   CommandResult r = Sftp(server.key_path, server.known_hosts, batch);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(ReadFile(fs::path(remote) / "file"), data);
@@ -209,8 +221,8 @@ TEST(SftpTestServerTest, RefusesAnUnauthorizedKey) {
   const SftpTestServer& server = SharedSftpServer();
   LocalTempDir local;
   std::string other_key = (local.path() / "other_key").string();
-  CommandResult keygen = RunCommand({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
-                                     other_key});
+  CommandResult keygen =
+      RunCommand({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", other_key});
   ASSERT_EQ(keygen.exit_code, 0) << keygen.err;
 
   CommandResult r = Sftp(other_key, server.known_hosts, "pwd\n");

@@ -3,13 +3,12 @@
 #include "backend/s3/http_client.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -249,8 +248,7 @@ TEST(HttpClientTest, GetReturnsStatusHeadersAndBody) {
   LoopbackServer server(Always(Reply(200, "OK", "hello, world", "ETag: \"abc\"\r\n")));
   HttpClient client({});
   HttpRequest request = Request("GET", server.url("/bucket/key?x-id=GetObject"));
-  request.headers = {{"X-Amz-Date", "20240101T000000Z"}, {"Range", "bytes=0-11"},
-                     {"X-Empty", ""}};
+  request.headers = {{"X-Amz-Date", "20240101T000000Z"}, {"Range", "bytes=0-11"}, {"X-Empty", ""}};
   Result<HttpResponse> response = client.Perform(request);
   ASSERT_TRUE(response.ok()) << response.status().ToString();
   EXPECT_EQ(response->status, 200);
@@ -305,8 +303,7 @@ TEST(HttpClientTest, ResponseLargerThanTheBufferIsAnInternalError) {
   Result<HttpResponse> response = client.Perform(request);
   ASSERT_FALSE(response.ok());
   EXPECT_EQ(response.status().code(), StatusCode::kInternal);
-  EXPECT_NE(response.status().message().find("response larger than the buffer"),
-            std::string::npos)
+  EXPECT_NE(response.status().message().find("response larger than the buffer"), std::string::npos)
       << response.status().message();
 }
 

@@ -108,8 +108,8 @@ class RecordingStore : public ObjectStore {
     }
     if (hook) hook();
     std::unique_lock lock(mu_);
-    calls_.push_back({offset, buf.size(), if_match ? if_match->value() : "",
-                      std::this_thread::get_id()});
+    calls_.push_back(
+        {offset, buf.size(), if_match ? if_match->value() : "", std::this_thread::get_id()});
     ++in_flight_;
     max_in_flight_ = std::max(max_in_flight_, in_flight_);
     ++blocked_;
@@ -194,9 +194,9 @@ class PrefetcherTest : public ::testing::Test {
     const size_t want =
         offset >= source_.size() ? 0 : std::min<uint64_t>(n, source_.size() - offset);
     ASSERT_EQ(*got, want) << "at " << offset;
-    ASSERT_EQ(std::memcmp(buf.data(), source_.data() + std::min<uint64_t>(offset, source_.size()),
-                          want),
-              0)
+    ASSERT_EQ(
+        std::memcmp(buf.data(), source_.data() + std::min<uint64_t>(offset, source_.size()), want),
+        0)
         << "wrong bytes in [" << offset << ", " << offset + want << ")";
   }
 
@@ -272,9 +272,10 @@ TEST_F(PrefetcherTest, SequentialWindowGrowsIntoParallelFetches) {
 TEST_F(PrefetcherTest, RandomReadsFetchOneBufferEachAndNothingAhead) {
   SetObject(Pattern(64 * kMiB, 4));
   auto p = Open({.read_buffer = 1 * kMiB, .max_readahead = 64 * kMiB});
-  const std::vector<uint64_t> offsets = {40 * kMiB + 5,  3 * kMiB + 100, 60 * kMiB + 7,
-                                         20 * kMiB,      10 * kMiB + 999, 50 * kMiB + 4096,
-                                         30 * kMiB + 12, 0,              45 * kMiB + 77};
+  const std::vector<uint64_t> offsets = {
+      40 * kMiB + 5,   3 * kMiB + 100,   60 * kMiB + 7,  20 * kMiB,
+      10 * kMiB + 999, 50 * kMiB + 4096, 30 * kMiB + 12, 0,
+      45 * kMiB + 77};
   for (uint64_t off : offsets) ExpectRead(*p, off, 4 * kKiB);
   p.reset();
   const auto calls = store_->calls();
@@ -424,10 +425,9 @@ TEST_F(PrefetcherTest, TransientReadAheadFailureIsRetriedByTheReader) {
 TEST_F(PrefetcherTest, TinyBudgetMeansNoReadAheadButReadsWork) {
   ReadBudget tiny(1 * kKiB);
   SetObject(Pattern(8 * kMiB + 300, 10));
-  auto p = std::make_unique<Prefetcher>(store_, kKey, store_->etag(), source_.size(),
-                                        PrefetchOptions{.read_buffer = 1 * kMiB,
-                                                        .max_readahead = 8 * kMiB},
-                                        pool_, tiny, &metrics_);
+  auto p = std::make_unique<Prefetcher>(
+      store_, kKey, store_->etag(), source_.size(),
+      PrefetchOptions{.read_buffer = 1 * kMiB, .max_readahead = 8 * kMiB}, pool_, tiny, &metrics_);
   for (uint64_t off = 0; off < source_.size(); off += 128 * kKiB) {
     ExpectRead(*p, off, 128 * kKiB);
     // Over the budget by at most the one buffer this read needs.
@@ -516,10 +516,10 @@ TEST_F(PrefetcherTest, DestroyWithFetchesQueued) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   pool.Submit([released] { released.wait(); });
-  auto p = std::make_unique<Prefetcher>(store_, kKey, store_->etag(), source_.size(),
-                                        PrefetchOptions{.read_buffer = 1 * kMiB,
-                                                        .max_readahead = 8 * kMiB},
-                                        pool, budget_, &metrics_);
+  auto p = std::make_unique<Prefetcher>(
+      store_, kKey, store_->etag(), source_.size(),
+      PrefetchOptions{.read_buffer = 1 * kMiB, .max_readahead = 8 * kMiB}, pool, budget_,
+      &metrics_);
   for (uint64_t off = 0; off < 512 * kKiB; off += 128 * kKiB) ExpectRead(*p, off, 128 * kKiB);
   EXPECT_GT(budget_.in_use(), 1 * kMiB);  // read-ahead was charged
   p.reset();

@@ -1,17 +1,16 @@
-#include "backend/s3/xml.h"
-
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <time.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <pugixml.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <pugixml.hpp>
+#include "backend/s3/xml.h"
 
 namespace objfs::s3 {
 namespace {
@@ -303,8 +302,8 @@ std::string ListingWithSize(std::string_view size) {
 
 TEST(ParseListObjectsV2, SizeMustBeAnUnsignedNumber) {
   ASSERT_TRUE(ParseListObjectsV2(ListingWithSize("12"), false).ok());
-  for (std::string_view bad : {"", "abc", "12a", "-1", "+1", "1.5", " 12", "0x10",
-                               "18446744073709551616"}) {
+  for (std::string_view bad :
+       {"", "abc", "12a", "-1", "+1", "1.5", " 12", "0x10", "18446744073709551616"}) {
     Result<Listing> r = ParseListObjectsV2(ListingWithSize(bad), false);
     ASSERT_FALSE(r.ok()) << "size '" << bad << "'";
     EXPECT_EQ(r.status().code(), StatusCode::kInternal) << bad;
@@ -328,10 +327,10 @@ TEST(ParseListObjectsV2, TruncatedWithoutTokenIsAnError) {
 }
 
 TEST(ParseListObjectsV2, TokenIsIgnoredWhenNotTruncated) {
-  Result<Listing> r = ParseListObjectsV2(
-      R"(<ListBucketResult><IsTruncated>false</IsTruncated>)"
-      R"(<NextContinuationToken>x</NextContinuationToken></ListBucketResult>)",
-      false);
+  Result<Listing> r =
+      ParseListObjectsV2(R"(<ListBucketResult><IsTruncated>false</IsTruncated>)"
+                         R"(<NextContinuationToken>x</NextContinuationToken></ListBucketResult>)",
+                         false);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->truncated());
 }
@@ -428,9 +427,9 @@ TEST(ParseCopyResult, AwsCopyPartResult) {
 }
 
 TEST(ParseCopyResult, ErrorIn200AndWrongRoot) {
-  Result<CopyResult> slow = ParseCopyResult(
-      R"(<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>)"
-      R"(<Message>Please reduce your request rate.</Message></Error>)");
+  Result<CopyResult> slow =
+      ParseCopyResult(R"(<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>)"
+                      R"(<Message>Please reduce your request rate.</Message></Error>)");
   ASSERT_FALSE(slow.ok());
   EXPECT_EQ(slow.status().code(), StatusCode::kTransient);
   EXPECT_EQ(slow.status().server_code(), "SlowDown");
@@ -462,20 +461,25 @@ TEST(ParseDeleteResult, ListsOnlyFailures) {
 
 TEST(Malformed, EveryParserRejectsBrokenXml) {
   for (std::string_view body : {
-           "", "   \n", "not xml at all", "<", "<ListBucketResult", "<ListBucketResult>",
-           "<ListBucketResult></ListBucketResul>", "<ListBucketResult></ListBucketResult",
+           "",
+           "   \n",
+           "not xml at all",
+           "<",
+           "<ListBucketResult",
+           "<ListBucketResult>",
+           "<ListBucketResult></ListBucketResul>",
+           "<ListBucketResult></ListBucketResult",
            "<ListBucketResult><Contents></ListBucketResult>",
            "<ListBucketResult a=\"1></ListBucketResult>",
-           "<?xml version=\"1.0\"?>", "<?xml vers",
+           "<?xml version=\"1.0\"?>",
+           "<?xml vers",
            "<ListBucketResult/><ListBucketResult/>",
            "<!DOCTYPE x [<!ENTITY e \"v\">]><ListBucketResult/>",
            "\x01\x02\x03\xff\xfe",
        }) {
     EXPECT_EQ(ParseListObjectsV2(body, false).status().code(), StatusCode::kInternal) << body;
-    EXPECT_EQ(ParseInitiateMultipartUpload(body).status().code(), StatusCode::kInternal)
-        << body;
-    EXPECT_EQ(ParseCompleteMultipartUpload(body).status().code(), StatusCode::kInternal)
-        << body;
+    EXPECT_EQ(ParseInitiateMultipartUpload(body).status().code(), StatusCode::kInternal) << body;
+    EXPECT_EQ(ParseCompleteMultipartUpload(body).status().code(), StatusCode::kInternal) << body;
     EXPECT_EQ(ParseCopyResult(body).status().code(), StatusCode::kInternal) << body;
     EXPECT_EQ(ParseDeleteResult(body).status().code(), StatusCode::kInternal) << body;
     EXPECT_EQ(ParseError(body).status().code(), StatusCode::kInternal) << body;
@@ -520,8 +524,7 @@ bool SameListing(const Listing& a, const Listing& b) {
   if (a.objects.size() != b.objects.size()) return false;
   for (size_t i = 0; i < a.objects.size(); ++i) {
     if (a.objects[i].key != b.objects[i].key || a.objects[i].size != b.objects[i].size ||
-        a.objects[i].etag != b.objects[i].etag ||
-        a.objects[i].mtime_ns != b.objects[i].mtime_ns) {
+        a.objects[i].etag != b.objects[i].etag || a.objects[i].mtime_ns != b.objects[i].mtime_ns) {
       return false;
     }
   }
@@ -625,8 +628,9 @@ TEST(StatusFromS3Error, SignatureDoesNotMatchExplainsItself) {
 
 TEST(StatusFromS3Error, ThrottlingAndServerErrorsAreTransient) {
   Status slow = StatusFromS3Error(
-      503, ParsedError("<Error><Code>SlowDown</Code><Message>Please reduce your request rate."
-                       "</Message></Error>"),
+      503,
+      ParsedError("<Error><Code>SlowDown</Code><Message>Please reduce your request rate."
+                  "</Message></Error>"),
       "PUT s3://b/k");
   EXPECT_EQ(slow.code(), StatusCode::kTransient);
   EXPECT_EQ(slow.server_code(), "SlowDown");
@@ -661,11 +665,13 @@ TEST(StatusFromS3Error, BodylessStatusesFromHead) {
 }
 
 TEST(StatusFromS3Error, PreconditionFailed) {
-  Status with_body = StatusFromS3Error(
-      412,
-      S3Error{"PreconditionFailed", "At least one of the pre-conditions you specified did not "
-                                    "hold", "/b/k", "1"},
-      "GET s3://b/k");
+  Status with_body =
+      StatusFromS3Error(412,
+                        S3Error{"PreconditionFailed",
+                                "At least one of the pre-conditions you specified did not "
+                                "hold",
+                                "/b/k", "1"},
+                        "GET s3://b/k");
   EXPECT_EQ(with_body.code(), StatusCode::kPreconditionFailed);
   EXPECT_EQ(with_body.server_code(), "PreconditionFailed");
   EXPECT_THAT(with_body.message(), HasSubstr("(412 PreconditionFailed)"));
@@ -690,9 +696,9 @@ TEST(StatusFromS3Error, OtherClientErrorsAreInvalidArgument) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.server_code(), "KeyTooLongError");
   // An unknown code on a 404 is still NotFound: the HTTP status decides.
-  EXPECT_EQ(StatusFromS3Error(404, S3Error{"NoSuchLifecycleConfiguration", "", "", ""}, "GET")
-                .code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(
+      StatusFromS3Error(404, S3Error{"NoSuchLifecycleConfiguration", "", "", ""}, "GET").code(),
+      StatusCode::kNotFound);
   EXPECT_EQ(StatusFromS3Error(404, S3Error{"NoSuchBucket", "", "", ""}, "GET").code(),
             StatusCode::kNotFound);
   // A known code decides even when the HTTP status says something else.
@@ -735,8 +741,8 @@ TEST(BuildCompleteMultipartUpload, IsWellFormedXml) {
   int expected = 1;
   for (pugi::xml_node part : root.children("Part")) {
     EXPECT_EQ(part.child("PartNumber").text().as_int(), expected);
-    EXPECT_EQ(std::string(part.child_value("ETag")), "\"opaque<&>" + std::to_string(expected) +
-                                                         "\"");
+    EXPECT_EQ(std::string(part.child_value("ETag")),
+              "\"opaque<&>" + std::to_string(expected) + "\"");
     ++expected;
   }
   EXPECT_EQ(expected, 4);
@@ -765,8 +771,8 @@ TEST(BuildDeleteObjects, NastyKeysRoundTrip) {
       << body;
 
   pugi::xml_document doc;
-  pugi::xml_parse_result parsed = doc.load_buffer(
-      body.data(), body.size(), pugi::parse_default | pugi::parse_ws_pcdata_single);
+  pugi::xml_parse_result parsed =
+      doc.load_buffer(body.data(), body.size(), pugi::parse_default | pugi::parse_ws_pcdata_single);
   ASSERT_EQ(parsed.status, pugi::status_ok) << parsed.description() << "\n" << body;
   pugi::xml_node root = doc.child("Delete");
   ASSERT_TRUE(root);
@@ -813,8 +819,7 @@ TEST(ParseIso8601, Forms) {
   EXPECT_EQ(ParseIso8601("2015-08-30T12:36:00Z"), kAug30Sec * kNsPerSec);
   EXPECT_EQ(ParseIso8601("2015-08-30T12:36:00.5Z"), kAug30Sec * kNsPerSec + 500'000'000);
   EXPECT_EQ(ParseIso8601("2015-08-30T12:36:00.123456Z"), kAug30Sec * kNsPerSec + 123'456'000);
-  EXPECT_EQ(ParseIso8601("2015-08-30T12:36:00.123456789Z"),
-            kAug30Sec * kNsPerSec + 123'456'789);
+  EXPECT_EQ(ParseIso8601("2015-08-30T12:36:00.123456789Z"), kAug30Sec * kNsPerSec + 123'456'789);
   // Digits beyond nanoseconds are dropped.
   EXPECT_EQ(ParseIso8601("2015-08-30T12:36:00.1234567891234Z"),
             kAug30Sec * kNsPerSec + 123'456'789);
@@ -829,15 +834,34 @@ TEST(ParseIso8601, Forms) {
 
 TEST(ParseIso8601, Malformed) {
   for (std::string_view bad : {
-           "", "2015", "2015-08-30", "2015-08-30T12:36", "2015-08-30T12:36:00",
-           "2015-08-30 12:36:00Z", "2015-08-30T12:36:00.Z", "2015-08-30T12:36:00.000",
-           "2015-08-30T12:36:00.000ZZ", "2015-08-30T12:36:00.000Z ", " 2015-08-30T12:36:00Z",
-           "2015-13-01T00:00:00Z", "2015-00-01T00:00:00Z", "2015-08-00T00:00:00Z",
-           "2015-08-32T00:00:00Z", "2015-02-29T00:00:00Z", "1900-02-29T00:00:00Z",
-           "2015-04-31T00:00:00Z", "2015-08-30T24:00:00Z", "2015-08-30T12:60:00Z",
-           "2015-08-30T12:36:61Z", "15-08-30T12:36:00Z", "2015-8-30T12:36:00Z",
-           "2015-08-30T12:36:00+0200", "2015-08-30T12:36:00+24:00", "9999-12-31T23:59:59Z",
-           "Sun, 30 Aug 2015 12:36:00 GMT", "2015-08-30T12:36:0aZ",
+           "",
+           "2015",
+           "2015-08-30",
+           "2015-08-30T12:36",
+           "2015-08-30T12:36:00",
+           "2015-08-30 12:36:00Z",
+           "2015-08-30T12:36:00.Z",
+           "2015-08-30T12:36:00.000",
+           "2015-08-30T12:36:00.000ZZ",
+           "2015-08-30T12:36:00.000Z ",
+           " 2015-08-30T12:36:00Z",
+           "2015-13-01T00:00:00Z",
+           "2015-00-01T00:00:00Z",
+           "2015-08-00T00:00:00Z",
+           "2015-08-32T00:00:00Z",
+           "2015-02-29T00:00:00Z",
+           "1900-02-29T00:00:00Z",
+           "2015-04-31T00:00:00Z",
+           "2015-08-30T24:00:00Z",
+           "2015-08-30T12:60:00Z",
+           "2015-08-30T12:36:61Z",
+           "15-08-30T12:36:00Z",
+           "2015-8-30T12:36:00Z",
+           "2015-08-30T12:36:00+0200",
+           "2015-08-30T12:36:00+24:00",
+           "9999-12-31T23:59:59Z",
+           "Sun, 30 Aug 2015 12:36:00 GMT",
+           "2015-08-30T12:36:0aZ",
        }) {
     EXPECT_EQ(ParseIso8601(bad), -1) << "'" << bad << "'";
   }
@@ -870,13 +894,22 @@ TEST(ParseHttpDate, Forms) {
 
 TEST(ParseHttpDate, Malformed) {
   for (std::string_view bad : {
-           "", "Sun", "Sun, 30 Aug 2015 12:36:00", "Sun, 30 Aug 2015 12:36:00 UTC",
-           "Sun, 30 Aug 2015 12:36:00 GMT ", "Sun 30 Aug 2015 12:36:00 GMT",
-           "Sunday, 30-Aug-15 12:36:00 GMT", "Sun Aug 30 12:36:00 2015",
-           "Xyz, 30 Aug 2015 12:36:00 GMT", "Sun, 30 Foo 2015 12:36:00 GMT",
-           "Sun, 30 aug 2015 12:36:00 GMT", "Sun, 31 Sep 2015 12:36:00 GMT",
-           "Sun, 29 Feb 2015 12:36:00 GMT", "Sun, 30 Aug 15 12:36:00 GMT",
-           "Sun, 30 Aug 2015 25:36:00 GMT", "Sun, 300 Aug 2015 12:36:00 GMT",
+           "",
+           "Sun",
+           "Sun, 30 Aug 2015 12:36:00",
+           "Sun, 30 Aug 2015 12:36:00 UTC",
+           "Sun, 30 Aug 2015 12:36:00 GMT ",
+           "Sun 30 Aug 2015 12:36:00 GMT",
+           "Sunday, 30-Aug-15 12:36:00 GMT",
+           "Sun Aug 30 12:36:00 2015",
+           "Xyz, 30 Aug 2015 12:36:00 GMT",
+           "Sun, 30 Foo 2015 12:36:00 GMT",
+           "Sun, 30 aug 2015 12:36:00 GMT",
+           "Sun, 31 Sep 2015 12:36:00 GMT",
+           "Sun, 29 Feb 2015 12:36:00 GMT",
+           "Sun, 30 Aug 15 12:36:00 GMT",
+           "Sun, 30 Aug 2015 25:36:00 GMT",
+           "Sun, 300 Aug 2015 12:36:00 GMT",
            "2015-08-30T12:36:00Z",
        }) {
     EXPECT_EQ(ParseHttpDate(bad), -1) << "'" << bad << "'";

@@ -1,0 +1,373 @@
+#include "cache/codec.h"
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace objfs {
+namespace {
+
+std::array<uint8_t, 16> Md5Of(uint8_t first) {
+  std::array<uint8_t, 16> md5;
+  for (size_t i = 0; i < md5.size(); ++i) md5[i] = static_cast<uint8_t>(first + i);
+  return md5;
+}
+
+template <typename Codec, typename Record>
+std::string Encoded(const Record& record) {
+  std::string out;
+  Codec::Encode(record, out);
+  return out;
+}
+
+// Decodes from a heap buffer of exactly the input's size, so that a read past the end is a
+// heap overflow (reported by AddressSanitizer builds) rather than a read of a string's spare
+// capacity.
+template <typename Codec>
+auto DecodeExact(std::string_view bytes) {
+  std::unique_ptr<char[]> buf(new char[bytes.size()]);
+  if (!bytes.empty()) std::memcpy(buf.get(), bytes.data(), bytes.size());
+  return Codec::Decode(std::string_view(buf.get(), bytes.size()));
+}
+
+// Recomputes the trailing checksum, to build records that are well sealed but malformed.
+std::string Reseal(std::string bytes) {
+  const size_t covered = bytes.size() - 4;
+  uint32_t crc = Crc32c(std::string_view(bytes).substr(0, covered));
+  for (int i = 0; i < 4; ++i) bytes[covered + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  return bytes;
+}
+
+void StoreU32(std::string& bytes, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) bytes[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+uint32_t BitwiseCrc32c(std::string_view data) {
+  uint32_t crc = 0xffffffff;
+  for (unsigned char c : data) {
+    crc ^= c;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc & 1) ? (crc >> 1) ^ 0x82f63b78 : crc >> 1;
+  }
+  return ~crc;
+}
+
+ContentETagRecord SampleContentETag() {
+  return {"/home/user/projects/objfs/README.md", 123456789, 1700000000123456789, Md5Of(0xa0)};
+}
+
+ObjectMetaRecord SampleObjectMeta(std::string_view etag) {
+  ObjectMetaRecord r;
+  r.key = "photos/2024/IMG_0001.jpg";
+  r.size = 4 << 20;
+  r.mtime_ns = -5;
+  r.etag = ETag::Parse(etag);
+  r.mode = 0100644;
+  r.uid = 1000;
+  r.gid = 100;
+  return r;
+}
+
+StagedUploadRecord SampleStagedUpload(bool has_md5) {
+  StagedUploadRecord r;
+  r.key = "logs/app.log";
+  r.size = 17;
+  r.staged_ns = 1700000000000000000;
+  r.has_md5 = has_md5;
+  if (has_md5) r.md5 = Md5Of(7);
+  return r;
+}
+
+// ---- CRC32C -------------------------------------------------------------------------------
+
+TEST(Crc32cTest, MatchesTheStandardCheckValue) {
+  EXPECT_EQ(Crc32c("123456789"), 0xe3069283u);
+  EXPECT_EQ(Crc32c(""), 0u);
+  EXPECT_EQ(Crc32cPortable("123456789"), 0xe3069283u);
+}
+
+TEST(Crc32cTest, MatchesABitwiseReferenceAtEveryLengthAndContinues) {
+  std::mt19937 rng(42);
+  std::string data(200, '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  for (size_t n = 0; n <= data.size(); ++n) {
+    std::string_view prefix = std::string_view(data).substr(0, n);
+    ASSERT_EQ(Crc32c(prefix), BitwiseCrc32c(prefix)) << "length " << n;
+    ASSERT_EQ(Crc32cPortable(prefix), BitwiseCrc32c(prefix)) << "length " << n;
+    const size_t split = n / 3;
+    ASSERT_EQ(Crc32c(prefix.substr(split), Crc32c(prefix.substr(0, split))), Crc32c(prefix));
+    ASSERT_EQ(Crc32cPortable(prefix.substr(split), Crc32cPortable(prefix.substr(0, split))),
+              Crc32c(prefix));
+  }
+}
+
+// ---- Round trips and layout ---------------------------------------------------------------
+
+TEST(ContentETagCodecTest, RoundTrips) {
+  for (ContentETagRecord r :
+       {SampleContentETag(), ContentETagRecord{},
+        ContentETagRecord{std::string(4096, 'p'), UINT64_MAX, INT64_MIN, Md5Of(0xf0)}}) {
+    std::string bytes = Encoded<ContentETagCodec>(r);
+    EXPECT_EQ(bytes.size(), ContentETagCodec::EncodedSize(r));
+    auto decoded = DecodeExact<ContentETagCodec>(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, r);
+  }
+}
+
+TEST(ContentETagCodecTest, WritesTheDocumentedLayout) {
+  ContentETagRecord r{"ab", 0x0102030405060708, -2, Md5Of(0x10)};
+  std::string bytes = Encoded<ContentETagCodec>(r);
+  std::string expected(
+      "\x01\x01"                           // tag, version
+      "\x02\0\0\0ab"                       // path
+      "\x08\x07\x06\x05\x04\x03\x02\x01"   // size
+      "\xfe\xff\xff\xff\xff\xff\xff\xff",  // mtime_ns
+      2 + 6 + 8 + 8);
+  for (uint8_t b : r.md5) expected += static_cast<char>(b);
+  ASSERT_EQ(bytes.size(), expected.size() + 4);
+  EXPECT_EQ(bytes.substr(0, expected.size()), expected);
+  EXPECT_EQ(bytes, Reseal(bytes));  // the last four bytes are the CRC32C of the rest
+}
+
+TEST(ContentETagCodecTest, EncodeAppends) {
+  std::string out = "prefix";
+  ContentETagCodec::Encode(SampleContentETag(), out);
+  ASSERT_EQ(out.substr(0, 6), "prefix");
+  auto decoded = ContentETagCodec::Decode(std::string_view(out).substr(6));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(*decoded, SampleContentETag());
+}
+
+TEST(ObjectMetaCodecTest, RoundTripsEveryETagKind) {
+  for (std::string_view etag : {"", "0123456789abcdef0123456789abcdef",
+                                "0123456789abcdef0123456789abcdef-12", "opaque-etag/xyz"}) {
+    ObjectMetaRecord r = SampleObjectMeta(etag);
+    std::string bytes = Encoded<ObjectMetaCodec>(r);
+    EXPECT_EQ(bytes.size(), ObjectMetaCodec::EncodedSize(r));
+    auto decoded = DecodeExact<ObjectMetaCodec>(bytes);
+    ASSERT_TRUE(decoded.ok()) << etag << ": " << decoded.status().ToString();
+    EXPECT_EQ(*decoded, r);
+    EXPECT_EQ(decoded->etag.kind(), r.etag.kind()) << etag;
+    EXPECT_EQ(decoded->etag.parts(), r.etag.parts()) << etag;
+  }
+}
+
+TEST(StagedUploadCodecTest, RoundTripsWithAndWithoutMd5) {
+  for (bool has_md5 : {true, false}) {
+    StagedUploadRecord r = SampleStagedUpload(has_md5);
+    std::string bytes = Encoded<StagedUploadCodec>(r);
+    EXPECT_EQ(bytes.size(), StagedUploadCodec::EncodedSize(r));
+    auto decoded = DecodeExact<StagedUploadCodec>(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, r);
+  }
+  // Without an MD5 the digest is not written at all.
+  EXPECT_EQ(StagedUploadCodec::EncodedSize(SampleStagedUpload(true)),
+            StagedUploadCodec::EncodedSize(SampleStagedUpload(false)) + 16);
+}
+
+TEST(TombstoneCodecTest, RoundTrips) {
+  TombstoneRecord r{ObjectMetaCodec::kTag, "dir/file"};
+  auto decoded = DecodeExact<TombstoneCodec>(Encoded<TombstoneCodec>(r));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(*decoded, r);
+}
+
+// ---- Rejections of well-sealed but malformed records --------------------------------------
+
+void ExpectCorrupt(const Status& status, std::string_view why) {
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find(why), std::string::npos) << status.ToString();
+}
+
+TEST(ContentETagCodecTest, RejectsMalformedRecordsWithValidChecksums) {
+  const std::string good = Encoded<ContentETagCodec>(SampleContentETag());
+
+  std::string wrong_tag = good;
+  wrong_tag[0] = static_cast<char>(ObjectMetaCodec::kTag);
+  ExpectCorrupt(DecodeExact<ContentETagCodec>(Reseal(wrong_tag)).status(), "wrong record tag");
+
+  std::string new_version = good;
+  new_version[1] = 2;
+  ExpectCorrupt(DecodeExact<ContentETagCodec>(Reseal(new_version)).status(), "unknown version");
+
+  std::string long_path = good;
+  StoreU32(long_path, 2, static_cast<uint32_t>(SampleContentETag().path.size() + 1));
+  ExpectCorrupt(DecodeExact<ContentETagCodec>(Reseal(long_path)).status(), "past the end");
+
+  std::string huge_path = good;
+  StoreU32(huge_path, 2, UINT32_MAX);
+  ExpectCorrupt(DecodeExact<ContentETagCodec>(Reseal(huge_path)).status(), "past the end");
+
+  std::string trailing = good;
+  trailing.insert(trailing.size() - 4, "x");
+  ExpectCorrupt(DecodeExact<ContentETagCodec>(Reseal(trailing)).status(), "trailing bytes");
+
+  std::string bad_crc = good;
+  bad_crc.back() ^= 1;
+  ExpectCorrupt(DecodeExact<ContentETagCodec>(bad_crc).status(), "checksum");
+
+  ExpectCorrupt(DecodeExact<ContentETagCodec>("").status(), "truncated");
+}
+
+TEST(ObjectMetaCodecTest, RejectsInvalidETagText) {
+  const ObjectMetaRecord plain = SampleObjectMeta("0123456789abcdef0123456789abcdef");
+  const std::string good = Encoded<ObjectMetaCodec>(plain);
+  const size_t etag_text_at = good.size() - 4 - 32;
+  const size_t kind_at = etag_text_at - 4 - 1;
+  ASSERT_TRUE(DecodeExact<ObjectMetaCodec>(good).ok());
+
+  std::string upper = good;
+  upper[etag_text_at + 10] = 'A';  // Parse lowercases: not what Encode writes
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(upper)).status(), "invalid ETag");
+
+  std::string not_hex = good;
+  not_hex[etag_text_at] = 'z';  // parses as opaque, but the record says plain MD5
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(not_hex)).status(), "invalid ETag");
+
+  std::string says_multipart = good;
+  says_multipart[kind_at] = 2;
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(says_multipart)).status(), "invalid ETag");
+
+  std::string says_none = good;
+  says_none[kind_at] = 0;  // no ETag, yet text
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(says_none)).status(), "invalid ETag");
+
+  std::string unknown_kind = good;
+  unknown_kind[kind_at] = 9;
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(unknown_kind)).status(), "unknown ETag kind");
+
+  // Text that Parse would trim or unquote is not canonical either.
+  ObjectMetaRecord quoted = SampleObjectMeta("opaque");
+  std::string q = Encoded<ObjectMetaCodec>(quoted);
+  q.insert(q.size() - 4 - 6, "\"");
+  q.insert(q.size() - 4, "\"");
+  StoreU32(q, q.size() - 4 - 8 - 4, 8);
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(q)).status(), "invalid ETag");
+}
+
+TEST(StagedUploadCodecTest, RejectsUnknownFlagsAndAMissingDigest) {
+  const std::string with_md5 = Encoded<StagedUploadCodec>(SampleStagedUpload(true));
+  const size_t flags_at = with_md5.size() - 4 - 16 - 1;
+  std::string unknown_flags = with_md5;
+  unknown_flags[flags_at] = 3;
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(unknown_flags)).status(), "unknown flags");
+
+  std::string without_md5 = Encoded<StagedUploadCodec>(SampleStagedUpload(false));
+  without_md5[without_md5.size() - 4 - 1] = 1;  // claims a digest that is not there
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(without_md5)).status(), "past the end");
+}
+
+TEST(CodecTest, EachCodecRejectsTheOthersRecords) {
+  const std::string content = Encoded<ContentETagCodec>(SampleContentETag());
+  const std::string meta = Encoded<ObjectMetaCodec>(SampleObjectMeta(""));
+  const std::string staged = Encoded<StagedUploadCodec>(SampleStagedUpload(true));
+  const std::string tombstone = Encoded<TombstoneCodec>(TombstoneRecord{1, "k"});
+  for (const std::string& other : {meta, staged, tombstone}) {
+    EXPECT_FALSE(DecodeExact<ContentETagCodec>(other).ok());
+  }
+  for (const std::string& other : {content, staged, tombstone}) {
+    EXPECT_FALSE(DecodeExact<ObjectMetaCodec>(other).ok());
+  }
+  for (const std::string& other : {content, meta, tombstone}) {
+    EXPECT_FALSE(DecodeExact<StagedUploadCodec>(other).ok());
+  }
+  for (const std::string& other : {content, meta, staged}) {
+    EXPECT_FALSE(DecodeExact<TombstoneCodec>(other).ok());
+  }
+}
+
+// A byte inserted before the checksum, or a first string claiming one byte more (which shifts
+// every later field), must be rejected by structure alone: the checksum is recomputed to match.
+template <typename Codec>
+void ExpectSealedLengthErrorsRejected(const std::string& good) {
+  std::string trailing = good;
+  trailing.insert(trailing.size() - 4, 1, '\0');
+  ExpectCorrupt(DecodeExact<Codec>(Reseal(trailing)).status(), "trailing bytes");
+  std::string overlong = good;
+  const size_t first_string_at = Codec::kTag == TombstoneCodec::kTag ? 3 : 2;
+  overlong[first_string_at] = static_cast<char>(overlong[first_string_at] + 1);
+  EXPECT_FALSE(DecodeExact<Codec>(Reseal(overlong)).ok());
+}
+
+TEST(CodecTest, EveryCodecChecksLengthsEvenWhenTheChecksumMatches) {
+  ExpectSealedLengthErrorsRejected<ContentETagCodec>(
+      Encoded<ContentETagCodec>(SampleContentETag()));
+  ExpectSealedLengthErrorsRejected<ObjectMetaCodec>(
+      Encoded<ObjectMetaCodec>(SampleObjectMeta("0123456789abcdef0123456789abcdef")));
+  ExpectSealedLengthErrorsRejected<StagedUploadCodec>(
+      Encoded<StagedUploadCodec>(SampleStagedUpload(true)));
+  ExpectSealedLengthErrorsRejected<StagedUploadCodec>(
+      Encoded<StagedUploadCodec>(SampleStagedUpload(false)));
+  ExpectSealedLengthErrorsRejected<TombstoneCodec>(
+      Encoded<TombstoneCodec>(TombstoneRecord{ContentETagCodec::kTag, "a/b/c"}));
+}
+
+// ---- Exhaustive damage: every truncation, every flipped byte, random corruption -----------
+
+// Every strict prefix, every extension by one byte, and every byte of `good` xor-ed with each
+// of nine masks must be rejected: structure fixes the length, and a CRC32C detects every error
+// burst of up to 32 bits. Random multi-byte damage must be rejected too (a seeded generator, so
+// a checksum collision, at odds of 2^-32 per trial, would fail every run, not some).
+template <typename Codec>
+void ExpectEveryDamageRejected(const std::string& good) {
+  ASSERT_TRUE(DecodeExact<Codec>(good).ok());
+  for (size_t n = 0; n < good.size(); ++n) {
+    ASSERT_FALSE(DecodeExact<Codec>(std::string_view(good).substr(0, n)).ok())
+        << "accepted a truncation to " << n << " of " << good.size() << " bytes";
+  }
+  for (int extra = 0; extra < 256; ++extra) {
+    ASSERT_FALSE(DecodeExact<Codec>(good + static_cast<char>(extra)).ok()) << extra;
+  }
+  constexpr uint8_t kMasks[] = {0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0xff};
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (uint8_t mask : kMasks) {
+      std::string damaged = good;
+      damaged[i] = static_cast<char>(damaged[i] ^ mask);
+      ASSERT_FALSE(DecodeExact<Codec>(damaged).ok())
+          << "accepted byte " << i << " xor " << static_cast<int>(mask);
+    }
+  }
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 5000; ++trial) {
+    std::string damaged = good;
+    const int flips = 2 + static_cast<int>(rng() % 6);
+    for (int f = 0; f < flips; ++f) {
+      damaged[rng() % damaged.size()] ^= static_cast<char>(1 + rng() % 255);
+    }
+    if (damaged == good) continue;
+    if (rng() % 4 == 0) damaged.resize(rng() % damaged.size());
+    ASSERT_FALSE(DecodeExact<Codec>(damaged).ok()) << "trial " << trial;
+  }
+}
+
+TEST(CodecDamageTest, ContentETag) {
+  ExpectEveryDamageRejected<ContentETagCodec>(Encoded<ContentETagCodec>(SampleContentETag()));
+  ExpectEveryDamageRejected<ContentETagCodec>(Encoded<ContentETagCodec>(ContentETagRecord{}));
+}
+
+TEST(CodecDamageTest, ObjectMeta) {
+  for (std::string_view etag : {"", "0123456789abcdef0123456789abcdef",
+                                "0123456789abcdef0123456789abcdef-3", "v1:opaque"}) {
+    ExpectEveryDamageRejected<ObjectMetaCodec>(Encoded<ObjectMetaCodec>(SampleObjectMeta(etag)));
+  }
+}
+
+TEST(CodecDamageTest, StagedUpload) {
+  for (bool has_md5 : {true, false}) {
+    ExpectEveryDamageRejected<StagedUploadCodec>(
+        Encoded<StagedUploadCodec>(SampleStagedUpload(has_md5)));
+  }
+}
+
+TEST(CodecDamageTest, Tombstone) {
+  ExpectEveryDamageRejected<TombstoneCodec>(
+      Encoded<TombstoneCodec>(TombstoneRecord{ContentETagCodec::kTag, "a/b/c"}));
+}
+
+}  // namespace
+}  // namespace objfs

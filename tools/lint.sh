@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Checks formatting (clang-format, .clang-format) and, with --tidy, runs clang-tidy
+# (.clang-tidy) over every source file using the build's compile_commands.json.
+#
+# usage: tools/lint.sh [--tidy] [BUILD_DIR]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+TIDY=0
+if [ "${1:-}" = --tidy ]; then TIDY=1; shift; fi
+BUILD=${1:-build}
+
+mapfile -t files < <(git ls-files '*.cc' '*.h')
+if ! clang-format --dry-run -Werror "${files[@]}" 2>/tmp/objfs-format.log; then
+  grep -m 20 'error:' /tmp/objfs-format.log >&2 || true
+  echo "lint: files are not clang-format clean; run: clang-format -i \$(git ls-files '*.cc' '*.h')" >&2
+  exit 1
+fi
+echo "lint: clang-format clean (${#files[@]} files)"
+
+if [ "$TIDY" = 1 ]; then
+  mapfile -t sources < <(git ls-files '*.cc')
+  printf '%s\n' "${sources[@]}" |
+    xargs -P "$(nproc)" -n 4 clang-tidy -p "$BUILD" --quiet 2>/dev/null
+  echo "lint: clang-tidy clean (${#sources[@]} files)"
+fi
