@@ -110,8 +110,7 @@ bool DecodeSidecar(std::string_view text, std::string* key, Metadata* metadata) 
     size_t eq = line.find('=');
     if (eq == std::string_view::npos) return false;
     std::string name, value;
-    if (!PercentDecode(line.substr(0, eq), &name) ||
-        !PercentDecode(line.substr(eq + 1), &value)) {
+    if (!PercentDecode(line.substr(0, eq), &name) || !PercentDecode(line.substr(eq + 1), &value)) {
       return false;
     }
     (*metadata)[name] = value;
@@ -144,8 +143,8 @@ Result<size_t> StagedFile::ReadAt(uint64_t offset, std::span<std::byte> buf) con
 Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done,
-                         static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus("write", data_path_, errno);

@@ -20,24 +20,38 @@ Status ReservedXattrError(std::string name) {
 
 int ErrnoFromStatus(const Status& status) {
   switch (status.code()) {
-    case StatusCode::kOk: return 0;
+    case StatusCode::kOk:
+      return 0;
     case StatusCode::kNotFound:
       return status.server_code() == kNoDataMarker ? ENODATA : ENOENT;
-    case StatusCode::kAlreadyExists: return EEXIST;
-    case StatusCode::kPreconditionFailed: return ESTALE;
+    case StatusCode::kAlreadyExists:
+      return EEXIST;
+    case StatusCode::kPreconditionFailed:
+      return ESTALE;
     case StatusCode::kPermissionDenied:
       return status.server_code() == kPermMarker ? EPERM : EACCES;
-    case StatusCode::kInvalidArgument: return EINVAL;
-    case StatusCode::kUnsupported: return EOPNOTSUPP;
-    case StatusCode::kTransient: return EIO;
-    case StatusCode::kNotEmpty: return ENOTEMPTY;
-    case StatusCode::kNoSpace: return ENOSPC;
-    case StatusCode::kIoError: return EIO;
-    case StatusCode::kCancelled: return EINTR;
-    case StatusCode::kInternal: return EIO;
-    case StatusCode::kNameTooLong: return ENAMETOOLONG;
-    case StatusCode::kIsDirectory: return EISDIR;
-    case StatusCode::kNotDirectory: return ENOTDIR;
+    case StatusCode::kInvalidArgument:
+      return EINVAL;
+    case StatusCode::kUnsupported:
+      return EOPNOTSUPP;
+    case StatusCode::kTransient:
+      return EIO;
+    case StatusCode::kNotEmpty:
+      return ENOTEMPTY;
+    case StatusCode::kNoSpace:
+      return ENOSPC;
+    case StatusCode::kIoError:
+      return EIO;
+    case StatusCode::kCancelled:
+      return EINTR;
+    case StatusCode::kInternal:
+      return EIO;
+    case StatusCode::kNameTooLong:
+      return ENAMETOOLONG;
+    case StatusCode::kIsDirectory:
+      return EISDIR;
+    case StatusCode::kNotDirectory:
+      return ENOTDIR;
   }
   return EIO;
 }

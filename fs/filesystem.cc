@@ -23,8 +23,8 @@ std::chrono::nanoseconds Seconds(double s) {
 
 // A listing name that can be a file name: not empty, ".", ".." and without '/'.
 bool IsValidName(std::string_view name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find('/') == std::string_view::npos && name.size() <= kMaxNameBytes;
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.size() <= kMaxNameBytes;
 }
 
 std::string DirPrefix(const std::string& key) { return key.empty() ? "" : key + "/"; }
@@ -32,8 +32,7 @@ std::string DirPrefix(const std::string& key) { return key.empty() ? "" : key + 
 }  // namespace
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectStore> store,
-                                                       FilesystemOptions options,
-                                                       Metrics* metrics,
+                                                       FilesystemOptions options, Metrics* metrics,
                                                        std::shared_ptr<Clock> clock) {
   if (store == nullptr) return InvalidArgumentError("no object store");
   if (metrics == nullptr) return InvalidArgumentError("no metrics");
@@ -113,8 +112,7 @@ MetaRecord Filesystem::RecordFromInfo(const ObjectInfo& info, bool is_dir) const
   rec.complete = info.has_metadata;
   rec.has_object = true;
   uint32_t type = is_dir ? S_IFDIR : S_IFREG;
-  uint32_t perms =
-      (is_dir ? options_.dir_mode : options_.file_mode) & ~options_.umask & 07777;
+  uint32_t perms = (is_dir ? options_.dir_mode : options_.file_mode) & ~options_.umask & 07777;
   if (posix.mode) {
     uint32_t t = *posix.mode & S_IFMT;
     if (is_dir) {

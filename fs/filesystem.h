@@ -53,18 +53,18 @@ namespace objfs {
 struct FilesystemOptions {
   uint32_t uid = 0;  // owner of objects without "uid" metadata, and of new objects
   uint32_t gid = 0;
-  uint32_t umask = 0022;       // applied to file_mode and dir_mode
-  uint32_t file_mode = 0644;   // permissions of files without "mode" metadata
-  uint32_t dir_mode = 0755;    // permissions of directories without a marker or "mode"
-  double attr_timeout = 1.0;   // seconds; also the metadata cache's TTL
-  double entry_timeout = 1.0;  // seconds
-  double negative_timeout = 1.0;  // seconds a "no such name" answer is cached
-  std::string cache_dir;       // where staging files live (created if missing); required
-  PrefetchOptions prefetch;    // read_buffer and max_readahead of every open file
-  int io_threads = 8;          // threads of the backend I/O pool used by prefetching
+  uint32_t umask = 0022;                // applied to file_mode and dir_mode
+  uint32_t file_mode = 0644;            // permissions of files without "mode" metadata
+  uint32_t dir_mode = 0755;             // permissions of directories without a marker or "mode"
+  double attr_timeout = 1.0;            // seconds; also the metadata cache's TTL
+  double entry_timeout = 1.0;           // seconds
+  double negative_timeout = 1.0;        // seconds a "no such name" answer is cached
+  std::string cache_dir;                // where staging files live (created if missing); required
+  PrefetchOptions prefetch;             // read_buffer and max_readahead of every open file
+  int io_threads = 8;                   // threads of the backend I/O pool used by prefetching
   size_t prefetch_memory = 256u << 20;  // bytes of prefetched data across all open files
   size_t max_rename_objects = 10000;    // a directory rename moving more objects is refused
-  bool read_only = false;      // every modifying call fails with PermissionDenied
+  bool read_only = false;               // every modifying call fails with PermissionDenied
 };
 
 // One name of a directory listing, with the attributes readdirplus returns.
@@ -157,11 +157,12 @@ class Filesystem {
 
   // Every name in directory `ino` (without "." and ".."), from all pages of a delimited
   // listing: no HEAD per entry. The adapter calls it once per opendir (or at offset 0) and
-  // serves later offsets from the returned vector. Attributes are those of the listing (size, Last-Modified as
-  // mtime, default mode and owner) unless the metadata cache holds exact ones; entries with
-  // listing-only attributes carry timeouts of 0 so that the kernel asks Lookup/GetAttr for the
-  // exact ones before using them. Inode numbers are assigned but not referenced (AddLookup).
-  // Names that cannot be file names (empty, ".", "..", from keys like "a//b") are skipped.
+  // serves later offsets from the returned vector. Attributes are those of the listing (size,
+  // Last-Modified as mtime, default mode and owner) unless the metadata cache holds exact ones;
+  // entries with listing-only attributes carry timeouts of 0 so that the kernel asks Lookup/GetAttr
+  // for the exact ones before using them. Inode numbers are assigned but not referenced
+  // (AddLookup). Names that cannot be file names (empty, ".", "..", from keys like "a//b") are
+  // skipped.
   Result<std::vector<DirEntry>> ReadDir(uint64_t ino);
 
   // Writes the marker "name/" with the directory's metadata. AlreadyExists if the name exists.
@@ -225,8 +226,8 @@ class Filesystem {
   // this machine, the destination's ETag is the server's, and the kernel's follow-up calls for
   // the rest of the range are answered without a backend call. Anything else is copied here in
   // read_buffer-sized pieces. Returns the number of bytes copied.
-  Result<uint64_t> CopyFileRange(uint64_t fh_in, uint64_t off_in, uint64_t fh_out,
-                                 uint64_t off_out, uint64_t len, int flags);
+  Result<uint64_t> CopyFileRange(uint64_t fh_in, uint64_t off_in, uint64_t fh_out, uint64_t off_out,
+                                 uint64_t len, int flags);
 
   // ---- Extended attributes ----
 
@@ -274,7 +275,7 @@ class Filesystem {
     uint64_t ino = 0;
     int flags = 0;
     std::shared_ptr<Inode> inode;
-    std::mutex mu;  // guards the fields below
+    std::mutex mu;         // guards the fields below
     std::string read_key;  // the key `prefetcher` reads
     ObjectInfo read_info;  // the object as seen at open (or after a rename)
     std::shared_ptr<Prefetcher> prefetcher;

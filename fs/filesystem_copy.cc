@@ -106,8 +106,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
                            Read(fh_in, off_in + done, std::span<std::byte>(buf.data(), want)));
     if (n == 0) break;
     OBJFS_ASSIGN_OR_RETURN(
-        size_t written,
-        Write(fh_out, off_out + done, std::span<const std::byte>(buf.data(), n)));
+        size_t written, Write(fh_out, off_out + done, std::span<const std::byte>(buf.data(), n)));
     done += written;
     if (n < want) break;
   }

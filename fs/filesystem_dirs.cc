@@ -96,8 +96,7 @@ Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
   return Status::Ok();
 }
 
-Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent,
-                                  std::string_view name) {
+Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std::string_view name) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
   if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");

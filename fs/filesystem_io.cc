@@ -29,8 +29,8 @@ ObjectInfo InfoFromRecord(const std::string& key, const MetaRecord& rec) {
 
 }  // namespace
 
-Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key,
-                                      const MetaRecord& rec, bool empty) {
+Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, const MetaRecord& rec,
+                                      bool empty) {
   if (inode.staged) return Status::Ok();
   FileAttr attr = AttrFromRecord(0, rec);
   Metadata extra = WithoutPosixMetadata(rec.metadata);
@@ -74,8 +74,7 @@ void Filesystem::DropStagingLocked(Inode& inode) {
 
 Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
   Metadata metadata = inode.extra_metadata;
-  SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns,
-                   &metadata);
+  SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns, &metadata);
   // Keep the sidecar current so that an unclean exit uploads what the user last saw.
   Status described = inode.staged->Describe(key, metadata);
   if (!described.ok()) return described;
@@ -221,9 +220,9 @@ Result<size_t> Filesystem::ReadFromStore(Handle& handle, uint64_t offset,
         handle.read_info = InfoFromRecord(key, rec);
       }
       handle.read_key = key;
-      handle.prefetcher = std::make_shared<Prefetcher>(
-          store_, key, handle.read_info.etag, handle.read_info.size, options_.prefetch,
-          *io_pool_, *read_budget_, metrics_);
+      handle.prefetcher =
+          std::make_shared<Prefetcher>(store_, key, handle.read_info.etag, handle.read_info.size,
+                                       options_.prefetch, *io_pool_, *read_budget_, metrics_);
     }
     prefetcher = handle.prefetcher;
   }

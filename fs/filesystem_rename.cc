@@ -120,9 +120,8 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
   copies.reserve(objects.size());
   for (const ObjectInfo& obj : objects) {
     std::string dst = to + "/" + obj.key.substr(prefix.size());
-    copies.push_back(io_pool_->Async([this, obj, dst]() -> Status {
-      return store_->copy(obj, dst, CopyOptions()).status();
-    }));
+    copies.push_back(io_pool_->Async(
+        [this, obj, dst]() -> Status { return store_->copy(obj, dst, CopyOptions()).status(); }));
   }
   Status first;
   for (auto& f : copies) {

@@ -6,9 +6,8 @@ namespace {
 
 bool IsUnder(const std::string& key, const std::string& prefix) {
   if (prefix.empty()) return true;
-  return key == prefix ||
-         (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
-          key[prefix.size()] == '/');
+  return key == prefix || (key.size() > prefix.size() &&
+                           key.compare(0, prefix.size(), prefix) == 0 && key[prefix.size()] == '/');
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ struct Inode {
   // The staged content, when this inode has local data (unsaved, or kept while handles are
   // open after an upload).
   std::unique_ptr<StagedFile> staged;
-  bool dirty = false;  // staged data or pending metadata differ from the stored object
+  bool dirty = false;     // staged data or pending metadata differ from the stored object
   bool unlinked = false;  // removed while open: unsaved data is discarded at release
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.

@@ -91,9 +91,7 @@ bool IsReservedXattr(std::string_view name) {
   return name == kEtagXattr || name.starts_with("user.objfs.");
 }
 
-bool IsUserXattr(std::string_view name) {
-  return name.starts_with("user.") && name.size() > 5;
-}
+bool IsUserXattr(std::string_view name) { return name.starts_with("user.") && name.size() > 5; }
 
 std::string EncodeXattrs(const XattrMap& xattrs) {
   if (xattrs.empty()) return "";
@@ -104,9 +102,8 @@ std::string EncodeXattrs(const XattrMap& xattrs) {
     first = false;
     json += JsonQuote(name);
     json += ':';
-    json += JsonQuote(
-        Base64(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()),
-                                        value.size())));
+    json += JsonQuote(Base64(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size())));
   }
   json += '}';
   return UrlEncode(json);

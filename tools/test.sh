@@ -14,6 +14,7 @@ cd "$ROOT"
 JOBS=$(nproc)
 
 bash tools/install-deps.sh
+tools/lint.sh
 
 RUN_DIR=$(mktemp -d /tmp/objfs-test.XXXXXX)
 STATUS=1

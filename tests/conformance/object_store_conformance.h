@@ -39,8 +39,8 @@ struct ConformanceBackend {
   uint64_t part_size = 0;
   uint64_t copy_part_threshold = 0;  // copy() above this size is by parts (0: never)
   // What a store over a directory tree (SFTP) cannot express, and must refuse instead:
-  bool empty_key_segments = true;     // "a//b" is a key (false: InvalidArgument)
-  size_t max_key_segment_bytes = 0;   // longest '/'-separated part (0: unlimited; else NameTooLong)
+  bool empty_key_segments = true;    // "a//b" is a key (false: InvalidArgument)
+  size_t max_key_segment_bytes = 0;  // longest '/'-separated part (0: unlimited; else NameTooLong)
   bool key_may_also_be_a_prefix = true;  // "k" and "k/a" may both exist
 };
 

@@ -107,7 +107,7 @@ TEST(Crc32cTest, MatchesABitwiseReferenceAtEveryLengthAndContinues) {
 // ---- Round trips and layout ---------------------------------------------------------------
 
 TEST(ContentETagCodecTest, RoundTrips) {
-  for (ContentETagRecord r :
+  for (const ContentETagRecord& r :
        {SampleContentETag(), ContentETagRecord{},
         ContentETagRecord{std::string(4096, 'p'), UINT64_MAX, INT64_MIN, Md5Of(0xf0)}}) {
     std::string bytes = Encoded<ContentETagCodec>(r);

@@ -166,8 +166,7 @@ TEST_F(FilesystemCopyTest, EtagXattrIsTheMd5OfContent) {
   ASSERT_TRUE(created.ok());
   ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("hash me")).ok());
   // Never uploaded yet: no ETag.
-  EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(created->entry.attr.ino, kEtagXattr).status()),
-            ENODATA);
+  EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(created->entry.attr.ino, kEtagXattr).status()), ENODATA);
   ASSERT_TRUE(fs_->Release(created->fh).ok());
   auto etag = fs_->GetXattr(created->entry.attr.ino, kEtagXattr);
   ASSERT_TRUE(etag.ok()) << etag.status().ToString();

@@ -120,7 +120,9 @@ TEST_F(FilesystemTest, RootIsADirectory) {
 
 TEST_F(FilesystemTest, LookupFileWithS3fsMetadata) {
   PutObject("a.txt", "hello",
-            {{"mode", std::to_string(S_IFREG | 0600)}, {"uid", "42"}, {"gid", "43"},
+            {{"mode", std::to_string(S_IFREG | 0600)},
+             {"uid", "42"},
+             {"gid", "43"},
              {"mtime", "1700000000"}});
   auto e = fs_->Lookup(kRootIno, "a.txt");
   ASSERT_TRUE(e.ok()) << e.status().ToString();
@@ -328,8 +330,8 @@ TEST_F(FilesystemTest, RandomWritesMatchALocalModel) {
   }
   // Reads of the open handle see the staged data.
   std::string buf(model.size() + 10, '\0');
-  auto n = fs_->Read(*fh, 0, std::span<std::byte>(reinterpret_cast<std::byte*>(buf.data()),
-                                                   buf.size()));
+  auto n =
+      fs_->Read(*fh, 0, std::span<std::byte>(reinterpret_cast<std::byte*>(buf.data()), buf.size()));
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(buf.substr(0, *n), model);
   ASSERT_TRUE(fs_->Release(*fh).ok());
@@ -465,8 +467,7 @@ TEST_F(FilesystemTest, RenameFileIsCopyAndDeleteKeepingTheEtag) {
 TEST_F(FilesystemTest, RenameNoReplaceAndExchange) {
   PutObject("a", "1");
   PutObject("b", "2");
-  EXPECT_EQ(ErrnoFromStatus(fs_->Rename(kRootIno, "a", kRootIno, "b", kRenameNoReplace)),
-            EEXIST);
+  EXPECT_EQ(ErrnoFromStatus(fs_->Rename(kRootIno, "a", kRootIno, "b", kRenameNoReplace)), EEXIST);
   EXPECT_EQ(fs_->Rename(kRootIno, "a", kRootIno, "b", kRenameExchange).code(),
             StatusCode::kUnsupported);
   ASSERT_TRUE(fs_->Rename(kRootIno, "a", kRootIno, "b", 0).ok());
@@ -587,8 +588,7 @@ TEST_F(FilesystemTest, StatFsReportsLargeConstants) {
 TEST_F(FilesystemTest, ReadOnlyMountRefusesChanges) {
   options_.read_only = true;
   fs_ = NewFilesystem();
-  EXPECT_EQ(ErrnoFromStatus(fs_->Create(kRootIno, "x", 0644, O_WRONLY | O_CREAT).status()),
-            EACCES);
+  EXPECT_EQ(ErrnoFromStatus(fs_->Create(kRootIno, "x", 0644, O_WRONLY | O_CREAT).status()), EACCES);
   EXPECT_EQ(ErrnoFromStatus(fs_->MkDir(kRootIno, "d", 0755).status()), EACCES);
 }
 
@@ -615,9 +615,9 @@ TEST_F(FilesystemTest, ConcurrentWritersAndReadersOfDistinctFiles) {
         }
         if (!fs_->Write(created->fh, 0, Bytes(data)).ok()) ++failures;
         std::string back(data.size(), '\0');
-        auto n = fs_->Read(created->fh, 0,
-                           std::span<std::byte>(reinterpret_cast<std::byte*>(back.data()),
-                                                back.size()));
+        auto n =
+            fs_->Read(created->fh, 0,
+                      std::span<std::byte>(reinterpret_cast<std::byte*>(back.data()), back.size()));
         if (!n.ok() || back != data) ++failures;
         if (!fs_->Release(created->fh).ok()) ++failures;
         if (!fs_->ReadDir(kRootIno).ok()) ++failures;

@@ -77,9 +77,7 @@ TEST(SidecarTest, RoundTripsAndRejectsGarbage) {
   EXPECT_FALSE(DecodeSidecar("bad%zz\n", &key, &md));
 }
 
-TEST(StagingOpenTest, RefusesEmptyDirectory) {
-  EXPECT_FALSE(StagingArea::Open("").ok());
-}
+TEST(StagingOpenTest, RefusesEmptyDirectory) { EXPECT_FALSE(StagingArea::Open("").ok()); }
 
 }  // namespace
 }  // namespace objfs
