@@ -1,0 +1,442 @@
+#include "cache/codec.h"
+
+#include <array>
+#include <bit>
+#include <cassert>
+#include <cstring>
+#include <utility>
+
+namespace objfs {
+namespace {
+
+// ---- CRC32C -------------------------------------------------------------------------------
+
+using CrcTables = std::array<std::array<uint32_t, 256>, 8>;
+
+constexpr CrcTables MakeCrcTables() {
+  constexpr uint32_t kReflectedPoly = 0x82f63b78;  // Castagnoli, bit-reversed
+  CrcTables t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int bit = 0; bit < 8; ++bit) c = (c & 1) ? (c >> 1) ^ kReflectedPoly : c >> 1;
+    t[0][i] = c;
+  }
+  for (size_t k = 1; k < 8; ++k) {
+    for (size_t i = 0; i < 256; ++i) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
+  }
+  return t;
+}
+
+constexpr CrcTables kCrcTables = MakeCrcTables();
+
+// ---- Little-endian fixed-width integers ---------------------------------------------------
+
+inline uint32_t ToLe(uint32_t v) {
+  if constexpr (std::endian::native == std::endian::big) return __builtin_bswap32(v);
+  return v;
+}
+inline uint64_t ToLe(uint64_t v) {
+  if constexpr (std::endian::native == std::endian::big) return __builtin_bswap64(v);
+  return v;
+}
+inline uint32_t LoadLe32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return ToLe(v);
+}
+inline uint64_t LoadLe64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return ToLe(v);
+}
+
+constexpr size_t kHeaderBytes = 2;  // tag, version
+constexpr size_t kCrcBytes = 4;
+constexpr size_t kFramingBytes = kHeaderBytes + kCrcBytes;
+constexpr size_t kStringBytes = 4;  // the u32 byte count before a string
+
+// Writes one record into space reserved at the end of `out`; Seal() appends the checksum.
+class Writer {
+ public:
+  Writer(std::string& out, size_t encoded_size, uint8_t tag, uint8_t version)
+      : out_(out), start_(out.size()) {
+    out.resize(start_ + encoded_size);
+    p_ = out.data() + start_;
+    U8(tag);
+    U8(version);
+  }
+  void U8(uint8_t v) { *p_++ = static_cast<char>(v); }
+  void U32(uint32_t v) {
+    v = ToLe(v);
+    std::memcpy(p_, &v, sizeof(v));
+    p_ += sizeof(v);
+  }
+  void U64(uint64_t v) {
+    v = ToLe(v);
+    std::memcpy(p_, &v, sizeof(v));
+    p_ += sizeof(v);
+  }
+  void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
+  void Bytes(const void* data, size_t n) {
+    std::memcpy(p_, data, n);
+    p_ += n;
+  }
+  void String(std::string_view s) {
+    U32(static_cast<uint32_t>(s.size()));
+    Bytes(s.data(), s.size());
+  }
+  void Seal() {
+    const char* begin = out_.data() + start_;
+    U32(Crc32c(std::string_view(begin, static_cast<size_t>(p_ - begin))));
+    assert(p_ == out_.data() + out_.size());
+  }
+
+ private:
+  std::string& out_;
+  size_t start_;
+  char* p_;
+};
+
+// Reads the fields of a record body; every read checks the bytes left first.
+class Reader {
+ public:
+  explicit Reader(std::string_view body) : p_(body.data()), end_(body.data() + body.size()) {}
+  size_t left() const { return static_cast<size_t>(end_ - p_); }
+  bool U8(uint8_t& v) {
+    if (left() < 1) return false;
+    v = static_cast<uint8_t>(*p_++);
+    return true;
+  }
+  bool U32(uint32_t& v) {
+    if (left() < 4) return false;
+    v = LoadLe32(p_);
+    p_ += 4;
+    return true;
+  }
+  bool U64(uint64_t& v) {
+    if (left() < 8) return false;
+    v = LoadLe64(p_);
+    p_ += 8;
+    return true;
+  }
+  bool I64(int64_t& v) {
+    uint64_t u;
+    if (!U64(u)) return false;
+    v = static_cast<int64_t>(u);
+    return true;
+  }
+  bool Bytes(void* out, size_t n) {
+    if (left() < n) return false;
+    std::memcpy(out, p_, n);
+    p_ += n;
+    return true;
+  }
+  bool StringView(std::string_view& s) {
+    uint32_t n;
+    if (!U32(n) || left() < n) return false;
+    s = std::string_view(p_, n);
+    p_ += n;
+    return true;
+  }
+  bool String(std::string& s) {
+    std::string_view v;
+    if (!StringView(v)) return false;
+    s.assign(v.data(), v.size());
+    return true;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+[[gnu::cold, gnu::noinline]] Status Corrupt(const char* type, const char* why) {
+  std::string m = "corrupt ";
+  m += type;
+  m += " record: ";
+  m += why;
+  return InternalError(std::move(m));
+}
+
+// Checks what every record shares (size, tag, version, checksum) and returns the bytes between
+// the header and the checksum. `min_body` is the smallest body the type can have.
+[[gnu::always_inline]] inline Status CheckEnvelope(std::string_view in, uint8_t tag,
+                                                   uint8_t version, size_t min_body,
+                                                   const char* type, std::string_view& body) {
+  if (in.size() < kFramingBytes + min_body) return Corrupt(type, "truncated");
+  if (static_cast<uint8_t>(in[0]) != tag) return Corrupt(type, "wrong record tag");
+  if (static_cast<uint8_t>(in[1]) != version) return Corrupt(type, "unknown version");
+  const size_t covered = in.size() - kCrcBytes;
+  if (Crc32c(in.substr(0, covered)) != LoadLe32(in.data() + covered)) {
+    return Corrupt(type, "checksum mismatch");
+  }
+  body = in.substr(kHeaderBytes, covered - kHeaderBytes);
+  return Status::Ok();
+}
+
+uint8_t ETagKindByte(ETag::Kind kind) {
+  switch (kind) {
+    case ETag::Kind::kNone:
+      return 0;
+    case ETag::Kind::kPlainMd5:
+      return 1;
+    case ETag::Kind::kMultipart:
+      return 2;
+    case ETag::Kind::kOpaque:
+      return 3;
+  }
+  return 0;
+}
+
+bool ETagKindFromByte(uint8_t b, ETag::Kind& kind) {
+  switch (b) {
+    case 0:
+      kind = ETag::Kind::kNone;
+      return true;
+    case 1:
+      kind = ETag::Kind::kPlainMd5;
+      return true;
+    case 2:
+      kind = ETag::Kind::kMultipart;
+      return true;
+    case 3:
+      kind = ETag::Kind::kOpaque;
+      return true;
+    default:
+      return false;
+  }
+}
+
+constexpr uint8_t kHasMd5Flag = 0x01;
+
+}  // namespace
+
+uint32_t Crc32cPortable(std::string_view data, uint32_t crc) {
+  const auto& t = kCrcTables;
+  const char* p = data.data();
+  size_t n = data.size();
+  crc = ~crc;
+  while (n >= 8) {
+    uint64_t word = LoadLe64(p) ^ crc;
+    crc = t[7][word & 0xff] ^ t[6][(word >> 8) & 0xff] ^ t[5][(word >> 16) & 0xff] ^
+          t[4][(word >> 24) & 0xff] ^ t[3][(word >> 32) & 0xff] ^ t[2][(word >> 40) & 0xff] ^
+          t[1][(word >> 48) & 0xff] ^ t[0][word >> 56];
+    p += 8;
+    n -= 8;
+  }
+  while (n-- > 0) crc = t[0][(crc ^ static_cast<uint8_t>(*p++)) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+#if defined(__x86_64__)
+namespace {
+
+// The SSE4.2 crc32 instruction computes exactly this CRC (same polynomial, same bit order).
+[[gnu::target("sse4.2")]] uint32_t Crc32cSse42(std::string_view data, uint32_t crc) {
+  const char* p = data.data();
+  size_t n = data.size();
+  uint64_t c = ~crc;
+  while (n >= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, sizeof(word));
+    c = __builtin_ia32_crc32di(c, word);
+    p += 8;
+    n -= 8;
+  }
+  auto c32 = static_cast<uint32_t>(c);
+  if (n >= 4) {
+    uint32_t word;
+    std::memcpy(&word, p, sizeof(word));
+    c32 = __builtin_ia32_crc32si(c32, word);
+    p += 4;
+    n -= 4;
+  }
+  while (n-- > 0) c32 = __builtin_ia32_crc32qi(c32, static_cast<uint8_t>(*p++));
+  return ~c32;
+}
+
+bool DetectSse42() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("sse4.2");
+}
+
+// Read without a guard on every call; a call during static initialisation that runs before
+// this is set sees false and takes the portable path, which gives the same result.
+const bool kHasSse42 = DetectSse42();
+
+}  // namespace
+
+uint32_t Crc32c(std::string_view data, uint32_t crc) {
+  return kHasSse42 ? Crc32cSse42(data, crc) : Crc32cPortable(data, crc);
+}
+#else
+uint32_t Crc32c(std::string_view data, uint32_t crc) { return Crc32cPortable(data, crc); }
+#endif
+
+// ---- ContentETagCodec ---------------------------------------------------------------------
+
+namespace {
+constexpr size_t kContentETagFixedBody = kStringBytes + 8 + 8 + 16;
+}  // namespace
+
+size_t ContentETagCodec::EncodedSize(const ContentETagRecord& record) {
+  return kFramingBytes + kContentETagFixedBody + record.path.size();
+}
+
+void ContentETagCodec::Encode(const ContentETagRecord& record, std::string& out) {
+  Writer w(out, EncodedSize(record), kTag, kVersion);
+  w.String(record.path);
+  w.U64(record.size);
+  w.I64(record.mtime_ns);
+  w.Bytes(record.md5.data(), record.md5.size());
+  w.Seal();
+}
+
+Result<ContentETagRecord> ContentETagCodec::Decode(std::string_view in) {
+  static constexpr char kType[] = "content ETag";
+  std::string_view body;
+  if (Status s = CheckEnvelope(in, kTag, kVersion, kContentETagFixedBody, kType, body); !s.ok()) {
+    return s;
+  }
+  // The only variable-size field is the path, so its length fixes the size of the whole body.
+  const uint32_t path_size = LoadLe32(body.data());
+  if (body.size() - kContentETagFixedBody != path_size) {
+    return Corrupt(kType, path_size > body.size() - kContentETagFixedBody
+                              ? "path length past the end"
+                              : "trailing bytes");
+  }
+  const char* path = body.data() + kStringBytes;
+  const char* p = path + path_size;
+  Result<ContentETagRecord> record(ContentETagRecord{
+      std::string(path, path_size), LoadLe64(p), static_cast<int64_t>(LoadLe64(p + 8)), {}});
+  std::memcpy(record->md5.data(), p + 16, record->md5.size());
+  return record;
+}
+
+// ---- ObjectMetaCodec ----------------------------------------------------------------------
+
+namespace {
+constexpr size_t kObjectMetaFixedBody = kStringBytes + 8 + 8 + 4 + 4 + 4 + 1 + kStringBytes;
+}  // namespace
+
+size_t ObjectMetaCodec::EncodedSize(const ObjectMetaRecord& record) {
+  return kFramingBytes + kObjectMetaFixedBody + record.key.size() + record.etag.value().size();
+}
+
+void ObjectMetaCodec::Encode(const ObjectMetaRecord& record, std::string& out) {
+  Writer w(out, EncodedSize(record), kTag, kVersion);
+  w.String(record.key);
+  w.U64(record.size);
+  w.I64(record.mtime_ns);
+  w.U32(record.mode);
+  w.U32(record.uid);
+  w.U32(record.gid);
+  w.U8(ETagKindByte(record.etag.kind()));
+  w.String(record.etag.value());
+  w.Seal();
+}
+
+Result<ObjectMetaRecord> ObjectMetaCodec::Decode(std::string_view in) {
+  static constexpr char kType[] = "object metadata";
+  std::string_view body;
+  if (Status s = CheckEnvelope(in, kTag, kVersion, kObjectMetaFixedBody, kType, body); !s.ok()) {
+    return s;
+  }
+  Reader r(body);
+  ObjectMetaRecord record;
+  uint8_t kind_byte = 0;
+  std::string_view etag_text;
+  if (!r.String(record.key) || !r.U64(record.size) || !r.I64(record.mtime_ns) ||
+      !r.U32(record.mode) || !r.U32(record.uid) || !r.U32(record.gid) || !r.U8(kind_byte) ||
+      !r.StringView(etag_text)) {
+    return Corrupt(kType, "length past the end");
+  }
+  if (r.left() != 0) return Corrupt(kType, "trailing bytes");
+  ETag::Kind kind;
+  if (!ETagKindFromByte(kind_byte, kind)) return Corrupt(kType, "unknown ETag kind");
+  if (kind != ETag::Kind::kNone || !etag_text.empty()) {
+    // Only the canonical text of the stated kind is accepted: what Parse would change was not
+    // written by Encode.
+    record.etag = ETag::Parse(etag_text);
+    if (record.etag.kind() != kind || record.etag.value() != etag_text) {
+      return Corrupt(kType, "invalid ETag");
+    }
+  }
+  return record;
+}
+
+// ---- StagedUploadCodec --------------------------------------------------------------------
+
+namespace {
+constexpr size_t kStagedUploadFixedBody = kStringBytes + 8 + 8 + 1;
+}  // namespace
+
+size_t StagedUploadCodec::EncodedSize(const StagedUploadRecord& record) {
+  return kFramingBytes + kStagedUploadFixedBody + record.key.size() +
+         (record.has_md5 ? record.md5.size() : 0);
+}
+
+void StagedUploadCodec::Encode(const StagedUploadRecord& record, std::string& out) {
+  Writer w(out, EncodedSize(record), kTag, kVersion);
+  w.String(record.key);
+  w.U64(record.size);
+  w.I64(record.staged_ns);
+  w.U8(record.has_md5 ? kHasMd5Flag : 0);
+  if (record.has_md5) w.Bytes(record.md5.data(), record.md5.size());
+  w.Seal();
+}
+
+Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
+  static constexpr char kType[] = "staged upload";
+  std::string_view body;
+  if (Status s = CheckEnvelope(in, kTag, kVersion, kStagedUploadFixedBody, kType, body); !s.ok()) {
+    return s;
+  }
+  Reader r(body);
+  StagedUploadRecord record;
+  uint8_t flags = 0;
+  if (!r.String(record.key) || !r.U64(record.size) || !r.I64(record.staged_ns) || !r.U8(flags)) {
+    return Corrupt(kType, "length past the end");
+  }
+  if ((flags & ~kHasMd5Flag) != 0) return Corrupt(kType, "unknown flags");
+  record.has_md5 = (flags & kHasMd5Flag) != 0;
+  if (record.has_md5 && !r.Bytes(record.md5.data(), record.md5.size())) {
+    return Corrupt(kType, "length past the end");
+  }
+  if (r.left() != 0) return Corrupt(kType, "trailing bytes");
+  return record;
+}
+
+// ---- TombstoneCodec -----------------------------------------------------------------------
+
+namespace {
+constexpr size_t kTombstoneFixedBody = 1 + kStringBytes;
+}  // namespace
+
+size_t TombstoneCodec::EncodedSize(const TombstoneRecord& record) {
+  return kFramingBytes + kTombstoneFixedBody + record.key.size();
+}
+
+void TombstoneCodec::Encode(const TombstoneRecord& record, std::string& out) {
+  Writer w(out, EncodedSize(record), kTag, kVersion);
+  w.U8(record.record_tag);
+  w.String(record.key);
+  w.Seal();
+}
+
+Result<TombstoneRecord> TombstoneCodec::Decode(std::string_view in) {
+  static constexpr char kType[] = "tombstone";
+  std::string_view body;
+  if (Status s = CheckEnvelope(in, kTag, kVersion, kTombstoneFixedBody, kType, body); !s.ok()) {
+    return s;
+  }
+  Reader r(body);
+  TombstoneRecord record;
+  if (!r.U8(record.record_tag) || !r.String(record.key)) {
+    return Corrupt(kType, "length past the end");
+  }
+  if (r.left() != 0) return Corrupt(kType, "trailing bytes");
+  return record;
+}
+
+}  // namespace objfs

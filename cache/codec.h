@@ -1,0 +1,100 @@
+// Binary codecs for the records of cache/records.h, one hand-written codec per record type.
+//
+// The records are read back at every mount and on hot lookups (the content ETag of an SFTP
+// file), and they come from disk, where a crash leaves truncated tails and media leave flipped
+// bits. Each codec therefore writes a fixed layout with no field names or generic machinery,
+// and its Decode trusts nothing: it checks the type tag, the version, every length against the
+// bytes that are actually there, that nothing trails the record, and a CRC32C over all of it.
+//
+// Layout (all integers little-endian, fixed width):
+//   tag u8 | version u8 | fields in declaration order | crc32c u32 of everything before it
+// A string is a u32 byte count followed by the bytes. Field orders are listed per codec.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "backend/status.h"
+#include "cache/records.h"
+
+namespace objfs {
+
+// CRC32C (Castagnoli) of `data`, continuing from `crc` (0 to start). Uses the CPU's CRC32C
+// instruction where there is one (x86-64 with SSE4.2), else Crc32cPortable.
+uint32_t Crc32c(std::string_view data, uint32_t crc = 0);
+// The same CRC, table-driven (eight bytes per step), on any CPU.
+uint32_t Crc32cPortable(std::string_view data, uint32_t crc = 0);
+
+// Encode() appends the record to `out` (so a caller can frame it without a copy). Its strings
+// must be shorter than 4 GiB (the store takes records of at most 1 MiB).
+// Decode() takes exactly one encoded record: any other input is an error, never a partial or
+// guessed record. On success it allocates only the strings the record owns.
+
+// path, size u64, mtime_ns i64, md5[16].
+class ContentETagCodec {
+ public:
+  static constexpr uint8_t kTag = 0x01;
+  static constexpr uint8_t kVersion = 1;
+  static size_t EncodedSize(const ContentETagRecord& record);
+  static void Encode(const ContentETagRecord& record, std::string& out);
+  static Result<ContentETagRecord> Decode(std::string_view in);
+  static const std::string& Key(const ContentETagRecord& record) { return record.path; }
+};
+
+// key, size u64, mtime_ns i64, mode u32, uid u32, gid u32, etag kind u8, etag text.
+// The ETag text must be exactly what ETag::Parse makes of it, and of the stated kind.
+class ObjectMetaCodec {
+ public:
+  static constexpr uint8_t kTag = 0x02;
+  static constexpr uint8_t kVersion = 1;
+  static size_t EncodedSize(const ObjectMetaRecord& record);
+  static void Encode(const ObjectMetaRecord& record, std::string& out);
+  static Result<ObjectMetaRecord> Decode(std::string_view in);
+  static const std::string& Key(const ObjectMetaRecord& record) { return record.key; }
+};
+
+// key, size u64, staged_ns i64, flags u8 (bit 0: has_md5; others zero), md5[16] if has_md5.
+class StagedUploadCodec {
+ public:
+  static constexpr uint8_t kTag = 0x03;
+  static constexpr uint8_t kVersion = 1;
+  static size_t EncodedSize(const StagedUploadRecord& record);
+  static void Encode(const StagedUploadRecord& record, std::string& out);
+  static Result<StagedUploadRecord> Decode(std::string_view in);
+  static const std::string& Key(const StagedUploadRecord& record) { return record.key; }
+};
+
+// record_tag u8, key.
+class TombstoneCodec {
+ public:
+  static constexpr uint8_t kTag = 0x7f;
+  static constexpr uint8_t kVersion = 1;
+  static size_t EncodedSize(const TombstoneRecord& record);
+  static void Encode(const TombstoneRecord& record, std::string& out);
+  static Result<TombstoneRecord> Decode(std::string_view in);
+  static const std::string& Key(const TombstoneRecord& record) { return record.key; }
+};
+
+// The codec of each record type, for code written once for all of them (the store).
+template <typename Record>
+struct CodecFor;
+template <>
+struct CodecFor<ContentETagRecord> {
+  using type = ContentETagCodec;
+};
+template <>
+struct CodecFor<ObjectMetaRecord> {
+  using type = ObjectMetaCodec;
+};
+template <>
+struct CodecFor<StagedUploadRecord> {
+  using type = StagedUploadCodec;
+};
+template <>
+struct CodecFor<TombstoneRecord> {
+  using type = TombstoneCodec;
+};
+
+}  // namespace objfs
