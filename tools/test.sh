@@ -36,9 +36,6 @@ build() {  # build DIR [cmake args...]
 }
 
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-if [ "${OBJFS_TEST_SKIP_ASAN:-0}" != 1 ]; then
-  build build-asan -DCMAKE_BUILD_TYPE=Debug -DOBJFS_SANITIZE=ON -DOBJFS_BUILD_BENCHMARKS=OFF
-fi
 
 tests/fixtures/rgw.sh start "$RUN_DIR/rgw"
 tests/fixtures/sshd.sh start "$RUN_DIR/sshd"
@@ -56,6 +53,7 @@ echo "== optimised build =="
 ctest --test-dir build --output-on-failure --timeout 900 || rc=1
 if [ "${OBJFS_TEST_SKIP_ASAN:-0}" != 1 ]; then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
+  build build-asan -DCMAKE_BUILD_TYPE=Debug -DOBJFS_SANITIZE=ON -DOBJFS_BUILD_BENCHMARKS=OFF
   ctest --test-dir build-asan --output-on-failure --timeout 900 || rc=1
 fi
 STATUS=$rc
