@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Measures objfs against s3fs and rclone mount on the same throwaway Ceph RGW, in one run:
+#   - sequential read of a 512 MiB file (objfs with read_buffer 4K, 64K, 1M, 8M; s3fs; rclone;
+#     and a plain curl GET as the ceiling), with the client's CPU seconds per GiB read;
+#   - `cp` of that file within the mount;
+#   - `ls -l` of a directory of 1,000 objects on a fresh mount;
+#   - `rsync -a` of 300 files of 8 KiB into the mount.
+# Prints a Markdown table. Not a test: numbers, not assertions.
+#
+# usage: tools/bench-s3.sh [SIZE_MIB]   (as root; default 512)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+SIZE_MIB=${1:-512}
+
+bash tools/install-deps.sh >/dev/null
+for p in s3fs rclone; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
+done
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C build objfs >/dev/null
+
+WORK=$(mktemp -d /tmp/objfs-bench.XXXXXX)
+MNT=$WORK/mnt
+mkdir -p "$MNT"
+PID=
+cleanup() {
+  unmount_all
+  tests/fixtures/rgw.sh stop "$WORK/rgw" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+unmount_all() {
+  if mountpoint -q "$MNT"; then fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT" || true; fi
+  if [ -n "$PID" ]; then
+    for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$PID" 2>/dev/null || true
+    wait "$PID" 2>/dev/null || true
+  fi
+  PID=
+}
+trap cleanup EXIT
+
+RGW_ENV=$WORK/rgw/env
+RGW_BLOCK=${RGW_BLOCK:-}
+tests/fixtures/rgw.sh start "$WORK/rgw" >/dev/null
+# shellcheck disable=SC1090
+. "$RGW_ENV"
+export AWS_ACCESS_KEY_ID=$OBJFS_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$OBJFS_TEST_S3_SECRET_KEY
+EP=$OBJFS_TEST_S3_ENDPOINT
+s3curl() {
+  curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
+}
+s3curl -X PUT "$EP/bench" >/dev/null
+
+head -c $((SIZE_MIB << 20)) /dev/urandom > "$WORK/big.bin"
+s3curl -T "$WORK/big.bin" "$EP/bench/big.bin" >/dev/null
+rm -f "$WORK/big.bin"
+# 1,000 small objects for the listing.
+seq 1 1000 | xargs -P 16 -I{} sh -c \
+  "printf x | curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 --user $AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' -T - $EP/bench/many/f{} >/dev/null"
+mkdir -p "$WORK/small"
+for i in $(seq 1 300); do head -c 8192 /dev/urandom > "$WORK/small/f$i"; done
+
+echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" > "$WORK/s3fs.passwd"
+chmod 600 "$WORK/s3fs.passwd"
+export RCLONE_CONFIG_RGW_TYPE=s3 RCLONE_CONFIG_RGW_PROVIDER=Ceph RCLONE_CONFIG_RGW_ENDPOINT=$EP \
+  RCLONE_CONFIG_RGW_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID \
+  RCLONE_CONFIG_RGW_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY
+
+wait_mounted() {
+  for _ in $(seq 300); do mountpoint -q "$MNT" && return 0; sleep 0.1; done
+  echo "mount did not come up" >&2; return 1
+}
+mount_tool() {  # mount_tool NAME [objfs options]
+  case $1 in
+    objfs) build/objfs s3://bench "$MNT" -f -o "endpoint=$EP${2:+,$2}" & PID=$! ;;
+    s3fs) s3fs bench "$MNT" -f -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd" \
+            >/dev/null 2>&1 & PID=$! ;;
+    rclone) rclone mount rgw:bench "$MNT" --vfs-cache-mode writes \
+              --cache-dir "$WORK/rclone-cache" >/dev/null 2>&1 & PID=$! ;;
+  esac
+  wait_mounted
+}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+now() { date +%s.%N; }
+
+echo "| what | tool | result | daemon CPU s/GiB |"
+echo "|---|---|---|---|"
+seq_read() {  # seq_read LABEL TOOL [opts]
+  mount_tool "$2" "${3:-}"
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  local t0 c0 t1 c1
+  c0=$(cpu_ticks "$PID"); t0=$(now)
+  dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
+  t1=$(now); c1=$(cpu_ticks "$PID")
+  local hz; hz=$(getconf CLK_TCK)
+  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v hz="$hz" -v l="$1" \
+    -v tool="$2" 'BEGIN { printf "| sequential read %d MiB | %s | %.0f MiB/s | %.2f |\n",
+      s, l, s / (t1 - t0), (c1 - c0) / hz / (s / 1024) }'
+  unmount_all
+}
+t0=$(now)
+s3curl -o /dev/null "$EP/bench/big.bin"
+t1=$(now)
+awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
+  'BEGIN { printf "| sequential read %d MiB | curl GET (ceiling) | %.0f MiB/s | |\n", s, s / (t1 - t0) }'
+for rb in 4K 64K 1M 8M; do seq_read "objfs read_buffer=$rb" objfs "read_buffer=$rb"; done
+seq_read s3fs s3fs
+seq_read "rclone mount" rclone
+
+timed() {  # timed LABEL TOOL COMMAND...
+  local label=$1 tool=$2; shift 2
+  mount_tool "$tool"
+  local t0 t1
+  t0=$(now)
+  "$@" >/dev/null
+  t1=$(now)
+  awk -v t0="$t0" -v t1="$t1" -v l="$label" -v tool="$tool" \
+    'BEGIN { printf "| %s | %s | %.2f s | |\n", l, tool, t1 - t0 }'
+  unmount_all
+}
+for tool in objfs s3fs rclone; do
+  timed "cp ${SIZE_MIB} MiB within the mount" "$tool" cp "$MNT/big.bin" "$MNT/copy-$tool.bin"
+done
+for tool in objfs s3fs rclone; do
+  timed "ls -l of 1,000 objects, fresh mount" "$tool" ls -l "$MNT/many"
+done
+for tool in objfs s3fs rclone; do
+  timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
+done
