@@ -31,6 +31,7 @@ tests/fixtures/rgw.sh start "$WORK/rgw"
 export AWS_ACCESS_KEY_ID=$OBJFS_TEST_S3_ACCESS_KEY
 export AWS_SECRET_ACCESS_KEY=$OBJFS_TEST_S3_SECRET_KEY
 curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+  -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
   -X PUT "$OBJFS_TEST_S3_ENDPOINT/demo"
 
 step "objfs s3://demo $MNT -o endpoint=$OBJFS_TEST_S3_ENDPOINT"
