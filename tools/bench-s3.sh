@@ -8,6 +8,7 @@
 # Prints a Markdown table. Not a test: numbers, not assertions.
 #
 # usage: tools/bench-s3.sh [SIZE_MIB]   (as root; default 512)
+# env:   OBJFS_BENCH_READ_BUFFERS="4K 64K 1M 8M"  the objfs read_buffer rows
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,8 +60,10 @@ head -c $((SIZE_MIB << 20)) /dev/urandom > "$WORK/big.bin"
 s3curl -T "$WORK/big.bin" "$EP/bench/big.bin" >/dev/null
 rm -f "$WORK/big.bin"
 # 1,000 small objects for the listing.
-seq 1 1000 | xargs -P 16 -I{} sh -c \
-  "printf x | curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 --user $AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' -T - $EP/bench/many/f{} >/dev/null"
+printf x > "$WORK/one-byte"
+seq 1 1000 | xargs -P 16 -I{} curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 \
+  --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
+  -T "$WORK/one-byte" -o /dev/null "$EP/bench/many/f{}"
 mkdir -p "$WORK/small"
 for i in $(seq 1 300); do head -c 8192 /dev/urandom > "$WORK/small/f$i"; done
 
@@ -107,7 +110,9 @@ s3curl -o /dev/null "$EP/bench/big.bin"
 t1=$(now)
 awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
   'BEGIN { printf "| sequential read %d MiB | curl GET (ceiling) | %.0f MiB/s | |\n", s, s / (t1 - t0) }'
-for rb in 4K 64K 1M 8M; do seq_read "objfs read_buffer=$rb" objfs "read_buffer=$rb"; done
+for rb in ${OBJFS_BENCH_READ_BUFFERS:-4K 64K 1M 8M}; do
+  seq_read "objfs read_buffer=$rb" objfs "read_buffer=$rb"
+done
 seq_read s3fs s3fs
 seq_read "rclone mount" rclone
 
