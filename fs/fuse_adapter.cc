@@ -379,8 +379,11 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
               bool plus) {
   Filesystem& fs = FsOf(req);
   auto* dir = reinterpret_cast<DirHandle*>(fi->fh);
-  std::lock_guard<std::mutex> lock(dir->mu);
+  // Every reply is sent after the handle's lock is released: once the kernel has its answer it
+  // may send releasedir, which deletes the handle (and its mutex) on another thread.
+  std::unique_lock<std::mutex> lock(dir->mu);
   if (off < 0) {
+    lock.unlock();
     fuse_reply_err(req, EINVAL);
     return;
   }
@@ -388,6 +391,7 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
     // rewinddir(): list again so that the directory's current names are seen.
     Result<std::vector<DirEntry>> entries = fs.ReadDir(ino);
     if (!entries.ok()) {
+      lock.unlock();
       ReplyStatus(req, entries.status());
       return;
     }
@@ -432,6 +436,7 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
     }
     used += needed;
   }
+  lock.unlock();
   fuse_reply_buf(req, buf.data(), used);
 }
 

@@ -1,17 +1,20 @@
-// objfs: mounts an S3 bucket (or, later, an SFTP directory) as a directory.
+// objfs: mounts an S3 bucket or an SFTP directory as a directory.
 //
 // Everything that can be checked before mounting is checked first (arguments, mount point,
-// credentials, endpoint, bucket), each failure being one line on stderr and exit status 1, so
-// that a mount that cannot work fails before the shell gets its prompt back. Only after the
-// kernel mount succeeded does the process go to the background. On unmount, SIGTERM or SIGINT
-// everything unsaved is uploaded before the process exits; a failed upload makes the exit
-// status non-zero.
+// credentials, endpoint, bucket; for SFTP the host key, the login and the directory), each failure
+// being one line on stderr and exit status 1, so that a mount that cannot work fails before the
+// shell gets its prompt back. Only after the kernel mount succeeded does the process go to the
+// background. On unmount, SIGTERM or SIGINT everything unsaved is uploaded before the process
+// exits; a failed upload makes the exit status non-zero.
 #define FUSE_USE_VERSION 314
 
+#include <execinfo.h>
 #include <fuse_lowlevel.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <syslog.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -27,6 +30,7 @@
 #include "backend/metrics_store.h"
 #include "backend/prefix_store.h"
 #include "backend/s3/s3_store.h"
+#include "backend/sftp/sftp_store.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_adapter.h"
 #include "fs/mount_options.h"
@@ -52,6 +56,38 @@ class Reporter {
  private:
   bool daemon_ = false;
 };
+
+// A crash leaves the mount point "Transport endpoint is not connected"; the least the process
+// owes its user is a line saying why, and a backtrace for the bug report. Only
+// async-signal-safe calls here (backtrace() is loaded before the handler can run).
+void OnFatalSignal(int sig) {
+  char line[96];
+  int n = std::snprintf(line, sizeof line, "objfs: fatal signal %d (%s); backtrace:\n", sig,
+                        sig == SIGSEGV   ? "segmentation fault"
+                        : sig == SIGABRT ? "abort"
+                        : sig == SIGBUS  ? "bus error"
+                        : sig == SIGFPE  ? "arithmetic error"
+                                         : "illegal instruction");
+  if (n > 0) (void)!::write(STDERR_FILENO, line, static_cast<size_t>(n));
+  void* frames[64];
+  int depth = ::backtrace(frames, 64);
+  ::backtrace_symbols_fd(frames, depth, STDERR_FILENO);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void InstallCrashReporter() {
+#if defined(__SANITIZE_ADDRESS__)
+  return;  // the sanitizer's own report is better
+#endif
+  void* warm[1];
+  ::backtrace(warm, 1);  // loads libgcc's unwinder now, not inside the handler
+  struct sigaction action {};
+  action.sa_handler = OnFatalSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND;
+  for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) ::sigaction(sig, &action, nullptr);
+}
 
 // SIGINT, SIGTERM and SIGHUP end the loop through libfuse's handlers. Threads started while
 // they are blocked inherit the mask, so the signals always reach the thread running the loop.
@@ -109,6 +145,60 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics
   return store;
 }
 
+// The name of the calling user, the SSH user of an sftp:// URL without one.
+std::string LocalUserName() {
+  if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_name != nullptr) {
+    return pw->pw_name;
+  }
+  const char* user = std::getenv("USER");
+  return user != nullptr ? user : "";
+}
+
+// `path` made absolute against the current directory: the daemon runs in "/" and reconnects
+// long after the mount.
+std::string AbsolutePath(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal().string();
+}
+
+Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metrics& metrics) {
+  sftp::SftpStoreOptions sftp_options;
+  sftp_options.host = options.url.host;
+  sftp_options.port = options.url.port;
+  sftp_options.user = options.url.user.empty() ? LocalUserName() : options.url.user;
+  sftp_options.root = options.url.path;
+  for (const std::string& identity : options.identity_files) {
+    std::string path = AbsolutePath(identity);
+    if (::access(path.c_str(), R_OK) != 0) {
+      return InvalidArgumentError("cannot read identity file '" + identity +
+                                  "': " + std::strerror(errno));
+    }
+    sftp_options.identity_files.push_back(std::move(path));
+  }
+  if (!options.known_hosts.empty()) sftp_options.known_hosts = AbsolutePath(options.known_hosts);
+  sftp_options.accept_new_host_key = options.accept_new_host_key;
+  if (options.sessions) sftp_options.sessions = *options.sessions;
+  sftp_options.metrics = &metrics;
+  const std::string where = sftp_options.user + "@" + sftp_options.host + ":" +
+                            std::to_string(sftp_options.port) + sftp_options.root;
+
+  // Connects, checks the host key, logs in and stats the root directory.
+  Result<std::unique_ptr<sftp::SftpStore>> created = sftp::SftpStore::Create(sftp_options);
+  Status checked = created.ok() ? (*created)->CheckRoot() : created.status();
+  if (checked.code() == StatusCode::kNotFound) {
+    return NotFoundError("directory " + sftp_options.root + " does not exist on " + where);
+  }
+  OBJFS_RETURN_IF_ERROR(checked);
+
+  // ---- The SFTP store stack, bottom to top: SftpStore -> MetricsStore -> Filesystem. ----
+  // Wrappers that the SFTP store needs (e.g. one keeping content MD5s in
+  // options.fs.cache_dir, which exists by now) go right here, before the MetricsStore.
+  std::shared_ptr<ObjectStore> store(std::move(created).value());
+  store = std::make_shared<MetricsStore>(std::move(store), metrics);
+  return store;
+}
+
 // The arguments of fuse_session_new: program name, debug, and the mount options.
 std::vector<std::string> FuseArguments(const MountOptions& options,
                                        const FuseAdapterOptions& adapter_options) {
@@ -130,12 +220,9 @@ std::vector<std::string> FuseArguments(const MountOptions& options,
   return args;
 }
 
-int Mount(const MountOptions& options) {
+int Mount(const MountOptions& given_options) {
   Reporter reporter;
-  if (options.url.scheme == UrlScheme::kSftp) {
-    reporter.Error("sftp:// is not supported by this build yet");
-    return 1;
-  }
+  MountOptions options = given_options;
 
   Status mount_point = CheckMountPoint(options.mountpoint);
   if (!mount_point.ok()) {
@@ -152,18 +239,22 @@ int Mount(const MountOptions& options) {
   sigset_t termination = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &termination, nullptr);
 
-  Metrics metrics;
-  Result<std::shared_ptr<ObjectStore>> store = OpenS3(options, metrics);
-  if (!store.ok()) {
-    reporter.Error(store.status().message());
+  // The cache directory comes first: stores may keep state in it.
+  std::filesystem::create_directories(options.fs.cache_dir, ec);
+  if (!ec) options.fs.cache_dir = std::filesystem::canonical(options.fs.cache_dir, ec).string();
+  if (ec) {
+    reporter.Error("cannot create cache directory '" + given_options.fs.cache_dir +
+                   "': " + ec.message());
     return 1;
   }
+  const FilesystemOptions& fs_options = options.fs;
 
-  FilesystemOptions fs_options = options.fs;
-  std::filesystem::create_directories(fs_options.cache_dir, ec);
-  if (!ec) fs_options.cache_dir = std::filesystem::canonical(fs_options.cache_dir, ec).string();
-  if (ec) {
-    reporter.Error("cannot create cache directory '" + options.fs.cache_dir + "': " + ec.message());
+  Metrics metrics;
+  Result<std::shared_ptr<ObjectStore>> store = options.url.scheme == UrlScheme::kSftp
+                                                   ? OpenSftp(options, metrics)
+                                                   : OpenS3(options, metrics);
+  if (!store.ok()) {
+    reporter.Error(store.status().message());
     return 1;
   }
 
@@ -248,6 +339,7 @@ int Mount(const MountOptions& options) {
 }  // namespace objfs
 
 int main(int argc, char** argv) {
+  objfs::InstallCrashReporter();
   std::vector<std::string> args(argv + 1, argv + argc);
   objfs::Result<objfs::MountOptions> options =
       objfs::ParseMountOptions(args, objfs::CurrentMountEnvironment());
