@@ -19,6 +19,11 @@ constexpr uint64_t kMinReadBuffer = 4 << 10;
 // issues its read-ahead requests concurrently, so they arrive slightly out of order), and how
 // long a chunk is kept after the reads have passed it.
 constexpr uint64_t kMinSlack = 1 << 20;
+// Read-ahead fetches grow with the window so that about this many run at once, each between
+// read_buffer and kMaxFetch bytes: a small read_buffer (say 4 KiB, for random reads) does not
+// turn a long sequential stream into thousands of page-sized requests.
+constexpr uint64_t kFetchesPerWindow = 8;
+constexpr uint64_t kMaxFetch = 8 << 20;
 
 enum class ChunkState {
   kQueued,     // charged and in the map; nobody is fetching it yet
@@ -28,7 +33,9 @@ enum class ChunkState {
   kAbandoned,  // dropped before anyone started fetching it
 };
 
-// One contiguous range of the object, fetched by exactly one backend read.
+// One contiguous range of the object, fetched by exactly one backend read. Chunks start at
+// multiples of read_buffer, never overlap, and are read_buffer long (or longer when fetched
+// ahead), except the last one of the object.
 struct Chunk {
   Chunk(uint64_t offset, uint64_t length) : offset(offset), length(length) {}
 
@@ -68,6 +75,13 @@ struct Core {
 
   uint64_t AlignDown(uint64_t offset) const { return offset - offset % read_buffer; }
   uint64_t LengthAt(uint64_t pos) const { return std::min(read_buffer, size - pos); }
+  // The length of a read-ahead fetch for the current window.
+  uint64_t AheadFetchLocked() const {
+    const uint64_t want = std::min(window / kFetchesPerWindow, std::max(kMaxFetch, read_buffer));
+    return std::max(read_buffer, AlignDown(want));
+  }
+  // The chunk holding byte `pos`, or null.
+  std::shared_ptr<Chunk> CoveringLocked(uint64_t pos) const;
 
   // Records a read of [offset, end) and adapts the window. Returns whether it continues the
   // sequential stream.
@@ -77,8 +91,10 @@ struct Core {
   // Creates chunks so that `window` bytes after `end` are fetched or being fetched, as far as
   // the budget allows, and appends them to `out` for the pool.
   void ScheduleAheadLocked(uint64_t end, std::vector<std::shared_ptr<Chunk>>* out);
-  // A new queued chunk at `pos`, in the map, charged even beyond the budget.
-  std::shared_ptr<Chunk> NewNeededChunkLocked(uint64_t pos);
+  // A new queued chunk holding bytes [pos, want_end) as far as the next chunk (and kMaxFetch)
+  // allow, in whole buffers, in the map, charged even beyond the budget. There must be no chunk
+  // holding `pos`.
+  std::shared_ptr<Chunk> NewNeededChunkLocked(uint64_t pos, uint64_t want_end);
   void RetireLocked(const std::shared_ptr<Chunk>& chunk);
   void EraseLocked(std::map<uint64_t, std::shared_ptr<Chunk>>::iterator it);
   void ReleaseChargeLocked(Chunk& chunk);
@@ -88,9 +104,10 @@ struct Core {
   Status Fetch(Chunk& chunk);
   // The body of a pool task: fetches the chunk unless a reader claimed it or it was dropped.
   void RunQueued(const std::shared_ptr<Chunk>& chunk);
-  // Waits until `chunk` is ready, fetching it here if nobody has started to, and fetching it
-  // again once when it failed with a transient error or was dropped.
-  Result<std::shared_ptr<Chunk>> Await(std::shared_ptr<Chunk> chunk);
+  // Waits until `chunk` (which holds byte `pos`) is ready, fetching it here if nobody has started
+  // to, and fetching `pos` again once when it failed with a transient error or was dropped.
+  // The chunk returned holds `pos`.
+  Result<std::shared_ptr<Chunk>> Await(std::shared_ptr<Chunk> chunk, uint64_t pos);
 
   const std::shared_ptr<ObjectStore> store;
   const std::string key;
@@ -150,23 +167,45 @@ void Core::DropUselessLocked(uint64_t offset, uint64_t end, bool sequential) {
   }
 }
 
+std::shared_ptr<Chunk> Core::CoveringLocked(uint64_t pos) const {
+  auto it = chunks.upper_bound(pos);
+  if (it == chunks.begin()) return nullptr;
+  --it;
+  if (pos >= it->second->offset + it->second->length) return nullptr;
+  return it->second;
+}
+
 void Core::ScheduleAheadLocked(uint64_t end, std::vector<std::shared_ptr<Chunk>>* out) {
   const uint64_t limit = std::min(size, end + window);
+  const uint64_t fetch = AheadFetchLocked();
   uint64_t pos = std::max(AlignDown(end), prefetched_to);
-  for (; pos < limit; pos += read_buffer) {
-    if (chunks.contains(pos)) continue;
-    const uint64_t length = LengthAt(pos);
+  while (pos < limit) {
+    auto next = chunks.upper_bound(pos);
+    if (std::shared_ptr<Chunk> held = CoveringLocked(pos)) {
+      pos = held->offset + held->length;
+      continue;
+    }
+    // Up to `fetch` bytes, stopping at the next chunk (both are multiples of read_buffer).
+    uint64_t length = std::min(fetch, size - pos);
+    if (next != chunks.end()) length = std::min(length, next->first - pos);
     if (!budget.TryAcquire(length)) break;
     auto chunk = std::make_shared<Chunk>(pos, length);
     chunk->charged = length;
     chunks.emplace(pos, chunk);
     out->push_back(std::move(chunk));
+    pos += length;
   }
   prefetched_to = std::max(prefetched_to, pos);
 }
 
-std::shared_ptr<Chunk> Core::NewNeededChunkLocked(uint64_t pos) {
-  auto chunk = std::make_shared<Chunk>(pos, LengthAt(pos));
+std::shared_ptr<Chunk> Core::NewNeededChunkLocked(uint64_t pos, uint64_t want_end) {
+  pos = AlignDown(pos);
+  want_end = std::min(std::max(want_end, pos + 1), size);
+  uint64_t length = AlignDown(want_end - pos + read_buffer - 1);
+  length = std::min({length, std::max(kMaxFetch, read_buffer), size - pos});
+  auto next = chunks.upper_bound(pos);
+  if (next != chunks.end()) length = std::min(length, next->first - pos);
+  auto chunk = std::make_shared<Chunk>(pos, length);
   if (!budget.TryAcquire(chunk->length)) {
     budget.ForceAcquire(chunk->length);
     chunk->forced = true;
@@ -235,7 +274,7 @@ void Core::RunQueued(const std::shared_ptr<Chunk>& chunk) {
   FinishLocked(chunk, std::move(status));
 }
 
-Result<std::shared_ptr<Chunk>> Core::Await(std::shared_ptr<Chunk> chunk) {
+Result<std::shared_ptr<Chunk>> Core::Await(std::shared_ptr<Chunk> chunk, uint64_t pos) {
   bool retried = false;
   std::unique_lock lock(mu);
   for (;;) {
@@ -256,8 +295,8 @@ Result<std::shared_ptr<Chunk>> Core::Await(std::shared_ptr<Chunk> chunk) {
     }
     // Dropped before it was fetched, or a transient failure worth one more try: join a fetch
     // that another reader already started, or fetch it again.
-    auto it = chunks.find(chunk->offset);
-    chunk = it != chunks.end() ? it->second : NewNeededChunkLocked(chunk->offset);
+    chunk = CoveringLocked(pos);
+    if (chunk == nullptr) chunk = NewNeededChunkLocked(pos, pos + 1);
   }
 }
 
@@ -299,19 +338,17 @@ Result<size_t> Prefetcher::Read(uint64_t offset, std::span<std::byte> buf) {
     const bool sequential = core.NoteAccessLocked(offset, end);
     core.DropUselessLocked(offset, end, sequential);
     bool first_missing = true;
-    for (uint64_t pos = core.AlignDown(offset); pos < end; pos += core.read_buffer) {
-      auto it = core.chunks.find(pos);
-      std::shared_ptr<Chunk> chunk;
-      if (it != core.chunks.end()) {
-        chunk = it->second;
-      } else {
-        chunk = core.NewNeededChunkLocked(pos);
+    for (uint64_t pos = offset; pos < end;) {
+      std::shared_ptr<Chunk> chunk = core.CoveringLocked(pos);
+      if (chunk == nullptr) {
+        chunk = core.NewNeededChunkLocked(pos, end);
         // This thread fetches the first missing chunk itself; the pool may start the others
         // meanwhile (whichever reaches a queued chunk first fetches it).
         if (!first_missing) to_submit.push_back(chunk);
         first_missing = false;
       }
       if (chunk->state != ChunkState::kReady) hit = false;
+      pos = chunk->offset + chunk->length;
       parts.push_back(std::move(chunk));
     }
     if (sequential) core.ScheduleAheadLocked(end, &to_submit);
@@ -324,20 +361,33 @@ Result<size_t> Prefetcher::Read(uint64_t offset, std::span<std::byte> buf) {
         [core = state_->core, chunk = std::move(chunk)] { core->RunQueued(chunk); });
   }
 
-  uint64_t copied = 0;
-  for (std::shared_ptr<Chunk>& part : parts) {
-    OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk, core.Await(std::move(part)));
-    const uint64_t from = std::max(offset, chunk->offset);
-    const uint64_t chunk_end = chunk->offset + chunk->filled;
-    const uint64_t to = std::min(end, chunk_end);
-    if (to > from) {
-      std::memcpy(buf.data() + (from - offset), chunk->data.get() + (from - chunk->offset),
-                  to - from);
-      copied += to - from;
+  // Copies chunk by chunk. A chunk fetched again after a failure may be shorter than the part it
+  // replaces; the bytes after it then come from whichever chunk holds them by then.
+  uint64_t pos = offset;
+  size_t next_part = 0;
+  while (pos < end) {
+    while (next_part < parts.size() &&
+           parts[next_part]->offset + parts[next_part]->length <= pos) {
+      ++next_part;
+    }
+    std::shared_ptr<Chunk> want;
+    if (next_part < parts.size() && parts[next_part]->offset <= pos) {
+      want = std::move(parts[next_part++]);
+    } else {
+      std::lock_guard lock(core.mu);
+      want = core.CoveringLocked(pos);
+      if (want == nullptr) want = core.NewNeededChunkLocked(pos, end);
+    }
+    OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk, core.Await(std::move(want), pos));
+    const uint64_t to = std::min(end, chunk->offset + chunk->filled);
+    if (to > pos) {
+      std::memcpy(buf.data() + (pos - offset), chunk->data.get() + (pos - chunk->offset),
+                  to - pos);
+      pos = to;
     }
     if (chunk->filled < chunk->length) break;  // the object ended early
   }
-  return static_cast<size_t>(copied);
+  return static_cast<size_t>(pos - offset);
 }
 
 }  // namespace objfs

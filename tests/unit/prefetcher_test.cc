@@ -223,13 +223,19 @@ TEST_F(PrefetcherTest, SequentialReadUsesLargeBackendReadsAndFetchesEachByteOnce
   }
   p.reset();
   const auto calls = store_->calls();
+  uint64_t largest = 0;
   for (const auto& call : calls) {
-    EXPECT_EQ(call.size, 1 * kMiB) << "at " << call.offset;
+    // Whole buffers; read-ahead fetches grow with the window up to 8 MiB.
+    EXPECT_EQ(call.size % kMiB, 0u) << "at " << call.offset;
+    EXPECT_GE(call.size, 1 * kMiB) << "at " << call.offset;
+    EXPECT_LE(call.size, 8 * kMiB) << "at " << call.offset;
     EXPECT_EQ(call.offset % kMiB, 0u);
     EXPECT_EQ(call.if_match, store_->etag().value());
+    largest = std::max<uint64_t>(largest, call.size);
   }
+  EXPECT_EQ(largest, 8 * kMiB);
   EXPECT_EQ(TotalBackendBytes(), source_.size());
-  EXPECT_LE(calls.size(), 64u + 2u);
+  EXPECT_LE(calls.size(), 24u);
   EXPECT_EQ(budget_.in_use(), 0u);
   EXPECT_GT(metrics_.cache_hits.load(), 400u);  // 512 reads; all but a few come from memory
 }
@@ -241,9 +247,43 @@ TEST_F(PrefetcherTest, ReadBufferConfigurableDownTo4KiB) {
   p.reset();
   const auto calls = store_->calls();
   ASSERT_FALSE(calls.empty());
-  for (const auto& call : calls) EXPECT_EQ(call.size, 4 * kKiB);
+  // The first read is one request for exactly its buffers; the rest are read-ahead in multiples
+  // of the buffer.
+  EXPECT_EQ(calls.front().size, 128 * kKiB);
+  for (const auto& call : calls) {
+    EXPECT_EQ(call.size % (4 * kKiB), 0u);
+    EXPECT_EQ(call.offset % (4 * kKiB), 0u);
+  }
   EXPECT_EQ(TotalBackendBytes(), source_.size());
-  EXPECT_EQ(calls.size(), source_.size() / (4 * kKiB));
+}
+
+TEST_F(PrefetcherTest, SmallReadBufferStillStreamsInLargeFetches) {
+  // 4 KiB buffers with a 64 MiB window: a stream must not become 16,384 page-sized requests.
+  SetObject(Pattern(64 * kMiB, 2));
+  auto p = Open({.read_buffer = 4 * kKiB, .max_readahead = 64 * kMiB});
+  for (uint64_t off = 0; off < source_.size(); off += 128 * kKiB) ExpectRead(*p, off, 128 * kKiB);
+  p.reset();
+  const auto calls = store_->calls();
+  uint64_t largest = 0;
+  for (const auto& call : calls) largest = std::max<uint64_t>(largest, call.size);
+  EXPECT_EQ(largest, 8 * kMiB);
+  EXPECT_LT(calls.size(), 200u);
+  EXPECT_EQ(TotalBackendBytes(), source_.size());
+  EXPECT_EQ(budget_.in_use(), 0u);
+}
+
+TEST_F(PrefetcherTest, RandomReadsWithSmallBufferStaySmall) {
+  SetObject(Pattern(16 * kMiB, 2));
+  auto p = Open({.read_buffer = 4 * kKiB, .max_readahead = 64 * kMiB});
+  for (uint64_t off : {9 * kMiB + 100, 1 * kMiB + 7, 13 * kMiB, 5 * kMiB + 4095}) {
+    ExpectRead(*p, off, 4 * kKiB);
+  }
+  ExpectRead(*p, 3 * kMiB, 100);
+  p.reset();
+  const auto calls = store_->calls();
+  ASSERT_EQ(calls.size(), 5u);
+  for (const auto& call : calls) EXPECT_LE(call.size, 8 * kKiB) << "at " << call.offset;
+  EXPECT_EQ(calls.back().size, 4 * kKiB);  // never less than one buffer
 }
 
 TEST_F(PrefetcherTest, SequentialWindowGrowsIntoParallelFetches) {
