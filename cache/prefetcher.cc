@@ -366,8 +366,7 @@ Result<size_t> Prefetcher::Read(uint64_t offset, std::span<std::byte> buf) {
   uint64_t pos = offset;
   size_t next_part = 0;
   while (pos < end) {
-    while (next_part < parts.size() &&
-           parts[next_part]->offset + parts[next_part]->length <= pos) {
+    while (next_part < parts.size() && parts[next_part]->offset + parts[next_part]->length <= pos) {
       ++next_part;
     }
     std::shared_ptr<Chunk> want;
@@ -381,8 +380,7 @@ Result<size_t> Prefetcher::Read(uint64_t offset, std::span<std::byte> buf) {
     OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk, core.Await(std::move(want), pos));
     const uint64_t to = std::min(end, chunk->offset + chunk->filled);
     if (to > pos) {
-      std::memcpy(buf.data() + (pos - offset), chunk->data.get() + (pos - chunk->offset),
-                  to - pos);
+      std::memcpy(buf.data() + (pos - offset), chunk->data.get() + (pos - chunk->offset), to - pos);
       pos = to;
     }
     if (chunk->filled < chunk->length) break;  // the object ended early
