@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <future>
 #include <set>
 
 #include "cache/io_pool.h"
@@ -47,6 +48,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
 Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions options,
                        Metrics* metrics, std::shared_ptr<Clock> clock)
     : store_(std::move(store)),
+      native_etags_(store_->capabilities().native_etags),
       options_(std::move(options)),
       metrics_(metrics),
       clock_(clock),
@@ -276,6 +278,13 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   const std::string prefix = DirPrefix(key);
   std::vector<DirEntry> out;
   std::set<std::string, std::less<>> seen;
+  // Files whose listing lacks their metadata (mode, owner, times): out's index, key, inode.
+  struct Incomplete {
+    size_t index;
+    std::string key;
+    uint64_t ino;
+  };
+  std::vector<Incomplete> incomplete;
 
   auto add = [&](const std::string& name, const MetaRecord& listed) {
     if (!IsValidName(name)) {
@@ -301,6 +310,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
         exact = true;
       }
     }
+    if (!exact && !rec.is_dir) incomplete.push_back({out.size(), child, child_ino});
     out.push_back(DirEntry{name, MakeEntry(attr, exact)});
   };
 
@@ -330,6 +340,27 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
     }
     list.continuation_token = page.next_token;
   } while (!list.continuation_token.empty());
+
+  // A listing has sizes and times but not the metadata objfs keeps in headers. Without it the
+  // entries go out with no attribute timeout and `ls -l` makes the kernel look up each name, one
+  // HEAD after another; fetching them here, in parallel on the I/O pool, makes that one round of
+  // concurrent HEADs. Very large directories are left to lazy lookups.
+  if (!incomplete.empty() && incomplete.size() <= options_.readdir_heads) {
+    std::vector<std::future<Result<ObjectInfo>>> heads;
+    heads.reserve(incomplete.size());
+    for (const Incomplete& file : incomplete) {
+      heads.push_back(io_pool_->Async([store = store_, k = file.key] { return store->head(k); }));
+    }
+    for (size_t i = 0; i < incomplete.size(); ++i) {
+      Result<ObjectInfo> head = heads[i].get();
+      if (!head.ok()) continue;  // gone or failing: the kernel's lookup will tell
+      MetaRecord rec = RecordFromInfo(*head, false);
+      rec.complete = true;
+      meta_cache_.Put(incomplete[i].key, rec);
+      DirEntry& entry = out[incomplete[i].index];
+      entry.entry = MakeEntry(AttrFromRecord(incomplete[i].ino, rec), true);
+    }
+  }
 
   // Files created here and not uploaded yet.
   for (const auto& [child_ino, inode] : inodes_.WithLocalData(key)) {

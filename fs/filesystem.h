@@ -42,6 +42,7 @@
 #include "backend/object_store.h"
 #include "backend/status.h"
 #include "cache/clock.h"
+#include "cache/content_etag_store.h"
 #include "cache/meta_cache.h"
 #include "cache/prefetcher.h"
 #include "cache/staging.h"
@@ -53,18 +54,25 @@ namespace objfs {
 struct FilesystemOptions {
   uint32_t uid = 0;  // owner of objects without "uid" metadata, and of new objects
   uint32_t gid = 0;
-  uint32_t umask = 0022;                // applied to file_mode and dir_mode
-  uint32_t file_mode = 0644;            // permissions of files without "mode" metadata
-  uint32_t dir_mode = 0755;             // permissions of directories without a marker or "mode"
-  double attr_timeout = 1.0;            // seconds; also the metadata cache's TTL
-  double entry_timeout = 1.0;           // seconds
-  double negative_timeout = 1.0;        // seconds a "no such name" answer is cached
-  std::string cache_dir;                // where staging files live (created if missing); required
-  PrefetchOptions prefetch;             // read_buffer and max_readahead of every open file
-  int io_threads = 8;                   // threads of the backend I/O pool used by prefetching
+  uint32_t umask = 0022;          // applied to file_mode and dir_mode
+  uint32_t file_mode = 0644;      // permissions of files without "mode" metadata
+  uint32_t dir_mode = 0755;       // permissions of directories without a marker or "mode"
+  double attr_timeout = 1.0;      // seconds; also the metadata cache's TTL
+  double entry_timeout = 1.0;     // seconds
+  double negative_timeout = 1.0;  // seconds a "no such name" answer is cached
+  std::string cache_dir;          // where staging files live (created if missing); required
+  PrefetchOptions prefetch;       // read_buffer and max_readahead of every open file
+  int io_threads = 8;             // threads of the backend I/O pool used by prefetching
+  // ReadDir fetches the metadata of up to this many listed files at once (0: never).
+  size_t readdir_heads = 10000;
   size_t prefetch_memory = 256u << 20;  // bytes of prefetched data across all open files
   size_t max_rename_objects = 10000;    // a directory rename moving more objects is refused
   bool read_only = false;               // every modifying call fails with PermissionDenied
+  // For a store without native ETags (SFTP): where "user.etag" comes from, computed on first
+  // request and recorded. Usually the ContentEtagStore in the store's stack; not owned, must
+  // outlive the Filesystem. Null: such a store's files show user.etag only when an upload or
+  // copy of this mount gave their content MD5. Unused for stores with native ETags.
+  ContentEtagStore* content_etags = nullptr;
 };
 
 // One name of a directory listing, with the attributes readdirplus returns.
@@ -156,13 +164,14 @@ class Filesystem {
   // ---- Directories ----
 
   // Every name in directory `ino` (without "." and ".."), from all pages of a delimited
-  // listing: no HEAD per entry. The adapter calls it once per opendir (or at offset 0) and
-  // serves later offsets from the returned vector. Attributes are those of the listing (size,
-  // Last-Modified as mtime, default mode and owner) unless the metadata cache holds exact ones;
-  // entries with listing-only attributes carry timeouts of 0 so that the kernel asks Lookup/GetAttr
-  // for the exact ones before using them. Inode numbers are assigned but not referenced
-  // (AddLookup). Names that cannot be file names (empty, ".", "..", from keys like "a//b") are
-  // skipped.
+  // listing. The adapter calls it once per opendir (or at offset 0) and serves later offsets
+  // from the returned vector. A listing lacks the metadata objfs keeps in object headers, so
+  // the files without exact attributes in the metadata cache are HEADed in parallel on the I/O
+  // pool (up to options.readdir_heads of them); entries still without exact attributes (HEAD
+  // failed, or too many) carry the listing's (size, Last-Modified as mtime, default mode and
+  // owner) with timeouts of 0 so that the kernel asks Lookup/GetAttr before using them. Inode
+  // numbers are assigned but not referenced (AddLookup). Names that cannot be file names (empty,
+  // ".", "..", from keys like "a//b") are skipped.
   Result<std::vector<DirEntry>> ReadDir(uint64_t ino);
 
   // Writes the marker "name/" with the directory's metadata. AlreadyExists if the name exists.
@@ -231,7 +240,9 @@ class Filesystem {
 
   // ---- Extended attributes ----
 
-  // "user.etag": the ETag of the stored object (NoXattrError if it was never uploaded);
+  // "user.etag": the ETag of the stored object (NoXattrError if it was never uploaded); on a
+  // store without native ETags, the MD5 of its content from options().content_etags (hashed in
+  // bulk reads on first request, then recorded), never the store's opaque version;
   // "user.objfs.etag_kind": plain-md5 / multipart / opaque; "user.objfs.stats" on the root:
   // the mount's counters; other "user." names: values set with SetXattr. Other namespaces
   // (security., system., trusted.) have no attributes: NoXattrError, without a backend call.
@@ -243,8 +254,9 @@ class Filesystem {
   // namespaces.
   Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags);
 
-  // The attribute names of `ino`: user.etag when the object exists, user attributes, and
-  // user.objfs.stats on the root.
+  // The attribute names of `ino`: user.etag when the object exists (for every file of a store
+  // without native ETags when content_etags is set: its value is computed at GetXattr), user
+  // attributes, and user.objfs.stats on the root.
   Result<std::vector<std::string>> ListXattr(uint64_t ino);
 
   Status RemoveXattr(uint64_t ino, std::string_view name);
@@ -333,7 +345,12 @@ class Filesystem {
   Status RenameFile(const std::string& from, const std::string& to, const MetaRecord& src);
   Status RenameDirectory(const std::string& from, const std::string& to, const MetaRecord& src);
 
+  // The ETag "user.etag" shows for the object `key` described by `rec` (a file): the store's
+  // ETag, or on a store without native ETags its content MD5. Empty when there is none to show.
+  Result<ETag> UserETag(const std::string& key, const MetaRecord& rec);
+
   std::shared_ptr<ObjectStore> store_;
+  bool native_etags_;  // the store's capabilities().native_etags
   FilesystemOptions options_;
   Metrics* metrics_;
   std::shared_ptr<Clock> clock_;

@@ -198,7 +198,25 @@ TEST_F(FilesystemTest, NamesWithSpacesAndUnicode) {
   EXPECT_EQ((*list)[0].name, name);
 }
 
-TEST_F(FilesystemTest, ReadDirUsesListingsWithoutHeads) {
+TEST_F(FilesystemTest, ReadDirWithoutHeadsLeavesListingOnlyEntriesToLookup) {
+  options_.readdir_heads = 0;
+  fs_ = NewFilesystem();
+  PutObject("d/b", "bb", {{"mode", std::to_string(S_IFREG | 0600)}});
+  uint64_t d = LookupIno(kRootIno, "d");
+  uint64_t heads = metrics_.head_requests.load();
+  auto list = fs_->ReadDir(d);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(metrics_.head_requests.load(), heads);
+  ASSERT_EQ(list->size(), 1u);
+  // Listing-only attributes are not cached by the kernel: it asks Lookup, which HEADs once.
+  EXPECT_EQ(list->front().entry.attr_timeout, 0);
+  auto b = fs_->Lookup(d, "b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->attr.mode & 07777, 0600u);
+  EXPECT_EQ(metrics_.head_requests.load(), heads + 1);
+}
+
+TEST_F(FilesystemTest, ReadDirFetchesMissingMetadataInOneParallelRound) {
   PutObject("d/a", "aaa");
   PutObject("d/b", "bb", {{"mode", std::to_string(S_IFREG | 0600)}});
   PutObject("d/sub/c", "c");
@@ -208,7 +226,8 @@ TEST_F(FilesystemTest, ReadDirUsesListingsWithoutHeads) {
   uint64_t heads = metrics_.head_requests.load();
   auto list = fs_->ReadDir(d);
   ASSERT_TRUE(list.ok()) << list.status().ToString();
-  EXPECT_EQ(metrics_.head_requests.load(), heads);
+  // One HEAD per file (a, b), none per directory; the entries are then exact.
+  EXPECT_EQ(metrics_.head_requests.load(), heads + 2);
   std::map<std::string, Entry> by_name;
   for (const auto& e : *list) by_name[e.name] = e.entry;
   ASSERT_EQ(by_name.size(), 4u);  // a, b, sub, x
@@ -216,12 +235,13 @@ TEST_F(FilesystemTest, ReadDirUsesListingsWithoutHeads) {
   EXPECT_TRUE(S_ISREG(by_name["a"].attr.mode));
   EXPECT_TRUE(S_ISDIR(by_name["sub"].attr.mode));
   EXPECT_TRUE(S_ISDIR(by_name["x"].attr.mode));
-  // Listing-only attributes are not cached by the kernel: it asks Lookup, which HEADs once.
-  EXPECT_EQ(by_name["b"].attr_timeout, 0);
+  EXPECT_EQ(by_name["b"].attr.mode & 07777, 0600u);
+  EXPECT_GT(by_name["b"].attr_timeout, 0);
+  // `ls -l` then stats each name: served from the metadata cache.
   auto b = fs_->Lookup(d, "b");
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->attr.mode & 07777, 0600u);
-  EXPECT_EQ(metrics_.head_requests.load(), heads + 1);
+  EXPECT_EQ(metrics_.head_requests.load(), heads + 2);
   // The "x//y" key gives an empty name inside "x": skipped, not fatal.
   uint64_t x = LookupIno(d, "x");
   auto xs = fs_->ReadDir(x);
