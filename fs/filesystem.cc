@@ -38,6 +38,9 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
   if (store == nullptr) return InvalidArgumentError("no object store");
   if (metrics == nullptr) return InvalidArgumentError("no metrics");
   if (clock == nullptr) clock = std::make_shared<SteadyClock>();
+  if (options.content_etags == nullptr) {
+    options.content_etags = dynamic_cast<ContentEtagStore*>(store.get());
+  }
   OBJFS_ASSIGN_OR_RETURN(auto staging, StagingArea::Open(options.cache_dir));
   std::unique_ptr<Filesystem> fs(
       new Filesystem(std::move(store), std::move(options), metrics, std::move(clock)));

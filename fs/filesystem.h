@@ -70,8 +70,9 @@ struct FilesystemOptions {
   bool read_only = false;               // every modifying call fails with PermissionDenied
   // For a store without native ETags (SFTP): where "user.etag" comes from, computed on first
   // request and recorded. Usually the ContentEtagStore in the store's stack; not owned, must
-  // outlive the Filesystem. Null: such a store's files show user.etag only when an upload or
-  // copy of this mount gave their content MD5. Unused for stores with native ETags.
+  // outlive the Filesystem. Left null, Create uses the store itself when it is a
+  // ContentEtagStore; otherwise such a store's files show user.etag only when an upload or copy
+  // of this mount gave their content MD5. Unused for stores with native ETags.
   ContentEtagStore* content_etags = nullptr;
 };
 

@@ -146,6 +146,15 @@ Result<XattrMap> XattrsOf(const Metadata& extra) {
 
 }  // namespace
 
+Result<ETag> Filesystem::UserETag(const std::string& key, const MetaRecord& rec) {
+  // A store's own ETag; or a content MD5 that an upload or copy of a store without them gave.
+  if (native_etags_ || rec.etag.is_plain_md5()) return rec.etag;
+  if (options_.content_etags == nullptr) return ETag();  // a version is no ETag to show
+  Result<ETag> md5 = options_.content_etags->ContentEtag(key);
+  if (!md5.ok() && md5.status().code() == StatusCode::kNotFound) return ETag();
+  return md5;
+}
+
 Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
   if (name == kStatsXattr) {
     if (ino == kRootIno) return metrics_->ToText();
@@ -160,9 +169,11 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
       if (rec.status().code() == StatusCode::kNotFound) return NoXattrError(std::string(name));
       return rec.status();
     }
-    if (rec->is_dir || rec->etag.empty()) return NoXattrError(std::string(name));
-    if (name == kEtagXattr) return rec->etag.value();
-    return std::string(ETagKindName(rec->etag.kind()));
+    if (rec->is_dir) return NoXattrError(std::string(name));
+    OBJFS_ASSIGN_OR_RETURN(ETag etag, UserETag(key, *rec));
+    if (etag.empty()) return NoXattrError(std::string(name));
+    if (name == kEtagXattr) return etag.value();
+    return std::string(ETagKindName(etag.kind()));
   }
   if (IsReservedXattr(name)) return NoXattrError(std::string(name));
   OBJFS_ASSIGN_OR_RETURN(Metadata extra, ExtraMetadata(ino));
@@ -178,7 +189,12 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) {
   if (ino == kRootIno) names.push_back(kStatsXattr);
   if (!key.empty()) {
     auto rec = Resolve(key);
-    if (rec.ok() && !rec->is_dir && !rec->etag.empty()) names.push_back(kEtagXattr);
+    if (rec.ok() && !rec->is_dir) {
+      // Without native ETags the MD5 is computed only when asked for.
+      bool has_etag = native_etags_ ? !rec->etag.empty()
+                                    : options_.content_etags != nullptr || rec->etag.is_plain_md5();
+      if (has_etag) names.push_back(kEtagXattr);
+    }
     if (!rec.ok() && rec.status().code() != StatusCode::kNotFound) return rec.status();
   }
   auto extra = ExtraMetadata(ino);

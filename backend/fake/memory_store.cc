@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "backend/md5.h"
+#include "backend/object_version.h"
 
 namespace objfs {
 namespace {
@@ -49,12 +50,19 @@ ETag MemoryStore::ETagOf(std::string_view data, bool multipart) const {
   return MultipartETag(parts);
 }
 
+ETag MemoryStore::CurrentETag(const Object& object) const {
+  if (options_.native_etags) return object.info.etag;
+  return VersionTag(object.info.size, object.info.mtime_ns);
+}
+
 Result<ObjectInfo> MemoryStore::head(std::string_view key) {
   OBJFS_RETURN_IF_ERROR(CheckKey(key));
   std::lock_guard lock(mu_);
   auto it = objects_.find(key);
   if (it == objects_.end()) return NotFoundError("no object " + Quote(key));
-  return it->second.info;
+  ObjectInfo info = it->second.info;
+  info.etag = CurrentETag(it->second);
+  return info;
 }
 
 Result<size_t> MemoryStore::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
@@ -64,9 +72,9 @@ Result<size_t> MemoryStore::read(std::string_view key, uint64_t offset, std::spa
   auto it = objects_.find(key);
   if (it == objects_.end()) return NotFoundError("no object " + Quote(key));
   const Object& object = it->second;
-  if (if_match != nullptr && *if_match != object.info.etag) {
+  if (if_match != nullptr && *if_match != CurrentETag(object)) {
     return PreconditionFailedError("object " + Quote(key) + " has ETag " +
-                                   object.info.etag.value() + ", not " + if_match->value());
+                                   CurrentETag(object).value() + ", not " + if_match->value());
   }
   if (offset >= object.data.size()) return size_t{0};
   size_t n = std::min<uint64_t>(buf.size(), object.data.size() - offset);
@@ -121,6 +129,7 @@ Result<Listing> MemoryStore::list(const ListOptions& options) {
       listing.common_prefixes.push_back(std::move(common));
     } else {
       ObjectInfo info = it->second.info;
+      info.etag = CurrentETag(it->second);
       info.content_type.clear();
       info.metadata.clear();
       info.has_metadata = false;
@@ -146,7 +155,8 @@ Result<ObjectInfo> MemoryStore::put(std::string_view key, const ByteSource& sour
     }
     done += n;
   }
-  bool multipart = options_.multipart_threshold > 0 && data.size() > options_.multipart_threshold;
+  bool multipart = options_.native_etags && options_.multipart_threshold > 0 &&
+                   data.size() > options_.multipart_threshold;
   ObjectInfo info;
   info.key = std::string(key);
   info.size = data.size();
@@ -166,9 +176,9 @@ Result<ObjectInfo> MemoryStore::put(std::string_view key, const ByteSource& sour
       return PreconditionFailedError("no object " + Quote(key) + " to match ETag " +
                                      options.if_match->value());
     }
-    if (it->second.info.etag != *options.if_match) {
+    if (CurrentETag(it->second) != *options.if_match) {
       return PreconditionFailedError("object " + Quote(key) + " has ETag " +
-                                     it->second.info.etag.value() + ", not " +
+                                     CurrentETag(it->second).value() + ", not " +
                                      options.if_match->value());
     }
   }
@@ -195,16 +205,20 @@ Result<ObjectInfo> MemoryStore::copy(const ObjectInfo& src, std::string_view dst
   auto it = objects_.find(src.key);
   if (it == objects_.end()) return NotFoundError("no copy source " + Quote(src.key));
   const Object& source = it->second;
-  if (options.if_match_source && !src.etag.empty() && source.info.etag != src.etag) {
+  if (options.if_match_source && !src.etag.empty() && CurrentETag(source) != src.etag) {
     return PreconditionFailedError("copy source " + Quote(src.key) + " has ETag " +
-                                   source.info.etag.value() + ", not " + src.etag.value());
+                                   CurrentETag(source).value() + ", not " + src.etag.value());
   }
-  bool by_parts =
-      options_.copy_part_threshold > 0 && source.data.size() > options_.copy_part_threshold;
+  bool by_parts = options_.native_etags && options_.copy_part_threshold > 0 &&
+                  source.data.size() > options_.copy_part_threshold;
   ObjectInfo info;
   info.key = std::string(dst);
   info.size = source.data.size();
-  info.etag = by_parts ? ETagOf(source.data, true) : source.info.etag;
+  if (options_.native_etags) {
+    info.etag = by_parts ? ETagOf(source.data, true) : source.info.etag;
+  } else if (src.etag.is_plain_md5()) {
+    info.etag = src.etag;  // as SFTP's copy-data: the caller's MD5 of the same bytes
+  }
   if (options.replace_metadata.has_value()) {
     info.metadata = *options.replace_metadata;
     info.content_type = options.content_type.value_or(std::string(kDefaultContentType));
@@ -243,7 +257,7 @@ Capabilities MemoryStore::capabilities() const {
   Capabilities caps;
   caps.scheme = "fake";
   caps.server_side_copy = true;
-  caps.native_etags = true;
+  caps.native_etags = options_.native_etags;
   caps.multipart_threshold = options_.multipart_threshold;
   caps.part_size = options_.part_size;
   caps.copy_part_threshold = options_.copy_part_threshold;

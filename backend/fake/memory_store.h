@@ -5,6 +5,12 @@
 // with prefix, delimiter and continuation, copies that keep or replace metadata. It passes the
 // same conformance suite as the real backends (tests/conformance/), so a test that passes
 // over it has not merely passed over a lenient double.
+//
+// With MemoryStoreOptions::native_etags false it behaves like the SFTP store instead: head() and
+// list() report each object's version (VersionTag(size, mtime), backend/object_version.h) as its
+// ETag, If-Match is checked against that version, put() returns the content MD5 of what it
+// stored, copy() returns the source's ETag when that is a plain MD5 and no ETag otherwise, and
+// capabilities().native_etags is false.
 #pragma once
 
 #include <atomic>
@@ -21,6 +27,7 @@ struct MemoryStoreOptions {
   uint64_t part_size = 5 << 20;
   uint64_t copy_part_threshold = 64 << 20;  // copies above this get a "-N" ETag
   int max_keys_per_page = 1000;             // caps ListOptions::max_keys
+  bool native_etags = true;                 // false: versions instead of ETags, as SFTP
 };
 
 class MemoryStore : public ObjectStore {
@@ -58,6 +65,9 @@ class MemoryStore : public ObjectStore {
   // The ETag S3 gives an object of `data` written in parts of part_size (or in one piece when
   // `multipart` is false).
   ETag ETagOf(std::string_view data, bool multipart) const;
+  // The ETag head() and list() report and If-Match is checked against: the object's ETag, or
+  // its version without native ETags.
+  ETag CurrentETag(const Object& object) const;
 
   MemoryStoreOptions options_;
   mutable std::mutex mu_;

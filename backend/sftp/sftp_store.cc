@@ -11,19 +11,18 @@
 #include <deque>
 #include <functional>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "backend/md5.h"
+#include "backend/object_version.h"
 
 namespace objfs::sftp {
 namespace {
 
 constexpr std::string_view kReservedPrefix = ".objfs-";
-constexpr std::string_view kRecordDir = ".objfs-meta";
 constexpr std::string_view kMarkerFile = ".objfs-dir";
 constexpr size_t kMaxNameBytes = 255;
-// Symbolic link targets are limited to PATH_MAX on the server.
-constexpr size_t kMaxRecordBytes = 4000;
 
 bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
@@ -79,12 +78,16 @@ using Attributes = std::unique_ptr<sftp_attributes_struct, AttributesDeleter>;
 
 int64_t MtimeSeconds(const sftp_attributes_struct& a) { return a.mtime; }
 
+// The version of a file: its size and whole-second mtime (all SFTP v3 gives).
+ETag VersionOf(uint64_t size, int64_t mtime_s) { return VersionTag(size, mtime_s * 1000000000); }
+ETag VersionOf(const sftp_attributes_struct& a) { return VersionOf(a.size, MtimeSeconds(a)); }
+
 bool IsDirectory(const sftp_attributes_struct& a) {
   return a.type == SSH_FILEXFER_TYPE_DIRECTORY ||
          ((a.flags & SSH_FILEXFER_ATTR_PERMISSIONS) && S_ISDIR(a.permissions));
 }
 
-// s3fs-style metadata from SFTP attributes, for files objfs did not write.
+// s3fs-style metadata from SFTP attributes.
 Metadata MetadataFromAttributes(const sftp_attributes_struct& a) {
   Metadata m;
   if (a.flags & SSH_FILEXFER_ATTR_PERMISSIONS) m["mode"] = std::to_string(a.permissions);
@@ -94,6 +97,19 @@ Metadata MetadataFromAttributes(const sftp_attributes_struct& a) {
   }
   if (a.flags & SSH_FILEXFER_ATTR_ACMODTIME) m["mtime"] = std::to_string(a.mtime);
   return m;
+}
+
+// What head() and list() report for a file: its size, mtime and attributes, and its version as
+// the ETag.
+ObjectInfo InfoFromAttributes(std::string_view key, const sftp_attributes_struct& a) {
+  ObjectInfo info;
+  info.key = std::string(key);
+  info.size = a.size;
+  info.mtime_ns = MtimeSeconds(a) * 1000000000;
+  info.etag = VersionOf(a);
+  info.metadata = MetadataFromAttributes(a);
+  info.has_metadata = true;
+  return info;
 }
 
 std::optional<uint32_t> ParseMode(const Metadata& metadata) {
@@ -253,7 +269,6 @@ Result<SftpStore::KeyPaths> SftpStore::PathsOf(std::string_view key) const {
   p.dir = full.substr(0, slash);
   p.name = full.substr(slash + 1);
   p.data = full;
-  p.record = p.dir + "/" + std::string(kRecordDir) + "/" + p.name;
   return p;
 }
 
@@ -268,16 +283,6 @@ std::string SftpStore::TempName(const std::string& dir) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(n));
   return dir + "/" + std::string(kReservedPrefix) + "tmp-" + hex;
-}
-
-std::optional<ObjectRecord> SftpStore::ReadRecord(SftpConnection& c, const KeyPaths& paths,
-                                                  uint64_t size, int64_t mtime_s) {
-  char* target = sftp_readlink(c.sftp(), paths.record.c_str());
-  if (target == nullptr) return std::nullopt;
-  std::optional<ObjectRecord> record = DecodeObjectRecord(target);
-  ssh_string_free_char(target);
-  if (!record || !record->Describes(size, mtime_s)) return std::nullopt;
-  return record;
 }
 
 Result<ObjectInfo> SftpStore::HeadOn(SftpConnection& c, std::string_view key) {
@@ -298,19 +303,7 @@ Result<ObjectInfo> SftpStore::HeadOn(SftpConnection& c, std::string_view key) {
     return info;
   }
   if (IsDirectory(*a)) return NotFoundError("no object " + std::string(key) + " (a directory)");
-  ObjectInfo info;
-  info.key = std::string(key);
-  info.size = a->size;
-  info.mtime_ns = MtimeSeconds(*a) * 1000000000;
-  info.has_metadata = true;
-  if (std::optional<ObjectRecord> record = ReadRecord(c, paths, a->size, MtimeSeconds(*a))) {
-    info.etag = record->etag;
-    info.content_type = std::move(record->content_type);
-    info.metadata = std::move(record->metadata);
-  } else {
-    info.metadata = MetadataFromAttributes(*a);
-  }
-  return info;
+  return InfoFromAttributes(key, *a);
 }
 
 Result<ObjectInfo> SftpStore::head(std::string_view key) {
@@ -328,12 +321,12 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
       std::lock_guard<std::mutex> lock(KeyLock(key));
       file.reset(sftp_open(c.sftp(), paths.data.c_str(), O_RDONLY, 0));
       if (file == nullptr) return LibsshStatus(c, what);
+      // The version of the file this handle reads, whatever is renamed over its name later.
       Attributes a(sftp_fstat(file.get()));
       if (a == nullptr) return LibsshStatus(c, what);
-      std::optional<ObjectRecord> record = ReadRecord(c, paths, a->size, MtimeSeconds(*a));
-      ETag current = record ? record->etag : ETag();
+      ETag current = VersionOf(*a);
       if (current != *if_match) {
-        return PreconditionFailedError(what + ": the object changed (ETag " + current.value() +
+        return PreconditionFailedError(what + ": the object changed (version " + current.value() +
                                        ", expected " + if_match->value() + ")");
       }
     } else {
@@ -452,14 +445,11 @@ Result<Listing> SftpStore::list(const ListOptions& options) {
         listing.common_prefixes.push_back(std::move(e.key));
         continue;
       }
+      if (!ValidateKey(e.key).ok()) continue;  // a name objfs cannot address
       ObjectInfo info;
       info.size = e.size;
       info.mtime_ns = e.mtime_s * 1000000000;
-      Result<KeyPaths> paths = PathsOf(e.key);
-      if (!paths.ok()) continue;  // a name objfs cannot address
-      if (std::optional<ObjectRecord> record = ReadRecord(c, *paths, e.size, e.mtime_s)) {
-        info.etag = record->etag;
-      }
+      info.etag = VersionOf(e.size, e.mtime_s);
       info.key = std::move(e.key);
       listing.objects.push_back(std::move(info));
     }
@@ -486,29 +476,8 @@ Status SftpStore::MakeDirs(SftpConnection& c, const std::string& dir) {
   return Status::Ok();
 }
 
-Result<std::string> SftpStore::StageRecord(SftpConnection& c, const KeyPaths& paths,
-                                           const ObjectRecord& record) {
-  std::string text = EncodeObjectRecord(record);
-  if (text.size() > kMaxRecordBytes) {
-    return InvalidArgumentError("metadata of " + paths.data + " is too large for an SFTP store (" +
-                                std::to_string(text.size()) + " bytes encoded)");
-  }
-  const std::string record_dir = ParentOf(paths.record);
-  const std::string staged = TempName(record_dir);
-  for (int attempt = 0;; ++attempt) {
-    if (sftp_symlink(c.sftp(), text.c_str(), staged.c_str()) == 0) return staged;
-    Status status = LibsshStatus(c, "write record " + paths.record);
-    if (attempt > 0 || !c.healthy()) return status;
-    // The first object of a directory: create its record directory.
-    if (sftp_mkdir(c.sftp(), record_dir.c_str(), 0755) != 0) {
-      Attributes a(sftp_stat(c.sftp(), record_dir.c_str()));
-      if (a == nullptr) return status;
-    }
-  }
-}
-
-Result<int64_t> SftpStore::ApplyAttributes(SftpConnection& c, const std::string& path,
-                                           const Metadata& metadata) {
+Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_view key,
+                                              const std::string& path, const Metadata& metadata) {
   sftp_attributes_struct attrs{};
   int64_t mtime = ParseMtime(metadata).value_or(static_cast<int64_t>(std::time(nullptr)));
   attrs.flags = SSH_FILEXFER_ATTR_ACMODTIME;
@@ -521,7 +490,10 @@ Result<int64_t> SftpStore::ApplyAttributes(SftpConnection& c, const std::string&
   if (sftp_setstat(c.sftp(), path.c_str(), &attrs) != 0) {
     return LibsshStatus(c, "set attributes of " + path);
   }
-  return mtime;
+  // What the server made of it: exactly what head() will report once the file is in place.
+  Attributes a(sftp_stat(c.sftp(), path.c_str()));
+  if (a == nullptr) return LibsshStatus(c, "stat " + path);
+  return InfoFromAttributes(key, *a);
 }
 
 Status SftpStore::Rename(SftpConnection& c, const std::string& from, const std::string& to) {
@@ -536,8 +508,7 @@ Status SftpStore::Rename(SftpConnection& c, const std::string& from, const std::
 }
 
 Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
-                         const std::string& staged_data, const std::string& staged_record,
-                         const PutOptions& preconditions) {
+                         const std::string& staged_data, const PutOptions& preconditions) {
   std::lock_guard<std::mutex> lock(KeyLock(key));
   if (preconditions.if_none_match || preconditions.if_match) {
     Result<ObjectInfo> current = HeadOn(c, key);
@@ -550,9 +521,9 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
     if (preconditions.if_match) {
       if (!current.ok()) return current.status();
       if (current->etag != *preconditions.if_match) {
-        return PreconditionFailedError("put " + std::string(key) + ": the object changed (ETag " +
-                                       current->etag.value() + ", expected " +
-                                       preconditions.if_match->value() + ")");
+        return PreconditionFailedError("put " + std::string(key) +
+                                       ": the object changed (version " + current->etag.value() +
+                                       ", expected " + preconditions.if_match->value() + ")");
       }
     }
   }
@@ -565,11 +536,6 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
     }
     return renamed;
   }
-  Status record = Rename(c, staged_record, paths.record);
-  if (!record.ok()) {
-    // The data is in place; a stale record must not describe it.
-    sftp_unlink(c.sftp(), paths.record.c_str());
-  }
   return Status::Ok();
 }
 
@@ -580,11 +546,8 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
   SftpConnection& c = *lease;
   SftpWire& wire = c.wire();
   const std::string staged = TempName(paths.dir);
-  std::string staged_record;
   auto cleanup = [&] {
-    if (!c.healthy()) return;
-    sftp_unlink(c.sftp(), staged.c_str());
-    if (!staged_record.empty()) sftp_unlink(c.sftp(), staged_record.c_str());
+    if (c.healthy()) sftp_unlink(c.sftp(), staged.c_str());
   };
 
   const uint32_t create = kOpenWrite | kOpenCreate | kOpenTruncate | kOpenExclusive;
@@ -626,36 +589,23 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
     return status.WithContext("put " + std::string(key));
   }
 
-  Result<int64_t> mtime = ApplyAttributes(c, staged, options.metadata);
-  if (!mtime.ok()) {
-    cleanup();
-    return mtime.status();
+  Result<ObjectInfo> staged_info = ApplyAttributes(c, key, staged, options.metadata);
+  if (staged_info.ok() && staged_info->size != size) {
+    staged_info = IoError("put " + std::string(key) + ": " + std::to_string(staged_info->size) +
+                          " bytes arrived of " + std::to_string(size));
   }
-  ObjectRecord record;
-  record.size = size;
-  record.mtime_s = *mtime;
-  record.etag = ETag::FromMd5(md5.Final());
-  record.content_type = options.content_type;
-  record.metadata = options.metadata;
-  Result<std::string> staged_rec = StageRecord(c, paths, record);
-  if (!staged_rec.ok()) {
+  if (!staged_info.ok()) {
     cleanup();
-    return staged_rec.status();
+    return staged_info.status();
   }
-  staged_record = *staged_rec;
-  status = Commit(c, key, paths, staged, staged_record, options);
+  status = Commit(c, key, paths, staged, options);
   if (!status.ok()) {
     cleanup();
     return status;
   }
-  ObjectInfo info;
-  info.key = std::string(key);
-  info.size = size;
-  info.etag = record.etag;
-  info.mtime_ns = record.mtime_s * 1000000000;
-  info.content_type = record.content_type;
-  info.metadata = record.metadata;
-  info.has_metadata = true;
+  // The MD5 of exactly the bytes written: the one ETag this store can vouch for.
+  ObjectInfo info = std::move(staged_info).value();
+  info.etag = ETag::FromMd5(md5.Final());
   return info;
 }
 
@@ -668,27 +618,36 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   SftpWire& wire = c.wire();
   const std::string what = "copy " + src.key + " to " + std::string(dst);
 
-  // Open the source and check that it is still the version the caller saw, under its lock.
+  // Open the source and check that it is still the version the caller saw, under its lock. A
+  // content MD5 as src.etag cannot be checked here (only ContentEtagStore can): it never
+  // matches.
+  const bool copy_data = options_.use_copy_data && wire.HasExtension("copy-data", "1");
   ObjectInfo current;
   SftpWire::Handle src_handle;
+  File src_file;  // read by a streamed copy
   {
     std::lock_guard<std::mutex> lock(KeyLock(src.key));
     OBJFS_ASSIGN_OR_RETURN(current, HeadOn(c, src.key));
     if (options.if_match_source && !src.etag.empty() && current.etag != src.etag) {
-      return PreconditionFailedError(what + ": the source changed (ETag " + current.etag.value() +
-                                     ", expected " + src.etag.value() + ")");
+      return PreconditionFailedError(what + ": the source changed (version " +
+                                     current.etag.value() + ", expected " + src.etag.value() + ")");
     }
     Result<SftpWire::Handle> h = wire.OpenFile(src_paths.data, kOpenRead, 0);
     if (!h.ok()) return h.status().WithContext(what);
     src_handle = std::move(h).value();
+    if (!copy_data) {
+      src_file.reset(sftp_open(c.sftp(), src_paths.data.c_str(), O_RDONLY, 0));
+      if (src_file == nullptr) {
+        Status status = LibsshStatus(c, what);
+        (void)wire.Close(src_handle);
+        return status;
+      }
+    }
   }
 
   const std::string staged = TempName(dst_paths.dir);
-  std::string staged_record;
   auto cleanup = [&] {
-    if (!c.healthy()) return;
-    sftp_unlink(c.sftp(), staged.c_str());
-    if (!staged_record.empty()) sftp_unlink(c.sftp(), staged_record.c_str());
+    if (c.healthy()) sftp_unlink(c.sftp(), staged.c_str());
   };
   const uint32_t create = kOpenWrite | kOpenCreate | kOpenTruncate | kOpenExclusive;
   Result<SftpWire::Handle> dst_handle = wire.OpenFile(staged, create, 0600);
@@ -705,23 +664,23 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     return dst_handle.status().WithContext(what);
   }
 
-  ETag etag = current.etag;
+  ETag etag;
   Status status;
   uint64_t copied = current.size;
-  if (options_.use_copy_data && wire.HasExtension("copy-data", "1")) {
+  if (copy_data) {
     status = wire.CopyData(src_handle, 0, 0, *dst_handle, 0);
+    // The bytes are the source's: a content MD5 the caller vouches for stays true.
+    if (src.etag.is_plain_md5()) etag = src.etag;
   } else {
     // Stream through this machine, hashing on the way.
     Md5 md5;
-    File file(sftp_open(c.sftp(), src_paths.data.c_str(), O_RDONLY, 0));
-    if (file == nullptr) status = LibsshStatus(c, what);
     const uint32_t chunk =
         static_cast<uint32_t>(std::clamp<uint64_t>(wire.limits().max_read, 4096, 4u << 20));
     std::vector<std::byte> buf(static_cast<size_t>(chunk) *
                                static_cast<size_t>(std::max(1, options_.requests_in_flight)));
     copied = 0;
     while (status.ok()) {
-      Result<size_t> n = PipelinedRead(c, file.get(), copied, buf, chunk,
+      Result<size_t> n = PipelinedRead(c, src_file.get(), copied, buf, chunk,
                                        options_.requests_in_flight, options_.metrics, what);
       if (!n.ok()) {
         status = n.status();
@@ -744,41 +703,26 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     return status.WithContext(what);
   }
 
-  ObjectRecord record;
-  record.size = copied;
-  record.etag = etag;
-  if (options.replace_metadata) {
-    record.metadata = *options.replace_metadata;
-    record.content_type = options.content_type.value_or("");
-  } else {
-    record.metadata = current.metadata;
-    record.content_type = current.content_type;
-  }
-  Result<int64_t> mtime = ApplyAttributes(c, staged, record.metadata);
-  if (!mtime.ok()) {
+  // Without replaced metadata the copy keeps the source's mode and mtime.
+  const Metadata& metadata =
+      options.replace_metadata ? *options.replace_metadata : current.metadata;
+  Result<ObjectInfo> staged_info = ApplyAttributes(c, dst, staged, metadata);
+  if (!staged_info.ok()) {
     cleanup();
-    return mtime.status();
+    return staged_info.status();
   }
-  record.mtime_s = *mtime;
-  Result<std::string> staged_rec = StageRecord(c, dst_paths, record);
-  if (!staged_rec.ok()) {
+  if (staged_info->size != copied) {
     cleanup();
-    return staged_rec.status();
+    return IoError(what + ": " + std::to_string(staged_info->size) + " bytes arrived of " +
+                   std::to_string(copied));
   }
-  staged_record = *staged_rec;
-  status = Commit(c, dst, dst_paths, staged, staged_record, PutOptions{});
+  status = Commit(c, dst, dst_paths, staged, PutOptions{});
   if (!status.ok()) {
     cleanup();
     return status;
   }
-  ObjectInfo info;
-  info.key = std::string(dst);
-  info.size = record.size;
-  info.etag = record.etag;
-  info.mtime_ns = record.mtime_s * 1000000000;
-  info.content_type = record.content_type;
-  info.metadata = record.metadata;
-  info.has_metadata = true;
+  ObjectInfo info = std::move(staged_info).value();
+  info.etag = etag;
   return info;
 }
 
@@ -794,10 +738,8 @@ Status SftpStore::remove(std::string_view key) {
         if (a == nullptr || !IsDirectory(*a)) return status;
       }
     }
-    sftp_unlink(c.sftp(), paths.record.c_str());
     if (IsMarker(key)) {
       // Best effort: the directory stays while it holds other objects.
-      sftp_rmdir(c.sftp(), ParentOf(paths.record).c_str());
       sftp_rmdir(c.sftp(), paths.dir.c_str());
     }
     if (!c.healthy()) return TransientError("remove " + std::string(key) + ": connection lost");
@@ -808,11 +750,34 @@ Status SftpStore::remove(std::string_view key) {
 Status SftpStore::remove_many(const std::vector<std::string>& keys) {
   Status first;
   std::string failed;
+  // The directories that held the keys, deepest first: removing a whole tree (a directory
+  // renamed or deleted through the mount) must not leave its emptied directories behind, as
+  // an object store would not.
+  std::set<std::string, std::greater<>> parents;
   for (const std::string& key : keys) {
     Status status = remove(key);
-    if (status.ok()) continue;
+    if (status.ok()) {
+      for (size_t slash = key.rfind('/'); slash != std::string::npos && slash > 0;
+           slash = key.rfind('/', slash - 1)) {
+        parents.insert(key.substr(0, slash));
+      }
+      continue;
+    }
     if (first.ok()) first = status;
     failed += (failed.empty() ? "" : ", ") + key;
+  }
+  if (!parents.empty()) {
+    std::vector<std::string> by_depth(parents.begin(), parents.end());
+    std::stable_sort(
+        by_depth.begin(), by_depth.end(), [](const std::string& x, const std::string& y) {
+          return std::count(x.begin(), x.end(), '/') > std::count(y.begin(), y.end(), '/');
+        });
+    (void)WithRetry([&](SftpConnection& c) -> Status {
+      // Best effort: a directory that still holds anything stays.
+      for (const std::string& dir : by_depth)
+        sftp_rmdir(c.sftp(), (options_.root + "/" + dir).c_str());
+      return Status::Ok();
+    });
   }
   if (first.ok()) return first;
   return Status(first.code(), "could not remove " + failed + ": " + first.message(),

@@ -3,13 +3,19 @@
 //
 // Keys are paths relative to the root directory; '/' in a key is a directory level, and a
 // directory marker "x/" is the directory "x" (its content, if any, lives in "x/.objfs-dir").
-// SFTP has no ETags, content types or user metadata: objfs computes the content MD5 while
-// uploading and keeps it with the metadata in an ObjectRecord (object_record.h). Files that
-// objfs did not write report no ETag and their SFTP attributes (mode, uid, gid, mtime) as
-// metadata, as s3fs writes them. Uploads go to a temporary name and are renamed into place with
-// posix-rename@openssh.com, so readers see the old or the new object, never a mix; copies use
-// the server's copy-data extension when it has one. Names beginning with ".objfs-" are
-// reserved.
+// SFTP has no ETags, content types or user metadata, and objfs stores nothing on the server
+// besides the files themselves: head() and list() report a file's size, its mtime (whole
+// seconds in SFTP v3) and its attributes (mode, uid, gid, mtime) as s3fs-style metadata. The
+// ETag they report is the file's version, VersionTag(size, mtime) (backend/object_version.h),
+// which is no content ETag; the If-Match of read(), put() and copy() is checked against it
+// (read() checks the file handle it reads from). put() returns the MD5 of the bytes it wrote,
+// computed while streaming them, and a copy by the server's copy-data extension returns the
+// source's ETag when that is a plain MD5 (the bytes are the same). Content MD5s of files are
+// kept on this machine by ContentEtagStore (cache/content_etag_store.h), which also translates
+// an MD5 If-Match to the version it was recorded for; this store alone never matches an MD5.
+// Uploads go to a temporary name and are renamed into place with posix-rename@openssh.com, so
+// readers see the old or the new object, never a mix; copies use the server's copy-data
+// extension when it has one. Names beginning with ".objfs-" are reserved (temporary names).
 #pragma once
 
 #include <array>
@@ -22,7 +28,6 @@
 
 #include "backend/metrics.h"
 #include "backend/object_store.h"
-#include "backend/sftp/object_record.h"
 #include "backend/sftp/session_pool.h"
 
 namespace objfs::sftp {
@@ -72,12 +77,11 @@ class SftpStore : public ObjectStore {
  private:
   explicit SftpStore(SftpStoreOptions options);
 
-  // The paths on the server that hold `key`: its data file and its record.
+  // The paths on the server that hold `key`.
   struct KeyPaths {
-    std::string dir;     // the directory holding the data file
-    std::string data;    // dir + "/" + name
-    std::string name;    // the data file's name
-    std::string record;  // dir + "/.objfs-meta/" + name
+    std::string dir;   // the directory holding the data file
+    std::string data;  // dir + "/" + name
+    std::string name;  // the data file's name
   };
   Result<KeyPaths> PathsOf(std::string_view key) const;
 
@@ -87,21 +91,15 @@ class SftpStore : public ObjectStore {
   auto WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>()));
 
   Result<ObjectInfo> HeadOn(SftpConnection& c, std::string_view key);
-  // The record for `paths` when it describes a file of this size and mtime.
-  std::optional<ObjectRecord> ReadRecord(SftpConnection& c, const KeyPaths& paths, uint64_t size,
-                                         int64_t mtime_s);
   Status MakeDirs(SftpConnection& c, const std::string& dir);
-  // Writes `record` under a temporary name next to paths.record and returns that name.
-  Result<std::string> StageRecord(SftpConnection& c, const KeyPaths& paths,
-                                  const ObjectRecord& record);
-  // Applies mode and mtime from `metadata` to the staged file; returns the mtime set.
-  Result<int64_t> ApplyAttributes(SftpConnection& c, const std::string& path,
-                                  const Metadata& metadata);
-  // Renames the staged data and record into place, after checking the preconditions, holding
-  // the key's lock.
+  // Applies mode and mtime from `metadata` to the staged file at `path`; returns what head()
+  // will report for `key` once the file is in place (without its ETag).
+  Result<ObjectInfo> ApplyAttributes(SftpConnection& c, std::string_view key,
+                                     const std::string& path, const Metadata& metadata);
+  // Renames the staged file into place, after checking the preconditions, holding the key's
+  // lock.
   Status Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
-                const std::string& staged_data, const std::string& staged_record,
-                const PutOptions& preconditions);
+                const std::string& staged_data, const PutOptions& preconditions);
   Status Rename(SftpConnection& c, const std::string& from, const std::string& to);
   std::string TempName(const std::string& dir);
   std::mutex& KeyLock(std::string_view key);

@@ -1,20 +1,29 @@
-// The SFTP client against a real OpenSSH sshd on loopback: the backend conformance suite, and
-// what is particular to SFTP (pipelined reads, server-side copy-data, host keys, authentication,
-// attributes of files objfs did not write, temporary names).
+// The SFTP client against a real OpenSSH sshd on loopback: the backend conformance suite (for the
+// store alone and under ContentEtagStore), and what is particular to SFTP (pipelined reads,
+// server-side copy-data, host keys, authentication, attributes of files objfs did not write,
+// versions instead of ETags, nothing on the server but the files, content ETags kept on this
+// machine).
 #include "backend/sftp/sftp_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "backend/md5.h"
 #include "backend/metrics.h"
+#include "backend/object_version.h"
+#include "cache/content_etag_store.h"
+#include "cache/store_db.h"
 #include "tests/conformance/object_store_conformance.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
@@ -53,12 +62,79 @@ std::shared_ptr<ObjectStore> FreshDirectoryStore() {
   return MakeStore(OptionsFor(testing::MakeTestDir(CurrentTestName())));
 }
 
+std::string MakeScratchDir() {
+  char tmpl[] = "/tmp/objfs-sftp-test-XXXXXX";
+  EXPECT_NE(::mkdtemp(tmpl), nullptr);
+  return tmpl;
+}
+
+std::shared_ptr<StoreDb> OpenDb(const std::string& dir) {
+  auto db = StoreDb::Open(dir);
+  EXPECT_TRUE(db.ok()) << db.status().ToString();
+  return db.ok() ? std::make_shared<StoreDb>(std::move(db).value()) : nullptr;
+}
+
+// The databases of the ContentEtagOnSshd instantiation, deleted with the process.
+struct ScratchDirs {
+  ~ScratchDirs() {
+    std::error_code ignored;
+    for (const std::string& dir : dirs) fs::remove_all(dir, ignored);
+  }
+  std::vector<std::string> dirs;
+};
+
+std::shared_ptr<ObjectStore> FreshContentEtagStore() {
+  static ScratchDirs scratch;
+  scratch.dirs.push_back(MakeScratchDir());
+  return std::make_shared<ContentEtagStore>(FreshDirectoryStore(),
+                                            OpenDb(scratch.dirs.back() + "/db"), nullptr);
+}
+
+ConformanceBackend SftpBackend(std::string name,
+                               std::function<std::shared_ptr<ObjectStore>()> make) {
+  ConformanceBackend backend;
+  backend.name = std::move(name);
+  backend.make_store = std::move(make);
+  backend.empty_key_segments = false;
+  backend.max_key_segment_bytes = 255;
+  backend.key_may_also_be_a_prefix = false;
+  backend.stores_metadata = false;
+  return backend;
+}
+
 INSTANTIATE_TEST_SUITE_P(Sshd, ObjectStoreConformance,
-                         ::testing::Values(ConformanceBackend{"SftpOnSshd", FreshDirectoryStore, 0,
-                                                              0, 0, /*empty_key_segments=*/false,
-                                                              /*max_key_segment_bytes=*/255,
-                                                              /*key_may_also_be_a_prefix=*/false}),
+                         ::testing::Values(SftpBackend("SftpOnSshd", FreshDirectoryStore),
+                                           SftpBackend("ContentEtagOnSshd", FreshContentEtagStore)),
                          ConformanceBackendName);
+
+// Counts the read() calls that reach the store below, and the smallest buffer one asked for.
+class ReadCountingStore : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                      const ETag* if_match) override {
+    ++reads;
+    smallest_read = std::min(smallest_read, buf.size());
+    return ForwardingStore::read(key, offset, buf, if_match);
+  }
+  uint64_t reads = 0;  // single-threaded tests only
+  size_t smallest_read = SIZE_MAX;
+};
+
+// Every entry under `root`, relative to it, as std::filesystem sees the server's directory.
+std::set<std::string> ServerEntries(const std::string& root) {
+  std::set<std::string> entries;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    entries.insert(fs::relative(entry.path(), root).string());
+  }
+  return entries;
+}
+
+// Sets the mtime of a file on the server's disk, as a program other than objfs would.
+void SetMtime(const fs::path& path, time_t seconds) {
+  struct timeval times[2] = {{seconds, 0}, {seconds, 0}};
+  ASSERT_EQ(::utimes(path.c_str(), times), 0);
+}
 
 std::string Pattern(size_t n, uint32_t seed) {
   std::string s(n, '\0');
@@ -92,8 +168,20 @@ class SftpStoreTest : public ::testing::Test {
     scratch_ = tmpl;
   }
   void TearDown() override {
+    etags_.reset();
+    db_.reset();
     std::error_code ignored;
     fs::remove_all(scratch_, ignored);
+  }
+
+  // A ContentEtagStore over the store (through a read counter), with its database in scratch.
+  void OpenContentEtags() {
+    etags_.reset();
+    db_.reset();
+    db_ = OpenDb(scratch_ + "/db");
+    ASSERT_NE(db_, nullptr);
+    if (counting_ == nullptr) counting_ = std::make_shared<ReadCountingStore>(store_);
+    etags_ = std::make_shared<ContentEtagStore>(counting_, db_, &metrics_);
   }
 
   Result<ObjectInfo> Put(const std::string& key, const std::string& data, Metadata meta = {}) {
@@ -133,6 +221,9 @@ class SftpStoreTest : public ::testing::Test {
   std::string root_;
   std::string scratch_;
   std::shared_ptr<SftpStore> store_;
+  std::shared_ptr<ReadCountingStore> counting_;
+  std::shared_ptr<StoreDb> db_;
+  std::shared_ptr<ContentEtagStore> etags_;
 };
 
 TEST_F(SftpStoreTest, PipelinedReadUsesServerMaxReadLength) {
@@ -159,24 +250,36 @@ TEST_F(SftpStoreTest, PipelinedReadUsesServerMaxReadLength) {
 TEST_F(SftpStoreTest, CopyDataMovesNoBytesThroughThisProcess) {
   ASSERT_TRUE(store_->capabilities().server_side_copy);
   const std::string data = Pattern(8u << 20, 2);
-  ASSERT_TRUE(Put("src/file", data, {{"mode", "33188"}}).ok());
+  Result<ObjectInfo> put = Put("src/file", data, {{"mode", "33188"}});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->etag, ETag::FromMd5(Md5Of(data)));
   Result<ObjectInfo> src = store_->head("src/file");
   ASSERT_TRUE(src.ok()) << src.status().ToString();
-  ASSERT_TRUE(src->etag.is_plain_md5());
+  EXPECT_TRUE(IsVersionTag(src->etag)) << src->etag.value();
 
   const uint64_t reads = metrics_.sftp_read_requests.load();
   const uint64_t hashed = metrics_.bytes_hashed.load();
+  // Checked against the version head() saw; no content ETag is known, so none is returned.
   Result<ObjectInfo> copied = store_->copy(*src, "dst/copied", CopyOptions{});
   ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_TRUE(copied->etag.empty()) << copied->etag.value();
+  EXPECT_EQ(copied->size, data.size());
+  // A caller that vouches for the source's MD5 gets it back: the bytes are the same.
+  CopyOptions unchecked;
+  unchecked.if_match_source = false;
+  Result<ObjectInfo> vouched = store_->copy(*put, "dst/vouched", unchecked);
+  ASSERT_TRUE(vouched.ok()) << vouched.status().ToString();
+  EXPECT_EQ(vouched->etag, put->etag);
   EXPECT_EQ(metrics_.sftp_read_requests.load(), reads);
   EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);
-  EXPECT_EQ(copied->etag, src->etag);
-  EXPECT_EQ(copied->size, data.size());
   EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "dst/copied") == data);
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "dst/vouched") == data);
   Result<ObjectInfo> head = store_->head("dst/copied");
   ASSERT_TRUE(head.ok());
-  EXPECT_EQ(head->etag, src->etag);
-  EXPECT_EQ(head->metadata, (Metadata{{"mode", "33188"}}));
+  EXPECT_EQ(head->etag, VersionTag(data.size(), copied->mtime_ns));
+  EXPECT_EQ(head->metadata.at("mode"), "33188");
+  // The copy keeps the source's mtime.
+  EXPECT_EQ(head->mtime_ns, src->mtime_ns);
 }
 
 TEST_F(SftpStoreTest, CopyWithoutCopyDataStreamsAndHashes) {
@@ -196,7 +299,8 @@ TEST_F(SftpStoreTest, CopyWithoutCopyDataStreamsAndHashes) {
   ASSERT_TRUE(copied.ok()) << copied.status().ToString();
   EXPECT_GT(metrics_.sftp_read_requests.load(), reads);
   EXPECT_EQ(metrics_.bytes_hashed.load() - hashed, data.size());
-  EXPECT_EQ(copied->etag, src->etag);
+  // The MD5 of the bytes it streamed.
+  EXPECT_EQ(copied->etag, ETag::FromMd5(Md5Of(data)));
   EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "dst") == data);
 }
 
@@ -269,7 +373,7 @@ TEST_F(SftpStoreTest, WrongKeyIsRefusedNamingWhatWasTried) {
   EXPECT_EQ(store.status().ToString().find('\n'), std::string::npos);
 }
 
-TEST_F(SftpStoreTest, ListingCarriesSizesMtimesAndETags) {
+TEST_F(SftpStoreTest, ListingCarriesSizesMtimesAndVersions) {
   for (int i = 0; i < 100; ++i) {
     char key[16];
     std::snprintf(key, sizeof(key), "f%03d", i);
@@ -285,7 +389,7 @@ TEST_F(SftpStoreTest, ListingCarriesSizesMtimesAndETags) {
     const ObjectInfo& object = listing->objects[i];
     EXPECT_EQ(object.size, static_cast<uint64_t>(i * 7)) << object.key;
     EXPECT_EQ(object.mtime_ns, (1600000000ll + i * 1000) * 1000000000ll) << object.key;
-    EXPECT_EQ(object.etag, ETag::FromMd5(Md5Of(std::string(i * 7, 'x')))) << object.key;
+    EXPECT_EQ(object.etag, VersionTag(i * 7, object.mtime_ns)) << object.key;
   }
 }
 
@@ -325,7 +429,7 @@ TEST_F(SftpStoreTest, FilesWrittenByOthersShowTheirAttributes) {
   fs::permissions(path, fs::perms(0640));
   Result<ObjectInfo> head = store_->head("outside");
   ASSERT_TRUE(head.ok()) << head.status().ToString();
-  EXPECT_TRUE(head->etag.empty());
+  EXPECT_EQ(head->etag, VersionTag(21, head->mtime_ns));
   EXPECT_EQ(head->size, 21u);
   EXPECT_EQ(head->metadata["mode"], std::to_string(0100640));
   EXPECT_EQ(head->metadata["uid"], std::to_string(::getuid()));
@@ -335,12 +439,15 @@ TEST_F(SftpStoreTest, FilesWrittenByOthersShowTheirAttributes) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, "written without objfs");
 
-  // Rewritten by someone else after objfs wrote it: the stale ETag is not reported.
+  // Rewritten by someone else after objfs wrote it: another version.
   ASSERT_TRUE(Put("changed", "objfs version").ok());
+  Result<ObjectInfo> written = store_->head("changed");
+  ASSERT_TRUE(written.ok());
   std::ofstream(fs::path(root_) / "changed") << "another, longer version";
   Result<ObjectInfo> changed = store_->head("changed");
   ASSERT_TRUE(changed.ok());
-  EXPECT_TRUE(changed->etag.empty()) << changed->etag.value();
+  EXPECT_NE(changed->etag, written->etag);
+  EXPECT_FALSE(changed->etag.is_plain_md5()) << changed->etag.value();
 }
 
 TEST_F(SftpStoreTest, PutAppliesModeAndMtime) {
@@ -395,6 +502,186 @@ TEST_F(SftpStoreTest, AKeyCannotBeBothAFileAndADirectory) {
     }
   }
   EXPECT_TRUE(leftovers.empty()) << leftovers.front();
+}
+
+TEST_F(SftpStoreTest, NothingButTheFilesAppearsOnTheServer) {
+  OpenContentEtags();
+  ASSERT_TRUE(etags_->put("a", MemorySource(std::string_view("a")), PutOptions{}).ok());
+  ASSERT_TRUE(etags_->put("d/b", MemorySource(std::string_view("bb")), PutOptions{}).ok());
+  ASSERT_TRUE(etags_->put("d/b", MemorySource(std::string_view("bbb")), PutOptions{}).ok());
+  PutOptions exclusive;
+  exclusive.if_none_match = true;
+  EXPECT_FALSE(etags_->put("a", MemorySource(std::string_view("x")), exclusive).ok());
+  Result<ObjectInfo> a = etags_->head("a");
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(etags_->copy(*a, "c", CopyOptions{}).ok());
+  // A rename, as the filesystem makes it: copy, then remove the source.
+  Result<ObjectInfo> b = etags_->head("d/b");
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(etags_->copy(*b, "d/e", CopyOptions{}).ok());
+  ASSERT_TRUE(etags_->remove("d/b").ok());
+  // chmod, as the filesystem makes it: a self-copy with replaced metadata.
+  Result<ObjectInfo> e = etags_->head("d/e");
+  ASSERT_TRUE(e.ok());
+  CopyOptions chmod;
+  chmod.replace_metadata = Metadata{{"mode", "33261"}};
+  ASSERT_TRUE(etags_->copy(*e, "d/e", chmod).ok());
+  ASSERT_TRUE(etags_->ContentEtag("c").ok());
+  ASSERT_TRUE(etags_->remove_many({"c"}).ok());
+
+  EXPECT_EQ(ServerEntries(root_), (std::set<std::string>{"a", "d", "d/e"}));
+  EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d/e"), "bbb");
+  // The store's own listing agrees.
+  ListOptions all;
+  Result<Listing> listing = store_->list(all);
+  ASSERT_TRUE(listing.ok());
+  std::vector<std::string> keys;
+  for (const ObjectInfo& object : listing->objects) keys.push_back(object.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"a", "d/e"}));
+}
+
+TEST_F(SftpStoreTest, ReadOfAFileReplacedUnderneathFailsInsteadOfMixing) {
+  const std::string first = Pattern(1 << 20, 5);
+  ASSERT_TRUE(Put("f", first).ok());
+  Result<ObjectInfo> seen = store_->head("f");
+  ASSERT_TRUE(seen.ok());
+  std::string buf(first.size(), '\0');
+  std::span<std::byte> half(reinterpret_cast<std::byte*>(buf.data()), buf.size() / 2);
+  Result<size_t> n = store_->read("f", 0, half, &seen->etag);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, half.size());
+
+  // Replaced by another program with a file of another size: the rest is not read.
+  const fs::path path = fs::path(root_) / "f";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << Pattern((1 << 20) + 1, 6);
+  std::span<std::byte> rest(reinterpret_cast<std::byte*>(buf.data()) + half.size(), half.size());
+  Result<size_t> mixed = store_->read("f", half.size(), rest, &seen->etag);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_EQ(mixed.status().code(), StatusCode::kPreconditionFailed) << mixed.status().ToString();
+
+  // Same size, other mtime.
+  ASSERT_TRUE(Put("g", first).ok());
+  Result<ObjectInfo> g = store_->head("g");
+  ASSERT_TRUE(g.ok());
+  SetMtime(fs::path(root_) / "g", g->mtime_ns / 1000000000 - 10);
+  EXPECT_EQ(store_->read("g", 0, rest, &g->etag).status().code(), StatusCode::kPreconditionFailed);
+  // An MD5 cannot be checked by the store alone: it never matches.
+  ETag md5 = ETag::FromMd5(Md5Of(first));
+  EXPECT_EQ(store_->read("g", 0, rest, &md5).status().code(), StatusCode::kPreconditionFailed);
+}
+
+TEST_F(SftpStoreTest, ContentEtagsAreKeptOnThisMachine) {
+  OpenContentEtags();
+  const std::string data = Pattern(3u << 20, 7);
+  Result<ObjectInfo> put = etags_->put("dir/file", MemorySource(data), PutOptions{});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  const ETag md5 = ETag::FromMd5(Md5Of(data));
+  EXPECT_EQ(put->etag, md5);
+  auto record = db_->Get<ContentETagRecord>("dir/file");
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->size, data.size());
+  EXPECT_EQ((*record)->mtime_ns, put->mtime_ns);
+  Result<ObjectInfo> head = etags_->head("dir/file");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->etag, md5);
+
+  // A read by MD5 is a read of the version it was recorded for.
+  std::string back(data.size(), '\0');
+  Result<size_t> n = etags_->read(
+      "dir/file", 0, std::span<std::byte>(reinterpret_cast<std::byte*>(back.data()), back.size()),
+      &head->etag);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(back == data);
+
+  // A server-side copy carries the MD5 without reading or hashing a byte here.
+  ASSERT_TRUE(store_->capabilities().server_side_copy);
+  const uint64_t reads = metrics_.sftp_read_requests.load();
+  const uint64_t hashed = metrics_.bytes_hashed.load();
+  Result<ObjectInfo> copied = etags_->copy(*head, "copy", CopyOptions{});
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(copied->etag, md5);
+  Result<ETag> copy_etag = etags_->ContentEtag("copy");
+  ASSERT_TRUE(copy_etag.ok()) << copy_etag.status().ToString();
+  EXPECT_EQ(*copy_etag, md5);
+  EXPECT_EQ(metrics_.sftp_read_requests.load(), reads);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);
+  Result<ObjectInfo> copy_head = etags_->head("copy");
+  ASSERT_TRUE(copy_head.ok());
+  EXPECT_EQ(copy_head->etag, md5);
+
+  // Replaced underneath with another size: the record is dropped, reads by the old MD5 fail.
+  std::ofstream(fs::path(root_) / "dir/file", std::ios::binary | std::ios::trunc) << "other";
+  EXPECT_EQ(etags_
+                ->read("dir/file", 0,
+                       std::span<std::byte>(reinterpret_cast<std::byte*>(back.data()), 10), &md5)
+                .status()
+                .code(),
+            StatusCode::kPreconditionFailed);
+  Result<ObjectInfo> replaced = etags_->head("dir/file");
+  ASSERT_TRUE(replaced.ok());
+  EXPECT_FALSE(replaced->etag.is_plain_md5()) << replaced->etag.value();
+  record = db_->Get<ContentETagRecord>("dir/file");
+  ASSERT_TRUE(record.ok());
+  EXPECT_FALSE(record->has_value());
+  Result<ETag> recomputed = etags_->ContentEtag("dir/file");
+  ASSERT_TRUE(recomputed.ok());
+  EXPECT_EQ(*recomputed, ETag::FromMd5(Md5Of("other")));
+
+  // Touched underneath (same size, another mtime): the copy's record no longer holds.
+  SetMtime(fs::path(root_) / "copy", copied->mtime_ns / 1000000000 + 100);
+  Result<ObjectInfo> touched = etags_->head("copy");
+  ASSERT_TRUE(touched.ok());
+  EXPECT_FALSE(touched->etag.is_plain_md5()) << touched->etag.value();
+  EXPECT_EQ(etags_
+                ->read("copy", 0,
+                       std::span<std::byte>(reinterpret_cast<std::byte*>(back.data()), 10), &md5)
+                .status()
+                .code(),
+            StatusCode::kPreconditionFailed);
+}
+
+TEST_F(SftpStoreTest, ContentEtagHashesInBulkReadsAndSurvivesReopening) {
+  const size_t size = (10u << 20) + 3;
+  const std::string data = Pattern(size, 8);
+  {
+    std::ofstream out(fs::path(root_) / "outside", std::ios::binary);
+    out << data;  // written without objfs: nothing is known about it
+  }
+  OpenContentEtags();
+  Result<ObjectInfo> head = etags_->head("outside");
+  ASSERT_TRUE(head.ok());
+  EXPECT_FALSE(head->etag.is_plain_md5()) << head->etag.value();
+
+  const uint64_t requests = metrics_.sftp_read_requests.load();
+  Result<ETag> etag = etags_->ContentEtag("outside");
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, ETag::FromMd5(Md5Of(data)));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), size);
+  EXPECT_EQ(counting_->reads, 3u);  // 4 MiB, 4 MiB and the rest
+  EXPECT_GE(counting_->smallest_read, size_t{1} << 20);
+  // Each read call is pipelined READ requests of the server's largest size.
+  const uint64_t max_read = store_->server_limits().max_read;
+  const uint64_t sent = metrics_.sftp_read_requests.load() - requests;
+  uint64_t want = 0;
+  for (uint64_t at = 0; at < size; at += ContentEtagStore::kHashReadBytes) {
+    const uint64_t len = std::min<uint64_t>(ContentEtagStore::kHashReadBytes, size - at);
+    want += (len + max_read - 1) / max_read;
+  }
+  EXPECT_GE(sent, want);
+  EXPECT_LE(sent, want + 3 * counting_->reads) << "max_read " << max_read << " want " << want;
+
+  // Another mount of the same cache directory knows it without hashing.
+  OpenContentEtags();
+  Result<ObjectInfo> again = etags_->head("outside");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->etag, *etag);
+  const uint64_t reads = counting_->reads;
+  Result<ETag> recorded = etags_->ContentEtag("outside");
+  ASSERT_TRUE(recorded.ok());
+  EXPECT_EQ(*recorded, *etag);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), size);
+  EXPECT_EQ(counting_->reads, reads);
+  EXPECT_EQ(ServerEntries(root_), (std::set<std::string>{"outside"}));
 }
 
 TEST_F(SftpStoreTest, DescribeNamesUserHostPortAndRoot) {

@@ -3,12 +3,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
 #include "backend/fake/memory_store.h"
 #include "backend/md5.h"
 #include "backend/metrics_store.h"
+#include "cache/content_etag_store.h"
+#include "cache/store_db.h"
 #include "fs/errno_map.h"
 #include "fs/filesystem.h"
 #include "fs/xattr.h"
@@ -19,6 +22,12 @@ namespace {
 
 std::span<const std::byte> Bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+std::string PatternOf(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 7 + i / 1000) % 256);
+  return s;
 }
 
 // The largest length one copy_file_range call passes on (the kernel's MAX_RW_COUNT-like cap),
@@ -245,6 +254,223 @@ TEST_F(FilesystemCopyTest, XattrOnDirectoryWritesItsMarker) {
   auto v = fresh->GetXattr(e->attr.ino, "user.k");
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, "v");
+}
+
+// A store without native ETags (the in-memory store behaving as SFTP) under ContentEtagStore,
+// as an sftp:// mount stacks them.
+class FilesystemContentEtagTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/objfs-content-etag-fs-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    cache_dir_ = tmpl;
+    MemoryStoreOptions memory;
+    memory.native_etags = false;
+    memory_ = std::make_shared<MemoryStore>(memory);
+    auto db = StoreDb::Open(cache_dir_ + "/db");
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    db_ = std::make_shared<StoreDb>(std::move(db).value());
+    etags_ = std::make_shared<ContentEtagStore>(memory_, db_, &metrics_);
+    store_ = std::make_shared<MetricsStore>(etags_, metrics_);
+    options_.cache_dir = cache_dir_ + "/staging";
+    options_.prefetch.read_buffer = 16 << 10;
+    options_.prefetch.max_readahead = 16 << 10;
+    options_.content_etags = etags_.get();
+    fs_ = NewFilesystem();
+  }
+  // As an sftp:// mount stacks them: ContentEtagStore on top, found by the Filesystem itself.
+  void UseContentEtagStoreOnTop() {
+    options_.content_etags = nullptr;
+    store_.reset();
+    fs_ = nullptr;
+    auto fs = Filesystem::Create(etags_, options_, &metrics_, std::make_shared<FakeClock>());
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    fs_ = std::move(fs).value();
+  }
+  void TearDown() override {
+    fs_.reset();
+    std::filesystem::remove_all(cache_dir_);
+  }
+  std::unique_ptr<Filesystem> NewFilesystem() {
+    auto fs = Filesystem::Create(store_, options_, &metrics_, std::make_shared<FakeClock>());
+    EXPECT_TRUE(fs.ok()) << fs.status().ToString();
+    return std::move(fs).value();
+  }
+  uint64_t LookupIno(const std::string& name) {
+    auto e = fs_->Lookup(kRootIno, name);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? e->attr.ino : 0;
+  }
+  uint64_t WriteFile(const std::string& name, std::string_view data) {
+    auto created = fs_->Create(kRootIno, name, 0644, O_WRONLY | O_CREAT | O_TRUNC);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (!created.ok()) return 0;
+    EXPECT_TRUE(fs_->Write(created->fh, 0, Bytes(data)).ok());
+    EXPECT_TRUE(fs_->Release(created->fh).ok());
+    return created->entry.attr.ino;
+  }
+  static std::string Md5Hex(std::string_view data) { return HexMd5(Md5Of(data)); }
+  bool ListsEtag(uint64_t ino) {
+    auto names = fs_->ListXattr(ino);
+    EXPECT_TRUE(names.ok()) << names.status().ToString();
+    return names.ok() && std::find(names->begin(), names->end(), kEtagXattr) != names->end();
+  }
+
+  std::string cache_dir_;
+  Metrics metrics_;
+  std::shared_ptr<MemoryStore> memory_;
+  std::shared_ptr<StoreDb> db_;
+  std::shared_ptr<ContentEtagStore> etags_;
+  std::shared_ptr<MetricsStore> store_;
+  FilesystemOptions options_;
+  std::unique_ptr<Filesystem> fs_;
+};
+
+TEST_F(FilesystemContentEtagTest, EtagOfAFileWrittenElsewhereIsHashedOnceThenRecorded) {
+  const std::string data = PatternOf(100000);
+  ASSERT_TRUE(memory_->put("outside", MemorySource(data), PutOptions()).ok());
+  uint64_t ino = LookupIno("outside");
+  EXPECT_TRUE(ListsEtag(ino));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), 0u) << "listing the names hashes nothing";
+
+  auto etag = fs_->GetXattr(ino, kEtagXattr);
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, Md5Hex(data));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+  auto kind = fs_->GetXattr(ino, kEtagKindXattr);
+  ASSERT_TRUE(kind.ok());
+  EXPECT_EQ(*kind, ETagKindName(ETag::Kind::kPlainMd5));
+
+  // From the record from now on, in this mount and the next.
+  auto again = fs_->GetXattr(ino, kEtagXattr);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *etag);
+  fs_ = NewFilesystem();
+  auto fresh = fs_->GetXattr(LookupIno("outside"), kEtagXattr);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(*fresh, *etag);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+
+  // Changed by someone else: hashed anew, never the stale MD5.
+  ASSERT_TRUE(memory_->put("outside", MemorySource(std::string_view("new")), PutOptions()).ok());
+  fs_ = NewFilesystem();
+  auto changed = fs_->GetXattr(LookupIno("outside"), kEtagXattr);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(*changed, Md5Hex("new"));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size() + 3);
+}
+
+TEST_F(FilesystemContentEtagTest, EtagOfAFileWrittenThroughTheMountNeedsNoHashing) {
+  uint64_t ino = WriteFile("f", "written by objfs");
+  auto etag = fs_->GetXattr(ino, kEtagXattr);
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, Md5Hex("written by objfs"));
+  fs_ = NewFilesystem();
+  auto fresh = fs_->GetXattr(LookupIno("f"), kEtagXattr);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(*fresh, Md5Hex("written by objfs"));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), 0u);
+}
+
+TEST_F(FilesystemContentEtagTest, CopyFileRangeCarriesTheSourceEtagWithoutHashing) {
+  const std::string data = PatternOf(100000);
+  ASSERT_TRUE(memory_->put("src", MemorySource(data), PutOptions()).ok());
+  uint64_t src_ino = LookupIno("src");
+  auto src_etag = fs_->GetXattr(src_ino, kEtagXattr);
+  ASSERT_TRUE(src_etag.ok()) << src_etag.status().ToString();
+  const uint64_t hashed = metrics_.bytes_hashed.load();
+  ASSERT_EQ(hashed, data.size());
+
+  auto src_fh = fs_->Open(src_ino, O_RDONLY);
+  ASSERT_TRUE(src_fh.ok());
+  auto dst = fs_->Create(kRootIno, "dst", 0600, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(dst.ok());
+  const uint64_t reads = metrics_.read_requests.load();
+  auto n = fs_->CopyFileRange(*src_fh, 0, dst->fh, 0, data.size(), 0);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, data.size());
+  ASSERT_TRUE(fs_->Release(dst->fh).ok());
+  ASSERT_TRUE(fs_->Release(*src_fh).ok());
+  EXPECT_EQ(memory_->contents("dst"), data);
+
+  auto dst_etag = fs_->GetXattr(dst->entry.attr.ino, kEtagXattr);
+  ASSERT_TRUE(dst_etag.ok()) << dst_etag.status().ToString();
+  EXPECT_EQ(*dst_etag, *src_etag);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);
+  EXPECT_EQ(metrics_.read_requests.load(), reads);
+}
+
+TEST_F(FilesystemContentEtagTest, RenameCarriesTheRecord) {
+  const std::string data = PatternOf(50000);
+  ASSERT_TRUE(memory_->put("old", MemorySource(data), PutOptions()).ok());
+  auto etag = fs_->GetXattr(LookupIno("old"), kEtagXattr);
+  ASSERT_TRUE(etag.ok());
+  const uint64_t hashed = metrics_.bytes_hashed.load();
+  ASSERT_TRUE(fs_->Rename(kRootIno, "old", kRootIno, "new", 0).ok());
+  auto renamed = fs_->GetXattr(LookupIno("new"), kEtagXattr);
+  ASSERT_TRUE(renamed.ok()) << renamed.status().ToString();
+  EXPECT_EQ(*renamed, *etag);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);
+  auto old_record = db_->Get<ContentETagRecord>("old");
+  ASSERT_TRUE(old_record.ok());
+  EXPECT_FALSE(old_record->has_value());
+  auto new_record = db_->Get<ContentETagRecord>("new");
+  ASSERT_TRUE(new_record.ok());
+  ASSERT_TRUE(new_record->has_value());
+  EXPECT_EQ(HexMd5((*new_record)->md5), *etag);
+}
+
+TEST_F(FilesystemContentEtagTest, ReadOfAFileReplacedUnderneathFails) {
+  const std::string data = PatternOf(100000);
+  for (const char* name : {"by-version", "by-md5"}) {
+    SCOPED_TRACE(name);
+    // Written elsewhere, the mount knows its version; written through the mount, its MD5.
+    uint64_t ino;
+    if (std::string_view(name) == "by-version") {
+      ASSERT_TRUE(memory_->put(name, MemorySource(data), PutOptions()).ok());
+      ino = LookupIno(name);
+    } else {
+      ino = WriteFile(name, data);
+    }
+    auto fh = fs_->Open(ino, O_RDONLY);
+    ASSERT_TRUE(fh.ok());
+    std::string buf(4096, '\0');
+    std::span<std::byte> span(reinterpret_cast<std::byte*>(buf.data()), buf.size());
+    auto first = fs_->Read(*fh, 0, span);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    // Same size, new content and mtime, written by someone else.
+    std::string other = data;
+    other[90000] ^= 1;
+    ASSERT_TRUE(memory_->put(name, MemorySource(other), PutOptions()).ok());
+    auto later = fs_->Read(*fh, 90000, span);
+    ASSERT_FALSE(later.ok());
+    EXPECT_EQ(ErrnoFromStatus(later.status()), ESTALE) << later.status().ToString();
+    ASSERT_TRUE(fs_->Release(*fh).ok());
+  }
+}
+
+TEST_F(FilesystemContentEtagTest, AContentEtagStoreOnTopIsUsedForEtags) {
+  UseContentEtagStoreOnTop();
+  ASSERT_TRUE(memory_->put("outside", MemorySource(std::string_view("x")), PutOptions()).ok());
+  uint64_t ino = LookupIno("outside");
+  EXPECT_TRUE(ListsEtag(ino));
+  auto etag = fs_->GetXattr(ino, kEtagXattr);
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, Md5Hex("x"));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), 1u);
+}
+
+TEST_F(FilesystemContentEtagTest, WithoutContentEtagsAVersionIsNeverShown) {
+  options_.content_etags = nullptr;
+  fs_ = NewFilesystem();
+  ASSERT_TRUE(memory_->put("outside", MemorySource(std::string_view("x")), PutOptions()).ok());
+  uint64_t ino = LookupIno("outside");
+  EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, kEtagXattr).status()), ENODATA);
+  EXPECT_FALSE(ListsEtag(ino));
+  uint64_t written = WriteFile("written", "by objfs");
+  auto etag = fs_->GetXattr(written, kEtagXattr);
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, Md5Hex("by objfs"));
 }
 
 }  // namespace

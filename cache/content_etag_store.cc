@@ -1,0 +1,226 @@
+#include "cache/content_etag_store.h"
+
+#include <utility>
+
+#include "backend/md5.h"
+#include "backend/object_version.h"
+
+namespace objfs {
+namespace {
+
+bool IsMarker(std::string_view key) { return !key.empty() && key.back() == '/'; }
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// The digest of a plain-MD5 ETag (whose value is 32 lowercase hex digits).
+Md5Digest DigestOf(const ETag& etag) {
+  Md5Digest digest{};
+  const std::string& hex = etag.value();
+  for (size_t i = 0; i < digest.size(); ++i) {
+    digest[i] = static_cast<uint8_t>(HexDigit(hex[2 * i]) * 16 + HexDigit(hex[2 * i + 1]));
+  }
+  return digest;
+}
+
+}  // namespace
+
+ContentEtagStore::ContentEtagStore(std::shared_ptr<ObjectStore> inner, std::shared_ptr<StoreDb> db,
+                                   Metrics* metrics)
+    : ForwardingStore(inner), inner_(std::move(inner)), db_(std::move(db)), metrics_(metrics) {}
+
+std::optional<ContentETagRecord> ContentEtagStore::ValidRecord(std::string_view key, uint64_t size,
+                                                               int64_t mtime_ns) {
+  std::lock_guard<std::mutex> lock(records_mu_);
+  Result<std::optional<ContentETagRecord>> record = db_->Get<ContentETagRecord>(key);
+  if (!record.ok() || !record->has_value()) return std::nullopt;
+  const ContentETagRecord& r = **record;
+  if (r.size == size && r.mtime_ns == mtime_ns) return r;
+  // The object changed since the record was made. A record newer than what the caller saw may
+  // describe a write that raced with its look-up: that one stays (it is checked at every use).
+  if (r.mtime_ns <= mtime_ns) (void)db_->Remove<ContentETagRecord>(key);
+  return std::nullopt;
+}
+
+void ContentEtagStore::FillETag(ObjectInfo& info) {
+  if (IsMarker(info.key)) return;
+  if (std::optional<ContentETagRecord> record = ValidRecord(info.key, info.size, info.mtime_ns)) {
+    info.etag = ETag::FromMd5(record->md5);
+  }
+}
+
+Result<ETag> ContentEtagStore::InnerETag(std::string_view key, const ETag& etag,
+                                         std::string_view what) {
+  if (!etag.is_plain_md5()) return etag;
+  Result<std::optional<ContentETagRecord>> record = db_->Get<ContentETagRecord>(key);
+  if (!record.ok() || !record->has_value() || ETag::FromMd5((*record)->md5) != etag) {
+    return PreconditionFailedError(std::string(what) + " " + std::string(key) +
+                                   ": the object changed (" + etag.value() +
+                                   " is not the recorded MD5 of its content)");
+  }
+  return VersionTag((*record)->size, (*record)->mtime_ns);
+}
+
+void ContentEtagStore::Record(const std::string& key, uint64_t size, int64_t mtime_ns,
+                              const ETag& md5) {
+  ContentETagRecord record;
+  record.path = key;
+  record.size = size;
+  record.mtime_ns = mtime_ns;
+  record.md5 = DigestOf(md5);
+  std::lock_guard<std::mutex> lock(records_mu_);
+  // A record that cannot be written only costs a hash later.
+  (void)db_->Put(record);
+}
+
+void ContentEtagStore::Forget(std::string_view key) {
+  std::lock_guard<std::mutex> lock(records_mu_);
+  (void)db_->Remove<ContentETagRecord>(key);
+}
+
+Result<ObjectInfo> ContentEtagStore::head(std::string_view key) {
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, inner_->head(key));
+  FillETag(info);
+  return info;
+}
+
+Result<size_t> ContentEtagStore::read(std::string_view key, uint64_t offset,
+                                      std::span<std::byte> buf, const ETag* if_match) {
+  if (if_match == nullptr || if_match->empty()) return inner_->read(key, offset, buf, if_match);
+  OBJFS_ASSIGN_OR_RETURN(ETag version, InnerETag(key, *if_match, "read"));
+  return inner_->read(key, offset, buf, &version);
+}
+
+Result<Listing> ContentEtagStore::list(const ListOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(Listing listing, inner_->list(options));
+  for (ObjectInfo& object : listing.objects) FillETag(object);
+  return listing;
+}
+
+Result<ObjectInfo> ContentEtagStore::put(std::string_view key, const ByteSource& source,
+                                         const PutOptions& options) {
+  PutOptions inner_options = options;
+  if (options.if_match) {
+    OBJFS_ASSIGN_OR_RETURN(inner_options.if_match, InnerETag(key, *options.if_match, "put"));
+  }
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, inner_->put(key, source, inner_options));
+  if (info.etag.is_plain_md5() && !IsMarker(key)) {
+    Record(info.key.empty() ? std::string(key) : info.key, info.size, info.mtime_ns, info.etag);
+  } else {
+    Forget(key);
+    if (info.etag.empty()) info.etag = VersionTag(info.size, info.mtime_ns);
+  }
+  return info;
+}
+
+Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_view dst,
+                                          const CopyOptions& options) {
+  ObjectInfo inner_src = src;
+  std::optional<ETag> md5;  // the MD5 of the source version that the inner store checks
+  if (!options.if_match_source) {
+    inner_src.etag = ETag();  // nothing is checked: the bytes copied are of no known version
+  } else if (src.etag.is_plain_md5()) {
+    OBJFS_ASSIGN_OR_RETURN(inner_src.etag, InnerETag(src.key, src.etag, "copy"));
+    md5 = src.etag;
+  } else if (!src.etag.empty()) {
+    // A version: its record, if there is one, knows the content.
+    Result<std::optional<ContentETagRecord>> record = db_->Get<ContentETagRecord>(src.key);
+    if (record.ok() && record->has_value() &&
+        VersionTag((*record)->size, (*record)->mtime_ns) == src.etag) {
+      md5 = ETag::FromMd5((*record)->md5);
+    }
+  }
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, inner_->copy(inner_src, dst, options));
+  // An MD5 from the inner store was computed from the bytes it streamed; else the source's.
+  if (!info.etag.is_plain_md5() && md5) info.etag = *md5;
+  const std::string key = info.key.empty() ? std::string(dst) : info.key;
+  if (info.etag.is_plain_md5() && !IsMarker(key)) {
+    Record(key, info.size, info.mtime_ns, info.etag);
+  } else {
+    Forget(key);
+    info.etag = VersionTag(info.size, info.mtime_ns);
+  }
+  return info;
+}
+
+Status ContentEtagStore::remove(std::string_view key) {
+  Status status = inner_->remove(key);
+  Forget(key);
+  return status;
+}
+
+Status ContentEtagStore::remove_many(const std::vector<std::string>& keys) {
+  Status status = inner_->remove_many(keys);
+  for (const std::string& key : keys) Forget(key);
+  return status;
+}
+
+Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
+  if (key.empty() || IsMarker(key)) {
+    return InvalidArgumentError("'" + std::string(key) + "' is a directory, not a file");
+  }
+  std::vector<std::byte> buf;
+  Status last;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, inner_->head(key));
+    if (std::optional<ContentETagRecord> record = ValidRecord(key, info.size, info.mtime_ns)) {
+      return ETag::FromMd5(record->md5);
+    }
+    // Hash the version head() saw: every read checks it, so a replacement meanwhile fails.
+    if (buf.empty()) buf.resize(kHashReadBytes);
+    const ETag* if_match = info.etag.empty() ? nullptr : &info.etag;
+    Md5 md5;
+    uint64_t offset = 0;
+    Status status;
+    while (true) {
+      Result<size_t> n = inner_->read(key, offset, buf, if_match);
+      if (!n.ok()) {
+        status = n.status();
+        break;
+      }
+      if (*n == 0) break;
+      md5.Update(std::span<const std::byte>(buf.data(), *n));
+      if (metrics_ != nullptr) Bump(metrics_->bytes_hashed, *n);
+      offset += *n;
+      if (*n < buf.size()) break;
+    }
+    if (status.ok() && offset != info.size) {
+      status = PreconditionFailedError("hashing " + std::string(key) + ": the object changed (" +
+                                       std::to_string(offset) + " bytes, expected " +
+                                       std::to_string(info.size) + ")");
+    }
+    if (status.ok() && if_match == nullptr) {
+      // No version to read against: the object must be the same after the reads.
+      OBJFS_ASSIGN_OR_RETURN(ObjectInfo after, inner_->head(key));
+      if (after.size != info.size || after.mtime_ns != info.mtime_ns) {
+        status = PreconditionFailedError("hashing " + std::string(key) + ": the object changed");
+      }
+    }
+    if (!status.ok()) {
+      if (status.code() != StatusCode::kPreconditionFailed) return status;
+      last = status;
+      continue;
+    }
+    ETag etag = ETag::FromMd5(md5.Final());
+    ContentETagRecord record;
+    record.path = std::string(key);
+    record.size = info.size;
+    record.mtime_ns = info.mtime_ns;
+    record.md5 = DigestOf(etag);
+    std::lock_guard<std::mutex> lock(records_mu_);
+    // A put of the same version that recorded meanwhile knows best what it wrote.
+    Result<std::optional<ContentETagRecord>> existing = db_->Get<ContentETagRecord>(key);
+    if (existing.ok() && existing->has_value() && (*existing)->size == info.size &&
+        (*existing)->mtime_ns == info.mtime_ns) {
+      return ETag::FromMd5((*existing)->md5);
+    }
+    (void)db_->Put(record);
+    return etag;
+  }
+  return last;
+}
+
+}  // namespace objfs

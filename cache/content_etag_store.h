@@ -1,0 +1,85 @@
+// Content ETags for a store without native ETags (SFTP), kept on this machine.
+//
+// An SFTP server has no ETags, and objfs writes nothing to it but the files themselves. This
+// wrapper keeps the MD5 of each file's content in a ContentETagRecord of the StoreDb (in the
+// mount's cache directory), valid while the file keeps the size and mtime it was recorded for:
+// - put() records the MD5 the inner store computed while uploading;
+// - copy() records the source's MD5 for the destination: nothing is re-hashed;
+// - remove() / remove_many() drop the records;
+// - head() and list() report the recorded MD5 as the ETag when the record still matches the
+//   object, and the inner store's version (backend/object_version.h) otherwise; a record that no
+//   longer matches (the file was changed by something other than objfs) is dropped;
+// - ContentEtag() computes a missing MD5 by reading the whole object in large reads.
+//
+// Preconditions: the inner store checks If-Match against its version (size and mtime), which
+// costs nothing extra. An MD5 given as If-Match here, or as a copy source's ETag, is translated
+// to the version its record was made for, so an object replaced since the MD5 was seen fails
+// with PreconditionFailed (and an MD5 without a current record fails too); any other ETag is
+// passed on unchanged.
+//
+// The ETags this store reports are therefore either a content MD5 or an opaque version. Only
+// the MD5 may be shown to users: the filesystem asks ContentEtag() for "user.etag".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/metrics.h"
+#include "backend/object_store.h"
+#include "cache/records.h"
+#include "cache/store_db.h"
+
+namespace objfs {
+
+class ContentEtagStore : public ForwardingStore {
+ public:
+  // `metrics` may be null; it must outlive the store. `inner` is a store without native ETags
+  // whose ETags are versions (SftpStore, or MemoryStore with native_etags false).
+  ContentEtagStore(std::shared_ptr<ObjectStore> inner, std::shared_ptr<StoreDb> db,
+                   Metrics* metrics);
+
+  // Bytes read per call while hashing.
+  static constexpr size_t kHashReadBytes = 4u << 20;
+
+  Result<ObjectInfo> head(std::string_view key) override;
+  Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                      const ETag* if_match) override;
+  Result<Listing> list(const ListOptions& options) override;
+  Result<ObjectInfo> put(std::string_view key, const ByteSource& source,
+                         const PutOptions& options) override;
+  Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
+                          const CopyOptions& options) override;
+  Status remove(std::string_view key) override;
+  Status remove_many(const std::vector<std::string>& keys) override;
+
+  // The MD5 of the content of `key`: from its record when that still matches the object,
+  // else computed by reading the object in reads of kHashReadBytes (counted in
+  // metrics->bytes_hashed) and recorded. InvalidArgument for a directory marker.
+  Result<ETag> ContentEtag(std::string_view key);
+
+ private:
+  // The record of `key` if it describes an object of this size and mtime; a record that does
+  // not is removed.
+  std::optional<ContentETagRecord> ValidRecord(std::string_view key, uint64_t size,
+                                               int64_t mtime_ns);
+  // Replaces the inner version in `info` with the recorded MD5, when there is a valid record.
+  void FillETag(ObjectInfo& info);
+  // The ETag to give the inner store for `etag` as an If-Match on `key`: an MD5 becomes the
+  // version of its record (PreconditionFailed without one), anything else stays.
+  Result<ETag> InnerETag(std::string_view key, const ETag& etag, std::string_view what);
+  void Record(const std::string& key, uint64_t size, int64_t mtime_ns, const ETag& md5);
+  void Forget(std::string_view key);
+
+  std::shared_ptr<ObjectStore> inner_;
+  std::shared_ptr<StoreDb> db_;
+  Metrics* metrics_;
+  // Serialises each read-check-write of a record against writes of the same key's record.
+  std::mutex records_mu_;
+};
+
+}  // namespace objfs

@@ -1,0 +1,387 @@
+// ContentEtagStore over the in-memory store in its SFTP-like mode (no native ETags: head() and
+// list() report versions): recorded MD5s, preconditions by MD5, invalidation by outside changes,
+// hashing in bulk reads, persistence across StoreDb reopenings, and the conformance suite.
+#include "cache/content_etag_store.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "backend/fake/memory_store.h"
+#include "backend/md5.h"
+#include "backend/object_version.h"
+#include "tests/conformance/object_store_conformance.h"
+
+namespace objfs {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/objfs-content-etag-test-XXXXXX";
+  EXPECT_NE(::mkdtemp(tmpl), nullptr);
+  return tmpl;
+}
+
+std::shared_ptr<StoreDb> OpenDb(const std::string& dir) {
+  auto db = StoreDb::Open(dir);
+  EXPECT_TRUE(db.ok()) << db.status().ToString();
+  return db.ok() ? std::make_shared<StoreDb>(std::move(db).value()) : nullptr;
+}
+
+std::string Pattern(size_t size, uint32_t seed) {
+  std::string out(size, '\0');
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (char& c : out) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return out;
+}
+
+std::shared_ptr<MemoryStore> SftpLikeStore() {
+  MemoryStoreOptions options;
+  options.native_etags = false;
+  return std::make_shared<MemoryStore>(options);
+}
+
+// Counts the reads that reach the store below, and the smallest buffer one of them asked for.
+class ReadCountingStore : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                      const ETag* if_match) override {
+    ++reads;
+    size_t seen = smallest_read.load();
+    while (buf.size() < seen && !smallest_read.compare_exchange_weak(seen, buf.size())) {
+    }
+    return ForwardingStore::read(key, offset, buf, if_match);
+  }
+  std::atomic<uint64_t> reads{0};
+  std::atomic<size_t> smallest_read{SIZE_MAX};
+};
+
+// Deleted with the process: the directories of the conformance instantiation's databases.
+struct ScratchDirs {
+  ~ScratchDirs() {
+    std::error_code ignored;
+    for (const std::string& dir : dirs) std::filesystem::remove_all(dir, ignored);
+  }
+  std::vector<std::string> dirs;
+};
+
+std::shared_ptr<ObjectStore> FreshContentEtagStore() {
+  static ScratchDirs scratch;
+  scratch.dirs.push_back(TempDir());
+  return std::make_shared<ContentEtagStore>(SftpLikeStore(), OpenDb(scratch.dirs.back() + "/db"),
+                                            nullptr);
+}
+
+std::shared_ptr<ObjectStore> FreshSftpLikeStore() { return SftpLikeStore(); }
+
+ConformanceBackend Backend(std::string name, std::function<std::shared_ptr<ObjectStore>()> make) {
+  ConformanceBackend backend;
+  backend.name = std::move(name);
+  backend.make_store = std::move(make);
+  return backend;
+}
+
+INSTANTIATE_TEST_SUITE_P(Memory, ObjectStoreConformance,
+                         ::testing::Values(Backend("MemoryWithoutETags", FreshSftpLikeStore),
+                                           Backend("ContentEtagOverMemory", FreshContentEtagStore)),
+                         ConformanceBackendName);
+
+class ContentEtagStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    inner_ = SftpLikeStore();
+    counting_ = std::make_shared<ReadCountingStore>(inner_);
+    db_ = OpenDb(dir_ + "/db");
+    ASSERT_NE(db_, nullptr);
+    store_ = std::make_unique<ContentEtagStore>(counting_, db_, &metrics_);
+  }
+  void TearDown() override {
+    store_.reset();
+    db_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  Result<ObjectInfo> Put(ObjectStore& store, std::string_view key, std::string_view data,
+                         PutOptions options = {}) {
+    return store.put(key, MemorySource(data), options);
+  }
+  static ETag Md5Tag(std::string_view data) { return ETag::FromMd5(Md5Of(data)); }
+  std::optional<ContentETagRecord> RecordOf(std::string_view key) {
+    auto record = db_->Get<ContentETagRecord>(key);
+    EXPECT_TRUE(record.ok());
+    return record.ok() ? *record : std::nullopt;
+  }
+  Result<std::string> Read(std::string_view key, const ETag* if_match) {
+    std::string out(1 << 16, '\0');
+    OBJFS_ASSIGN_OR_RETURN(
+        size_t n,
+        store_->read(key, 0,
+                     std::span<std::byte>(reinterpret_cast<std::byte*>(out.data()), out.size()),
+                     if_match));
+    out.resize(n);
+    return out;
+  }
+
+  std::string dir_;
+  Metrics metrics_;
+  std::shared_ptr<MemoryStore> inner_;
+  std::shared_ptr<ReadCountingStore> counting_;
+  std::shared_ptr<StoreDb> db_;
+  std::unique_ptr<ContentEtagStore> store_;
+};
+
+TEST_F(ContentEtagStoreTest, InnerStoreReportsVersionsNotETags) {
+  ASSERT_TRUE(Put(*inner_, "f", "data").ok());
+  Result<ObjectInfo> head = inner_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_TRUE(IsVersionTag(head->etag)) << head->etag.value();
+  EXPECT_EQ(head->etag, VersionTag(4, head->mtime_ns));
+  EXPECT_FALSE(inner_->capabilities().native_etags);
+  EXPECT_FALSE(store_->capabilities().native_etags);
+}
+
+TEST_F(ContentEtagStoreTest, PutRecordsTheMd5ItReturns) {
+  Result<ObjectInfo> put = Put(*store_, "dir/file", "hello");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->etag, Md5Tag("hello"));
+  std::optional<ContentETagRecord> record = RecordOf("dir/file");
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->size, 5u);
+  EXPECT_EQ(record->mtime_ns, put->mtime_ns);
+  EXPECT_EQ(ETag::FromMd5(record->md5), Md5Tag("hello"));
+
+  Result<ObjectInfo> head = store_->head("dir/file");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->etag, Md5Tag("hello"));
+  ListOptions list;
+  list.prefix = "dir/";
+  Result<Listing> listing = store_->list(list);
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->objects.size(), 1u);
+  EXPECT_EQ(listing->objects[0].etag, Md5Tag("hello"));
+
+  const uint64_t reads = counting_->reads.load();
+  Result<ETag> etag = store_->ContentEtag("dir/file");
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, Md5Tag("hello"));
+  EXPECT_EQ(counting_->reads.load(), reads);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), 0u);
+}
+
+TEST_F(ContentEtagStoreTest, ContentEtagHashesOnceInBulkReadsThenServesTheRecord) {
+  const std::string data = Pattern((10u << 20) + 5, 3);
+  ASSERT_TRUE(Put(*inner_, "big", data).ok());  // written by someone else: no record
+  Result<ObjectInfo> head = store_->head("big");
+  ASSERT_TRUE(head.ok());
+  EXPECT_FALSE(head->etag.is_plain_md5()) << head->etag.value();
+  EXPECT_FALSE(RecordOf("big").has_value());
+
+  Result<ETag> etag = store_->ContentEtag("big");
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, Md5Tag(data));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+  EXPECT_EQ(counting_->reads.load(), 3u);  // 4 MiB + 4 MiB + the rest
+  EXPECT_GE(counting_->smallest_read.load(), size_t{1} << 20);
+
+  Result<ETag> again = store_->ContentEtag("big");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *etag);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+  EXPECT_EQ(counting_->reads.load(), 3u);
+  Result<ObjectInfo> after = store_->head("big");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->etag, Md5Tag(data));
+}
+
+TEST_F(ContentEtagStoreTest, ContentEtagOfEmptyObjectAndOfDirectory) {
+  ASSERT_TRUE(Put(*inner_, "empty", "").ok());
+  Result<ETag> etag = store_->ContentEtag("empty");
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(etag->value(), "d41d8cd98f00b204e9800998ecf8427e");
+  EXPECT_EQ(store_->ContentEtag("dir/").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->ContentEtag("missing").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ContentEtagStoreTest, CopyRecordsTheSourceMd5WithoutHashing) {
+  const std::string data = Pattern(3u << 20, 5);
+  ASSERT_TRUE(Put(*store_, "src", data).ok());
+  Result<ObjectInfo> src = store_->head("src");
+  ASSERT_TRUE(src.ok());
+  ASSERT_EQ(src->etag, Md5Tag(data));
+  const uint64_t reads = counting_->reads.load();
+
+  Result<ObjectInfo> copied = store_->copy(*src, "dst", CopyOptions{});
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(copied->etag, src->etag);
+  std::optional<ContentETagRecord> record = RecordOf("dst");
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->size, data.size());
+  EXPECT_EQ(record->mtime_ns, copied->mtime_ns);
+  EXPECT_NE(record->mtime_ns, src->mtime_ns);
+  Result<ETag> dst_etag = store_->ContentEtag("dst");
+  ASSERT_TRUE(dst_etag.ok());
+  EXPECT_EQ(*dst_etag, src->etag);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), 0u);
+  EXPECT_EQ(counting_->reads.load(), reads);
+}
+
+TEST_F(ContentEtagStoreTest, CopyOfASourceSeenByItsVersionUsesItsRecord) {
+  ASSERT_TRUE(Put(*inner_, "src", "some content").ok());
+  Result<ObjectInfo> seen = store_->head("src");  // before any hashing: a version
+  ASSERT_TRUE(seen.ok());
+  ASSERT_TRUE(IsVersionTag(seen->etag));
+  ASSERT_TRUE(store_->ContentEtag("src").ok());
+  const uint64_t hashed = metrics_.bytes_hashed.load();
+
+  Result<ObjectInfo> copied = store_->copy(*seen, "dst", CopyOptions{});
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(copied->etag, Md5Tag("some content"));
+  Result<ETag> dst = store_->ContentEtag("dst");
+  ASSERT_TRUE(dst.ok());
+  EXPECT_EQ(*dst, Md5Tag("some content"));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);
+}
+
+TEST_F(ContentEtagStoreTest, CopyOfAnUnhashedSourceRecordsNothing) {
+  ASSERT_TRUE(Put(*inner_, "src", "unknown content").ok());
+  Result<ObjectInfo> src = store_->head("src");
+  ASSERT_TRUE(src.ok());
+  Result<ObjectInfo> copied = store_->copy(*src, "dst", CopyOptions{});
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_FALSE(copied->etag.is_plain_md5()) << copied->etag.value();
+  EXPECT_EQ(copied->etag, VersionTag(copied->size, copied->mtime_ns));
+  EXPECT_FALSE(RecordOf("dst").has_value());
+  // The version it reports guards reads like any other.
+  Result<std::string> read = Read("dst", &copied->etag);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, "unknown content");
+}
+
+TEST_F(ContentEtagStoreTest, CopyOfAReplacedSourceFails) {
+  Result<ObjectInfo> old_version = Put(*store_, "src", "old");
+  ASSERT_TRUE(old_version.ok());
+  ASSERT_TRUE(Put(*store_, "src", "new!").ok());
+  Result<ObjectInfo> copied = store_->copy(*old_version, "dst", CopyOptions{});
+  EXPECT_EQ(copied.status().code(), StatusCode::kPreconditionFailed) << copied.status().ToString();
+  EXPECT_EQ(inner_->head("dst").status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(RecordOf("dst").has_value());
+}
+
+TEST_F(ContentEtagStoreTest, OutsideChangeInvalidatesTheRecord) {
+  Result<ObjectInfo> put = Put(*store_, "f", "objfs wrote this");
+  ASSERT_TRUE(put.ok());
+  ASSERT_TRUE(RecordOf("f").has_value());
+
+  // Replaced underneath, with a different size.
+  ASSERT_TRUE(Put(*inner_, "f", "someone else wrote this").ok());
+  Result<ObjectInfo> head = store_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_FALSE(head->etag.is_plain_md5()) << head->etag.value();
+  EXPECT_FALSE(RecordOf("f").has_value()) << "a stale record is removed";
+  Result<ETag> etag = store_->ContentEtag("f");
+  ASSERT_TRUE(etag.ok());
+  EXPECT_EQ(*etag, Md5Tag("someone else wrote this"));
+
+  // Touched underneath: same size, another mtime.
+  Result<ObjectInfo> before = store_->head("f");
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(before->etag.is_plain_md5());
+  inner_->set_mtime("f", before->mtime_ns - 1000000000);
+  ListOptions list;
+  Result<Listing> listing = store_->list(list);
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->objects.size(), 1u);
+  EXPECT_FALSE(listing->objects[0].etag.is_plain_md5());
+  Result<ObjectInfo> touched = store_->head("f");
+  ASSERT_TRUE(touched.ok());
+  EXPECT_FALSE(touched->etag.is_plain_md5());
+}
+
+TEST_F(ContentEtagStoreTest, ReadWithAnMd5TakenBeforeAReplacementFails) {
+  ASSERT_TRUE(Put(*store_, "f", "version one").ok());
+  Result<ObjectInfo> seen = store_->head("f");
+  ASSERT_TRUE(seen.ok());
+  ASSERT_TRUE(seen->etag.is_plain_md5());
+  Result<std::string> ok = Read("f", &seen->etag);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(*ok, "version one");
+
+  // Replaced through objfs...
+  ASSERT_TRUE(Put(*store_, "f", "version two").ok());
+  EXPECT_EQ(Read("f", &seen->etag).status().code(), StatusCode::kPreconditionFailed);
+  // ...and underneath it, after its MD5 was seen.
+  Result<ObjectInfo> second = store_->head("f");
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(Put(*inner_, "f", "version three, longer").ok());
+  EXPECT_EQ(Read("f", &second->etag).status().code(), StatusCode::kPreconditionFailed);
+  ETag unrelated = Md5Tag("something else");
+  EXPECT_EQ(Read("f", &unrelated).status().code(), StatusCode::kPreconditionFailed);
+}
+
+TEST_F(ContentEtagStoreTest, ReadWithAVersionTakenBeforeAReplacementFails) {
+  ASSERT_TRUE(Put(*inner_, "f", "version one").ok());
+  Result<ObjectInfo> seen = store_->head("f");
+  ASSERT_TRUE(seen.ok());
+  ASSERT_TRUE(IsVersionTag(seen->etag));
+  ASSERT_TRUE(Read("f", &seen->etag).ok());
+  ASSERT_TRUE(Put(*inner_, "f", "version two").ok());
+  EXPECT_EQ(Read("f", &seen->etag).status().code(), StatusCode::kPreconditionFailed);
+}
+
+TEST_F(ContentEtagStoreTest, PutIfMatchByMd5) {
+  Result<ObjectInfo> first = Put(*store_, "f", "first");
+  ASSERT_TRUE(first.ok());
+  PutOptions guarded;
+  guarded.if_match = first->etag;
+  Result<ObjectInfo> second = Put(*store_, "f", "second", guarded);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  // The first MD5 is stale now.
+  Result<ObjectInfo> third = Put(*store_, "f", "third", guarded);
+  EXPECT_EQ(third.status().code(), StatusCode::kPreconditionFailed);
+  EXPECT_EQ(inner_->contents("f"), "second");
+  Result<ETag> etag = store_->ContentEtag("f");
+  ASSERT_TRUE(etag.ok());
+  EXPECT_EQ(*etag, Md5Tag("second"));
+}
+
+TEST_F(ContentEtagStoreTest, RemoveDropsRecords) {
+  for (const char* key : {"a", "b", "c"}) ASSERT_TRUE(Put(*store_, key, key).ok());
+  ASSERT_TRUE(store_->remove("a").ok());
+  EXPECT_FALSE(RecordOf("a").has_value());
+  ASSERT_TRUE(store_->remove_many({"b", "c"}).ok());
+  EXPECT_FALSE(RecordOf("b").has_value());
+  EXPECT_FALSE(RecordOf("c").has_value());
+  EXPECT_EQ(db_->Table<ContentETagRecord>().size(), 0u);
+}
+
+TEST_F(ContentEtagStoreTest, RecordsSurviveReopeningTheDatabase) {
+  const std::string data = Pattern(1 << 20, 9);
+  ASSERT_TRUE(Put(*inner_, "kept", data).ok());
+  ASSERT_TRUE(store_->ContentEtag("kept").ok());
+  ASSERT_EQ(metrics_.bytes_hashed.load(), data.size());
+  store_.reset();
+  db_.reset();
+
+  db_ = OpenDb(dir_ + "/db");
+  ASSERT_NE(db_, nullptr);
+  store_ = std::make_unique<ContentEtagStore>(counting_, db_, &metrics_);
+  Result<ObjectInfo> head = store_->head("kept");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->etag, Md5Tag(data));
+  Result<ETag> etag = store_->ContentEtag("kept");
+  ASSERT_TRUE(etag.ok());
+  EXPECT_EQ(*etag, Md5Tag(data));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+}
+
+}  // namespace
+}  // namespace objfs
