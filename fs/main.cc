@@ -31,6 +31,8 @@
 #include "backend/prefix_store.h"
 #include "backend/s3/s3_store.h"
 #include "backend/sftp/sftp_store.h"
+#include "cache/content_etag_store.h"
+#include "cache/store_db.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_adapter.h"
 #include "fs/mount_options.h"
@@ -180,22 +182,27 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metri
   sftp_options.accept_new_host_key = options.accept_new_host_key;
   if (options.sessions) sftp_options.sessions = *options.sessions;
   sftp_options.metrics = &metrics;
-  const std::string where = sftp_options.user + "@" + sftp_options.host + ":" +
-                            std::to_string(sftp_options.port) + sftp_options.root;
+  const std::string server =
+      sftp_options.user + "@" + sftp_options.host + ":" + std::to_string(sftp_options.port);
 
   // Connects, checks the host key, logs in and stats the root directory.
   Result<std::unique_ptr<sftp::SftpStore>> created = sftp::SftpStore::Create(sftp_options);
   Status checked = created.ok() ? (*created)->CheckRoot() : created.status();
   if (checked.code() == StatusCode::kNotFound) {
-    return NotFoundError("directory " + sftp_options.root + " does not exist on " + where);
+    return NotFoundError("directory " + sftp_options.root + " does not exist on " + server);
   }
   OBJFS_RETURN_IF_ERROR(checked);
 
-  // ---- The SFTP store stack, bottom to top: SftpStore -> MetricsStore -> Filesystem. ----
-  // Wrappers that the SFTP store needs (e.g. one keeping content MD5s in
-  // options.fs.cache_dir, which exists by now) go right here, before the MetricsStore.
+  // ---- The SFTP store stack, bottom to top: ----
+  //   SftpStore -> MetricsStore -> ContentEtagStore -> Filesystem
+  // SftpStore's ETags are versions (size and mtime); ContentEtagStore keeps the content MD5s
+  // of files in the cache directory (which exists by now) and turns an MD5 If-Match back into
+  // the version it was recorded for. Further SFTP-only wrappers go here.
   std::shared_ptr<ObjectStore> store(std::move(created).value());
   store = std::make_shared<MetricsStore>(std::move(store), metrics);
+  OBJFS_ASSIGN_OR_RETURN(StoreDb db, StoreDb::Open(options.fs.cache_dir + "/db"));
+  store = std::make_shared<ContentEtagStore>(std::move(store),
+                                             std::make_shared<StoreDb>(std::move(db)), &metrics);
   return store;
 }
 

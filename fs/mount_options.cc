@@ -107,7 +107,37 @@ bool IsMountCommandOption(std::string_view opt) {
          opt == "users" || opt == "nofail";
 }
 
-Status ApplyOption(std::string_view opt, MountOptions& out, bool& cache_dir_given) {
+// What the options given so far need checked once the URL (which may come after them) is known.
+struct GivenOptions {
+  bool cache_dir = false;
+  std::string s3_only;    // the first option given that applies to s3:// only
+  std::string sftp_only;  // the first option given that applies to sftp:// only
+};
+
+bool IsS3Option(std::string_view name) {
+  return name == "endpoint" || name == "region" || name == "profile" || name == "path_style" ||
+         name == "virtual_host" || name == "multipart_threshold" || name == "part_size" ||
+         name == "copy_part_threshold" || name == "parallel_parts";
+}
+
+bool IsSftpOption(std::string_view name) {
+  return name == "identity" || name == "known_hosts" || name == "accept_new_host_key" ||
+         name == "sessions";
+}
+
+// `path` with a leading "~" or "~/" replaced by the home directory.
+Result<std::string> ExpandHome(std::string_view path, std::string_view what,
+                               const MountEnvironment& env) {
+  if (path != "~" && path.substr(0, 2) != "~/") return std::string(path);
+  if (env.home.empty()) {
+    return Invalid("cannot expand '~' in " + std::string(what) + "=" + std::string(path) +
+                   ": no home directory");
+  }
+  return env.home + std::string(path.substr(1));
+}
+
+Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
+                   const MountEnvironment& env) {
   size_t eq = opt.find('=');
   std::string_view name = opt.substr(0, eq);
   std::string_view value = eq == std::string_view::npos ? std::string_view() : opt.substr(eq + 1);
@@ -124,6 +154,8 @@ Status ApplyOption(std::string_view opt, MountOptions& out, bool& cache_dir_give
     if (has_value) return Invalid("option '" + std::string(name) + "' takes no value");
     return Status::Ok();
   };
+  if (IsS3Option(name) && given.s3_only.empty()) given.s3_only = std::string(name);
+  if (IsSftpOption(name) && given.sftp_only.empty()) given.sftp_only = std::string(name);
 
   if (name == "endpoint") {
     OBJFS_RETURN_IF_ERROR(need_value());
@@ -143,7 +175,7 @@ Status ApplyOption(std::string_view opt, MountOptions& out, bool& cache_dir_give
   } else if (name == "cache_dir") {
     OBJFS_RETURN_IF_ERROR(need_value());
     out.fs.cache_dir = std::string(value);
-    cache_dir_given = true;
+    given.cache_dir = true;
   } else if (name == "read_buffer") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(value, name, kMinReadBuffer));
@@ -184,6 +216,20 @@ Status ApplyOption(std::string_view opt, MountOptions& out, bool& cache_dir_give
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 256));
     out.parallel_parts = static_cast<int>(n);
+  } else if (name == "identity") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(std::string path, ExpandHome(value, name, env));
+    out.identity_files.push_back(std::move(path));
+  } else if (name == "known_hosts") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(out.known_hosts, ExpandHome(value, name, env));
+  } else if (name == "accept_new_host_key") {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    out.accept_new_host_key = true;
+  } else if (name == "sessions") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 64));
+    out.sessions = static_cast<int>(n);
   } else if (name == "io_threads") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 1024));
@@ -353,13 +399,16 @@ MountEnvironment CurrentMountEnvironment() {
   env.gid = static_cast<uint32_t>(::getgid());
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
-  if (xdg != nullptr && xdg[0] == '/') {
-    env.cache_root = std::string(xdg) + "/objfs";
-  } else if (home != nullptr && home[0] == '/') {
-    env.cache_root = std::string(home) + "/.cache/objfs";
+  if (home != nullptr && home[0] == '/') {
+    env.home = home;
   } else if (const passwd* pw = ::getpwuid(::getuid());
              pw != nullptr && pw->pw_dir != nullptr && pw->pw_dir[0] == '/') {
-    env.cache_root = std::string(pw->pw_dir) + "/.cache/objfs";
+    env.home = pw->pw_dir;
+  }
+  if (xdg != nullptr && xdg[0] == '/') {
+    env.cache_root = std::string(xdg) + "/objfs";
+  } else if (!env.home.empty()) {
+    env.cache_root = env.home + "/.cache/objfs";
   } else {
     env.cache_root = "/tmp/objfs-" + std::to_string(env.uid);
   }
@@ -394,7 +443,7 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
   MountOptions out;
   out.fs.uid = env.uid;
   out.fs.gid = env.gid;
-  bool cache_dir_given = false;
+  GivenOptions given;
   std::vector<std::string> positional;
   bool only_positional = false;
 
@@ -426,7 +475,7 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
         list = arg.substr(2);
       }
       for (const std::string& opt : SplitOptions(list)) {
-        OBJFS_RETURN_IF_ERROR(ApplyOption(opt, out, cache_dir_given));
+        OBJFS_RETURN_IF_ERROR(ApplyOption(opt, out, given, env));
       }
     } else {
       return Invalid("unknown argument '" + arg + "' (see objfs --help)");
@@ -447,7 +496,17 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
                    ") must not be smaller than read_buffer (" +
                    std::to_string(out.fs.prefetch.read_buffer) + ")");
   }
-  if (!cache_dir_given) out.fs.cache_dir = env.cache_root + "/" + MountCacheName(out.url);
+  if (out.url.scheme == UrlScheme::kSftp) {
+    if (!given.s3_only.empty()) {
+      return Invalid("option '" + given.s3_only + "' applies to s3:// URLs, not to sftp://");
+    }
+    if (out.known_hosts.empty() && !env.home.empty()) {
+      out.known_hosts = env.home + "/.ssh/known_hosts";
+    }
+  } else if (!given.sftp_only.empty()) {
+    return Invalid("option '" + given.sftp_only + "' applies to sftp:// URLs, not to s3://");
+  }
+  if (!given.cache_dir) out.fs.cache_dir = env.cache_root + "/" + MountCacheName(out.url);
   return out;
 }
 
@@ -476,6 +535,16 @@ S3 options (credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or
   part_size=SIZE            multipart part size (default 16M)
   copy_part_threshold=SIZE  server-side copies above this are multipart (default 5G)
   parallel_parts=N          parts in flight per upload or copy (default 4)
+
+SFTP options (the user defaults to the caller's name, the port to 22):
+  identity=FILE             private key to offer; repeat to offer several, in order
+                            (default: ssh-agent if SSH_AUTH_SOCK is set, then
+                            ~/.ssh/id_ed25519, id_ecdsa, id_rsa)
+  known_hosts=FILE          host keys to check the server's against
+                            (default ~/.ssh/known_hosts)
+  accept_new_host_key       add the key of a host not in known_hosts to it (trust on first
+                            use); a changed key is always refused
+  sessions=N                SSH connections, i.e. requests served at once, 1..64 (default 4)
 
 Filesystem options:
   cache_dir=DIR             staging files of unsaved writes (default: a directory per URL

@@ -64,6 +64,17 @@ struct MountOptions {
   std::optional<uint64_t> copy_part_threshold;
   std::optional<int> parallel_parts;
 
+  // SFTP settings.
+  // identity=FILE, repeatable: the private keys to offer, in order, and nothing else. Empty:
+  // ssh-agent (when SSH_AUTH_SOCK is set), then ~/.ssh/id_ed25519, id_ecdsa, id_rsa.
+  std::vector<std::string> identity_files;
+  // known_hosts=FILE; for sftp:// always set: as given, else ~/.ssh/known_hosts.
+  std::string known_hosts;
+  // accept_new_host_key: record the key of a host that known_hosts does not list (trust on
+  // first use). A changed key is refused all the same.
+  bool accept_new_host_key = false;
+  std::optional<int> sessions;  // sessions=N: SSH connections (1..64)
+
   // The filesystem's settings (uid, gid, umask, timeouts, cache_dir, read_buffer,
   // max_readahead, io_threads, prefetch_memory, max_rename_objects, read_only). cache_dir is
   // always set: cache_dir= as given, or the default root plus a per-mount subdirectory named
@@ -82,10 +93,11 @@ struct MountEnvironment {
   uint32_t uid = 0;
   uint32_t gid = 0;
   std::string cache_root;  // directory holding every mount's cache directory
+  std::string home;        // the caller's home directory ("~" in file options); may be empty
 };
 
-// uid/gid of the process; cache_root $XDG_CACHE_HOME/objfs, else $HOME/.cache/objfs, else
-// the passwd entry's home directory, else /tmp/objfs-<uid>.
+// uid/gid of the process; home $HOME, else the passwd entry's home directory; cache_root
+// $XDG_CACHE_HOME/objfs, else <home>/.cache/objfs, else /tmp/objfs-<uid>.
 MountEnvironment CurrentMountEnvironment();
 
 // The name of the per-mount cache subdirectory for `url`: readable and unique ("s3-bucket-

@@ -2,7 +2,9 @@
 # objfs in one command, on a fresh Debian 12 machine: installs what it needs, builds objfs,
 # starts a throwaway Ceph RADOS Gateway on 127.0.0.1, mounts a bucket with objfs, copies a file
 # in and then within the mount (a server-side copy), shows both files' ETags with getfattr and
-# what the copy cost, then unmounts and stops the server.
+# what the copy cost, then unmounts and stops the server. Then the same for SFTP: a throwaway
+# OpenSSH sshd on 127.0.0.1, its host key pinned with ssh-keyscan, an sftp:// mount of one of
+# its directories, a copy in and ls -l, and the unmount.
 #
 # usage: tools/demo.sh   (as root: it installs packages and mounts a FUSE filesystem)
 set -euo pipefail
@@ -19,6 +21,7 @@ mkdir -p "$MNT"
 cleanup() {
   if mountpoint -q "$MNT"; then fusermount3 -u "$MNT" || fusermount3 -uz "$MNT" || true; fi
   tests/fixtures/rgw.sh stop "$WORK/rgw" >/dev/null 2>&1 || true
+  tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -50,6 +53,31 @@ step "md5sum report.bin"
 md5sum "$WORK/report.bin"
 step "getfattr --only-values -n user.objfs.stats $MNT   # what it all cost"
 getfattr --only-values -n user.objfs.stats "$MNT"
+step "fusermount3 -u $MNT"
+fusermount3 -u "$MNT"
+
+# SFTP: a throwaway sshd with its own host key and a client key allowed to log in as this user.
+tests/fixtures/sshd.sh start "$WORK/sshd"
+# shellcheck disable=SC1091
+. "$WORK/sshd/env"
+KEY=$OBJFS_TEST_SFTP_KEY
+PORT=$OBJFS_TEST_SFTP_PORT
+URL="sftp://$OBJFS_TEST_SFTP_USER@127.0.0.1:$PORT$OBJFS_TEST_SFTP_ROOT"
+step "ssh-keyscan -p $PORT -t ed25519 127.0.0.1 > $WORK/known_hosts"
+ssh-keyscan -p "$PORT" -t ed25519 127.0.0.1 > "$WORK/known_hosts" 2>/dev/null
+cat "$WORK/known_hosts"
+step "objfs $URL $MNT -o identity=$KEY,known_hosts=$WORK/known_hosts"
+build/objfs "$URL" "$MNT" -o "identity=$KEY,known_hosts=$WORK/known_hosts"
+step "cp report.bin $MNT/"
+cp "$WORK/report.bin" "$MNT/"
+step "cp $MNT/report.bin $MNT/copy.bin      # copy-data on the server"
+cp "$MNT/report.bin" "$MNT/copy.bin"
+step "ls -l $MNT"
+ls -l "$MNT"
+step "md5sum $MNT/copy.bin   # the same as report.bin's"
+md5sum "$MNT/copy.bin"
+step "ls -l $OBJFS_TEST_SFTP_ROOT   # on the server: plain files"
+ls -l "$OBJFS_TEST_SFTP_ROOT"
 step "fusermount3 -u $MNT"
 fusermount3 -u "$MNT"
 echo "demo done"

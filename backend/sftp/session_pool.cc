@@ -31,38 +31,54 @@ std::string ServerFingerprint(ssh_session ssh) {
   return out;
 }
 
+// The known_hosts file as named in messages.
+std::string KnownHostsName(const SftpConnectOptions& options) {
+  return options.known_hosts.empty() ? std::string("~/.ssh/known_hosts") : options.known_hosts;
+}
+
+// How known_hosts names the server: "host" on port 22, "[host]:port" on others.
+std::string KnownHostsPattern(const SftpConnectOptions& options) {
+  if (options.port == 22) return options.host;
+  return "[" + options.host + "]:" + std::to_string(options.port);
+}
+
 Status CheckHostKey(ssh_session ssh, const SftpConnectOptions& options) {
   enum ssh_known_hosts_e state = ssh_session_is_known_server(ssh);
   const std::string where = HostPort(options);
+  const std::string known_hosts = KnownHostsName(options);
   switch (state) {
     case SSH_KNOWN_HOSTS_OK:
       return Status::Ok();
     case SSH_KNOWN_HOSTS_CHANGED:
     case SSH_KNOWN_HOSTS_OTHER:
-      return PermissionDeniedError("host key for " + where + " has CHANGED (fingerprint " +
-                                   ServerFingerprint(ssh) + ", known_hosts " + options.known_hosts +
-                                   ") — refusing");
+      return PermissionDeniedError(
+          "host key of " + where + " has CHANGED: the server offers " + ServerFingerprint(ssh) +
+          ", " + known_hosts +
+          " holds another key for it; refusing to connect (if the change is expected, remove "
+          "the old key with ssh-keygen -R '" +
+          KnownHostsPattern(options) + "' -f " + known_hosts + ")");
     case SSH_KNOWN_HOSTS_NOT_FOUND:
     case SSH_KNOWN_HOSTS_UNKNOWN:
       if (options.accept_new_host_key) {
         if (ssh_session_update_known_hosts(ssh) != SSH_OK) {
-          return IoError("cannot record the host key of " + where + " in " + options.known_hosts +
-                         ": " + ssh_get_error(ssh));
+          return IoError("cannot record the host key of " + where + " in " + known_hosts + ": " +
+                         ssh_get_error(ssh));
         }
         return Status::Ok();
       }
-      return PermissionDeniedError(
-          "host key for " + where + " is unknown (fingerprint " + ServerFingerprint(ssh) +
-          "); add it to " +
-          (options.known_hosts.empty() ? std::string("known_hosts") : options.known_hosts) +
-          " or accept new host keys — refusing");
+      return PermissionDeniedError("host key of " + where + " is not in " + known_hosts +
+                                   "; add it with ssh-keyscan or use -o accept_new_host_key "
+                                   "(the server offers the unknown key " +
+                                   ServerFingerprint(ssh) + ")");
     case SSH_KNOWN_HOSTS_ERROR:
     default:
-      return PermissionDeniedError("cannot check the host key of " + where + ": " +
-                                   ssh_get_error(ssh));
+      return PermissionDeniedError("cannot check the host key of " + where + " against " +
+                                   known_hosts + ": " + ssh_get_error(ssh));
   }
 }
 
+// Offers the identity files, in order, and only them; without any, ssh-agent (when
+// SSH_AUTH_SOCK is set) and then libssh's default keys (~/.ssh/id_ed25519, id_ecdsa, id_rsa).
 Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
   std::vector<std::string> tried;
   // The server may need to learn the username before offering methods.
@@ -70,7 +86,7 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
   for (const std::string& path : options.identity_files) {
     ssh_key key = nullptr;
     if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK) {
-      tried.push_back("key " + path + " (unreadable)");
+      tried.push_back("key " + path + " (unreadable, or protected by a passphrase)");
       continue;
     }
     int rc = ssh_userauth_publickey(ssh, nullptr, key);
@@ -82,20 +98,21 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
     }
     tried.push_back("key " + path);
   }
-  if (const char* agent = std::getenv("SSH_AUTH_SOCK"); agent != nullptr && *agent != '\0') {
-    if (ssh_userauth_agent(ssh, nullptr) == SSH_AUTH_SUCCESS) return Status::Ok();
-    tried.push_back("ssh-agent");
-  }
   if (options.identity_files.empty()) {
+    if (const char* agent = std::getenv("SSH_AUTH_SOCK"); agent != nullptr && *agent != '\0') {
+      if (ssh_userauth_agent(ssh, nullptr) == SSH_AUTH_SUCCESS) return Status::Ok();
+      tried.push_back("ssh-agent");
+    }
     if (ssh_userauth_publickey_auto(ssh, nullptr, nullptr) == SSH_AUTH_SUCCESS) {
       return Status::Ok();
     }
-    tried.push_back("default keys");
+    tried.push_back("~/.ssh/id_ed25519, id_ecdsa, id_rsa");
   }
   std::string list;
   for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
   return PermissionDeniedError("authentication as " + options.user + "@" + options.host +
-                               " failed (tried: " + (list.empty() ? "nothing" : list) + ")");
+                               " failed: the server accepted none of the keys offered (tried: " +
+                               (list.empty() ? "nothing" : list) + ")");
 }
 
 }  // namespace

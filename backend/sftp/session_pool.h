@@ -26,9 +26,11 @@ struct SftpConnectOptions {
   std::string host;
   int port = 22;
   std::string user;
-  std::vector<std::string> identity_files;  // private keys to offer, in order
-  std::string known_hosts;                  // empty: libssh's default (~/.ssh/known_hosts)
-  bool accept_new_host_key = false;         // record an unknown host key instead of refusing it
+  // Private keys to offer, in order, and nothing else; empty: ssh-agent (if SSH_AUTH_SOCK is
+  // set), then libssh's defaults ~/.ssh/id_ed25519, id_ecdsa, id_rsa.
+  std::vector<std::string> identity_files;
+  std::string known_hosts;           // empty: libssh's default (~/.ssh/known_hosts)
+  bool accept_new_host_key = false;  // record an unknown host key instead of refusing it
   std::chrono::seconds connect_timeout{10};
 };
 

@@ -15,6 +15,7 @@ MountEnvironment TestEnvironment() {
   env.uid = 1234;
   env.gid = 5678;
   env.cache_root = "/home/u/.cache/objfs";
+  env.home = "/home/u";
   return env;
 }
 
@@ -296,6 +297,84 @@ TEST(ParseMountOptionsTest, SftpUrlIsParsed) {
   EXPECT_EQ(parsed->url.port, 2022);
 }
 
+TEST(ParseMountOptionsTest, SftpDefaults) {
+  Result<MountOptions> parsed = Parse({"sftp://host/srv", "/mnt"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_TRUE(parsed->identity_files.empty());  // ssh-agent, then ~/.ssh/id_*
+  EXPECT_EQ(parsed->known_hosts, "/home/u/.ssh/known_hosts");
+  EXPECT_FALSE(parsed->accept_new_host_key);
+  EXPECT_FALSE(parsed->sessions.has_value());
+  EXPECT_EQ(parsed->fs.cache_dir, "/home/u/.cache/objfs/" + MountCacheName(parsed->url));
+
+  MountEnvironment homeless = TestEnvironment();
+  homeless.home.clear();
+  Result<MountOptions> no_home = ParseMountOptions({"sftp://host/srv", "/mnt"}, homeless);
+  ASSERT_TRUE(no_home.ok()) << no_home.status().ToString();
+  EXPECT_EQ(no_home->known_hosts, "");  // libssh's default
+}
+
+TEST(ParseMountOptionsTest, SftpOptions) {
+  Result<MountOptions> parsed =
+      Parse({"sftp://me@host:2022/data", "/mnt", "-o",
+             "identity=/keys/a,identity=~/.ssh/b,known_hosts=~/kh,accept_new_host_key", "-o",
+             "sessions=64,identity=rel/c"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->identity_files,
+            (std::vector<std::string>{"/keys/a", "/home/u/.ssh/b", "rel/c"}));  // in order
+  EXPECT_EQ(parsed->known_hosts, "/home/u/kh");
+  EXPECT_TRUE(parsed->accept_new_host_key);
+  EXPECT_EQ(parsed->sessions, 64);
+  EXPECT_EQ(Parse({"sftp://h/p", "/mnt", "-o", "sessions=1"})->sessions, 1);
+  // The last known_hosts wins.
+  EXPECT_EQ(Parse({"sftp://h/p", "/mnt", "-o", "known_hosts=/a,known_hosts=/b"})->known_hosts,
+            "/b");
+}
+
+TEST(ParseMountOptionsTest, BadSftpOptionValues) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"sessions=0", "sessions=0 is out of range (1..64)"},
+      {"sessions=65", "sessions=65 is out of range (1..64)"},
+      {"sessions=many", "bad value 'many' for sessions"},
+      {"sessions", "needs a value"},
+      {"identity", "option 'identity' needs a value"},
+      {"identity=", "option 'identity' needs a value"},
+      {"known_hosts=", "option 'known_hosts' needs a value"},
+      {"accept_new_host_key=yes", "option 'accept_new_host_key' takes no value"},
+  };
+  for (const auto& [option, text] : cases) {
+    SCOPED_TRACE(option);
+    ExpectError({"sftp://host/p", "/mnt", "-o", option}, text);
+  }
+  MountEnvironment homeless = TestEnvironment();
+  homeless.home.clear();
+  Result<MountOptions> tilde =
+      ParseMountOptions({"sftp://host/p", "/mnt", "-o", "identity=~/.ssh/k"}, homeless);
+  ASSERT_FALSE(tilde.ok());
+  EXPECT_EQ(tilde.status().message(), "cannot expand '~' in identity=~/.ssh/k: no home directory");
+}
+
+TEST(ParseMountOptionsTest, OptionsOfTheOtherSchemeAreRefused) {
+  for (const char* option :
+       {"endpoint=http://127.0.0.1:8000", "region=r", "profile=p", "path_style", "virtual_host",
+        "multipart_threshold=8M", "part_size=5M", "copy_part_threshold=1G", "parallel_parts=2"}) {
+    SCOPED_TRACE(option);
+    std::string name = std::string(option).substr(0, std::string(option).find('='));
+    ExpectError({"sftp://host/p", "/mnt", "-o", option},
+                "option '" + name + "' applies to s3:// URLs, not to sftp://");
+    // Also when the option comes before the URL.
+    ExpectError({"-o", option, "sftp://host/p", "/mnt"}, "applies to s3:// URLs");
+  }
+  for (const char* option :
+       {"identity=/k", "known_hosts=/kh", "accept_new_host_key", "sessions=2"}) {
+    SCOPED_TRACE(option);
+    std::string name = std::string(option).substr(0, std::string(option).find('='));
+    ExpectError({"s3://bucket", "/mnt", "-o", option},
+                "option '" + name + "' applies to sftp:// URLs, not to s3://");
+  }
+  // Options of both kinds are fine with either scheme.
+  EXPECT_TRUE(Parse({"sftp://host/p", "/mnt", "-o", "read_buffer=64K,ro,uid=1"}).ok());
+}
+
 TEST(ParseMountOptionsTest, HelpAndVersionWinOverEverythingElse) {
   for (const char* flag : {"-h", "--help"}) {
     Result<MountOptions> parsed = Parse({"s3://bucket", flag, "-o", "bogus"});
@@ -308,8 +387,9 @@ TEST(ParseMountOptionsTest, HelpAndVersionWinOverEverythingElse) {
     EXPECT_EQ(parsed->action, MountAction::kVersion);
   }
   std::string usage = MountUsage();
-  for (const char* option : {"endpoint=", "read_buffer=", "max_rename_objects=", "allow_other",
-                             "cache_dir=", "multipart_threshold="}) {
+  for (const char* option :
+       {"endpoint=", "read_buffer=", "max_rename_objects=", "allow_other", "cache_dir=",
+        "multipart_threshold=", "identity=", "known_hosts=", "accept_new_host_key", "sessions="}) {
     EXPECT_NE(usage.find(option), std::string::npos) << option;
   }
 }

@@ -1,0 +1,412 @@
+// sftp:// mounts that must not come up, and one whose server dies under it: an unknown or
+// changed host key, a key the server does not accept, no server at all, a missing root
+// directory each make objfs exit 1 before mounting with one line on stderr; trust on first use
+// records the host key; a server killed during a read gives EIO, and a new mount works once the
+// server is back.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/fixtures/free_port.h"
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/run_command.h"
+#include "tests/fixtures/test_servers.h"
+
+namespace objfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+std::string ReadLocal(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh ed25519 key pair at `path` (and path.pub); returns `path`.
+std::string NewKey(const std::string& path) {
+  CommandResult r =
+      RunCommand({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "objfs-test", "-f", path});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  return path;
+}
+
+// A mount that cannot work: objfs (without -f, so a wrong success would go to the background)
+// must exit 1 within seconds with one line on stderr that contains every one of `reasons`, and
+// leave nothing mounted. Returns that line.
+std::string ExpectMountFails(const std::string& url, const std::string& options,
+                             const std::vector<std::string>& reasons) {
+  ScratchDir temp;
+  std::string mnt = temp.path() + "/mnt";
+  EXPECT_TRUE(fs::create_directory(mnt));
+  auto start = Clock::now();
+  CommandResult result =
+      RunObjfs({url, mnt, "-o", options + ",cache_dir=" + temp.path() + "/cache"});
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (IsFuseMountPoint(mnt)) {
+    ADD_FAILURE() << "objfs mounted " << url << " although it should have failed";
+    RunCommand({"fusermount3", "-uz", mnt});
+  }
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_LT(seconds, 15.0);
+  EXPECT_EQ(result.out, "");
+  EXPECT_FALSE(result.err.empty());
+  EXPECT_EQ(result.err.find('\n'), result.err.size() - 1) << "not one line: " << result.err;
+  EXPECT_EQ(result.err.rfind("objfs: ", 0), 0u) << result.err;
+  for (const std::string& reason : reasons) {
+    EXPECT_NE(result.err.find(reason), std::string::npos)
+        << "expected '" << reason << "' in: " << result.err;
+  }
+  return result.err;
+}
+
+std::string HostPort(const SftpTestServer& server) {
+  return server.host + ":" + std::to_string(server.port);
+}
+
+TEST(MountSftpErrorsTest, UnknownHostKeyIsRefusedNamingTheHost) {
+  const SftpTestServer& server = SharedSftpServer();
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir temp;
+  std::string known_hosts = temp.path() + "/known_hosts";
+  std::ofstream(known_hosts).close();
+  ExpectMountFails(dir.url, "identity=" + server.key_path + ",known_hosts=" + known_hosts,
+                   {"host key of " + HostPort(server) + " is not in " + known_hosts +
+                    "; add it with ssh-keyscan or use -o accept_new_host_key"});
+  EXPECT_EQ(ReadLocal(known_hosts), "") << "a refused key must not be recorded";
+}
+
+TEST(MountSftpErrorsTest, AcceptNewHostKeyRecordsTheKeyAndMounts) {
+  const SftpTestServer& server = SharedSftpServer();
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/hello", "hello");
+  ScratchDir temp;
+  std::string known_hosts = temp.path() + "/ssh/known_hosts";  // neither file nor directory yet
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  options.extra_options =
+      "identity=" + server.key_path + ",known_hosts=" + known_hosts + ",accept_new_host_key";
+  {
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+    ASSERT_TRUE(mount);
+    EXPECT_EQ(ReadFile(mount->path() + "/hello"), "hello");
+  }
+  // The recorded key is the server's: the pinned one of the test server.
+  std::string pinned = ReadLocal(server.known_hosts);
+  std::string key = pinned.substr(pinned.find(' ') + 1);
+  while (!key.empty() && key.back() == '\n') key.pop_back();
+  std::string recorded = ReadLocal(known_hosts);
+  EXPECT_NE(recorded.find(key), std::string::npos) << recorded << "\nwanted: " << key;
+
+  // Now known, it mounts without accept_new_host_key.
+  options.extra_options = "identity=" + server.key_path + ",known_hosts=" + known_hosts;
+  std::unique_ptr<ObjfsMount> again = ObjfsMount::Start(dir.url, options);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(ReadFile(again->path() + "/hello"), "hello");
+}
+
+TEST(MountSftpErrorsTest, ChangedHostKeyIsRefusedEvenWithAcceptNewHostKey) {
+  const SftpTestServer& server = SharedSftpServer();
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir temp;
+  std::string other = NewKey(temp.path() + "/other_host_key");
+  std::istringstream fields(ReadLocal(other + ".pub"));
+  std::string type, blob;
+  fields >> type >> blob;
+  std::string known_hosts = temp.path() + "/known_hosts";
+  std::string line =
+      "[" + server.host + "]:" + std::to_string(server.port) + " " + type + " " + blob + "\n";
+  std::ofstream(known_hosts) << line;
+  for (std::string accept : {"", ",accept_new_host_key"}) {
+    SCOPED_TRACE(accept);
+    ExpectMountFails(dir.url,
+                     "identity=" + server.key_path + ",known_hosts=" + known_hosts + accept,
+                     {"host key of " + HostPort(server) + " has CHANGED", known_hosts});
+    EXPECT_EQ(ReadLocal(known_hosts), line) << "known_hosts must not be touched";
+  }
+}
+
+TEST(MountSftpErrorsTest, KeyTheServerDoesNotAcceptIsRefused) {
+  const SftpTestServer& server = SharedSftpServer();
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir temp;
+  std::string wrong = NewKey(temp.path() + "/wrong_key");
+  ExpectMountFails(dir.url, "identity=" + wrong + ",known_hosts=" + server.known_hosts,
+                   {"authentication as " + server.user + "@" + server.host + " failed", wrong});
+  ExpectMountFails(dir.url,
+                   "identity=" + temp.path() + "/missing,known_hosts=" + server.known_hosts,
+                   {"cannot read identity file '" + temp.path() + "/missing'"});
+}
+
+TEST(MountSftpErrorsTest, UnreachableServerIsReported) {
+  const SftpTestServer& server = SharedSftpServer();
+  int port = FreePort();
+  ASSERT_GT(port, 0);
+  std::string url = "sftp://" + server.user + "@127.0.0.1:" + std::to_string(port) + "/tmp";
+  ExpectMountFails(url, SftpServerOptions(),
+                   {"cannot connect to " + server.user + "@127.0.0.1:" + std::to_string(port),
+                    "onnection refused"});
+}
+
+TEST(MountSftpErrorsTest, RootThatIsMissingOrNotADirectoryIsReported) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ExpectMountFails(dir.url + "/missing", SftpServerOptions(),
+                   {"directory " + dir.path + "/missing does not exist on " +
+                    SharedSftpServer().user + "@" + HostPort(SharedSftpServer())});
+  WriteFile(dir.path + "/file", "not a directory");
+  ExpectMountFails(dir.url + "/file", SftpServerOptions(), {"is not a directory"});
+}
+
+TEST(MountSftpErrorsTest, OptionsOfTheOtherSchemeAreRefused) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ExpectMountFails(dir.url, SftpServerOptions() + ",endpoint=http://127.0.0.1:1",
+                   {"option 'endpoint' applies to s3:// URLs, not to sftp://"});
+  ExpectMountFails("s3://some-bucket", "sessions=2",
+                   {"option 'sessions' applies to sftp:// URLs, not to s3://"});
+}
+
+// ---- A server of this test's own, killed while a file is being read ----
+
+// The PIDs of the processes descending from `pid` (not `pid` itself).
+std::vector<pid_t> Descendants(pid_t pid) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = ReadLocal(e.path().string() + "/stat");
+    size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(paren + 2));
+    std::string state;
+    pid_t parent = 0;
+    rest >> state >> parent;
+    children[parent].push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  std::vector<pid_t> out;
+  std::vector<pid_t> todo = {pid};
+  while (!todo.empty()) {
+    pid_t p = todo.back();
+    todo.pop_back();
+    for (pid_t c : children[p]) {
+      out.push_back(c);
+      todo.push_back(c);
+    }
+  }
+  return out;
+}
+
+// The state letter of `pid` in /proc (R, S, T, Z, ...), or 0 when it does not exist.
+char State(pid_t pid) {
+  std::string stat = ReadLocal("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 0;
+}
+
+bool Alive(pid_t pid) {
+  char state = State(pid);
+  return state != 0 && state != 'Z' && state != 'X';
+}
+
+bool Accepts(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// An sshd started with sshd.sh in a temporary directory, stopped (with every connection
+// process it started) and removed at destruction. The shared server is never touched.
+class PrivateSshd {
+ public:
+  PrivateSshd() {
+    char dir_template[] = "/tmp/objfs-sshd-XXXXXX";
+    if (::mkdtemp(dir_template) == nullptr) {
+      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+      return;
+    }
+    dir_ = dir_template;
+    CommandResult r = RunCommand({"/bin/bash", Script(), "start", dir_});
+    if (r.exit_code != 0) {
+      ADD_FAILURE() << "sshd.sh start " << dir_ << " failed: " << r.out << r.err;
+      return;
+    }
+    std::ifstream env(dir_ + "/env");
+    std::string line;
+    while (std::getline(env, line)) {
+      if (line.rfind("export ", 0) == 0) line.erase(0, 7);
+      size_t eq = line.find('=');
+      if (eq != std::string::npos) vars_[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    port_ = std::atoi(vars_["OBJFS_TEST_SFTP_PORT"].c_str());
+    started_ = port_ > 0;
+  }
+
+  ~PrivateSshd() {
+    if (dir_.empty()) return;
+    KillConnections();
+    RunCommand({"/bin/bash", Script(), "stop", dir_});
+    std::error_code ec;
+    if (!::testing::Test::HasFailure()) fs::remove_all(dir_, ec);
+  }
+
+  bool started() const { return started_; }
+  std::string var(const std::string& name) const {
+    auto it = vars_.find(name);
+    return it == vars_.end() ? "" : it->second;
+  }
+  std::string url() const {
+    return "sftp://" + var("OBJFS_TEST_SFTP_USER") + "@127.0.0.1:" + std::to_string(port_) +
+           var("OBJFS_TEST_SFTP_ROOT");
+  }
+  std::string options() const {
+    return "identity=" + var("OBJFS_TEST_SFTP_KEY") +
+           ",known_hosts=" + var("OBJFS_TEST_SFTP_KNOWN_HOSTS");
+  }
+
+  // SIGKILL to the listening sshd and every connection process: the server is gone as after
+  // a crash. Each process is stopped before its children are looked for, so that none forks a
+  // new one unseen. True when all of them are gone.
+  bool Kill() {
+    pid_t listener = ListenerPid();
+    if (listener <= 0) return false;
+    std::vector<pid_t> victims = {listener};
+    for (size_t i = 0; i < victims.size(); ++i) {
+      ::kill(victims[i], SIGSTOP);
+      if (!WaitStopped(victims[i])) return false;
+      for (pid_t child : Descendants(victims[i])) {
+        if (std::find(victims.begin(), victims.end(), child) == victims.end()) {
+          victims.push_back(child);
+        }
+      }
+    }
+    for (pid_t p : victims) ::kill(p, SIGKILL);
+    return WaitGone(victims);
+  }
+
+  // The same sshd (configuration, port, host key) again; true once it accepts connections.
+  bool Restart() {
+    CommandResult r =
+        RunCommand({"/usr/sbin/sshd", "-f", dir_ + "/sshd_config", "-E", dir_ + "/sshd.log"});
+    if (r.exit_code != 0) {
+      ADD_FAILURE() << "sshd did not restart: " << r.out << r.err;
+      return false;
+    }
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!Accepts(port_)) {
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+
+ private:
+  std::string Script() const { return ScriptDir() + "/sshd.sh"; }
+
+  pid_t ListenerPid() const {
+    std::string pid = ReadLocal(dir_ + "/sshd.pid");
+    return pid.empty() ? -1 : static_cast<pid_t>(std::atoi(pid.c_str()));
+  }
+
+  void KillConnections() {
+    pid_t listener = ListenerPid();
+    if (listener <= 0 || !Alive(listener)) return;
+    std::vector<pid_t> connections = Descendants(listener);
+    for (pid_t p : connections) ::kill(p, SIGKILL);
+    WaitGone(connections);
+  }
+
+  // Waits until `pid` is stopped (or gone).
+  static bool WaitStopped(pid_t pid) {
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (Alive(pid) && State(pid) != 'T') {
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
+  static bool WaitGone(const std::vector<pid_t>& pids) {
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    for (pid_t p : pids) {
+      while (Alive(p)) {
+        if (Clock::now() > deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    return true;
+  }
+
+  std::string dir_;
+  std::map<std::string, std::string> vars_;
+  int port_ = 0;
+  bool started_ = false;
+};
+
+TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndANewMountWorks) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  const size_t kSize = 48 << 20;
+  std::string data = PseudoRandomBytes(kSize, 21);
+  WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", data);
+
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  // Read-ahead no further than 1 MiB: the read after the kill must reach the server.
+  options.extra_options = sshd.options() + ",read_buffer=1M,max_readahead=1M";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(sshd.url(), options);
+  ASSERT_TRUE(mount);
+  int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::string buf(1 << 20, '\0');
+  ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(buf.size()))
+      << std::strerror(errno);
+  EXPECT_TRUE(buf == data.substr(0, buf.size()));
+
+  ASSERT_TRUE(sshd.Kill());
+  const off_t kFar = 40 << 20;
+  errno = 0;
+  ssize_t n = ::pread(fd, buf.data(), buf.size(), kFar);
+  int err = errno;
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(err, EIO) << std::strerror(err);
+  ::close(fd);
+
+  ASSERT_TRUE(sshd.Restart());
+  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(sshd.url(), options);
+  ASSERT_TRUE(fresh);
+  std::string got = ReadFile(fresh->path() + "/big");
+  EXPECT_EQ(got.size(), kSize);
+  EXPECT_TRUE(got == data) << "the new mount read other bytes";
+  EXPECT_EQ(fresh->Stop(), 0);
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
+}  // namespace
+}  // namespace objfs::testing
