@@ -96,7 +96,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
 }
 
 Status Filesystem::RenameDirectory(const std::string& from, const std::string& to,
-                                   const MetaRecord& /*src*/) {
+                                   const MetaRecord& src) {
   for (const auto& [ino, inode] : inodes_.WithLocalData(from)) {
     OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
   }
@@ -133,6 +133,10 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
   std::vector<std::string> old_keys;
   old_keys.reserve(objects.size());
   for (const ObjectInfo& obj : objects) old_keys.push_back(obj.key);
+  // With no marker listed (a directory implied by its keys, or a plain directory of a
+  // hierarchical store) the marker key still goes along: removing it is what removes such a
+  // directory there, and on an object store it is a no-op.
+  if (!src.has_object) old_keys.push_back(prefix);
   if (!old_keys.empty()) OBJFS_RETURN_IF_ERROR(store_->remove_many(old_keys));
   meta_cache_.InvalidateTree(from);
   inodes_.Rename(from, to, /*subtree=*/true);

@@ -11,7 +11,6 @@
 #include <deque>
 #include <functional>
 #include <random>
-#include <set>
 #include <utility>
 
 #include "backend/md5.h"
@@ -750,32 +749,50 @@ Status SftpStore::remove(std::string_view key) {
 Status SftpStore::remove_many(const std::vector<std::string>& keys) {
   Status first;
   std::string failed;
-  // The directories that held the keys, deepest first: removing a whole tree (a directory
-  // renamed or deleted through the mount) must not leave its emptied directories behind, as
-  // an object store would not.
-  std::set<std::string, std::greater<>> parents;
+  // The directories that held the keys (a marker "d/" holds itself, "d"), restricted to those
+  // at or below the deepest directory common to all of them: removing a tree (a directory
+  // renamed through the mount passes its keys and its marker) takes its emptied directories
+  // with it, as an object store would, and never touches a directory above it.
+  std::vector<std::string> dirs;
   for (const std::string& key : keys) {
     Status status = remove(key);
     if (status.ok()) {
-      for (size_t slash = key.rfind('/'); slash != std::string::npos && slash > 0;
-           slash = key.rfind('/', slash - 1)) {
-        parents.insert(key.substr(0, slash));
+      size_t slash = IsMarker(key) ? key.size() - 1 : key.rfind('/');
+      for (; slash != std::string::npos && slash > 0; slash = key.rfind('/', slash - 1)) {
+        dirs.push_back(key.substr(0, slash));
       }
       continue;
     }
     if (first.ok()) first = status;
     failed += (failed.empty() ? "" : ", ") + key;
   }
-  if (!parents.empty()) {
-    std::vector<std::string> by_depth(parents.begin(), parents.end());
-    std::stable_sort(
-        by_depth.begin(), by_depth.end(), [](const std::string& x, const std::string& y) {
-          return std::count(x.begin(), x.end(), '/') > std::count(y.begin(), y.end(), '/');
-        });
+  std::string common;  // the deepest directory that is an ancestor-or-self of every key's dir
+  bool have_common = false;
+  for (const std::string& key : keys) {
+    size_t end = IsMarker(key) ? key.size() - 1 : key.rfind('/');
+    std::string dir = end == std::string::npos ? std::string() : key.substr(0, end);
+    if (!have_common) {
+      common = dir;
+      have_common = true;
+      continue;
+    }
+    while (!common.empty() && !(dir == common || StartsWith(dir, common + "/"))) {
+      size_t up = common.rfind('/');
+      common = up == std::string::npos ? std::string() : common.substr(0, up);
+    }
+  }
+  std::erase_if(dirs, [&](const std::string& d) {
+    return common.empty() || !(d == common || StartsWith(d, common + "/"));
+  });
+  std::sort(dirs.begin(), dirs.end(), [](const std::string& x, const std::string& y) {
+    return std::count(x.begin(), x.end(), '/') > std::count(y.begin(), y.end(), '/') ||
+           (std::count(x.begin(), x.end(), '/') == std::count(y.begin(), y.end(), '/') && x < y);
+  });
+  dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+  if (!dirs.empty()) {
     (void)WithRetry([&](SftpConnection& c) -> Status {
       // Best effort: a directory that still holds anything stays.
-      for (const std::string& dir : by_depth)
-        sftp_rmdir(c.sftp(), (options_.root + "/" + dir).c_str());
+      for (const std::string& d : dirs) sftp_rmdir(c.sftp(), (options_.root + "/" + d).c_str());
       return Status::Ok();
     });
   }

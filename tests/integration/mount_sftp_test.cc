@@ -179,6 +179,25 @@ TEST(MountSftpTest, EtagIsTheContentMd5ComputedOnceAndReused) {
   EXPECT_EQ(ServerFiles(dir.path), "./moved\n./server-made\n");
 }
 
+// mv of a directory takes the directories it emptied with it, and nothing above it: the
+// server's own directory holding only the moved one stays.
+TEST(MountSftpTest, MvOfANestedDirectoryLeavesItsParentAlone) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  fs::create_directories(dir.path + "/p/d/sub");
+  WriteFile(dir.path + "/p/d/x", "x");
+  WriteFile(dir.path + "/p/d/sub/y", "y");
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  CommandResult mv = RunCommand({"mv", mount->path() + "/p/d", mount->path() + "/q"});
+  ASSERT_EQ(mv.exit_code, 0) << mv.err;
+  EXPECT_TRUE(fs::is_directory(dir.path + "/p")) << "the parent was removed";
+  EXPECT_FALSE(fs::exists(dir.path + "/p/d"));
+  EXPECT_EQ(ReadFile(dir.path + "/q/x"), "x");
+  EXPECT_EQ(ReadFile(dir.path + "/q/sub/y"), "y");
+  EXPECT_TRUE(fs::is_directory(mount->path() + "/p"));
+  EXPECT_FALSE(fs::exists(mount->path() + "/p/d"));
+}
+
 TEST(MountSftpTest, RecursiveCpInAndBackOutThroughAFreshMount) {
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());
