@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Measures objfs's sftp:// mounts against sshfs, `sftp get` and `ssh cat` on the same throwaway
+# OpenSSH sshd on 127.0.0.1, in one run:
+#   - sequential read of a SIZE_MIB file (objfs, sshfs, and as ceilings `ssh cat` and
+#     `sftp get`), with the client's CPU seconds per GiB read;
+#   - `cp` of that file within the mount (objfs uses the server's copy-data);
+#   - `rsync -a` of 300 files of 8 KiB into the mount.
+# Prints a Markdown table. Not a test: numbers, not assertions.
+#
+# usage: tools/bench-sftp.sh [SIZE_MIB]   (as root; default 512)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+SIZE_MIB=${1:-512}
+
+bash tools/install-deps.sh >/dev/null
+dpkg-query -W -f='${Status}' sshfs 2>/dev/null | grep -q 'install ok installed' ||
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sshfs >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C build objfs >/dev/null
+
+WORK=$(mktemp -d /tmp/objfs-bench-sftp.XXXXXX)
+MNT=$WORK/mnt
+mkdir -p "$MNT"
+PID=
+unmount_all() {
+  if mountpoint -q "$MNT"; then fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT" || true; fi
+  if [ -n "$PID" ]; then
+    for _ in $(seq 1200); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$PID" 2>/dev/null || true
+    wait "$PID" 2>/dev/null || true
+  fi
+  PID=
+}
+cleanup() {
+  unmount_all
+  tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+tests/fixtures/sshd.sh start "$WORK/sshd" >/dev/null
+# shellcheck disable=SC1091
+. "$WORK/sshd/env"
+H=$OBJFS_TEST_SFTP_HOST P=$OBJFS_TEST_SFTP_PORT U=$OBJFS_TEST_SFTP_USER
+KEY=$OBJFS_TEST_SFTP_KEY KH=$OBJFS_TEST_SFTP_KNOWN_HOSTS DATA=$OBJFS_TEST_SFTP_ROOT/bench
+mkdir -p "$DATA"
+head -c $((SIZE_MIB << 20)) /dev/urandom > "$DATA/big.bin"
+mkdir -p "$WORK/small"
+for i in $(seq 1 300); do head -c 8192 /dev/urandom > "$WORK/small/f$i"; done
+SSH_OPTS=(-i "$KEY" -o "UserKnownHostsFile=$KH" -o StrictHostKeyChecking=yes -o BatchMode=yes)
+
+wait_mounted() {
+  for _ in $(seq 300); do mountpoint -q "$MNT" && return 0; sleep 0.1; done
+  echo "mount did not come up" >&2; return 1
+}
+mount_tool() {  # mount_tool NAME
+  case $1 in
+    objfs) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
+             -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache" & PID=$! ;;
+    sshfs) sshfs "$U@$H:$DATA" "$MNT" -f -p "$P" -o "IdentityFile=$KEY,UserKnownHostsFile=$KH" \
+             -o StrictHostKeyChecking=yes >/dev/null 2>&1 & PID=$! ;;
+  esac
+  wait_mounted
+}
+cpu_ticks() {  # the process and its children (sshfs runs ssh)
+  local total=0 p
+  for p in $1 $(pgrep -P "$1" || true); do
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+  done
+  echo "$total"
+}
+now() { date +%s.%N; }
+HZ=$(getconf CLK_TCK)
+
+echo "| what | tool | result | client CPU s/GiB |"
+echo "|---|---|---|---|"
+t0=$(now)
+ssh "${SSH_OPTS[@]}" -p "$P" "$U@$H" cat "$DATA/big.bin" > /dev/null
+t1=$(now)
+awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
+  'BEGIN { printf "| sequential read %d MiB | ssh cat (ceiling) | %.0f MiB/s | |\n", s, s / (t1 - t0) }'
+t0=$(now)
+echo "get $DATA/big.bin /dev/null" | sftp "${SSH_OPTS[@]}" -P "$P" -q -b - "$U@$H" > /dev/null
+t1=$(now)
+awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
+  'BEGIN { printf "| sequential read %d MiB | sftp get | %.0f MiB/s | |\n", s, s / (t1 - t0) }'
+
+for tool in objfs sshfs; do
+  if ! mount_tool "$tool"; then echo "| sequential read | $tool | did not mount | |"; unmount_all; continue; fi
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  c0=$(cpu_ticks "$PID"); t0=$(now)
+  dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
+  t1=$(now); c1=$(cpu_ticks "$PID")
+  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v hz="$HZ" -v tool="$tool" \
+    'BEGIN { printf "| sequential read %d MiB | %s | %.0f MiB/s | %.2f |\n",
+      s, tool, s / (t1 - t0), (c1 - c0) / hz / (s / 1024) }'
+  unmount_all
+done
+
+timed() {  # timed LABEL TOOL COMMAND...
+  local label=$1 tool=$2; shift 2
+  if ! mount_tool "$tool"; then echo "| $label | $tool | did not mount | |"; unmount_all; return; fi
+  local t0 t1 t2
+  t0=$(now)
+  "$@" >/dev/null || echo "| $label | $tool | command failed | |"
+  t1=$(now)
+  unmount_all
+  t2=$(now)
+  awk -v t0="$t0" -v t1="$t1" -v t2="$t2" -v l="$label" -v tool="$tool" \
+    'BEGIN { printf "| %s | %s | %.2f s (%.2f s to unmounted) | |\n", l, tool, t1 - t0, t2 - t0 }'
+}
+for tool in objfs sshfs; do
+  timed "cp ${SIZE_MIB} MiB within the mount" "$tool" cp "$MNT/big.bin" "$MNT/copy-$tool.bin"
+done
+for tool in objfs sshfs; do
+  timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
+done
