@@ -1,5 +1,6 @@
 #include "cache/content_etag_store.h"
 
+#include <chrono>
 #include <utility>
 
 #include "backend/md5.h"
@@ -29,8 +30,12 @@ Md5Digest DigestOf(const ETag& etag) {
 }  // namespace
 
 ContentEtagStore::ContentEtagStore(std::shared_ptr<ObjectStore> inner, std::shared_ptr<StoreDb> db,
-                                   Metrics* metrics)
-    : ForwardingStore(inner), inner_(std::move(inner)), db_(std::move(db)), metrics_(metrics) {}
+                                   Metrics* metrics, int64_t racy_ns)
+    : ForwardingStore(inner),
+      inner_(std::move(inner)),
+      db_(std::move(db)),
+      metrics_(metrics),
+      racy_ns_(racy_ns) {}
 
 std::optional<ContentETagRecord> ContentEtagStore::ValidRecord(std::string_view key, uint64_t size,
                                                                int64_t mtime_ns) {
@@ -64,7 +69,7 @@ Result<ETag> ContentEtagStore::InnerETag(std::string_view key, const ETag& etag,
   return VersionTag((*record)->size, (*record)->mtime_ns);
 }
 
-void ContentEtagStore::Record(const std::string& key, uint64_t size, int64_t mtime_ns,
+bool ContentEtagStore::Record(const std::string& key, uint64_t size, int64_t mtime_ns,
                               const ETag& md5) {
   ContentETagRecord record;
   record.path = key;
@@ -72,8 +77,7 @@ void ContentEtagStore::Record(const std::string& key, uint64_t size, int64_t mti
   record.mtime_ns = mtime_ns;
   record.md5 = DigestOf(md5);
   std::lock_guard<std::mutex> lock(records_mu_);
-  // A record that cannot be written only costs a hash later.
-  (void)db_->Put(record);
+  return db_->Put(record).ok();
 }
 
 void ContentEtagStore::Forget(std::string_view key) {
@@ -107,12 +111,14 @@ Result<ObjectInfo> ContentEtagStore::put(std::string_view key, const ByteSource&
     OBJFS_ASSIGN_OR_RETURN(inner_options.if_match, InnerETag(key, *options.if_match, "put"));
   }
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, inner_->put(key, source, inner_options));
-  if (info.etag.is_plain_md5() && !IsMarker(key)) {
-    Record(info.key.empty() ? std::string(key) : info.key, info.size, info.mtime_ns, info.etag);
-  } else {
-    Forget(key);
-    if (info.etag.empty()) info.etag = VersionTag(info.size, info.mtime_ns);
+  // An MD5 without a record could not be checked as a precondition later: report the version
+  // instead (the MD5 is then computed again when asked for).
+  if (info.etag.is_plain_md5() && !IsMarker(key) &&
+      Record(info.key.empty() ? std::string(key) : info.key, info.size, info.mtime_ns, info.etag)) {
+    return info;
   }
+  Forget(key);
+  info.etag = VersionTag(info.size, info.mtime_ns);
   return info;
 }
 
@@ -137,12 +143,12 @@ Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_vie
   // An MD5 from the inner store was computed from the bytes it streamed; else the source's.
   if (!info.etag.is_plain_md5() && md5) info.etag = *md5;
   const std::string key = info.key.empty() ? std::string(dst) : info.key;
-  if (info.etag.is_plain_md5() && !IsMarker(key)) {
-    Record(key, info.size, info.mtime_ns, info.etag);
-  } else {
-    Forget(key);
-    info.etag = VersionTag(info.size, info.mtime_ns);
+  if (info.etag.is_plain_md5() && !IsMarker(key) &&
+      Record(key, info.size, info.mtime_ns, info.etag)) {
+    return info;
   }
+  Forget(key);
+  info.etag = VersionTag(info.size, info.mtime_ns);
   return info;
 }
 
@@ -205,6 +211,11 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
       continue;
     }
     ETag etag = ETag::FromMd5(md5.Final());
+    // Too recent to trust its version (see kRacyNs): returned, not recorded.
+    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    if (info.mtime_ns > now_ns - racy_ns_) return etag;
     ContentETagRecord record;
     record.path = std::string(key);
     record.size = info.size;

@@ -38,10 +38,16 @@ namespace objfs {
 
 class ContentEtagStore : public ForwardingStore {
  public:
+  // SFTP mtimes have whole seconds: a file hashed within the second it was written in could be
+  // rewritten at the same size and second without its version changing. Such an MD5 is
+  // returned but not recorded (as git treats "racily clean" index entries).
+  static constexpr int64_t kRacyNs = 2'000'000'000;
+
   // `metrics` may be null; it must outlive the store. `inner` is a store without native ETags
   // whose ETags are versions (SftpStore, or MemoryStore with native_etags false).
+  // A file hashed by ContentEtag() whose mtime is less than `racy_ns` old is not recorded.
   ContentEtagStore(std::shared_ptr<ObjectStore> inner, std::shared_ptr<StoreDb> db,
-                   Metrics* metrics);
+                   Metrics* metrics, int64_t racy_ns = kRacyNs);
 
   // Bytes read per call while hashing.
   static constexpr size_t kHashReadBytes = 4u << 20;
@@ -72,12 +78,14 @@ class ContentEtagStore : public ForwardingStore {
   // The ETag to give the inner store for `etag` as an If-Match on `key`: an MD5 becomes the
   // version of its record (PreconditionFailed without one), anything else stays.
   Result<ETag> InnerETag(std::string_view key, const ETag& etag, std::string_view what);
-  void Record(const std::string& key, uint64_t size, int64_t mtime_ns, const ETag& md5);
+  // Persists the record; false when it could not be written.
+  bool Record(const std::string& key, uint64_t size, int64_t mtime_ns, const ETag& md5);
   void Forget(std::string_view key);
 
   std::shared_ptr<ObjectStore> inner_;
   std::shared_ptr<StoreDb> db_;
   Metrics* metrics_;
+  const int64_t racy_ns_;
   // Serialises each read-check-write of a record against writes of the same key's record.
   std::mutex records_mu_;
 };

@@ -110,9 +110,13 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
   }
   std::string list;
   for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
-  return PermissionDeniedError("authentication as " + options.user + "@" + options.host +
-                               " failed: the server accepted none of the keys offered (tried: " +
-                               (list.empty() ? "nothing" : list) + ")");
+  if (list.empty()) {
+    return PermissionDeniedError("authentication as " + options.user + "@" + options.host +
+                                 " failed: no key to offer (give one with -o identity=FILE)");
+  }
+  return PermissionDeniedError(
+      "authentication as " + options.user + "@" + options.host +
+      " failed: the server accepted none of the keys offered (tried: " + list + ")");
 }
 
 }  // namespace

@@ -518,7 +518,11 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
       return PreconditionFailedError("put " + std::string(key) + ": the object exists");
     }
     if (preconditions.if_match) {
-      if (!current.ok()) return current.status();
+      if (!current.ok()) {
+        // As on S3: a missing object does not match.
+        if (current.status().code() != StatusCode::kNotFound) return current.status();
+        return PreconditionFailedError("put " + std::string(key) + ": the object no longer exists");
+      }
       if (current->etag != *preconditions.if_match) {
         return PreconditionFailedError("put " + std::string(key) +
                                        ": the object changed (version " + current->etag.value() +
@@ -694,6 +698,8 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     }
     etag = ETag::FromMd5(md5.Final());
   }
+  // Durable before it replaces anything: a rename's source is removed right after.
+  if (status.ok() && wire.HasExtension("fsync@openssh.com", "1")) status = wire.Fsync(*dst_handle);
   Status closed_src = wire.Close(src_handle);
   Status closed_dst = wire.Close(*dst_handle);
   if (status.ok()) status = closed_src.ok() ? closed_dst : closed_src;

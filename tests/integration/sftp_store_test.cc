@@ -181,7 +181,7 @@ class SftpStoreTest : public ::testing::Test {
     db_ = OpenDb(scratch_ + "/db");
     ASSERT_NE(db_, nullptr);
     if (counting_ == nullptr) counting_ = std::make_shared<ReadCountingStore>(store_);
-    etags_ = std::make_shared<ContentEtagStore>(counting_, db_, &metrics_);
+    etags_ = std::make_shared<ContentEtagStore>(counting_, db_, &metrics_, /*racy_ns=*/0);
   }
 
   Result<ObjectInfo> Put(const std::string& key, const std::string& data, Metadata meta = {}) {

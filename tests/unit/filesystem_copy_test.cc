@@ -270,7 +270,7 @@ class FilesystemContentEtagTest : public ::testing::Test {
     auto db = StoreDb::Open(cache_dir_ + "/db");
     ASSERT_TRUE(db.ok()) << db.status().ToString();
     db_ = std::make_shared<StoreDb>(std::move(db).value());
-    etags_ = std::make_shared<ContentEtagStore>(memory_, db_, &metrics_);
+    etags_ = std::make_shared<ContentEtagStore>(memory_, db_, &metrics_, /*racy_ns=*/0);
     store_ = std::make_shared<MetricsStore>(etags_, metrics_);
     options_.cache_dir = cache_dir_ + "/staging";
     options_.prefetch.read_buffer = 16 << 10;
