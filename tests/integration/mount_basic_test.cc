@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 
+#include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/free_port.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
@@ -50,8 +51,6 @@ std::string RandomBytes(size_t size, uint64_t seed) {
   for (char& c : out) c = static_cast<char>(random() & 0xff);
   return out;
 }
-
-std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
 
 // The value of counter `name` in the "name=value" lines of user.objfs.stats, or -1.
 int64_t Counter(const std::string& stats, const std::string& name) {

@@ -12,14 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
 
 namespace objfs::testing {
 namespace {
-
-std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
 
 // `stat -c FORMAT PATH` without the newline.
 std::string StatFormat(const std::string& format, const std::string& path) {

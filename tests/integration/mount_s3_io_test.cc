@@ -13,20 +13,13 @@
 #include <random>
 #include <string>
 
+#include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
 
 namespace objfs::testing {
 namespace {
-
-std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-
-std::string Md5sum(const std::string& path) {
-  CommandResult r = RunCommand({"md5sum", path});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.out.substr(0, r.out.find(' '));
-}
 
 TEST(MountS3IoTest, DdOfALargeFileInAndBackOut) {
   ScratchDir local;

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/free_port.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
@@ -35,8 +36,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
 
 std::string ReadLocal(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
@@ -27,46 +28,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-
-std::string Md5sum(const std::string& path) {
-  CommandResult r = RunCommand({"md5sum", path});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.out.substr(0, r.out.find(' '));
-}
-
-void ExpectSameContent(const std::string& a, const std::string& b) {
-  CommandResult cmp = RunCommand({"cmp", a, b});
-  EXPECT_EQ(cmp.exit_code, 0) << a << " vs " << b << ": " << cmp.out << cmp.err;
-}
-
 // diff -r of two trees, ignoring objfs's reserved names (".objfs-dir", the marker of a
 // directory made through the mount, on the server).
 void ExpectSameTree(const std::string& a, const std::string& b) {
   CommandResult diff = RunCommand({"diff", "-r", "-x", ".objfs-*", a, b});
   EXPECT_EQ(diff.exit_code, 0) << a << " vs " << b << ": " << diff.out << diff.err;
-}
-
-// A tree under `root` with `files` files spread over nested directories; file i has
-// (i * 997) % 20000 bytes, so that some are empty.
-void MakeTree(const std::string& root, int files) {
-  const std::vector<std::string> dirs = {"", "a", "a/b", "a/b/c", "d", "d/e with space", "f"};
-  for (const std::string& d : dirs) fs::create_directories(root + "/" + d);
-  for (int i = 0; i < files; ++i) {
-    const std::string& d = dirs[static_cast<size_t>(i) % dirs.size()];
-    std::string path = root + "/" + d + (d.empty() ? "" : "/") + "file" + std::to_string(i);
-    WriteFile(path, PseudoRandomBytes(static_cast<size_t>(i) * 997 % 20000, 100 + i));
-  }
-}
-
-// The "Number of regular files transferred" of `rsync --stats` output, or -1.
-int FilesTransferred(const std::string& out) {
-  std::smatch m;
-  static const std::regex kLine("Number of regular files transferred: ([0-9,]+)");
-  if (!std::regex_search(out, m, kLine)) return -1;
-  std::string digits = m[1].str();
-  digits.erase(std::remove(digits.begin(), digits.end(), ','), digits.end());
-  return std::stoi(digits);
 }
 
 // The files of `root` (recursively, without objfs's reserved ".objfs-*" names), sorted.
