@@ -238,6 +238,10 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(value, name, kMinReadBuffer));
     out.fs.prefetch_memory = size;
+  } else if (name == "readdir_heads") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 0, 1000000));
+    out.fs.readdir_heads = n;
   } else if (name == "max_rename_objects") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t n,
@@ -558,6 +562,8 @@ Filesystem options:
   attr_timeout=SECONDS      attribute and name cache lifetime (default 1)
   negative_timeout=SECONDS  lifetime of "no such file" answers (default 1)
   max_rename_objects=N      refuse renaming directories holding more objects (default 10000)
+  readdir_heads=N           a listing HEADs up to N files at once for their metadata, so that
+                            ls -l needs no lookup per name (default 10000; 0: never)
 
 FUSE and mount options:
   ro, allow_other, default_permissions, fsname=NAME

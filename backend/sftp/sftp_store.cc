@@ -700,6 +700,17 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   }
   // Durable before it replaces anything: a rename's source is removed right after.
   if (status.ok() && wire.HasExtension("fsync@openssh.com", "1")) status = wire.Fsync(*dst_handle);
+  if (status.ok()) {
+    // The version checked before the copy must still be the source's after it: what was
+    // copied is then that version (a source replaced by a rename between the check and the
+    // open would otherwise pass with the old version's MD5).
+    Attributes after(sftp_stat(c.sftp(), src_paths.data.c_str()));
+    if (after == nullptr) {
+      status = LibsshStatus(c, what);
+    } else if (VersionOf(*after) != current.etag) {
+      status = PreconditionFailedError(what + ": the source changed during the copy");
+    }
+  }
   Status closed_src = wire.Close(src_handle);
   Status closed_dst = wire.Close(*dst_handle);
   if (status.ok()) status = closed_src.ok() ? closed_dst : closed_src;

@@ -199,7 +199,7 @@ TEST(ParseMountOptionsTest, FilesystemOptions) {
   MountOptions o = ParseWith(
       "cache_dir=/var/cache/x,read_buffer=64K,max_readahead=8M,uid=1000,gid=100,umask=027,"
       "attr_timeout=2.5,negative_timeout=0,io_threads=3,prefetch_memory=32M,"
-      "max_rename_objects=50");
+      "max_rename_objects=50,readdir_heads=0");
   EXPECT_EQ(o.fs.cache_dir, "/var/cache/x");
   EXPECT_EQ(o.fs.prefetch.read_buffer, 64u << 10);
   EXPECT_EQ(o.fs.prefetch.max_readahead, 8u << 20);
@@ -212,6 +212,7 @@ TEST(ParseMountOptionsTest, FilesystemOptions) {
   EXPECT_EQ(o.fs.io_threads, 3);
   EXPECT_EQ(o.fs.prefetch_memory, 32u << 20);
   EXPECT_EQ(o.fs.max_rename_objects, 50u);
+  EXPECT_EQ(o.fs.readdir_heads, 0u);
 }
 
 TEST(ParseMountOptionsTest, RepeatedAndAttachedDashO) {
@@ -266,6 +267,7 @@ TEST(ParseMountOptionsTest, BadOptionValues) {
       {"negative_timeout=x", "negative_timeout"},
       {"parallel_parts=0", "out of range"},
       {"io_threads=0", "out of range"},
+      {"readdir_heads=2000000", "out of range"},
       {"io_threads=many", "io_threads"},
       {"part_size=0", "too small"},
       {"prefetch_memory=1K", "too small"},
