@@ -116,4 +116,6 @@ for tool in objfs sshfs; do
 done
 for tool in objfs sshfs; do
   timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
+  stored=$(find "$DATA/rsync-$tool" -type f 2>/dev/null | wc -l)
+  echo "| files on the server after the rsync | $tool | $stored of 300 | |"
 done
