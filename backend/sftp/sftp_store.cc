@@ -263,7 +263,13 @@ Result<SftpStore::KeyPaths> SftpStore::PathsOf(std::string_view key) const {
   OBJFS_RETURN_IF_ERROR(ValidateKey(key));
   KeyPaths p;
   std::string full = options_.root + "/" + std::string(key);
-  if (IsMarker(key)) full += kMarkerFile;
+  if (IsMarker(key)) {
+    // The marker "x/" is the directory "x" itself.
+    full.pop_back();
+    p.dir = full;
+    p.data = full;
+    return p;
+  }
   size_t slash = full.rfind('/');
   p.dir = full.substr(0, slash);
   p.name = full.substr(slash + 1);
@@ -287,12 +293,9 @@ std::string SftpStore::TempName(const std::string& dir) {
 Result<ObjectInfo> SftpStore::HeadOn(SftpConnection& c, std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
   Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
-  if (a == nullptr) {
-    Status status = LibsshStatus(c, "stat " + std::string(key));
-    if (status.code() != StatusCode::kNotFound || !IsMarker(key)) return status;
-    // A directory without a marker file is still a directory.
-    a.reset(sftp_stat(c.sftp(), paths.dir.c_str()));
-    if (a == nullptr) return LibsshStatus(c, "stat " + std::string(key));
+  if (a == nullptr) return LibsshStatus(c, "stat " + std::string(key));
+  if (IsMarker(key)) {
+    // The marker "x/" is the directory "x" itself: nothing else is written to the server.
     if (!IsDirectory(*a)) return NotFoundError("no object " + std::string(key));
     ObjectInfo info;
     info.key = std::string(key);
@@ -312,6 +315,11 @@ Result<ObjectInfo> SftpStore::head(std::string_view key) {
 Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
                                const ETag* if_match) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  if (IsMarker(key)) {
+    // A directory marker has no bytes.
+    OBJFS_RETURN_IF_ERROR(head(key).status());
+    return size_t{0};
+  }
   return WithRetry([&](SftpConnection& c) -> Result<size_t> {
     const std::string what = "read " + std::string(key);
     File file;
@@ -362,15 +370,13 @@ Result<std::vector<DirEntry>> ReadDirSorted(SftpConnection& c, const std::string
     }
     return status;
   }
+  bool empty = true;  // no name but reserved ones
   while (Attributes a{sftp_readdir(c.sftp(), dir)}) {
     std::string_view name = a->name != nullptr ? a->name : "";
     if (name.empty() || name == "." || name == "..") continue;
-    if (name == kMarkerFile) {
-      if (base.empty() || !name_prefix.empty()) continue;
-      entries.push_back({base, false, std::string(name), a->size, MtimeSeconds(*a)});
-      continue;
-    }
-    if (StartsWith(name, kReservedPrefix) || !StartsWith(name, name_prefix)) continue;
+    if (StartsWith(name, kReservedPrefix)) continue;
+    empty = false;
+    if (!StartsWith(name, name_prefix)) continue;
     DirEntry e;
     e.name = std::string(name);
     e.is_dir = IsDirectory(*a);
@@ -382,6 +388,9 @@ Result<std::vector<DirEntry>> ReadDirSorted(SftpConnection& c, const std::string
   bool complete = sftp_dir_eof(dir) != 0;
   sftp_closedir(dir);
   if (!complete) return LibsshStatus(c, "list " + path);
+  // An empty directory is listed as its marker "x/", as a bucket lists the marker of an empty
+  // directory; a directory with content is known by its keys.
+  if (empty && !base.empty() && name_prefix.empty()) entries.push_back({base, false, "", 0, 0});
   std::sort(entries.begin(), entries.end(),
             [](const DirEntry& x, const DirEntry& y) { return x.key < y.key; });
   return entries;
@@ -542,9 +551,41 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
   return Status::Ok();
 }
 
+Result<ObjectInfo> SftpStore::PutDirectory(std::string_view key, const KeyPaths& paths,
+                                           uint64_t size, const Metadata& metadata,
+                                           const PutOptions& options) {
+  if (size != 0) {
+    return InvalidArgumentError("put " + std::string(key) +
+                                ": an SFTP directory cannot hold data (the key names a directory)");
+  }
+  return WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
+    std::lock_guard<std::mutex> lock(KeyLock(key));
+    Result<ObjectInfo> current = HeadOn(c, key);
+    if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
+      return current.status();
+    }
+    if (options.if_none_match && current.ok()) {
+      return PreconditionFailedError("put " + std::string(key) + ": the directory exists");
+    }
+    if (options.if_match && !current.ok()) {
+      return PreconditionFailedError("put " + std::string(key) +
+                                     ": the directory no longer exists");
+    }
+    OBJFS_RETURN_IF_ERROR(MakeDirs(c, paths.data));
+    Metadata attributes = metadata;
+    if (!ParseMode(attributes)) attributes["mode"] = std::to_string(S_IFDIR | 0755);
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, ApplyAttributes(c, key, paths.data, attributes));
+    info.key = std::string(key);
+    info.size = 0;
+    info.etag = ETag::FromMd5(Md5Of(std::span<const std::byte>()));  // a marker holds nothing
+    return info;
+  });
+}
+
 Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source,
                                   const PutOptions& options) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  if (IsMarker(key)) return PutDirectory(key, paths, source.size(), options.metadata, options);
   OBJFS_ASSIGN_OR_RETURN(SftpSessionPool::Lease lease, pool_.Acquire());
   SftpConnection& c = *lease;
   SftpWire& wire = c.wire();
@@ -616,6 +657,17 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
                                    const CopyOptions& options) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths src_paths, PathsOf(src.key));
   OBJFS_ASSIGN_OR_RETURN(KeyPaths dst_paths, PathsOf(dst));
+  if (IsMarker(src.key) || IsMarker(dst)) {
+    if (!IsMarker(src.key) || !IsMarker(dst)) {
+      return InvalidArgumentError("copy " + src.key + " to " + std::string(dst) +
+                                  ": a directory marker copies only to a directory marker");
+    }
+    // The copy of a directory marker is the directory, with the source's attributes.
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, head(src.key));
+    PutOptions put;
+    put.metadata = options.replace_metadata ? *options.replace_metadata : current.metadata;
+    return PutDirectory(dst, dst_paths, 0, put.metadata, put);
+  }
   OBJFS_ASSIGN_OR_RETURN(SftpSessionPool::Lease lease, pool_.Acquire());
   SftpConnection& c = *lease;
   SftpWire& wire = c.wire();
@@ -746,7 +798,7 @@ Status SftpStore::remove(std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
   return WithRetry([&](SftpConnection& c) -> Status {
     std::lock_guard<std::mutex> lock(KeyLock(key));
-    if (sftp_unlink(c.sftp(), paths.data.c_str()) != 0) {
+    if (!IsMarker(key) && sftp_unlink(c.sftp(), paths.data.c_str()) != 0) {
       Status status = LibsshStatus(c, "remove " + std::string(key));
       if (status.code() != StatusCode::kNotFound) {
         // Removing a key that names a directory removes no object.
@@ -755,7 +807,9 @@ Status SftpStore::remove(std::string_view key) {
       }
     }
     if (IsMarker(key)) {
-      // Best effort: the directory stays while it holds other objects.
+      // Best effort: the directory stays while it holds other objects. (Earlier versions kept
+      // an empty marker file in it.)
+      sftp_unlink(c.sftp(), (paths.dir + "/" + std::string(kMarkerFile)).c_str());
       sftp_rmdir(c.sftp(), paths.dir.c_str());
     }
     if (!c.healthy()) return TransientError("remove " + std::string(key) + ": connection lost");

@@ -2,7 +2,8 @@
 // internal-sftp), so that objfs can mount a plain remote directory as well as a bucket.
 //
 // Keys are paths relative to the root directory; '/' in a key is a directory level, and a
-// directory marker "x/" is the directory "x" (its content, if any, lives in "x/.objfs-dir").
+// directory marker "x/" is the directory "x" itself (a marker cannot hold data; an empty
+// directory is listed as its marker, and directories stay when their files are removed).
 // SFTP has no ETags, content types or user metadata, and objfs stores nothing on the server
 // besides the files themselves: head() and list() report a file's size, its mtime (whole
 // seconds in SFTP v3) and its attributes (mode, uid, gid, mtime) as s3fs-style metadata. The
@@ -92,6 +93,9 @@ class SftpStore : public ObjectStore {
 
   Result<ObjectInfo> HeadOn(SftpConnection& c, std::string_view key);
   Status MakeDirs(SftpConnection& c, const std::string& dir);
+  // put() of a directory marker "x/": the directory x (made with its parents), no file.
+  Result<ObjectInfo> PutDirectory(std::string_view key, const KeyPaths& paths, uint64_t size,
+                                  const Metadata& metadata, const PutOptions& options);
   // Applies mode and mtime from `metadata` to the staged file at `path`; returns what head()
   // will report for `key` once the file is in place (without its ETag).
   Result<ObjectInfo> ApplyAttributes(SftpConnection& c, std::string_view key,

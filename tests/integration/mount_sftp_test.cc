@@ -28,18 +28,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// diff -r of two trees, ignoring objfs's reserved names (".objfs-dir", the marker of a
-// directory made through the mount, on the server).
+// diff -r of two trees: the server's copy must hold exactly the files and directories, nothing
+// of objfs's own.
 void ExpectSameTree(const std::string& a, const std::string& b) {
-  CommandResult diff = RunCommand({"diff", "-r", "-x", ".objfs-*", a, b});
+  CommandResult diff = RunCommand({"diff", "-r", a, b});
   EXPECT_EQ(diff.exit_code, 0) << a << " vs " << b << ": " << diff.out << diff.err;
 }
 
-// The files of `root` (recursively, without objfs's reserved ".objfs-*" names), sorted.
+// The files of `root` (recursively, objfs's own included, which there must be none of), sorted.
 std::string ServerFiles(const std::string& root) {
-  CommandResult r = RunCommand(
-      {"sh", "-c", "cd \"$0\" && find . -name '.objfs-*' -prune -o -type f -print | LC_ALL=C sort",
-       root});
+  CommandResult r =
+      RunCommand({"sh", "-c", "cd \"$0\" && find . -type f -print | LC_ALL=C sort", root});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return r.out;
 }
@@ -146,6 +145,35 @@ TEST(MountSftpTest, EtagIsTheContentMd5ComputedOnceAndReused) {
             Md5sum(local.path() + "/changed"));
   // Nothing but the files themselves on the server.
   EXPECT_EQ(ServerFiles(dir.path), "./moved\n./server-made\n");
+}
+
+// mkdir and rmdir through the mount are mkdir and rmdir on the server: a directory made there is
+// a plain empty directory (nothing of objfs's inside), it stays when its last file goes, and
+// rmdir refuses a directory that is not empty.
+TEST(MountSftpTest, DirectoriesArePlainDirectoriesOnTheServer) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  ASSERT_EQ(::mkdir((mount->path() + "/made").c_str(), 0750), 0) << std::strerror(errno);
+  EXPECT_TRUE(fs::is_directory(dir.path + "/made"));
+  EXPECT_TRUE(fs::is_empty(dir.path + "/made"));
+  struct stat st {};
+  ASSERT_EQ(::stat((dir.path + "/made").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+
+  WriteFile(mount->path() + "/made/f", "f");
+  EXPECT_EQ(::rmdir((mount->path() + "/made").c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  ASSERT_EQ(::unlink((mount->path() + "/made/f").c_str()), 0) << std::strerror(errno);
+  EXPECT_TRUE(fs::is_directory(dir.path + "/made"));  // POSIX: rm of the last file keeps it
+  EXPECT_TRUE(fs::is_empty(dir.path + "/made"));
+  ASSERT_TRUE(mount->Restart());
+  struct stat again {};
+  EXPECT_EQ(::stat((mount->path() + "/made").c_str(), &again), 0);
+  EXPECT_TRUE(S_ISDIR(again.st_mode));
+  ASSERT_EQ(::rmdir((mount->path() + "/made").c_str()), 0) << std::strerror(errno);
+  EXPECT_FALSE(fs::exists(dir.path + "/made"));
+  EXPECT_EQ(ServerFiles(dir.path), "");
 }
 
 // mv of a directory takes the directories it emptied with it, and nothing above it: the

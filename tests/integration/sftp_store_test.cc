@@ -99,6 +99,7 @@ ConformanceBackend SftpBackend(std::string name,
   backend.max_key_segment_bytes = 255;
   backend.key_may_also_be_a_prefix = false;
   backend.stores_metadata = false;
+  backend.directories_are_real = true;
   return backend;
 }
 
