@@ -37,13 +37,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string ReadLocal(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A fresh ed25519 key pair at `path` (and path.pub); returns `path`.
 std::string NewKey(const std::string& path) {
   CommandResult r =

@@ -69,16 +69,9 @@ TEST(MountSftpTest, CpInOutAndWithinTheMount) {
   ASSERT_EQ(cp_within.exit_code, 0) << cp_within.err;
   std::string after = GetXattr(mount->path(), "user.objfs.stats");
   for (const char* counter : {"bytes_read", "bytes_written", "sftp_read_requests"}) {
-    ASSERT_GE(StatsCounter(before, counter), 0) << counter << " missing in:\n" << before;
-    EXPECT_EQ(StatsCounter(after, counter), StatsCounter(before, counter))
-        << counter << "\nbefore:\n"
-        << before << "after:\n"
-        << after;
+    ExpectCounterDelta(before, after, counter, 0);
   }
-  EXPECT_EQ(StatsCounter(after, "server_copies"), StatsCounter(before, "server_copies") + 1)
-      << "before:\n"
-      << before << "after:\n"
-      << after;
+  ExpectCounterDelta(before, after, "server_copies", 1);
   ExpectSameContent(source, copy);
   ExpectSameContent(source, dir.path + "/copy");
 
