@@ -222,7 +222,9 @@ TEST(MountS3OutageTest, ServerStoppedWhileWritingKeepsTheDataForARetry) {
   EXPECT_TRUE(StagingFilesHolding(mount->cache_dir(), data).empty())
       << "the staging file stayed after the upload";
 
-  EXPECT_EQ(cluster.Request("GET", "/" + bucket + "/at-unmount"), "404");
+  // "at-unmount" may already be up: the kernel's release after the failed close retries the
+  // upload, and in a slow (sanitizer) build it can arrive after radosgw is back. By the end of
+  // the unmount at the latest it must be in the bucket.
   EXPECT_EQ(mount->Stop(), 0);
   std::string second_body;
   EXPECT_EQ(cluster.Request("GET", "/" + bucket + "/at-unmount", &second_body), "200");
