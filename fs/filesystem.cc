@@ -45,6 +45,9 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
   std::unique_ptr<Filesystem> fs(
       new Filesystem(std::move(store), std::move(options), metrics, std::move(clock)));
   fs->staging_ = std::move(staging);
+  if (fs->writeback() && fs->options_.writeback_thread) {
+    fs->writeback_thread_ = std::thread([p = fs.get()] { p->WritebackLoop(); });
+  }
   return fs;
 }
 
@@ -62,6 +65,12 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       mount_time_ns_(NowNs()) {}
 
 Filesystem::~Filesystem() {
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    writeback_stop_ = true;
+  }
+  writeback_cv_.notify_all();
+  if (writeback_thread_.joinable()) writeback_thread_.join();
   std::lock_guard<std::mutex> lock(handles_mu_);
   handles_.clear();  // prefetchers finish with the pool still alive
 }

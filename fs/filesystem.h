@@ -26,15 +26,19 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -68,6 +72,17 @@ struct FilesystemOptions {
   size_t prefetch_memory = 256u << 20;  // bytes of prefetched data across all open files
   size_t max_rename_objects = 10000;    // a directory rename moving more objects is refused
   bool read_only = false;               // every modifying call fails with PermissionDenied
+  // Write-back window, in seconds. 0 (the default): a closed file is uploaded by close(2), which
+  // reports a failed upload. Above 0: close(2) only records the staged file (it survives a crash
+  // of the daemon: the next mount uploads it), and the upload happens this long after the last
+  // close, so that what programs like rsync do next (utimens, chmod, rename of a temporary file)
+  // changes only the pending upload: one PUT per file instead of a PUT, self-copies and a copy
+  // plus delete. fsync(2), reading user.etag, and unmount upload at once; a failed upload is
+  // logged and retried, and its data stays staged.
+  double writeback = 0;
+  // Runs the thread that uploads files whose write-back window has passed. Tests that drive
+  // UploadDue() themselves turn it off.
+  bool writeback_thread = true;
   // For a store without native ETags (SFTP): where "user.etag" comes from, computed on first
   // request and recorded. Usually the ContentEtagStore in the store's stack; not owned, must
   // outlive the Filesystem. Left null, Create uses the store itself when it is a
@@ -224,11 +239,13 @@ class Filesystem {
 
   // Uploads the inode's unsaved data and metadata, if any, with one put. On failure the data
   // stays staged and unsaved, and a later Flush/Fsync/Release/FlushAll retries the upload.
+  // With a write-back window, Flush schedules the upload instead; Fsync always uploads.
   Status Flush(uint64_t fh);
   Status Fsync(uint64_t fh, bool datasync);
 
   // Uploads unsaved data like Flush, then closes the handle. The handle is closed even when the
   // upload fails (the data stays staged for FlushAll or a later Flush of the same inode).
+  // With a write-back window the upload is scheduled instead (see options.writeback).
   Status Release(uint64_t fh);
 
   // copy_file_range(2). When the whole source is copied onto an empty destination from offset
@@ -271,6 +288,14 @@ class Filesystem {
   // Uploads the unsaved data of every inode (at unmount or SIGTERM). Returns the first error;
   // inodes that failed keep their staged data.
   Status FlushAll();
+
+  // Uploads the files whose write-back window has passed (clock() time), in parallel; the
+  // write-back thread calls it. Returns the first failure (such files stay staged and are
+  // retried later). A no-op without a write-back window.
+  Status UploadDue();
+
+  // Files closed and waiting for their write-back upload.
+  size_t pending_uploads();
 
   // Uploads staging files left in cache_dir by a process that did not exit cleanly, then
   // removes them. Call once after Create, before serving requests; each mount needs a
@@ -329,6 +354,15 @@ class Filesystem {
   Status UploadLocked(Inode& inode, const std::string& key);
   void DropStagingLocked(Inode& inode);
   Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode);
+  // With a write-back window: records the staged file of a closed `inode` (sidecar) and
+  // schedules its upload. REQUIRES: inode.mu held.
+  Status DeferUploadLocked(uint64_t ino, Inode& inode);
+  void WritebackLoop();
+  bool writeback() const { return options_.writeback > 0; }
+  // Rename of a file whose data is pending upload: the staged file takes the new name.
+  // nullopt when the file is not (or no longer) pending: the caller renames it in the store.
+  std::optional<Status> RenameLocalFile(const std::string& from, const std::string& to,
+                                        const std::shared_ptr<Inode>& inode, uint32_t flags);
   Result<size_t> ReadFromStore(Handle& handle, uint64_t offset, std::span<std::byte> buf);
 
   // filesystem_attr.cc: metadata changes.
@@ -366,6 +400,14 @@ class Filesystem {
   uint64_t next_fh_ = 1;
   std::atomic<uint64_t> skipped_names_{0};
   int64_t mount_time_ns_;  // the root's mtime
+
+  // Write-back queue: inode -> when its upload is due (clock_ time). writeback_mu_ is a leaf
+  // lock: nothing else is taken while it is held.
+  std::mutex writeback_mu_;
+  std::condition_variable writeback_cv_;
+  std::map<uint64_t, std::chrono::nanoseconds> writeback_due_;
+  bool writeback_stop_ = false;
+  std::thread writeback_thread_;
 };
 
 }  // namespace objfs

@@ -164,6 +164,11 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (name == kEtagXattr || name == kEtagKindXattr) {
     if (key.empty()) return NoXattrError(std::string(name));
+    // A closed file waiting in the write-back window has no ETag yet: asking for it uploads it.
+    if (std::shared_ptr<Inode> inode = inodes_.Get(ino);
+        inode != nullptr && writeback() && inode->open_handles.load() == 0) {
+      OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    }
     auto rec = Resolve(key);
     if (!rec.ok()) {
       if (rec.status().code() == StatusCode::kNotFound) return NoXattrError(std::string(name));

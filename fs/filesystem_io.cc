@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <future>
 #include <vector>
 
 #include "cache/io_pool.h"
@@ -13,6 +16,9 @@
 namespace objfs {
 
 namespace {
+
+// Seconds before a failed write-back upload is tried again (or the window, when longer).
+constexpr double kWritebackRetrySeconds = 10;
 
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
@@ -60,6 +66,7 @@ Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, cons
   inode.attr = attr;
   inode.extra_metadata = std::move(extra);
   inode.staged = std::move(staged);
+  inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
   inode.has_local_data.store(true);
   return Status::Ok();
 }
@@ -86,6 +93,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
     return result.status().WithContext("uploading " + key);
   }
   inode.dirty = false;
+  inode.in_store = true;
   inode.uploaded_etag = result->etag;
   ObjectInfo info = *result;
   info.size = inode.staged->size();
@@ -195,6 +203,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
         inodes_.Forget(ino, 1);
         return s;
       }
+      inode->in_store = false;
     }
     inode->unlinked = false;
     inode->dirty = true;
@@ -261,13 +270,40 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
   return data.size();
 }
 
+Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
+  auto key = KeyOf(ino);
+  if (!key.ok()) return key.status();
+  Metadata metadata = inode.extra_metadata;
+  SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns, &metadata);
+  // The sidecar names what a crash before the upload must still upload at the next mount.
+  OBJFS_RETURN_IF_ERROR(inode.staged->Describe(*key, metadata));
+  auto due =
+      clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.writeback * 1e9));
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    writeback_due_.try_emplace(ino, due);  // an earlier close's schedule stands
+  }
+  writeback_cv_.notify_one();
+  return Status::Ok();
+}
+
 Status Filesystem::Flush(uint64_t fh) {
+  std::shared_ptr<Handle> handle = FindHandle(fh);
+  if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  if (writeback()) {
+    Inode& inode = *handle->inode;
+    std::lock_guard<std::mutex> lock(inode.mu);
+    if (!inode.dirty || inode.unlinked || !inode.staged) return Status::Ok();
+    return DeferUploadLocked(handle->ino, inode);
+  }
+  return FlushInode(handle->ino, handle->inode);
+}
+
+Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
   return FlushInode(handle->ino, handle->inode);
 }
-
-Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) { return Flush(fh); }
 
 Status Filesystem::Release(uint64_t fh) {
   std::shared_ptr<Handle> handle;
@@ -286,8 +322,12 @@ Status Filesystem::Release(uint64_t fh) {
     if (inode.unlinked) {
       if (remaining == 0) DropStagingLocked(inode);
     } else if (inode.dirty && inode.staged) {
-      auto key = KeyOf(handle->ino);
-      status = key.ok() ? UploadLocked(inode, *key) : key.status();
+      if (writeback()) {
+        status = DeferUploadLocked(handle->ino, inode);
+      } else {
+        auto key = KeyOf(handle->ino);
+        status = key.ok() ? UploadLocked(inode, *key) : key.status();
+      }
     } else if (remaining == 0) {
       DropStagingLocked(inode);
     }
@@ -302,12 +342,91 @@ Status Filesystem::Release(uint64_t fh) {
 }
 
 Status Filesystem::FlushAll() {
-  Status first;
+  // In parallel: at unmount a write-back window may have left many small files to upload.
+  std::vector<std::future<Status>> uploads;
   for (const auto& [ino, inode] : inodes_.WithLocalData("")) {
-    Status s = FlushInode(ino, inode);
+    uploads.push_back(
+        io_pool_->Async([this, ino = ino, inode = inode] { return FlushInode(ino, inode); }));
+  }
+  Status first;
+  for (auto& upload : uploads) {
+    Status s = upload.get();
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+Status Filesystem::UploadDue() {
+  if (!writeback()) return Status::Ok();
+  std::vector<uint64_t> due;
+  const std::chrono::nanoseconds now = clock_->now();
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    for (auto it = writeback_due_.begin(); it != writeback_due_.end();) {
+      if (it->second <= now) {
+        due.push_back(it->first);
+        it = writeback_due_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::vector<std::future<Status>> uploads;
+  uploads.reserve(due.size());
+  for (uint64_t ino : due) {
+    uploads.push_back(io_pool_->Async([this, ino]() -> Status {
+      std::shared_ptr<Inode> inode = inodes_.Get(ino);
+      if (inode == nullptr) return Status::Ok();
+      Status status;
+      {
+        std::lock_guard<std::mutex> lock(inode->mu);
+        // Clean, removed, or open again (its last release schedules it anew).
+        if (!inode->dirty || inode->unlinked || !inode->staged) return Status::Ok();
+        if (inode->open_handles.load() > 0) return Status::Ok();
+        auto key = KeyOf(ino);
+        status = key.ok() ? UploadLocked(*inode, *key) : key.status();
+        if (!status.ok()) {
+          const double retry = std::max(options_.writeback, kWritebackRetrySeconds);
+          std::fprintf(stderr, "objfs: %s; the data stays staged, retrying in %.0f s\n",
+                       status.ToString().c_str(), retry);
+          std::lock_guard<std::mutex> queue(writeback_mu_);
+          writeback_due_[ino] =
+              clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(retry * 1e9));
+        }
+      }
+      inodes_.Forget(ino, 0);  // an inode the kernel forgot goes once it is clean
+      return status;
+    }));
+  }
+  Status first;
+  for (auto& upload : uploads) {
+    Status s = upload.get();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+size_t Filesystem::pending_uploads() {
+  std::lock_guard<std::mutex> lock(writeback_mu_);
+  return writeback_due_.size();
+}
+
+void Filesystem::WritebackLoop() {
+  std::unique_lock<std::mutex> lock(writeback_mu_);
+  while (!writeback_stop_) {
+    std::chrono::nanoseconds wait = std::chrono::seconds(1);
+    if (!writeback_due_.empty()) {
+      const std::chrono::nanoseconds now = clock_->now();
+      for (const auto& [ino, due] : writeback_due_) wait = std::min(wait, due - now);
+    }
+    if (wait > std::chrono::nanoseconds::zero()) {
+      writeback_cv_.wait_for(lock, wait);
+      continue;
+    }
+    lock.unlock();
+    (void)UploadDue();  // failures are logged and rescheduled there
+    lock.lock();
+  }
 }
 
 Status Filesystem::RecoverStaged() {

@@ -1,10 +1,12 @@
 // Filesystem: rename of files (server-side copy + delete) and directories (every object under
 // the prefix, bounded by max_rename_objects).
 #include <future>
+#include <optional>
 #include <vector>
 
 #include "cache/io_pool.h"
 #include "fs/filesystem.h"
+#include "fs/object_metadata.h"
 
 namespace objfs {
 
@@ -20,6 +22,17 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   if (from == to) return Status::Ok();
   if (to.size() > from.size() && to.compare(0, from.size() + 1, from + "/") == 0) {
     return InvalidArgumentError("cannot move a directory into itself");
+  }
+
+  // With a write-back window, a file not uploaded yet is renamed where it is: its pending upload
+  // takes the new name (rsync's temporary files never reach the store).
+  if (writeback()) {
+    if (uint64_t ino = inodes_.InoOf(from)) {
+      if (auto inode = inodes_.Get(ino)) {
+        std::optional<Status> local = RenameLocalFile(from, to, inode, flags);
+        if (local) return *local;
+      }
+    }
   }
 
   // Unsaved data of the source goes up first, so that the copy carries it.
@@ -54,6 +67,52 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
     }
   }
   return src.is_dir ? RenameDirectory(from, to, src) : RenameFile(from, to, src);
+}
+
+std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const std::string& to,
+                                                  const std::shared_ptr<Inode>& inode,
+                                                  uint32_t flags) {
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (!inode->staged || !inode->dirty || inode->unlinked) return std::nullopt;
+  }
+  // The target, as the cache knows it (like a lookup would).
+  uint64_t old = inodes_.InoOf(to);
+  std::shared_ptr<Inode> old_inode = old ? inodes_.Get(old) : nullptr;
+  bool target_local = old_inode != nullptr && LocalAttr(*old_inode, old).has_value();
+  auto dst = Resolve(to);
+  if (!dst.ok() && dst.status().code() != StatusCode::kNotFound) return dst.status();
+  if (dst.ok() && dst->is_dir) return Status(StatusCode::kIsDirectory, to + " is a directory");
+  if ((dst.ok() || target_local) && (flags & kRenameNoReplace)) {
+    return AlreadyExistsError(to + " exists");
+  }
+  if (old_inode != nullptr) {
+    std::lock_guard<std::mutex> lock(old_inode->mu);
+    old_inode->unlinked = true;
+    old_inode->dirty = false;
+    if (old_inode->open_handles.load() == 0) DropStagingLocked(*old_inode);
+  }
+
+  std::lock_guard<std::mutex> lock(inode->mu);
+  // Uploaded by the write-back thread meanwhile: rename it in the store.
+  if (!inode->staged || !inode->dirty || inode->unlinked) return std::nullopt;
+  Metadata metadata = inode->extra_metadata;
+  SetPosixMetadata(inode->attr.mode, inode->attr.uid, inode->attr.gid, inode->attr.mtime_ns,
+                   &metadata);
+  // The sidecar first: from now on a crash uploads the data under its new name.
+  OBJFS_RETURN_IF_ERROR(inode->staged->Describe(to, metadata));
+  if (inode->in_store) {
+    Status removed = store_->remove(from);
+    if (!removed.ok() && removed.code() != StatusCode::kNotFound) {
+      (void)inode->staged->Describe(from, metadata);
+      return removed.WithContext("renaming " + from);
+    }
+  }
+  inode->in_store = dst.ok();
+  inodes_.Rename(from, to, /*subtree=*/false);
+  meta_cache_.Invalidate(to);
+  meta_cache_.PutNegative(from);
+  return Status::Ok();
 }
 
 Status Filesystem::RenameFile(const std::string& from, const std::string& to,

@@ -29,6 +29,9 @@ struct Inode {
   std::unique_ptr<StagedFile> staged;
   bool dirty = false;     // staged data or pending metadata differ from the stored object
   bool unlinked = false;  // removed while open: unsaved data is discarded at release
+  // The store holds an object at this inode's key that its pending upload replaces (false for
+  // a file created here and not uploaded yet): a rename of the unsaved file removes it.
+  bool in_store = true;
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.
   FileAttr attr;

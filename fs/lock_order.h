@@ -10,6 +10,7 @@
 //   4. InodeTable::mu_    ino <-> key maps and lookup counts.
 //   5. MetaCache::mu_     cached attributes and negative entries.
 //   6. StagingArea::mu_   the staging directory's name counter.
+//   7. Filesystem::writeback_mu_  the write-back queue; a leaf, held only to edit the queue.
 //
 // Backend calls (ObjectStore) are made with at most lock 1 and 2 held, never 3..6, so slow
 // network calls only ever block operations on the same inode.

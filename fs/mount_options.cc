@@ -195,6 +195,9 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
   } else if (name == "umask") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(out.fs.umask, ParseOctalMask(value));
+  } else if (name == "writeback") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(out.fs.writeback, ParseSeconds(value, name));
   } else if (name == "attr_timeout") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(double seconds, ParseSeconds(value, name));
@@ -561,6 +564,10 @@ Filesystem options:
   umask=OCTAL               applied to default permissions (default 022)
   attr_timeout=SECONDS      attribute and name cache lifetime (default 1)
   negative_timeout=SECONDS  lifetime of "no such file" answers (default 1)
+  writeback=SECONDS         upload a closed file this long after its last close instead of
+                            in close(2), so that renames and attribute changes right after
+                            (rsync) cost no requests; fsync and unmount still upload at once,
+                            and a crash leaves the data staged for the next mount (default 0)
   max_rename_objects=N      refuse renaming directories holding more objects (default 10000)
   readdir_heads=N           a listing HEADs up to N files at once for their metadata, so that
                             ls -l needs no lookup per name (default 10000; 0: never)

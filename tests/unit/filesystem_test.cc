@@ -666,5 +666,175 @@ TEST_F(FilesystemTest, ForgottenInodeIsDroppedAfterItsLastHandle) {
   EXPECT_TRUE(fs_->Lookup(kRootIno, "f").ok());
 }
 
+// With a write-back window (-o writeback=SECONDS) the upload waits; the test drives the due
+// uploads itself (UploadDue after advancing the fake clock) instead of the background thread.
+class WritebackTest : public FilesystemTest {
+ protected:
+  void SetUp() override {
+    FilesystemTest::SetUp();
+    fs_.reset();
+    options_.writeback = 60;
+    options_.writeback_thread = false;
+    fs_ = NewFilesystem();
+  }
+
+  // Creates `name` with `data` and closes it; returns its inode.
+  uint64_t WriteAndClose(const std::string& name, std::string_view data) {
+    auto created = fs_->Create(kRootIno, name, 0644, O_WRONLY | O_CREAT | O_EXCL);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (!created.ok()) return 0;
+    EXPECT_TRUE(fs_->Write(created->fh, 0, Bytes(data)).ok());
+    EXPECT_TRUE(fs_->Flush(created->fh).ok());
+    EXPECT_TRUE(fs_->Release(created->fh).ok());
+    return created->entry.attr.ino;
+  }
+
+  uint64_t Requests() const {
+    return metrics_.put_requests.load() + metrics_.copy_requests.load() +
+           metrics_.remove_requests.load();
+  }
+};
+
+TEST_F(WritebackTest, RsyncPatternCostsOnePutOfTheFinalName) {
+  // rsync: write a temporary file, close it, set its times and mode, rename it into place.
+  uint64_t before = Requests();
+  uint64_t ino = WriteAndClose(".f.XXXXXX", "content of f");
+  EXPECT_FALSE(memory_->head(".f.XXXXXX").ok());
+  FileAttr attr;
+  attr.mtime_ns = int64_t{1500000000} * 1000000000;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMtime, attr, std::nullopt).ok());
+  attr.mode = 0600;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, attr, std::nullopt).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, ".f.XXXXXX", kRootIno, "f", 0).ok());
+  EXPECT_EQ(Requests(), before);  // nothing reached the store yet
+  // The file is visible under its new name with its new attributes, and readable.
+  auto e = fs_->Lookup(kRootIno, "f");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.size, 12u);
+  EXPECT_EQ(e->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+  EXPECT_EQ(e->attr.mtime_ns, attr.mtime_ns);
+  EXPECT_EQ(ReadFile(*fs_, e->attr.ino), "content of f");
+  EXPECT_EQ(fs_->Lookup(kRootIno, ".f.XXXXXX").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(fs_->pending_uploads(), 1u);
+
+  ASSERT_TRUE(fs_->UploadDue().ok());  // not due yet
+  EXPECT_EQ(Requests(), before);
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(metrics_.put_requests.load() + metrics_.copy_requests.load(), before + 1);
+  EXPECT_EQ(memory_->contents("f"), "content of f");
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0600));
+  EXPECT_EQ(ParseMtime(head->metadata.at("mtime")), attr.mtime_ns);
+  EXPECT_FALSE(memory_->head(".f.XXXXXX").ok());
+  EXPECT_EQ(fs_->pending_uploads(), 0u);
+  EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
+}
+
+TEST_F(WritebackTest, RenameOfAnEditedStoredFileRemovesTheOldName) {
+  PutObject("old", "v1");
+  uint64_t ino = LookupIno(kRootIno, "old");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("v2")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("old"), "v1");
+  ASSERT_TRUE(fs_->Rename(kRootIno, "old", kRootIno, "new", 0).ok());
+  EXPECT_FALSE(memory_->head("old").ok());
+  EXPECT_FALSE(memory_->head("new").ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());  // what unmount does
+  EXPECT_EQ(memory_->contents("new"), "v2");
+  EXPECT_FALSE(memory_->head("old").ok());
+}
+
+TEST_F(WritebackTest, RenameNoReplaceSeesAPendingTarget) {
+  WriteAndClose("a", "1");
+  WriteAndClose("b", "2");
+  EXPECT_EQ(fs_->Rename(kRootIno, "a", kRootIno, "b", kRenameNoReplace).code(),
+            StatusCode::kAlreadyExists);
+  // A plain rename replaces the pending target: only "b" with a's data is uploaded.
+  ASSERT_TRUE(fs_->Rename(kRootIno, "a", kRootIno, "b", 0).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("b"), "1");
+  EXPECT_FALSE(memory_->head("a").ok());
+  EXPECT_EQ(metrics_.put_requests.load(), 1u);
+}
+
+TEST_F(WritebackTest, FsyncUploadsAtOnce) {
+  auto created = fs_->Create(kRootIno, "synced", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("durable")).ok());
+  ASSERT_TRUE(fs_->Fsync(created->fh, false).ok());
+  EXPECT_EQ(memory_->contents("synced"), "durable");
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_EQ(fs_->pending_uploads(), 0u);
+}
+
+TEST_F(WritebackTest, ReadingTheEtagUploadsThePendingFile) {
+  uint64_t ino = WriteAndClose("tagged", "hello");
+  auto etag = fs_->GetXattr(ino, "user.etag");
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, "5d41402abc4b2a76b9719d911017c592");  // md5("hello")
+  EXPECT_EQ(memory_->contents("tagged"), "hello");
+}
+
+TEST_F(WritebackTest, FailedUploadStaysStagedAndIsRetried) {
+  WriteAndClose("precious", "do not lose me");
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
+  clock_->Advance(std::chrono::seconds(61));
+  EXPECT_FALSE(fs_->UploadDue().ok());
+  EXPECT_FALSE(memory_->head("precious").ok());
+  EXPECT_FALSE(std::filesystem::is_empty(options_.cache_dir));
+  EXPECT_EQ(fs_->pending_uploads(), 1u);  // scheduled again
+  auto e = fs_->Lookup(kRootIno, "precious");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(ReadFile(*fs_, e->attr.ino), "do not lose me");
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("precious"), "do not lose me");
+}
+
+TEST_F(WritebackTest, ACrashInTheWindowIsUploadedUnderTheFinalNameByTheNextMount) {
+  uint64_t ino = WriteAndClose(".tmp", "survives");
+  FileAttr attr;
+  attr.mode = 0640;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, attr, std::nullopt).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, ".tmp", kRootIno, "final", 0).ok());
+  // No upload happened; a new process over the same cache directory finds the data.
+  auto next = NewFilesystem();
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(memory_->contents("final"), "survives");
+  auto head = memory_->head("final");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0640));
+  EXPECT_FALSE(memory_->head(".tmp").ok());
+}
+
+TEST_F(WritebackTest, UnlinkInTheWindowUploadsNothing) {
+  WriteAndClose("scratch", "temporary");
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "scratch").ok());
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(metrics_.put_requests.load(), 0u);
+  EXPECT_FALSE(memory_->head("scratch").ok());
+  EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
+}
+
+TEST_F(WritebackTest, AFileOpenAgainIsUploadedAfterItsLastClose) {
+  uint64_t ino = WriteAndClose("busy", "one");
+  auto fh = fs_->Open(ino, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(fh.ok());
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_FALSE(memory_->head("busy").ok());  // still open: not uploaded half-written
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes(" two")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("busy"), "one two");
+}
+
 }  // namespace
 }  // namespace objfs
