@@ -7,6 +7,13 @@ namespace objfs {
 namespace {
 // Past this many entries, an insertion first drops the expired ones.
 constexpr size_t kSweepThreshold = 100000;
+
+// "a/b/c" -> ("a/b", "c"); "c" -> ("", "c").
+std::pair<std::string, std::string> SplitKey(const std::string& key) {
+  size_t slash = key.rfind('/');
+  if (slash == std::string::npos) return {"", key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
 }  // namespace
 
 MetaCache::MetaCache(std::shared_ptr<Clock> clock, std::chrono::nanoseconds ttl,
@@ -34,6 +41,7 @@ void MetaCache::Put(const std::string& key, MetaRecord record) {
   if (slots_.size() >= kSweepThreshold) {
     std::erase_if(slots_, [now](const auto& kv) { return kv.second.expires <= now; });
   }
+  NoteChangeLocked(key);
   Slot& slot = slots_[key];
   slot.negative = false;
   slot.record = std::move(record);
@@ -53,6 +61,38 @@ void MetaCache::PutNegative(const std::string& key) {
 void MetaCache::Invalidate(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   slots_.erase(key);
+  NoteChangeLocked(key);
+}
+
+void MetaCache::NoteChangeLocked(const std::string& key) {
+  if (listings_.empty() || key.empty()) return;
+  auto [dir, name] = SplitKey(key);
+  auto it = listings_.find(dir);
+  if (it != listings_.end()) it->second.names.insert(std::move(name));
+}
+
+void MetaCache::PutListing(const std::string& dir, std::vector<std::string> names, bool complete) {
+  if (negative_ttl_.count() <= 0) return;
+  auto now = clock_->now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (listings_.size() >= kSweepThreshold / 100) {
+    std::erase_if(listings_, [now](const auto& kv) { return kv.second.expires <= now; });
+  }
+  DirListing& listing = listings_[dir];
+  listing.complete = complete;
+  listing.names.clear();
+  for (std::string& name : names) listing.names.insert(std::move(name));
+  listing.expires = now + negative_ttl_;
+}
+
+MetaCache::Listed MetaCache::ListState(const std::string& key) const {
+  if (key.empty()) return Listed::kMaybePresent;
+  auto [dir, name] = SplitKey(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = listings_.find(dir);
+  if (it == listings_.end() || it->second.expires <= clock_->now()) return Listed::kUnknown;
+  if (!it->second.complete) return Listed::kTooLarge;
+  return it->second.names.count(name) > 0 ? Listed::kMaybePresent : Listed::kAbsent;
 }
 
 void MetaCache::InvalidateTree(const std::string& key) {
@@ -61,11 +101,16 @@ void MetaCache::InvalidateTree(const std::string& key) {
   std::erase_if(slots_, [&](const auto& kv) {
     return kv.first == key || kv.first.compare(0, prefix.size(), prefix) == 0;
   });
+  std::erase_if(listings_, [&](const auto& kv) {
+    return kv.first == key || kv.first.compare(0, prefix.size(), prefix) == 0;
+  });
+  NoteChangeLocked(key);
 }
 
 void MetaCache::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   slots_.clear();
+  listings_.clear();
 }
 
 size_t MetaCache::size() const {

@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "backend/etag.h"
 #include "backend/object_store.h"
@@ -53,6 +55,19 @@ class MetaCache {
   void Invalidate(const std::string& key);
   // Drops `key` and every key under "key/".
   void InvalidateTree(const std::string& key);
+
+  // Directory listings, so that a lookup of a name that does not exist costs nothing once its
+  // directory was listed (rsync and editors look up many fresh names in one directory). A
+  // listing is kept for the negative TTL; every key put or invalidated since is added to its
+  // directory's listing, so that it can only claim "absent" for names nothing here created.
+  //
+  // Records that directory `dir` ("" is the root) held exactly `names` (files and directories).
+  // `complete` false records a directory too large to list in one request: ListState says so,
+  // and callers do not try again within the TTL.
+  void PutListing(const std::string& dir, std::vector<std::string> names, bool complete);
+  enum class Listed { kUnknown, kTooLarge, kAbsent, kMaybePresent };
+  // What a fresh listing of `key`'s directory says about `key`.
+  Listed ListState(const std::string& key) const;
   void Clear();
   size_t size() const;
 
@@ -68,6 +83,14 @@ class MetaCache {
   std::chrono::nanoseconds negative_ttl_;
   mutable std::mutex mu_;  // lock 5 of fs/lock_order.h
   std::unordered_map<std::string, Slot> slots_;
+  struct DirListing {
+    bool complete = true;
+    std::unordered_set<std::string> names;
+    std::chrono::nanoseconds expires{0};
+  };
+  // Adds the name of `key` to its directory's listing, if there is one. REQUIRES: mu_ held.
+  void NoteChangeLocked(const std::string& key);
+  std::unordered_map<std::string, DirListing> listings_;
 };
 
 }  // namespace objfs

@@ -17,6 +17,9 @@ namespace {
 
 constexpr size_t kMaxNameBytes = 255;
 constexpr uint64_t kDirectorySize = 4096;
+// A lookup's listing of the parent directory reads one page of this many keys; a larger
+// directory is left to per-name requests.
+constexpr int kListParentKeys = 1000;
 
 std::chrono::nanoseconds Seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
@@ -182,6 +185,12 @@ Result<MetaRecord> Filesystem::Resolve(const std::string& key) {
       return ResolveDirectory(key);
     }
   }
+  MetaCache::Listed listed = meta_cache_.ListState(key);
+  if (listed == MetaCache::Listed::kAbsent) {
+    Bump(metrics_->cache_hits);
+    meta_cache_.PutNegative(key);
+    return NotFoundError("no such file: " + key);
+  }
   Bump(metrics_->cache_misses);
   auto head = store_->head(key);
   if (head.ok()) {
@@ -191,7 +200,41 @@ Result<MetaRecord> Filesystem::Resolve(const std::string& key) {
     return rec;
   }
   if (head.status().code() != StatusCode::kNotFound) return head.status();
+  if (listed == MetaCache::Listed::kUnknown) {
+    // Not a file. One listing of the parent directory tells whether it is a directory and,
+    // while it is fresh, answers the lookups of its other missing names without a request.
+    OBJFS_ASSIGN_OR_RETURN(listed, ListParent(key));
+    if (listed == MetaCache::Listed::kAbsent) {
+      meta_cache_.PutNegative(key);
+      return NotFoundError("no such file or directory: " + key);
+    }
+  }
   return ResolveDirectory(key);
+}
+
+Result<MetaCache::Listed> Filesystem::ListParent(const std::string& key) {
+  size_t slash = key.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : key.substr(0, slash);
+  const std::string prefix = DirPrefix(dir);
+  ListOptions list;
+  list.prefix = prefix;
+  list.delimiter = "/";
+  list.max_keys = kListParentKeys;
+  OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
+  std::vector<std::string> names;
+  names.reserve(page.objects.size() + page.common_prefixes.size());
+  for (const ObjectInfo& obj : page.objects) {
+    if (obj.key.size() <= prefix.size()) continue;  // the directory's own marker
+    std::string name = obj.key.substr(prefix.size());
+    if (name.back() == '/') name.pop_back();
+    names.push_back(std::move(name));
+  }
+  for (const std::string& cp : page.common_prefixes) {
+    if (cp.size() <= prefix.size() + 1) continue;
+    names.push_back(cp.substr(prefix.size(), cp.size() - prefix.size() - 1));
+  }
+  meta_cache_.PutListing(dir, std::move(names), page.next_token.empty());
+  return meta_cache_.ListState(key);
 }
 
 Result<MetaRecord> Filesystem::ResolveDirectory(const std::string& key) {
@@ -352,6 +395,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
     }
     list.continuation_token = page.next_token;
   } while (!list.continuation_token.empty());
+  meta_cache_.PutListing(key, std::vector<std::string>(seen.begin(), seen.end()), true);
 
   // A listing has sizes and times but not the metadata objfs keeps in headers. Without it the
   // entries go out with no attribute timeout and `ls -l` makes the kernel look up each name, one

@@ -332,6 +332,9 @@ class Filesystem {
   // The metadata of `key` (file, symlink or directory), from the cache when fresh and complete.
   Result<MetaRecord> Resolve(const std::string& key);
   Result<MetaRecord> ResolveDirectory(const std::string& key);
+  // Lists the directory holding `key` (one page) into the metadata cache and returns what the
+  // listing says of `key`.
+  Result<MetaCache::Listed> ListParent(const std::string& key);
   MetaRecord RootRecord() const;
   // A directory that exists only as a prefix of other keys.
   MetaRecord ImplicitDirRecord(int64_t mtime_ns) const;

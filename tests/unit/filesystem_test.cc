@@ -176,6 +176,33 @@ TEST_F(FilesystemTest, MissingNameIsNotFoundAndCachedNegatively) {
   EXPECT_TRUE(fs_->Lookup(kRootIno, "nope").ok());
 }
 
+TEST_F(FilesystemTest, MissingNamesOfAListedDirectoryCostNoRequest) {
+  fs_.reset();
+  options_.negative_timeout = 10;  // listings outlive the 1 s attribute TTL
+  fs_ = NewFilesystem();
+  PutObject("dir/present", "x");
+  // The first miss in a directory lists it (HEAD, then one LIST of the directory)...
+  EXPECT_EQ(fs_->Lookup(LookupIno(kRootIno, "dir"), "first-miss").status().code(),
+            StatusCode::kNotFound);
+  uint64_t dir = LookupIno(kRootIno, "dir");
+  uint64_t requests = metrics_.head_requests.load() + metrics_.list_requests.load();
+  // ...and later misses there are answered from the listing.
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(fs_->Lookup(dir, "tmp" + std::to_string(i)).status().code(), StatusCode::kNotFound);
+  }
+  EXPECT_EQ(metrics_.head_requests.load() + metrics_.list_requests.load(), requests);
+  // Names listed, and names created here since, are still looked up.
+  EXPECT_TRUE(fs_->Lookup(dir, "present").ok());
+  WriteFile(dir, "made-here", "y");
+  clock_->Advance(std::chrono::milliseconds(1100));  // past the entry TTL, not the listing's
+  EXPECT_TRUE(fs_->Lookup(dir, "made-here").ok());
+  // A file another client adds shows once the listing expired (negative_timeout).
+  PutObject("dir/from-elsewhere", "z");
+  EXPECT_FALSE(fs_->Lookup(dir, "from-elsewhere").ok());
+  clock_->Advance(std::chrono::seconds(10));
+  EXPECT_TRUE(fs_->Lookup(dir, "from-elsewhere").ok());
+}
+
 TEST_F(FilesystemTest, NameLengthLimit) {
   std::string ok_name(255, 'n');
   std::string long_name(256, 'n');

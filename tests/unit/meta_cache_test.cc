@@ -67,5 +67,39 @@ TEST(MetaCacheZeroTtlTest, CachesNothing) {
   EXPECT_EQ(cache.Get("b").state, MetaCache::State::kMiss);
 }
 
+TEST_F(MetaCacheTest, ListingAnswersAbsentNamesUntilTheNegativeTtl) {
+  EXPECT_EQ(cache_.ListState("d/x"), MetaCache::Listed::kUnknown);
+  cache_.PutListing("d", {"a", "sub"}, true);
+  EXPECT_EQ(cache_.ListState("d/x"), MetaCache::Listed::kAbsent);
+  EXPECT_EQ(cache_.ListState("d/a"), MetaCache::Listed::kMaybePresent);
+  EXPECT_EQ(cache_.ListState("d/sub"), MetaCache::Listed::kMaybePresent);
+  EXPECT_EQ(cache_.ListState("x"), MetaCache::Listed::kUnknown);  // another directory
+  EXPECT_EQ(cache_.ListState("d/sub/x"), MetaCache::Listed::kUnknown);
+  clock_->Advance(milliseconds(500));
+  EXPECT_EQ(cache_.ListState("d/x"), MetaCache::Listed::kUnknown);
+}
+
+TEST_F(MetaCacheTest, KeysChangedAfterAListingAreNeverClaimedAbsent) {
+  cache_.PutListing("", {"a"}, true);
+  cache_.PutListing("d", {}, true);
+  cache_.Put("b", MetaRecord());  // uploaded here
+  cache_.Invalidate("c");         // created or changed here
+  cache_.PutNegative("e");        // a miss adds nothing
+  EXPECT_EQ(cache_.ListState("b"), MetaCache::Listed::kMaybePresent);
+  EXPECT_EQ(cache_.ListState("c"), MetaCache::Listed::kMaybePresent);
+  EXPECT_EQ(cache_.ListState("e"), MetaCache::Listed::kAbsent);
+  // A tree invalidation drops the listings under it and marks its root name.
+  cache_.InvalidateTree("d");
+  EXPECT_EQ(cache_.ListState("d/x"), MetaCache::Listed::kUnknown);
+  EXPECT_EQ(cache_.ListState("d"), MetaCache::Listed::kMaybePresent);
+  cache_.Clear();
+  EXPECT_EQ(cache_.ListState("e"), MetaCache::Listed::kUnknown);
+}
+
+TEST_F(MetaCacheTest, AnIncompleteListingClaimsNothing) {
+  cache_.PutListing("big", {"a"}, false);
+  EXPECT_EQ(cache_.ListState("big/zzz"), MetaCache::Listed::kTooLarge);
+}
+
 }  // namespace
 }  // namespace objfs
