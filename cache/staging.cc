@@ -164,7 +164,13 @@ Status StagedFile::Truncate(uint64_t size) {
 }
 
 Status StagedFile::Describe(std::string_view key, const Metadata& metadata) {
-  return WriteWholeFile(meta_path_, EncodeSidecar(key, metadata));
+  std::string text = EncodeSidecar(key, metadata);
+  // Each rewrite is a new file renamed into place; close, release and rename of a file in a
+  // write-back window describe it again, mostly with nothing changed.
+  if (text == described_) return Status::Ok();
+  OBJFS_RETURN_IF_ERROR(WriteWholeFile(meta_path_, text));
+  described_ = std::move(text);
+  return Status::Ok();
 }
 
 void StagedFile::Remove() {

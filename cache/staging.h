@@ -52,6 +52,7 @@ class StagedFile {
   std::string meta_path_;
   uint64_t size_;
   bool removed_ = false;
+  std::string described_;  // the sidecar's current text
 };
 
 // A staging file found at startup.

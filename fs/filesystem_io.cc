@@ -279,11 +279,14 @@ Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
   OBJFS_RETURN_IF_ERROR(inode.staged->Describe(*key, metadata));
   auto due =
       clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.writeback * 1e9));
+  bool was_empty;
   {
     std::lock_guard<std::mutex> lock(writeback_mu_);
+    was_empty = writeback_due_.empty();
     writeback_due_.try_emplace(ino, due);  // an earlier close's schedule stands
   }
-  writeback_cv_.notify_one();
+  // Otherwise the thread already waits for an earlier due time than this one.
+  if (was_empty) writeback_cv_.notify_one();
   return Status::Ok();
 }
 

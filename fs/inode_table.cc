@@ -92,10 +92,12 @@ std::shared_ptr<Inode> InodeTable::Get(uint64_t ino) const {
 void InodeTable::Rename(const std::string& from, const std::string& to, bool subtree) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::pair<std::string, uint64_t>> moves;
-  for (const auto& [key, ino] : by_key_) {
-    if (key == from || (subtree && IsUnder(key, from) && !from.empty())) {
-      moves.emplace_back(key, ino);
+  if (subtree) {
+    for (const auto& [key, ino] : by_key_) {
+      if (key == from || (IsUnder(key, from) && !from.empty())) moves.emplace_back(key, ino);
     }
+  } else if (auto it = by_key_.find(from); it != by_key_.end()) {
+    moves.emplace_back(it->first, it->second);
   }
   // Whatever held a target name was replaced: it keeps its number but loses the name.
   for (const auto& [key, ino] : moves) {
