@@ -81,6 +81,8 @@ wait_mounted() {
 mount_tool() {  # mount_tool NAME [objfs options]
   case $1 in
     objfs) build/objfs s3://bench "$MNT" -f -o "endpoint=$EP${2:+,$2}" & PID=$! ;;
+    # Uploads 5 s after the last close, like rclone's --vfs-write-back default.
+    objfs-writeback) build/objfs s3://bench "$MNT" -f -o "endpoint=$EP,writeback=5" & PID=$! ;;
     s3fs) s3fs bench "$MNT" -f -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd" \
             >/dev/null 2>&1 & PID=$! ;;
     # rclone's S3 client refuses AWS_CA_BUNDLE ("unsupported transport"); it needs none here.
@@ -142,7 +144,7 @@ done
 for tool in objfs s3fs rclone; do
   timed "ls -l of 1,000 objects, fresh mount" "$tool" ls -l "$MNT/many"
 done
-for tool in objfs s3fs rclone; do
+for tool in objfs objfs-writeback s3fs rclone; do
   timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
   # What actually reached the bucket once the daemon had exited.
   stored=$(env -u AWS_CA_BUNDLE rclone lsf "rgw:bench/rsync-$tool/" 2>/dev/null | wc -l || true)

@@ -59,6 +59,8 @@ mount_tool() {  # mount_tool NAME
   case $1 in
     objfs) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
              -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache" & PID=$! ;;
+    objfs-writeback) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
+             -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache,writeback=5" & PID=$! ;;
     sshfs) sshfs "$U@$H:$DATA" "$MNT" -f -p "$P" -o "IdentityFile=$KEY,UserKnownHostsFile=$KH" \
              -o StrictHostKeyChecking=yes >/dev/null 2>&1 & PID=$! ;;
   esac
@@ -114,7 +116,7 @@ timed() {  # timed LABEL TOOL COMMAND...
 for tool in objfs sshfs; do
   timed "cp ${SIZE_MIB} MiB within the mount" "$tool" cp "$MNT/big.bin" "$MNT/copy-$tool.bin"
 done
-for tool in objfs sshfs; do
+for tool in objfs objfs-writeback sshfs; do
   timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
   stored=$(find "$DATA/rsync-$tool" -type f 2>/dev/null | wc -l)
   echo "| files on the server after the rsync | $tool | $stored of 300 | |"

@@ -3,6 +3,7 @@
 // directories, and the ETag attribute of single-part and multipart objects.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -161,6 +162,67 @@ TEST(MountS3CopyTest, SecondRsyncTransfersNothing) {
   expect_nothing_to_do("after an update and a remount");
   CommandResult diff_after = RunCommand({"diff", "-r", tree, target});
   EXPECT_EQ(diff_after.exit_code, 0) << diff_after.out << diff_after.err;
+}
+
+// The number of regular files under `root`.
+int RegularFiles(const std::string& root) {
+  CommandResult r = RunCommand({"find", root, "-type", "f"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return static_cast<int>(std::count(r.out.begin(), r.out.end(), '\n'));
+}
+
+// -o writeback=SECONDS: rsync's temporary files, attribute changes and renames stay in the
+// daemon; unmount uploads each file once under its final name, and a crash in the window
+// leaves the files for the next mount to upload.
+TEST(MountS3CopyTest, RsyncWithAWritebackWindow) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  std::string tree = local.path() + "/tree";
+  MakeTree(tree, 30);
+  ASSERT_EQ(::chmod((tree + "/a/file1").c_str(), 0600), 0);
+  std::string want_listing = TreeListing(tree);
+  std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options windowed;
+  windowed.extra_options = "writeback=600";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), windowed);
+  ASSERT_TRUE(mount);
+
+  std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  CommandResult rsync = RunCommand({"rsync", "-a", "--stats", tree + "/", mount->path() + "/t"});
+  ASSERT_EQ(rsync.exit_code, 0) << rsync.out << rsync.err;
+  EXPECT_EQ(FilesTransferred(rsync.out), 30) << rsync.out;
+  std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  ExpectCounterDelta(before, after, "bytes_written", 0);  // no file uploaded yet
+  EXPECT_EQ(TreeListing(mount->path() + "/t"), want_listing);
+  CommandResult again = RunCommand({"rsync", "-a", "--stats", tree + "/", mount->path() + "/t"});
+  EXPECT_EQ(FilesTransferred(again.out), 0) << again.out;
+  {
+    std::unique_ptr<ObjfsMount> other = ObjfsMount::Start(S3MountUrl(bucket));
+    ASSERT_TRUE(other);
+    EXPECT_EQ(RegularFiles(other->path() + "/t"), 0);
+  }
+
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  std::unique_ptr<ObjfsMount> check = ObjfsMount::Start(S3MountUrl(bucket));
+  ASSERT_TRUE(check);
+  EXPECT_EQ(TreeListing(check->path() + "/t"), want_listing);  // no temporary names either
+  CommandResult diff = RunCommand({"diff", "-r", tree, check->path() + "/t"});
+  EXPECT_EQ(diff.exit_code, 0) << diff.out << diff.err;
+
+  // Killed inside the window: the next mount over the same cache directory uploads the files.
+  std::unique_ptr<ObjfsMount> doomed = ObjfsMount::Start(S3MountUrl(bucket), windowed);
+  ASSERT_TRUE(doomed);
+  CommandResult second = RunCommand({"rsync", "-a", tree + "/", doomed->path() + "/u"});
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_EQ(doomed->KillAndWait(SIGKILL), 128 + SIGKILL);
+  ASSERT_TRUE(check->Restart());  // a fresh view of the bucket
+  EXPECT_EQ(RegularFiles(check->path() + "/u"), 0);
+  ASSERT_TRUE(doomed->Restart());
+  EXPECT_EQ(doomed->Stop(), 0) << doomed->log();
+  ASSERT_TRUE(check->Restart());
+  CommandResult diff_u = RunCommand({"diff", "-r", tree, check->path() + "/u"});
+  EXPECT_EQ(diff_u.exit_code, 0) << diff_u.out << diff_u.err;
+  EXPECT_EQ(TreeListing(check->path() + "/u"), want_listing);
 }
 
 TEST(MountS3CopyTest, MvOfAFileAndOfADirectory) {
