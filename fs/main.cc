@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <syslog.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -164,6 +167,39 @@ std::string AbsolutePath(const std::string& path) {
   return ec ? path : absolute.lexically_normal().string();
 }
 
+// The first line of `path` (standard input when empty), without its line end.
+Result<std::string> ReadPasswordLine(const std::string& path) {
+  std::string line;
+  if (path.empty()) {
+    // At a terminal: a prompt, and no echo.
+    struct termios saved {};
+    const bool tty = ::isatty(STDIN_FILENO) != 0 && ::tcgetattr(STDIN_FILENO, &saved) == 0;
+    if (tty) {
+      std::fprintf(stderr, "password: ");
+      struct termios quiet = saved;
+      quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+      ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet);
+    }
+    const bool got = static_cast<bool>(std::getline(std::cin, line));
+    if (tty) {
+      ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
+      std::fprintf(stderr, "\n");
+    }
+    if (!got) return InvalidArgumentError("password_stdin: no password line on standard input");
+  } else {
+    std::ifstream in(path);
+    if (!in) {
+      return InvalidArgumentError("cannot read password file '" + path +
+                                  "': " + std::strerror(errno));
+    }
+    if (!std::getline(in, line)) {
+      return InvalidArgumentError("password file '" + path + "' is empty");
+    }
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return line;
+}
+
 Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metrics& metrics) {
   sftp::SftpStoreOptions sftp_options;
   sftp_options.host = options.url.host;
@@ -181,6 +217,14 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metri
   if (!options.known_hosts.empty()) sftp_options.known_hosts = AbsolutePath(options.known_hosts);
   sftp_options.accept_new_host_key = options.accept_new_host_key;
   if (options.sessions) sftp_options.sessions = *options.sessions;
+  if (!options.password_file.empty() && options.password_stdin) {
+    return InvalidArgumentError("give password_file or password_stdin, not both");
+  }
+  if (!options.password_file.empty()) {
+    OBJFS_ASSIGN_OR_RETURN(sftp_options.password, ReadPasswordLine(options.password_file));
+  } else if (options.password_stdin) {
+    OBJFS_ASSIGN_OR_RETURN(sftp_options.password, ReadPasswordLine(""));
+  }
   sftp_options.metrics = &metrics;
   const std::string server =
       sftp_options.user + "@" + sftp_options.host + ":" + std::to_string(sftp_options.port);

@@ -122,7 +122,7 @@ bool IsS3Option(std::string_view name) {
 
 bool IsSftpOption(std::string_view name) {
   return name == "identity" || name == "known_hosts" || name == "accept_new_host_key" ||
-         name == "sessions";
+         name == "sessions" || name == "password_file" || name == "password_stdin";
 }
 
 // `path` with a leading "~" or "~/" replaced by the home directory.
@@ -229,6 +229,12 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
   } else if (name == "accept_new_host_key") {
     OBJFS_RETURN_IF_ERROR(no_value());
     out.accept_new_host_key = true;
+  } else if (name == "password_file") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(out.password_file, ExpandHome(value, name, env));
+  } else if (name == "password_stdin") {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    out.password_stdin = true;
   } else if (name == "sessions") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 64));
@@ -552,6 +558,9 @@ SFTP options (the user defaults to the caller's name, the port to 22):
   accept_new_host_key       add the key of a host not in known_hosts to it (trust on first
                             use); a changed key is always refused
   sessions=N                SSH connections, i.e. requests served at once, 1..64 (default 4)
+  password_file=FILE        log in with the password on FILE's first line when no key is
+                            accepted (password or keyboard-interactive authentication)
+  password_stdin            the same with a password read as one line from standard input
 
 Filesystem options:
   cache_dir=DIR             staging files of unsaved writes (default: a directory per URL

@@ -74,6 +74,10 @@ struct MountOptions {
   // first use). A changed key is refused all the same.
   bool accept_new_host_key = false;
   std::optional<int> sessions;  // sessions=N: SSH connections (1..64)
+  // password_file=FILE (its first line) or password_stdin (one line read at start): a password
+  // to log in with when no key is accepted. Never on the command line itself.
+  std::string password_file;
+  bool password_stdin = false;
 
   // The filesystem's settings (uid, gid, umask, timeouts, cache_dir, read_buffer,
   // max_readahead, io_threads, prefetch_memory, max_rename_objects, read_only). cache_dir is

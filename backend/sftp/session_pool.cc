@@ -77,6 +77,49 @@ Status CheckHostKey(ssh_session ssh, const SftpConnectOptions& options) {
   }
 }
 
+// The password, with the "password" method or as the answer to keyboard-interactive prompts
+// (what servers using PAM offer), whichever the server lists. PermissionDenied when refused or
+// when the server takes neither (noted in `tried`).
+Status AuthenticateWithPassword(ssh_session ssh, const SftpConnectOptions& options,
+                                std::vector<std::string>* tried) {
+  const int methods = ssh_userauth_list(ssh, nullptr);
+  const char* password = options.password->c_str();
+  if (methods & SSH_AUTH_METHOD_PASSWORD) {
+    int rc = ssh_userauth_password(ssh, nullptr, password);
+    if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
+    if (rc == SSH_AUTH_ERROR) {
+      return TransientError("authentication as " + options.user + "@" + options.host +
+                            " failed: " + ssh_get_error(ssh));
+    }
+    tried->push_back("password");
+    return PermissionDeniedError("password refused");
+  }
+  if (methods & SSH_AUTH_METHOD_INTERACTIVE) {
+    int rc = ssh_userauth_kbdint(ssh, nullptr, nullptr);
+    // Each round's prompts are answered with the password; a round without prompts is the
+    // server's last word before success.
+    for (int round = 0; rc == SSH_AUTH_INFO && round < 8; ++round) {
+      int prompts = ssh_userauth_kbdint_getnprompts(ssh);
+      for (int i = 0; i < prompts; ++i) {
+        if (ssh_userauth_kbdint_setanswer(ssh, static_cast<unsigned int>(i), password) < 0) {
+          return TransientError("authentication as " + options.user + "@" + options.host +
+                                " failed: " + ssh_get_error(ssh));
+        }
+      }
+      rc = ssh_userauth_kbdint(ssh, nullptr, nullptr);
+    }
+    if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
+    if (rc == SSH_AUTH_ERROR) {
+      return TransientError("authentication as " + options.user + "@" + options.host +
+                            " failed: " + ssh_get_error(ssh));
+    }
+    tried->push_back("password (keyboard-interactive)");
+    return PermissionDeniedError("password refused");
+  }
+  tried->push_back("password (the server does not accept passwords)");
+  return PermissionDeniedError("no password method");
+}
+
 // Offers the identity files, in order, and only them; without any, ssh-agent (when
 // SSH_AUTH_SOCK is set) and then libssh's default keys (~/.ssh/id_ed25519, id_ecdsa, id_rsa).
 Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
@@ -108,6 +151,12 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
     }
     tried.push_back("~/.ssh/id_ed25519, id_ecdsa, id_rsa");
   }
+  if (options.password) {
+    Status by_password = AuthenticateWithPassword(ssh, options, &tried);
+    if (by_password.ok() || by_password.code() != StatusCode::kPermissionDenied) {
+      return by_password;
+    }
+  }
   std::string list;
   for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
   if (list.empty()) {
@@ -116,7 +165,7 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
   }
   return PermissionDeniedError(
       "authentication as " + options.user + "@" + options.host +
-      " failed: the server accepted none of the keys offered (tried: " + list + ")");
+      " failed: the server accepted none of the credentials offered (tried: " + list + ")");
 }
 
 }  // namespace

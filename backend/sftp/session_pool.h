@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct SftpConnectOptions {
   std::string known_hosts;           // empty: libssh's default (~/.ssh/known_hosts)
   bool accept_new_host_key = false;  // record an unknown host key instead of refusing it
   std::chrono::seconds connect_timeout{10};
+  // Tried (as "password", or as the answer to keyboard-interactive prompts) only after the
+  // keys, and only when set. Never logged.
+  std::optional<std::string> password;
 };
 
 // One authenticated connection: libssh's SFTP session for most requests and an SftpWire on a

@@ -223,7 +223,7 @@ SftpStore::SftpStore(SftpStoreOptions options)
     : options_(std::move(options)),
       pool_(SftpConnectOptions{options_.host, options_.port, options_.user, options_.identity_files,
                                options_.known_hosts, options_.accept_new_host_key,
-                               options_.connect_timeout},
+                               options_.connect_timeout, options_.password},
             options_.sessions) {}
 
 Status SftpStore::CheckRoot() {

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,7 +42,8 @@ struct SftpStoreOptions {
   std::vector<std::string> identity_files;
   std::string known_hosts;  // empty: ~/.ssh/known_hosts
   bool accept_new_host_key = false;
-  int sessions = 4;  // SSH connections in the pool, i.e. calls served at once
+  std::optional<std::string> password;  // see SftpConnectOptions::password
+  int sessions = 4;                     // SSH connections in the pool, i.e. calls served at once
   // READ requests in flight for one read() and WRITE requests for one put().
   int requests_in_flight = 32;
   // Copy with the server's copy-data extension when it has one; false streams every copy

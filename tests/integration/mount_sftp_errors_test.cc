@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -237,14 +238,17 @@ bool Accepts(int port) {
 // process it started) and removed at destruction. The shared server is never touched.
 class PrivateSshd {
  public:
-  PrivateSshd() {
+  // With `password_auth`, the server also accepts the passwords of system accounts.
+  explicit PrivateSshd(bool password_auth = false) {
     char dir_template[] = "/tmp/objfs-sshd-XXXXXX";
     if (::mkdtemp(dir_template) == nullptr) {
       ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
       return;
     }
     dir_ = dir_template;
-    CommandResult r = RunCommand({"/bin/bash", Script(), "start", dir_});
+    CommandResult r = RunCommand(
+        {"env", std::string("OBJFS_SSHD_PASSWORD_AUTH=") + (password_auth ? "yes" : "no"),
+         "/bin/bash", Script(), "start", dir_});
     if (r.exit_code != 0) {
       ADD_FAILURE() << "sshd.sh start " << dir_ << " failed: " << r.out << r.err;
       return;
@@ -398,6 +402,114 @@ TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndANewMountWorks) {
   EXPECT_TRUE(got == data) << "the new mount read other bytes";
   EXPECT_EQ(fresh->Stop(), 0);
   EXPECT_EQ(mount->Stop(), 0);
+}
+
+// A system account with a password, for logging in to a PrivateSshd by password; removed at
+// scope end.
+class TemporaryAccount {
+ public:
+  TemporaryAccount()
+      : name_("objfs-pw-" + std::to_string(::getpid())),
+        password_("Pw-" + std::to_string(::getpid()) + "-x7q") {
+    CommandResult add = RunCommand({"useradd", "--no-create-home", "--home-dir", "/nonexistent",
+                                    "--shell", "/usr/sbin/nologin", name_});
+    if (add.exit_code != 0) {
+      ADD_FAILURE() << "useradd " << name_ << ": " << add.out << add.err;
+      return;
+    }
+    created_ = true;
+    CommandResult pw = RunCommand({"chpasswd"}, name_ + ":" + password_ + "\n");
+    if (pw.exit_code != 0) {
+      ADD_FAILURE() << "chpasswd: " << pw.out << pw.err;
+      return;
+    }
+    struct passwd* entry = ::getpwnam(name_.c_str());
+    if (entry == nullptr) {
+      ADD_FAILURE() << "no passwd entry for " << name_;
+      return;
+    }
+    uid_ = entry->pw_uid;
+    gid_ = entry->pw_gid;
+    ok_ = true;
+  }
+  ~TemporaryAccount() {
+    if (created_) RunCommand({"userdel", name_});
+  }
+  bool ok() const { return ok_; }
+  const std::string& name() const { return name_; }
+  const std::string& password() const { return password_; }
+  uid_t uid() const { return uid_; }
+  gid_t gid() const { return gid_; }
+
+ private:
+  std::string name_;
+  std::string password_;
+  bool created_ = false;
+  bool ok_ = false;
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+};
+
+TEST(MountSftpErrorsTest, PasswordFromAFileOrStandardInput) {
+  TemporaryAccount account;
+  ASSERT_TRUE(account.ok());
+  PrivateSshd sshd(/*password_auth=*/true);
+  ASSERT_TRUE(sshd.started());
+  const std::string dir = sshd.var("OBJFS_TEST_SFTP_ROOT") + "/" + account.name();
+  ASSERT_TRUE(fs::create_directories(dir));
+  // The account may pass through the server's directories (mkdtemp made them private).
+  for (fs::path p = fs::path(dir).parent_path(); p != "/tmp" && p != "/"; p = p.parent_path()) {
+    ASSERT_EQ(::chmod(p.c_str(), 0711), 0) << p << ": " << std::strerror(errno);
+  }
+  ASSERT_EQ(::chown(dir.c_str(), account.uid(), account.gid()), 0) << std::strerror(errno);
+  const std::string url =
+      "sftp://" + account.name() + "@127.0.0.1:" + sshd.var("OBJFS_TEST_SFTP_PORT") + dir;
+  const std::string known_hosts = "known_hosts=" + sshd.var("OBJFS_TEST_SFTP_KNOWN_HOSTS");
+  ScratchDir temp;
+  WriteFile(temp.path() + "/password", account.password() + "\n");
+  WriteFile(temp.path() + "/wrong", "not-the-password\n");
+
+  // The right password from a file: the files are written as that account.
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  options.extra_options = known_hosts + ",password_file=" + temp.path() + "/password";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/hello", "written after a password login");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(ReadLocal(dir + "/hello"), "written after a password login");
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/hello").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, account.uid());
+  EXPECT_EQ(mount->log().find(account.password()), std::string::npos);
+
+  // A wrong one is refused in one line, which does not show it.
+  std::string err =
+      ExpectMountFails(url, known_hosts + ",password_file=" + temp.path() + "/wrong",
+                       {"authentication as " + account.name() + "@127.0.0.1 failed", "password"});
+  EXPECT_EQ(err.find("not-the-password"), std::string::npos) << err;
+  // Without a password option no password is tried.
+  ExpectMountFails(url, known_hosts, {"authentication as " + account.name()});
+
+  // From standard input, as one line; objfs goes to the background once mounted.
+  const std::string mnt = temp.path() + "/mnt";
+  ASSERT_TRUE(fs::create_directory(mnt));
+  CommandResult wrong =
+      RunCommand({"env", "-u", "SSH_AUTH_SOCK", ObjfsBinary(), url, mnt, "-o",
+                  known_hosts + ",password_stdin,cache_dir=" + temp.path() + "/cache"},
+                 "not-the-password\n");
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.err;
+  EXPECT_NE(wrong.err.find("password"), std::string::npos) << wrong.err;
+  EXPECT_EQ(wrong.err.find("not-the-password"), std::string::npos) << wrong.err;
+  CommandResult right =
+      RunCommand({"env", "-u", "SSH_AUTH_SOCK", ObjfsBinary(), url, mnt, "-o",
+                  known_hosts + ",password_stdin,cache_dir=" + temp.path() + "/cache"},
+                 account.password() + "\n");
+  ASSERT_EQ(right.exit_code, 0) << right.err;
+  EXPECT_TRUE(IsFuseMountPoint(mnt));
+  EXPECT_EQ(ReadLocal(mnt + "/hello"), "written after a password login");
+  CommandResult unmount = RunCommand({"fusermount3", "-u", mnt});
+  EXPECT_EQ(unmount.exit_code, 0) << unmount.err;
 }
 
 }  // namespace
