@@ -10,6 +10,7 @@
 
 #include <execinfo.h>
 #include <fuse_lowlevel.h>
+#include <malloc.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -165,6 +166,16 @@ std::string AbsolutePath(const std::string& path) {
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(path, ec);
   return ec ? path : absolute.lexically_normal().string();
+}
+
+// Reads allocate and free buffers of 128 KiB (kernel reads) to 8 MiB (read-ahead pieces) all the
+// time. glibc serves such sizes with a fresh mmap each, so every byte read cost a page fault
+// and a page clear; with these settings they come from the heap and are reused. Measured on a
+// 512 MiB sequential read from RGW: 1.48-1.58 -> 1.30-1.36 CPU s/GiB. Freed memory above 64 MiB
+// is still returned to the system.
+void KeepLargeBuffersMapped() {
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
 }
 
 // The first line of `path` (standard input when empty), without its line end.
@@ -391,6 +402,7 @@ int Mount(const MountOptions& given_options) {
 
 int main(int argc, char** argv) {
   objfs::InstallCrashReporter();
+  objfs::KeepLargeBuffersMapped();
   std::vector<std::string> args(argv + 1, argv + argc);
   objfs::Result<objfs::MountOptions> options =
       objfs::ParseMountOptions(args, objfs::CurrentMountEnvironment());
