@@ -365,7 +365,7 @@ class PrivateSshd {
   bool started_ = false;
 };
 
-TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndANewMountWorks) {
+TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndTheMountReconnects) {
   PrivateSshd sshd;
   ASSERT_TRUE(sshd.started());
   const size_t kSize = 48 << 20;
@@ -395,6 +395,10 @@ TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndANewMountWorks) {
   ::close(fd);
 
   ASSERT_TRUE(sshd.Restart());
+  // The old mount reconnects by itself once the server is back.
+  std::string again = ReadFile(mount->path() + "/big");
+  EXPECT_EQ(again.size(), kSize);
+  EXPECT_TRUE(again == data) << "the old mount read other bytes after reconnecting";
   std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(sshd.url(), options);
   ASSERT_TRUE(fresh);
   std::string got = ReadFile(fresh->path() + "/big");
