@@ -505,14 +505,25 @@ Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_vie
 }
 
 Status SftpStore::Rename(SftpConnection& c, const std::string& from, const std::string& to) {
-  if (c.wire().HasExtension("posix-rename@openssh.com", "1")) {
+  if (options_.use_posix_rename && c.wire().HasExtension("posix-rename@openssh.com", "1")) {
     return c.wire().PosixRename(from, to);
   }
-  // Plain SFTP v3 RENAME fails when the target exists: replace it, not atomically.
+  // Plain SFTP v3 RENAME fails when the target exists. The target is moved aside first and
+  // removed only once the new file is in place (put back if that fails), so that a failure in
+  // between never loses it; a reader may briefly find no file, but never a partial one.
   if (sftp_rename(c.sftp(), from.c_str(), to.c_str()) == 0) return Status::Ok();
-  sftp_unlink(c.sftp(), to.c_str());
-  if (sftp_rename(c.sftp(), from.c_str(), to.c_str()) == 0) return Status::Ok();
-  return LibsshStatus(c, "rename " + from + " to " + to);
+  const size_t slash = to.rfind('/');
+  const std::string aside = TempName(slash == std::string::npos ? "." : to.substr(0, slash));
+  if (sftp_rename(c.sftp(), to.c_str(), aside.c_str()) != 0) {
+    return LibsshStatus(c, "rename " + from + " to " + to);
+  }
+  if (sftp_rename(c.sftp(), from.c_str(), to.c_str()) != 0) {
+    Status failed = LibsshStatus(c, "rename " + from + " to " + to);
+    sftp_rename(c.sftp(), aside.c_str(), to.c_str());
+    return failed;
+  }
+  sftp_unlink(c.sftp(), aside.c_str());
+  return Status::Ok();
 }
 
 Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,

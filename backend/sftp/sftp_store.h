@@ -49,6 +49,9 @@ struct SftpStoreOptions {
   // Copy with the server's copy-data extension when it has one; false streams every copy
   // through this machine (for servers whose copy-data is broken).
   bool use_copy_data = true;
+  // Replace files with the server's posix-rename@openssh.com when it has one; false uses plain
+  // SFTP RENAME (as on servers without the extension).
+  bool use_posix_rename = true;
   Metrics* metrics = nullptr;  // not owned; may be null
   std::chrono::seconds connect_timeout{10};
 };

@@ -415,6 +415,31 @@ TEST_F(SftpStoreTest, PutLeavesNoTemporaryFilesBehind) {
   EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d/one"), "2");
 }
 
+TEST_F(SftpStoreTest, ReplacingWithoutPosixRenameKeepsNoAsideCopy) {
+  SftpStoreOptions o = OptionsFor(root_);
+  o.use_posix_rename = false;  // plain SFTP RENAME, which refuses an existing target
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  MemorySource first(std::string_view("first version"));
+  ASSERT_TRUE(store->put("r/file", first, PutOptions{}).ok());
+  MemorySource second(std::string_view("second version"));
+  Result<ObjectInfo> replaced = store->put("r/file", second, PutOptions{});
+  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
+  EXPECT_EQ(ReadLocalFile(fs::path(root_) / "r/file"), "second version");
+  Result<ObjectInfo> src = store->head("r/file");
+  ASSERT_TRUE(src.ok());
+  MemorySource other(std::string_view("other"));
+  ASSERT_TRUE(store->put("r/copy", other, PutOptions{}).ok());
+  ASSERT_TRUE(store->copy(*src, "r/copy", CopyOptions{}).ok());
+  EXPECT_EQ(ReadLocalFile(fs::path(root_) / "r/copy"), "second version");
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(fs::path(root_) / "r")) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"copy", "file"}));
+}
+
 TEST_F(SftpStoreTest, PutIntoMissingParentsCreatesThem) {
   ASSERT_TRUE(Put("x/y/z/file", "deep").ok());
   EXPECT_TRUE(fs::is_directory(fs::path(root_) / "x/y/z"));
