@@ -16,6 +16,7 @@ std::string Metrics::ToText() const {
   line("put_requests", put_requests);
   line("copy_requests", copy_requests);
   line("remove_requests", remove_requests);
+  line("rename_requests", rename_requests);
   line("failed_requests", failed_requests);
   line("bytes_read", bytes_read);
   line("bytes_written", bytes_written);

@@ -19,6 +19,7 @@ struct Metrics {
   std::atomic<uint64_t> put_requests{0};
   std::atomic<uint64_t> copy_requests{0};
   std::atomic<uint64_t> remove_requests{0};
+  std::atomic<uint64_t> rename_requests{0};
   std::atomic<uint64_t> failed_requests{0};
 
   std::atomic<uint64_t> bytes_read{0};     // bytes read from the backend

@@ -58,6 +58,13 @@ Status MetricsStore::remove(std::string_view key) {
   return status;
 }
 
+Status MetricsStore::rename(std::string_view from, std::string_view to) {
+  Bump(metrics_.rename_requests);
+  Status status = ForwardingStore::rename(from, to);
+  CountOutcome(status);
+  return status;
+}
+
 Status MetricsStore::remove_many(const std::vector<std::string>& keys) {
   Bump(metrics_.remove_requests);
   Status status = ForwardingStore::remove_many(keys);

@@ -25,6 +25,7 @@ class MetricsStore : public ForwardingStore {
                           const CopyOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
+  Status rename(std::string_view from, std::string_view to) override;
 
  private:
   // Counts a failure when `status` is not ok.

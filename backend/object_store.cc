@@ -30,6 +30,11 @@ Result<size_t> FileSource::read_at(uint64_t offset, std::span<std::byte> buf) co
   return done;
 }
 
+Status ObjectStore::rename(std::string_view from, std::string_view /*to*/) {
+  return UnsupportedError("cannot rename " + std::string(from) + " on " + describe() +
+                          ": the store has no rename");
+}
+
 Result<std::string> ReadAll(ObjectStore& store, std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store.head(key));
   std::string out(info.size, '\0');

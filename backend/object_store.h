@@ -116,6 +116,7 @@ struct Capabilities {
   uint64_t multipart_threshold = 0;  // put() above this size is multipart (0: never)
   uint64_t part_size = 0;
   uint64_t copy_part_threshold = 0;  // copy() above this size uses UploadPartCopy (0: never)
+  bool native_rename = false;        // rename() moves a file or a directory on the server
 };
 
 class ObjectStore {
@@ -152,6 +153,11 @@ class ObjectStore {
   // keys that could not be deleted are named in its message.
   virtual Status remove_many(const std::vector<std::string>& keys) = 0;
 
+  // Only when capabilities().native_rename: moves the file or directory `from` to `to` (keys
+  // without a trailing slash) in one atomic server operation, replacing a file or an empty
+  // directory at `to`. Keeps content, mtime and version. Unsupported elsewhere.
+  virtual Status rename(std::string_view from, std::string_view to);
+
   virtual Capabilities capabilities() const = 0;
 
   // Where this store points, for messages: "s3://bucket/prefix at http://127.0.0.1:8000".
@@ -181,6 +187,9 @@ class ForwardingStore : public ObjectStore {
   Status remove(std::string_view key) override { return target_->remove(key); }
   Status remove_many(const std::vector<std::string>& keys) override {
     return target_->remove_many(keys);
+  }
+  Status rename(std::string_view from, std::string_view to) override {
+    return target_->rename(from, to);
   }
   Capabilities capabilities() const override { return target_->capabilities(); }
   std::string describe() const override { return target_->describe(); }

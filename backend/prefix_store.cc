@@ -77,6 +77,12 @@ Status PrefixStore::remove_many(const std::vector<std::string>& keys) {
   return ForwardingStore::remove_many(mapped);
 }
 
+Status PrefixStore::rename(std::string_view from, std::string_view to) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full_from, Map(from));
+  OBJFS_ASSIGN_OR_RETURN(std::string full_to, Map(to));
+  return ForwardingStore::rename(full_from, full_to);
+}
+
 std::string PrefixStore::describe() const {
   return ForwardingStore::describe() + " under prefix \"" + prefix_ + "\"";
 }

@@ -29,6 +29,7 @@ class PrefixStore : public ForwardingStore {
                           const CopyOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
+  Status rename(std::string_view from, std::string_view to) override;
   std::string describe() const override;
 
  private:

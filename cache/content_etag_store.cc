@@ -158,6 +158,21 @@ Status ContentEtagStore::remove(std::string_view key) {
   return status;
 }
 
+Status ContentEtagStore::rename(std::string_view from, std::string_view to) {
+  Result<std::optional<ContentETagRecord>> record = db_->Get<ContentETagRecord>(from);
+  OBJFS_RETURN_IF_ERROR(inner_->rename(from, to));
+  Forget(from);
+  Forget(to);
+  if (record.ok() && record->has_value()) {
+    ContentETagRecord moved = **record;
+    moved.path = std::string(to);
+    // Checked against the file's size and mtime whenever it is used, like any record.
+    std::lock_guard<std::mutex> lock(records_mu_);
+    (void)db_->Put(moved);
+  }
+  return Status::Ok();
+}
+
 Status ContentEtagStore::remove_many(const std::vector<std::string>& keys) {
   Status status = inner_->remove_many(keys);
   for (const std::string& key : keys) Forget(key);

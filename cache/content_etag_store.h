@@ -62,6 +62,9 @@ class ContentEtagStore : public ForwardingStore {
                           const CopyOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
+  // Moves the record of a file along with it (rename keeps size and mtime). Records of the
+  // files in a renamed directory are not moved: those files are hashed again when asked.
+  Status rename(std::string_view from, std::string_view to) override;
 
   // The MD5 of the content of `key`: from its record when that still matches the object,
   // else computed by reading the object in reads of kHashReadBytes (counted in

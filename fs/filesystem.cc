@@ -58,6 +58,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
                        Metrics* metrics, std::shared_ptr<Clock> clock)
     : store_(std::move(store)),
       native_etags_(store_->capabilities().native_etags),
+      native_rename_(store_->capabilities().native_rename),
       options_(std::move(options)),
       metrics_(metrics),
       clock_(clock),

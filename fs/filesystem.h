@@ -388,7 +388,8 @@ class Filesystem {
   Result<ETag> UserETag(const std::string& key, const MetaRecord& rec);
 
   std::shared_ptr<ObjectStore> store_;
-  bool native_etags_;  // the store's capabilities().native_etags
+  bool native_etags_;   // the store's capabilities().native_etags
+  bool native_rename_;  // the store's capabilities().native_rename
   FilesystemOptions options_;
   Metrics* metrics_;
   std::shared_ptr<Clock> clock_;

@@ -133,19 +133,26 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     lock = std::unique_lock<std::mutex>(inode->mu);
     if (inode->dirty && inode->staged) OBJFS_RETURN_IF_ERROR(UploadLocked(*inode, from));
   }
-  ObjectInfo info;
-  info.key = from;
-  info.size = src.size;
-  info.etag = src.etag;
-  OBJFS_ASSIGN_OR_RETURN(ObjectInfo copied, store_->copy(info, to, CopyOptions()));
-  OBJFS_RETURN_IF_ERROR(store_->remove(from));
-  meta_cache_.Invalidate(from);
-  copied.size = src.size;
-  copied.metadata = src.metadata;
-  copied.has_metadata = true;
-  MetaRecord rec = RecordFromInfo(copied, false);
-  rec.complete = true;
-  meta_cache_.Put(to, rec);
+  if (native_rename_) {
+    // One atomic request (SFTP posix-rename): same content, mtime and version.
+    OBJFS_RETURN_IF_ERROR(store_->rename(from, to));
+    meta_cache_.Invalidate(from);
+    meta_cache_.Put(to, src);
+  } else {
+    ObjectInfo info;
+    info.key = from;
+    info.size = src.size;
+    info.etag = src.etag;
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo copied, store_->copy(info, to, CopyOptions()));
+    OBJFS_RETURN_IF_ERROR(store_->remove(from));
+    meta_cache_.Invalidate(from);
+    copied.size = src.size;
+    copied.metadata = src.metadata;
+    copied.has_metadata = true;
+    MetaRecord rec = RecordFromInfo(copied, false);
+    rec.complete = true;
+    meta_cache_.Put(to, rec);
+  }
   inodes_.Rename(from, to, /*subtree=*/false);
   if (inode != nullptr && inode->staged) {
     Metadata metadata = src.metadata;
@@ -158,6 +165,14 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
                                    const MetaRecord& src) {
   for (const auto& [ino, inode] : inodes_.WithLocalData(from)) {
     OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+  }
+  if (native_rename_) {
+    // The whole tree in one atomic request, however many files it holds.
+    OBJFS_RETURN_IF_ERROR(store_->rename(from, to));
+    meta_cache_.InvalidateTree(from);
+    meta_cache_.InvalidateTree(to);
+    inodes_.Rename(from, to, /*subtree=*/true);
+    return Status::Ok();
   }
   const std::string prefix = from + "/";
   std::vector<ObjectInfo> objects;

@@ -828,6 +828,22 @@ Status SftpStore::remove(std::string_view key) {
   });
 }
 
+Status SftpStore::rename(std::string_view from, std::string_view to) {
+  if (IsMarker(from) || IsMarker(to)) {
+    return InvalidArgumentError("rename takes keys without a trailing slash");
+  }
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths src, PathsOf(from));
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths dst, PathsOf(to));
+  return WithRetry([&](SftpConnection& c) -> Status {
+    std::lock_guard<std::mutex> lock(KeyLock(to));
+    Status status = Rename(c, src.data, dst.data);
+    if (!status.ok() && !c.healthy()) {
+      return TransientError("rename " + std::string(from) + ": connection lost");
+    }
+    return status;
+  });
+}
+
 Status SftpStore::remove_many(const std::vector<std::string>& keys) {
   Status first;
   std::string failed;
@@ -888,6 +904,7 @@ Capabilities SftpStore::capabilities() const {
   caps.scheme = "sftp";
   caps.server_side_copy = copy_data_;
   caps.native_etags = false;
+  caps.native_rename = true;
   return caps;
 }
 

@@ -74,6 +74,7 @@ class SftpStore : public ObjectStore {
                           const CopyOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
+  Status rename(std::string_view from, std::string_view to) override;
   Capabilities capabilities() const override;
   std::string describe() const override;
 

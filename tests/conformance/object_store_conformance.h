@@ -795,4 +795,39 @@ TEST_P(ObjectStoreConformance, ConcurrentPutsAndReads) {
   }
 }
 
+TEST_P(ObjectStoreConformance, RenameWhereTheStoreHasIt) {
+  if (!store().capabilities().native_rename) {
+    EXPECT_EQ(store().rename("a", "b").code(), StatusCode::kUnsupported);
+    return;
+  }
+  OBJFS_CONFORMANCE_OK(Put("ren/file", "moved bytes"));
+  Result<ObjectInfo> before = store().head("ren/file");
+  OBJFS_CONFORMANCE_OK(before);
+  OBJFS_CONFORMANCE_OK(store().rename("ren/file", "ren/moved"));
+  EXPECT_EQ(store().head("ren/file").status().code(), StatusCode::kNotFound);
+  Result<ObjectInfo> after = store().head("ren/moved");
+  OBJFS_CONFORMANCE_OK(after);
+  EXPECT_EQ(after->size, before->size);
+  EXPECT_EQ(after->etag, before->etag);  // same content and mtime: same version
+  Result<std::string> data = ReadAll(store(), "ren/moved");
+  OBJFS_CONFORMANCE_OK(data);
+  EXPECT_EQ(*data, "moved bytes");
+  // Over an existing file: replaced.
+  OBJFS_CONFORMANCE_OK(Put("ren/other", "other bytes"));
+  OBJFS_CONFORMANCE_OK(store().rename("ren/other", "ren/moved"));
+  data = ReadAll(store(), "ren/moved");
+  OBJFS_CONFORMANCE_OK(data);
+  EXPECT_EQ(*data, "other bytes");
+  // A directory, with everything under it.
+  OBJFS_CONFORMANCE_OK(Put("ren/dir/a", "1"));
+  OBJFS_CONFORMANCE_OK(Put("ren/dir/sub/b", "2"));
+  OBJFS_CONFORMANCE_OK(store().rename("ren/dir", "ren/dir2"));
+  data = ReadAll(store(), "ren/dir2/sub/b");
+  OBJFS_CONFORMANCE_OK(data);
+  EXPECT_EQ(*data, "2");
+  EXPECT_EQ(store().head("ren/dir/a").status().code(), StatusCode::kNotFound);
+  // Nothing to rename.
+  EXPECT_EQ(store().rename("ren/missing", "ren/x").code(), StatusCode::kNotFound);
+}
+
 }  // namespace objfs

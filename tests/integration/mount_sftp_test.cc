@@ -267,8 +267,15 @@ TEST(MountSftpTest, MvOfAFileAndOfADirectory) {
   std::string data = PseudoRandomBytes(300000, 7);
   WriteFile(m + "/file", data);
 
+  // mv is one posix-rename on the server: no copy, nothing read or written.
+  std::string before = GetXattr(m, "user.objfs.stats");
   CommandResult mv = RunCommand({"mv", m + "/file", m + "/moved"});
   ASSERT_EQ(mv.exit_code, 0) << mv.err;
+  std::string after = GetXattr(m, "user.objfs.stats");
+  ExpectCounterDelta(before, after, "rename_requests", 1);
+  for (const char* counter : {"copy_requests", "bytes_read", "bytes_written", "remove_requests"}) {
+    ExpectCounterDelta(before, after, counter, 0);
+  }
   struct stat st {};
   EXPECT_NE(::stat((m + "/file").c_str(), &st), 0);
   EXPECT_EQ(errno, ENOENT);
@@ -279,8 +286,13 @@ TEST(MountSftpTest, MvOfAFileAndOfADirectory) {
   ASSERT_EQ(::mkdir((m + "/dir/empty").c_str(), 0755), 0) << std::strerror(errno);
   WriteFile(m + "/dir/one", "first");
   WriteFile(m + "/dir/sub/two", "second");
+  before = GetXattr(m, "user.objfs.stats");
   CommandResult mv_dir = RunCommand({"mv", m + "/dir", m + "/renamed"});
   ASSERT_EQ(mv_dir.exit_code, 0) << mv_dir.err;
+  after = GetXattr(m, "user.objfs.stats");
+  // The whole tree in one request too.
+  ExpectCounterDelta(before, after, "rename_requests", 1);
+  ExpectCounterDelta(before, after, "copy_requests", 0);
 
   auto check = [&](const std::string& when) {
     SCOPED_TRACE(when);
