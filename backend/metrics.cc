@@ -27,6 +27,7 @@ std::string Metrics::ToText() const {
   line("http_requests", http_requests);
   line("retries", retries);
   line("sftp_read_requests", sftp_read_requests);
+  line("writeback_failures", writeback_failures);
   line("cache_hits", cache_hits);
   line("cache_misses", cache_misses);
   return out;

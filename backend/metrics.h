@@ -35,6 +35,9 @@ struct Metrics {
   std::atomic<uint64_t> retries{0};
   std::atomic<uint64_t> sftp_read_requests{0};
 
+  // Uploads of closed files (write-back window) that failed and wait, staged, for a retry.
+  std::atomic<uint64_t> writeback_failures{0};
+
   std::atomic<uint64_t> cache_hits{0};  // metadata or data served without a backend call
   std::atomic<uint64_t> cache_misses{0};
 

@@ -35,13 +35,13 @@ MetaCache::Hit MetaCache::Get(const std::string& key) const {
 }
 
 void MetaCache::Put(const std::string& key, MetaRecord record) {
-  if (ttl_.count() <= 0) return;
   auto now = clock_->now();
   std::lock_guard<std::mutex> lock(mu_);
+  NoteChangeLocked(key);  // also when nothing is cached: listings must learn of the key
+  if (ttl_.count() <= 0) return;
   if (slots_.size() >= kSweepThreshold) {
     std::erase_if(slots_, [now](const auto& kv) { return kv.second.expires <= now; });
   }
-  NoteChangeLocked(key);
   Slot& slot = slots_[key];
   slot.negative = false;
   slot.record = std::move(record);
@@ -65,16 +65,32 @@ void MetaCache::Invalidate(const std::string& key) {
 }
 
 void MetaCache::NoteChangeLocked(const std::string& key) {
-  if (listings_.empty() || key.empty()) return;
+  if (key.empty()) return;
   auto [dir, name] = SplitKey(key);
+  if (dir_changes_.size() >= kSweepThreshold) {
+    dir_changes_.clear();
+    cleared_seq_ = change_seq_ + 1;
+  }
+  dir_changes_[dir] = ++change_seq_;
   auto it = listings_.find(dir);
   if (it != listings_.end()) it->second.names.insert(std::move(name));
 }
 
-void MetaCache::PutListing(const std::string& dir, std::vector<std::string> names, bool complete) {
+uint64_t MetaCache::ListingTicket() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return change_seq_;
+}
+
+void MetaCache::PutListing(const std::string& dir, std::vector<std::string> names, bool complete,
+                           uint64_t ticket) {
   if (negative_ttl_.count() <= 0) return;
   auto now = clock_->now();
   std::lock_guard<std::mutex> lock(mu_);
+  if (cleared_seq_ > ticket) return;
+  if (auto changed = dir_changes_.find(dir);
+      changed != dir_changes_.end() && changed->second > ticket) {
+    return;  // changed while it was being listed
+  }
   if (listings_.size() >= kSweepThreshold / 100) {
     std::erase_if(listings_, [now](const auto& kv) { return kv.second.expires <= now; });
   }

@@ -61,10 +61,15 @@ class MetaCache {
   // listing is kept for the negative TTL; every key put or invalidated since is added to its
   // directory's listing, so that it can only claim "absent" for names nothing here created.
   //
+  // Take a ticket before listing a directory and hand it to PutListing with the result: a
+  // listing during which this mount changed a key of that directory is not kept (it may lack
+  // the change).
+  uint64_t ListingTicket() const;
   // Records that directory `dir` ("" is the root) held exactly `names` (files and directories).
   // `complete` false records a directory too large to list in one request: ListState says so,
   // and callers do not try again within the TTL.
-  void PutListing(const std::string& dir, std::vector<std::string> names, bool complete);
+  void PutListing(const std::string& dir, std::vector<std::string> names, bool complete,
+                  uint64_t ticket);
   enum class Listed { kUnknown, kTooLarge, kAbsent, kMaybePresent };
   // What a fresh listing of `key`'s directory says about `key`.
   Listed ListState(const std::string& key) const;
@@ -91,6 +96,11 @@ class MetaCache {
   // Adds the name of `key` to its directory's listing, if there is one. REQUIRES: mu_ held.
   void NoteChangeLocked(const std::string& key);
   std::unordered_map<std::string, DirListing> listings_;
+  // Change numbers: the last one of each directory, and the one at which that map was last
+  // cleared (to bound it).
+  uint64_t change_seq_ = 0;
+  uint64_t cleared_seq_ = 0;
+  std::unordered_map<std::string, uint64_t> dir_changes_;
 };
 
 }  // namespace objfs

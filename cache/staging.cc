@@ -140,7 +140,15 @@ Result<size_t> StagedFile::ReadAt(uint64_t offset, std::span<std::byte> buf) con
   return done;
 }
 
+Status StagedFile::Sync() {
+  if (synced_) return Status::Ok();
+  if (::fdatasync(fd_) != 0) return ErrnoStatus("sync", data_path_, errno);
+  synced_ = true;
+  return Status::Ok();
+}
+
 Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
+  synced_ = false;
   size_t done = 0;
   while (done < data.size()) {
     ssize_t n =
@@ -156,6 +164,7 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
 }
 
 Status StagedFile::Truncate(uint64_t size) {
+  synced_ = false;
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
     return ErrnoStatus("truncate", data_path_, errno);
   }
@@ -171,6 +180,11 @@ Status StagedFile::Describe(std::string_view key, const Metadata& metadata) {
   OBJFS_RETURN_IF_ERROR(WriteWholeFile(meta_path_, text));
   described_ = std::move(text);
   return Status::Ok();
+}
+
+void StagedFile::Orphan() {
+  ::unlink(meta_path_.c_str());
+  described_.clear();
 }
 
 void StagedFile::Remove() {

@@ -35,6 +35,8 @@ class StagedFile {
   // Writes all of `data` at offset, growing the file as needed.
   Status WriteAt(uint64_t offset, std::span<const std::byte> data);
   Status Truncate(uint64_t size);
+  // Flushes the data to disk (fdatasync), unless nothing was written since the last Sync.
+  Status Sync();
   // Rewrites the sidecar: the key and metadata the data is to be uploaded with.
   Status Describe(std::string_view key, const Metadata& metadata);
   // A source over the current content, for ObjectStore::put. Valid while this file lives and
@@ -42,6 +44,10 @@ class StagedFile {
   FileSource Source() const { return FileSource(fd_, size_); }
   // Deletes the data file and its sidecar (after a successful upload).
   void Remove();
+  // Deletes only the sidecar, so that a crash leaves nothing to upload: for data that must no
+  // longer reach the store (its file was removed or replaced) but is still open. A later
+  // Describe() writes a new sidecar.
+  void Orphan();
 
  private:
   friend class StagingArea;
@@ -53,6 +59,7 @@ class StagedFile {
   uint64_t size_;
   bool removed_ = false;
   std::string described_;  // the sidecar's current text
+  bool synced_ = true;     // nothing written since the last Sync()
 };
 
 // A staging file found at startup.

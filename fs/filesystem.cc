@@ -17,6 +17,8 @@ namespace {
 
 constexpr size_t kMaxNameBytes = 255;
 constexpr uint64_t kDirectorySize = 4096;
+// Files uploaded at once by the write-back thread and at unmount.
+constexpr size_t kUploadThreads = 4;
 // A lookup's listing of the parent directory reads one page of this many keys; a larger
 // directory is left to per-name requests.
 constexpr int kListParentKeys = 1000;
@@ -65,6 +67,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       meta_cache_(clock, Seconds(options_.attr_timeout), Seconds(options_.negative_timeout)),
       io_pool_(std::make_unique<IoPool>(
           static_cast<size_t>(options_.io_threads > 0 ? options_.io_threads : 1))),
+      upload_pool_(std::make_unique<IoPool>(kUploadThreads)),
       read_budget_(std::make_unique<ReadBudget>(options_.prefetch_memory)),
       mount_time_ns_(NowNs()) {}
 
@@ -221,6 +224,7 @@ Result<MetaCache::Listed> Filesystem::ListParent(const std::string& key) {
   list.prefix = prefix;
   list.delimiter = "/";
   list.max_keys = kListParentKeys;
+  const uint64_t ticket = meta_cache_.ListingTicket();
   OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
   std::vector<std::string> names;
   names.reserve(page.objects.size() + page.common_prefixes.size());
@@ -234,7 +238,7 @@ Result<MetaCache::Listed> Filesystem::ListParent(const std::string& key) {
     if (cp.size() <= prefix.size() + 1) continue;
     names.push_back(cp.substr(prefix.size(), cp.size() - prefix.size() - 1));
   }
-  meta_cache_.PutListing(dir, std::move(names), page.next_token.empty());
+  meta_cache_.PutListing(dir, std::move(names), page.next_token.empty(), ticket);
   return meta_cache_.ListState(key);
 }
 
@@ -373,6 +377,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   ListOptions list;
   list.prefix = prefix;
   list.delimiter = "/";
+  const uint64_t listing_ticket = meta_cache_.ListingTicket();
   do {
     OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
     for (const ObjectInfo& obj : page.objects) {
@@ -396,7 +401,8 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
     }
     list.continuation_token = page.next_token;
   } while (!list.continuation_token.empty());
-  meta_cache_.PutListing(key, std::vector<std::string>(seen.begin(), seen.end()), true);
+  meta_cache_.PutListing(key, std::vector<std::string>(seen.begin(), seen.end()), true,
+                         listing_ticket);
 
   // A listing has sizes and times but not the metadata objfs keeps in headers. Without it the
   // entries go out with no attribute timeout and `ls -l` makes the kernel look up each name, one

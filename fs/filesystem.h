@@ -80,6 +80,9 @@ struct FilesystemOptions {
   // plus delete. fsync(2), reading user.etag, and unmount upload at once; a failed upload is
   // logged and retried, and its data stays staged.
   double writeback = 0;
+  // Where problems found in the background (a failed write-back upload) are reported, one line
+  // each; null: stderr.
+  std::function<void(const std::string&)> log;
   // Runs the thread that uploads files whose write-back window has passed. Tests that drive
   // UploadDue() themselves turn it off.
   bool writeback_thread = true;
@@ -356,11 +359,15 @@ class Filesystem {
                             bool empty);
   Status UploadLocked(Inode& inode, const std::string& key);
   void DropStagingLocked(Inode& inode);
+  // The file was removed or replaced: its unsaved data is never to be uploaded. The staging
+  // file goes now, or (while handles are open) loses its sidecar and goes at the last release.
+  void DiscardLocked(Inode& inode);
   Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode);
   // With a write-back window: records the staged file of a closed `inode` (sidecar) and
   // schedules its upload. REQUIRES: inode.mu held.
   Status DeferUploadLocked(uint64_t ino, Inode& inode);
   void WritebackLoop();
+  void Log(const std::string& message) const;
   bool writeback() const { return options_.writeback > 0; }
   // Rename of a file whose data is pending upload: the staged file takes the new name.
   // nullopt when the file is not (or no longer) pending: the caller renames it in the store.
@@ -397,6 +404,9 @@ class Filesystem {
   InodeTable inodes_;
   std::unique_ptr<StagingArea> staging_;
   std::unique_ptr<IoPool> io_pool_;
+  // Uploads of the write-back thread and of FlushAll: a pool of their own, so that hundreds of
+  // files falling due at once never queue reads behind them.
+  std::unique_ptr<IoPool> upload_pool_;
   std::unique_ptr<ReadBudget> read_budget_;
 
   std::mutex handles_mu_;  // guards handles_ and next_fh_

@@ -88,9 +88,7 @@ Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
   meta_cache_.Invalidate(key);
   if (inode != nullptr) {
     std::lock_guard<std::mutex> lock(inode->mu);
-    inode->unlinked = true;
-    inode->dirty = false;
-    if (inode->open_handles.load() == 0) DropStagingLocked(*inode);
+    DiscardLocked(*inode);
   }
   inodes_.Unbind(key);
   return Status::Ok();

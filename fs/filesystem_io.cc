@@ -71,6 +71,16 @@ Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, cons
   return Status::Ok();
 }
 
+void Filesystem::DiscardLocked(Inode& inode) {
+  inode.unlinked = true;
+  inode.dirty = false;
+  if (inode.open_handles.load() == 0) {
+    DropStagingLocked(inode);
+  } else if (inode.staged) {
+    inode.staged->Orphan();  // open handles keep the data; a crash must not upload it
+  }
+}
+
 void Filesystem::DropStagingLocked(Inode& inode) {
   if (!inode.staged) return;
   inode.staged->Remove();
@@ -275,7 +285,9 @@ Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
   if (!key.ok()) return key.status();
   Metadata metadata = inode.extra_metadata;
   SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns, &metadata);
-  // The sidecar names what a crash before the upload must still upload at the next mount.
+  // The sidecar names what a crash before the upload must still upload at the next mount; the
+  // data is on disk first, so that after a power loss no sidecar describes lost data.
+  OBJFS_RETURN_IF_ERROR(inode.staged->Sync());
   OBJFS_RETURN_IF_ERROR(inode.staged->Describe(*key, metadata));
   auto due =
       clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.writeback * 1e9));
@@ -349,7 +361,7 @@ Status Filesystem::FlushAll() {
   std::vector<std::future<Status>> uploads;
   for (const auto& [ino, inode] : inodes_.WithLocalData("")) {
     uploads.push_back(
-        io_pool_->Async([this, ino = ino, inode = inode] { return FlushInode(ino, inode); }));
+        upload_pool_->Async([this, ino = ino, inode = inode] { return FlushInode(ino, inode); }));
   }
   Status first;
   for (auto& upload : uploads) {
@@ -357,6 +369,14 @@ Status Filesystem::FlushAll() {
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+void Filesystem::Log(const std::string& message) const {
+  if (options_.log) {
+    options_.log(message);
+  } else {
+    std::fprintf(stderr, "objfs: %s\n", message.c_str());
+  }
 }
 
 Status Filesystem::UploadDue() {
@@ -377,7 +397,7 @@ Status Filesystem::UploadDue() {
   std::vector<std::future<Status>> uploads;
   uploads.reserve(due.size());
   for (uint64_t ino : due) {
-    uploads.push_back(io_pool_->Async([this, ino]() -> Status {
+    uploads.push_back(upload_pool_->Async([this, ino]() -> Status {
       std::shared_ptr<Inode> inode = inodes_.Get(ino);
       if (inode == nullptr) return Status::Ok();
       Status status;
@@ -389,9 +409,11 @@ Status Filesystem::UploadDue() {
         auto key = KeyOf(ino);
         status = key.ok() ? UploadLocked(*inode, *key) : key.status();
         if (!status.ok()) {
+          Bump(metrics_->writeback_failures);
           const double retry = std::max(options_.writeback, kWritebackRetrySeconds);
-          std::fprintf(stderr, "objfs: %s; the data stays staged, retrying in %.0f s\n",
-                       status.ToString().c_str(), retry);
+          char when[64];
+          std::snprintf(when, sizeof(when), "; the data stays staged, retrying in %.0f s", retry);
+          Log(status.ToString() + when);
           std::lock_guard<std::mutex> queue(writeback_mu_);
           writeback_due_[ino] =
               clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(retry * 1e9));

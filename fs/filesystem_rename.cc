@@ -80,35 +80,58 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   uint64_t old = inodes_.InoOf(to);
   std::shared_ptr<Inode> old_inode = old ? inodes_.Get(old) : nullptr;
   bool target_local = old_inode != nullptr && LocalAttr(*old_inode, old).has_value();
+  // RENAME_NOREPLACE asks the store itself; a plain rename trusts the cache, like a lookup.
+  if (flags & kRenameNoReplace) meta_cache_.Invalidate(to);
   auto dst = Resolve(to);
   if (!dst.ok() && dst.status().code() != StatusCode::kNotFound) return dst.status();
-  if (dst.ok() && dst->is_dir) return Status(StatusCode::kIsDirectory, to + " is a directory");
   if ((dst.ok() || target_local) && (flags & kRenameNoReplace)) {
     return AlreadyExistsError(to + " exists");
   }
+  if (dst.ok() && dst->is_dir) return Status(StatusCode::kIsDirectory, to + " is a directory");
+  // A pending target loses its sidecar first, so that a crash in between never uploads the
+  // replaced data over the new; it gets it back if the rename fails.
+  auto restore_target = [&] {
+    if (old_inode == nullptr) return;
+    std::lock_guard<std::mutex> lock(old_inode->mu);
+    if (old_inode->staged && old_inode->dirty && !old_inode->unlinked) {
+      (void)DeferUploadLocked(old, *old_inode);
+    }
+  };
   if (old_inode != nullptr) {
     std::lock_guard<std::mutex> lock(old_inode->mu);
-    old_inode->unlinked = true;
-    old_inode->dirty = false;
-    if (old_inode->open_handles.load() == 0) DropStagingLocked(*old_inode);
+    if (old_inode->staged) old_inode->staged->Orphan();
   }
-
-  std::lock_guard<std::mutex> lock(inode->mu);
-  // Uploaded by the write-back thread meanwhile: rename it in the store.
-  if (!inode->staged || !inode->dirty || inode->unlinked) return std::nullopt;
-  Metadata metadata = inode->extra_metadata;
-  SetPosixMetadata(inode->attr.mode, inode->attr.uid, inode->attr.gid, inode->attr.mtime_ns,
-                   &metadata);
-  // The sidecar first: from now on a crash uploads the data under its new name.
-  OBJFS_RETURN_IF_ERROR(inode->staged->Describe(to, metadata));
-  if (inode->in_store) {
-    Status removed = store_->remove(from);
-    if (!removed.ok() && removed.code() != StatusCode::kNotFound) {
-      (void)inode->staged->Describe(from, metadata);
-      return removed.WithContext("renaming " + from);
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    // Uploaded by the write-back thread meanwhile: rename it in the store.
+    if (!inode->staged || !inode->dirty || inode->unlinked) {
+      restore_target();
+      return std::nullopt;
     }
+    Metadata metadata = inode->extra_metadata;
+    SetPosixMetadata(inode->attr.mode, inode->attr.uid, inode->attr.gid, inode->attr.mtime_ns,
+                     &metadata);
+    // The sidecar first: from now on a crash uploads the data under its new name.
+    Status described = inode->staged->Describe(to, metadata);
+    if (!described.ok()) {
+      restore_target();
+      return described;
+    }
+    if (inode->in_store) {
+      Status removed = store_->remove(from);
+      if (!removed.ok() && removed.code() != StatusCode::kNotFound) {
+        (void)inode->staged->Describe(from, metadata);
+        restore_target();
+        return removed.WithContext("renaming " + from);
+      }
+    }
+    inode->in_store = dst.ok();
   }
-  inode->in_store = dst.ok();
+  // Committed: the replaced target's data goes (its open handles keep reading it).
+  if (old_inode != nullptr) {
+    std::lock_guard<std::mutex> lock(old_inode->mu);
+    DiscardLocked(*old_inode);
+  }
   inodes_.Rename(from, to, /*subtree=*/false);
   meta_cache_.Invalidate(to);
   meta_cache_.PutNegative(from);
@@ -121,9 +144,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   if (uint64_t old = inodes_.InoOf(to)) {
     if (auto inode = inodes_.Get(old)) {
       std::lock_guard<std::mutex> lock(inode->mu);
-      inode->unlinked = true;
-      inode->dirty = false;
-      if (inode->open_handles.load() == 0) DropStagingLocked(*inode);
+      DiscardLocked(*inode);
     }
   }
   uint64_t ino = inodes_.InoOf(from);

@@ -9,10 +9,12 @@
 #define FUSE_USE_VERSION 314
 
 #include <execinfo.h>
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <malloc.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <termios.h>
@@ -309,6 +311,19 @@ int Mount(const MountOptions& given_options) {
                    "': " + ec.message());
     return 1;
   }
+  // One mount per cache directory: a second one would upload (and then delete) the first one's
+  // staged files as leftovers of a crash. The lock goes with the process, even a killed one.
+  const std::string lock_path = options.fs.cache_dir + "/.lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    reporter.Error(err == EWOULDBLOCK
+                       ? "cache directory '" + options.fs.cache_dir +
+                             "' is in use by another objfs mount; give each mount its own "
+                             "-o cache_dir="
+                       : "cannot lock '" + lock_path + "': " + std::strerror(err));
+    return 1;
+  }
   const FilesystemOptions& fs_options = options.fs;
 
   Metrics metrics;
@@ -359,7 +374,9 @@ int Mount(const MountOptions& given_options) {
   reporter.set_daemon(!options.foreground);
 
   int exit_code = 0;
-  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Create(*store, fs_options, &metrics);
+  FilesystemOptions logged_options = fs_options;
+  logged_options.log = [&reporter](const std::string& message) { reporter.Error(message); };
+  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Create(*store, logged_options, &metrics);
   if (!fs.ok()) {
     reporter.Error(fs.status().message());
     exit_code = 1;

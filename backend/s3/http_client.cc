@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -99,6 +100,13 @@ void AckNow(curl_socket_t fd) {
 int OnSocketOpened(void* user, curl_socket_t fd, curlsocktype purpose) {
   if (purpose == CURLSOCKTYPE_IPCXN) *static_cast<curl_socket_t*>(user) = fd;
   return CURL_SOCKOPT_OK;
+}
+
+// Forgets the socket as curl closes it, so that AckNow never touches a reused descriptor.
+int OnSocketClosed(void* user, curl_socket_t fd) {
+  auto* socket = static_cast<curl_socket_t*>(user);
+  if (*socket == fd) *socket = CURL_SOCKET_BAD;
+  return ::close(fd);
 }
 
 size_t OnHeader(char* data, size_t size, size_t count, void* user) {
@@ -363,6 +371,8 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& request) {
   set(CURLOPT_HTTPHEADER, headers.get());
   set(CURLOPT_SOCKOPTFUNCTION, OnSocketOpened);
   set(CURLOPT_SOCKOPTDATA, static_cast<void*>(&handle->socket));
+  set(CURLOPT_CLOSESOCKETFUNCTION, OnSocketClosed);
+  set(CURLOPT_CLOSESOCKETDATA, static_cast<void*>(&handle->socket));
   set(CURLOPT_HEADERFUNCTION, OnHeader);
   set(CURLOPT_HEADERDATA, static_cast<void*>(&transfer));
   set(CURLOPT_WRITEFUNCTION, OnBody);

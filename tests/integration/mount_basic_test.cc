@@ -304,5 +304,22 @@ TEST(MountBasicTest, HelpAndVersionNeedNoServer) {
   EXPECT_EQ(version.out.rfind("objfs ", 0), 0u) << version.out;
 }
 
+TEST(MountBasicTest, ASecondMountOfTheSameCacheDirectoryIsRefused) {
+  TempDir temp;
+  ASSERT_FALSE(temp.path().empty());
+  std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options options;
+  options.cache_dir = temp.path() + "/shared-cache";
+  std::unique_ptr<ObjfsMount> first = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(first);
+  std::string mnt = temp.path() + "/second";
+  ASSERT_TRUE(fs::create_directory(mnt));
+  ExpectMountFails(
+      {S3MountUrl(bucket), mnt, "-o", S3ServerOptions() + ",cache_dir=" + options.cache_dir},
+      S3ServerEnvironment(), mnt,
+      "cache directory '" + options.cache_dir + "' is in use by another objfs mount");
+  EXPECT_EQ(first->Stop(), 0);
+}
+
 }  // namespace
 }  // namespace objfs::testing

@@ -863,5 +863,82 @@ TEST_F(WritebackTest, AFileOpenAgainIsUploadedAfterItsLastClose) {
   EXPECT_EQ(memory_->contents("busy"), "one two");
 }
 
+TEST_F(WritebackTest, AFailedRenameKeepsThePendingTarget) {
+  PutObject("a", "stored a");
+  uint64_t a = LookupIno(kRootIno, "a");
+  auto fh = fs_->Open(a, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new a")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  WriteAndClose("b", "pending b");
+  // Renaming the edited "a" over "b" must remove the stored "a": make that fail.
+  faults_->FailNth(StoreOp::kRemove, 1, TransientError("503 SlowDown"));
+  EXPECT_FALSE(fs_->Rename(kRootIno, "a", kRootIno, "b", 0).ok());
+  auto b = fs_->Lookup(kRootIno, "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(ReadFile(*fs_, b->attr.ino), "pending b");
+  // And a crash now still uploads both under their own names.
+  auto next = NewFilesystem();
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(memory_->contents("b"), "pending b");
+  EXPECT_EQ(memory_->contents("a"), "new a");
+}
+
+TEST_F(WritebackTest, AReplacedTargetStillOpenIsNotRecoveredOverTheNewFile) {
+  WriteAndClose("target", "old target");
+  uint64_t target = LookupIno(kRootIno, "target");
+  auto reader = fs_->Open(target, O_RDONLY);  // keeps the replaced data alive
+  ASSERT_TRUE(reader.ok());
+  WriteAndClose("source", "new content");
+  ASSERT_TRUE(fs_->Rename(kRootIno, "source", kRootIno, "target", 0).ok());
+  auto next = NewFilesystem();  // a crash now
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(memory_->contents("target"), "new content");
+  ASSERT_TRUE(fs_->Release(*reader).ok());
+}
+
+TEST_F(WritebackTest, AChmodInTheWindowSurvivesACrash) {
+  uint64_t ino = WriteAndClose("f", "data");
+  FileAttr attr;
+  attr.mode = 0600;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, attr, std::nullopt).ok());
+  auto next = NewFilesystem();
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0600));
+}
+
+TEST_F(WritebackTest, RenameNoReplaceOntoADirectoryIsAlreadyExists) {
+  WriteAndClose("f", "x");
+  ASSERT_TRUE(fs_->MkDir(kRootIno, "d", 0755).ok());
+  EXPECT_EQ(fs_->Rename(kRootIno, "f", kRootIno, "d", kRenameNoReplace).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(fs_->Rename(kRootIno, "f", kRootIno, "d", 0).code(), StatusCode::kIsDirectory);
+}
+
+TEST_F(WritebackTest, FailedUploadsAreCounted) {
+  WriteAndClose("f", "x");
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
+  clock_->Advance(std::chrono::seconds(61));
+  EXPECT_FALSE(fs_->UploadDue().ok());
+  EXPECT_EQ(metrics_.writeback_failures.load(), 1u);
+}
+
+TEST_F(WritebackTest, TheWritebackThreadUploadsWhenTheWindowHasPassed) {
+  fs_.reset();
+  options_.writeback_thread = true;
+  fs_ = NewFilesystem();
+  WriteAndClose("by-the-thread", "uploaded in the background");
+  EXPECT_FALSE(memory_->head("by-the-thread").ok());
+  clock_->Advance(std::chrono::seconds(61));
+  // The thread looks at the clock at least once a second; wait for its upload, not a time.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!memory_->head("by-the-thread").ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(memory_->contents("by-the-thread"), "uploaded in the background");
+}
+
 }  // namespace
 }  // namespace objfs

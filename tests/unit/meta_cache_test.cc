@@ -69,7 +69,7 @@ TEST(MetaCacheZeroTtlTest, CachesNothing) {
 
 TEST_F(MetaCacheTest, ListingAnswersAbsentNamesUntilTheNegativeTtl) {
   EXPECT_EQ(cache_.ListState("d/x"), MetaCache::Listed::kUnknown);
-  cache_.PutListing("d", {"a", "sub"}, true);
+  cache_.PutListing("d", {"a", "sub"}, true, cache_.ListingTicket());
   EXPECT_EQ(cache_.ListState("d/x"), MetaCache::Listed::kAbsent);
   EXPECT_EQ(cache_.ListState("d/a"), MetaCache::Listed::kMaybePresent);
   EXPECT_EQ(cache_.ListState("d/sub"), MetaCache::Listed::kMaybePresent);
@@ -80,8 +80,8 @@ TEST_F(MetaCacheTest, ListingAnswersAbsentNamesUntilTheNegativeTtl) {
 }
 
 TEST_F(MetaCacheTest, KeysChangedAfterAListingAreNeverClaimedAbsent) {
-  cache_.PutListing("", {"a"}, true);
-  cache_.PutListing("d", {}, true);
+  cache_.PutListing("", {"a"}, true, cache_.ListingTicket());
+  cache_.PutListing("d", {}, true, cache_.ListingTicket());
   cache_.Put("b", MetaRecord());  // uploaded here
   cache_.Invalidate("c");         // created or changed here
   cache_.PutNegative("e");        // a miss adds nothing
@@ -96,8 +96,27 @@ TEST_F(MetaCacheTest, KeysChangedAfterAListingAreNeverClaimedAbsent) {
   EXPECT_EQ(cache_.ListState("e"), MetaCache::Listed::kUnknown);
 }
 
+TEST_F(MetaCacheTest, AListingDuringWhichTheDirectoryChangedIsNotKept) {
+  uint64_t ticket = cache_.ListingTicket();
+  cache_.Put("d/new", MetaRecord());  // created while the LIST was running
+  cache_.PutListing("d", {"old"}, true, ticket);
+  EXPECT_EQ(cache_.ListState("d/other"), MetaCache::Listed::kUnknown);
+  // A change elsewhere does not matter.
+  ticket = cache_.ListingTicket();
+  cache_.Put("e/new", MetaRecord());
+  cache_.PutListing("d", {"old", "new"}, true, ticket);
+  EXPECT_EQ(cache_.ListState("d/other"), MetaCache::Listed::kAbsent);
+}
+
+TEST_F(MetaCacheTest, KeysPutWithoutAnAttributeTtlStillJoinTheListing) {
+  MetaCache uncached(clock_, seconds(0), seconds(5));
+  uncached.PutListing("", {}, true, uncached.ListingTicket());
+  uncached.Put("made-here", MetaRecord());
+  EXPECT_EQ(uncached.ListState("made-here"), MetaCache::Listed::kMaybePresent);
+}
+
 TEST_F(MetaCacheTest, AnIncompleteListingClaimsNothing) {
-  cache_.PutListing("big", {"a"}, false);
+  cache_.PutListing("big", {"a"}, false, cache_.ListingTicket());
   EXPECT_EQ(cache_.ListState("big/zzz"), MetaCache::Listed::kTooLarge);
 }
 
