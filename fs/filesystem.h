@@ -74,11 +74,12 @@ struct FilesystemOptions {
   bool read_only = false;               // every modifying call fails with PermissionDenied
   // Write-back window, in seconds. 0 (the default): a closed file is uploaded by close(2), which
   // reports a failed upload. Above 0: close(2) only records the staged file (it survives a crash
-  // of the daemon: the next mount uploads it), and the upload happens this long after the last
-  // close, so that what programs like rsync do next (utimens, chmod, rename of a temporary file)
-  // changes only the pending upload: one PUT per file instead of a PUT, self-copies and a copy
-  // plus delete. fsync(2), reading user.etag, and unmount upload at once; a failed upload is
-  // logged and retried, and its data stays staged.
+  // of the daemon: the next mount uploads it), and the upload happens this long after the close
+  // that left it unsaved (later closes do not postpone it; a file open again then is uploaded
+  // after its last close), so that what programs like rsync do next (utimens, chmod, rename of a
+  // temporary file) changes only the pending upload: one PUT per file instead of a PUT, self-copies
+  // and a copy plus delete. fsync(2), reading user.etag, and unmount upload at once; a failed
+  // upload is logged and retried, and its data stays staged.
   double writeback = 0;
   // Where problems found in the background (a failed write-back upload) are reported, one line
   // each; null: stderr.

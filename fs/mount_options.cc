@@ -573,7 +573,7 @@ Filesystem options:
   umask=OCTAL               applied to default permissions (default 022)
   attr_timeout=SECONDS      attribute and name cache lifetime (default 1)
   negative_timeout=SECONDS  lifetime of "no such file" answers (default 1)
-  writeback=SECONDS         upload a closed file this long after its last close instead of
+  writeback=SECONDS         upload a closed file this long after it was closed instead of
                             in close(2), so that renames and attribute changes right after
                             (rsync) cost no requests; fsync and unmount still upload at once,
                             and a crash leaves the data staged for the next mount (default 0)

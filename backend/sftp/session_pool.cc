@@ -237,6 +237,9 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
       ++leased_or_connecting_;
       return Lease(this, std::move(c));
     }
+    // Refused credentials (or host key) are not tried again for a while: a password that
+    // no longer works must not be sent on every request (account lockouts, fail2ban).
+    if (!refused_.ok() && std::chrono::steady_clock::now() < refused_until_) return refused_;
     ++leased_or_connecting_;
     not_before = next_attempt_;
   }
@@ -251,11 +254,15 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
       consecutive_failures_ = std::min(consecutive_failures_ + 1, 6);
       next_attempt_ = std::chrono::steady_clock::now() +
                       std::chrono::milliseconds(50) * (1 << consecutive_failures_);
+    } else if (c.status().code() == StatusCode::kPermissionDenied) {
+      refused_ = c.status();
+      refused_until_ = std::chrono::steady_clock::now() + kRefusedRetryDelay;
     }
     return c.status();
   }
   consecutive_failures_ = 0;
   next_attempt_ = {};
+  refused_ = Status::Ok();
   return Lease(this, std::move(c).value());
 }
 

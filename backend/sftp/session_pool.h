@@ -99,6 +99,11 @@ class SftpSessionPool {
   int leased_or_connecting_ = 0;
   int consecutive_failures_ = 0;
   std::chrono::steady_clock::time_point next_attempt_{};
+  // The last refusal of our credentials or of the host key, answered without connecting
+  // until refused_until_.
+  static constexpr std::chrono::seconds kRefusedRetryDelay{60};
+  Status refused_;
+  std::chrono::steady_clock::time_point refused_until_{};
 };
 
 }  // namespace objfs::sftp

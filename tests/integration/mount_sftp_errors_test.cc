@@ -492,7 +492,7 @@ TEST(MountSftpErrorsTest, PasswordFromAFileOrStandardInput) {
       ExpectMountFails(url, known_hosts + ",password_file=" + temp.path() + "/wrong",
                        {"authentication as " + account.name() + "@127.0.0.1 failed", "password"});
   EXPECT_EQ(err.find("not-the-password"), std::string::npos) << err;
-  // Without a password option no password is tried.
+  // Without a password option the login fails (the keys on offer are not the account's).
   ExpectMountFails(url, known_hosts, {"authentication as " + account.name()});
 
   // From standard input, as one line; objfs goes to the background once mounted.
@@ -510,10 +510,13 @@ TEST(MountSftpErrorsTest, PasswordFromAFileOrStandardInput) {
                   known_hosts + ",password_stdin,cache_dir=" + temp.path() + "/cache"},
                  account.password() + "\n");
   ASSERT_EQ(right.exit_code, 0) << right.err;
+  // Unmounted at scope end even when a check below fails.
+  struct Unmount {
+    std::string path;
+    ~Unmount() { RunCommand({"fusermount3", "-u", path}); }
+  } unmount{mnt};
   EXPECT_TRUE(IsFuseMountPoint(mnt));
   EXPECT_EQ(ReadLocal(mnt + "/hello"), "written after a password login");
-  CommandResult unmount = RunCommand({"fusermount3", "-u", mnt});
-  EXPECT_EQ(unmount.exit_code, 0) << unmount.err;
 }
 
 }  // namespace
