@@ -325,9 +325,21 @@ Prefetcher::~Prefetcher() {
 }
 
 Result<size_t> Prefetcher::Read(uint64_t offset, std::span<std::byte> buf) {
+  std::vector<ReadSegment> segments;
+  OBJFS_ASSIGN_OR_RETURN(size_t n, ReadSegments(offset, buf.size(), &segments));
+  size_t done = 0;
+  for (const ReadSegment& segment : segments) {
+    std::memcpy(buf.data() + done, segment.data, segment.size);
+    done += segment.size;
+  }
+  return n;
+}
+
+Result<size_t> Prefetcher::ReadSegments(uint64_t offset, size_t size,
+                                        std::vector<ReadSegment>* out) {
   Core& core = *state_->core;
-  if (offset >= core.size || buf.empty()) return size_t{0};
-  const uint64_t end = offset + std::min<uint64_t>(buf.size(), core.size - offset);
+  if (offset >= core.size || size == 0) return size_t{0};
+  const uint64_t end = offset + std::min<uint64_t>(size, core.size - offset);
 
   std::vector<std::shared_ptr<Chunk>> parts;      // the chunks covering [offset, end), in order
   std::vector<std::shared_ptr<Chunk>> to_submit;  // chunks for the pool
@@ -380,7 +392,8 @@ Result<size_t> Prefetcher::Read(uint64_t offset, std::span<std::byte> buf) {
     OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk, core.Await(std::move(want), pos));
     const uint64_t to = std::min(end, chunk->offset + chunk->filled);
     if (to > pos) {
-      std::memcpy(buf.data() + (pos - offset), chunk->data.get() + (pos - chunk->offset), to - pos);
+      const std::byte* data = chunk->data.get() + (pos - chunk->offset);
+      out->push_back(ReadSegment{chunk, data, static_cast<size_t>(to - pos)});
       pos = to;
     }
     if (chunk->filled < chunk->length) break;  // the object ended early

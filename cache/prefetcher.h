@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/etag.h"
 #include "backend/metrics.h"
@@ -27,6 +28,14 @@ namespace objfs {
 
 class IoPool;      // cache/io_pool.h: a bounded thread pool for backend I/O
 class ReadBudget;  // cache/read_budget.h: the global byte budget for prefetched data
+
+// A piece of a read, in memory that the prefetcher (or the filesystem) holds: valid while
+// `owner` lives. Lets a FUSE reply go out straight from the read-ahead buffers.
+struct ReadSegment {
+  std::shared_ptr<const void> owner;
+  const std::byte* data = nullptr;
+  size_t size = 0;
+};
 
 struct PrefetchOptions {
   size_t read_buffer = 1 << 20;     // smallest backend read; configurable down to 4 KiB
@@ -45,6 +54,10 @@ class Prefetcher {
   // Fills buf with the bytes at offset; returns how many (short only at the end of the object).
   // Thread-safe (the kernel may issue reads of one handle concurrently).
   Result<size_t> Read(uint64_t offset, std::span<std::byte> buf);
+
+  // Read without the copy: appends the pieces holding the `size` bytes at `offset` (fewer only
+  // at the end of the object) to `out`, and returns how many bytes they hold.
+  Result<size_t> ReadSegments(uint64_t offset, size_t size, std::vector<ReadSegment>* out);
 
  private:
   struct State;

@@ -237,6 +237,11 @@ class Filesystem {
   // is read from its staging file.
   Result<size_t> Read(uint64_t fh, uint64_t offset, std::span<std::byte> buf);
 
+  // Read without a copy into a caller's buffer: the pieces holding the bytes, straight from the
+  // read-ahead buffers (or one buffer read from the staging file). For FUSE replies.
+  Result<size_t> ReadSegments(uint64_t fh, uint64_t offset, size_t size,
+                              std::vector<ReadSegment>* out);
+
   // Writes `data` at `offset` into the inode's staging file (fetching the object's content
   // into it first, in read_buffer-sized reads, unless the file is empty). Returns data.size().
   Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data);
@@ -375,6 +380,8 @@ class Filesystem {
   std::optional<Status> RenameLocalFile(const std::string& from, const std::string& to,
                                         const std::shared_ptr<Inode>& inode, uint32_t flags);
   Result<size_t> ReadFromStore(Handle& handle, uint64_t offset, std::span<std::byte> buf);
+  // The handle's prefetcher, made (or remade after a rename) for its current key.
+  Result<std::shared_ptr<Prefetcher>> PrefetcherOf(Handle& handle);
 
   // filesystem_attr.cc: metadata changes.
   // Applies `mutate` to the metadata of `ino` (pending metadata of unsaved data, or a

@@ -226,25 +226,26 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
   return CreatedFile{MakeEntry(attr, true), fh};
 }
 
+Result<std::shared_ptr<Prefetcher>> Filesystem::PrefetcherOf(Handle& handle) {
+  std::lock_guard<std::mutex> lock(handle.mu);
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle.ino));
+  if (handle.prefetcher == nullptr || handle.read_key != key || handle.read_info.key != key) {
+    if (handle.read_info.key != key || handle.read_info.etag.empty()) {
+      OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+      if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
+      handle.read_info = InfoFromRecord(key, rec);
+    }
+    handle.read_key = key;
+    handle.prefetcher =
+        std::make_shared<Prefetcher>(store_, key, handle.read_info.etag, handle.read_info.size,
+                                     options_.prefetch, *io_pool_, *read_budget_, metrics_);
+  }
+  return handle.prefetcher;
+}
+
 Result<size_t> Filesystem::ReadFromStore(Handle& handle, uint64_t offset,
                                          std::span<std::byte> buf) {
-  std::shared_ptr<Prefetcher> prefetcher;
-  {
-    std::lock_guard<std::mutex> lock(handle.mu);
-    OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle.ino));
-    if (handle.prefetcher == nullptr || handle.read_key != key || handle.read_info.key != key) {
-      if (handle.read_info.key != key || handle.read_info.etag.empty()) {
-        OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
-        if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
-        handle.read_info = InfoFromRecord(key, rec);
-      }
-      handle.read_key = key;
-      handle.prefetcher =
-          std::make_shared<Prefetcher>(store_, key, handle.read_info.etag, handle.read_info.size,
-                                       options_.prefetch, *io_pool_, *read_budget_, metrics_);
-    }
-    prefetcher = handle.prefetcher;
-  }
+  OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Prefetcher> prefetcher, PrefetcherOf(handle));
   return prefetcher->Read(offset, buf);
 }
 
@@ -256,6 +257,24 @@ Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byt
     if (handle->inode->staged) return handle->inode->staged->ReadAt(offset, buf);
   }
   return ReadFromStore(*handle, offset, buf);
+}
+
+Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t size,
+                                        std::vector<ReadSegment>* out) {
+  std::shared_ptr<Handle> handle = FindHandle(fh);
+  if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  {
+    std::lock_guard<std::mutex> lock(handle->inode->mu);
+    if (handle->inode->staged) {
+      std::shared_ptr<std::byte[]> buf(new std::byte[size == 0 ? 1 : size]);
+      OBJFS_ASSIGN_OR_RETURN(size_t n,
+                             handle->inode->staged->ReadAt(offset, std::span(buf.get(), size)));
+      if (n > 0) out->push_back(ReadSegment{buf, buf.get(), n});
+      return n;
+    }
+  }
+  OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Prefetcher> prefetcher, PrefetcherOf(*handle));
+  return prefetcher->ReadSegments(offset, size, out);
 }
 
 Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data) {

@@ -6,6 +6,7 @@
 #include <fuse_lowlevel.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <sys/xattr.h>
 
 #include <cerrno>
@@ -316,14 +317,24 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
       fuse_reply_err(req, EINVAL);
       return;
     }
-    std::unique_ptr<std::byte[]> buf(new std::byte[size == 0 ? 1 : size]);
-    Result<size_t> n =
-        FsOf(req).Read(fi->fh, static_cast<uint64_t>(off), std::span<std::byte>(buf.get(), size));
+    // The reply goes out from the read-ahead buffers themselves (writev), never copied into a
+    // reply buffer first.
+    std::vector<ReadSegment> segments;
+    Result<size_t> n = FsOf(req).ReadSegments(fi->fh, static_cast<uint64_t>(off), size, &segments);
     if (!n.ok()) {
       ReplyStatus(req, n.status());
       return;
     }
-    fuse_reply_buf(req, reinterpret_cast<const char*>(buf.get()), *n);
+    if (segments.empty()) {
+      fuse_reply_buf(req, nullptr, 0);
+      return;
+    }
+    std::vector<iovec> iov(segments.size());
+    for (size_t i = 0; i < segments.size(); ++i) {
+      iov[i].iov_base = const_cast<std::byte*>(segments[i].data);
+      iov[i].iov_len = segments[i].size;
+    }
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
   });
 }
 

@@ -240,6 +240,43 @@ TEST_F(PrefetcherTest, SequentialReadUsesLargeBackendReadsAndFetchesEachByteOnce
   EXPECT_GT(metrics_.cache_hits.load(), 400u);  // 512 reads; all but a few come from memory
 }
 
+TEST_F(PrefetcherTest, ReadSegmentsPointIntoTheReadAheadBuffersWithoutCopying) {
+  SetObject(Pattern(3 * kMiB + 5, 2));
+  auto p = Open({.read_buffer = 1 * kMiB, .max_readahead = 4 * kMiB});
+  // After the first buffer is in, a read across its end is two pieces; the same bytes read
+  // again are the same memory.
+  ExpectRead(*p, 0, 100);
+  std::vector<ReadSegment> first;
+  Result<size_t> n = p->ReadSegments(kMiB - 100, 300, &first);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 300u);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].size, 100u);
+  EXPECT_EQ(first[1].size, 200u);
+  std::string got;
+  for (const ReadSegment& segment : first) {
+    got.append(reinterpret_cast<const char*>(segment.data), segment.size);
+  }
+  EXPECT_EQ(got, source_.substr(kMiB - 100, 300));
+  std::vector<ReadSegment> again;
+  ASSERT_TRUE(p->ReadSegments(kMiB - 100, 100, &again).ok());
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].data, first[0].data);
+  // Short at the end of the object; nothing past it.
+  std::vector<ReadSegment> tail;
+  n = p->ReadSegments(3 * kMiB, kMiB, &tail);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 5u);
+  std::vector<ReadSegment> past;
+  n = p->ReadSegments(4 * kMiB, kMiB, &past);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  EXPECT_TRUE(past.empty());
+  // The pieces keep their memory alive after the prefetcher is gone.
+  p.reset();
+  EXPECT_EQ(std::memcmp(first[1].data, source_.data() + kMiB, 200), 0);
+}
+
 TEST_F(PrefetcherTest, ReadBufferConfigurableDownTo4KiB) {
   SetObject(Pattern(1 * kMiB, 2));
   auto p = Open({.read_buffer = 4 * kKiB, .max_readahead = 256 * kKiB});
