@@ -77,6 +77,12 @@ Status CheckHostKey(ssh_session ssh, const SftpConnectOptions& options) {
   }
 }
 
+// The error of a login that broke off (not a refusal): worth another connection.
+Status LoginError(ssh_session ssh, const SftpConnectOptions& options) {
+  return TransientError("authentication as " + options.user + "@" + options.host +
+                        " failed: " + ssh_get_error(ssh));
+}
+
 // The password, with the "password" method or as the answer to keyboard-interactive prompts
 // (what servers using PAM offer), whichever the server lists. PermissionDenied when refused or
 // when the server takes neither (noted in `tried`).
@@ -84,40 +90,30 @@ Status AuthenticateWithPassword(ssh_session ssh, const SftpConnectOptions& optio
                                 std::vector<std::string>* tried) {
   const int methods = ssh_userauth_list(ssh, nullptr);
   const char* password = options.password->c_str();
+  int rc = SSH_AUTH_DENIED;
   if (methods & SSH_AUTH_METHOD_PASSWORD) {
-    int rc = ssh_userauth_password(ssh, nullptr, password);
-    if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
-    if (rc == SSH_AUTH_ERROR) {
-      return TransientError("authentication as " + options.user + "@" + options.host +
-                            " failed: " + ssh_get_error(ssh));
-    }
+    rc = ssh_userauth_password(ssh, nullptr, password);
     tried->push_back("password");
-    return PermissionDeniedError("password refused");
-  }
-  if (methods & SSH_AUTH_METHOD_INTERACTIVE) {
-    int rc = ssh_userauth_kbdint(ssh, nullptr, nullptr);
+  } else if (methods & SSH_AUTH_METHOD_INTERACTIVE) {
+    rc = ssh_userauth_kbdint(ssh, nullptr, nullptr);
     // Each round's prompts are answered with the password; a round without prompts is the
     // server's last word before success.
     for (int round = 0; rc == SSH_AUTH_INFO && round < 8; ++round) {
       int prompts = ssh_userauth_kbdint_getnprompts(ssh);
       for (int i = 0; i < prompts; ++i) {
         if (ssh_userauth_kbdint_setanswer(ssh, static_cast<unsigned int>(i), password) < 0) {
-          return TransientError("authentication as " + options.user + "@" + options.host +
-                                " failed: " + ssh_get_error(ssh));
+          return LoginError(ssh, options);
         }
       }
       rc = ssh_userauth_kbdint(ssh, nullptr, nullptr);
     }
-    if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
-    if (rc == SSH_AUTH_ERROR) {
-      return TransientError("authentication as " + options.user + "@" + options.host +
-                            " failed: " + ssh_get_error(ssh));
-    }
     tried->push_back("password (keyboard-interactive)");
-    return PermissionDeniedError("password refused");
+  } else {
+    tried->push_back("password (the server does not accept passwords)");
   }
-  tried->push_back("password (the server does not accept passwords)");
-  return PermissionDeniedError("no password method");
+  if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
+  if (rc == SSH_AUTH_ERROR) return LoginError(ssh, options);
+  return PermissionDeniedError("password refused");
 }
 
 // Offers the identity files, in order, and only them; without any, ssh-agent (when
@@ -135,10 +131,7 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
     int rc = ssh_userauth_publickey(ssh, nullptr, key);
     ssh_key_free(key);
     if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
-    if (rc == SSH_AUTH_ERROR) {
-      return TransientError("authentication as " + options.user + "@" + options.host +
-                            " failed: " + ssh_get_error(ssh));
-    }
+    if (rc == SSH_AUTH_ERROR) return LoginError(ssh, options);
     tried.push_back("key " + path);
   }
   if (options.identity_files.empty()) {
