@@ -61,6 +61,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
     : store_(std::move(store)),
       native_etags_(store_->capabilities().native_etags),
       native_rename_(store_->capabilities().native_rename),
+      stores_owner_(store_->capabilities().stores_owner),
       options_(std::move(options)),
       metrics_(metrics),
       clock_(clock),
@@ -86,6 +87,11 @@ int64_t Filesystem::NowNs() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+Owner Filesystem::NewOwner(const std::optional<Owner>& caller) const {
+  if (caller && stores_owner_) return *caller;
+  return Owner{options_.uid, options_.gid};
 }
 
 Status Filesystem::CheckWritable() const {

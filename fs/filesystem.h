@@ -134,6 +134,12 @@ inline constexpr uint32_t kRenameExchange = 2;
 inline constexpr int kXattrCreate = 1;
 inline constexpr int kXattrReplace = 2;
 
+// Who asks for a new file, directory or link (the FUSE request's uid and gid).
+struct Owner {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
 struct CreatedFile {
   Entry entry;
   uint64_t fh = 0;
@@ -195,7 +201,10 @@ class Filesystem {
   Result<std::vector<DirEntry>> ReadDir(uint64_t ino);
 
   // Writes the marker "name/" with the directory's metadata. AlreadyExists if the name exists.
-  Result<Entry> MkDir(uint64_t parent, std::string_view name, uint32_t mode);
+  // `owner`: who creates it (on a store that keeps owners); nullopt or a store that does not:
+  // options.uid/gid.
+  Result<Entry> MkDir(uint64_t parent, std::string_view name, uint32_t mode,
+                      std::optional<Owner> owner = std::nullopt);
 
   // Removes an empty directory's marker. NotEmpty when any other key is under it,
   // NotDirectory when the name is a file.
@@ -217,7 +226,8 @@ class Filesystem {
 
   // Creates `name` in `parent` pointing to `target` (an object holding the target, mode
   // S_IFLNK|0777).
-  Result<Entry> Symlink(std::string_view target, uint64_t parent, std::string_view name);
+  Result<Entry> Symlink(std::string_view target, uint64_t parent, std::string_view name,
+                        std::optional<Owner> owner = std::nullopt);
   Result<std::string> ReadLink(uint64_t ino);
 
   // ---- Files ----
@@ -231,7 +241,9 @@ class Filesystem {
   // unsaved: its object appears at Flush/Release (so `touch` creates it). AlreadyExists with
   // O_EXCL when the name exists; otherwise an existing file is opened with `flags`. The
   // entry's lookup count grows by one.
-  Result<CreatedFile> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags);
+  // A new file is owned by `owner` as MkDir's is.
+  Result<CreatedFile> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
+                             std::optional<Owner> owner = std::nullopt);
 
   // Reads up to buf.size() bytes at `offset`; fewer only at the end of the file. Unsaved data
   // is read from its staging file.
@@ -405,6 +417,9 @@ class Filesystem {
   std::shared_ptr<ObjectStore> store_;
   bool native_etags_;   // the store's capabilities().native_etags
   bool native_rename_;  // the store's capabilities().native_rename
+  bool stores_owner_;   // the store's capabilities().stores_owner
+  // The owner of a new object asked for by `caller`.
+  Owner NewOwner(const std::optional<Owner>& caller) const;
   FilesystemOptions options_;
   Metrics* metrics_;
   std::shared_ptr<Clock> clock_;

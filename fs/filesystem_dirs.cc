@@ -24,7 +24,8 @@ bool Filesystem::HasLocalFile(const std::string& key) {
   return inode != nullptr && LocalAttr(*inode, ino).has_value();
 }
 
-Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t mode) {
+Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t mode,
+                                std::optional<Owner> caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
   if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");
@@ -32,7 +33,8 @@ Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t
   OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
   Metadata metadata;
   int64_t now = NowNs();
-  SetPosixMetadata(S_IFDIR | (mode & 07777), options_.uid, options_.gid, now, &metadata);
+  const Owner owner = NewOwner(caller);
+  SetPosixMetadata(S_IFDIR | (mode & 07777), owner.uid, owner.gid, now, &metadata);
   PutOptions put;
   put.metadata = metadata;
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store_->put(key + "/", MemorySource(""), put));
@@ -94,14 +96,16 @@ Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
   return Status::Ok();
 }
 
-Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std::string_view name) {
+Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std::string_view name,
+                                  std::optional<Owner> caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
   if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");
   meta_cache_.Invalidate(key);
   OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
   Metadata metadata;
-  SetPosixMetadata(S_IFLNK | 0777, options_.uid, options_.gid, NowNs(), &metadata);
+  const Owner owner = NewOwner(caller);
+  SetPosixMetadata(S_IFLNK | 0777, owner.uid, owner.gid, NowNs(), &metadata);
   PutOptions put;
   put.metadata = metadata;
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store_->put(key, MemorySource(target), put));

@@ -160,7 +160,7 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
 }
 
 Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, uint32_t mode,
-                                       int flags) {
+                                       int flags, std::optional<Owner> caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
   bool exists = false;
@@ -204,8 +204,9 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
     if (!inode->staged) {
       MetaRecord rec;
       rec.mode = S_IFREG | (mode & 07777);
-      rec.uid = options_.uid;
-      rec.gid = options_.gid;
+      const Owner owner = NewOwner(caller);
+      rec.uid = owner.uid;
+      rec.gid = owner.gid;
       rec.mtime_ns = NowNs();
       rec.complete = true;
       Status s = EnsureStagedLocked(*inode, key, rec, /*empty=*/true);

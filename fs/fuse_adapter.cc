@@ -239,6 +239,12 @@ void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
   });
 }
 
+// The uid and gid of the process behind a request: the owner of what it creates.
+Owner CallerOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  return ctx == nullptr ? Owner{} : Owner{ctx->uid, ctx->gid};
+}
+
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t /*rdev*/) {
   Guarded(req, "mknod", [&] {
     if (!S_ISREG(mode)) {
@@ -247,7 +253,8 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
       return;
     }
     Filesystem& fs = FsOf(req);
-    Result<CreatedFile> created = fs.Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL);
+    Result<CreatedFile> created =
+        fs.Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL, CallerOf(req));
     if (!created.ok()) {
       ReplyStatus(req, created.status());
       return;
@@ -264,7 +271,8 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 }
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  Guarded(req, "mkdir", [&] { ReplyEntry(req, FsOf(req).MkDir(parent, name, mode)); });
+  Guarded(req, "mkdir",
+          [&] { ReplyEntry(req, FsOf(req).MkDir(parent, name, mode, CallerOf(req))); });
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -276,7 +284,8 @@ void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
-  Guarded(req, "symlink", [&] { ReplyEntry(req, FsOf(req).Symlink(link, parent, name)); });
+  Guarded(req, "symlink",
+          [&] { ReplyEntry(req, FsOf(req).Symlink(link, parent, name, CallerOf(req))); });
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
@@ -543,7 +552,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   Guarded(req, "create", [&] {
     Filesystem& fs = FsOf(req);
-    Result<CreatedFile> created = fs.Create(parent, name, mode, fi->flags);
+    Result<CreatedFile> created = fs.Create(parent, name, mode, fi->flags, CallerOf(req));
     if (!created.ok()) {
       ReplyStatus(req, created.status());
       return;

@@ -261,6 +261,7 @@ Capabilities MemoryStore::capabilities() const {
   caps.multipart_threshold = options_.multipart_threshold;
   caps.part_size = options_.part_size;
   caps.copy_part_threshold = options_.copy_part_threshold;
+  caps.stores_owner = true;
   return caps;
 }
 

@@ -169,6 +169,7 @@ Capabilities S3Store::capabilities() const {
   c.multipart_threshold = options_.multipart_threshold;
   c.part_size = options_.part_size;
   c.copy_part_threshold = options_.copy_part_threshold;
+  c.stores_owner = true;
   return c;
 }
 

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@
 
 namespace objfs::testing {
 namespace {
+
+namespace fs = std::filesystem;
 
 // `stat -c FORMAT PATH` without the newline.
 std::string StatFormat(const std::string& format, const std::string& path) {
@@ -218,6 +221,34 @@ TEST(MountS3AttrTest, UserExtendedAttributes) {
   CommandResult dump_after = RunCommand({"getfattr", "-d", file});
   EXPECT_EQ(dump_after.out.find("user.color"), std::string::npos) << dump_after.out;
   EXPECT_NE(dump_after.out.find("user.etag="), std::string::npos) << dump_after.out;
+}
+
+// With allow_other, what another user creates is theirs, and stays theirs after a remount.
+TEST(MountS3AttrTest, NewFilesBelongToTheUserWhoCreatesThem) {
+  ObjfsMount::Options options;
+  options.extra_options = "allow_other";
+  std::unique_ptr<ObjfsMount> mount =
+      ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())), options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  // The mount point's parent is private to root: let the other user through it.
+  ASSERT_EQ(::chmod(fs::path(m).parent_path().c_str(), 0711), 0) << std::strerror(errno);
+  CommandResult as_user = RunCommand(
+      {"setpriv", "--reuid=4321", "--regid=8765", "--clear-groups", "sh", "-c",
+       "echo hello > \"$0/by-user\" && mkdir \"$0/dir-by-user\" && ln -s by-user \"$0/link\"", m});
+  ASSERT_EQ(as_user.exit_code, 0) << as_user.err;
+  auto expect_owned = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    for (const char* name : {"/by-user", "/dir-by-user", "/link"}) {
+      struct stat st {};
+      ASSERT_EQ(::lstat((m + name).c_str(), &st), 0) << name << ": " << std::strerror(errno);
+      EXPECT_EQ(st.st_uid, 4321u) << name;
+      EXPECT_EQ(st.st_gid, 8765u) << name;
+    }
+  };
+  expect_owned("same mount");
+  ASSERT_TRUE(mount->Restart());
+  expect_owned("after a remount");
 }
 
 }  // namespace

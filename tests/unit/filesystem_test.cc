@@ -326,6 +326,26 @@ TEST_F(FilesystemTest, CreateWriteReleaseUploadsOnceWithMetadata) {
   EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
 }
 
+TEST_F(FilesystemTest, NewObjectsBelongToTheirCreator) {
+  const Owner caller{4321, 8765};
+  auto created = fs_->Create(kRootIno, "mine", 0644, O_WRONLY | O_CREAT, caller);
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(created->entry.attr.uid, 4321u);
+  EXPECT_EQ(created->entry.attr.gid, 8765u);
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  ASSERT_TRUE(fs_->MkDir(kRootIno, "my-dir", 0755, caller).ok());
+  ASSERT_TRUE(fs_->Symlink("mine", kRootIno, "my-link", caller).ok());
+  for (const char* key : {"mine", "my-dir/", "my-link"}) {
+    auto head = memory_->head(key);
+    ASSERT_TRUE(head.ok()) << key;
+    EXPECT_EQ(head->metadata.at("uid"), "4321") << key;
+    EXPECT_EQ(head->metadata.at("gid"), "8765") << key;
+  }
+  // Without a caller: the mount's owner.
+  WriteFile(kRootIno, "theirs", "x");
+  EXPECT_EQ(memory_->head("theirs")->metadata.at("uid"), "1000");
+}
+
 TEST_F(FilesystemTest, TouchCreatesAnEmptyObject) {
   auto created = fs_->Create(kRootIno, "empty", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(created.ok());
