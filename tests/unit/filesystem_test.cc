@@ -94,6 +94,14 @@ class FilesystemTest : public ::testing::Test {
     return out;
   }
 
+  // Opens `ino` with O_TRUNC, writes `data` and closes it.
+  void Overwrite(uint64_t ino, std::string_view data) {
+    auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+    ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+    ASSERT_TRUE(fs_->Write(*fh, 0, Bytes(data)).ok());
+    ASSERT_TRUE(fs_->Release(*fh).ok());
+  }
+
   uint64_t LookupIno(uint64_t parent, const std::string& name) {
     auto e = fs_->Lookup(parent, name);
     EXPECT_TRUE(e.ok()) << name << ": " << e.status().ToString();
@@ -424,10 +432,7 @@ TEST_F(FilesystemTest, TruncateWithoutOpenFileUploadsAtOnce) {
 TEST_F(FilesystemTest, OpenWithTruncEmptiesTheFile) {
   PutObject("t", "0123456789");
   uint64_t ino = LookupIno(kRootIno, "t");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok());
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("ab")).ok());
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_NO_FATAL_FAILURE(Overwrite(ino, "ab"));
   EXPECT_EQ(memory_->contents("t"), "ab");
 }
 
@@ -782,10 +787,7 @@ TEST_F(WritebackTest, RsyncPatternCostsOnePutOfTheFinalName) {
 TEST_F(WritebackTest, RenameOfAnEditedStoredFileRemovesTheOldName) {
   PutObject("old", "v1");
   uint64_t ino = LookupIno(kRootIno, "old");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok());
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("v2")).ok());
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_NO_FATAL_FAILURE(Overwrite(ino, "v2"));
   EXPECT_EQ(memory_->contents("old"), "v1");
   ASSERT_TRUE(fs_->Rename(kRootIno, "old", kRootIno, "new", 0).ok());
   EXPECT_FALSE(memory_->head("old").ok());
@@ -886,10 +888,7 @@ TEST_F(WritebackTest, AFileOpenAgainIsUploadedAfterItsLastClose) {
 TEST_F(WritebackTest, AFailedRenameKeepsThePendingTarget) {
   PutObject("a", "stored a");
   uint64_t a = LookupIno(kRootIno, "a");
-  auto fh = fs_->Open(a, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok());
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new a")).ok());
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_NO_FATAL_FAILURE(Overwrite(a, "new a"));
   WriteAndClose("b", "pending b");
   // Renaming the edited "a" over "b" must remove the stored "a": make that fail.
   faults_->FailNth(StoreOp::kRemove, 1, TransientError("503 SlowDown"));
