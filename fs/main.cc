@@ -230,6 +230,7 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metri
   if (!options.known_hosts.empty()) sftp_options.known_hosts = AbsolutePath(options.known_hosts);
   sftp_options.accept_new_host_key = options.accept_new_host_key;
   if (options.sessions) sftp_options.sessions = *options.sessions;
+  sftp_options.ciphers = options.ciphers;
   if (!options.password_file.empty() && options.password_stdin) {
     return InvalidArgumentError("give password_file or password_stdin, not both");
   }

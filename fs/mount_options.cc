@@ -122,7 +122,8 @@ bool IsS3Option(std::string_view name) {
 
 bool IsSftpOption(std::string_view name) {
   return name == "identity" || name == "known_hosts" || name == "accept_new_host_key" ||
-         name == "sessions" || name == "password_file" || name == "password_stdin";
+         name == "sessions" || name == "password_file" || name == "password_stdin" ||
+         name == "ciphers";
 }
 
 // `path` with a leading "~" or "~/" replaced by the home directory.
@@ -232,6 +233,13 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
   } else if (name == "password_file") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(out.password_file, ExpandHome(value, name, env));
+  } else if (name == "ciphers") {
+    // Colon-separated, since commas separate options.
+    OBJFS_RETURN_IF_ERROR(need_value());
+    out.ciphers = std::string(value);
+    for (char& c : out.ciphers) {
+      if (c == ':') c = ',';
+    }
   } else if (name == "password_stdin") {
     OBJFS_RETURN_IF_ERROR(no_value());
     out.password_stdin = true;
@@ -561,6 +569,8 @@ SFTP options (the user defaults to the caller's name, the port to 22):
   password_file=FILE        log in with the password on FILE's first line when no key is
                             accepted (password or keyboard-interactive authentication)
   password_stdin            the same with a password read as one line from standard input
+  ciphers=NAME[:NAME...]    ciphers to offer, in order (default: AES-GCM first on CPUs
+                            with AES instructions, else libssh's order)
 
 Filesystem options:
   cache_dir=DIR             staging files of unsaved writes (default: a directory per URL

@@ -78,6 +78,8 @@ struct MountOptions {
   // to log in with when no key is accepted. Never on the command line itself.
   std::string password_file;
   bool password_stdin = false;
+  // ciphers=A:B:C, stored comma-separated as libssh takes it; empty: objfs's default.
+  std::string ciphers;
 
   // The filesystem's settings (uid, gid, umask, timeouts, cache_dir, read_buffer,
   // max_readahead, io_threads, prefetch_memory, max_rename_objects, read_only). cache_dir is

@@ -163,6 +163,20 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
 
 }  // namespace
 
+std::string DefaultCiphers() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul")) {
+    return "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,"
+           "aes256-ctr,aes192-ctr,aes128-ctr";
+  }
+  return "";
+}
+
+std::string SftpConnection::cipher() const {
+  const char* name = ssh_get_cipher_in(ssh_);
+  return name == nullptr ? "" : name;
+}
+
 Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnectOptions& options) {
   std::unique_ptr<SftpConnection> c(new SftpConnection);
   c->ssh_ = ssh_new();
@@ -176,6 +190,11 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
   ssh_options_set(ssh, SSH_OPTIONS_PORT, &port);
   if (!options.user.empty()) ssh_options_set(ssh, SSH_OPTIONS_USER, options.user.c_str());
   ssh_options_set(ssh, SSH_OPTIONS_TIMEOUT, &timeout);
+  const std::string ciphers = options.ciphers.empty() ? DefaultCiphers() : options.ciphers;
+  if (!ciphers.empty() && (ssh_options_set(ssh, SSH_OPTIONS_CIPHERS_S_C, ciphers.c_str()) != 0 ||
+                           ssh_options_set(ssh, SSH_OPTIONS_CIPHERS_C_S, ciphers.c_str()) != 0)) {
+    return InvalidArgumentError("none of the ciphers '" + ciphers + "' is known to libssh");
+  }
   if (!options.known_hosts.empty()) {
     ssh_options_set(ssh, SSH_OPTIONS_KNOWNHOSTS, options.known_hosts.c_str());
     ssh_options_set(ssh, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");

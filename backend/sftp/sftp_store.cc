@@ -223,7 +223,7 @@ SftpStore::SftpStore(SftpStoreOptions options)
     : options_(std::move(options)),
       pool_(SftpConnectOptions{options_.host, options_.port, options_.user, options_.identity_files,
                                options_.known_hosts, options_.accept_new_host_key,
-                               options_.connect_timeout, options_.password},
+                               options_.connect_timeout, options_.password, options_.ciphers},
             options_.sessions) {}
 
 Status SftpStore::CheckRoot() {
@@ -233,6 +233,7 @@ Status SftpStore::CheckRoot() {
       if (!server_known_) {
         copy_data_ = options_.use_copy_data && c.wire().HasExtension("copy-data", "1");
         limits_ = c.wire().limits();
+        cipher_ = c.cipher();
         server_known_ = true;
       }
     }

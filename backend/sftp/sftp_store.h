@@ -43,6 +43,7 @@ struct SftpStoreOptions {
   std::string known_hosts;  // empty: ~/.ssh/known_hosts
   bool accept_new_host_key = false;
   std::optional<std::string> password;  // see SftpConnectOptions::password
+  std::string ciphers;                  // see SftpConnectOptions::ciphers
   int sessions = 4;                     // SSH connections in the pool, i.e. calls served at once
   // READ requests in flight for one read() and WRITE requests for one put().
   int requests_in_flight = 32;
@@ -80,6 +81,11 @@ class SftpStore : public ObjectStore {
 
   // The server's packet limits, as learnt from the first connection.
   SftpLimits server_limits() const { return limits_; }
+  // The cipher the first connection negotiated.
+  std::string cipher() const {
+    std::lock_guard<std::mutex> lock(server_mu_);
+    return cipher_;
+  }
 
  private:
   explicit SftpStore(SftpStoreOptions options);
@@ -118,10 +124,11 @@ class SftpStore : public ObjectStore {
   SftpSessionPool pool_;
   std::array<std::mutex, 64> key_locks_;
   // Learnt from the first connection.
-  std::mutex server_mu_;
+  mutable std::mutex server_mu_;
   bool server_known_ = false;
   bool copy_data_ = false;
   SftpLimits limits_;
+  std::string cipher_;
 };
 
 }  // namespace objfs::sftp

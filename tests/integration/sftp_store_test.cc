@@ -710,6 +710,37 @@ TEST_F(SftpStoreTest, ContentEtagHashesInBulkReadsAndSurvivesReopening) {
   EXPECT_EQ(ServerEntries(root_), (std::set<std::string>{"outside"}));
 }
 
+TEST_F(SftpStoreTest, CiphersAreOfferedInTheOrderGiven) {
+  // The default: AES-GCM where the CPU has AES instructions.
+  __builtin_cpu_init();
+  const bool aes = __builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul");
+  if (aes) {
+    EXPECT_EQ(store_->cipher(), "aes128-gcm@openssh.com");
+  } else {
+    EXPECT_FALSE(store_->cipher().empty());
+  }
+
+  SftpStoreOptions o = OptionsFor(root_);
+  o.ciphers = "aes256-ctr,aes128-gcm@openssh.com";
+  auto ctr = SftpStore::Create(o);
+  ASSERT_TRUE(ctr.ok()) << ctr.status().ToString();
+  EXPECT_EQ((*ctr)->cipher(), "aes256-ctr");
+  // Data moves with it both ways.
+  const std::string data(300000, 'c');
+  ASSERT_TRUE((*ctr)->put("k", MemorySource(std::string_view(data)), PutOptions{}).ok());
+  std::string back(data.size(), '\0');
+  Result<size_t> n = (*ctr)->read("k", 0, std::as_writable_bytes(std::span(back)), nullptr);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, data.size());
+  EXPECT_TRUE(back == data);
+
+  o.ciphers = "rot13";
+  auto bogus = SftpStore::Create(o);
+  ASSERT_FALSE(bogus.ok());
+  EXPECT_EQ(bogus.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bogus.status().message(), "none of the ciphers 'rot13' is known to libssh");
+}
+
 TEST_F(SftpStoreTest, DescribeNamesUserHostPortAndRoot) {
   const testing::SftpTestServer& server = testing::SharedSftpServer();
   EXPECT_EQ(store_->describe(), "sftp://" + server.user + "@" + server.host + ":" +

@@ -327,6 +327,10 @@ TEST(ParseMountOptionsTest, SftpOptions) {
   EXPECT_TRUE(parsed->accept_new_host_key);
   EXPECT_EQ(parsed->sessions, 64);
   EXPECT_EQ(Parse({"sftp://h/p", "/mnt", "-o", "sessions=1"})->sessions, 1);
+  EXPECT_EQ(parsed->ciphers, "");  // objfs's default order
+  EXPECT_EQ(Parse({"sftp://h/p", "/mnt", "-o", "ciphers=aes256-ctr:chacha20-poly1305@openssh.com"})
+                ->ciphers,
+            "aes256-ctr,chacha20-poly1305@openssh.com");
   // The last known_hosts wins.
   EXPECT_EQ(Parse({"sftp://h/p", "/mnt", "-o", "known_hosts=/a,known_hosts=/b"})->known_hosts,
             "/b");
@@ -341,6 +345,7 @@ TEST(ParseMountOptionsTest, BadSftpOptionValues) {
       {"identity", "option 'identity' needs a value"},
       {"identity=", "option 'identity' needs a value"},
       {"known_hosts=", "option 'known_hosts' needs a value"},
+      {"ciphers=", "option 'ciphers' needs a value"},
       {"accept_new_host_key=yes", "option 'accept_new_host_key' takes no value"},
   };
   for (const auto& [option, text] : cases) {
@@ -367,7 +372,7 @@ TEST(ParseMountOptionsTest, OptionsOfTheOtherSchemeAreRefused) {
     ExpectError({"-o", option, "sftp://host/p", "/mnt"}, "applies to s3:// URLs");
   }
   for (const char* option :
-       {"identity=/k", "known_hosts=/kh", "accept_new_host_key", "sessions=2"}) {
+       {"identity=/k", "known_hosts=/kh", "accept_new_host_key", "sessions=2", "ciphers=aes128-ctr"}) {
     SCOPED_TRACE(option);
     std::string name = std::string(option).substr(0, std::string(option).find('='));
     ExpectError({"s3://bucket", "/mnt", "-o", option},
