@@ -54,6 +54,9 @@ Result<FileAttr> Filesystem::MutateMetadata(
       src.etag = rec.etag;
       CopyOptions copy;
       copy.replace_metadata = metadata;
+      // A self-copy: if the object changed meanwhile, the copy fails after rewriting it with
+      // its current bytes, and the loop looks again.
+      copy.source_known_current = true;
       result = store_->copy(src, src.key, copy);
     }
     if (!result.ok()) {

@@ -39,13 +39,15 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   if (uint64_t ino = inodes_.InoOf(from)) {
     if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
   }
-  meta_cache_.Invalidate(from);
+  // Both names as the cache knows them, like the lookups the kernel made just before: a copy
+  // whose source changed meanwhile fails and is retried in RenameFile. RENAME_NOREPLACE asks
+  // the store about the target.
   OBJFS_ASSIGN_OR_RETURN(MetaRecord src, Resolve(from));
 
   if (uint64_t ino = inodes_.InoOf(to)) {
     if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
   }
-  meta_cache_.Invalidate(to);
+  if (flags & kRenameNoReplace) meta_cache_.Invalidate(to);
   auto dst = Resolve(to);
   if (!dst.ok() && dst.status().code() != StatusCode::kNotFound) return dst.status();
   if (dst.ok()) {
@@ -160,17 +162,33 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     meta_cache_.Invalidate(from);
     meta_cache_.Put(to, src);
   } else {
-    ObjectInfo info;
-    info.key = from;
-    info.size = src.size;
-    info.etag = src.etag;
-    OBJFS_ASSIGN_OR_RETURN(ObjectInfo copied, store_->copy(info, to, CopyOptions()));
+    MetaRecord source = src;
+    CopyOptions copy;
+    copy.source_known_current = true;
+    Result<ObjectInfo> copied = InternalError("unreachable");
+    for (int attempt = 0;; ++attempt) {
+      ObjectInfo info;
+      info.key = from;
+      info.size = source.size;
+      info.etag = source.etag;
+      copied = store_->copy(info, to, copy);
+      if (copied.ok() || copied.status().code() != StatusCode::kPreconditionFailed || attempt > 0) {
+        break;
+      }
+      // Changed since the cache saw it (the target holds a copy of what it is now): look again
+      // and copy that, checking first this time.
+      meta_cache_.Invalidate(from);
+      OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));
+      if (source.is_dir) return Status(StatusCode::kIsDirectory, from + " became a directory");
+      copy.source_known_current = false;
+    }
+    if (!copied.ok()) return copied.status();
     OBJFS_RETURN_IF_ERROR(store_->remove(from));
     meta_cache_.Invalidate(from);
-    copied.size = src.size;
-    copied.metadata = src.metadata;
-    copied.has_metadata = true;
-    MetaRecord rec = RecordFromInfo(copied, false);
+    copied->size = source.size;
+    copied->metadata = source.metadata;
+    copied->has_metadata = true;
+    MetaRecord rec = RecordFromInfo(*copied, false);
     rec.complete = true;
     meta_cache_.Put(to, rec);
   }

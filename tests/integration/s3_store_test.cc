@@ -131,6 +131,35 @@ TEST_F(S3StoreTest, UploadPartCopyEqualsSource) {
   EXPECT_EQ(head->metadata["mode"], "33188");  // COPY semantics carried into the new upload
 }
 
+TEST_F(S3StoreTest, CopyOfASourceKnownCurrentIsOneRequestAndStillChecked) {
+  S3StoreOptions o = OptionsFor(bucket_);
+  Metrics metrics;
+  o.metrics = &metrics;
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  Result<ObjectInfo> put = Put("src", "version one");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+
+  CopyOptions known;
+  known.source_known_current = true;
+  uint64_t before = metrics.http_requests.load();
+  Result<ObjectInfo> copied = store->copy(*put, "dst", known);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(metrics.http_requests.load() - before, 1u);  // the COPY, no HEAD of the source
+  EXPECT_EQ(copied->etag, put->etag);
+
+  // Without the flag the source is checked first (RGW ignores x-amz-copy-source-if-match).
+  before = metrics.http_requests.load();
+  ASSERT_TRUE(store->copy(*put, "dst2", CopyOptions()).ok());
+  EXPECT_EQ(metrics.http_requests.load() - before, 2u);
+
+  // A source that changed after the caller saw it still fails the copy, by its result's ETag.
+  ASSERT_TRUE(Put("src", "version two").ok());
+  Result<ObjectInfo> stale = store->copy(*put, "dst3", known);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed) << stale.status().ToString();
+}
+
 TEST_F(S3StoreTest, CopyOfMultipartObjectReadsBackTheSame) {
   S3StoreOptions o = OptionsFor(bucket_);
   o.copy_part_threshold = 1ull << 30;  // force CopyObject for a multipart source

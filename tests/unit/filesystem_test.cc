@@ -536,6 +536,29 @@ TEST_F(FilesystemTest, RenameFileIsCopyAndDeleteKeepingTheEtag) {
   EXPECT_EQ(ReadFile(*fs_, ino), "payload");
 }
 
+TEST_F(FilesystemTest, RenameTrustsTheCacheAndRecopiesASourceChangedElsewhere) {
+  WriteFile(kRootIno, "src", "mine");
+  ASSERT_EQ(fs_->Lookup(kRootIno, "dst").status().code(), StatusCode::kNotFound);
+  // Both names are cached: the rename asks the store nothing before it copies.
+  uint64_t heads = metrics_.head_requests.load();
+  uint64_t lists = metrics_.list_requests.load();
+  ASSERT_TRUE(fs_->Rename(kRootIno, "src", kRootIno, "dst", 0).ok());
+  EXPECT_EQ(metrics_.head_requests.load(), heads);
+  EXPECT_EQ(metrics_.list_requests.load(), lists);
+  EXPECT_EQ(memory_->contents("dst"), "mine");
+
+  // Another client replaces the source while this mount's record of it is still fresh: the copy
+  // of the stale ETag fails, and the rename copies what the source is now.
+  WriteFile(kRootIno, "src2", "old");
+  PutObject("src2", "replaced elsewhere");
+  ASSERT_TRUE(fs_->Rename(kRootIno, "src2", kRootIno, "dst2", 0).ok());
+  EXPECT_EQ(memory_->contents("dst2"), "replaced elsewhere");
+  EXPECT_FALSE(memory_->head("src2").ok());
+  auto e = fs_->Lookup(kRootIno, "dst2");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.size, std::string_view("replaced elsewhere").size());
+}
+
 TEST_F(FilesystemTest, RenameNoReplaceAndExchange) {
   PutObject("a", "1");
   PutObject("b", "2");
