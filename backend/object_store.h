@@ -107,10 +107,10 @@ struct CopyOptions {
   std::optional<Metadata> replace_metadata;
   std::optional<std::string> content_type;  // only with replace_metadata
   bool if_match_source = true;              // the copy fails if the source no longer has src.etag
-  // The caller has just seen src.etag (its own write, or a lookup within the attribute
-  // timeout). S3 then sends the condition without first HEADing the source, which it otherwise
-  // does for servers that ignore x-amz-copy-source-if-match (RGW); a plain-MD5 result that is
-  // not src.etag still fails with PreconditionFailed, after the destination was written.
+  // The caller itself wrote src.etag moments ago. For a plain-MD5 source under the single-copy
+  // limit, S3 then sends the condition without first HEADing the source, which it otherwise
+  // does for servers that ignore x-amz-copy-source-if-match (RGW): a result whose ETag is not
+  // src.etag still fails with PreconditionFailed, but after the destination was written.
   bool source_known_current = false;
 };
 

@@ -35,6 +35,9 @@ struct MetaRecord {
   int64_t mtime_ns = 0;
   ETag etag;
   Metadata metadata;  // the object's user metadata (complete records only)
+  // This mount wrote the object as recorded (upload, copy or rename); within the cache's
+  // lifetime its ETag is trusted as current by the copies of chmod and rename.
+  bool own_write = false;
 };
 
 class MetaCache {

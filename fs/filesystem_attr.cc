@@ -54,9 +54,10 @@ Result<FileAttr> Filesystem::MutateMetadata(
       src.etag = rec.etag;
       CopyOptions copy;
       copy.replace_metadata = metadata;
-      // A self-copy: if the object changed meanwhile, the copy fails after rewriting it with
-      // its current bytes, and the loop looks again.
-      copy.source_known_current = true;
+      // An object this mount just wrote is not HEADed first. Should another client have
+      // replaced it meanwhile, the copy gives its bytes our metadata and then fails, and the loop
+      // looks again: last writer wins, as for the bytes.
+      copy.source_known_current = rec.own_write;
       result = store_->copy(src, src.key, copy);
     }
     if (!result.ok()) {
@@ -71,6 +72,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
     info.has_metadata = true;
     MetaRecord updated = RecordFromInfo(info, rec.is_dir);
     updated.complete = true;
+    updated.own_write = true;
     meta_cache_.Put(key, updated);
     if (inode->staged) {  // clean staged copy kept for open handles
       inode->attr.mode = attr.mode;

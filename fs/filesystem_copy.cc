@@ -83,6 +83,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       dst_info.has_metadata = true;
       MetaRecord rec = RecordFromInfo(dst_info, false);
       rec.complete = true;
+      rec.own_write = true;
       meta_cache_.Put(dst_key, rec);
       dst_lock.unlock();
       uint64_t n = std::min(len, src.size);

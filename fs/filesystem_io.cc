@@ -111,6 +111,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
   info.has_metadata = true;
   MetaRecord rec = RecordFromInfo(info, false);
   rec.complete = true;
+  rec.own_write = true;
   meta_cache_.Put(key, rec);
   if (inode.open_handles.load() == 0) DropStagingLocked(inode);
   return Status::Ok();

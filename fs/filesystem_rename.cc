@@ -39,9 +39,10 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   if (uint64_t ino = inodes_.InoOf(from)) {
     if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
   }
-  // Both names as the cache knows them, like the lookups the kernel made just before: a copy
-  // whose source changed meanwhile fails and is retried in RenameFile. RENAME_NOREPLACE asks
-  // the store about the target.
+  // Both names as the cache knows them, like the lookups the kernel made just before (within
+  // attr_timeout and negative_timeout, a change made elsewhere may go unseen, as for any other
+  // operation); a copy whose source changed meanwhile fails and is retried in RenameFile.
+  // RENAME_NOREPLACE asks the store about the target.
   OBJFS_ASSIGN_OR_RETURN(MetaRecord src, Resolve(from));
 
   if (uint64_t ino = inodes_.InoOf(to)) {
@@ -152,19 +153,22 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   uint64_t ino = inodes_.InoOf(from);
   std::shared_ptr<Inode> inode = ino ? inodes_.Get(ino) : nullptr;
   std::unique_lock<std::mutex> lock;
+  MetaRecord source = src;
   if (inode != nullptr) {
     lock = std::unique_lock<std::mutex>(inode->mu);
-    if (inode->dirty && inode->staged) OBJFS_RETURN_IF_ERROR(UploadLocked(*inode, from));
+    if (inode->dirty && inode->staged) {
+      OBJFS_RETURN_IF_ERROR(UploadLocked(*inode, from));
+      OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));
+    }
   }
   if (native_rename_) {
     // One atomic request (SFTP posix-rename): same content, mtime and version.
     OBJFS_RETURN_IF_ERROR(store_->rename(from, to));
     meta_cache_.Invalidate(from);
-    meta_cache_.Put(to, src);
+    meta_cache_.Put(to, source);
   } else {
-    MetaRecord source = src;
     CopyOptions copy;
-    copy.source_known_current = true;
+    copy.source_known_current = source.own_write;
     Result<ObjectInfo> copied = InternalError("unreachable");
     for (int attempt = 0;; ++attempt) {
       ObjectInfo info;
@@ -175,14 +179,20 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       if (copied.ok() || copied.status().code() != StatusCode::kPreconditionFailed || attempt > 0) {
         break;
       }
-      // Changed since the cache saw it (the target holds a copy of what it is now): look again
-      // and copy that, checking first this time.
+      // Replaced elsewhere since this mount wrote it (the target may hold a copy of what it is
+      // now): look again and copy that, checking first this time.
       meta_cache_.Invalidate(from);
-      OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));
-      if (source.is_dir) return Status(StatusCode::kIsDirectory, from + " became a directory");
+      meta_cache_.Invalidate(to);
+      Result<MetaRecord> again = Resolve(from);
+      if (!again.ok()) return again.status();
+      if (again->is_dir) return NotFoundError(from + " is no longer a file");
+      source = *again;
       copy.source_known_current = false;
     }
-    if (!copied.ok()) return copied.status();
+    if (!copied.ok()) {
+      meta_cache_.Invalidate(to);  // a failed copy may still have written it
+      return copied.status();
+    }
     OBJFS_RETURN_IF_ERROR(store_->remove(from));
     meta_cache_.Invalidate(from);
     copied->size = source.size;
@@ -190,11 +200,12 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     copied->has_metadata = true;
     MetaRecord rec = RecordFromInfo(*copied, false);
     rec.complete = true;
+    rec.own_write = true;
     meta_cache_.Put(to, rec);
   }
   inodes_.Rename(from, to, /*subtree=*/false);
   if (inode != nullptr && inode->staged) {
-    Metadata metadata = src.metadata;
+    Metadata metadata = source.metadata;
     (void)inode->staged->Describe(to, metadata);
   }
   return Status::Ok();

@@ -205,9 +205,16 @@ Result<ObjectInfo> MemoryStore::copy(const ObjectInfo& src, std::string_view dst
   auto it = objects_.find(src.key);
   if (it == objects_.end()) return NotFoundError("no copy source " + Quote(src.key));
   const Object& source = it->second;
+  bool fail_after_copy = false;
   if (options.if_match_source && !src.etag.empty() && CurrentETag(source) != src.etag) {
-    return PreconditionFailedError("copy source " + Quote(src.key) + " has ETag " +
-                                   CurrentETag(source).value() + ", not " + src.etag.value());
+    Status changed =
+        PreconditionFailedError("copy source " + Quote(src.key) + " has ETag " +
+                                CurrentETag(source).value() + ", not " + src.etag.value());
+    if (!options_.copy_ignores_source_condition || !options.source_known_current ||
+        !src.etag.is_plain_md5()) {
+      return changed;
+    }
+    fail_after_copy = true;
   }
   bool by_parts = options_.native_etags && options_.copy_part_threshold > 0 &&
                   source.data.size() > options_.copy_part_threshold;
@@ -232,6 +239,10 @@ Result<ObjectInfo> MemoryStore::copy(const ObjectInfo& src, std::string_view dst
   Object& object = objects_[std::string(dst)];
   object.data = std::move(data);
   object.info = info;
+  if (fail_after_copy) {
+    return PreconditionFailedError("copy source " + Quote(src.key) + " changed (found after " +
+                                   "the copy was made)");
+  }
   return info;
 }
 

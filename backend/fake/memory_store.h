@@ -28,6 +28,10 @@ struct MemoryStoreOptions {
   uint64_t copy_part_threshold = 64 << 20;  // copies above this get a "-N" ETag
   int max_keys_per_page = 1000;             // caps ListOptions::max_keys
   bool native_etags = true;                 // false: versions instead of ETags, as SFTP
+  // As S3Store on RGW, which ignores x-amz-copy-source-if-match: a copy whose caller said
+  // source_known_current is made even from a changed source, and then fails with
+  // PreconditionFailed if the source's ETag was a plain MD5.
+  bool copy_ignores_source_condition = false;
 };
 
 class MemoryStore : public ObjectStore {

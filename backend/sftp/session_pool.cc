@@ -163,9 +163,17 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
 
 }  // namespace
 
-std::string DefaultCiphers() {
+bool CpuHasAesGcm() {
+#if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul")) {
+  return __builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul");
+#else
+  return false;
+#endif
+}
+
+std::string DefaultCiphers() {
+  if (CpuHasAesGcm()) {
     return "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,"
            "aes256-ctr,aes192-ctr,aes128-ctr";
   }
@@ -193,7 +201,7 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
   const std::string ciphers = options.ciphers.empty() ? DefaultCiphers() : options.ciphers;
   if (!ciphers.empty() && (ssh_options_set(ssh, SSH_OPTIONS_CIPHERS_S_C, ciphers.c_str()) != 0 ||
                            ssh_options_set(ssh, SSH_OPTIONS_CIPHERS_C_S, ciphers.c_str()) != 0)) {
-    return InvalidArgumentError("none of the ciphers '" + ciphers + "' is known to libssh");
+    return InvalidArgumentError("none of the ciphers " + options.ciphers + " is known to libssh");
   }
   if (!options.known_hosts.empty()) {
     ssh_options_set(ssh, SSH_OPTIONS_KNOWNHOSTS, options.known_hosts.c_str());
@@ -201,7 +209,12 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
   }
   const std::string where = options.user + "@" + HostPort(options);
   if (ssh_connect(ssh) != SSH_OK) {
-    return TransientError("cannot connect to " + where + ": " + ssh_get_error(ssh));
+    const std::string error = ssh_get_error(ssh);
+    if (!options.ciphers.empty() &&
+        error.find("no match for method encryption") != std::string::npos) {
+      return InvalidArgumentError(where + " accepts none of the ciphers " + options.ciphers);
+    }
+    return TransientError("cannot connect to " + where + ": " + error);
   }
   OBJFS_RETURN_IF_ERROR(CheckHostKey(ssh, options));
   OBJFS_RETURN_IF_ERROR(Authenticate(ssh, options));

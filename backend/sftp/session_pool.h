@@ -44,6 +44,8 @@ struct SftpConnectOptions {
 // ends less per byte than chacha20-poly1305 (libssh's and OpenSSH's first choice); elsewhere
 // libssh's own order (empty).
 std::string DefaultCiphers();
+// Whether this CPU has the AES and carry-less multiply instructions (x86 only; false elsewhere).
+bool CpuHasAesGcm();
 
 // One authenticated connection: libssh's SFTP session for most requests and an SftpWire on a
 // second channel for the OpenSSH extensions.

@@ -712,9 +712,7 @@ TEST_F(SftpStoreTest, ContentEtagHashesInBulkReadsAndSurvivesReopening) {
 
 TEST_F(SftpStoreTest, CiphersAreOfferedInTheOrderGiven) {
   // The default: AES-GCM where the CPU has AES instructions.
-  __builtin_cpu_init();
-  const bool aes = __builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul");
-  if (aes) {
+  if (sftp::CpuHasAesGcm()) {
     EXPECT_EQ(store_->cipher(), "aes128-gcm@openssh.com");
   } else {
     EXPECT_FALSE(store_->cipher().empty());
@@ -738,7 +736,16 @@ TEST_F(SftpStoreTest, CiphersAreOfferedInTheOrderGiven) {
   auto bogus = SftpStore::Create(o);
   ASSERT_FALSE(bogus.ok());
   EXPECT_EQ(bogus.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bogus.status().message(), "none of the ciphers 'rot13' is known to libssh");
+  EXPECT_EQ(bogus.status().message(), "none of the ciphers rot13 is known to libssh");
+
+  // Known to libssh, refused by this server (OpenSSH disables CBC by default).
+  o.ciphers = "aes128-cbc";
+  auto refused = SftpStore::Create(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("accepts none of the ciphers aes128-cbc"),
+            std::string::npos)
+      << refused.status().ToString();
 }
 
 TEST_F(SftpStoreTest, DescribeNamesUserHostPortAndRoot) {

@@ -57,6 +57,17 @@ class FilesystemTest : public ::testing::Test {
     return std::move(fs).value();
   }
 
+  // A fresh store whose copies behave as S3Store's on RGW (see MemoryStoreOptions).
+  void UseRgwLikeCopies() {
+    fs_.reset();
+    MemoryStoreOptions o;
+    o.copy_ignores_source_condition = true;
+    memory_ = std::make_shared<MemoryStore>(o);
+    faults_ = std::make_shared<FaultInjectingStore>(memory_);
+    store_ = std::make_shared<MetricsStore>(faults_, metrics_);
+    fs_ = NewFilesystem();
+  }
+
   void PutObject(const std::string& key, std::string_view data, Metadata metadata = {}) {
     PutOptions put;
     put.metadata = std::move(metadata);
@@ -536,27 +547,53 @@ TEST_F(FilesystemTest, RenameFileIsCopyAndDeleteKeepingTheEtag) {
   EXPECT_EQ(ReadFile(*fs_, ino), "payload");
 }
 
-TEST_F(FilesystemTest, RenameTrustsTheCacheAndRecopiesASourceChangedElsewhere) {
+TEST_F(FilesystemTest, RenameAndChmodOfOwnWritesAskNothingFirst) {
+  UseRgwLikeCopies();
   WriteFile(kRootIno, "src", "mine");
   ASSERT_EQ(fs_->Lookup(kRootIno, "dst").status().code(), StatusCode::kNotFound);
-  // Both names are cached: the rename asks the store nothing before it copies.
+  // Both names are cached and the source is this mount's own upload: the chmod and the rename
+  // ask the store nothing before they copy.
+  auto e = fs_->Lookup(kRootIno, "src");
+  ASSERT_TRUE(e.ok());
   uint64_t heads = metrics_.head_requests.load();
   uint64_t lists = metrics_.list_requests.load();
+  FileAttr mode;
+  mode.mode = 0600;
+  ASSERT_TRUE(fs_->SetAttr(e->attr.ino, kSetMode, mode, std::nullopt).ok());
   ASSERT_TRUE(fs_->Rename(kRootIno, "src", kRootIno, "dst", 0).ok());
   EXPECT_EQ(metrics_.head_requests.load(), heads);
   EXPECT_EQ(metrics_.list_requests.load(), lists);
   EXPECT_EQ(memory_->contents("dst"), "mine");
+  EXPECT_EQ(memory_->head("dst")->metadata.at("mode"), std::to_string(S_IFREG | 0600));
+}
 
-  // Another client replaces the source while this mount's record of it is still fresh: the copy
-  // of the stale ETag fails, and the rename copies what the source is now.
-  WriteFile(kRootIno, "src2", "old");
-  PutObject("src2", "replaced elsewhere");
-  ASSERT_TRUE(fs_->Rename(kRootIno, "src2", kRootIno, "dst2", 0).ok());
-  EXPECT_EQ(memory_->contents("dst2"), "replaced elsewhere");
-  EXPECT_FALSE(memory_->head("src2").ok());
-  auto e = fs_->Lookup(kRootIno, "dst2");
+TEST_F(FilesystemTest, RenameOfAnOwnWriteReplacedElsewhereCopiesWhatItIsNow) {
+  UseRgwLikeCopies();
+  WriteFile(kRootIno, "src", "old");
+  PutObject("src", "replaced elsewhere");  // while this mount's record is fresh
+  ASSERT_TRUE(fs_->Rename(kRootIno, "src", kRootIno, "dst", 0).ok());
+  EXPECT_EQ(memory_->contents("dst"), "replaced elsewhere");
+  EXPECT_FALSE(memory_->head("src").ok());
+  auto e = fs_->Lookup(kRootIno, "dst");
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->attr.size, std::string_view("replaced elsewhere").size());
+}
+
+TEST_F(FilesystemTest, ChmodOfAFileReplacedElsewhereKeepsItsNewMetadata) {
+  UseRgwLikeCopies();
+  PutObject("f", "one", {{"mtime", "1000"}});
+  auto e = fs_->Lookup(kRootIno, "f");
+  ASSERT_TRUE(e.ok());
+  // Another client rewrites it, with its own mtime, while this mount's record is fresh.
+  PutObject("f", "two", {{"mtime", "2000"}});
+  FileAttr mode;
+  mode.mode = 0640;
+  ASSERT_TRUE(fs_->SetAttr(e->attr.ino, kSetMode, mode, std::nullopt).ok());
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(memory_->contents("f"), "two");
+  EXPECT_EQ(head->metadata.at("mtime"), "2000");
+  EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0640));
 }
 
 TEST_F(FilesystemTest, RenameNoReplaceAndExchange) {

@@ -371,8 +371,8 @@ TEST(ParseMountOptionsTest, OptionsOfTheOtherSchemeAreRefused) {
     // Also when the option comes before the URL.
     ExpectError({"-o", option, "sftp://host/p", "/mnt"}, "applies to s3:// URLs");
   }
-  for (const char* option :
-       {"identity=/k", "known_hosts=/kh", "accept_new_host_key", "sessions=2", "ciphers=aes128-ctr"}) {
+  for (const char* option : {"identity=/k", "known_hosts=/kh", "accept_new_host_key", "sessions=2",
+                             "ciphers=aes128-ctr"}) {
     SCOPED_TRACE(option);
     std::string name = std::string(option).substr(0, std::string(option).find('='));
     ExpectError({"s3://bucket", "/mnt", "-o", option},
