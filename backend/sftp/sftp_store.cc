@@ -321,30 +321,44 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
     OBJFS_RETURN_IF_ERROR(head(key).status());
     return size_t{0};
   }
+  // Through the connection's own SFTP channel, which reads each reply's data straight into
+  // `buf`; libssh's sftp_async_read copies it once more on the way.
   return WithRetry([&](SftpConnection& c) -> Result<size_t> {
     const std::string what = "read " + std::string(key);
-    File file;
+    SftpWire& wire = c.wire();
+    Result<SftpWire::Handle> handle = InternalError("unreachable");
     if (if_match != nullptr && !if_match->empty()) {
       // Open and check under the key's lock, so no commit of ours falls between.
       std::lock_guard<std::mutex> lock(KeyLock(key));
-      file.reset(sftp_open(c.sftp(), paths.data.c_str(), O_RDONLY, 0));
-      if (file == nullptr) return LibsshStatus(c, what);
+      handle = wire.OpenFile(paths.data, kOpenRead, 0);
+      if (!handle.ok()) return handle.status().WithContext(what);
       // The version of the file this handle reads, whatever is renamed over its name later.
-      Attributes a(sftp_fstat(file.get()));
-      if (a == nullptr) return LibsshStatus(c, what);
-      ETag current = VersionOf(*a);
-      if (current != *if_match) {
-        return PreconditionFailedError(what + ": the object changed (version " + current.value() +
-                                       ", expected " + if_match->value() + ")");
+      Result<SftpWire::FileAttrs> a = wire.Fstat(*handle);
+      Status checked = a.ok() ? Status::Ok() : a.status().WithContext(what);
+      if (a.ok()) {
+        ETag current = VersionOf(a->size, a->mtime_s);
+        if (current != *if_match) {
+          checked =
+              PreconditionFailedError(what + ": the object changed (version " + current.value() +
+                                      ", expected " + if_match->value() + ")");
+        }
+      }
+      if (!checked.ok()) {
+        (void)wire.Close(*handle);
+        return checked;
       }
     } else {
-      file.reset(sftp_open(c.sftp(), paths.data.c_str(), O_RDONLY, 0));
-      if (file == nullptr) return LibsshStatus(c, what);
+      handle = wire.OpenFile(paths.data, kOpenRead, 0);
+      if (!handle.ok()) return handle.status().WithContext(what);
     }
     uint32_t chunk =
-        static_cast<uint32_t>(std::clamp<uint64_t>(c.wire().limits().max_read, 4096, 4u << 20));
-    return PipelinedRead(c, file.get(), offset, buf, chunk, options_.requests_in_flight,
-                         options_.metrics, what);
+        static_cast<uint32_t>(std::clamp<uint64_t>(wire.limits().max_read, 4096, 4u << 20));
+    Result<size_t> n =
+        wire.Read(*handle, offset, buf, chunk, options_.requests_in_flight,
+                  options_.metrics != nullptr ? &options_.metrics->sftp_read_requests : nullptr);
+    if (wire.healthy()) (void)wire.Close(*handle);
+    if (!n.ok()) return n.status().WithContext(what);
+    return n;
   });
 }
 

@@ -12,13 +12,21 @@ constexpr uint8_t kFxpInit = 1;
 constexpr uint8_t kFxpVersion = 2;
 constexpr uint8_t kFxpOpen = 3;
 constexpr uint8_t kFxpClose = 4;
+constexpr uint8_t kFxpRead = 5;
 constexpr uint8_t kFxpWrite = 6;
+constexpr uint8_t kFxpFstat = 8;
 constexpr uint8_t kFxpStatus = 101;
 constexpr uint8_t kFxpHandle = 102;
+constexpr uint8_t kFxpData = 103;
+constexpr uint8_t kFxpAttrs = 105;
 constexpr uint8_t kFxpExtended = 200;
 constexpr uint8_t kFxpExtendedReply = 201;
 
+constexpr uint32_t kAttrSize = 0x1;
+constexpr uint32_t kAttrUidGid = 0x2;
 constexpr uint32_t kAttrPermissions = 0x4;
+constexpr uint32_t kAttrAcModTime = 0x8;
+constexpr uint32_t kFxEof = 1;
 constexpr uint32_t kMaxReply = 1 << 20;
 // A server that answers nothing for this long is treated as gone.
 constexpr int kReplyTimeoutMs = 120000;
@@ -214,18 +222,24 @@ Status SftpWire::ReadExact(void* dst, size_t n) {
   return Status::Ok();
 }
 
-Result<SftpWire::Reply> SftpWire::Receive() {
+Status SftpWire::ReceiveHeader(uint32_t* length, uint8_t* type, uint32_t* id) {
   if (!healthy_) return TransientError("SFTP channel is broken");
   unsigned char header[9];
   OBJFS_RETURN_IF_ERROR(ReadExact(header, 4));
-  uint32_t length = (uint32_t{header[0]} << 24) | (uint32_t{header[1]} << 16) |
-                    (uint32_t{header[2]} << 8) | header[3];
-  if (length < 5 || length > kMaxReply) return Broken("malformed SFTP reply length");
+  *length = (uint32_t{header[0]} << 24) | (uint32_t{header[1]} << 16) | (uint32_t{header[2]} << 8) |
+            header[3];
+  if (*length < 5 || *length > kMaxReply) return Broken("malformed SFTP reply length");
   OBJFS_RETURN_IF_ERROR(ReadExact(header + 4, 5));
+  *type = header[4];
+  *id = (uint32_t{header[5]} << 24) | (uint32_t{header[6]} << 16) | (uint32_t{header[7]} << 8) |
+        header[8];
+  return Status::Ok();
+}
+
+Result<SftpWire::Reply> SftpWire::Receive() {
+  uint32_t length = 0;
   Reply reply;
-  reply.type = header[4];
-  reply.id = (uint32_t{header[5]} << 24) | (uint32_t{header[6]} << 16) |
-             (uint32_t{header[7]} << 8) | header[8];
+  OBJFS_RETURN_IF_ERROR(ReceiveHeader(&length, &reply.type, &reply.id));
   reply.body.resize(length - 5);
   OBJFS_RETURN_IF_ERROR(ReadExact(reply.body.data(), reply.body.size()));
   return reply;
@@ -275,6 +289,112 @@ Status SftpWire::Close(const Handle& handle) {
   PutString(body, handle);
   OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpClose, body));
   return StatusOf(reply, "close");
+}
+
+Result<SftpWire::FileAttrs> SftpWire::Fstat(const Handle& handle) {
+  std::string body;
+  PutString(body, handle);
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpFstat, body));
+  if (reply.type != kFxpAttrs) {
+    Status status = StatusOf(reply, "fstat");
+    if (status.ok()) return InternalError("SFTP fstat returned no attributes");
+    return status;
+  }
+  Reader reader(reply.body);
+  FileAttrs attrs;
+  const uint32_t flags = reader.U32();
+  if (flags & kAttrSize) attrs.size = reader.U64();
+  if (flags & kAttrUidGid) {
+    reader.U32();
+    reader.U32();
+  }
+  if (flags & kAttrPermissions) attrs.permissions = reader.U32();
+  if (flags & kAttrAcModTime) {
+    reader.U32();  // atime
+    attrs.mtime_s = reader.U32();
+  }
+  if (!reader.ok()) return InternalError("malformed SFTP attributes");
+  return attrs;
+}
+
+Result<size_t> SftpWire::Read(const Handle& handle, uint64_t offset, std::span<std::byte> buf,
+                              uint32_t chunk, int in_flight, std::atomic<uint64_t>* requests) {
+  chunk = std::max<uint32_t>(chunk, 1);
+  struct Pending {
+    uint32_t id;
+    size_t at;
+    uint32_t len;
+  };
+  std::deque<Pending> pending;
+  size_t issued = 0;
+  size_t contiguous = 0;  // bytes from `offset` read without a gap
+  bool short_read = false;
+  Status error;
+  while (true) {
+    while (error.ok() && !short_read && issued < buf.size() &&
+           pending.size() < static_cast<size_t>(std::max(1, in_flight))) {
+      const uint32_t len = static_cast<uint32_t>(std::min<size_t>(chunk, buf.size() - issued));
+      std::string body;
+      PutString(body, handle);
+      PutU64(body, offset + issued);
+      PutU32(body, len);
+      const uint32_t id = next_id_++;
+      OBJFS_RETURN_IF_ERROR(Send(kFxpRead, id, body));
+      if (requests != nullptr) requests->fetch_add(1, std::memory_order_relaxed);
+      pending.push_back({id, issued, len});
+      issued += len;
+    }
+    if (pending.empty()) break;
+    const Pending p = pending.front();
+    pending.pop_front();
+    uint32_t length = 0;
+    uint8_t type = 0;
+    uint32_t id = 0;
+    OBJFS_RETURN_IF_ERROR(ReceiveHeader(&length, &type, &id));
+    if (id != p.id) return Broken("SFTP read replies out of order");
+    size_t got = 0;
+    if (type == kFxpData) {
+      unsigned char n_bytes[4];
+      OBJFS_RETURN_IF_ERROR(ReadExact(n_bytes, 4));
+      const uint32_t n = (uint32_t{n_bytes[0]} << 24) | (uint32_t{n_bytes[1]} << 16) |
+                         (uint32_t{n_bytes[2]} << 8) | n_bytes[3];
+      if (n > p.len || length != n + 9) return Broken("malformed SFTP data reply");
+      OBJFS_RETURN_IF_ERROR(ReadExact(buf.data() + p.at, n));
+      got = n;
+    } else if (type == kFxpStatus) {
+      Reply reply;
+      reply.type = type;
+      reply.id = id;
+      reply.body.resize(length - 5);
+      OBJFS_RETURN_IF_ERROR(ReadExact(reply.body.data(), reply.body.size()));
+      Reader reader(reply.body);
+      const uint32_t code = reader.U32();
+      if (!reader.ok()) return Broken("malformed SFTP status");
+      if (code != kFxEof) {
+        // The remaining replies still arrive and are read, keeping the channel in step.
+        if (error.ok()) error = StatusOf(reply, "read");
+        continue;
+      }
+    } else {
+      return Broken("unexpected SFTP reply type " + std::to_string(type) + " to READ");
+    }
+    if (error.ok() && !short_read) {
+      contiguous += got;
+      if (got < p.len) short_read = true;
+    }
+  }
+  if (!error.ok()) return error;
+  // A short reply before the end of the file: read on from there, one request at a time, until
+  // the buffer is full or the server says end of file.
+  while (short_read && contiguous > 0 && contiguous < buf.size()) {
+    OBJFS_ASSIGN_OR_RETURN(
+        size_t n, Read(handle, offset + contiguous,
+                       buf.subspan(contiguous, std::min<size_t>(chunk, buf.size() - contiguous)),
+                       chunk, 1, requests));
+    if (n == 0) break;
+    contiguous += n;
+  }
+  return contiguous;
 }
 
 Status SftpWire::WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,

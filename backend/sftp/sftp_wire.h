@@ -9,6 +9,7 @@
 
 #include <libssh/libssh.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -55,8 +56,22 @@ class SftpWire {
   // An open remote file handle; opaque bytes.
   using Handle = std::string;
 
+  // What FSTAT reports of an open file (SFTP v3 ATTRS), as far as objfs uses it.
+  struct FileAttrs {
+    uint64_t size = 0;
+    int64_t mtime_s = 0;
+    uint32_t permissions = 0;
+  };
+
   Result<Handle> OpenFile(std::string_view path, uint32_t flags, uint32_t permissions);
   Status Close(const Handle& handle);
+  Result<FileAttrs> Fstat(const Handle& handle);
+  // Reads up to buf.size() bytes at `offset` with up to `in_flight` READ requests of at most
+  // `chunk` bytes outstanding. Each reply's data is read from the channel straight into `buf`,
+  // with no copy in between. Returns the bytes read, fewer only at the end of the file;
+  // `requests` (may be null) counts the READ requests sent.
+  Result<size_t> Read(const Handle& handle, uint64_t offset, std::span<std::byte> buf,
+                      uint32_t chunk, int in_flight, std::atomic<uint64_t>* requests);
   // Writes `data` at `offset` with up to `in_flight` WRITE requests outstanding, each at most
   // limits().max_write bytes.
   Status WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,
@@ -83,6 +98,8 @@ class SftpWire {
 
   Status Send(uint8_t type, uint32_t id, std::string_view body);
   Result<Reply> Receive();
+  // Reads the length, type and id of the next reply.
+  Status ReceiveHeader(uint32_t* length, uint8_t* type, uint32_t* id);
   // Sends one request and waits for its reply (no other requests may be outstanding).
   Result<Reply> Call(uint8_t type, std::string_view body);
   // Expects an SSH_FXP_STATUS reply and converts it.
