@@ -395,7 +395,9 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
         is_dir = true;
       }
       MetaRecord rec = is_dir ? ImplicitDirRecord(obj.mtime_ns) : RecordFromInfo(obj, false);
-      rec.complete = false;
+      // A listing with the objects' metadata (SFTP's READDIR) needs no HEAD per file; S3's has
+      // sizes and times only.
+      rec.complete = !is_dir && obj.has_metadata;
       add(name, rec);
     }
     for (const std::string& cp : page.common_prefixes) {

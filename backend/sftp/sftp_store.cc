@@ -370,6 +370,7 @@ struct DirEntry {
   std::string name;
   uint64_t size = 0;
   int64_t mtime_s = 0;
+  Metadata metadata;  // a regular file's mode, owner and mtime from the READDIR reply
 };
 
 // The entries of directory `path` whose names start with `name_prefix`, as keys under `base`
@@ -398,6 +399,11 @@ Result<std::vector<DirEntry>> ReadDirSorted(SftpConnection& c, const std::string
     e.key = base + e.name + (e.is_dir ? "/" : "");
     e.size = a->size;
     e.mtime_s = MtimeSeconds(*a);
+    // READDIR reports links themselves (lstat), while objfs serves what they point to: only a
+    // regular file's attributes are what a stat of it would say.
+    if ((a->flags & SSH_FILEXFER_ATTR_PERMISSIONS) && S_ISREG(a->permissions)) {
+      e.metadata = MetadataFromAttributes(*a);
+    }
     entries.push_back(std::move(e));
   }
   bool complete = sftp_dir_eof(dir) != 0;
@@ -405,7 +411,7 @@ Result<std::vector<DirEntry>> ReadDirSorted(SftpConnection& c, const std::string
   if (!complete) return LibsshStatus(c, "list " + path);
   // An empty directory is listed as its marker "x/", as a bucket lists the marker of an empty
   // directory; a directory with content is known by its keys.
-  if (empty && !base.empty() && name_prefix.empty()) entries.push_back({base, false, "", 0, 0});
+  if (empty && !base.empty() && name_prefix.empty()) entries.push_back({base, false, "", 0, 0, {}});
   std::sort(entries.begin(), entries.end(),
             [](const DirEntry& x, const DirEntry& y) { return x.key < y.key; });
   return entries;
@@ -474,6 +480,11 @@ Result<Listing> SftpStore::list(const ListOptions& options) {
       info.mtime_ns = e.mtime_s * 1000000000;
       info.etag = VersionOf(e.size, e.mtime_s);
       info.key = std::move(e.key);
+      // READDIR replies carry the attributes a stat would: no request per entry for them.
+      if (!e.metadata.empty()) {
+        info.metadata = std::move(e.metadata);
+        info.has_metadata = true;
+      }
       listing.objects.push_back(std::move(info));
     }
     return listing;

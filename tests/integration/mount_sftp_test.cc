@@ -434,6 +434,29 @@ TEST(MountSftpTest, AppendOverwriteAndTruncateMatchALocalModel) {
   check("truncate down");
 }
 
+TEST(MountSftpTest, LsDashLTakesAttributesFromTheListing) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  fs::create_directory(dir.path + "/d");
+  for (int i = 0; i < 50; ++i) {
+    std::string file = dir.path + "/d/f" + std::to_string(i);
+    WriteFile(file, std::string(i, 'x'));
+    ASSERT_EQ(::chmod(file.c_str(), i % 2 == 0 ? 0640 : 0604), 0);
+  }
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  CommandResult ls = RunCommand({"ls", "-l", mount->path() + "/d"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  // No stat per file: the listing's READDIR replies said it all.
+  ExpectCounterDelta(before, after, "head_requests", 1);  // the directory itself
+  EXPECT_NE(ls.out.find("-rw-r----- 1"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("-rw----r-- 1"), std::string::npos) << ls.out;
+  CommandResult stat = RunCommand({"stat", "-c", "%a %s", mount->path() + "/d/f7"});
+  ASSERT_EQ(stat.exit_code, 0) << stat.err;
+  EXPECT_EQ(stat.out, "604 7\n");
+}
+
 TEST(MountSftpTest, ChmodAndTouchShowInAFreshMountAndOnTheServer) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
   const time_t kMtime = 1296705906;  // 2011-02-03 04:05:06 UTC

@@ -394,6 +394,29 @@ TEST_F(SftpStoreTest, ListingCarriesSizesMtimesAndVersions) {
   }
 }
 
+TEST_F(SftpStoreTest, ListingCarriesTheAttributesOfRegularFiles) {
+  ASSERT_TRUE(Put("file", "12345", {{"mode", std::to_string(S_IFREG | 0640)}}).ok());
+  ASSERT_TRUE(Put("target", "the target's bytes").ok());
+  fs::create_symlink("target", fs::path(root_) / "link");
+  ListOptions o;
+  o.delimiter = "/";
+  Result<Listing> listing = store_->list(o);
+  ASSERT_TRUE(listing.ok()) << listing.status().ToString();
+  ASSERT_EQ(listing->objects.size(), 3u);
+  const ObjectInfo& file = listing->objects[0];
+  ASSERT_EQ(file.key, "file");
+  ASSERT_TRUE(file.has_metadata);
+  EXPECT_EQ(file.metadata.at("mode"), std::to_string(S_IFREG | 0640));
+  EXPECT_EQ(file.metadata.at("uid"), std::to_string(::getuid()));
+  Result<ObjectInfo> head = store_->head("file");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(file.metadata, head->metadata);  // what a stat says
+  // READDIR describes a link itself; what it points to takes a stat.
+  const ObjectInfo& link = listing->objects[1];
+  ASSERT_EQ(link.key, "link");
+  EXPECT_FALSE(link.has_metadata);
+}
+
 TEST_F(SftpStoreTest, PutLeavesNoTemporaryFilesBehind) {
   ASSERT_TRUE(Put("d/one", "1").ok());
   ASSERT_TRUE(Put("d/one", "2").ok());
