@@ -275,19 +275,26 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
   if (!c.ok()) {
     --leased_or_connecting_;
     cv_.notify_one();
-    if (c.status().code() == StatusCode::kTransient) {
+    Status status = c.status();
+    if (status.code() == StatusCode::kPermissionDenied && ever_connected_ &&
+        ++refusals_in_a_row_ < 2) {
+      status = TransientError(status.message() + " (after logging in before: will try again)");
+    }
+    if (status.code() == StatusCode::kTransient) {
       consecutive_failures_ = std::min(consecutive_failures_ + 1, 6);
       next_attempt_ = std::chrono::steady_clock::now() +
                       std::chrono::milliseconds(50) * (1 << consecutive_failures_);
-    } else if (c.status().code() == StatusCode::kPermissionDenied) {
-      refused_ = c.status();
+    } else if (status.code() == StatusCode::kPermissionDenied) {
+      refused_ = status;
       refused_until_ = std::chrono::steady_clock::now() + kRefusedRetryDelay;
     }
-    return c.status();
+    return status;
   }
   consecutive_failures_ = 0;
   next_attempt_ = {};
   refused_ = Status::Ok();
+  ever_connected_ = true;
+  refusals_in_a_row_ = 0;
   return Lease(this, std::move(c).value());
 }
 

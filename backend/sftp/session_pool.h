@@ -115,6 +115,10 @@ class SftpSessionPool {
   static constexpr std::chrono::seconds kRefusedRetryDelay{60};
   Status refused_;
   std::chrono::steady_clock::time_point refused_until_{};
+  // A pool that has logged in before takes one refusal in a row as a hiccup (a server going
+  // down or restarting can refuse a login it would take a moment later); the second counts.
+  bool ever_connected_ = false;
+  int refusals_in_a_row_ = 0;
 };
 
 }  // namespace objfs::sftp
