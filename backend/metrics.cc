@@ -28,6 +28,7 @@ std::string Metrics::ToText() const {
   line("retries", retries);
   line("sftp_read_requests", sftp_read_requests);
   line("writeback_failures", writeback_failures);
+  line("attrs_kept", attrs_kept);
   line("cache_hits", cache_hits);
   line("cache_misses", cache_misses);
   return out;

@@ -38,6 +38,9 @@ struct Metrics {
   // Uploads of closed files (write-back window) that failed and wait, staged, for a retry.
   std::atomic<uint64_t> writeback_failures{0};
 
+  // Listed objects whose metadata came from the cache directory instead of a HEAD.
+  std::atomic<uint64_t> attrs_kept{0};
+
   std::atomic<uint64_t> cache_hits{0};  // metadata or data served without a backend call
   std::atomic<uint64_t> cache_misses{0};
 

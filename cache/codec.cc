@@ -316,21 +316,29 @@ Result<ContentETagRecord> ContentETagCodec::Decode(std::string_view in) {
 // ---- ObjectMetaCodec ----------------------------------------------------------------------
 
 namespace {
-constexpr size_t kObjectMetaFixedBody = kStringBytes + 8 + 8 + 4 + 4 + 4 + 1 + kStringBytes;
+constexpr size_t kObjectMetaFixedBody = kStringBytes + 8 + 8 + 8 + 4 + 1 + kStringBytes;
 }  // namespace
 
 size_t ObjectMetaCodec::EncodedSize(const ObjectMetaRecord& record) {
-  return kFramingBytes + kObjectMetaFixedBody + record.key.size() + record.etag.value().size();
+  size_t size =
+      kFramingBytes + kObjectMetaFixedBody + record.key.size() + record.etag.value().size();
+  for (const auto& [name, value] : record.metadata) {
+    size += 2 * kStringBytes + name.size() + value.size();
+  }
+  return size;
 }
 
 void ObjectMetaCodec::Encode(const ObjectMetaRecord& record, std::string& out) {
   Writer w(out, EncodedSize(record), kTag, kVersion);
   w.String(record.key);
   w.U64(record.size);
-  w.I64(record.mtime_ns);
-  w.U32(record.mode);
-  w.U32(record.uid);
-  w.U32(record.gid);
+  w.I64(record.listed_ns);
+  w.I64(record.modified_ns);
+  w.U32(static_cast<uint32_t>(record.metadata.size()));
+  for (const auto& [name, value] : record.metadata) {
+    w.String(name);
+    w.String(value);
+  }
   w.U8(ETagKindByte(record.etag.kind()));
   w.String(record.etag.value());
   w.Seal();
@@ -344,13 +352,25 @@ Result<ObjectMetaRecord> ObjectMetaCodec::Decode(std::string_view in) {
   }
   Reader r(body);
   ObjectMetaRecord record;
-  uint8_t kind_byte = 0;
-  std::string_view etag_text;
-  if (!r.String(record.key) || !r.U64(record.size) || !r.I64(record.mtime_ns) ||
-      !r.U32(record.mode) || !r.U32(record.uid) || !r.U32(record.gid) || !r.U8(kind_byte) ||
-      !r.StringView(etag_text)) {
+  uint32_t count = 0;
+  if (!r.String(record.key) || !r.U64(record.size) || !r.I64(record.listed_ns) ||
+      !r.I64(record.modified_ns) || !r.U32(count)) {
     return Corrupt(kType, "length past the end");
   }
+  // Each pair takes at least two length fields: a count the bytes cannot hold is corrupt
+  // before anything is allocated for it.
+  if (count > r.left() / (2 * kStringBytes)) return Corrupt(kType, "length past the end");
+  std::string_view previous;
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string_view name, value;
+    if (!r.StringView(name) || !r.StringView(value)) return Corrupt(kType, "length past the end");
+    if (i > 0 && name <= previous) return Corrupt(kType, "metadata out of order");
+    previous = name;
+    record.metadata.emplace_hint(record.metadata.end(), name, value);
+  }
+  uint8_t kind_byte = 0;
+  std::string_view etag_text;
+  if (!r.U8(kind_byte) || !r.StringView(etag_text)) return Corrupt(kType, "length past the end");
   if (r.left() != 0) return Corrupt(kType, "trailing bytes");
   ETag::Kind kind;
   if (!ETagKindFromByte(kind_byte, kind)) return Corrupt(kType, "unknown ETag kind");

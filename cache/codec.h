@@ -43,12 +43,14 @@ class ContentETagCodec {
   static const std::string& Key(const ContentETagRecord& record) { return record.path; }
 };
 
-// key, size u64, mtime_ns i64, mode u32, uid u32, gid u32, etag kind u8, etag text.
-// The ETag text must be exactly what ETag::Parse makes of it, and of the stated kind.
+// key, size u64, listed_ns i64, modified_ns i64, metadata count u32, (name, value) * count in
+// strictly increasing name order, etag kind u8, etag text. The ETag text must be exactly what
+// ETag::Parse makes of it, and of the stated kind. (Version 1 held mode, uid and gid instead
+// of the metadata; such records are dropped.)
 class ObjectMetaCodec {
  public:
   static constexpr uint8_t kTag = 0x02;
-  static constexpr uint8_t kVersion = 1;
+  static constexpr uint8_t kVersion = 2;
   static size_t EncodedSize(const ObjectMetaRecord& record);
   static void Encode(const ObjectMetaRecord& record, std::string& out);
   static Result<ObjectMetaRecord> Decode(std::string_view in);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "backend/etag.h"
@@ -24,20 +25,21 @@ struct ContentETagRecord {
   bool operator==(const ContentETagRecord&) const = default;
 };
 
-// The attributes of an object, kept so that a new mount does not start with a cold stat cache.
+// What a HEAD said of an S3 object's metadata, with the size, ETag and LastModified its
+// listing shows, so that a new mount's `ls -l` needs no HEAD for an object that a listing shows
+// unchanged (an S3 listing has no metadata; any change of it rewrites the object).
 struct ObjectMetaRecord {
   std::string key;
   uint64_t size = 0;
-  int64_t mtime_ns = 0;
+  int64_t listed_ns = 0;    // LastModified as the listing gave it (to millisecond on RGW)
+  int64_t modified_ns = 0;  // LastModified as the HEAD gave it (whole seconds on S3)
+  std::map<std::string, std::string> metadata;  // user metadata: mode, uid, gid, mtime, xattrs
   ETag etag;  // persisted as its kind and its text; the text must parse back to the same kind
-  uint32_t mode = 0;  // st_mode with type bits
-  uint32_t uid = 0;
-  uint32_t gid = 0;
 
   bool operator==(const ObjectMetaRecord& other) const {
-    return key == other.key && size == other.size && mtime_ns == other.mtime_ns &&
-           etag.kind() == other.etag.kind() && etag == other.etag && mode == other.mode &&
-           uid == other.uid && gid == other.gid;
+    return key == other.key && size == other.size && listed_ns == other.listed_ns &&
+           modified_ns == other.modified_ns && metadata == other.metadata &&
+           etag.kind() == other.etag.kind() && etag == other.etag;
   }
 };
 

@@ -349,6 +349,9 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
     size_t index;
     std::string key;
     uint64_t ino;
+    uint64_t size;  // as listed
+    ETag etag;
+    int64_t modified_ns;
   };
   std::vector<Incomplete> incomplete;
 
@@ -376,7 +379,11 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
         exact = true;
       }
     }
-    if (!exact && !rec.is_dir) incomplete.push_back({out.size(), child, child_ino});
+    if (!exact && !rec.is_dir) {
+      // A listing without metadata leaves the LastModified as the record's mtime.
+      incomplete.push_back(
+          {out.size(), child, child_ino, listed.size, listed.etag, listed.mtime_ns});
+    }
     out.push_back(DirEntry{name, MakeEntry(attr, exact)});
   };
 
@@ -416,6 +423,22 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   // entries go out with no attribute timeout and `ls -l` makes the kernel look up each name, one
   // HEAD after another; fetching them here, in parallel on the I/O pool, makes that one round of
   // concurrent HEADs. Very large directories are left to lazy lookups.
+  // Objects listed exactly as when an earlier HEAD (of this mount or another) saw them: that
+  // HEAD's metadata, from the cache directory.
+  if (options_.attr_db != nullptr) {
+    std::vector<Incomplete> unknown;
+    for (Incomplete& file : incomplete) {
+      std::optional<MetaRecord> kept =
+          KeptAttributes(file.key, file.size, file.etag, file.modified_ns);
+      if (!kept) {
+        unknown.push_back(std::move(file));
+        continue;
+      }
+      meta_cache_.Put(file.key, *kept);
+      out[file.index].entry = MakeEntry(AttrFromRecord(file.ino, *kept), true);
+    }
+    incomplete = std::move(unknown);
+  }
   if (!incomplete.empty() && incomplete.size() <= options_.readdir_heads) {
     std::vector<std::future<Result<ObjectInfo>>> heads;
     heads.reserve(incomplete.size());
@@ -428,6 +451,8 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
       MetaRecord rec = RecordFromInfo(*head, false);
       rec.complete = true;
       meta_cache_.Put(incomplete[i].key, rec);
+      KeepAttributes(incomplete[i].key, incomplete[i].size, incomplete[i].etag,
+                     incomplete[i].modified_ns, *head);
       DirEntry& entry = out[incomplete[i].index];
       entry.entry = MakeEntry(AttrFromRecord(incomplete[i].ino, rec), true);
     }
@@ -448,6 +473,54 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
     }
   }
   return out;
+}
+
+namespace {
+int64_t WholeSeconds(int64_t ns) {
+  return ns >= 0 ? ns / 1000000000 : (ns - 999999999) / 1000000000;
+}
+}  // namespace
+
+std::optional<MetaRecord> Filesystem::KeptAttributes(const std::string& key, uint64_t size,
+                                                     const ETag& etag, int64_t listed_ns) {
+  if (etag.empty()) return std::nullopt;
+  Result<std::optional<ObjectMetaRecord>> kept = options_.attr_db->Get<ObjectMetaRecord>(key);
+  if (!kept.ok() || !kept->has_value()) return std::nullopt;
+  const ObjectMetaRecord& r = **kept;
+  // Any change of an S3 object, metadata included, rewrites it: a new LastModified.
+  if (r.size != size || r.etag != etag || r.etag.kind() != etag.kind() ||
+      r.listed_ns != listed_ns) {
+    return std::nullopt;
+  }
+  ObjectInfo info;
+  info.key = key;
+  info.size = r.size;
+  info.etag = r.etag;
+  info.mtime_ns = r.modified_ns;
+  info.metadata = r.metadata;
+  info.has_metadata = true;
+  MetaRecord rec = RecordFromInfo(info, false);
+  rec.complete = true;
+  Bump(metrics_->attrs_kept);
+  return rec;
+}
+
+void Filesystem::KeepAttributes(const std::string& key, uint64_t size, const ETag& etag,
+                                int64_t listed_ns, const ObjectInfo& head) {
+  if (options_.attr_db == nullptr || etag.empty()) return;
+  // Only a HEAD of the object the listing showed (a HEAD's date has whole seconds).
+  if (head.size != size || head.etag != etag ||
+      WholeSeconds(head.mtime_ns) != WholeSeconds(listed_ns)) {
+    return;
+  }
+  ObjectMetaRecord r;
+  r.key = key;
+  r.size = size;
+  r.listed_ns = listed_ns;
+  r.modified_ns = head.mtime_ns;
+  r.metadata = head.metadata;
+  r.etag = etag;
+  (void)options_.attr_db->Put(r);  // a cache: a failed write costs a HEAD at the next mount
 }
 
 FsStats Filesystem::StatFs() const {

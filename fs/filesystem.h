@@ -50,6 +50,7 @@
 #include "cache/meta_cache.h"
 #include "cache/prefetcher.h"
 #include "cache/staging.h"
+#include "cache/store_db.h"
 #include "fs/file_attr.h"
 #include "fs/inode_table.h"
 
@@ -93,6 +94,10 @@ struct FilesystemOptions {
   // ContentEtagStore; otherwise such a store's files show user.etag only when an upload or copy
   // of this mount gave their content MD5. Unused for stores with native ETags.
   ContentEtagStore* content_etags = nullptr;
+  // Where ReadDir keeps the metadata its HEADs found (ObjectMetaRecord), so that a later mount
+  // lists objects that the listing shows unchanged without a HEAD each. Null: not kept. For
+  // stores whose listings lack metadata (S3).
+  std::shared_ptr<StoreDb> attr_db;
 };
 
 // One name of a directory listing, with the attributes readdirplus returns.
@@ -356,6 +361,13 @@ class Filesystem {
   // Lists the directory holding `key` (one page) into the metadata cache and returns what the
   // listing says of `key`.
   Result<MetaCache::Listed> ListParent(const std::string& key);
+  // The attributes that options.attr_db kept for `key`, if the object is still as listed (size,
+  // ETag, LastModified).
+  std::optional<MetaRecord> KeptAttributes(const std::string& key, uint64_t size, const ETag& etag,
+                                           int64_t listed_ns);
+  // Keeps what `head` says of `key` in options.attr_db, if it is the object listed.
+  void KeepAttributes(const std::string& key, uint64_t size, const ETag& etag, int64_t listed_ns,
+                      const ObjectInfo& head);
   MetaRecord RootRecord() const;
   // A directory that exists only as a prefix of other keys.
   MetaRecord ImplicitDirRecord(int64_t mtime_ns) const;

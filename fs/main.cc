@@ -382,6 +382,16 @@ int Mount(const MountOptions& given_options) {
   int exit_code = 0;
   FilesystemOptions logged_options = fs_options;
   logged_options.log = [&reporter](const std::string& message) { reporter.Error(message); };
+  if (options.url.scheme == UrlScheme::kS3) {
+    // S3 listings lack metadata: what HEADs found is kept for the next mount. A cache only:
+    // without it, the mount HEADs as before.
+    Result<StoreDb> db = StoreDb::Open(fs_options.cache_dir + "/db");
+    if (db.ok()) {
+      logged_options.attr_db = std::make_shared<StoreDb>(std::move(db).value());
+    } else {
+      reporter.Error("attributes are not kept between mounts: " + db.status().message());
+    }
+  }
   Result<std::unique_ptr<Filesystem>> fs = Filesystem::Create(*store, logged_options, &metrics);
   if (!fs.ok()) {
     reporter.Error(fs.status().message());

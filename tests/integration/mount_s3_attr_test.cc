@@ -58,6 +58,57 @@ TEST(MountS3AttrTest, ChmodChownAndTouchPersistAcrossRemount) {
   EXPECT_EQ(ReadFile(m + "/file"), "attributes");
 }
 
+TEST(MountS3AttrTest, ARemountListsUnchangedObjectsWithoutAHeadEach) {
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::mkdir((m + "/d").c_str(), 0755), 0) << std::strerror(errno);
+  constexpr int kFiles = 20;
+  for (int i = 0; i < kFiles; ++i) {
+    std::string file = m + "/d/f" + std::to_string(i);
+    WriteFile(file, std::string(i, 'x'));
+    ASSERT_EQ(::chmod(file.c_str(), i % 2 == 0 ? 0640 : 0604), 0) << std::strerror(errno);
+  }
+  const std::vector<std::string> ls = {"ls", "-ln", "--time-style=+%s", m + "/d"};
+  // The first listing of a fresh mount HEADs each file and keeps what it found in cache_dir.
+  ASSERT_TRUE(mount->Restart());
+  std::string before = GetXattr(m, "user.objfs.stats");
+  CommandResult first = RunCommand(ls);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  std::string after = GetXattr(m, "user.objfs.stats");
+  EXPECT_GE(StatsCounter(after, "head_requests") - StatsCounter(before, "head_requests"), kFiles);
+  EXPECT_NE(first.out.find("-rw-r----- 1"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("-rw----r-- 1"), std::string::npos) << first.out;
+
+  // The next mount lists the same attributes without those HEADs.
+  ASSERT_TRUE(mount->Restart());
+  before = GetXattr(m, "user.objfs.stats");
+  CommandResult second = RunCommand(ls);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  after = GetXattr(m, "user.objfs.stats");
+  EXPECT_EQ(second.out, first.out);
+  ExpectCounterDelta(before, after, "attrs_kept", kFiles);
+  EXPECT_LE(StatsCounter(after, "head_requests") - StatsCounter(before, "head_requests"), 2)
+      << "only the directory's own lookup";
+
+  // A file changed by another client (here: the bucket written directly, through a second
+  // mount with its own cache) is HEADed again and shows its new mode.
+  {
+    ObjfsMount::Options other;
+    std::unique_ptr<ObjfsMount> writer = ObjfsMount::Start(mount->url(), other);
+    ASSERT_TRUE(writer);
+    ASSERT_EQ(::chmod((writer->path() + "/d/f3").c_str(), 0600), 0) << std::strerror(errno);
+    EXPECT_EQ(writer->Stop(), 0);
+  }
+  ASSERT_TRUE(mount->Restart());
+  before = GetXattr(m, "user.objfs.stats");
+  CommandResult third = RunCommand(ls);
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  after = GetXattr(m, "user.objfs.stats");
+  ExpectCounterDelta(before, after, "attrs_kept", kFiles - 1);
+  EXPECT_EQ(StatFormat("%a", m + "/d/f3"), "600");
+}
+
 TEST(MountS3AttrTest, SymbolicLinks) {
   std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())));
   ASSERT_TRUE(mount);

@@ -63,11 +63,14 @@ ObjectMetaRecord SampleObjectMeta(std::string_view etag) {
   ObjectMetaRecord r;
   r.key = "photos/2024/IMG_0001.jpg";
   r.size = 4 << 20;
-  r.mtime_ns = -5;
+  r.listed_ns = 1700000000123000000;
+  r.modified_ns = -5;
+  r.metadata = {{"gid", "100"},
+                {"mode", "33188"},
+                {"mtime", "1700000000.5"},
+                {"uid", "1000"},
+                {"xattr", "{\"user.k\":\"dg==\"}"}};
   r.etag = ETag::Parse(etag);
-  r.mode = 0100644;
-  r.uid = 1000;
-  r.gid = 100;
   return r;
 }
 
@@ -154,6 +157,18 @@ TEST(ObjectMetaCodecTest, RoundTripsEveryETagKind) {
     EXPECT_EQ(decoded->etag.kind(), r.etag.kind()) << etag;
     EXPECT_EQ(decoded->etag.parts(), r.etag.parts()) << etag;
   }
+}
+
+TEST(ObjectMetaCodecTest, RoundTripsNoMetadataAndEmptyValues) {
+  ObjectMetaRecord r = SampleObjectMeta("0123456789abcdef0123456789abcdef");
+  r.metadata.clear();
+  auto decoded = DecodeExact<ObjectMetaCodec>(Encoded<ObjectMetaCodec>(r));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, r);
+  r.metadata = {{"", ""}, {"a", ""}};
+  decoded = DecodeExact<ObjectMetaCodec>(Encoded<ObjectMetaCodec>(r));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, r);
 }
 
 TEST(StagedUploadCodecTest, RoundTripsWithAndWithoutMd5) {
@@ -248,6 +263,24 @@ TEST(ObjectMetaCodecTest, RejectsInvalidETagText) {
   q.insert(q.size() - 4, "\"");
   StoreU32(q, q.size() - 4 - 8 - 4, 8);
   ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(q)).status(), "invalid ETag");
+}
+
+TEST(ObjectMetaCodecTest, RejectsMetadataOutOfOrderOrPastTheEnd) {
+  ObjectMetaRecord r = SampleObjectMeta("");
+  r.metadata = {{"a", "1"}, {"b", "2"}};
+  const std::string good = Encoded<ObjectMetaCodec>(r);
+  ASSERT_TRUE(DecodeExact<ObjectMetaCodec>(good).ok());
+  // The pairs follow key, size, listed_ns and modified_ns: "a" is at count + 4.
+  const size_t count_at = 2 + 4 + r.key.size() + 8 + 8 + 8;
+  std::string swapped = good;
+  swapped[count_at + 4 + 4] = 'b';  // "b", "1", "b", "2": not strictly increasing
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(swapped)).status(), "out of order");
+  std::string huge = good;
+  StoreU32(huge, count_at, 0x40000000);
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(huge)).status(), "past the end");
+  std::string one_more = good;
+  StoreU32(one_more, count_at, 3);
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(one_more)).status(), "past the end");
 }
 
 TEST(StagedUploadCodecTest, RejectsUnknownFlagsAndAMissingDigest) {

@@ -76,8 +76,12 @@ TEST_F(StoreDbTest, PutsGetsAndRemovesEachRecordType) {
   ASSERT_TRUE(db.Put(ETagRecord(1, 200)).ok());  // replaces
   EXPECT_EQ(GetETag(db, "/data/file-1"), ETagRecord(1, 200));
 
-  ObjectMetaRecord meta{"k/obj", 5, 6, ETag::Parse("\"0123456789ABCDEF0123456789abcdef\""),
-                        0100600, 1, 2};
+  ObjectMetaRecord meta{"k/obj",
+                        5,
+                        6,
+                        7,
+                        {{"mode", "33152"}, {"uid", "1"}},
+                        ETag::Parse("\"0123456789ABCDEF0123456789abcdef\"")};
   ASSERT_TRUE(db.Put(meta).ok());
   auto got_meta = db.Get<ObjectMetaRecord>("k/obj");
   ASSERT_TRUE(got_meta.ok());

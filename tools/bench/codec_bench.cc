@@ -47,12 +47,15 @@ std::vector<ObjectMetaRecord> ObjectMetaRecords() {
     ObjectMetaRecord r;
     r.key = PathOf(i).substr(1);
     r.size = 1000 + i * 4096;
-    r.mtime_ns = 1700000000000000000 + static_cast<int64_t>(i);
+    r.listed_ns = 1700000000000000000 + static_cast<int64_t>(i) * 1000000;
+    r.modified_ns = r.listed_ns / 1000000000 * 1000000000;
     r.etag = i % 4 == 0 ? ETag::Parse(HexMd5(Md5Of(i)) + "-" + std::to_string(i % 9 + 1))
                         : ETag::FromMd5(Md5Of(i));
-    r.mode = 0100644;
-    r.uid = 1000;
-    r.gid = 1000;
+    // What objfs and s3fs write: mode, owner and mtime.
+    r.metadata = {{"gid", "1000"},
+                  {"mode", "33188"},
+                  {"mtime", std::to_string(1700000000 + i)},
+                  {"uid", "1000"}};
     v.push_back(std::move(r));
   }
   return v;
@@ -180,20 +183,23 @@ void GenericEncode(const ObjectMetaRecord& r, std::string& out) {
   PutField(out, "type", "object_meta");
   PutField(out, "key", r.key);
   PutField(out, "size", r.size);
-  PutField(out, "mtime_ns", r.mtime_ns);
+  PutField(out, "listed_ns", r.listed_ns);
+  PutField(out, "modified_ns", r.modified_ns);
   PutField(out, "etag_kind", ETagKindName(r.etag.kind()));
   PutField(out, "etag", r.etag.value());
-  PutField(out, "mode", uint64_t{r.mode});
-  PutField(out, "uid", uint64_t{r.uid});
-  PutField(out, "gid", uint64_t{r.gid});
+  for (const auto& [name, value] : r.metadata) PutField(out, "meta." + name, value);
 }
 
 bool GenericDecode(std::string_view in, ObjectMetaRecord& r) {
   Fields f;
   if (!ParseFields(in, f) || f["type"] != "object_meta" || !GetString(f, "key", r.key) ||
-      !GetInt(f, "size", r.size) || !GetInt(f, "mtime_ns", r.mtime_ns) ||
-      !GetInt(f, "mode", r.mode) || !GetInt(f, "uid", r.uid) || !GetInt(f, "gid", r.gid)) {
+      !GetInt(f, "size", r.size) || !GetInt(f, "listed_ns", r.listed_ns) ||
+      !GetInt(f, "modified_ns", r.modified_ns)) {
     return false;
+  }
+  r.metadata.clear();
+  for (const auto& [name, value] : f) {
+    if (name.starts_with("meta.")) r.metadata.emplace(name.substr(5), value);
   }
   r.etag = ETag::Parse(f["etag"]);
   return ETagKindName(r.etag.kind()) == f["etag_kind"];
