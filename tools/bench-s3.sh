@@ -3,7 +3,7 @@
 #   - sequential read of a 512 MiB file (objfs with read_buffer 4K, 64K, 1M, 8M; s3fs; rclone;
 #     and a plain curl GET as the ceiling), with the client's CPU seconds per GiB read;
 #   - `cp` of that file within the mount;
-#   - `ls -l` of a directory of 1,000 objects on a fresh mount;
+#   - `ls -l` of a directory of 1,000 objects on a fresh mount, and again on the next mount;
 #   - `rsync -a` of 300 files of 8 KiB into the mount.
 # Prints a Markdown table. Not a test: numbers, not assertions.
 #
@@ -80,9 +80,11 @@ wait_mounted() {
 }
 mount_tool() {  # mount_tool NAME [objfs options]
   case $1 in
-    objfs) build/objfs s3://bench "$MNT" -f -o "endpoint=$EP${2:+,$2}" & PID=$! ;;
+    objfs) build/objfs s3://bench "$MNT" -f -o "endpoint=$EP,cache_dir=$WORK/objfs-cache${2:+,$2}" &
+           PID=$! ;;
     # Uploads 5 s after the last close, like rclone's --vfs-write-back default.
-    objfs-writeback) build/objfs s3://bench "$MNT" -f -o "endpoint=$EP,writeback=5" & PID=$! ;;
+    objfs-writeback) build/objfs s3://bench "$MNT" -f \
+                       -o "endpoint=$EP,cache_dir=$WORK/objfs-cache,writeback=5" & PID=$! ;;
     s3fs) s3fs bench "$MNT" -f -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd" \
             >/dev/null 2>&1 & PID=$! ;;
     # rclone's S3 client refuses AWS_CA_BUNDLE ("unsupported transport"); it needs none here.
@@ -143,6 +145,8 @@ for tool in objfs s3fs rclone; do
 done
 for tool in objfs s3fs rclone; do
   timed "ls -l of 1,000 objects, fresh mount" "$tool" ls -l "$MNT/many"
+  # objfs keeps what the first listing's HEADs found in its cache_dir.
+  timed "ls -l of 1,000 objects, next mount" "$tool" ls -l "$MNT/many"
 done
 for tool in objfs objfs-writeback s3fs rclone; do
   timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
