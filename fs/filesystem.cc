@@ -391,9 +391,12 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   list.prefix = prefix;
   list.delimiter = "/";
   const uint64_t listing_ticket = meta_cache_.ListingTicket();
+  // Whether the listing's dates have a fraction of a second (RGW's do; AWS's are whole seconds).
+  bool precise_dates = false;
   do {
     OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
     for (const ObjectInfo& obj : page.objects) {
+      if (obj.mtime_ns % 1000000000 != 0) precise_dates = true;
       if (obj.key.size() < prefix.size() + 1) continue;  // the marker of this directory
       std::string name = obj.key.substr(prefix.size());
       bool is_dir = false;
@@ -452,7 +455,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
       rec.complete = true;
       meta_cache_.Put(incomplete[i].key, rec);
       KeepAttributes(incomplete[i].key, incomplete[i].size, incomplete[i].etag,
-                     incomplete[i].modified_ns, *head);
+                     incomplete[i].modified_ns, precise_dates, *head);
       DirEntry& entry = out[incomplete[i].index];
       entry.entry = MakeEntry(AttrFromRecord(incomplete[i].ino, rec), true);
     }
@@ -506,8 +509,12 @@ std::optional<MetaRecord> Filesystem::KeptAttributes(const std::string& key, uin
 }
 
 void Filesystem::KeepAttributes(const std::string& key, uint64_t size, const ETag& etag,
-                                int64_t listed_ns, const ObjectInfo& head) {
+                                int64_t listed_ns, bool precise_dates, const ObjectInfo& head) {
   if (options_.attr_db == nullptr || etag.empty()) return;
+  // With whole-second dates, a chmod (a self-copy: same size and ETag) later in the same second
+  // would list exactly as this: only objects older than that are kept.
+  constexpr int64_t kSameSecondNs = 2000000000;
+  if (!precise_dates && NowNs() - listed_ns < kSameSecondNs) return;
   // Only a HEAD of the object the listing showed (a HEAD's date has whole seconds).
   if (head.size != size || head.etag != etag ||
       WholeSeconds(head.mtime_ns) != WholeSeconds(listed_ns)) {
@@ -521,6 +528,12 @@ void Filesystem::KeepAttributes(const std::string& key, uint64_t size, const ETa
   r.metadata = head.metadata;
   r.etag = etag;
   (void)options_.attr_db->Put(r);  // a cache: a failed write costs a HEAD at the next mount
+}
+
+void Filesystem::ForgetAttributes(const std::string& key) {
+  if (options_.attr_db == nullptr) return;
+  Result<std::optional<ObjectMetaRecord>> kept = options_.attr_db->Get<ObjectMetaRecord>(key);
+  if (kept.ok() && kept->has_value()) (void)options_.attr_db->Remove<ObjectMetaRecord>(key);
 }
 
 FsStats Filesystem::StatFs() const {

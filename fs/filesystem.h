@@ -366,8 +366,11 @@ class Filesystem {
   std::optional<MetaRecord> KeptAttributes(const std::string& key, uint64_t size, const ETag& etag,
                                            int64_t listed_ns);
   // Keeps what `head` says of `key` in options.attr_db, if it is the object listed.
+  // `precise_dates`: the listing's dates have fractions of a second.
   void KeepAttributes(const std::string& key, uint64_t size, const ETag& etag, int64_t listed_ns,
-                      const ObjectInfo& head);
+                      bool precise_dates, const ObjectInfo& head);
+  // Drops what options.attr_db kept for `key` (removed or renamed by this mount).
+  void ForgetAttributes(const std::string& key);
   MetaRecord RootRecord() const;
   // A directory that exists only as a prefix of other keys.
   MetaRecord ImplicitDirRecord(int64_t mtime_ns) const;

@@ -88,6 +88,7 @@ Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
   }
   if (!local_only) OBJFS_RETURN_IF_ERROR(store_->remove(key));
   meta_cache_.Invalidate(key);
+  ForgetAttributes(key);
   if (inode != nullptr) {
     std::lock_guard<std::mutex> lock(inode->mu);
     DiscardLocked(*inode);

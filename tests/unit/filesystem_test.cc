@@ -262,6 +262,93 @@ TEST_F(FilesystemTest, ReadDirWithoutHeadsLeavesListingOnlyEntriesToLookup) {
   EXPECT_EQ(metrics_.head_requests.load(), heads + 1);
 }
 
+TEST_F(FilesystemTest, ALaterMountListsObjectsUnchangedSinceAHeadWithoutOne) {
+  auto open_db = [&] {
+    options_.attr_db.reset();
+    Result<StoreDb> db = StoreDb::Open(cache_dir_ + "/db");
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    options_.attr_db = std::make_shared<StoreDb>(std::move(db).value());
+  };
+  auto remount = [&] {
+    fs_.reset();
+    open_db();  // read back from disk
+    fs_ = NewFilesystem();
+  };
+  auto mode_of = [](const std::vector<DirEntry>& list, const std::string& name) -> uint32_t {
+    for (const DirEntry& e : list) {
+      if (e.name == name) return e.entry.attr.mode & 07777;
+    }
+    return 0;
+  };
+  PutObject("d/a", "aaa", {{"mode", std::to_string(S_IFREG | 0600)}, {"mtime", "1500000000"}});
+  PutObject("d/b", "bb");
+  remount();
+  uint64_t heads = metrics_.head_requests.load();
+  auto first = fs_->ReadDir(LookupIno(kRootIno, "d"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(metrics_.head_requests.load() - heads, 2u + 1u);  // a, b and the lookup of d
+
+  remount();
+  heads = metrics_.head_requests.load();
+  uint64_t kept = metrics_.attrs_kept.load();
+  auto second = fs_->ReadDir(LookupIno(kRootIno, "d"));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(metrics_.head_requests.load() - heads, 1u);  // the lookup of d only
+  EXPECT_EQ(metrics_.attrs_kept.load() - kept, 2u);
+  ASSERT_EQ(second->size(), first->size());
+  for (size_t i = 0; i < first->size(); ++i) {
+    const Entry& a = (*first)[i].entry;
+    const Entry& b = (*second)[i].entry;
+    EXPECT_EQ((*second)[i].name, (*first)[i].name);
+    EXPECT_EQ(b.attr.mode, a.attr.mode) << (*first)[i].name;
+    EXPECT_EQ(b.attr.uid, a.attr.uid);
+    EXPECT_EQ(b.attr.size, a.attr.size);
+    EXPECT_EQ(b.attr.mtime_ns, a.attr.mtime_ns) << (*first)[i].name;
+    EXPECT_GT(b.attr_timeout, 0) << "exact attributes";
+  }
+  EXPECT_EQ(mode_of(*second, "a"), 0600u);
+
+  // Another client's chmod rewrites the object (same bytes and ETag, a new LastModified): the
+  // kept record no longer matches, and that one object is HEADed again.
+  PutObject("d/a", "aaa", {{"mode", std::to_string(S_IFREG | 0640)}});
+  remount();
+  heads = metrics_.head_requests.load();
+  auto third = fs_->ReadDir(LookupIno(kRootIno, "d"));
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(metrics_.head_requests.load() - heads, 1u + 1u);
+  EXPECT_EQ(mode_of(*third, "a"), 0640u);
+}
+
+TEST_F(FilesystemTest, WholeSecondDatesAreKeptOnlyOnceTheirSecondHasPassed) {
+  auto remount = [&] {
+    fs_.reset();
+    options_.attr_db.reset();
+    Result<StoreDb> db = StoreDb::Open(cache_dir_ + "/db");
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    options_.attr_db = std::make_shared<StoreDb>(std::move(db).value());
+    fs_ = NewFilesystem();
+  };
+  // A store whose listings have whole seconds (AWS): a chmod later in the same second would
+  // list exactly as the object the HEAD saw, so such a fresh object is not kept.
+  PutObject("d/fresh", "x");
+  PutObject("d/old", "y");
+  const int64_t now_s = static_cast<int64_t>(::time(nullptr));
+  memory_->set_mtime("d/fresh", now_s * 1000000000);
+  memory_->set_mtime("d/old", (now_s - 60) * 1000000000);
+  remount();
+  ASSERT_TRUE(fs_->ReadDir(LookupIno(kRootIno, "d")).ok());
+  remount();
+  uint64_t kept = metrics_.attrs_kept.load();
+  uint64_t heads = metrics_.head_requests.load();
+  ASSERT_TRUE(fs_->ReadDir(LookupIno(kRootIno, "d")).ok());
+  EXPECT_EQ(metrics_.attrs_kept.load() - kept, 1u);           // old
+  EXPECT_EQ(metrics_.head_requests.load() - heads, 1u + 1u);  // fresh, and the lookup of d
+
+  // Unlinked through the mount: its record goes too.
+  ASSERT_TRUE(fs_->Unlink(LookupIno(kRootIno, "d"), "old").ok());
+  EXPECT_EQ(*options_.attr_db->Get<ObjectMetaRecord>("d/old"), std::nullopt);
+}
+
 TEST_F(FilesystemTest, ReadDirFetchesMissingMetadataInOneParallelRound) {
   PutObject("d/a", "aaa");
   PutObject("d/b", "bb", {{"mode", std::to_string(S_IFREG | 0600)}});
