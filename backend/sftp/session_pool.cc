@@ -276,9 +276,12 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
     --leased_or_connecting_;
     cv_.notify_one();
     Status status = c.status();
-    if (status.code() == StatusCode::kPermissionDenied && ever_connected_ &&
-        ++refusals_in_a_row_ < 2) {
-      status = TransientError(status.message() + " (after logging in before: will try again)");
+    if (status.code() == StatusCode::kPermissionDenied && ever_connected_) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!first_refusal_) first_refusal_ = now;
+      if (now - *first_refusal_ < kRefusalGrace) {
+        status = TransientError(status.message() + " (after logging in before: will try again)");
+      }
     }
     if (status.code() == StatusCode::kTransient) {
       consecutive_failures_ = std::min(consecutive_failures_ + 1, 6);
@@ -294,7 +297,7 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
   next_attempt_ = {};
   refused_ = Status::Ok();
   ever_connected_ = true;
-  refusals_in_a_row_ = 0;
+  first_refusal_.reset();
   return Lease(this, std::move(c).value());
 }
 

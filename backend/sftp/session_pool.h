@@ -115,10 +115,12 @@ class SftpSessionPool {
   static constexpr std::chrono::seconds kRefusedRetryDelay{60};
   Status refused_;
   std::chrono::steady_clock::time_point refused_until_{};
-  // A pool that has logged in before takes one refusal in a row as a hiccup (a server going
-  // down or restarting can refuse a login it would take a moment later); the second counts.
+  // A pool that has logged in before takes refusals within kRefusalGrace of the first one as a
+  // hiccup (a server going down or restarting can refuse a login it would take a moment later):
+  // they back off like transient errors. Later ones are held as above.
+  static constexpr std::chrono::seconds kRefusalGrace{10};
   bool ever_connected_ = false;
-  int refusals_in_a_row_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_refusal_;
 };
 
 }  // namespace objfs::sftp

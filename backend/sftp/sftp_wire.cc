@@ -319,7 +319,31 @@ Result<SftpWire::FileAttrs> SftpWire::Fstat(const Handle& handle) {
 
 Result<size_t> SftpWire::Read(const Handle& handle, uint64_t offset, std::span<std::byte> buf,
                               uint32_t chunk, int in_flight, std::atomic<uint64_t>* requests) {
-  chunk = std::max<uint32_t>(chunk, 1);
+  OBJFS_ASSIGN_OR_RETURN(ReadResult first,
+                         ReadPipelined(handle, offset, buf, chunk, in_flight, requests));
+  size_t done = first.bytes;
+  bool at_end = first.eof;
+  // A short reply before the end of the file: read on from there, one request at a time, until
+  // the buffer is full or the server says end of file (or sends nothing).
+  while (first.short_read && !at_end && done > 0 && done < buf.size()) {
+    OBJFS_ASSIGN_OR_RETURN(
+        ReadResult more,
+        ReadPipelined(handle, offset + done,
+                      buf.subspan(done, std::min<size_t>(chunk, buf.size() - done)), chunk, 1,
+                      requests));
+    if (more.bytes == 0) break;
+    done += more.bytes;
+    at_end = more.eof;
+  }
+  return done;
+}
+
+Result<SftpWire::ReadResult> SftpWire::ReadPipelined(const Handle& handle, uint64_t offset,
+                                                     std::span<std::byte> buf, uint32_t chunk,
+                                                     int in_flight,
+                                                     std::atomic<uint64_t>* requests) {
+  // A reply carries the data plus 13 bytes of header, and must fit kMaxReply.
+  chunk = std::clamp<uint32_t>(chunk, 1, kMaxReply - 13);
   struct Pending {
     uint32_t id;
     size_t at;
@@ -329,6 +353,7 @@ Result<size_t> SftpWire::Read(const Handle& handle, uint64_t offset, std::span<s
   size_t issued = 0;
   size_t contiguous = 0;  // bytes from `offset` read without a gap
   bool short_read = false;
+  bool eof = false;
   Status error;
   while (true) {
     while (error.ok() && !short_read && issued < buf.size() &&
@@ -370,11 +395,17 @@ Result<size_t> SftpWire::Read(const Handle& handle, uint64_t offset, std::span<s
       Reader reader(reply.body);
       const uint32_t code = reader.U32();
       if (!reader.ok()) return Broken("malformed SFTP status");
+      if (code == 0) {
+        // OK is no answer to READ: the bytes of this request would be missing.
+        if (error.ok()) error = IoError("SFTP server answered READ with OK and no data");
+        continue;
+      }
       if (code != kFxEof) {
         // The remaining replies still arrive and are read, keeping the channel in step.
         if (error.ok()) error = StatusOf(reply, "read");
         continue;
       }
+      if (error.ok() && !short_read) eof = true;
     } else {
       return Broken("unexpected SFTP reply type " + std::to_string(type) + " to READ");
     }
@@ -384,17 +415,7 @@ Result<size_t> SftpWire::Read(const Handle& handle, uint64_t offset, std::span<s
     }
   }
   if (!error.ok()) return error;
-  // A short reply before the end of the file: read on from there, one request at a time, until
-  // the buffer is full or the server says end of file.
-  while (short_read && contiguous > 0 && contiguous < buf.size()) {
-    OBJFS_ASSIGN_OR_RETURN(
-        size_t n, Read(handle, offset + contiguous,
-                       buf.subspan(contiguous, std::min<size_t>(chunk, buf.size() - contiguous)),
-                       chunk, 1, requests));
-    if (n == 0) break;
-    contiguous += n;
-  }
-  return contiguous;
+  return ReadResult{contiguous, short_read, eof};
 }
 
 Status SftpWire::WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,

@@ -98,6 +98,14 @@ class SftpWire {
 
   Status Send(uint8_t type, uint32_t id, std::string_view body);
   Result<Reply> Receive();
+  struct ReadResult {
+    size_t bytes = 0;         // read from the start without a gap
+    bool short_read = false;  // a reply (or end of file) ended the run before the buffer was full
+    bool eof = false;         // the server said end of file where the run ends
+  };
+  // One pipelined run of READ requests (see Read), without reading on after a short reply.
+  Result<ReadResult> ReadPipelined(const Handle& handle, uint64_t offset, std::span<std::byte> buf,
+                                   uint32_t chunk, int in_flight, std::atomic<uint64_t>* requests);
   // Reads the length, type and id of the next reply.
   Status ReceiveHeader(uint32_t* length, uint8_t* type, uint32_t* id);
   // Sends one request and waits for its reply (no other requests may be outstanding).
