@@ -8,7 +8,6 @@
 #include <charconv>
 #include <cmath>
 #include <ctime>
-#include <deque>
 #include <functional>
 #include <random>
 #include <utility>
@@ -131,71 +130,6 @@ std::optional<int64_t> ParseMtime(const Metadata& metadata) {
     return std::nullopt;
   }
   return static_cast<int64_t>(std::floor(seconds));
-}
-
-struct FileCloser {
-  void operator()(sftp_file f) const { sftp_close(f); }
-};
-using File = std::unique_ptr<sftp_file_struct, FileCloser>;
-
-// Reads up to buf.size() bytes of `file` at `offset` with up to `in_flight` READ requests of
-// `chunk` bytes outstanding. Fewer bytes only at the end of the file.
-Result<size_t> PipelinedRead(SftpConnection& c, sftp_file file, uint64_t offset,
-                             std::span<std::byte> buf, uint32_t chunk, int in_flight,
-                             Metrics* metrics, const std::string& what) {
-  if (buf.empty()) return size_t{0};
-  if (sftp_seek64(file, offset) != 0) return LibsshStatus(c, what);
-  struct Pending {
-    int id;
-    size_t at;
-    uint32_t len;
-  };
-  std::deque<Pending> pending;
-  size_t issued = 0;
-  size_t contiguous = 0;
-  bool short_read = false;
-  Status error;
-  while (true) {
-    while (error.ok() && !short_read && issued < buf.size() &&
-           pending.size() < static_cast<size_t>(std::max(1, in_flight))) {
-      uint32_t len = static_cast<uint32_t>(std::min<size_t>(chunk, buf.size() - issued));
-      int id = sftp_async_read_begin(file, len);
-      if (id < 0) {
-        error = LibsshStatus(c, what);
-        break;
-      }
-      if (metrics != nullptr) Bump(metrics->sftp_read_requests);
-      pending.push_back({id, issued, len});
-      issued += len;
-    }
-    if (pending.empty()) break;
-    Pending p = pending.front();
-    pending.pop_front();
-    int n = sftp_async_read(file, buf.data() + p.at, p.len, static_cast<uint32_t>(p.id));
-    if (n < 0) {
-      if (error.ok()) error = LibsshStatus(c, what);
-      if (!c.healthy()) return error;  // the remaining replies will never come
-      continue;
-    }
-    if (error.ok() && !short_read) {
-      contiguous += static_cast<size_t>(n);
-      if (static_cast<uint32_t>(n) < p.len) short_read = true;
-    }
-  }
-  if (!error.ok()) return error;
-  // A short reply before the end of the file: fill the rest synchronously.
-  if (short_read && contiguous < buf.size() && contiguous > 0) {
-    if (sftp_seek64(file, offset + contiguous) != 0) return LibsshStatus(c, what);
-    while (contiguous < buf.size()) {
-      size_t want = std::min<size_t>(chunk, buf.size() - contiguous);
-      if (metrics != nullptr) Bump(metrics->sftp_read_requests);
-      ssize_t n = sftp_read(file, buf.data() + contiguous, want);
-      if (n < 0) return LibsshStatus(c, what);
-      if (n == 0) break;
-      contiguous += static_cast<size_t>(n);
-    }
-  }
-  return contiguous;
 }
 
 std::string ParentOf(const std::string& path) { return path.substr(0, path.rfind('/')); }
@@ -716,7 +650,6 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   const bool copy_data = options_.use_copy_data && wire.HasExtension("copy-data", "1");
   ObjectInfo current;
   SftpWire::Handle src_handle;
-  File src_file;  // read by a streamed copy
   {
     std::lock_guard<std::mutex> lock(KeyLock(src.key));
     OBJFS_ASSIGN_OR_RETURN(current, HeadOn(c, src.key));
@@ -727,14 +660,6 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     Result<SftpWire::Handle> h = wire.OpenFile(src_paths.data, kOpenRead, 0);
     if (!h.ok()) return h.status().WithContext(what);
     src_handle = std::move(h).value();
-    if (!copy_data) {
-      src_file.reset(sftp_open(c.sftp(), src_paths.data.c_str(), O_RDONLY, 0));
-      if (src_file == nullptr) {
-        Status status = LibsshStatus(c, what);
-        (void)wire.Close(src_handle);
-        return status;
-      }
-    }
   }
 
   const std::string staged = TempName(dst_paths.dir);
@@ -772,8 +697,9 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
                                static_cast<size_t>(std::max(1, options_.requests_in_flight)));
     copied = 0;
     while (status.ok()) {
-      Result<size_t> n = PipelinedRead(c, src_file.get(), copied, buf, chunk,
-                                       options_.requests_in_flight, options_.metrics, what);
+      Result<size_t> n =
+          wire.Read(src_handle, copied, buf, chunk, options_.requests_in_flight,
+                    options_.metrics != nullptr ? &options_.metrics->sftp_read_requests : nullptr);
       if (!n.ok()) {
         status = n.status();
         break;
