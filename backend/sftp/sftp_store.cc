@@ -639,6 +639,19 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     put.metadata = options.replace_metadata ? *options.replace_metadata : current.metadata;
     return PutDirectory(dst, dst_paths, 0, put.metadata, put);
   }
+  if (src.key == dst && options.replace_metadata) {
+    // New attributes only (chmod, touch): set in place, atomic on the server, no byte moved.
+    return WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
+      std::lock_guard<std::mutex> lock(KeyLock(src.key));
+      OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, HeadOn(c, src.key));
+      if (options.if_match_source && !src.etag.empty() && current.etag != src.etag) {
+        return PreconditionFailedError("set attributes of " + src.key +
+                                       ": the file changed (version " + current.etag.value() +
+                                       ", expected " + src.etag.value() + ")");
+      }
+      return ApplyAttributes(c, src.key, src_paths.data, *options.replace_metadata);
+    });
+  }
   OBJFS_ASSIGN_OR_RETURN(SftpSessionPool::Lease lease, pool_.Acquire());
   SftpConnection& c = *lease;
   SftpWire& wire = c.wire();

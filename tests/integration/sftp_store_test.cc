@@ -374,6 +374,32 @@ TEST_F(SftpStoreTest, WrongKeyIsRefusedNamingWhatWasTried) {
   EXPECT_EQ(store.status().ToString().find('\n'), std::string::npos);
 }
 
+TEST_F(SftpStoreTest, NewAttributesOfAFileAreSetInPlace) {
+  ASSERT_TRUE(Put("f", Pattern(300000, 9)).ok());
+  Result<ObjectInfo> put = store_->head("f");  // with the version the store checks
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  const fs::path path = fs::path(root_) / "f";
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  const uint64_t reads = metrics_.sftp_read_requests.load();
+  CopyOptions o;
+  o.replace_metadata = Metadata{{"mode", std::to_string(S_IFREG | 0600)}, {"mtime", "1000000000"}};
+  Result<ObjectInfo> changed = store_->copy(*put, "f", o);
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  struct stat after {};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino) << "the same file, not a copy renamed over it";
+  EXPECT_EQ(after.st_mode & 07777, 0600u);
+  EXPECT_EQ(after.st_mtime, 1000000000);
+  EXPECT_EQ(metrics_.sftp_read_requests.load(), reads);
+  EXPECT_EQ(changed->etag, VersionTag(300000, int64_t{1000000000} * 1000000000));
+  EXPECT_EQ(ServerEntries(root_), (std::set<std::string>{"f"}));
+  // The version the caller saw is checked first.
+  Result<ObjectInfo> stale = store_->copy(*put, "f", o);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed) << stale.status().ToString();
+}
+
 TEST_F(SftpStoreTest, ListingCarriesSizesMtimesAndVersions) {
   for (int i = 0; i < 100; ++i) {
     char key[16];
