@@ -129,13 +129,16 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       }
     }
     inode->in_store = dst.ok();
+    // The new name before the inode is unlocked: a release racing the rename (the kernel sends
+    // RELEASE after close(2) returns, so it may come after rsync's rename) describes the file
+    // under the name it then has; under the old one, a crash would upload it as that.
+    inodes_.Rename(from, to, /*subtree=*/false);
   }
   // Committed: the replaced target's data goes (its open handles keep reading it).
   if (old_inode != nullptr) {
     std::lock_guard<std::mutex> lock(old_inode->mu);
     DiscardLocked(*old_inode);
   }
-  inodes_.Rename(from, to, /*subtree=*/false);
   meta_cache_.Invalidate(to);
   meta_cache_.PutNegative(from);
   return Status::Ok();
