@@ -422,10 +422,6 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   meta_cache_.PutListing(key, std::vector<std::string>(seen.begin(), seen.end()), true,
                          listing_ticket);
 
-  // A listing has sizes and times but not the metadata objfs keeps in headers. Without it the
-  // entries go out with no attribute timeout and `ls -l` makes the kernel look up each name, one
-  // HEAD after another; fetching them here, in parallel on the I/O pool, makes that one round of
-  // concurrent HEADs. Very large directories are left to lazy lookups.
   // Objects listed exactly as when an earlier HEAD (of this mount or another) saw them: that
   // HEAD's metadata, from the cache directory.
   if (options_.attr_db != nullptr) {
@@ -442,6 +438,10 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
     }
     incomplete = std::move(unknown);
   }
+  // A listing has sizes and times but not the metadata objfs keeps in headers. Without it the
+  // entries go out with no attribute timeout and `ls -l` makes the kernel look up each name, one
+  // HEAD after another; fetching them here, in parallel on the I/O pool, makes that one round of
+  // concurrent HEADs. Very large directories are left to lazy lookups.
   if (!incomplete.empty() && incomplete.size() <= options_.readdir_heads) {
     std::vector<std::future<Result<ObjectInfo>>> heads;
     heads.reserve(incomplete.size());
@@ -491,8 +491,7 @@ std::optional<MetaRecord> Filesystem::KeptAttributes(const std::string& key, uin
   if (!kept.ok() || !kept->has_value()) return std::nullopt;
   const ObjectMetaRecord& r = **kept;
   // Any change of an S3 object, metadata included, rewrites it: a new LastModified.
-  if (r.size != size || r.etag != etag || r.etag.kind() != etag.kind() ||
-      r.listed_ns != listed_ns) {
+  if (r.size != size || r.etag != etag || r.listed_ns != listed_ns) {
     return std::nullopt;
   }
   ObjectInfo info;
