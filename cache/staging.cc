@@ -62,6 +62,8 @@ bool PercentDecode(std::string_view s, std::string* out) {
   return true;
 }
 
+// Writes `text` to a new file renamed over `path`; a failure (a full disk) leaves `path` as it
+// was and no temporary file behind.
 Status WriteWholeFile(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -73,12 +75,17 @@ Status WriteWholeFile(const std::string& path, const std::string& text) {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
+      ::unlink(tmp.c_str());
       return ErrnoStatus("write", tmp, err);
     }
     done += static_cast<size_t>(n);
   }
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename", tmp, errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("rename", tmp, err);
+  }
   return Status::Ok();
 }
 
@@ -155,7 +162,11 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
         ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus("write", data_path_, errno);
+      int err = errno;
+      // A write that fails (a full disk) has not happened: bytes it left past the end would
+      // otherwise surface as content if the file is later extended.
+      if (offset + done > size_) (void)::ftruncate(fd_, static_cast<off_t>(size_));
+      return ErrnoStatus("write", data_path_, err);
     }
     done += static_cast<size_t>(n);
   }

@@ -37,7 +37,8 @@ class StagedFile {
   Status Truncate(uint64_t size);
   // Flushes the data to disk (fdatasync), unless nothing was written since the last Sync.
   Status Sync();
-  // Rewrites the sidecar: the key and metadata the data is to be uploaded with.
+  // Rewrites the sidecar: the key and metadata the data is to be uploaded with. On failure (a
+  // full disk) the previous sidecar stays.
   Status Describe(std::string_view key, const Metadata& metadata);
   // A source over the current content, for ObjectStore::put. Valid while this file lives and
   // is not written.

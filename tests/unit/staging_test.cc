@@ -1,5 +1,7 @@
 #include "cache/staging.h"
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -64,6 +66,76 @@ TEST_F(StagingTest, LeftoversCarryKeyAndMetadata) {
   EXPECT_EQ((*left)[0].metadata.at("mode"), "33261");
   EXPECT_EQ((*left)[0].metadata.at("x"), "a=b");
   EXPECT_EQ(std::filesystem::file_size((*left)[0].data_path), 4u);
+}
+
+// Writes that fail part way, here at the file size limit as on a full disk.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
+    struct rlimit limited = old_;
+    limited.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limited);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  struct rlimit old_ {};
+  sighandler_t old_handler_;
+};
+
+TEST_F(StagingTest, AFailedWriteLeavesNoBytesBehind) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok()) << area.status().ToString();
+  auto file = (*area)->Create("k", {});
+  ASSERT_TRUE(file.ok());
+  StagedFile& f = **file;
+  ASSERT_TRUE(f.WriteAt(0, Bytes("head")).ok());
+  Status failed;
+  {
+    FileSizeLimit limit(8192);
+    failed = f.WriteAt(4, Bytes(std::string(16384, 'B')));
+  }
+  EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(f.size(), 4u);
+  // Extending the file later shows zeros, not the bytes the failed write got through.
+  ASSERT_TRUE(f.Truncate(100).ok());
+  std::string buf(100, 'x');
+  auto n = f.ReadAt(0, std::span<std::byte>(reinterpret_cast<std::byte*>(buf.data()), 100));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 100u);
+  EXPECT_EQ(buf, "head" + std::string(96, '\0'));
+}
+
+TEST_F(StagingTest, ASidecarThatCannotBeWrittenLeavesTheOldOne) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok()) << area.status().ToString();
+  auto file = (*area)->Create("old-key", {});
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE((*file)->Describe("old-key", {{"mode", "33188"}}).ok());
+  Status failed;
+  {
+    FileSizeLimit limit(0);
+    failed = (*file)->Describe("new-key", {{"mode", "33188"}});
+  }
+  EXPECT_FALSE(failed.ok());
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_NE(entry.path().extension(), ".tmp") << entry.path();
+  }
+  auto left = (*area)->Leftovers();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].key, "old-key");
+  // Written once there is room again.
+  EXPECT_TRUE((*file)->Describe("new-key", {{"mode", "33188"}}).ok());
+  left = (*area)->Leftovers();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].key, "new-key");
 }
 
 TEST(SidecarTest, RoundTripsAndRejectsGarbage) {
