@@ -399,6 +399,18 @@ class Filesystem {
   // With a write-back window: records the staged file of a closed `inode` (sidecar) and
   // schedules its upload. REQUIRES: inode.mu held.
   Status DeferUploadLocked(uint64_t ino, Inode& inode);
+  // The cache disk is full: uploads the closed files of the write-back window now, to free
+  // their staging files, except `busy` (whose lock the caller holds) and files locked by other
+  // requests. Returns how many it uploaded.
+  size_t MakeRoomInStaging(const Inode* busy);
+  // `status`, or after MakeRoomInStaging freed something, `retry()`'s.
+  template <typename F>
+  Status RetryWithRoom(Status status, const Inode* busy, F retry) {
+    if (status.code() != StatusCode::kNoSpace || !writeback() || MakeRoomInStaging(busy) == 0) {
+      return status;
+    }
+    return retry();
+  }
   void WritebackLoop();
   void Log(const std::string& message) const;
   bool writeback() const { return options_.writeback > 0; }

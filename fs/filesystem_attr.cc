@@ -23,12 +23,13 @@ Result<FileAttr> Filesystem::MutateMetadata(
     OBJFS_RETURN_IF_ERROR(mutate(attr, extra));
     inode->attr = attr;
     inode->extra_metadata = std::move(extra);
-    // A closed file in the write-back window: a crash must upload it with this change.
+    attr.ino = ino;
+    attr.size = inode->staged->size();
+    // A closed file in the write-back window: a crash must upload it with this change (which
+    // may upload it at once, and drop its staging file).
     if (writeback() && inode->open_handles.load() == 0) {
       OBJFS_RETURN_IF_ERROR(DeferUploadLocked(ino, *inode));
     }
-    attr.ino = ino;
-    attr.size = inode->staged->size();
     return attr;
   }
   for (int attempt = 0;; ++attempt) {

@@ -42,7 +42,14 @@ Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, cons
   Metadata extra = WithoutPosixMetadata(rec.metadata);
   Metadata upload = extra;
   SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &upload);
-  OBJFS_ASSIGN_OR_RETURN(auto staged, staging_->Create(key, upload));
+  auto created = staging_->Create(key, upload);
+  if (!created.ok()) {
+    OBJFS_RETURN_IF_ERROR(RetryWithRoom(created.status(), &inode, [&] {
+      created = staging_->Create(key, upload);
+      return created.status();
+    }));
+  }
+  std::unique_ptr<StagedFile> staged = std::move(*created);
   if (!empty && rec.size > 0) {
     // The object's current content, in read_buffer-sized reads.
     std::vector<std::byte> buf(std::max<size_t>(options_.prefetch.read_buffer, 4096));
@@ -92,9 +99,11 @@ void Filesystem::DropStagingLocked(Inode& inode) {
 Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
   Metadata metadata = inode.extra_metadata;
   SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns, &metadata);
-  // Keep the sidecar current so that an unclean exit uploads what the user last saw.
+  // Keep the sidecar current so that an unclean exit uploads what the user last saw. It only
+  // guards a crash during this upload: when it cannot be written (the cache disk is full), the
+  // upload is still the way to keep the data, and frees the disk.
   Status described = inode.staged->Describe(key, metadata);
-  if (!described.ok()) return described;
+  if (!described.ok()) Log("uploading " + key + " without a crash record: " + described.message());
   PutOptions put;
   put.metadata = metadata;
   auto result = store_->put(key, inode.staged->Source(), put);
@@ -293,7 +302,8 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
     OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(inode, key, rec, /*empty=*/rec.size == 0));
   }
   if (handle->flags & O_APPEND) offset = inode.staged->size();
-  OBJFS_RETURN_IF_ERROR(inode.staged->WriteAt(offset, data));
+  OBJFS_RETURN_IF_ERROR(RetryWithRoom(inode.staged->WriteAt(offset, data), &inode,
+                                      [&] { return inode.staged->WriteAt(offset, data); }));
   inode.attr.size = inode.staged->size();
   inode.attr.mtime_ns = NowNs();
   inode.dirty = true;
@@ -307,9 +317,16 @@ Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
   Metadata metadata = inode.extra_metadata;
   SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns, &metadata);
   // The sidecar names what a crash before the upload must still upload at the next mount; the
-  // data is on disk first, so that after a power loss no sidecar describes lost data.
-  OBJFS_RETURN_IF_ERROR(inode.staged->Sync());
-  OBJFS_RETURN_IF_ERROR(inode.staged->Describe(*key, metadata));
+  // data is on disk first, so that after a power loss no sidecar describes lost data. (As with a
+  // local file, only fsync, which uploads, makes the data safe from a power loss.)
+  Status recorded = inode.staged->Sync();
+  if (recorded.ok()) recorded = inode.staged->Describe(*key, metadata);
+  if (!recorded.ok()) {
+    // Without that record (the cache disk is full) the window would hold data a crash loses:
+    // upload it now, as without a window.
+    Log("uploading " + *key + " at close: " + recorded.message());
+    return UploadLocked(inode, *key);
+  }
   auto due =
       clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.writeback * 1e9));
   bool was_empty;
@@ -321,6 +338,37 @@ Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
   // Otherwise the thread already waits for an earlier due time than this one.
   if (was_empty) writeback_cv_.notify_one();
   return Status::Ok();
+}
+
+size_t Filesystem::MakeRoomInStaging(const Inode* busy) {
+  std::vector<uint64_t> pending;
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    for (const auto& [ino, due] : writeback_due_) pending.push_back(ino);
+  }
+  size_t uploaded = 0;
+  for (uint64_t ino : pending) {
+    std::shared_ptr<Inode> inode = inodes_.Get(ino);
+    if (inode == nullptr || inode.get() == busy) continue;
+    // Never waits for another inode's lock while holding `busy`'s.
+    std::unique_lock<std::mutex> lock(inode->mu, std::try_to_lock);
+    if (!lock.owns_lock()) continue;
+    if (!inode->dirty || inode->unlinked || !inode->staged || inode->open_handles.load() > 0) {
+      continue;
+    }
+    auto key = KeyOf(ino);
+    if (!key.ok()) continue;
+    Status s = UploadLocked(*inode, *key);
+    if (s.ok()) {
+      ++uploaded;
+    } else {
+      Bump(metrics_->writeback_failures);
+      Log("upload of " + *key + " to free the cache disk failed: " + s.ToString());
+    }
+  }
+  if (uploaded > 0)
+    Log("the cache disk is full: uploaded " + std::to_string(uploaded) + " file(s) early");
+  return uploaded;
 }
 
 Status Filesystem::Flush(uint64_t fh) {

@@ -118,7 +118,12 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
     Status described = inode->staged->Describe(to, metadata);
     if (!described.ok()) {
       restore_target();
-      return described;
+      // No record under the new name (the cache disk is full): the data goes up under the old
+      // one now, and the store renames it.
+      Log("uploading " + from + " before its rename: " + described.message());
+      Status uploaded = UploadLocked(*inode, from);
+      if (!uploaded.ok()) return uploaded;
+      return std::nullopt;
     }
     if (inode->in_store) {
       Status removed = store_->remove(from);

@@ -170,5 +170,80 @@ TEST(MountS3IoTest, AppendOverwriteAndTruncateMatchALocalModel) {
   check("truncate to zero");
 }
 
+// A cache disk (cache_dir) too small for a file: the write that does not fit fails with ENOSPC,
+// what was written before it reaches the bucket, the disk is free again for the next file, and
+// no other file suffers. With a write-back window, files waiting in it are uploaded early to
+// make room.
+TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string disk = local.path() + "/disk";
+  ASSERT_EQ(::mkdir(disk.c_str(), 0700), 0) << std::strerror(errno);
+  CommandResult made = RunCommand({"mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", disk});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  struct Unmount {
+    std::string path;
+    ~Unmount() { RunCommand({"umount", "-l", path}); }
+  } unmount{disk};
+
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  const std::string data = PseudoRandomBytes(16 << 20, 21);
+  const std::string second = PseudoRandomBytes(3 << 20, 22);
+  for (const std::string mode : {"", "writeback=600"}) {
+    SCOPED_TRACE(mode.empty() ? "upload at close" : mode);
+    const std::string dir = mode.empty() ? "/at-close" : "/window";
+    size_t written = 0;
+    {
+      ObjfsMount::Options options;
+      options.cache_dir = disk + dir;
+      options.extra_options = mode;
+      std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+      ASSERT_TRUE(mount);
+      const std::string root = mount->path() + dir;
+      ASSERT_EQ(::mkdir(root.c_str(), 0755), 0) << std::strerror(errno);
+      WriteFile(root + "/kept", "kept");
+
+      int fd = ::open((root + "/big").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ASSERT_GE(fd, 0) << std::strerror(errno);
+      int error = 0;
+      while (written < data.size()) {
+        ssize_t n =
+            ::write(fd, data.data() + written, std::min<size_t>(1 << 20, data.size() - written));
+        if (n < 0) {
+          error = errno;
+          break;
+        }
+        written += static_cast<size_t>(n);
+      }
+      EXPECT_EQ(error, ENOSPC) << std::strerror(error);
+      EXPECT_GT(written, 0u);
+      EXPECT_LT(written, data.size());
+      // What was written is uploaded (at once, or early from the window), as a local file
+      // system keeps what fitted.
+      EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
+
+      // The next file finds room: big's staging file is gone, or goes up early to free it.
+      std::string before = GetXattr(mount->path(), "user.objfs.stats");
+      WriteFile(root + "/second", second);
+      std::string after = GetXattr(mount->path(), "user.objfs.stats");
+      if (!mode.empty()) {
+        EXPECT_GE(StatsCounter(after, "put_requests") - StatsCounter(before, "put_requests"), 1)
+            << "big was not uploaded early:\n"
+            << before << after;
+      }
+      EXPECT_EQ(mount->Stop(), 0) << mount->log();
+    }
+    // Nothing left staged, nothing lost: a mount with its own cache sees it all.
+    std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
+    ASSERT_TRUE(fresh);
+    const std::string root = fresh->path() + dir;
+    EXPECT_EQ(ReadFile(root + "/kept"), "kept");
+    std::string big = ReadFile(root + "/big");
+    EXPECT_EQ(big.size(), written);
+    EXPECT_TRUE(big == data.substr(0, written)) << "big differs from what was written";
+    EXPECT_TRUE(ReadFile(root + "/second") == second) << "second differs";
+  }
+}
+
 }  // namespace
 }  // namespace objfs::testing
