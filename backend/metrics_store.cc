@@ -44,7 +44,10 @@ Result<ObjectInfo> MetricsStore::copy(const ObjectInfo& src, std::string_view ds
   Bump(metrics_.copy_requests);
   Result<ObjectInfo> result = ForwardingStore::copy(src, dst, options);
   CountOutcome(result.status());
-  if (result.ok() && capabilities().server_side_copy) {
+  const Capabilities caps = capabilities();
+  // A chmod or touch on SFTP is a SETSTAT, not a copy of the file's bytes.
+  const bool in_place = caps.attributes_in_place && src.key == dst && options.replace_metadata;
+  if (result.ok() && caps.server_side_copy && !in_place) {
     Bump(metrics_.server_copies);
     Bump(metrics_.bytes_copied_on_server, result->size);
   }

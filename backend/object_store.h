@@ -122,6 +122,9 @@ struct Capabilities {
   uint64_t part_size = 0;
   uint64_t copy_part_threshold = 0;  // copy() above this size uses UploadPartCopy (0: never)
   bool native_rename = false;        // rename() moves a file or a directory on the server
+  // copy() of a key onto itself with replace_metadata sets the attributes in place (SFTP's
+  // SETSTAT): no copy, no byte moved. S3 copies the object onto itself.
+  bool attributes_in_place = false;
   // put() keeps the "uid" and "gid" metadata it is given (S3); false: the server decides who
   // owns a new file (SFTP: the account logged in).
   bool stores_owner = false;

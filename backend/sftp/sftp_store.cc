@@ -870,6 +870,7 @@ Capabilities SftpStore::capabilities() const {
   caps.server_side_copy = copy_data_;
   caps.native_etags = false;
   caps.native_rename = true;
+  caps.attributes_in_place = true;
   return caps;
 }
 

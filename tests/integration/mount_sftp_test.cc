@@ -465,10 +465,16 @@ TEST(MountSftpTest, ChmodAndTouchShowInAFreshMountAndOnTheServer) {
     ASSERT_TRUE(mount);
     std::string file = mount->path() + "/file";
     WriteFile(file, "content");
+    std::string before = GetXattr(mount->path(), "user.objfs.stats");
     CommandResult chmod = RunCommand({"chmod", "640", file});
     ASSERT_EQ(chmod.exit_code, 0) << chmod.err;
     CommandResult touch = RunCommand({"touch", "-d", "@1296705906", file});
     ASSERT_EQ(touch.exit_code, 0) << touch.err;
+    // Set in place: the stats show no copy of the file.
+    std::string after = GetXattr(mount->path(), "user.objfs.stats");
+    ExpectCounterDelta(before, after, "server_copies", 0);
+    ExpectCounterDelta(before, after, "bytes_copied_on_server", 0);
+    ExpectCounterDelta(before, after, "bytes_read", 0);
     struct stat st {};
     ASSERT_EQ(::stat(file.c_str(), &st), 0) << std::strerror(errno);
     EXPECT_EQ(st.st_mode & 07777, 0640u);

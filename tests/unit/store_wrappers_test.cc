@@ -241,6 +241,34 @@ TEST(MetricsStoreTest, ClientSideCopiesAreNotServerCopies) {
   EXPECT_EQ(metrics.bytes_copied_on_server.load(), 0u);
 }
 
+// A store that sets new attributes of a file in place, as SFTP's SETSTAT does.
+class InPlaceAttributesStore : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Capabilities capabilities() const override {
+    Capabilities caps = ForwardingStore::capabilities();
+    caps.attributes_in_place = true;
+    return caps;
+  }
+};
+
+TEST(MetricsStoreTest, AttributesSetInPlaceAreNotServerCopies) {
+  Metrics metrics;
+  auto memory = std::make_shared<MemoryStore>();
+  MetricsStore store(std::make_shared<InPlaceAttributesStore>(memory), metrics);
+  Result<ObjectInfo> info = Put(store, "a", "data");
+  ASSERT_TRUE(info.ok());
+  CopyOptions chmod;
+  chmod.replace_metadata = Metadata{{"mode", "33216"}};
+  ASSERT_TRUE(store.copy(*info, "a", chmod).ok());
+  EXPECT_EQ(metrics.server_copies.load(), 0u);
+  EXPECT_EQ(metrics.bytes_copied_on_server.load(), 0u);
+  // A real copy on the same store still counts.
+  ASSERT_TRUE(store.copy(*info, "b", CopyOptions{}).ok());
+  EXPECT_EQ(metrics.server_copies.load(), 1u);
+  EXPECT_EQ(metrics.bytes_copied_on_server.load(), 4u);
+}
+
 // --- PrefixStore ---
 
 class PrefixStoreTest : public ::testing::Test {
