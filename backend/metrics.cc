@@ -29,6 +29,7 @@ std::string Metrics::ToText() const {
   line("sftp_read_requests", sftp_read_requests);
   line("writeback_failures", writeback_failures);
   line("attrs_kept", attrs_kept);
+  line("open_files", open_files);
   line("cache_hits", cache_hits);
   line("cache_misses", cache_misses);
   return out;

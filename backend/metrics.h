@@ -41,6 +41,10 @@ struct Metrics {
   // Listed objects whose metadata came from the cache directory instead of a HEAD.
   std::atomic<uint64_t> attrs_kept{0};
 
+  // Files open through the mount: handles opened and not yet released (a gauge). The kernel
+  // releases a file after close(2) returns; this shows when it has.
+  std::atomic<uint64_t> open_files{0};
+
   std::atomic<uint64_t> cache_hits{0};  // metadata or data served without a backend call
   std::atomic<uint64_t> cache_misses{0};
 

@@ -125,6 +125,7 @@ std::shared_ptr<Filesystem::Handle> Filesystem::FindHandle(uint64_t fh) {
 
 uint64_t Filesystem::AddHandle(std::shared_ptr<Handle> handle) {
   handle->inode->open_handles.fetch_add(1);
+  metrics_->open_files.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(handles_mu_);
   uint64_t fh = next_fh_++;
   handles_.emplace(fh, std::move(handle));

@@ -399,18 +399,22 @@ class Filesystem {
   // With a write-back window: records the staged file of a closed `inode` (sidecar) and
   // schedules its upload. REQUIRES: inode.mu held.
   Status DeferUploadLocked(uint64_t ino, Inode& inode);
-  // The cache disk is full: uploads the closed files of the write-back window now, to free
-  // their staging files, except `busy` (whose lock the caller holds) and files locked by other
-  // requests. Returns how many it uploaded.
-  size_t MakeRoomInStaging(const Inode* busy);
-  // `status`, or after MakeRoomInStaging freed something, `retry()`'s.
+  // cache_dir is full: uploads closed files of the write-back window now, one after another
+  // until `needed` bytes of staging files are gone, skipping `busy` and files whose lock another
+  // request holds. Returns the bytes freed. REQUIRES: `busy`'s is the only Inode::mu held.
+  uint64_t MakeRoomInStaging(const Inode* busy, uint64_t needed);
+  // `status`, or, when it is a full cache_dir and MakeRoomInStaging freed something, `retry()`'s.
   template <typename F>
-  Status RetryWithRoom(Status status, const Inode* busy, F retry) {
-    if (status.code() != StatusCode::kNoSpace || !writeback() || MakeRoomInStaging(busy) == 0) {
+  Status RetryWithRoom(Status status, const Inode* busy, uint64_t needed, F retry) {
+    if (status.code() != StatusCode::kNoSpace || !writeback() ||
+        MakeRoomInStaging(busy, needed) == 0) {
       return status;
     }
     return retry();
   }
+  // A write-back upload of `ino` failed: counted, logged, and due again after a delay.
+  // REQUIRES: writeback_mu_ not held.
+  void RetryUploadLater(uint64_t ino, const Status& failure);
   void WritebackLoop();
   void Log(const std::string& message) const;
   bool writeback() const { return options_.writeback > 0; }

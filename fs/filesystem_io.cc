@@ -44,7 +44,7 @@ Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, cons
   SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &upload);
   auto created = staging_->Create(key, upload);
   if (!created.ok()) {
-    OBJFS_RETURN_IF_ERROR(RetryWithRoom(created.status(), &inode, [&] {
+    OBJFS_RETURN_IF_ERROR(RetryWithRoom(created.status(), &inode, empty ? 0 : rec.size, [&] {
       created = staging_->Create(key, upload);
       return created.status();
     }));
@@ -61,7 +61,9 @@ Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, cons
         return n.status().WithContext("fetching " + key + " for writing");
       }
       if (*n == 0) break;
-      Status s = staged->WriteAt(offset, std::span<const std::byte>(buf.data(), *n));
+      const std::span<const std::byte> piece(buf.data(), *n);
+      Status s = RetryWithRoom(staged->WriteAt(offset, piece), &inode, rec.size - offset,
+                               [&] { return staged->WriteAt(offset, piece); });
       if (!s.ok()) {
         staged->Remove();
         return s;
@@ -302,7 +304,7 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
     OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(inode, key, rec, /*empty=*/rec.size == 0));
   }
   if (handle->flags & O_APPEND) offset = inode.staged->size();
-  OBJFS_RETURN_IF_ERROR(RetryWithRoom(inode.staged->WriteAt(offset, data), &inode,
+  OBJFS_RETURN_IF_ERROR(RetryWithRoom(inode.staged->WriteAt(offset, data), &inode, data.size(),
                                       [&] { return inode.staged->WriteAt(offset, data); }));
   inode.attr.size = inode.staged->size();
   inode.attr.mtime_ns = NowNs();
@@ -325,7 +327,9 @@ Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
     // Without that record (the cache disk is full) the window would hold data a crash loses:
     // upload it now, as without a window.
     Log("uploading " + *key + " at close: " + recorded.message());
-    return UploadLocked(inode, *key);
+    Status uploaded = UploadLocked(inode, *key);
+    if (!uploaded.ok()) RetryUploadLater(ino, uploaded);
+    return uploaded;
   }
   auto due =
       clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.writeback * 1e9));
@@ -340,14 +344,33 @@ Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
   return Status::Ok();
 }
 
-size_t Filesystem::MakeRoomInStaging(const Inode* busy) {
+void Filesystem::RetryUploadLater(uint64_t ino, const Status& failure) {
+  Bump(metrics_->writeback_failures);
+  const double retry = std::max(options_.writeback, kWritebackRetrySeconds);
+  char when[64];
+  std::snprintf(when, sizeof(when), "; the data stays staged, retrying in %.0f s", retry);
+  Log(failure.ToString() + when);
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> queue(writeback_mu_);
+    was_empty = writeback_due_.empty();
+    writeback_due_[ino] =
+        clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(retry * 1e9));
+  }
+  if (was_empty) writeback_cv_.notify_one();
+}
+
+uint64_t Filesystem::MakeRoomInStaging(const Inode* busy, uint64_t needed) {
   std::vector<uint64_t> pending;
   {
     std::lock_guard<std::mutex> lock(writeback_mu_);
     for (const auto& [ino, due] : writeback_due_) pending.push_back(ino);
   }
+  needed = std::max<uint64_t>(needed, 1);
+  uint64_t freed = 0;
   size_t uploaded = 0;
   for (uint64_t ino : pending) {
+    if (freed >= needed) break;
     std::shared_ptr<Inode> inode = inodes_.Get(ino);
     if (inode == nullptr || inode.get() == busy) continue;
     // Never waits for another inode's lock while holding `busy`'s.
@@ -358,17 +381,20 @@ size_t Filesystem::MakeRoomInStaging(const Inode* busy) {
     }
     auto key = KeyOf(ino);
     if (!key.ok()) continue;
+    const uint64_t size = inode->staged->size();
     Status s = UploadLocked(*inode, *key);
-    if (s.ok()) {
-      ++uploaded;
-    } else {
-      Bump(metrics_->writeback_failures);
-      Log("upload of " + *key + " to free the cache disk failed: " + s.ToString());
+    if (!s.ok()) {
+      RetryUploadLater(ino, s);
+      continue;
     }
+    ++uploaded;
+    freed += std::max<uint64_t>(size, 1);
   }
-  if (uploaded > 0)
-    Log("the cache disk is full: uploaded " + std::to_string(uploaded) + " file(s) early");
-  return uploaded;
+  if (uploaded > 0) {
+    Log("cache_dir is full: uploaded " + std::to_string(uploaded) +
+        " file(s) of the write-back window early");
+  }
+  return freed;
 }
 
 Status Filesystem::Flush(uint64_t fh) {
@@ -422,6 +448,7 @@ Status Filesystem::Release(uint64_t fh) {
   }
   // An inode the kernel already forgot goes once its last handle closes.
   inodes_.Forget(handle->ino, 0);
+  metrics_->open_files.fetch_sub(1, std::memory_order_relaxed);
   return status;
 }
 
@@ -477,16 +504,7 @@ Status Filesystem::UploadDue() {
         if (inode->open_handles.load() > 0) return Status::Ok();
         auto key = KeyOf(ino);
         status = key.ok() ? UploadLocked(*inode, *key) : key.status();
-        if (!status.ok()) {
-          Bump(metrics_->writeback_failures);
-          const double retry = std::max(options_.writeback, kWritebackRetrySeconds);
-          char when[64];
-          std::snprintf(when, sizeof(when), "; the data stays staged, retrying in %.0f s", retry);
-          Log(status.ToString() + when);
-          std::lock_guard<std::mutex> queue(writeback_mu_);
-          writeback_due_[ino] =
-              clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(retry * 1e9));
-        }
+        if (!status.ok()) RetryUploadLater(ino, status);
       }
       inodes_.Forget(ino, 0);  // an inode the kernel forgot goes once it is clean
       return status;

@@ -104,40 +104,44 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
     std::lock_guard<std::mutex> lock(old_inode->mu);
     if (old_inode->staged) old_inode->staged->Orphan();
   }
+  // Decided under the file's lock; the target gets its sidecar back after it, since that may
+  // upload it (on a full cache disk) and no upload waits with two inodes locked.
+  bool committed = false;
+  Status failure;  // not committed and not left to the store either
   {
     std::lock_guard<std::mutex> lock(inode->mu);
     // Uploaded by the write-back thread meanwhile: rename it in the store.
-    if (!inode->staged || !inode->dirty || inode->unlinked) {
-      restore_target();
-      return std::nullopt;
-    }
-    Metadata metadata = inode->extra_metadata;
-    SetPosixMetadata(inode->attr.mode, inode->attr.uid, inode->attr.gid, inode->attr.mtime_ns,
-                     &metadata);
-    // The sidecar first: from now on a crash uploads the data under its new name.
-    Status described = inode->staged->Describe(to, metadata);
-    if (!described.ok()) {
-      restore_target();
-      // No record under the new name (the cache disk is full): the data goes up under the old
-      // one now, and the store renames it.
-      Log("uploading " + from + " before its rename: " + described.message());
-      Status uploaded = UploadLocked(*inode, from);
-      if (!uploaded.ok()) return uploaded;
-      return std::nullopt;
-    }
-    if (inode->in_store) {
-      Status removed = store_->remove(from);
-      if (!removed.ok() && removed.code() != StatusCode::kNotFound) {
+    if (inode->staged && inode->dirty && !inode->unlinked) {
+      Metadata metadata = inode->extra_metadata;
+      SetPosixMetadata(inode->attr.mode, inode->attr.uid, inode->attr.gid, inode->attr.mtime_ns,
+                       &metadata);
+      // The sidecar first: from now on a crash uploads the data under its new name.
+      Status described = inode->staged->Describe(to, metadata);
+      Status removed;
+      if (!described.ok()) {
+        // No record under the new name (the cache disk is full): the data goes up under the
+        // old one now, and the store renames it.
+        Log("uploading " + from + " before its rename: " + described.message());
+        failure = UploadLocked(*inode, from);
+      } else if (inode->in_store && !(removed = store_->remove(from)).ok() &&
+                 removed.code() != StatusCode::kNotFound) {
         (void)inode->staged->Describe(from, metadata);
-        restore_target();
-        return removed.WithContext("renaming " + from);
+        failure = removed.WithContext("renaming " + from);
+      } else {
+        inode->in_store = dst.ok();
+        // The new name before the inode is unlocked: a release racing the rename (the kernel
+        // sends RELEASE after close(2) returns, so it may come after rsync's rename) describes
+        // the file under the name it then has; under the old one, a crash would upload it as
+        // that.
+        inodes_.Rename(from, to, /*subtree=*/false);
+        committed = true;
       }
     }
-    inode->in_store = dst.ok();
-    // The new name before the inode is unlocked: a release racing the rename (the kernel sends
-    // RELEASE after close(2) returns, so it may come after rsync's rename) describes the file
-    // under the name it then has; under the old one, a crash would upload it as that.
-    inodes_.Rename(from, to, /*subtree=*/false);
+  }
+  if (!committed) {
+    restore_target();
+    if (!failure.ok()) return failure;
+    return std::nullopt;
   }
   // Committed: the replaced target's data goes (its open handles keep reading it).
   if (old_inode != nullptr) {

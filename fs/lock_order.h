@@ -3,8 +3,8 @@
 // down this list; each lock's owner says which entry it is.
 //
 //   1. Inode::mu          per-inode state (staging file, unsaved data, pending metadata).
-//                         At most one at a time, except CopyFileRange and Rename, which take
-//                         two in increasing inode-number order.
+//                         At most one at a time. MakeRoomInStaging (a full cache_dir), holding
+//                         one, only try-locks others: it never waits for a second.
 //   2. Filesystem::Handle::mu   per-open-file state (its Prefetcher, copy bookkeeping).
 //   3. Filesystem::handles_mu_  the handle map; held only to find, add or erase a handle.
 //   4. InodeTable::mu_    ino <-> key maps and lookup counts.

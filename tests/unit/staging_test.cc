@@ -72,11 +72,11 @@ TEST_F(StagingTest, LeftoversCarryKeyAndMetadata) {
 class FileSizeLimit {
  public:
   explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &old_);
+    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &old_), 0);
     old_handler_ = ::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
     struct rlimit limited = old_;
     limited.rlim_cur = bytes;
-    ::setrlimit(RLIMIT_FSIZE, &limited);
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0) << "the limit did not take";
   }
   ~FileSizeLimit() {
     ::setrlimit(RLIMIT_FSIZE, &old_);
