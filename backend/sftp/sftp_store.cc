@@ -444,24 +444,46 @@ Status SftpStore::MakeDirs(SftpConnection& c, const std::string& dir) {
   return Status::Ok();
 }
 
+namespace {
+
+// The attributes objfs sets from a file's metadata: its mtime (now, if none) and its mode.
+SftpWire::NewAttrs NewAttrsOf(const Metadata& metadata) {
+  SftpWire::NewAttrs attrs;
+  attrs.mtime_s = static_cast<uint32_t>(
+      ParseMtime(metadata).value_or(static_cast<int64_t>(std::time(nullptr))));
+  if (std::optional<uint32_t> mode = ParseMode(metadata)) attrs.permissions = *mode & 07777;
+  return attrs;
+}
+
+// The wire's ATTRS as libssh's, for the helpers above.
+sftp_attributes_struct LibsshAttributes(const SftpWire::FileAttrs& w) {
+  sftp_attributes_struct a{};
+  a.flags = w.flags;
+  a.size = w.size;
+  a.uid = w.uid;
+  a.gid = w.gid;
+  a.permissions = w.permissions;
+  a.atime = static_cast<uint32_t>(w.atime_s);
+  a.mtime = static_cast<uint32_t>(w.mtime_s);
+  if (w.flags & SSH_FILEXFER_ATTR_PERMISSIONS) {
+    a.type = S_ISDIR(w.permissions)   ? SSH_FILEXFER_TYPE_DIRECTORY
+             : S_ISLNK(w.permissions) ? SSH_FILEXFER_TYPE_SYMLINK
+             : S_ISREG(w.permissions) ? SSH_FILEXFER_TYPE_REGULAR
+                                      : SSH_FILEXFER_TYPE_SPECIAL;
+  } else {
+    a.type = SSH_FILEXFER_TYPE_UNKNOWN;
+  }
+  return a;
+}
+
+}  // namespace
+
 Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_view key,
                                               const std::string& path, const Metadata& metadata) {
-  sftp_attributes_struct attrs{};
-  int64_t mtime = ParseMtime(metadata).value_or(static_cast<int64_t>(std::time(nullptr)));
-  attrs.flags = SSH_FILEXFER_ATTR_ACMODTIME;
-  attrs.atime = static_cast<uint32_t>(mtime);
-  attrs.mtime = static_cast<uint32_t>(mtime);
-  if (std::optional<uint32_t> mode = ParseMode(metadata)) {
-    attrs.flags |= SSH_FILEXFER_ATTR_PERMISSIONS;
-    attrs.permissions = *mode & 07777;
-  }
-  if (sftp_setstat(c.sftp(), path.c_str(), &attrs) != 0) {
-    return LibsshStatus(c, "set attributes of " + path);
-  }
-  // What the server made of it: exactly what head() will report once the file is in place.
-  Attributes a(sftp_stat(c.sftp(), path.c_str()));
-  if (a == nullptr) return LibsshStatus(c, "stat " + path);
-  return InfoFromAttributes(key, *a);
+  // With what the server made of it: exactly what head() will report once the file is in place.
+  Result<SftpWire::FileAttrs> a = c.wire().SetStat(path, NewAttrsOf(metadata));
+  if (!a.ok()) return a.status();
+  return InfoFromAttributes(key, LibsshAttributes(*a));
 }
 
 Status SftpStore::Rename(SftpConnection& c, const std::string& from, const std::string& to) {
@@ -596,15 +618,17 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
     status = wire.WriteAll(*handle, offset, data, options_.requests_in_flight);
     offset += *n;
   }
-  if (status.ok() && wire.HasExtension("fsync@openssh.com", "1")) status = wire.Fsync(*handle);
-  Status closed = wire.Close(*handle);
-  if (status.ok()) status = closed;
   if (!status.ok()) {
+    (void)wire.Close(*handle);
     cleanup();
     return status.WithContext("put " + std::string(key));
   }
-
-  Result<ObjectInfo> staged_info = ApplyAttributes(c, key, staged, options.metadata);
+  // Attributes, fsync, what the server made of it and close: one round trip.
+  Result<SftpWire::FileAttrs> finished = wire.Finish(*handle, NewAttrsOf(options.metadata),
+                                                     wire.HasExtension("fsync@openssh.com", "1"));
+  Result<ObjectInfo> staged_info =
+      finished.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*finished)))
+                    : Result<ObjectInfo>(finished.status().WithContext("put " + std::string(key)));
   if (staged_info.ok() && staged_info->size != size) {
     staged_info = IoError("put " + std::string(key) + ": " + std::to_string(staged_info->size) +
                           " bytes arrived of " + std::to_string(size));

@@ -15,6 +15,9 @@ constexpr uint8_t kFxpClose = 4;
 constexpr uint8_t kFxpRead = 5;
 constexpr uint8_t kFxpWrite = 6;
 constexpr uint8_t kFxpFstat = 8;
+constexpr uint8_t kFxpSetstat = 9;
+constexpr uint8_t kFxpFsetstat = 10;
+constexpr uint8_t kFxpStat = 17;
 constexpr uint8_t kFxpStatus = 101;
 constexpr uint8_t kFxpHandle = 102;
 constexpr uint8_t kFxpData = 103;
@@ -291,30 +294,107 @@ Status SftpWire::Close(const Handle& handle) {
   return StatusOf(reply, "close");
 }
 
-Result<SftpWire::FileAttrs> SftpWire::Fstat(const Handle& handle) {
-  std::string body;
-  PutString(body, handle);
-  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpFstat, body));
+namespace {
+
+void PutNewAttrs(std::string& out, const SftpWire::NewAttrs& attrs) {
+  PutU32(out, kAttrAcModTime | (attrs.permissions ? kAttrPermissions : 0));
+  if (attrs.permissions) PutU32(out, *attrs.permissions);
+  PutU32(out, attrs.mtime_s);  // atime
+  PutU32(out, attrs.mtime_s);
+}
+
+}  // namespace
+
+Result<SftpWire::FileAttrs> SftpWire::AttrsOf(const Reply& reply, std::string_view what) {
   if (reply.type != kFxpAttrs) {
-    Status status = StatusOf(reply, "fstat");
-    if (status.ok()) return InternalError("SFTP fstat returned no attributes");
+    Status status = StatusOf(reply, what);
+    if (status.ok()) return InternalError(std::string(what) + ": no attributes in the reply");
     return status;
   }
   Reader reader(reply.body);
   FileAttrs attrs;
-  const uint32_t flags = reader.U32();
-  if (flags & kAttrSize) attrs.size = reader.U64();
-  if (flags & kAttrUidGid) {
-    reader.U32();
-    reader.U32();
+  attrs.flags = reader.U32();
+  if (attrs.flags & kAttrSize) attrs.size = reader.U64();
+  if (attrs.flags & kAttrUidGid) {
+    attrs.uid = reader.U32();
+    attrs.gid = reader.U32();
   }
-  if (flags & kAttrPermissions) attrs.permissions = reader.U32();
-  if (flags & kAttrAcModTime) {
-    reader.U32();  // atime
+  if (attrs.flags & kAttrPermissions) attrs.permissions = reader.U32();
+  if (attrs.flags & kAttrAcModTime) {
+    attrs.atime_s = reader.U32();
     attrs.mtime_s = reader.U32();
   }
-  if (!reader.ok()) return InternalError("malformed SFTP attributes");
+  if (!reader.ok()) return InternalError(std::string(what) + ": malformed SFTP attributes");
   return attrs;
+}
+
+Result<SftpWire::FileAttrs> SftpWire::Fstat(const Handle& handle) {
+  std::string body;
+  PutString(body, handle);
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpFstat, body));
+  return AttrsOf(reply, "fstat");
+}
+
+Result<std::vector<SftpWire::Reply>> SftpWire::CallPipelined(
+    std::span<const std::pair<uint8_t, std::string>> requests) {
+  const uint32_t first = next_id_;
+  for (const auto& [type, body] : requests) OBJFS_RETURN_IF_ERROR(Send(type, next_id_++, body));
+  std::vector<Reply> replies;
+  replies.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    OBJFS_ASSIGN_OR_RETURN(Reply reply, Receive());
+    if (reply.id != first + i) return Broken("SFTP replies out of order");
+    replies.push_back(std::move(reply));
+  }
+  return replies;
+}
+
+Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttrs& attrs,
+                                             bool sync) {
+  std::vector<std::pair<uint8_t, std::string>> requests;
+  std::string set;
+  PutString(set, handle);
+  PutNewAttrs(set, attrs);
+  requests.emplace_back(kFxpFsetstat, std::move(set));
+  if (sync) {
+    std::string fsync;
+    PutString(fsync, "fsync@openssh.com");
+    PutString(fsync, handle);
+    requests.emplace_back(kFxpExtended, std::move(fsync));
+  }
+  std::string stat;
+  PutString(stat, handle);
+  requests.emplace_back(kFxpFstat, std::move(stat));
+  std::string close;
+  PutString(close, handle);
+  requests.emplace_back(kFxpClose, std::move(close));
+  OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
+  size_t i = 0;
+  Status status = StatusOf(replies[i++], "set attributes");
+  if (sync) {
+    Status synced = StatusOf(replies[i++], "fsync");
+    if (status.ok()) status = synced;
+  }
+  Result<FileAttrs> got = AttrsOf(replies[i++], "fstat");
+  Status closed = StatusOf(replies[i++], "close");
+  if (!status.ok()) return status;
+  if (!got.ok()) return got.status();
+  if (!closed.ok()) return closed;
+  return got;
+}
+
+Result<SftpWire::FileAttrs> SftpWire::SetStat(std::string_view path, const NewAttrs& attrs) {
+  std::vector<std::pair<uint8_t, std::string>> requests;
+  std::string set;
+  PutString(set, path);
+  PutNewAttrs(set, attrs);
+  requests.emplace_back(kFxpSetstat, std::move(set));
+  std::string stat;
+  PutString(stat, path);
+  requests.emplace_back(kFxpStat, std::move(stat));
+  OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
+  OBJFS_RETURN_IF_ERROR(StatusOf(replies[0], "set attributes of " + std::string(path)));
+  return AttrsOf(replies[1], "stat " + std::string(path));
 }
 
 Result<size_t> SftpWire::Read(const Handle& handle, uint64_t offset, std::span<std::byte> buf,

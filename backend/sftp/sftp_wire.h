@@ -14,9 +14,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "backend/status.h"
 
@@ -56,11 +59,20 @@ class SftpWire {
   // An open remote file handle; opaque bytes.
   using Handle = std::string;
 
-  // What FSTAT reports of an open file (SFTP v3 ATTRS), as far as objfs uses it.
+  // SFTP v3 ATTRS as a server reports them; `flags` (SSH_FILEXFER_ATTR_*) says which are set.
   struct FileAttrs {
+    uint32_t flags = 0;
     uint64_t size = 0;
-    int64_t mtime_s = 0;
+    uint32_t uid = 0;
+    uint32_t gid = 0;
     uint32_t permissions = 0;
+    int64_t atime_s = 0;
+    int64_t mtime_s = 0;
+  };
+  // Attributes to set: the mtime (and atime, to the same second) and, if given, the permissions.
+  struct NewAttrs {
+    uint32_t mtime_s = 0;
+    std::optional<uint32_t> permissions;
   };
 
   Result<Handle> OpenFile(std::string_view path, uint32_t flags, uint32_t permissions);
@@ -77,6 +89,13 @@ class SftpWire {
   Status WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,
                   int in_flight);
   Status Fsync(const Handle& handle);
+  // Finishes a file written through `handle` in one round trip: FSETSTAT `attrs`, fsync@openssh
+  // (when `sync`), FSTAT and CLOSE, all in flight at once. The server runs them in order, so the
+  // FSTAT shows what it made of the attributes. Returns that, or the first failure; the handle
+  // is closed either way.
+  Result<FileAttrs> Finish(const Handle& handle, const NewAttrs& attrs, bool sync);
+  // SETSTAT `attrs` on `path` and STAT it, in one round trip (both follow links).
+  Result<FileAttrs> SetStat(std::string_view path, const NewAttrs& attrs);
   // posix-rename@openssh.com: replaces `to` atomically.
   Status PosixRename(std::string_view from, std::string_view to);
   // copy-data: copies `length` bytes (0: to the end) of `from` at `from_offset` into `to` at
@@ -110,8 +129,13 @@ class SftpWire {
   Status ReceiveHeader(uint32_t* length, uint8_t* type, uint32_t* id);
   // Sends one request and waits for its reply (no other requests may be outstanding).
   Result<Reply> Call(uint8_t type, std::string_view body);
+  // Sends the requests, all before reading any reply, and returns their replies in order.
+  Result<std::vector<Reply>> CallPipelined(
+      std::span<const std::pair<uint8_t, std::string>> requests);
   // Expects an SSH_FXP_STATUS reply and converts it.
   Status StatusOf(const Reply& reply, std::string_view what);
+  // Expects an SSH_FXP_ATTRS reply (a STATUS one is its failure) and parses it.
+  Result<FileAttrs> AttrsOf(const Reply& reply, std::string_view what);
   Status ReadExact(void* dst, size_t n);
   Status Broken(std::string message);
 
