@@ -5,9 +5,9 @@
 
 namespace objfs {
 
-RetryBackoff::RetryBackoff(RetryPolicy policy) : policy_(policy), random_(std::random_device{}()) {}
+RetryBackoff::RetryBackoff(RetryPolicy policy) : policy_(policy) {}
 
-RetryBackoff::RetryBackoff(RetryPolicy policy, uint64_t seed) : policy_(policy), random_(seed) {}
+RetryBackoff::RetryBackoff(RetryPolicy policy, uint64_t seed) : policy_(policy), seed_(seed) {}
 
 std::chrono::milliseconds RetryBackoff::Ceiling(const RetryPolicy& policy, int retry) {
   const int64_t base = std::max<int64_t>(policy.base_delay.count(), 0);
@@ -21,8 +21,9 @@ std::chrono::milliseconds RetryBackoff::Ceiling(const RetryPolicy& policy, int r
 
 std::chrono::milliseconds RetryBackoff::Delay(int retry) {
   const int64_t ceiling = Ceiling(policy_, retry).count();
+  if (!random_) random_.emplace(seed_ ? *seed_ : std::random_device{}());
   std::uniform_int_distribution<int64_t> uniform(0, ceiling);
-  return std::chrono::milliseconds(uniform(random_));
+  return std::chrono::milliseconds(uniform(*random_));
 }
 
 bool IsRetryable(const Status& status) { return status.code() == StatusCode::kTransient; }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <type_traits>
 #include <utility>
@@ -27,7 +28,8 @@ struct RetryPolicy {
 // The random waits of one retrying caller. Not thread-safe: each caller holds its own.
 class RetryBackoff {
  public:
-  // Seeded from std::random_device.
+  // Seeded from std::random_device, at the first Delay(): most calls never retry, and each
+  // request has a RetryBackoff of its own.
   explicit RetryBackoff(RetryPolicy policy);
   RetryBackoff(RetryPolicy policy, uint64_t seed);
 
@@ -42,7 +44,8 @@ class RetryBackoff {
 
  private:
   RetryPolicy policy_;
-  std::mt19937_64 random_;
+  std::optional<uint64_t> seed_;  // unset: from std::random_device when first needed
+  std::optional<std::mt19937_64> random_;
 };
 
 // True when repeating the same request may succeed: the code is Transient.

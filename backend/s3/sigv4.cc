@@ -192,15 +192,42 @@ std::string StringToSign(std::string_view canonical_request, std::string_view am
   return out;
 }
 
-std::string SignatureHex(std::string_view secret_key, std::string_view date,
-                         std::string_view region, std::string_view service,
-                         std::string_view string_to_sign) {
+namespace {
+
+// The signing key depends only on the secret, the day, the region and the service: four HMACs
+// that every request of a day would repeat. Each thread keeps the last one it derived.
+Digest SigningKey(std::string_view secret_key, std::string_view date, std::string_view region,
+                  std::string_view service) {
+  struct Cached {
+    std::string secret_key, date, region, service;
+    Digest key{};
+    bool valid = false;
+  };
+  thread_local Cached cached;
+  if (cached.valid && cached.secret_key == secret_key && cached.date == date &&
+      cached.region == region && cached.service == service) {
+    return cached.key;
+  }
   std::string secret = "AWS4";
   secret.append(secret_key);
   const Digest k_date = HmacSha256(secret, date);
   const Digest k_region = HmacSha256(AsView(k_date), region);
   const Digest k_service = HmacSha256(AsView(k_region), service);
-  const Digest k_signing = HmacSha256(AsView(k_service), "aws4_request");
+  cached.key = HmacSha256(AsView(k_service), "aws4_request");
+  cached.secret_key.assign(secret_key);
+  cached.date.assign(date);
+  cached.region.assign(region);
+  cached.service.assign(service);
+  cached.valid = true;
+  return cached.key;
+}
+
+}  // namespace
+
+std::string SignatureHex(std::string_view secret_key, std::string_view date,
+                         std::string_view region, std::string_view service,
+                         std::string_view string_to_sign) {
+  const Digest k_signing = SigningKey(secret_key, date, region, service);
   const Digest sig = HmacSha256(AsView(k_signing), string_to_sign);
   return HexLower(sig.data(), sig.size());
 }

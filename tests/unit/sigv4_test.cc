@@ -422,5 +422,21 @@ TEST(SignTest, SignatureDependsOnSecretRegionAndService) {
   EXPECT_NE(base, SignatureHex("secret", "20150830", "us-east-1", "sts", sts));
 }
 
+// The signing key of the last (secret, day, region, service) is kept: it must never stand in
+// for another's.
+TEST(SignTest, AKeptSigningKeyServesOnlyItsOwnDayAndScope) {
+  const std::string sts = "AWS4-HMAC-SHA256\n20150830T123600Z\n...";
+  const std::string day1 = SignatureHex("secret", "20150830", "us-east-1", "s3", sts);
+  const std::string day2 = SignatureHex("secret", "20150831", "us-east-1", "s3", sts);
+  EXPECT_NE(day1, day2);
+  EXPECT_EQ(SignatureHex("secret", "20150830", "us-east-1", "s3", sts), day1);
+  EXPECT_EQ(SignatureHex("secret", "20150830", "us-east-1", "s3", sts), day1);
+  EXPECT_EQ(SignatureHex("secret", "20150831", "us-east-1", "s3", sts), day2);
+  // A secret that is a prefix of the other, and scope parts that run together alike.
+  EXPECT_NE(SignatureHex("secre", "20150830", "us-east-1", "s3", sts), day1);
+  EXPECT_NE(SignatureHex("secret", "20150830", "us-east-1s", "3", sts), day1);
+  EXPECT_EQ(SignatureHex("secret", "20150830", "us-east-1", "s3", sts), day1);
+}
+
 }  // namespace
 }  // namespace objfs::s3
