@@ -296,6 +296,13 @@ Status SftpWire::Close(const Handle& handle) {
 
 namespace {
 
+// A request body that starts with string `s` (a handle, a path, an extension's name).
+std::string StringBody(std::string_view s) {
+  std::string body;
+  PutString(body, s);
+  return body;
+}
+
 void PutNewAttrs(std::string& out, const SftpWire::NewAttrs& attrs) {
   PutU32(out, kAttrAcModTime | (attrs.permissions ? kAttrPermissions : 0));
   if (attrs.permissions) PutU32(out, *attrs.permissions);
@@ -352,22 +359,14 @@ Result<std::vector<SftpWire::Reply>> SftpWire::CallPipelined(
 Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttrs& attrs,
                                              bool sync) {
   std::vector<std::pair<uint8_t, std::string>> requests;
-  std::string set;
-  PutString(set, handle);
-  PutNewAttrs(set, attrs);
-  requests.emplace_back(kFxpFsetstat, std::move(set));
+  requests.emplace_back(kFxpFsetstat, StringBody(handle));
+  PutNewAttrs(requests.back().second, attrs);
   if (sync) {
-    std::string fsync;
-    PutString(fsync, "fsync@openssh.com");
-    PutString(fsync, handle);
-    requests.emplace_back(kFxpExtended, std::move(fsync));
+    requests.emplace_back(kFxpExtended, StringBody("fsync@openssh.com"));
+    PutString(requests.back().second, handle);
   }
-  std::string stat;
-  PutString(stat, handle);
-  requests.emplace_back(kFxpFstat, std::move(stat));
-  std::string close;
-  PutString(close, handle);
-  requests.emplace_back(kFxpClose, std::move(close));
+  requests.emplace_back(kFxpFstat, StringBody(handle));
+  requests.emplace_back(kFxpClose, StringBody(handle));
   OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
   size_t i = 0;
   Status status = StatusOf(replies[i++], "set attributes");
@@ -385,13 +384,9 @@ Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttr
 
 Result<SftpWire::FileAttrs> SftpWire::SetStat(std::string_view path, const NewAttrs& attrs) {
   std::vector<std::pair<uint8_t, std::string>> requests;
-  std::string set;
-  PutString(set, path);
-  PutNewAttrs(set, attrs);
-  requests.emplace_back(kFxpSetstat, std::move(set));
-  std::string stat;
-  PutString(stat, path);
-  requests.emplace_back(kFxpStat, std::move(stat));
+  requests.emplace_back(kFxpSetstat, StringBody(path));
+  PutNewAttrs(requests.back().second, attrs);
+  requests.emplace_back(kFxpStat, StringBody(path));
   OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
   OBJFS_RETURN_IF_ERROR(StatusOf(replies[0], "set attributes of " + std::string(path)));
   return AttrsOf(replies[1], "stat " + std::string(path));

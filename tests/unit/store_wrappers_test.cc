@@ -2,6 +2,7 @@
 // helpers against their published test vectors.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -217,22 +218,29 @@ TEST(MetricsStoreTest, CountsRequestsBytesAndFailures) {
   EXPECT_EQ(memory->object_count(), 0u);
 }
 
-// A store without server-side copy, to check that MetricsStore does not count its copies as
-// done on the server.
-class ClientCopyStore : public ForwardingStore {
+// A store whose capabilities differ from its inner store's as `edit` says.
+class EditedCapabilitiesStore : public ForwardingStore {
  public:
-  using ForwardingStore::ForwardingStore;
+  EditedCapabilitiesStore(std::shared_ptr<ObjectStore> inner,
+                          std::function<void(Capabilities&)> edit)
+      : ForwardingStore(std::move(inner)), edit_(std::move(edit)) {}
   Capabilities capabilities() const override {
     Capabilities caps = ForwardingStore::capabilities();
-    caps.server_side_copy = false;
+    edit_(caps);
     return caps;
   }
+
+ private:
+  std::function<void(Capabilities&)> edit_;
 };
 
 TEST(MetricsStoreTest, ClientSideCopiesAreNotServerCopies) {
   Metrics metrics;
   auto memory = std::make_shared<MemoryStore>();
-  MetricsStore store(std::make_shared<ClientCopyStore>(memory), metrics);
+  // Without server-side copy: its copies are not done on the server.
+  MetricsStore store(std::make_shared<EditedCapabilitiesStore>(
+                         memory, [](Capabilities& caps) { caps.server_side_copy = false; }),
+                     metrics);
   Result<ObjectInfo> info = Put(store, "a", "data");
   ASSERT_TRUE(info.ok());
   ASSERT_TRUE(store.copy(*info, "b", CopyOptions{}).ok());
@@ -241,21 +249,13 @@ TEST(MetricsStoreTest, ClientSideCopiesAreNotServerCopies) {
   EXPECT_EQ(metrics.bytes_copied_on_server.load(), 0u);
 }
 
-// A store that sets new attributes of a file in place, as SFTP's SETSTAT does.
-class InPlaceAttributesStore : public ForwardingStore {
- public:
-  using ForwardingStore::ForwardingStore;
-  Capabilities capabilities() const override {
-    Capabilities caps = ForwardingStore::capabilities();
-    caps.attributes_in_place = true;
-    return caps;
-  }
-};
-
 TEST(MetricsStoreTest, AttributesSetInPlaceAreNotServerCopies) {
   Metrics metrics;
   auto memory = std::make_shared<MemoryStore>();
-  MetricsStore store(std::make_shared<InPlaceAttributesStore>(memory), metrics);
+  // Sets new attributes of a file in place, as SFTP's SETSTAT does.
+  MetricsStore store(std::make_shared<EditedCapabilitiesStore>(
+                         memory, [](Capabilities& caps) { caps.attributes_in_place = true; }),
+                     metrics);
   Result<ObjectInfo> info = Put(store, "a", "data");
   ASSERT_TRUE(info.ok());
   CopyOptions chmod;
