@@ -37,12 +37,14 @@ Digest Sha256(const void* data, size_t len) {
   return out;
 }
 
-Digest HmacSha256(std::string_view key, std::string_view data) {
-  Digest out{};
+// False (and a zero digest) only when OpenSSL fails, e.g. out of memory.
+bool HmacSha256(std::string_view key, std::string_view data, Digest* out) {
+  *out = Digest{};
   unsigned int out_len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &out_len);
-  return out;
+  return HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+              reinterpret_cast<const unsigned char*>(data.data()), data.size(), out->data(),
+              &out_len) != nullptr &&
+         out_len == out->size();
 }
 
 std::string_view AsView(const Digest& d) {
@@ -210,10 +212,16 @@ Digest SigningKey(std::string_view secret_key, std::string_view date, std::strin
   }
   std::string secret = "AWS4";
   secret.append(secret_key);
-  const Digest k_date = HmacSha256(secret, date);
-  const Digest k_region = HmacSha256(AsView(k_date), region);
-  const Digest k_service = HmacSha256(AsView(k_region), service);
-  cached.key = HmacSha256(AsView(k_service), "aws4_request");
+  Digest k_date, k_region, k_service, k_signing;
+  if (!HmacSha256(secret, date, &k_date) || !HmacSha256(AsView(k_date), region, &k_region) ||
+      !HmacSha256(AsView(k_region), service, &k_service) ||
+      !HmacSha256(AsView(k_service), "aws4_request", &k_signing)) {
+    // Not kept: this request fails authentication loudly at the server, the next one derives
+    // the key again.
+    cached.valid = false;
+    return k_signing;
+  }
+  cached.key = k_signing;
   cached.secret_key.assign(secret_key);
   cached.date.assign(date);
   cached.region.assign(region);
@@ -228,7 +236,8 @@ std::string SignatureHex(std::string_view secret_key, std::string_view date,
                          std::string_view region, std::string_view service,
                          std::string_view string_to_sign) {
   const Digest k_signing = SigningKey(secret_key, date, region, service);
-  const Digest sig = HmacSha256(AsView(k_signing), string_to_sign);
+  Digest sig;
+  (void)HmacSha256(AsView(k_signing), string_to_sign, &sig);  // a zero signature is refused
   return HexLower(sig.data(), sig.size());
 }
 

@@ -624,11 +624,15 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
     return status.WithContext("put " + std::string(key));
   }
   // Attributes, fsync, what the server made of it and close: one round trip.
-  Result<SftpWire::FileAttrs> finished = wire.Finish(*handle, NewAttrsOf(options.metadata),
-                                                     wire.HasExtension("fsync@openssh.com", "1"));
+  bool attributes_refused = false;
+  Result<SftpWire::FileAttrs> finished =
+      wire.Finish(*handle, NewAttrsOf(options.metadata),
+                  wire.HasExtension("fsync@openssh.com", "1"), &attributes_refused);
   Result<ObjectInfo> staged_info =
       finished.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*finished)))
                     : Result<ObjectInfo>(finished.status().WithContext("put " + std::string(key)));
+  // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
+  if (attributes_refused) staged_info = ApplyAttributes(c, key, staged, options.metadata);
   if (staged_info.ok() && staged_info->size != size) {
     staged_info = IoError("put " + std::string(key) + ": " + std::to_string(staged_info->size) +
                           " bytes arrived of " + std::to_string(size));

@@ -350,14 +350,15 @@ Result<std::vector<SftpWire::Reply>> SftpWire::CallPipelined(
   replies.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     OBJFS_ASSIGN_OR_RETURN(Reply reply, Receive());
-    if (reply.id != first + i) return Broken("SFTP replies out of order");
+    if (reply.id != static_cast<uint32_t>(first + i)) return Broken("SFTP replies out of order");
     replies.push_back(std::move(reply));
   }
   return replies;
 }
 
-Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttrs& attrs,
-                                             bool sync) {
+Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttrs& attrs, bool sync,
+                                             bool* attributes_refused) {
+  *attributes_refused = false;
   std::vector<std::pair<uint8_t, std::string>> requests;
   requests.emplace_back(kFxpFsetstat, StringBody(handle));
   PutNewAttrs(requests.back().second, attrs);
@@ -369,14 +370,14 @@ Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttr
   requests.emplace_back(kFxpClose, StringBody(handle));
   OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
   size_t i = 0;
-  Status status = StatusOf(replies[i++], "set attributes");
-  if (sync) {
-    Status synced = StatusOf(replies[i++], "fsync");
-    if (status.ok()) status = synced;
-  }
+  Status set = StatusOf(replies[i++], "set attributes");
+  Status synced = sync ? StatusOf(replies[i++], "fsync") : Status::Ok();
   Result<FileAttrs> got = AttrsOf(replies[i++], "fstat");
   Status closed = StatusOf(replies[i++], "close");
-  if (!status.ok()) return status;
+  // Only FSETSTAT failed (a server that refuses it): the file is complete and closed.
+  *attributes_refused = !set.ok() && synced.ok() && got.ok() && closed.ok();
+  if (!set.ok()) return set;
+  if (!synced.ok()) return synced;
   if (!got.ok()) return got.status();
   if (!closed.ok()) return closed;
   return got;

@@ -92,8 +92,10 @@ class SftpWire {
   // Finishes a file written through `handle` in one round trip: FSETSTAT `attrs`, fsync@openssh
   // (when `sync`), FSTAT and CLOSE, all in flight at once. The server runs them in order, so the
   // FSTAT shows what it made of the attributes. Returns that, or the first failure; the handle
-  // is closed either way.
-  Result<FileAttrs> Finish(const Handle& handle, const NewAttrs& attrs, bool sync);
+  // is closed either way. `attributes_refused`: only the FSETSTAT failed (some servers refuse it
+  // and take a SETSTAT of the path instead); the file is complete and closed.
+  Result<FileAttrs> Finish(const Handle& handle, const NewAttrs& attrs, bool sync,
+                           bool* attributes_refused);
   // SETSTAT `attrs` on `path` and STAT it, in one round trip (both follow links).
   Result<FileAttrs> SetStat(std::string_view path, const NewAttrs& attrs);
   // posix-rename@openssh.com: replaces `to` atomically.

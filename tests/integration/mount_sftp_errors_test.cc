@@ -238,8 +238,9 @@ bool Accepts(int port) {
 // process it started) and removed at destruction. The shared server is never touched.
 class PrivateSshd {
  public:
-  // With `password_auth`, the server also accepts the passwords of system accounts.
-  explicit PrivateSshd(bool password_auth = false) {
+  // With `password_auth`, the server also accepts the passwords of system accounts;
+  // `sftp_flags` go to its sftp subsystem (internal-sftp).
+  explicit PrivateSshd(bool password_auth = false, const std::string& sftp_flags = "") {
     char dir_template[] = "/tmp/objfs-sshd-XXXXXX";
     if (::mkdtemp(dir_template) == nullptr) {
       ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
@@ -248,7 +249,7 @@ class PrivateSshd {
     dir_ = dir_template;
     CommandResult r = RunCommand(
         {"env", std::string("OBJFS_SSHD_PASSWORD_AUTH=") + (password_auth ? "yes" : "no"),
-         "/bin/bash", Script(), "start", dir_});
+         "OBJFS_SSHD_SFTP_FLAGS=" + sftp_flags, "/bin/bash", Script(), "start", dir_});
     if (r.exit_code != 0) {
       ADD_FAILURE() << "sshd.sh start " << dir_ << " failed: " << r.out << r.err;
       return;
@@ -453,6 +454,40 @@ class TemporaryAccount {
   uid_t uid_ = 0;
   gid_t gid_ = 0;
 };
+
+// objfs sets an upload's mode and mtime with FSETSTAT on its open handle; a server that refuses
+// FSETSTAT (sftp-server -P fsetstat) gets a SETSTAT of the path instead.
+TEST(MountSftpErrorsTest, AServerThatRefusesFsetstatStillGetsModeAndMtime) {
+  PrivateSshd sshd(/*password_auth=*/false, "-P fsetstat");
+  ASSERT_TRUE(sshd.started());
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  options.extra_options = sshd.options();
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(sshd.url(), options);
+  ASSERT_TRUE(mount);
+  const std::string file = mount->path() + "/file";
+  WriteFile(file, "content");
+  CommandResult chmod = RunCommand({"chmod", "640", file});
+  ASSERT_EQ(chmod.exit_code, 0) << chmod.err;
+  CommandResult touch = RunCommand({"touch", "-d", "@1296705906", file});
+  ASSERT_EQ(touch.exit_code, 0) << touch.err;
+  WriteFile(mount->path() + "/second", "second");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+
+  // On the server: the uploads are complete and have their attributes (the temporary files
+  // were created 0600).
+  const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
+  struct stat st {};
+  ASSERT_EQ(::stat((root + "/file").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_mtime, 1296705906);
+  EXPECT_EQ(ReadLocal(root + "/file"), "content");
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ASSERT_EQ(::stat((root + "/second").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & 07777, 0644u & ~mask);
+  EXPECT_EQ(ReadLocal(root + "/second"), "second");
+}
 
 TEST(MountSftpErrorsTest, PasswordFromAFileOrStandardInput) {
   TemporaryAccount account;
