@@ -219,7 +219,10 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   inodes_.Rename(from, to, /*subtree=*/false);
   if (inode != nullptr && inode->staged) {
     Metadata metadata = source.metadata;
-    (void)inode->staged->Describe(to, metadata);
+    // The open file's staged copy (uploaded above) now belongs to the new name. A record that
+    // cannot say so (a full cache disk) must not make a crash upload it under the old name
+    // again; a later write describes it anew.
+    if (!inode->staged->Describe(to, metadata).ok()) inode->staged->Orphan();
   }
   return Status::Ok();
 }

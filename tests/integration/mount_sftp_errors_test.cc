@@ -455,10 +455,12 @@ class TemporaryAccount {
   gid_t gid_ = 0;
 };
 
-// objfs sets an upload's mode and mtime with FSETSTAT on its open handle; a server that refuses
-// FSETSTAT (sftp-server -P fsetstat) gets a SETSTAT of the path instead.
-TEST(MountSftpErrorsTest, AServerThatRefusesFsetstatStillGetsModeAndMtime) {
-  PrivateSshd sshd(/*password_auth=*/false, "-P fsetstat");
+// objfs sets an upload's mode and mtime with FSETSTAT on its open handle and flushes it with
+// fsync@openssh.com, in one batch of requests. A server that refuses FSETSTAT (sftp-server
+// -P fsetstat) gets a SETSTAT of the path instead; one without fsync@openssh.com (sftp-server
+// does not offer what -P refuses) gets the batch without it.
+TEST(MountSftpErrorsTest, AServerThatRefusesFsetstatAndFsyncStillTakesUploads) {
+  PrivateSshd sshd(/*password_auth=*/false, "-P fsetstat,fsync");
   ASSERT_TRUE(sshd.started());
   ObjfsMount::Options options;
   options.use_shared_server = false;
