@@ -18,6 +18,11 @@ Status ReservedXattrError(std::string name) {
                 kPermMarker);
 }
 
+Status UnsupportedXattrError(std::string_view name) {
+  return UnsupportedError("extended attribute " + std::string(name) +
+                          ": only user. extended attributes are supported");
+}
+
 int ErrnoFromStatus(const Status& status) {
   switch (status.code()) {
     case StatusCode::kOk:

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "backend/status.h"
 
@@ -19,5 +20,7 @@ int ErrnoFromStatus(const Status& status);
 Status NoXattrError(std::string name);
 // PermissionDenied that maps to EPERM: `name` is maintained by objfs and cannot be changed.
 Status ReservedXattrError(std::string name);
+// Unsupported (EOPNOTSUPP): `name` is outside the user. namespace, the only one objfs keeps.
+Status UnsupportedXattrError(std::string_view name);
 
 }  // namespace objfs

@@ -22,7 +22,8 @@
 // ErrnoFromStatus() (fs/errno_map.h). Codes used beyond the obvious ones: kNameTooLong for a
 // name over 255 bytes, kIsDirectory / kNotDirectory, kNotEmpty for rmdir, kAlreadyExists for
 // O_EXCL and RENAME_NOREPLACE, kUnsupported for RENAME_EXCHANGE and non-"user." xattrs,
-// NoXattrError() (ENODATA) and ReservedXattrError() (EPERM) for extended attributes.
+// NoXattrError() (ENODATA), ReservedXattrError() (EPERM) and UnsupportedXattrError()
+// (EOPNOTSUPP) for extended attributes.
 #pragma once
 
 #include <atomic>

@@ -170,7 +170,10 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
     if (ino == kRootIno) return metrics_->ToText();
     return NoXattrError(std::string(name));
   }
-  if (!IsUserXattr(name)) return NoXattrError(std::string(name));
+  // Only user. attributes exist here. Saying so (EOPNOTSUPP, not "no such attribute") lets
+  // `ls -l` stop asking for security.selinux and system.posix_acl_access: coreutils remembers a
+  // file system without them after the first file, instead of asking the daemon twice per file.
+  if (!IsUserXattr(name)) return UnsupportedXattrError(name);
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (name == kEtagXattr || name == kEtagKindXattr) {
     if (key.empty()) return NoXattrError(std::string(name));
@@ -227,9 +230,7 @@ Status Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   if (IsReservedXattr(name) || name == kStatsXattr) {
     return ReservedXattrError(std::string(name));
   }
-  if (!IsUserXattr(name)) {
-    return UnsupportedError("only user. extended attributes are supported");
-  }
+  if (!IsUserXattr(name)) return UnsupportedXattrError(name);
   std::string n(name);
   std::string v(value);
   auto mutate = [&](FileAttr&, Metadata& extra) -> Status {
@@ -248,7 +249,7 @@ Status Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
   if (IsReservedXattr(name) || name == kStatsXattr) {
     return ReservedXattrError(std::string(name));
   }
-  if (!IsUserXattr(name)) return NoXattrError(std::string(name));
+  if (!IsUserXattr(name)) return UnsupportedXattrError(name);
   std::string n(name);
   auto mutate = [&](FileAttr&, Metadata& extra) -> Status {
     OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));

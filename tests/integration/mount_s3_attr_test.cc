@@ -266,6 +266,11 @@ TEST(MountS3AttrTest, UserExtendedAttributes) {
   EXPECT_NE(dump.out.find("user.color=\"blue\"\n"), std::string::npos) << dump.out;
   EXPECT_NE(dump.out.find("user.etag=\"" + etag + "\"\n"), std::string::npos) << dump.out;
 
+  // Other namespaces are not kept: unsupported, as ls -l and cp -a expect.
+  char buf[64];
+  EXPECT_LT(::lgetxattr(file.c_str(), "security.selinux", buf, sizeof(buf)), 0);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+
   CommandResult remove = RunCommand({"setfattr", "-x", "user.color", file});
   ASSERT_EQ(remove.exit_code, 0) << remove.err;
   ASSERT_TRUE(mount->Restart());

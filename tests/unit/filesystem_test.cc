@@ -683,6 +683,23 @@ TEST_F(FilesystemTest, ChmodOfAFileReplacedElsewhereKeepsItsNewMetadata) {
   EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0640));
 }
 
+// Only user. attributes exist: other namespaces are unsupported (EOPNOTSUPP), not merely
+// absent (ENODATA), so that ls -l stops asking for them after the first file.
+TEST_F(FilesystemTest, ExtendedAttributesOutsideUserAreUnsupported) {
+  PutObject("f", "data");
+  auto e = fs_->Lookup(kRootIno, "f");
+  ASSERT_TRUE(e.ok());
+  const uint64_t ino = e->attr.ino;
+  for (const char* name : {"security.selinux", "system.posix_acl_access", "trusted.x"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, name).status()), EOPNOTSUPP);
+    EXPECT_EQ(ErrnoFromStatus(fs_->SetXattr(ino, name, "v", 0)), EOPNOTSUPP);
+    EXPECT_EQ(ErrnoFromStatus(fs_->RemoveXattr(ino, name)), EOPNOTSUPP);
+  }
+  EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, "user.missing").status()), ENODATA);
+  EXPECT_EQ(ErrnoFromStatus(fs_->RemoveXattr(ino, "user.missing")), ENODATA);
+}
+
 TEST_F(FilesystemTest, RenameNoReplaceAndExchange) {
   PutObject("a", "1");
   PutObject("b", "2");
