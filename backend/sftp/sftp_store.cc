@@ -486,6 +486,25 @@ Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_vie
   return InfoFromAttributes(key, LibsshAttributes(*a));
 }
 
+Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Handle& handle,
+                                           std::string_view key, const std::string& path,
+                                           const Metadata& metadata, uint64_t size) {
+  SftpWire& wire = c.wire();
+  bool attributes_refused = false;
+  Result<SftpWire::FileAttrs> finished =
+      wire.Finish(handle, NewAttrsOf(metadata), wire.HasExtension("fsync@openssh.com", "1"),
+                  &attributes_refused);
+  Result<ObjectInfo> info =
+      finished.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*finished)))
+                    : Result<ObjectInfo>(finished.status());
+  // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
+  if (attributes_refused) info = ApplyAttributes(c, key, path, metadata);
+  if (info.ok() && info->size != size) {
+    return IoError(std::to_string(info->size) + " bytes arrived of " + std::to_string(size));
+  }
+  return info;
+}
+
 Status SftpStore::Rename(SftpConnection& c, const std::string& from, const std::string& to) {
   if (options_.use_posix_rename && c.wire().HasExtension("posix-rename@openssh.com", "1")) {
     return c.wire().PosixRename(from, to);
@@ -623,23 +642,10 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
     cleanup();
     return status.WithContext("put " + std::string(key));
   }
-  // Attributes, fsync, what the server made of it and close: one round trip.
-  bool attributes_refused = false;
-  Result<SftpWire::FileAttrs> finished =
-      wire.Finish(*handle, NewAttrsOf(options.metadata),
-                  wire.HasExtension("fsync@openssh.com", "1"), &attributes_refused);
-  Result<ObjectInfo> staged_info =
-      finished.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*finished)))
-                    : Result<ObjectInfo>(finished.status().WithContext("put " + std::string(key)));
-  // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
-  if (attributes_refused) staged_info = ApplyAttributes(c, key, staged, options.metadata);
-  if (staged_info.ok() && staged_info->size != size) {
-    staged_info = IoError("put " + std::string(key) + ": " + std::to_string(staged_info->size) +
-                          " bytes arrived of " + std::to_string(size));
-  }
+  Result<ObjectInfo> staged_info = FinishStaged(c, *handle, key, staged, options.metadata, size);
   if (!staged_info.ok()) {
     cleanup();
-    return staged_info.status();
+    return staged_info.status().WithContext("put " + std::string(key));
   }
   status = Commit(c, key, paths, staged, options);
   if (!status.ok()) {
@@ -754,8 +760,6 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     }
     etag = ETag::FromMd5(md5.Final());
   }
-  // Durable before it replaces anything: a rename's source is removed right after.
-  if (status.ok() && wire.HasExtension("fsync@openssh.com", "1")) status = wire.Fsync(*dst_handle);
   if (status.ok()) {
     // The version checked before the copy must still be the source's after it: what was
     // copied is then that version (a source replaced by a rename between the check and the
@@ -768,25 +772,20 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     }
   }
   Status closed_src = wire.Close(src_handle);
-  Status closed_dst = wire.Close(*dst_handle);
-  if (status.ok()) status = closed_src.ok() ? closed_dst : closed_src;
+  if (status.ok()) status = closed_src;
   if (!status.ok()) {
+    (void)wire.Close(*dst_handle);
     cleanup();
     return status.WithContext(what);
   }
-
-  // Without replaced metadata the copy keeps the source's mode and mtime.
+  // Without replaced metadata the copy keeps the source's mode and mtime. Durable (fsync)
+  // before it replaces anything: a rename's source is removed right after.
   const Metadata& metadata =
       options.replace_metadata ? *options.replace_metadata : current.metadata;
-  Result<ObjectInfo> staged_info = ApplyAttributes(c, dst, staged, metadata);
+  Result<ObjectInfo> staged_info = FinishStaged(c, *dst_handle, dst, staged, metadata, copied);
   if (!staged_info.ok()) {
     cleanup();
-    return staged_info.status();
-  }
-  if (staged_info->size != copied) {
-    cleanup();
-    return IoError(what + ": " + std::to_string(staged_info->size) + " bytes arrived of " +
-                   std::to_string(copied));
+    return staged_info.status().WithContext(what);
   }
   status = Commit(c, dst, dst_paths, staged, PutOptions{});
   if (!status.ok()) {

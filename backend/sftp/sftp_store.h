@@ -112,6 +112,14 @@ class SftpStore : public ObjectStore {
   // will report for `key` once the file is in place (without its ETag).
   Result<ObjectInfo> ApplyAttributes(SftpConnection& c, std::string_view key,
                                      const std::string& path, const Metadata& metadata);
+  // Finishes a staged file written through `handle` (put and copy): mode and mtime from
+  // `metadata`, fsync when the server offers it, and close, in one round trip; a server that
+  // refuses FSETSTAT gets a SETSTAT of the path. Returns what head() will report for `key` once
+  // the file is in place (without its ETag), after checking that `size` bytes arrived. The
+  // handle is closed either way.
+  Result<ObjectInfo> FinishStaged(SftpConnection& c, const SftpWire::Handle& handle,
+                                  std::string_view key, const std::string& path,
+                                  const Metadata& metadata, uint64_t size);
   // Renames the staged file into place, after checking the preconditions, holding the key's
   // lock.
   Status Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,

@@ -336,9 +336,7 @@ Result<SftpWire::FileAttrs> SftpWire::AttrsOf(const Reply& reply, std::string_vi
 }
 
 Result<SftpWire::FileAttrs> SftpWire::Fstat(const Handle& handle) {
-  std::string body;
-  PutString(body, handle);
-  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpFstat, body));
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpFstat, StringBody(handle)));
   return AttrsOf(reply, "fstat");
 }
 
@@ -527,14 +525,6 @@ Status SftpWire::WriteAll(const Handle& handle, uint64_t offset, std::span<const
     OBJFS_RETURN_IF_ERROR(collect_one());
   }
   return first_error;
-}
-
-Status SftpWire::Fsync(const Handle& handle) {
-  std::string body;
-  PutString(body, "fsync@openssh.com");
-  PutString(body, handle);
-  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpExtended, body));
-  return StatusOf(reply, "fsync");
 }
 
 Status SftpWire::PosixRename(std::string_view from, std::string_view to) {

@@ -88,7 +88,6 @@ class SftpWire {
   // limits().max_write bytes.
   Status WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,
                   int in_flight);
-  Status Fsync(const Handle& handle);
   // Finishes a file written through `handle` in one round trip: FSETSTAT `attrs`, fsync@openssh
   // (when `sync`), FSTAT and CLOSE, all in flight at once. The server runs them in order, so the
   // FSTAT shows what it made of the attributes. Returns that, or the first failure; the handle

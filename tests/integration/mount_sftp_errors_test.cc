@@ -474,6 +474,9 @@ TEST(MountSftpErrorsTest, AServerThatRefusesFsetstatAndFsyncStillTakesUploads) {
   CommandResult touch = RunCommand({"touch", "-d", "@1296705906", file});
   ASSERT_EQ(touch.exit_code, 0) << touch.err;
   WriteFile(mount->path() + "/second", "second");
+  // A copy within the mount (copy-data) is finished the same way.
+  CommandResult cp = RunCommand({"cp", "--preserve=mode,timestamps", file, file + ".copy"});
+  ASSERT_EQ(cp.exit_code, 0) << cp.err;
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 
   // On the server: the uploads are complete and have their attributes (the temporary files
@@ -484,6 +487,10 @@ TEST(MountSftpErrorsTest, AServerThatRefusesFsetstatAndFsyncStillTakesUploads) {
   EXPECT_EQ(st.st_mode & 07777, 0640u);
   EXPECT_EQ(st.st_mtime, 1296705906);
   EXPECT_EQ(ReadLocal(root + "/file"), "content");
+  ASSERT_EQ(::stat((root + "/file.copy").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_mtime, 1296705906);
+  EXPECT_EQ(ReadLocal(root + "/file.copy"), "content");
   const mode_t mask = ::umask(0);
   ::umask(mask);
   ASSERT_EQ(::stat((root + "/second").c_str(), &st), 0) << std::strerror(errno);
