@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/buffer_pool.h"
 #include "cache/io_pool.h"
 #include "cache/read_budget.h"
 
@@ -15,9 +16,10 @@ namespace objfs {
 namespace {
 
 constexpr uint64_t kMinReadBuffer = 4 << 10;
-// How far behind the furthest read a read may land and still count as sequential (the kernel
-// issues its read-ahead requests concurrently, so they arrive slightly out of order), and how
-// long a chunk is kept after the reads have passed it.
+// How far from the furthest read a read that no chunk holds may land and still count as
+// sequential (the kernel issues its read-ahead requests concurrently, so they arrive out of
+// order), and how long a chunk is kept after the reads have passed it: four read buffers, at
+// least this. Reads that chunks hold count as sequential wherever they land.
 constexpr uint64_t kMinSlack = 1 << 20;
 // Read-ahead fetches grow with the window so that about this many run at once, each between
 // read_buffer and kMaxFetch bytes: a small read_buffer (say 4 KiB, for random reads) does not
@@ -50,7 +52,7 @@ struct Chunk {
   bool retired = false;  // removed from Core::chunks
 
   // Written only by the thread that moved the chunk to kRunning, read only once it is kReady.
-  std::unique_ptr<std::byte[]> data;
+  BufferPool::Buffer data;
   uint64_t filled = 0;
 };
 
@@ -69,7 +71,7 @@ struct Core {
         size(size),
         read_buffer(std::max<uint64_t>(options.read_buffer, kMinReadBuffer)),
         max_readahead(std::max<uint64_t>(options.max_readahead, read_buffer)),
-        slack(std::max(read_buffer, kMinSlack)),
+        slack(std::max(4 * read_buffer, kMinSlack)),
         budget(budget),
         window(read_buffer) {}
 
@@ -82,10 +84,12 @@ struct Core {
   }
   // The chunk holding byte `pos`, or null.
   std::shared_ptr<Chunk> CoveringLocked(uint64_t pos) const;
+  // Whether chunks hold (or are fetching) every byte of [offset, end).
+  bool HeldLocked(uint64_t offset, uint64_t end) const;
 
-  // Records a read of [offset, end) and adapts the window. Returns whether it continues the
-  // sequential stream.
-  bool NoteAccessLocked(uint64_t offset, uint64_t end);
+  // Records a read of [offset, end), which chunks hold when `held`, and adapts the window.
+  // Returns whether it continues the sequential stream.
+  bool NoteAccessLocked(uint64_t offset, uint64_t end, bool held);
   // Drops chunks that the read of [offset, end) shows to be no longer useful.
   void DropUselessLocked(uint64_t offset, uint64_t end, bool sequential);
   // Creates chunks so that `window` bytes after `end` are fetched or being fetched, as far as
@@ -132,8 +136,9 @@ struct Core {
   Status stale;                // PreconditionFailed once the object changed underneath
 };
 
-bool Core::NoteAccessLocked(uint64_t offset, uint64_t end) {
-  const bool sequential = have_last && offset + slack >= last_end && offset <= last_end + slack;
+bool Core::NoteAccessLocked(uint64_t offset, uint64_t end, bool held) {
+  const bool sequential =
+      have_last && (held || (offset + slack >= last_end && offset <= last_end + slack));
   if (sequential) {
     window = std::min(window * 2, max_readahead);
     last_end = std::max(last_end, end);
@@ -173,6 +178,15 @@ std::shared_ptr<Chunk> Core::CoveringLocked(uint64_t pos) const {
   --it;
   if (pos >= it->second->offset + it->second->length) return nullptr;
   return it->second;
+}
+
+bool Core::HeldLocked(uint64_t offset, uint64_t end) const {
+  for (uint64_t pos = offset; pos < end;) {
+    std::shared_ptr<Chunk> chunk = CoveringLocked(pos);
+    if (chunk == nullptr) return false;
+    pos = chunk->offset + chunk->length;
+  }
+  return true;
 }
 
 void Core::ScheduleAheadLocked(uint64_t end, std::vector<std::shared_ptr<Chunk>>* out) {
@@ -254,7 +268,11 @@ void Core::FinishLocked(const std::shared_ptr<Chunk>& chunk, Status status) {
 }
 
 Status Core::Fetch(Chunk& chunk) {
-  chunk.data = std::make_unique_for_overwrite<std::byte[]>(chunk.length);
+  chunk.data = BufferPool::Shared().Get(chunk.length);
+  if (chunk.data == nullptr) {
+    return Status(StatusCode::kIoError,
+                  "no memory for a read buffer of " + std::to_string(chunk.length) + " bytes");
+  }
   Result<size_t> n = store->read(key, chunk.offset, std::span(chunk.data.get(), chunk.length),
                                  etag.empty() ? nullptr : &etag);
   if (!n.ok()) return n.status();
@@ -347,8 +365,18 @@ Result<size_t> Prefetcher::ReadSegments(uint64_t offset, size_t size,
   {
     std::lock_guard lock(core.mu);
     if (!core.stale.ok()) return core.stale;
-    const bool sequential = core.NoteAccessLocked(offset, end);
-    core.DropUselessLocked(offset, end, sequential);
+    // The kernel's read-ahead requests arrive out of order, by more than the slack when its
+    // read-ahead is large. A read that chunks already hold is part of the stream wherever it
+    // lands; one behind the stream moves nothing and drops nothing.
+    const bool held = core.HeldLocked(offset, end);
+    const uint64_t stream_end = core.last_end;
+    const bool behind = core.have_last && end <= stream_end;
+    const bool sequential = core.NoteAccessLocked(offset, end, held);
+    // What is behind the stream goes, not what is behind a read that arrived early: the reads
+    // it overtook still need their chunks.
+    if (!(held && behind)) {
+      core.DropUselessLocked(sequential ? std::min(offset, stream_end) : offset, end, sequential);
+    }
     bool first_missing = true;
     for (uint64_t pos = offset; pos < end;) {
       std::shared_ptr<Chunk> chunk = core.CoveringLocked(pos);

@@ -2,9 +2,9 @@
 //
 // A kernel read (4 KiB .. 1 MiB) never becomes a backend call of its own: the prefetcher reads
 // whole buffers of at least `read_buffer` bytes and serves following reads from memory. When
-// reads are sequential (tolerating the kernel's small out-of-order read-ahead) the window doubles
-// up to `max_readahead` and is fetched ahead by parallel ranged reads on the IoPool, each an
-// eighth of the window (at least read_buffer, at most 8 MiB unless read_buffer is larger), so a
+// reads are sequential (tolerating the kernel's out-of-order read-ahead requests) the window
+// doubles up to `max_readahead` and is fetched ahead by parallel ranged reads on the IoPool, each
+// an eighth of the window (at least read_buffer, at most 8 MiB unless read_buffer is larger), so a
 // small read_buffer keeps random reads cheap without making a long stream page-sized requests; a
 // random read fetches one buffer and resets the window. All prefetch memory comes from one
 // ReadBudget shared by every open file, so a thousand open files cannot exhaust memory. Every

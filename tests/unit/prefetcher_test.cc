@@ -621,5 +621,20 @@ TEST_F(PrefetcherTest, ReaderFetchesAQueuedChunkItselfWhenThePoolIsBusy) {
   release.set_value();
 }
 
+TEST_F(PrefetcherTest, ReadAheadRequestsArrivingOutOfOrderFetchEachByteOnce) {
+  // With a large read-ahead the kernel has several requests of one file in flight, served by
+  // different threads: a request can arrive megabytes ahead of the ones it overtook, which
+  // arrive late. Neither may restart the stream and fetch again what was fetched.
+  SetObject(Pattern(64 * kMiB, 9));
+  auto p = Open({.read_buffer = 1 * kMiB, .max_readahead = 64 * kMiB});
+  for (uint64_t off = 0; off < 8 * kMiB; off += kMiB) ExpectRead(*p, off, kMiB);
+  for (uint64_t group = 8 * kMiB; group < source_.size(); group += 8 * kMiB) {
+    for (uint64_t piece = 8; piece-- > 0;) ExpectRead(*p, group + piece * kMiB, kMiB);
+  }
+  p.reset();
+  EXPECT_EQ(TotalBackendBytes(), source_.size());
+  EXPECT_EQ(budget_.in_use(), 0u);
+}
+
 }  // namespace
 }  // namespace objfs

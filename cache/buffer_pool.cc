@@ -1,0 +1,96 @@
+#include "cache/buffer_pool.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+
+namespace objfs {
+namespace {
+
+constexpr size_t kUnit = 64 << 10;
+constexpr size_t kHugePage = 2 << 20;
+
+std::byte* Map(size_t capacity) {
+  if (capacity < kHugePage) {
+    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+  }
+  // Over-map by a huge page and trim both ends, so the buffer starts on a 2 MiB boundary.
+  const size_t mapped = capacity + kHugePage;
+  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (start + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+  if (aligned > start) ::munmap(p, aligned - start);
+  const uintptr_t end = start + mapped;
+  if (end > aligned + capacity) {
+    ::munmap(reinterpret_cast<void*>(aligned + capacity), end - (aligned + capacity));
+  }
+  auto* data = reinterpret_cast<std::byte*>(aligned);
+  // Only advice: without transparent huge pages the buffer works as well, in 4 KiB pages.
+  (void)::madvise(data, capacity, MADV_HUGEPAGE);
+  return data;
+}
+
+}  // namespace
+
+BufferPool& BufferPool::Shared() {
+  // Enough for the buffers of a few streams between one fetch and the next; never destroyed, so
+  // buffers dropped during exit still find it.
+  static BufferPool* pool = new BufferPool(64 << 20);
+  return *pool;
+}
+
+BufferPool::~BufferPool() {
+  for (auto& [capacity, buffers] : idle_) {
+    for (std::byte* data : buffers) ::munmap(data, capacity);
+  }
+}
+
+size_t BufferPool::CapacityFor(size_t size) {
+  if (size == 0) size = 1;
+  const size_t unit = size >= kHugePage ? kHugePage : kUnit;
+  return (size + unit - 1) / unit * unit;
+}
+
+BufferPool::Buffer BufferPool::Get(size_t size) {
+  const size_t capacity = CapacityFor(size);
+  {
+    std::lock_guard lock(mu_);
+    // The smallest idle buffer that fits, unless it is more than twice the size asked for.
+    for (auto it = idle_.lower_bound(capacity); it != idle_.end() && it->first <= 2 * capacity;
+         ++it) {
+      if (it->second.empty()) continue;
+      std::byte* data = it->second.back();
+      it->second.pop_back();
+      idle_bytes_ -= it->first;
+      return Buffer(data, Deleter(this, it->first));
+    }
+  }
+  std::byte* data = Map(capacity);
+  if (data == nullptr) return Buffer(nullptr, Deleter());
+  return Buffer(data, Deleter(this, capacity));
+}
+
+size_t BufferPool::idle_bytes() const {
+  std::lock_guard lock(mu_);
+  return idle_bytes_;
+}
+
+void BufferPool::Put(std::byte* data, size_t capacity) {
+  {
+    std::lock_guard lock(mu_);
+    if (idle_bytes_ + capacity <= keep_bytes_) {
+      idle_[capacity].push_back(data);
+      idle_bytes_ += capacity;
+      return;
+    }
+  }
+  ::munmap(data, capacity);
+}
+
+void BufferPool::Deleter::operator()(std::byte* data) const {
+  if (data != nullptr && pool_ != nullptr) pool_->Put(data, capacity_);
+}
+
+}  // namespace objfs

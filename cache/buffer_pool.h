@@ -1,0 +1,63 @@
+// Memory for read-ahead buffers, reused instead of returned to the kernel.
+//
+// A sequential read moves every byte through a freshly allocated buffer: the backend fills it,
+// the kernel copies it into the reader's pages. Buffers of several MiB come from mmap, so each
+// one costs page faults (zeroed pages) when filled and an munmap when dropped, and the reply to
+// the kernel pins each of its 4 KiB pages. Buffers from this pool are kept for the next fetch
+// once dropped, and large ones are aligned to 2 MiB and advised as transparent huge pages,
+// which the kernel pins and copies from a huge page at a time.
+//
+// Thread-safe. The pool keeps at most `keep_bytes` of idle buffers; beyond that a dropped
+// buffer is unmapped.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace objfs {
+
+class BufferPool {
+ public:
+  explicit BufferPool(size_t keep_bytes) : keep_bytes_(keep_bytes) {}
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  // The pool every prefetcher shares.
+  static BufferPool& Shared();
+
+  class Deleter {
+   public:
+    Deleter() = default;
+    Deleter(BufferPool* pool, size_t capacity) : pool_(pool), capacity_(capacity) {}
+    void operator()(std::byte* data) const;
+
+   private:
+    BufferPool* pool_ = nullptr;
+    size_t capacity_ = 0;
+  };
+  using Buffer = std::unique_ptr<std::byte[], Deleter>;
+
+  // A buffer of at least `size` bytes (not zeroed), null when memory is exhausted.
+  Buffer Get(size_t size);
+
+  // Bytes of idle buffers held for reuse (for tests).
+  size_t idle_bytes() const;
+
+  // The size Get(size) actually maps: whole 64 KiB units, or whole 2 MiB huge pages from 2 MiB.
+  static size_t CapacityFor(size_t size);
+
+ private:
+  void Put(std::byte* data, size_t capacity);
+
+  const size_t keep_bytes_;
+  mutable std::mutex mu_;
+  // Guarded by mu_: idle buffers by capacity.
+  std::map<size_t, std::vector<std::byte*>> idle_;
+  size_t idle_bytes_ = 0;
+};
+
+}  // namespace objfs
