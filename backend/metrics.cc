@@ -30,6 +30,7 @@ std::string Metrics::ToText() const {
   line("writeback_failures", writeback_failures);
   line("attrs_kept", attrs_kept);
   line("open_files", open_files);
+  line("kernel_reads", kernel_reads);
   line("cache_hits", cache_hits);
   line("cache_misses", cache_misses);
   return out;

@@ -45,6 +45,10 @@ struct Metrics {
   // releases a file after close(2) returns; this shows when it has.
   std::atomic<uint64_t> open_files{0};
 
+  // Read requests from the kernel (a FUSE read each, at most max_read bytes), whatever served
+  // them: shows whether the kernel reads in large pieces.
+  std::atomic<uint64_t> kernel_reads{0};
+
   std::atomic<uint64_t> cache_hits{0};  // metadata or data served without a backend call
   std::atomic<uint64_t> cache_misses{0};
 

@@ -274,6 +274,7 @@ Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byt
 
 Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t size,
                                         std::vector<ReadSegment>* out) {
+  Bump(metrics_->kernel_reads);
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
   {

@@ -41,6 +41,7 @@
 #include "cache/store_db.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_adapter.h"
+#include "fs/kernel_readahead.h"
 #include "fs/mount_options.h"
 #include "objfs_version.h"
 
@@ -366,6 +367,13 @@ int Mount(const MountOptions& given_options) {
     fuse_session_destroy(session);
     fuse_opt_free_args(&args);
     return 1;
+  }
+
+  // Sequential reads in max_read pieces (fs/kernel_readahead.h). Only root may: for anyone
+  // else the kernel's default stays, which works, with more and smaller requests.
+  Status readahead = SetKernelReadahead(mountpoint.string(), adapter_options.max_readahead);
+  if (!readahead.ok() && options.debug) {
+    reporter.Error("kernel read-ahead left at its default: " + readahead.message());
   }
 
   // Threads do not survive the fork of fuse_daemonize, so the filesystem (and its I/O pool)
