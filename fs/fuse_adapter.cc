@@ -311,7 +311,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     }
     fi->fh = *fh;
     fi->keep_cache = 0;
-    fi->direct_io = 0;
+    fi->direct_io = AdapterOf(req).options().direct_io ? 1 : 0;
     if (fuse_reply_open(req, fi) != 0) {
       // The opener is gone (interrupted): nobody will release this handle.
       Status ignored = FsOf(req).Release(*fh);
@@ -559,7 +559,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     }
     fi->fh = created->fh;
     fi->keep_cache = 0;
-    fi->direct_io = 0;
+    fi->direct_io = AdapterOf(req).options().direct_io ? 1 : 0;
     fuse_entry_param param = ToEntryParam(created->entry);
     if (fuse_reply_create(req, &param, fi) != 0) {
       // The creator is gone: the kernel holds neither the handle nor the reference.

@@ -22,6 +22,10 @@ struct FuseAdapterOptions {
   uint32_t max_read = 1u << 20;       // largest read request (also the max_read mount option)
   uint32_t max_readahead = 1u << 20;  // the kernel's read-ahead per file
   int max_threads = 64;               // threads of libfuse's multi-threaded loop
+  // Open files without the kernel's page cache: each read(2) and write(2) is a request of its
+  // own, served from the read-ahead buffers. A large sequential read then costs one copy less
+  // (and no page cache); small reads each cost a request, and MAP_SHARED mmap fails (ENODEV).
+  bool direct_io = false;
 };
 
 class FuseAdapter {

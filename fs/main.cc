@@ -344,6 +344,7 @@ int Mount(const MountOptions& given_options) {
   }
 
   FuseAdapterOptions adapter_options;
+  adapter_options.direct_io = options.direct_io;
   FuseAdapter adapter(adapter_options);
   std::vector<std::string> fuse_arg_strings = FuseArguments(options, adapter_options);
   std::vector<char*> fuse_argv;

@@ -264,6 +264,9 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
     OBJFS_ASSIGN_OR_RETURN(uint64_t n,
                            ParseBounded(value, name, 1, std::numeric_limits<uint32_t>::max()));
     out.fs.max_rename_objects = n;
+  } else if (name == "direct_io") {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    out.direct_io = true;
   } else if (name == "ro") {
     OBJFS_RETURN_IF_ERROR(no_value());
     out.fs.read_only = true;
@@ -587,6 +590,9 @@ Filesystem options:
                             in close(2), so that renames and attribute changes right after
                             (rsync) cost no requests; fsync and unmount still upload at once,
                             and a crash leaves the data staged for the next mount (default 0)
+  direct_io                 bypass the kernel's page cache: large sequential reads cost one
+                            copy less, small reads a request each, and MAP_SHARED mmap of
+                            a file fails with ENODEV
   max_rename_objects=N      refuse renaming directories holding more objects (default 10000)
   readdir_heads=N           a listing HEADs up to N files at once for their metadata, so that
                             ls -l needs no lookup per name (default 10000; 0: never)

@@ -92,6 +92,8 @@ struct MountOptions {
   // fsname=, and the kernel flags rw, dev, nodev, suid, nosuid, exec, noexec.
   std::vector<std::string> fuse_options;
   bool has_fsname = false;  // fsname= was among fuse_options
+  // direct_io: reads and writes bypass the kernel's page cache (FuseAdapterOptions::direct_io).
+  bool direct_io = false;
 };
 
 // Facts about the calling process that supply defaults.

@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "tests/fixtures/file_tools.h"
@@ -126,6 +128,41 @@ TEST(MountS3IoTest, SequentialReadIsServedByFewBackendReads) {
   std::string read_ahead_kb = ReadFile("/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
                                        std::to_string(minor(st.st_dev)) + "/read_ahead_kb");
   EXPECT_EQ(read_ahead_kb, "1024\n");
+}
+
+TEST(MountS3IoTest, DirectIoBypassesThePageCache) {
+  const size_t kSize = 8 << 20;
+  std::string data = PseudoRandomBytes(kSize, 17);
+  ObjfsMount::Options options;
+  options.extra_options = "direct_io";
+  std::unique_ptr<ObjfsMount> mount =
+      ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())), options);
+  ASSERT_TRUE(mount);
+  const std::string file = mount->path() + "/direct";
+  WriteFile(file, data);  // writes work as well
+  ASSERT_TRUE(mount->Restart());
+
+  // Two passes over one open file: with the page cache the second costs the daemon nothing;
+  // here every read(2) is a request of its own, of the reader's size.
+  int fd = ::open(file.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  // Page-aligned, so that each 1 MiB read(2) is one request of max_read.
+  void* buffer = std::aligned_alloc(4096, kSize);
+  ASSERT_NE(buffer, nullptr);
+  auto* got = static_cast<char*>(buffer);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::memset(got, 0, kSize);
+    for (size_t off = 0; off < kSize; off += 1 << 20) {
+      ASSERT_EQ(::pread(fd, got + off, 1 << 20, static_cast<off_t>(off)), 1 << 20);
+    }
+    EXPECT_TRUE(std::string_view(got, kSize) == data) << "pass " << pass << " returned other bytes";
+  }
+  std::free(buffer);
+  ::close(fd);
+  std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(after, "kernel_reads") - StatsCounter(before, "kernel_reads"), 16)
+      << after;
 }
 
 TEST(MountS3IoTest, AppendOverwriteAndTruncateMatchALocalModel) {

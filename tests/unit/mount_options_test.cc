@@ -199,7 +199,7 @@ TEST(ParseMountOptionsTest, FilesystemOptions) {
   MountOptions o = ParseWith(
       "cache_dir=/var/cache/x,read_buffer=64K,max_readahead=8M,uid=1000,gid=100,umask=027,"
       "attr_timeout=2.5,negative_timeout=0,io_threads=3,prefetch_memory=32M,"
-      "max_rename_objects=50,readdir_heads=0");
+      "max_rename_objects=50,readdir_heads=0,direct_io");
   EXPECT_EQ(o.fs.cache_dir, "/var/cache/x");
   EXPECT_EQ(o.fs.prefetch.read_buffer, 64u << 10);
   EXPECT_EQ(o.fs.prefetch.max_readahead, 8u << 20);
@@ -213,6 +213,8 @@ TEST(ParseMountOptionsTest, FilesystemOptions) {
   EXPECT_EQ(o.fs.prefetch_memory, 32u << 20);
   EXPECT_EQ(o.fs.max_rename_objects, 50u);
   EXPECT_EQ(o.fs.readdir_heads, 0u);
+  EXPECT_TRUE(o.direct_io);
+  EXPECT_FALSE(ParseWith("ro").direct_io);
 }
 
 TEST(ParseMountOptionsTest, RepeatedAndAttachedDashO) {
@@ -274,6 +276,7 @@ TEST(ParseMountOptionsTest, BadOptionValues) {
       {"max_rename_objects=0", "out of range"},
       {"path_style=yes", "takes no value"},
       {"ro=1", "takes no value"},
+      {"direct_io=yes", "takes no value"},
   };
   for (const auto& [option, text] : cases) {
     SCOPED_TRACE(option);
