@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures objfs against s3fs and rclone mount on the same throwaway Ceph RGW, in one run:
 #   - sequential read of a 512 MiB file (objfs with read_buffer 4K, 64K, 1M, 8M; s3fs; rclone;
-#     and a plain curl GET as the ceiling), with the client's CPU seconds per GiB read;
+#     objfs and s3fs with -o direct_io; and a plain curl GET as the ceiling, before and after),
+#     with the client's CPU seconds per GiB read;
 #   - `cp` of that file within the mount;
 #   - `ls -l` of a directory of 1,000 objects on a fresh mount, and again on the next mount;
 #   - `rsync -a` of 300 files of 8 KiB into the mount.
@@ -87,6 +88,9 @@ mount_tool() {  # mount_tool NAME [objfs options]
                        -o "endpoint=$EP,cache_dir=$WORK/objfs-cache,writeback=5" & PID=$! ;;
     s3fs) s3fs bench "$MNT" -f -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd" \
             >/dev/null 2>&1 & PID=$! ;;
+    s3fs-direct_io) s3fs bench "$MNT" -f \
+            -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd,direct_io" \
+            >/dev/null 2>&1 & PID=$! ;;
     # rclone's S3 client refuses AWS_CA_BUNDLE ("unsupported transport"); it needs none here.
     rclone) env -u AWS_CA_BUNDLE rclone mount rgw:bench "$MNT" --vfs-cache-mode writes \
               --cache-dir "$WORK/rclone-cache" >"$WORK/rclone.log" 2>&1 & PID=$! ;;
@@ -113,14 +117,23 @@ seq_read() {  # seq_read LABEL TOOL [opts]
       s, l, s / (t1 - t0), (c1 - c0) / hz / (s / 1024) }'
   unmount_all
 }
-t0=$(now)
-s3curl -o /dev/null "$EP/bench/big.bin"
-t1=$(now)
-awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
-  'BEGIN { printf "| sequential read %d MiB | curl GET (ceiling) | %.0f MiB/s | |\n", s, s / (t1 - t0) }'
+curl_read() {
+  local t0 t1
+  t0=$(now)
+  s3curl -o /dev/null "$EP/bench/big.bin"
+  t1=$(now)
+  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v l="$1" \
+    'BEGIN { printf "| sequential read %d MiB | %s | %.0f MiB/s | |\n", s, l, s / (t1 - t0) }'
+}
+curl_read "curl GET (ceiling)"
 for rb in ${OBJFS_BENCH_READ_BUFFERS:-4K 64K 1M 8M}; do
   seq_read "objfs read_buffer=$rb" objfs "read_buffer=$rb"
 done
+# Without the page cache: one copy less per byte.
+seq_read "objfs -o direct_io" objfs direct_io
+seq_read "s3fs -o direct_io" s3fs-direct_io
+# The same GET again: how much the ceiling itself varies within the run.
+curl_read "curl GET (again)"
 seq_read s3fs s3fs
 seq_read "rclone mount" rclone
 

@@ -2,7 +2,7 @@
 # Measures objfs's sftp:// mounts against sshfs, `sftp get` and `ssh cat` on the same throwaway
 # OpenSSH sshd on 127.0.0.1, in one run:
 #   - sequential read of a SIZE_MIB file (objfs, sshfs with ssh's default and with objfs's
-#     cipher, and as ceilings `ssh cat` with both ciphers and
+#     cipher, both with -o direct_io too, and as ceilings `ssh cat` with both ciphers and
 #     `sftp get`), with the client's CPU seconds per GiB read;
 #   - `cp` of that file within the mount (objfs uses the server's copy-data);
 #   - `rsync -a` of 300 files of 8 KiB into the mount.
@@ -60,12 +60,17 @@ mount_tool() {  # mount_tool NAME
   case $1 in
     objfs) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
              -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache" & PID=$! ;;
+    objfs-direct_io) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
+             -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache,direct_io" & PID=$! ;;
     objfs-writeback) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
              -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache,writeback=5" & PID=$! ;;
     sshfs) sshfs "$U@$H:$DATA" "$MNT" -f -p "$P" -o "IdentityFile=$KEY,UserKnownHostsFile=$KH" \
              -o StrictHostKeyChecking=yes >/dev/null 2>&1 & PID=$! ;;
     sshfs-aesgcm) sshfs "$U@$H:$DATA" "$MNT" -f -p "$P" -o "IdentityFile=$KEY,UserKnownHostsFile=$KH" \
              -o StrictHostKeyChecking=yes -o Ciphers=aes128-gcm@openssh.com >/dev/null 2>&1 & PID=$! ;;
+    sshfs-aesgcm-direct_io) sshfs "$U@$H:$DATA" "$MNT" -f -p "$P" \
+             -o "IdentityFile=$KEY,UserKnownHostsFile=$KH" -o StrictHostKeyChecking=yes \
+             -o Ciphers=aes128-gcm@openssh.com -o direct_io >/dev/null 2>&1 & PID=$! ;;
   esac
   wait_mounted
 }
@@ -99,7 +104,7 @@ t1=$(now)
 awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
   'BEGIN { printf "| sequential read %d MiB | sftp get | %.0f MiB/s | |\n", s, s / (t1 - t0) }'
 
-for tool in objfs sshfs sshfs-aesgcm; do
+for tool in objfs sshfs sshfs-aesgcm objfs-direct_io sshfs-aesgcm-direct_io; do
   if ! mount_tool "$tool"; then echo "| sequential read | $tool | did not mount | |"; unmount_all; continue; fi
   sync; echo 3 > /proc/sys/vm/drop_caches
   c0=$(cpu_ticks "$PID"); t0=$(now)
