@@ -3,10 +3,14 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <new>
+#include <utility>
+#include <vector>
 
 namespace objfs {
 namespace {
 
+constexpr size_t kPooled = 1 << 20;  // smaller buffers come from the heap
 constexpr size_t kUnit = 64 << 10;
 constexpr size_t kHugePage = 2 << 20;
 
@@ -49,17 +53,21 @@ BufferPool::~BufferPool() {
 
 size_t BufferPool::CapacityFor(size_t size) {
   if (size == 0) size = 1;
+  if (size < kPooled) return size;
   const size_t unit = size >= kHugePage ? kHugePage : kUnit;
   return (size + unit - 1) / unit * unit;
 }
 
 BufferPool::Buffer BufferPool::Get(size_t size) {
   const size_t capacity = CapacityFor(size);
+  if (capacity < kPooled) {
+    return Buffer(new (std::nothrow) std::byte[capacity], Deleter(nullptr, capacity));
+  }
   {
     std::lock_guard lock(mu_);
-    // The smallest idle buffer that fits, unless it is more than twice the size asked for.
-    for (auto it = idle_.lower_bound(capacity); it != idle_.end() && it->first <= 2 * capacity;
-         ++it) {
+    // The smallest idle buffer that fits, unless it is over half as large again as asked.
+    for (auto it = idle_.lower_bound(capacity);
+         it != idle_.end() && it->first <= capacity + capacity / 2; ++it) {
       if (it->second.empty()) continue;
       std::byte* data = it->second.back();
       it->second.pop_back();
@@ -70,6 +78,22 @@ BufferPool::Buffer BufferPool::Get(size_t size) {
   std::byte* data = Map(capacity);
   if (data == nullptr) return Buffer(nullptr, Deleter());
   return Buffer(data, Deleter(this, capacity));
+}
+
+void BufferPool::SetKeepBytes(size_t keep_bytes) {
+  std::vector<std::pair<std::byte*, size_t>> excess;
+  {
+    std::lock_guard lock(mu_);
+    keep_bytes_ = keep_bytes;
+    for (auto it = idle_.rbegin(); it != idle_.rend() && idle_bytes_ > keep_bytes_; ++it) {
+      while (!it->second.empty() && idle_bytes_ > keep_bytes_) {
+        excess.emplace_back(it->second.back(), it->first);
+        it->second.pop_back();
+        idle_bytes_ -= it->first;
+      }
+    }
+  }
+  for (auto [data, capacity] : excess) ::munmap(data, capacity);
 }
 
 size_t BufferPool::idle_bytes() const {
@@ -90,7 +114,12 @@ void BufferPool::Put(std::byte* data, size_t capacity) {
 }
 
 void BufferPool::Deleter::operator()(std::byte* data) const {
-  if (data != nullptr && pool_ != nullptr) pool_->Put(data, capacity_);
+  if (data == nullptr) return;
+  if (pool_ == nullptr) {
+    delete[] data;  // a heap buffer
+  } else {
+    pool_->Put(data, capacity_);
+  }
 }
 
 }  // namespace objfs

@@ -7,8 +7,8 @@
 // once dropped, and large ones are aligned to 2 MiB and advised as transparent huge pages,
 // which the kernel pins and copies from a huge page at a time.
 //
-// Thread-safe. The pool keeps at most `keep_bytes` of idle buffers; beyond that a dropped
-// buffer is unmapped.
+// Buffers under 1 MiB are plain heap memory of the exact size, not pooled. Thread-safe. The pool
+// keeps at most `keep_bytes` of idle buffers; beyond that a dropped buffer is unmapped.
 #pragma once
 
 #include <cstddef>
@@ -41,20 +41,25 @@ class BufferPool {
   };
   using Buffer = std::unique_ptr<std::byte[], Deleter>;
 
-  // A buffer of at least `size` bytes (not zeroed), null when memory is exhausted.
+  // A buffer of at least `size` bytes (not zeroed), null when memory is exhausted. A pooled one
+  // may be an idle buffer up to half as large again.
   Buffer Get(size_t size);
+
+  // Changes the limit on idle buffers, unmapping those beyond it.
+  void SetKeepBytes(size_t keep_bytes);
 
   // Bytes of idle buffers held for reuse (for tests).
   size_t idle_bytes() const;
 
-  // The size Get(size) actually maps: whole 64 KiB units, or whole 2 MiB huge pages from 2 MiB.
+  // The size Get(size) allocates: `size` below 1 MiB, else whole 64 KiB units, or whole 2 MiB
+  // huge pages from 2 MiB.
   static size_t CapacityFor(size_t size);
 
  private:
   void Put(std::byte* data, size_t capacity);
 
-  const size_t keep_bytes_;
   mutable std::mutex mu_;
+  size_t keep_bytes_;  // guarded by mu_
   // Guarded by mu_: idle buffers by capacity.
   std::map<size_t, std::vector<std::byte*>> idle_;
   size_t idle_bytes_ = 0;

@@ -19,8 +19,9 @@ constexpr uint64_t kMinReadBuffer = 4 << 10;
 // How far from the furthest read a read that no chunk holds may land and still count as
 // sequential (the kernel issues its read-ahead requests concurrently, so they arrive out of
 // order), and how long a chunk is kept after the reads have passed it: four read buffers, at
-// least this. Reads that chunks hold count as sequential wherever they land.
+// least kMinSlack, at most kMaxSlack unless one buffer is larger.
 constexpr uint64_t kMinSlack = 1 << 20;
+constexpr uint64_t kMaxSlack = 4 << 20;
 // Read-ahead fetches grow with the window so that about this many run at once, each between
 // read_buffer and kMaxFetch bytes: a small read_buffer (say 4 KiB, for random reads) does not
 // turn a long sequential stream into thousands of page-sized requests.
@@ -71,7 +72,7 @@ struct Core {
         size(size),
         read_buffer(std::max<uint64_t>(options.read_buffer, kMinReadBuffer)),
         max_readahead(std::max<uint64_t>(options.max_readahead, read_buffer)),
-        slack(std::max(4 * read_buffer, kMinSlack)),
+        slack(std::max(kMinSlack, std::min(4 * read_buffer, std::max(read_buffer, kMaxSlack)))),
         budget(budget),
         window(read_buffer) {}
 
@@ -87,9 +88,11 @@ struct Core {
   // Whether chunks hold (or are fetching) every byte of [offset, end).
   bool HeldLocked(uint64_t offset, uint64_t end) const;
 
-  // Records a read of [offset, end), which chunks hold when `held`, and adapts the window.
-  // Returns whether it continues the sequential stream.
-  bool NoteAccessLocked(uint64_t offset, uint64_t end, bool held);
+  // Whether a read at `offset` lands within the slack of the stream's furthest read.
+  bool NearStreamLocked(uint64_t offset) const;
+  // Records a read of [offset, end) and adapts the window. Returns whether it continues the
+  // sequential stream.
+  bool NoteAccessLocked(uint64_t offset, uint64_t end);
   // Drops chunks that the read of [offset, end) shows to be no longer useful.
   void DropUselessLocked(uint64_t offset, uint64_t end, bool sequential);
   // Creates chunks so that `window` bytes after `end` are fetched or being fetched, as far as
@@ -136,9 +139,12 @@ struct Core {
   Status stale;                // PreconditionFailed once the object changed underneath
 };
 
-bool Core::NoteAccessLocked(uint64_t offset, uint64_t end, bool held) {
-  const bool sequential =
-      have_last && (held || (offset + slack >= last_end && offset <= last_end + slack));
+bool Core::NearStreamLocked(uint64_t offset) const {
+  return have_last && offset + slack >= last_end && offset <= last_end + slack;
+}
+
+bool Core::NoteAccessLocked(uint64_t offset, uint64_t end) {
+  const bool sequential = NearStreamLocked(offset);
   if (sequential) {
     window = std::min(window * 2, max_readahead);
     last_end = std::max(last_end, end);
@@ -366,16 +372,21 @@ Result<size_t> Prefetcher::ReadSegments(uint64_t offset, size_t size,
     std::lock_guard lock(core.mu);
     if (!core.stale.ok()) return core.stale;
     // The kernel's read-ahead requests arrive out of order, by more than the slack when its
-    // read-ahead is large. A read that chunks already hold is part of the stream wherever it
-    // lands; one behind the stream moves nothing and drops nothing.
+    // read-ahead is large. A read that chunks already hold, away from the stream, is served
+    // and changes nothing: neither the window, nor what is kept, nor what is fetched ahead
+    // (a random reader that lands in the read-ahead does not grow it either). A late one
+    // near the stream drops nothing.
     const bool held = core.HeldLocked(offset, end);
-    const uint64_t stream_end = core.last_end;
-    const bool behind = core.have_last && end <= stream_end;
-    const bool sequential = core.NoteAccessLocked(offset, end, held);
-    // What is behind the stream goes, not what is behind a read that arrived early: the reads
-    // it overtook still need their chunks.
-    if (!(held && behind)) {
-      core.DropUselessLocked(sequential ? std::min(offset, stream_end) : offset, end, sequential);
+    bool sequential = false;
+    if (!held || core.NearStreamLocked(offset)) {
+      const uint64_t stream_end = core.last_end;
+      const bool behind = core.have_last && end <= stream_end;
+      sequential = core.NoteAccessLocked(offset, end);
+      // What is behind the stream goes, not what is behind a read that arrived early: the
+      // reads it overtook still need their chunks.
+      if (!(held && behind)) {
+        core.DropUselessLocked(sequential ? std::min(offset, stream_end) : offset, end, sequential);
+      }
     }
     bool first_missing = true;
     for (uint64_t pos = offset; pos < end;) {

@@ -6,7 +6,8 @@
 // doubles up to `max_readahead` and is fetched ahead by parallel ranged reads on the IoPool, each
 // an eighth of the window (at least read_buffer, at most 8 MiB unless read_buffer is larger), so a
 // small read_buffer keeps random reads cheap without making a long stream page-sized requests; a
-// random read fetches one buffer and resets the window. All prefetch memory comes from one
+// random read fetches one buffer and resets the window (one that lands in what is already fetched
+// is served from it and changes nothing). All prefetch memory comes from one
 // ReadBudget shared by every open file, so a thousand open files cannot exhaust memory. Every
 // backend read carries If-Match with the ETag seen at open: an object replaced underneath fails
 // with PreconditionFailed (ESTALE), never a mix of old and new bytes.

@@ -39,26 +39,31 @@ std::string_view Field(std::string_view line, int index) {
 
 }  // namespace
 
-std::string MountedDevice(std::string_view mountinfo, std::string_view mountpoint) {
+std::string MountedDevice(std::string_view mountinfo, std::string_view mountpoint,
+                          std::string_view fstype) {
   std::string device;
   while (!mountinfo.empty()) {
     const size_t newline = mountinfo.find('\n');
     const std::string_view line = mountinfo.substr(0, newline);
     mountinfo =
         newline == std::string_view::npos ? std::string_view() : mountinfo.substr(newline + 1);
-    // "ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS ..."
+    // "ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE ..."
+    const size_t separator = line.find(" - ");
+    if (separator == std::string_view::npos) continue;
+    if (Field(line.substr(separator + 3), 0) != fstype) continue;
     if (Unescape(Field(line, 4)) == mountpoint) device = std::string(Field(line, 2));
   }
   return device;
 }
 
-Status SetKernelReadahead(const std::string& mountpoint, uint64_t bytes) {
+Status SetKernelReadahead(const std::string& mountpoint, std::string_view fstype, uint64_t bytes) {
   std::ifstream in("/proc/self/mountinfo");
   std::stringstream text;
   text << in.rdbuf();
-  const std::string device = MountedDevice(text.str(), mountpoint);
+  const std::string device = MountedDevice(text.str(), mountpoint, fstype);
   if (device.empty()) {
-    return Status(StatusCode::kNotFound, "'" + mountpoint + "' is not in /proc/self/mountinfo");
+    return Status(StatusCode::kNotFound, "no " + std::string(fstype) + " mount at '" + mountpoint +
+                                             "' in /proc/self/mountinfo");
   }
   const std::string path = "/sys/class/bdi/" + device + "/read_ahead_kb";
   std::ofstream out(path);

@@ -20,6 +20,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +38,7 @@
 #include "backend/prefix_store.h"
 #include "backend/s3/s3_store.h"
 #include "backend/sftp/sftp_store.h"
+#include "cache/buffer_pool.h"
 #include "cache/content_etag_store.h"
 #include "cache/store_db.h"
 #include "fs/filesystem.h"
@@ -334,6 +336,9 @@ int Mount(const MountOptions& given_options) {
   }
   const FilesystemOptions& fs_options = options.fs;
 
+  // Idle read-ahead buffers kept for reuse count against the prefetch memory too.
+  BufferPool::Shared().SetKeepBytes(std::min<size_t>(64 << 20, fs_options.prefetch_memory / 4));
+
   Metrics metrics;
   Result<std::shared_ptr<ObjectStore>> store = options.url.scheme == UrlScheme::kSftp
                                                    ? OpenSftp(options, metrics)
@@ -370,9 +375,13 @@ int Mount(const MountOptions& given_options) {
     return 1;
   }
 
-  // Sequential reads in max_read pieces (fs/kernel_readahead.h). Only root may: for anyone
-  // else the kernel's default stays, which works, with more and smaller requests.
-  Status readahead = SetKernelReadahead(mountpoint.string(), adapter_options.max_readahead);
+  // Sequential reads in pieces of read_buffer, up to max_read (fs/kernel_readahead.h); never
+  // below the kernel's 128 KiB. Only root may: for anyone else the kernel's default stays,
+  // which works, with more and smaller requests. Written before the loop answers the kernel's
+  // INIT, whose reply can only lower it (and asks for max_readahead, which is max_read).
+  const uint64_t kernel_readahead = std::clamp<uint64_t>(fs_options.prefetch.read_buffer, 128 << 10,
+                                                         adapter_options.max_readahead);
+  Status readahead = SetKernelReadahead(mountpoint.string(), "fuse.objfs", kernel_readahead);
   if (!readahead.ok() && options.debug) {
     reporter.Error("kernel read-ahead left at its default: " + readahead.message());
   }

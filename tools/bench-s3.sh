@@ -132,10 +132,10 @@ done
 # Without the page cache: one copy less per byte.
 seq_read "objfs -o direct_io" objfs direct_io
 seq_read "s3fs -o direct_io" s3fs-direct_io
-# The same GET again: how much the ceiling itself varies within the run.
-curl_read "curl GET (again)"
 seq_read s3fs s3fs
 seq_read "rclone mount" rclone
+# The same GET again: how much the ceiling itself varies within the run.
+curl_read "curl GET (again)"
 
 # The time the command took, and in brackets the time until the daemon had exited after the
 # unmount, i.e. until everything written was in the bucket (rclone uploads after close).

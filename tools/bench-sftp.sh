@@ -2,8 +2,8 @@
 # Measures objfs's sftp:// mounts against sshfs, `sftp get` and `ssh cat` on the same throwaway
 # OpenSSH sshd on 127.0.0.1, in one run:
 #   - sequential read of a SIZE_MIB file (objfs, sshfs with ssh's default and with objfs's
-#     cipher, both with -o direct_io too, and as ceilings `ssh cat` with both ciphers and
-#     `sftp get`), with the client's CPU seconds per GiB read;
+#     cipher; objfs and sshfs-with-AES-GCM with -o direct_io; and as ceilings `ssh cat` with
+#     both ciphers and `sftp get`), with the client's CPU seconds per GiB read;
 #   - `cp` of that file within the mount (objfs uses the server's copy-data);
 #   - `rsync -a` of 300 files of 8 KiB into the mount.
 # Prints a Markdown table. Not a test: numbers, not assertions.

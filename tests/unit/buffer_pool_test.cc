@@ -31,16 +31,26 @@ TEST(BufferPoolTest, LargeBuffersStartOnAHugePage) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.get()) % (2 * kMiB), 0u) << size;
   }
   EXPECT_EQ(BufferPool::CapacityFor(3 * kMiB + 5), 4 * kMiB);
-  EXPECT_EQ(BufferPool::CapacityFor(100), 64u << 10);
+  EXPECT_EQ(BufferPool::CapacityFor(kMiB + 1), kMiB + (64 << 10));
 }
 
-TEST(BufferPoolTest, ASmallerRequestTakesABufferAtMostTwiceItsSize) {
+TEST(BufferPoolTest, SmallBuffersAreExactAndNotKept) {
+  BufferPool pool(64 * kMiB);
+  EXPECT_EQ(BufferPool::CapacityFor(4096), 4096u);
+  BufferPool::Buffer small = pool.Get(4096);
+  ASSERT_NE(small, nullptr);
+  std::memset(small.get(), 1, 4096);
+  small.reset();
+  EXPECT_EQ(pool.idle_bytes(), 0u);
+}
+
+TEST(BufferPoolTest, ASmallerRequestTakesABufferAtMostHalfAsLargeAgain) {
   BufferPool pool(64 * kMiB);
   BufferPool::Buffer eight = pool.Get(8 * kMiB);
   std::byte* const address = eight.get();
   eight.reset();
-  BufferPool::Buffer two = pool.Get(2 * kMiB);  // 8 MiB would waste three quarters
-  EXPECT_NE(two.get(), address);
+  BufferPool::Buffer four = pool.Get(4 * kMiB);  // 8 MiB would waste half
+  EXPECT_NE(four.get(), address);
   BufferPool::Buffer six = pool.Get(6 * kMiB);
   EXPECT_EQ(six.get(), address);
   six.reset();  // goes back as the 8 MiB buffer it is
@@ -54,6 +64,11 @@ TEST(BufferPoolTest, KeepsNoMoreThanItsLimit) {
   a.reset();
   b.reset();  // would make 16 MiB idle: unmapped instead
   EXPECT_EQ(pool.idle_bytes(), 8 * kMiB);
+  pool.SetKeepBytes(4 * kMiB);
+  EXPECT_EQ(pool.idle_bytes(), 0u);
+  BufferPool::Buffer c = pool.Get(2 * kMiB);
+  c.reset();
+  EXPECT_EQ(pool.idle_bytes(), 2 * kMiB);
 }
 
 }  // namespace

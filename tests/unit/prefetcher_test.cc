@@ -636,5 +636,23 @@ TEST_F(PrefetcherTest, ReadAheadRequestsArrivingOutOfOrderFetchEachByteOnce) {
   EXPECT_EQ(budget_.in_use(), 0u);
 }
 
+TEST_F(PrefetcherTest, RandomReadsInsideTheReadAheadDoNotGrowIt) {
+  // Reads that land in chunks already fetched ahead, far from the stream, are served from them
+  // and fetch nothing more: a reader jumping around a file it started reading sequentially does
+  // not pull in a new window at every jump.
+  SetObject(Pattern(128 * kMiB, 10));
+  auto p = Open({.read_buffer = 1 * kMiB, .max_readahead = 64 * kMiB});
+  for (uint64_t off = 0; off < 8 * kMiB; off += kMiB) ExpectRead(*p, off, kMiB);
+  for (uint64_t off : {40 * kMiB, 20 * kMiB + 4096, 60 * kMiB, 30 * kMiB, 50 * kMiB + 1}) {
+    ExpectRead(*p, off, 4 * kKiB);
+  }
+  // The window scheduled by the sequential reads reaches about 75 MiB (whole fetches); a read at
+  // 60 MiB treated as part of the stream would have scheduled (and charged) up to 124 MiB.
+  EXPECT_LE(budget_.in_use(), 80 * kMiB);
+  p.reset();
+  EXPECT_LE(TotalBackendBytes(), 80 * kMiB);
+  EXPECT_EQ(budget_.in_use(), 0u);
+}
+
 }  // namespace
 }  // namespace objfs
