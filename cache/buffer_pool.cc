@@ -102,6 +102,8 @@ size_t BufferPool::idle_bytes() const {
 }
 
 void BufferPool::Put(std::byte* data, size_t capacity) {
+  // Idle memory the kernel may take back under pressure; reused before that, it costs nothing.
+  (void)::madvise(data, capacity, MADV_FREE);
   {
     std::lock_guard lock(mu_);
     if (idle_bytes_ + capacity <= keep_bytes_) {
