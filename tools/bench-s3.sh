@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Measures objfs against s3fs and rclone mount on the same throwaway Ceph RGW, in one run:
 #   - sequential read of a 512 MiB file (objfs with read_buffer 4K, 64K, 1M, 8M; s3fs; rclone;
-#     objfs and s3fs with -o direct_io; and a plain curl GET as the ceiling, before and after),
-#     with the client's CPU seconds per GiB read;
+#     objfs and s3fs with -o direct_io; and a plain curl GET as the ceiling), with the client's
+#     CPU seconds per GiB read: the median of OBJFS_BENCH_ROUNDS rounds (default 3) that each
+#     read once with every tool, since the server's own speed drifts within a run;
 #   - `cp` of that file within the mount;
 #   - `ls -l` of a directory of 1,000 objects on a fresh mount, and again on the next mount;
 #   - `rsync -a` of 300 files of 8 KiB into the mount.
@@ -102,9 +103,13 @@ now() { date +%s.%N; }
 
 echo "| what | tool | result | daemon CPU s/GiB |"
 echo "|---|---|---|---|"
+# Each read is one sample; rounds alternate the tools, so that the server's drift within the
+# run (a fifth, between minutes) is spread over all of them, and the table shows the median.
+READS=$WORK/reads.txt
+: > "$READS"
 seq_read() {  # seq_read LABEL TOOL [opts]
   if ! mount_tool "$2" "${3:-}"; then
-    echo "| sequential read $SIZE_MIB MiB | $1 | did not mount | |"; unmount_all; return
+    echo "$1|did not mount|" >> "$READS"; unmount_all; return
   fi
   sync; echo 3 > /proc/sys/vm/drop_caches
   local t0 c0 t1 c1
@@ -113,29 +118,30 @@ seq_read() {  # seq_read LABEL TOOL [opts]
   t1=$(now); c1=$(cpu_ticks "$PID")
   local hz; hz=$(getconf CLK_TCK)
   awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v hz="$hz" -v l="$1" \
-    -v tool="$2" 'BEGIN { printf "| sequential read %d MiB | %s | %.0f MiB/s | %.2f |\n",
-      s, l, s / (t1 - t0), (c1 - c0) / hz / (s / 1024) }'
+    'BEGIN { printf "%s|%.0f|%.2f\n", l, s / (t1 - t0), (c1 - c0) / hz / (s / 1024) }' >> "$READS"
   unmount_all
 }
 curl_read() {
   local t0 t1
+  sync; echo 3 > /proc/sys/vm/drop_caches
   t0=$(now)
   s3curl -o /dev/null "$EP/bench/big.bin"
   t1=$(now)
-  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v l="$1" \
-    'BEGIN { printf "| sequential read %d MiB | %s | %.0f MiB/s | |\n", s, l, s / (t1 - t0) }'
+  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
+    'BEGIN { printf "curl GET (ceiling)|%.0f|\n", s / (t1 - t0) }' >> "$READS"
 }
-curl_read "curl GET (ceiling)"
-for rb in ${OBJFS_BENCH_READ_BUFFERS:-4K 64K 1M 8M}; do
-  seq_read "objfs read_buffer=$rb" objfs "read_buffer=$rb"
+for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
+  curl_read
+  for rb in ${OBJFS_BENCH_READ_BUFFERS:-4K 64K 1M 8M}; do
+    seq_read "objfs read_buffer=$rb" objfs "read_buffer=$rb"
+  done
+  # Without the page cache: one copy less per byte.
+  seq_read "objfs -o direct_io" objfs direct_io
+  seq_read "s3fs -o direct_io" s3fs-direct_io
+  seq_read s3fs s3fs
+  seq_read "rclone mount" rclone
 done
-# Without the page cache: one copy less per byte.
-seq_read "objfs -o direct_io" objfs direct_io
-seq_read "s3fs -o direct_io" s3fs-direct_io
-seq_read s3fs s3fs
-seq_read "rclone mount" rclone
-# The same GET again: how much the ceiling itself varies within the run.
-curl_read "curl GET (again)"
+awk -F'|' -v s="$SIZE_MIB" -f tools/bench-median.awk "$READS"
 
 # The time the command took, and in brackets the time until the daemon had exited after the
 # unmount, i.e. until everything written was in the bucket (rclone uploads after close).

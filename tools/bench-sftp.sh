@@ -3,7 +3,8 @@
 # OpenSSH sshd on 127.0.0.1, in one run:
 #   - sequential read of a SIZE_MIB file (objfs, sshfs with ssh's default and with objfs's
 #     cipher; objfs and sshfs-with-AES-GCM with -o direct_io; and as ceilings `ssh cat` with
-#     both ciphers and `sftp get`), with the client's CPU seconds per GiB read;
+#     both ciphers and `sftp get`), with the client's CPU seconds per GiB read: the median of
+#     OBJFS_BENCH_ROUNDS rounds (default 3) that each read once with every tool;
 #   - `cp` of that file within the mount (objfs uses the server's copy-data);
 #   - `rsync -a` of 300 files of 8 KiB into the mount.
 # Prints a Markdown table. Not a test: numbers, not assertions.
@@ -86,35 +87,43 @@ HZ=$(getconf CLK_TCK)
 
 echo "| what | tool | result | client CPU s/GiB |"
 echo "|---|---|---|---|"
-# ssh's default cipher (chacha20-poly1305), and the AES-GCM that objfs prefers on CPUs with AES
-# instructions, for a like-for-like ceiling.
-for cipher in default aes128-gcm@openssh.com; do
-  extra=()
-  [ "$cipher" = default ] || extra=(-c "$cipher")
-  t0=$(now)
-  ssh "${SSH_OPTS[@]}" "${extra[@]}" -p "$P" "$U@$H" cat "$DATA/big.bin" > /dev/null
-  t1=$(now)
-  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v c="$cipher" \
-    'BEGIN { printf "| sequential read %d MiB | ssh cat, %s cipher (ceiling) | %.0f MiB/s | |\n",
-      s, c, s / (t1 - t0) }'
-done
-t0=$(now)
-echo "get $DATA/big.bin /dev/null" | sftp "${SSH_OPTS[@]}" -P "$P" -q -b - "$U@$H" > /dev/null
-t1=$(now)
-awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
-  'BEGIN { printf "| sequential read %d MiB | sftp get | %.0f MiB/s | |\n", s, s / (t1 - t0) }'
-
-for tool in objfs sshfs sshfs-aesgcm objfs-direct_io sshfs-aesgcm-direct_io; do
-  if ! mount_tool "$tool"; then echo "| sequential read | $tool | did not mount | |"; unmount_all; continue; fi
+# Each read is one sample; rounds alternate the tools and the table shows the median. Every
+# read starts with the page cache dropped (the server's copy of the file too).
+READS=$WORK/reads.txt
+: > "$READS"
+sample() {  # sample LABEL T0 T1 [C0 C1]: one read's rate (and client CPU) into $READS
+  awk -v s="$SIZE_MIB" -v t0="$2" -v t1="$3" -v c0="${4:-}" -v c1="${5:-}" -v hz="$HZ" -v l="$1" \
+    'BEGIN { printf "%s|%.0f|%s\n", l, s / (t1 - t0),
+             c0 == "" ? "" : sprintf("%.2f", (c1 - c0) / hz / (s / 1024)) }' >> "$READS"
+}
+for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
+  # ssh's default cipher (chacha20-poly1305), and the AES-GCM that objfs prefers on CPUs with
+  # AES instructions, for a like-for-like ceiling.
+  for cipher in default aes128-gcm@openssh.com; do
+    extra=()
+    [ "$cipher" = default ] || extra=(-c "$cipher")
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    t0=$(now)
+    ssh "${SSH_OPTS[@]}" "${extra[@]}" -p "$P" "$U@$H" cat "$DATA/big.bin" > /dev/null
+    t1=$(now)
+    sample "ssh cat, $cipher cipher (ceiling)" "$t0" "$t1"
+  done
   sync; echo 3 > /proc/sys/vm/drop_caches
-  c0=$(cpu_ticks "$PID"); t0=$(now)
-  dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
-  t1=$(now); c1=$(cpu_ticks "$PID")
-  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v hz="$HZ" -v tool="$tool" \
-    'BEGIN { printf "| sequential read %d MiB | %s | %.0f MiB/s | %.2f |\n",
-      s, tool, s / (t1 - t0), (c1 - c0) / hz / (s / 1024) }'
-  unmount_all
+  t0=$(now)
+  echo "get $DATA/big.bin /dev/null" | sftp "${SSH_OPTS[@]}" -P "$P" -q -b - "$U@$H" > /dev/null
+  t1=$(now)
+  sample "sftp get" "$t0" "$t1"
+  for tool in objfs sshfs sshfs-aesgcm objfs-direct_io sshfs-aesgcm-direct_io; do
+    if ! mount_tool "$tool"; then echo "$tool|did not mount|" >> "$READS"; unmount_all; continue; fi
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    c0=$(cpu_ticks "$PID"); t0=$(now)
+    dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
+    t1=$(now); c1=$(cpu_ticks "$PID")
+    sample "$tool" "$t0" "$t1" "$c0" "$c1"
+    unmount_all
+  done
 done
+awk -F'|' -v s="$SIZE_MIB" -f tools/bench-median.awk "$READS"
 
 timed() {  # timed LABEL TOOL COMMAND...
   local label=$1 tool=$2; shift 2
