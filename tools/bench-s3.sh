@@ -5,7 +5,8 @@
 #     CPU seconds per GiB read: the median of OBJFS_BENCH_ROUNDS rounds (default 3) that each
 #     read once with every tool, since the server's own speed drifts within a run;
 #   - `cp` of that file within the mount;
-#   - `ls -l` of a directory of 1,000 objects on a fresh mount, and again on the next mount;
+#   - `ls -l` of a directory of 1,000 objects on a fresh mount, and again on the next mount
+#     (the median of rounds too);
 #   - `rsync -a` of 300 files of 8 KiB into the mount.
 # Prints a Markdown table. Not a test: numbers, not assertions.
 #
@@ -141,7 +142,8 @@ for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
   seq_read s3fs s3fs
   seq_read "rclone mount" rclone
 done
-awk -F'|' -v s="$SIZE_MIB" -f tools/bench-median.awk "$READS"
+awk -F'|' -v what="sequential read $SIZE_MIB MiB" -v unit=MiB/s -f tools/bench-median.awk \
+  "$READS"
 
 # The time the command took, and in brackets the time until the daemon had exited after the
 # unmount, i.e. until everything written was in the bucket (rclone uploads after close).
@@ -162,11 +164,27 @@ timed() {  # timed LABEL TOOL COMMAND...
 for tool in objfs s3fs rclone; do
   timed "cp ${SIZE_MIB} MiB within the mount" "$tool" cp "$MNT/big.bin" "$MNT/copy-$tool.bin"
 done
-for tool in objfs s3fs rclone; do
-  timed "ls -l of 1,000 objects, fresh mount" "$tool" ls -l "$MNT/many"
-  # objfs keeps what the first listing's HEADs found in its cache_dir.
-  timed "ls -l of 1,000 objects, next mount" "$tool" ls -l "$MNT/many"
+# Listings, in rounds like the reads: each round lists once on a fresh mount (for objfs an empty
+# cache_dir) and once on the next mount (objfs keeps what the first listing's HEADs found).
+LISTS=$WORK/lists.txt
+: > "$LISTS"
+list_sample() {  # list_sample LABEL TOOL
+  if ! mount_tool "$2"; then echo "$1|did not mount|" >> "$LISTS"; unmount_all; return; fi
+  local t0 t1
+  t0=$(now)
+  ls -l "$MNT/many" > /dev/null || { echo "$1|ls failed|" >> "$LISTS"; unmount_all; return; }
+  t1=$(now)
+  unmount_all
+  awk -v t0="$t0" -v t1="$t1" -v l="$1" 'BEGIN { printf "%s|%.3f|\n", l, t1 - t0 }' >> "$LISTS"
+}
+for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
+  for tool in objfs s3fs rclone; do
+    [ "$tool" = objfs ] && rm -rf "$WORK/objfs-cache"
+    list_sample "$tool, fresh mount" "$tool"
+    list_sample "$tool, next mount" "$tool"
+  done
 done
+awk -F'|' -v what="ls -l of 1,000 objects" -v unit=s -f tools/bench-median.awk "$LISTS"
 for tool in objfs objfs-writeback s3fs rclone; do
   timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
   # What actually reached the bucket once the daemon had exited.

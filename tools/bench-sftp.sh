@@ -123,7 +123,8 @@ for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
     unmount_all
   done
 done
-awk -F'|' -v s="$SIZE_MIB" -f tools/bench-median.awk "$READS"
+awk -F'|' -v what="sequential read $SIZE_MIB MiB" -v unit=MiB/s -f tools/bench-median.awk \
+  "$READS"
 
 timed() {  # timed LABEL TOOL COMMAND...
   local label=$1 tool=$2; shift 2
