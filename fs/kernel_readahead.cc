@@ -39,9 +39,8 @@ std::string_view Field(std::string_view line, int index) {
 
 }  // namespace
 
-std::string MountedDevice(std::string_view mountinfo, std::string_view mountpoint,
-                          std::string_view fstype) {
-  std::string device;
+std::vector<MountEntry> ParseMountinfo(std::string_view mountinfo) {
+  std::vector<MountEntry> entries;
   while (!mountinfo.empty()) {
     const size_t newline = mountinfo.find('\n');
     const std::string_view line = mountinfo.substr(0, newline);
@@ -50,17 +49,30 @@ std::string MountedDevice(std::string_view mountinfo, std::string_view mountpoin
     // "ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE ..."
     const size_t separator = line.find(" - ");
     if (separator == std::string_view::npos) continue;
-    if (Field(line.substr(separator + 3), 0) != fstype) continue;
-    if (Unescape(Field(line, 4)) == mountpoint) device = std::string(Field(line, 2));
+    entries.push_back(MountEntry{std::string(Field(line, 2)), Unescape(Field(line, 4)),
+                                 std::string(Field(line.substr(separator + 3), 0))});
+  }
+  return entries;
+}
+
+std::string ReadMountinfo() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string MountedDevice(std::string_view mountinfo, std::string_view mountpoint,
+                          std::string_view fstype) {
+  std::string device;
+  for (const MountEntry& entry : ParseMountinfo(mountinfo)) {
+    if (entry.fstype == fstype && entry.mountpoint == mountpoint) device = entry.device;
   }
   return device;
 }
 
 Status SetKernelReadahead(const std::string& mountpoint, std::string_view fstype, uint64_t bytes) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string device = MountedDevice(text.str(), mountpoint, fstype);
+  const std::string device = MountedDevice(ReadMountinfo(), mountpoint, fstype);
   if (device.empty()) {
     return Status(StatusCode::kNotFound, "no " + std::string(fstype) + " mount at '" + mountpoint +
                                              "' in /proc/self/mountinfo");

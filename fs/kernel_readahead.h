@@ -11,10 +11,25 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/status.h"
 
 namespace objfs {
+
+// One line of /proc/self/mountinfo, with the mount point's octal escapes (\040...) undone.
+struct MountEntry {
+  std::string device;      // "major:minor"
+  std::string mountpoint;  // as this process sees it
+  std::string fstype;      // "ext4", "fuse.objfs", ...
+};
+
+// The mounts listed in `mountinfo` (the text of /proc/self/mountinfo), in its order; malformed
+// lines are skipped.
+std::vector<MountEntry> ParseMountinfo(std::string_view mountinfo);
+
+// The text of /proc/self/mountinfo (empty when it cannot be read).
+std::string ReadMountinfo();
 
 // The device ("major:minor") of the file system of type `fstype` mounted at `mountpoint`
 // according to `mountinfo`, the text of /proc/self/mountinfo; the last such mount on that point

@@ -31,6 +31,16 @@ TEST(KernelReadaheadTest, OnlyAMountOfTheTypeCounts) {
   EXPECT_EQ(MountedDevice(kMountinfo, "/mnt/data", "ext4"), "");
 }
 
+TEST(KernelReadaheadTest, ParsesEveryMountWithItsTypeAndUnescapedPath) {
+  std::vector<MountEntry> entries = ParseMountinfo(kMountinfo);
+  ASSERT_EQ(entries.size(), 7u);
+  EXPECT_EQ(entries[1].device, "0:51");
+  EXPECT_EQ(entries[1].mountpoint, "/mnt/my bucket");
+  EXPECT_EQ(entries[1].fstype, "fuse.objfs");
+  EXPECT_EQ(entries[6].fstype, "ext4");
+  EXPECT_TRUE(ParseMountinfo("no separator here\n").empty());
+}
+
 TEST(KernelReadaheadTest, NothingMountedThereIsEmpty) {
   EXPECT_EQ(MountedDevice(kMountinfo, "/mnt", "fuse.objfs"), "");
   EXPECT_EQ(MountedDevice(kMountinfo, "/mnt/my\\040bucket", "fuse.objfs"), "");
