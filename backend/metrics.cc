@@ -28,6 +28,7 @@ std::string Metrics::ToText() const {
   line("retries", retries);
   line("sftp_read_requests", sftp_read_requests);
   line("writeback_failures", writeback_failures);
+  line("metadata_deferred", metadata_deferred);
   line("attrs_kept", attrs_kept);
   line("open_files", open_files);
   line("kernel_reads", kernel_reads);

@@ -38,6 +38,10 @@ struct Metrics {
   // Uploads of closed files (write-back window) that failed and wait, staged, for a retry.
   std::atomic<uint64_t> writeback_failures{0};
 
+  // chmod, chown, touch and setfattr of closed files held back for metadata_delay, so that
+  // what follows (more changes, a rename, an upload) carries them instead of a self-copy each.
+  std::atomic<uint64_t> metadata_deferred{0};
+
   // Listed objects whose metadata came from the cache directory instead of a HEAD.
   std::atomic<uint64_t> attrs_kept{0};
 

@@ -125,6 +125,30 @@ bool DecodeSidecar(std::string_view text, std::string* key, Metadata* metadata) 
   return true;
 }
 
+std::string EncodeAttrsRecord(std::string_view key, const ETag& etag, const Metadata& metadata) {
+  return PercentEncode(etag.value()) + "\n" + EncodeSidecar(key, metadata);
+}
+
+bool DecodeAttrsRecord(std::string_view text, std::string* key, ETag* etag, Metadata* metadata) {
+  size_t nl = text.find('\n');
+  std::string value;
+  if (nl == std::string_view::npos || !PercentDecode(text.substr(0, nl), &value)) return false;
+  *etag = ETag::Parse(value);
+  return DecodeSidecar(text.substr(nl + 1), key, metadata);
+}
+
+PendingAttrs::~PendingAttrs() = default;
+
+Status PendingAttrs::Describe(std::string_view key, const ETag& etag, const Metadata& metadata) {
+  return WriteWholeFile(path_, EncodeAttrsRecord(key, etag, metadata));
+}
+
+void PendingAttrs::Remove() {
+  if (removed_) return;
+  ::unlink(path_.c_str());
+  removed_ = true;
+}
+
 StagedFile::StagedFile(int fd, std::string data_path, std::string meta_path, uint64_t size)
     : fd_(fd), data_path_(std::move(data_path)), meta_path_(std::move(meta_path)), size_(size) {}
 
@@ -225,12 +249,7 @@ Result<std::unique_ptr<StagingArea>> StagingArea::Open(const std::string& dir) {
 Result<std::unique_ptr<StagedFile>> StagingArea::Create(std::string_view key,
                                                         const Metadata& metadata) {
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    uint64_t id;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      id = next_id_++;
-    }
-    std::string base = dir_ + "/" + std::to_string(::getpid()) + "-" + std::to_string(id);
+    std::string base = NextBase();
     std::string data_path = base + ".data";
     int fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -246,6 +265,48 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Create(std::string_view key,
     return file;
   }
   return IoError("cannot find a free staging file name in " + dir_);
+}
+
+std::string StagingArea::NextBase() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dir_ + "/" + std::to_string(::getpid()) + "-" + std::to_string(next_id_++);
+}
+
+Result<std::unique_ptr<PendingAttrs>> StagingArea::CreateAttrs(std::string_view key,
+                                                               const ETag& etag,
+                                                               const Metadata& metadata) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    std::string path = NextBase() + ".attrs";
+    // A record of an earlier process that had this PID and whose change is still pending.
+    if (::access(path.c_str(), F_OK) == 0) continue;
+    std::unique_ptr<PendingAttrs> record(new PendingAttrs(std::move(path)));
+    OBJFS_RETURN_IF_ERROR(record->Describe(key, etag, metadata));
+    return record;
+  }
+  return IoError("cannot find a free record name in " + dir_);
+}
+
+Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers() const {
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return ErrnoStatus("opendir", dir_, errno);
+  std::vector<AttrsLeftover> out;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    const std::string suffix = ".attrs";
+    if (name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    std::ifstream in(dir_ + "/" + name, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    AttrsLeftover left;
+    left.path = dir_ + "/" + name;
+    if (!DecodeAttrsRecord(text.str(), &left.key, &left.etag, &left.metadata)) continue;
+    out.push_back(std::move(left));
+  }
+  ::closedir(d);
+  return out;
 }
 
 Result<std::vector<StagedLeftover>> StagingArea::Leftovers() const {

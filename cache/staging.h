@@ -63,6 +63,38 @@ class StagedFile {
   bool synced_ = true;     // nothing written since the last Sync()
 };
 
+// A metadata change (chmod, chown, utimens, setxattr) of a stored object that is not applied to
+// the store yet: "N.attrs" names the key, the ETag of the object it changes and the whole
+// metadata the object is to carry, so that a crash before the change reaches the store applies
+// it at the next mount.
+class PendingAttrs {
+ public:
+  ~PendingAttrs();  // the record stays unless Remove() was called
+  PendingAttrs(const PendingAttrs&) = delete;
+  PendingAttrs& operator=(const PendingAttrs&) = delete;
+
+  // Rewrites the record (a new file renamed into place). On failure the previous one stays.
+  Status Describe(std::string_view key, const ETag& etag, const Metadata& metadata);
+  // Deletes the record (the change reached the store, or no longer applies).
+  void Remove();
+  const std::string& path() const { return path_; }
+
+ private:
+  friend class StagingArea;
+  explicit PendingAttrs(std::string path) : path_(std::move(path)) {}
+
+  std::string path_;
+  bool removed_ = false;
+};
+
+// A PendingAttrs record found at startup.
+struct AttrsLeftover {
+  std::string key;
+  ETag etag;
+  Metadata metadata;
+  std::string path;
+};
+
 // A staging file found at startup.
 struct StagedLeftover {
   std::string key;
@@ -82,6 +114,13 @@ class StagingArea {
   // Staging files left by an earlier process (with a readable sidecar).
   Result<std::vector<StagedLeftover>> Leftovers() const;
 
+  // A new record of a pending metadata change.
+  Result<std::unique_ptr<PendingAttrs>> CreateAttrs(std::string_view key, const ETag& etag,
+                                                    const Metadata& metadata);
+  // Records of pending metadata changes left by an earlier process (unreadable ones are
+  // skipped and stay).
+  Result<std::vector<AttrsLeftover>> AttrsLeftovers() const;
+
   const std::string& dir() const { return dir_; }
 
  private:
@@ -90,11 +129,17 @@ class StagingArea {
   std::string dir_;
   std::mutex mu_;  // lock 6 of fs/lock_order.h; guards next_id_
   uint64_t next_id_ = 0;
+
+  // A base name ("DIR/PID-N") no other file of this area uses yet.
+  std::string NextBase();
 };
 
 // Sidecar encoding, exposed for tests: first line the key, then "name=value" lines, each
 // percent-encoded so that newlines and '=' survive.
 std::string EncodeSidecar(std::string_view key, const Metadata& metadata);
 bool DecodeSidecar(std::string_view text, std::string* key, Metadata* metadata);
+// A PendingAttrs record: the ETag's text on the first line, then a sidecar.
+std::string EncodeAttrsRecord(std::string_view key, const ETag& etag, const Metadata& metadata);
+bool DecodeAttrsRecord(std::string_view text, std::string* key, ETag* etag, Metadata* metadata);
 
 }  // namespace objfs

@@ -50,7 +50,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
   std::unique_ptr<Filesystem> fs(
       new Filesystem(std::move(store), std::move(options), metrics, std::move(clock)));
   fs->staging_ = std::move(staging);
-  if (fs->writeback() && fs->options_.writeback_thread) {
+  if ((fs->writeback() || fs->defer_metadata()) && fs->options_.writeback_thread) {
     fs->writeback_thread_ = std::thread([p = fs.get()] { p->WritebackLoop(); });
   }
   return fs;
@@ -62,6 +62,8 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       native_etags_(store_->capabilities().native_etags),
       native_rename_(store_->capabilities().native_rename),
       stores_owner_(store_->capabilities().stores_owner),
+      attributes_in_place_(store_->capabilities().attributes_in_place ||
+                           store_->capabilities().native_rename),
       options_(std::move(options)),
       metrics_(metrics),
       clock_(clock),
@@ -299,10 +301,10 @@ Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {
 
 std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
   std::lock_guard<std::mutex> lock(inode.mu);
-  if (!inode.staged) return std::nullopt;
+  if (!inode.staged && !inode.pending_metadata) return std::nullopt;
   FileAttr attr = inode.attr;
   attr.ino = ino;
-  attr.size = inode.staged->size();
+  attr.size = inode.staged ? inode.staged->size() : inode.pending_metadata->object.size;
   return attr;
 }
 

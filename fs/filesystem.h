@@ -83,6 +83,15 @@ struct FilesystemOptions {
   // and a copy plus delete. fsync(2), reading user.etag, and unmount upload at once; a failed
   // upload is logged and retried, and its data stays staged.
   double writeback = 0;
+  // Seconds a metadata change (chmod, chown, utimens, setxattr) of a closed file may wait
+  // before it reaches an object store that applies it with a self-copy. The mount shows it at
+  // once; a crash record in cache_dir applies it at the next mount should the daemon die first;
+  // a rename within the delay carries it in its copy, and an upload in its PUT, so that rsync's
+  // utimens + chmod + rename of each file is one copy instead of three. fsync(2), reading
+  // user.etag, a directory rename and unmount apply it at once. Like a local file system's, the
+  // change is durable once fsync returns. 0 (the default here): each change is its own
+  // self-copy before the call returns. Stores that change attributes in place (SFTP) never wait.
+  double metadata_delay = 0;
   // Where problems found in the background (a failed write-back upload) are reported, one line
   // each; null: stderr.
   std::function<void(const std::string&)> log;
@@ -187,7 +196,8 @@ class Filesystem {
 
   // chmod, chown, utimens and truncate. `to_set` is a SetAttrMask. On a file with unsaved
   // data, mode/owner/times only change the metadata of the pending upload; otherwise they are
-  // one server-side self-copy that replaces the metadata (never a re-upload). A size change is
+  // one server-side self-copy that replaces the metadata (never a re-upload), made at once or,
+  // with options.metadata_delay, within that delay. A size change is
   // staged and uploaded at Flush/Release; without any open handle it is uploaded at once.
   // `fh` is the handle of ftruncate/futimens, when the kernel gives one.
   Result<Entry> SetAttr(uint64_t ino, uint32_t to_set, const FileAttr& attr,
@@ -396,7 +406,23 @@ class Filesystem {
   // The file was removed or replaced: its unsaved data is never to be uploaded. The staging
   // file goes now, or (while handles are open) loses its sidecar and goes at the last release.
   void DiscardLocked(Inode& inode);
-  Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode);
+  // Uploads the inode's unsaved data; then, with `with_metadata`, applies a pending metadata
+  // change (a rename passes false: its copy carries the change).
+  Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata = true);
+  // Applies inode.pending_metadata to the object `key` with a self-copy and forgets it. An
+  // object replaced elsewhere meanwhile gets the change too (last writer wins, as for bytes); one
+  // removed elsewhere drops it. REQUIRES: inode.mu held.
+  Status ApplyPendingMetadataLocked(Inode& inode, const std::string& key);
+  // Forgets inode.pending_metadata and its crash record (applied, carried by an upload or a
+  // copy, or moot). REQUIRES: inode.mu held.
+  void DropPendingMetadataLocked(Inode& inode);
+  // Holds a metadata change of the stored object `rec` for options.metadata_delay instead of a
+  // self-copy now; false when it cannot be held (no crash record: the cache disk is full).
+  // REQUIRES: inode.mu held.
+  bool DeferMetadataLocked(uint64_t ino, Inode& inode, const std::string& key,
+                           const MetaRecord& rec, const FileAttr& attr, const Metadata& extra,
+                           const Metadata& metadata);
+  bool defer_metadata() const { return options_.metadata_delay > 0 && !attributes_in_place_; }
   // With a write-back window: records the staged file of a closed `inode` (sidecar) and
   // schedules its upload. REQUIRES: inode.mu held.
   Status DeferUploadLocked(uint64_t ino, Inode& inode);
@@ -450,6 +476,8 @@ class Filesystem {
   bool native_etags_;   // the store's capabilities().native_etags
   bool native_rename_;  // the store's capabilities().native_rename
   bool stores_owner_;   // the store's capabilities().stores_owner
+  // The store's capabilities().attributes_in_place, or native_rename (both: no self-copies).
+  bool attributes_in_place_;
   // The owner of a new object asked for by `caller`.
   Owner NewOwner(const std::optional<Owner>& caller) const;
   FilesystemOptions options_;
@@ -470,8 +498,8 @@ class Filesystem {
   std::atomic<uint64_t> skipped_names_{0};
   int64_t mount_time_ns_;  // the root's mtime
 
-  // Write-back queue: inode -> when its upload is due (clock_ time). writeback_mu_ is a leaf
-  // lock: nothing else is taken while it is held.
+  // Write-back queue: inode -> when its upload (or pending metadata change) is due (clock_ time).
+  // writeback_mu_ is a leaf lock: nothing else is taken while it is held.
   std::mutex writeback_mu_;
   std::condition_variable writeback_cv_;
   std::map<uint64_t, std::chrono::nanoseconds> writeback_due_;

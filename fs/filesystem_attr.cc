@@ -32,6 +32,47 @@ Result<FileAttr> Filesystem::MutateMetadata(
     }
     return attr;
   }
+  if (inode->pending_metadata && !inode->unlinked) {
+    // An earlier change still waits: this one joins it.
+    const FileAttr old_attr = inode->attr;
+    const Metadata old_extra = inode->extra_metadata;
+    FileAttr attr = old_attr;
+    Metadata extra = old_extra;
+    OBJFS_RETURN_IF_ERROR(mutate(attr, extra));
+    Metadata metadata = extra;
+    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
+    Inode::PendingMetadata& pending = *inode->pending_metadata;
+    ObjectInfo info = pending.object;
+    const bool own_write = pending.own_write;
+    Metadata previous = std::move(pending.metadata);
+    pending.metadata = metadata;
+    inode->attr = attr;
+    inode->extra_metadata = extra;
+    attr.ino = ino;
+    attr.size = info.size;
+    Status recorded = pending.record->Describe(key, info.etag, metadata);
+    if (!recorded.ok()) {
+      // Without a crash record the change goes to the store now.
+      Log("changing the metadata of " + key + " at once: " + recorded.message());
+      Status applied = ApplyPendingMetadataLocked(*inode, key);
+      if (!applied.ok()) {
+        if (inode->pending_metadata) inode->pending_metadata->metadata = std::move(previous);
+        inode->attr = old_attr;
+        inode->extra_metadata = old_extra;
+        return applied;
+      }
+      return attr;
+    }
+    info.key = key;
+    info.metadata = std::move(metadata);
+    info.has_metadata = true;
+    MetaRecord updated = RecordFromInfo(info, false);
+    updated.complete = true;
+    updated.own_write = own_write;
+    meta_cache_.Put(key, updated);
+    Bump(metrics_->metadata_deferred);
+    return attr;
+  }
   for (int attempt = 0;; ++attempt) {
     OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
     FileAttr attr = AttrFromRecord(ino, rec);
@@ -42,6 +83,12 @@ Result<FileAttr> Filesystem::MutateMetadata(
     Metadata metadata = extra;
     SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
     if (metadata == before && rec.has_object && rec.metadata == metadata) return attr;
+    if (!rec.is_dir && rec.has_object && !inode->staged && !inode->unlinked && defer_metadata() &&
+        DeferMetadataLocked(ino, *inode, key, rec, attr, extra, metadata)) {
+      attr.ino = ino;
+      attr.size = rec.size;
+      return attr;
+    }
 
     Result<ObjectInfo> result = InternalError("unreachable");
     if (rec.is_dir && !rec.has_object) {
@@ -137,7 +184,7 @@ Result<Metadata> Filesystem::ExtraMetadata(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (std::shared_ptr<Inode> inode = inodes_.Get(ino)) {
     std::lock_guard<std::mutex> lock(inode->mu);
-    if (inode->staged) return inode->extra_metadata;
+    if (inode->staged || inode->pending_metadata) return inode->extra_metadata;
   }
   if (key.empty()) return Metadata();
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
@@ -178,9 +225,15 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
   if (name == kEtagXattr || name == kEtagKindXattr) {
     if (key.empty()) return NoXattrError(std::string(name));
     // A closed file waiting in the write-back window has no ETag yet: asking for it uploads it.
-    if (std::shared_ptr<Inode> inode = inodes_.Get(ino);
-        inode != nullptr && writeback() && inode->open_handles.load() == 0) {
-      OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    // A pending metadata change goes to the store first too: a self-copy may change the ETag.
+    if (std::shared_ptr<Inode> inode = inodes_.Get(ino); inode != nullptr) {
+      if (writeback() && inode->open_handles.load() == 0) {
+        OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+      }
+      std::lock_guard<std::mutex> lock(inode->mu);
+      if (inode->pending_metadata && !inode->unlinked && !(inode->dirty && inode->staged)) {
+        OBJFS_RETURN_IF_ERROR(ApplyPendingMetadataLocked(*inode, key));
+      }
     }
     auto rec = Resolve(key);
     if (!rec.ok()) {

@@ -40,6 +40,14 @@ Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, cons
   if (inode.staged) return Status::Ok();
   FileAttr attr = AttrFromRecord(0, rec);
   Metadata extra = WithoutPosixMetadata(rec.metadata);
+  if (inode.pending_metadata) {
+    // A metadata change not in the store yet: the upload carries it.
+    attr.mode = inode.attr.mode;
+    attr.uid = inode.attr.uid;
+    attr.gid = inode.attr.gid;
+    attr.mtime_ns = inode.attr.mtime_ns;
+    extra = inode.extra_metadata;
+  }
   Metadata upload = extra;
   SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &upload);
   auto created = staging_->Create(key, upload);
@@ -83,6 +91,7 @@ Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, cons
 void Filesystem::DiscardLocked(Inode& inode) {
   inode.unlinked = true;
   inode.dirty = false;
+  DropPendingMetadataLocked(inode);
   if (inode.open_handles.load() == 0) {
     DropStagingLocked(inode);
   } else if (inode.staged) {
@@ -95,7 +104,103 @@ void Filesystem::DropStagingLocked(Inode& inode) {
   inode.staged->Remove();
   inode.staged.reset();
   inode.dirty = false;
-  inode.has_local_data.store(false);
+  inode.has_local_data.store(inode.pending_metadata.has_value());
+}
+
+void Filesystem::DropPendingMetadataLocked(Inode& inode) {
+  if (!inode.pending_metadata) return;
+  if (inode.pending_metadata->record != nullptr) inode.pending_metadata->record->Remove();
+  inode.pending_metadata.reset();
+  inode.has_local_data.store(inode.staged != nullptr);
+}
+
+bool Filesystem::DeferMetadataLocked(uint64_t ino, Inode& inode, const std::string& key,
+                                     const MetaRecord& rec, const FileAttr& attr,
+                                     const Metadata& extra, const Metadata& metadata) {
+  if (rec.etag.empty()) return false;
+  auto record = staging_->CreateAttrs(key, rec.etag, metadata);
+  if (!record.ok()) return false;  // the cache disk is full: a self-copy now
+  Inode::PendingMetadata pending;
+  pending.object.key = key;
+  pending.object.size = rec.size;
+  pending.object.etag = rec.etag;
+  pending.object.mtime_ns = rec.mtime_ns;
+  pending.object.metadata = rec.metadata;
+  pending.object.has_metadata = rec.complete;
+  pending.own_write = rec.own_write;
+  pending.metadata = metadata;
+  pending.record = std::move(*record);
+  inode.pending_metadata = std::move(pending);
+  inode.attr = attr;
+  inode.extra_metadata = extra;
+  inode.has_local_data.store(true);
+
+  ObjectInfo info = inode.pending_metadata->object;
+  info.metadata = metadata;
+  info.has_metadata = true;
+  MetaRecord updated = RecordFromInfo(info, false);
+  updated.complete = true;
+  updated.own_write = rec.own_write;
+  meta_cache_.Put(key, updated);
+  Bump(metrics_->metadata_deferred);
+
+  auto due =
+      clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.metadata_delay * 1e9));
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    was_empty = writeback_due_.empty();
+    writeback_due_.try_emplace(ino, due);
+  }
+  if (was_empty) writeback_cv_.notify_one();
+  return true;
+}
+
+Status Filesystem::ApplyPendingMetadataLocked(Inode& inode, const std::string& key) {
+  if (!inode.pending_metadata) return Status::Ok();
+  Inode::PendingMetadata& pending = *inode.pending_metadata;
+  CopyOptions copy;
+  copy.replace_metadata = pending.metadata;
+  copy.source_known_current = pending.own_write;
+  Result<ObjectInfo> result = InternalError("unreachable");
+  for (int attempt = 0;; ++attempt) {
+    ObjectInfo src = pending.object;
+    src.key = key;
+    result = store_->copy(src, key, copy);
+    if (result.ok() || result.status().code() != StatusCode::kPreconditionFailed || attempt > 0) {
+      break;
+    }
+    // Replaced elsewhere since: the change applies to what is there now.
+    meta_cache_.Invalidate(key);
+    Result<ObjectInfo> now = store_->head(key);
+    if (!now.ok()) {
+      result = now.status();
+      break;
+    }
+    pending.object = *now;
+    copy.source_known_current = false;
+  }
+  if (!result.ok()) {
+    meta_cache_.Invalidate(key);
+    if (result.status().code() == StatusCode::kNotFound) {
+      // Removed elsewhere: nothing is left to change.
+      Log("dropping a metadata change of " + key + ": " + result.status().message());
+      DropPendingMetadataLocked(inode);
+      return Status::Ok();
+    }
+    return result.status().WithContext("changing the metadata of " + key);
+  }
+  ObjectInfo info = *result;
+  info.size = pending.object.size;
+  info.metadata = pending.metadata;
+  info.has_metadata = true;
+  MetaRecord updated = RecordFromInfo(info, false);
+  updated.complete = true;
+  updated.own_write = true;
+  meta_cache_.Put(key, updated);
+  inode.uploaded_etag = info.etag;
+  DropPendingMetadataLocked(inode);
+  return Status::Ok();
 }
 
 Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
@@ -116,6 +221,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
   inode.dirty = false;
   inode.in_store = true;
   inode.uploaded_etag = result->etag;
+  DropPendingMetadataLocked(inode);  // the upload carried it
   ObjectInfo info = *result;
   info.size = inode.staged->size();
   info.metadata = metadata;
@@ -128,11 +234,15 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
   return Status::Ok();
 }
 
-Status Filesystem::FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode) {
+Status Filesystem::FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode,
+                              bool with_metadata) {
   std::lock_guard<std::mutex> lock(inode->mu);
-  if (!inode->dirty || inode->unlinked || !inode->staged) return Status::Ok();
+  if (inode->unlinked) return Status::Ok();
+  const bool upload = inode->dirty && inode->staged;
+  if (!upload && !(with_metadata && inode->pending_metadata)) return Status::Ok();
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
-  return UploadLocked(*inode, key);
+  if (upload) return UploadLocked(*inode, key);
+  return ApplyPendingMetadataLocked(*inode, key);
 }
 
 Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
@@ -349,7 +459,7 @@ void Filesystem::RetryUploadLater(uint64_t ino, const Status& failure) {
   Bump(metrics_->writeback_failures);
   const double retry = std::max(options_.writeback, kWritebackRetrySeconds);
   char when[64];
-  std::snprintf(when, sizeof(when), "; the data stays staged, retrying in %.0f s", retry);
+  std::snprintf(when, sizeof(when), "; kept in cache_dir, retrying in %.0f s", retry);
   Log(failure.ToString() + when);
   bool was_empty;
   {
@@ -407,7 +517,8 @@ Status Filesystem::Flush(uint64_t fh) {
     if (!inode.dirty || inode.unlinked || !inode.staged) return Status::Ok();
     return DeferUploadLocked(handle->ino, inode);
   }
-  return FlushInode(handle->ino, handle->inode);
+  // close(2) uploads unsaved data; a pending metadata change keeps waiting (fsync applies it).
+  return FlushInode(handle->ino, handle->inode, /*with_metadata=*/false);
 }
 
 Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) {
@@ -477,7 +588,7 @@ void Filesystem::Log(const std::string& message) const {
 }
 
 Status Filesystem::UploadDue() {
-  if (!writeback()) return Status::Ok();
+  if (!writeback() && !defer_metadata()) return Status::Ok();
   std::vector<uint64_t> due;
   const std::chrono::nanoseconds now = clock_->now();
   {
@@ -500,11 +611,18 @@ Status Filesystem::UploadDue() {
       Status status;
       {
         std::lock_guard<std::mutex> lock(inode->mu);
-        // Clean, removed, or open again (its last release schedules it anew).
-        if (!inode->dirty || inode->unlinked || !inode->staged) return Status::Ok();
-        if (inode->open_handles.load() > 0) return Status::Ok();
-        auto key = KeyOf(ino);
-        status = key.ok() ? UploadLocked(*inode, *key) : key.status();
+        if (inode->unlinked) return Status::Ok();
+        if (inode->dirty && inode->staged) {
+          // Open again: its last release schedules it anew.
+          if (inode->open_handles.load() > 0) return Status::Ok();
+          auto key = KeyOf(ino);
+          status = key.ok() ? UploadLocked(*inode, *key) : key.status();
+        } else if (inode->pending_metadata) {
+          auto key = KeyOf(ino);
+          status = key.ok() ? ApplyPendingMetadataLocked(*inode, *key) : key.status();
+        } else {
+          return Status::Ok();  // clean: uploaded, renamed or removed meanwhile
+        }
         if (!status.ok()) RetryUploadLater(ino, status);
       }
       inodes_.Forget(ino, 0);  // an inode the kernel forgot goes once it is clean
@@ -565,6 +683,30 @@ Status Filesystem::RecoverStaged() {
     meta_cache_.Invalidate(left.key);
     ::unlink(left.data_path.c_str());
     ::unlink(left.meta_path.c_str());
+  }
+  // Metadata changes that had not reached the store (after the uploads above, which carry
+  // theirs). Each applies only to the object it was made to: one removed or replaced since
+  // stands as it is.
+  OBJFS_ASSIGN_OR_RETURN(auto changes, staging_->AttrsLeftovers());
+  for (const AttrsLeftover& left : changes) {
+    Result<ObjectInfo> now = store_->head(left.key);
+    if (!now.ok() && now.status().code() != StatusCode::kNotFound) {
+      if (first.ok())
+        first = now.status().WithContext("recovering a metadata change of " + left.key);
+      continue;
+    }
+    if (now.ok() && (left.etag.empty() || now->etag == left.etag)) {
+      CopyOptions copy;
+      copy.replace_metadata = left.metadata;
+      Result<ObjectInfo> copied = store_->copy(*now, left.key, copy);
+      if (!copied.ok() && copied.status().code() != StatusCode::kPreconditionFailed &&
+          copied.status().code() != StatusCode::kNotFound) {
+        if (first.ok()) first = copied.status().WithContext("recovering a metadata change");
+        continue;
+      }
+      meta_cache_.Invalidate(left.key);
+    }
+    ::unlink(left.path.c_str());
   }
   return first;
 }

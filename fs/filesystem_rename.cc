@@ -35,9 +35,12 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
     }
   }
 
-  // Unsaved data of the source goes up first, so that the copy carries it.
+  // Unsaved data of the source goes up first, so that the copy carries it (and the copy
+  // carries a pending metadata change too).
   if (uint64_t ino = inodes_.InoOf(from)) {
-    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    if (auto inode = inodes_.Get(ino)) {
+      OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode, /*with_metadata=*/false));
+    }
   }
   // Both names as the cache knows them, like the lookups the kernel made just before (within
   // attr_timeout and negative_timeout, a change made elsewhere may go unseen, as for any other
@@ -46,7 +49,10 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   OBJFS_ASSIGN_OR_RETURN(MetaRecord src, Resolve(from));
 
   if (uint64_t ino = inodes_.InoOf(to)) {
-    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    // A metadata change of a file about to be replaced is moot.
+    if (auto inode = inodes_.Get(ino)) {
+      OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode, /*with_metadata=*/false));
+    }
   }
   if (flags & kRenameNoReplace) meta_cache_.Invalidate(to);
   auto dst = Resolve(to);
@@ -173,6 +179,11 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));
     }
   }
+  // A metadata change still pending rides along with the copy, instead of a self-copy first.
+  const bool fold = inode != nullptr && inode->pending_metadata && !native_rename_;
+  if (inode != nullptr && inode->pending_metadata && native_rename_) {
+    OBJFS_RETURN_IF_ERROR(ApplyPendingMetadataLocked(*inode, from));
+  }
   if (native_rename_) {
     // One atomic request (SFTP posix-rename): same content, mtime and version.
     OBJFS_RETURN_IF_ERROR(store_->rename(from, to));
@@ -181,6 +192,10 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   } else {
     CopyOptions copy;
     copy.source_known_current = source.own_write;
+    if (fold) {
+      source.metadata = inode->pending_metadata->metadata;
+      copy.replace_metadata = source.metadata;
+    }
     Result<ObjectInfo> copied = InternalError("unreachable");
     for (int attempt = 0;; ++attempt) {
       ObjectInfo info;
@@ -198,6 +213,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       Result<MetaRecord> again = Resolve(from);
       if (!again.ok()) return again.status();
       if (again->is_dir) return NotFoundError(from + " is no longer a file");
+      if (fold) again->metadata = source.metadata;
       source = *again;
       copy.source_known_current = false;
     }
@@ -205,6 +221,9 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       meta_cache_.Invalidate(to);  // a failed copy may still have written it
       return copied.status();
     }
+    // The change is in the copy: the source's record goes before the source does, so that a
+    // crash after this never applies it to a later object of that name.
+    if (fold) DropPendingMetadataLocked(*inode);
     OBJFS_RETURN_IF_ERROR(store_->remove(from));
     meta_cache_.Invalidate(from);
     ForgetAttributes(from);

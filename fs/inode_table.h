@@ -38,9 +38,20 @@ struct Inode {
   Metadata extra_metadata;
   // The ETag of the last upload or copy made through this inode (empty: none this session).
   ETag uploaded_etag;
+  // A metadata change (chmod, chown, utimens, setxattr) of the stored object, not applied to
+  // the store yet (FilesystemOptions::metadata_delay); while set, `attr` and `extra_metadata`
+  // hold the changed attributes.
+  struct PendingMetadata {
+    ObjectInfo object;       // the object it changes: size and ETag (the self-copy's source)
+    bool own_write = false;  // that object is this mount's own upload or copy
+    Metadata metadata;       // all the metadata the object is to carry
+    std::unique_ptr<PendingAttrs> record;  // its crash record in cache_dir
+  };
+  std::optional<PendingMetadata> pending_metadata;
   // Open handles; read by the table without the mutex to decide whether it may forget.
   std::atomic<int> open_handles{0};
-  std::atomic<bool> has_local_data{false};  // `staged` is set (mirrors it for the table)
+  // `staged` or `pending_metadata` is set (mirrors them for the table).
+  std::atomic<bool> has_local_data{false};
 };
 
 class InodeTable {
@@ -69,7 +80,8 @@ class InodeTable {
   // file of that name gets a new inode.
   void Unbind(const std::string& key);
 
-  // Inodes with local data whose key is `prefix` or under "prefix/" (all when prefix is "").
+  // Inodes with local data (staged, or a pending metadata change) whose key is `prefix` or under
+  // "prefix/" (all when prefix is "").
   std::vector<std::pair<uint64_t, std::shared_ptr<Inode>>> WithLocalData(
       const std::string& prefix) const;
 

@@ -199,6 +199,9 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
   } else if (name == "writeback") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(out.fs.writeback, ParseSeconds(value, name));
+  } else if (name == "metadata_delay") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(out.fs.metadata_delay, ParseSeconds(value, name));
   } else if (name == "attr_timeout") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(double seconds, ParseSeconds(value, name));
@@ -465,6 +468,7 @@ std::string MountCacheName(const MountUrl& url) {
 Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
                                        const MountEnvironment& env) {
   MountOptions out;
+  out.fs.metadata_delay = kDefaultMetadataDelay;
   out.fs.uid = env.uid;
   out.fs.gid = env.gid;
   GivenOptions given;
@@ -590,6 +594,11 @@ Filesystem options:
                             in close(2), so that renames and attribute changes right after
                             (rsync) cost no requests; fsync and unmount still upload at once,
                             and a crash leaves the data staged for the next mount (default 0)
+  metadata_delay=SECONDS    S3: apply chmod, chown, touch and setfattr of a closed file to
+                            the object within this long, so that a rename or upload right
+                            after carries them instead of a copy each; fsync and unmount
+                            apply them at once, a crash at the next mount (default 1; 0: at
+                            once)
   direct_io                 bypass the kernel's page cache: large sequential reads cost one
                             copy less, small reads a request each, and MAP_SHARED mmap of
                             a file fails with ENODEV

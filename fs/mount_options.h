@@ -86,6 +86,7 @@ struct MountOptions {
   // always set: cache_dir= as given, or the default root plus a per-mount subdirectory named
   // after the URL (MountCacheName), so that remounting the same URL finds the staging files a
   // crashed process left behind.
+  // metadata_delay defaults to 1 second here (kDefaultMetadataDelay).
   FilesystemOptions fs;
 
   // Options handed to libfuse's mount as "-o" options: ro, allow_other, default_permissions,
@@ -95,6 +96,10 @@ struct MountOptions {
   // direct_io: reads and writes bypass the kernel's page cache (FuseAdapterOptions::direct_io).
   bool direct_io = false;
 };
+
+// Seconds a mount lets a metadata change of a closed file wait for what follows it (rsync's
+// rename), unless metadata_delay= says otherwise.
+inline constexpr double kDefaultMetadataDelay = 1.0;
 
 // Facts about the calling process that supply defaults.
 struct MountEnvironment {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -107,6 +108,51 @@ TEST(MountS3AttrTest, ARemountListsUnchangedObjectsWithoutAHeadEach) {
   after = GetXattr(m, "user.objfs.stats");
   ExpectCounterDelta(before, after, "attrs_kept", kFiles - 1);
   EXPECT_EQ(StatFormat("%a", m + "/d/f3"), "600");
+}
+
+// A chmod or touch of a closed file waits up to metadata_delay (long here) for what follows
+// it: the mount shows it at once, fsync applies it, and after a crash the next mount over the
+// same cache directory applies it from its record.
+TEST(MountS3AttrTest, HeldMetadataChangesAreShownSyncedAndSurviveACrash) {
+  const std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options held;
+  held.extra_options = "metadata_delay=600";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), held);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  WriteFile(m + "/kept", "kept");
+  WriteFile(m + "/synced", "synced");
+  std::string before = GetXattr(m, "user.objfs.stats");
+  for (const std::string& path : {m + "/kept", m + "/synced"}) {
+    ASSERT_EQ(::chmod(path.c_str(), 0600), 0) << std::strerror(errno);
+    CommandResult touch = RunCommand({"touch", "-d", "2001-02-03 04:05:06", path});
+    ASSERT_EQ(touch.exit_code, 0) << touch.err;
+  }
+  std::string after = GetXattr(m, "user.objfs.stats");
+  ExpectCounterDelta(before, after, "copy_requests", 0);
+  ExpectCounterDelta(before, after, "metadata_deferred", 4);
+  CommandResult expected_time = RunCommand({"date", "-d", "2001-02-03 04:05:06", "+%s"});
+  ASSERT_EQ(expected_time.exit_code, 0);
+  const std::string changed = "600 " + expected_time.out.substr(0, expected_time.out.size() - 1);
+  EXPECT_EQ(StatFormat("%a %Y", m + "/kept"), changed);
+
+  // `sync FILE` is an fsync: that file's change reaches the bucket now, the other's not yet.
+  CommandResult sync = RunCommand({"sync", m + "/synced"});
+  ASSERT_EQ(sync.exit_code, 0) << sync.err;
+  ExpectCounterDelta(after, GetXattr(m, "user.objfs.stats"), "copy_requests", 1);
+  {
+    std::unique_ptr<ObjfsMount> other = ObjfsMount::Start(S3MountUrl(bucket));
+    ASSERT_TRUE(other);
+    EXPECT_EQ(StatFormat("%a %Y", other->path() + "/synced"), changed);
+    EXPECT_EQ(StatFormat("%a", other->path() + "/kept"), "644");
+  }
+
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+  ASSERT_TRUE(mount->Restart());
+  std::unique_ptr<ObjfsMount> other = ObjfsMount::Start(S3MountUrl(bucket));
+  ASSERT_TRUE(other);
+  EXPECT_EQ(StatFormat("%a %Y", other->path() + "/kept"), changed);
+  EXPECT_EQ(ReadFile(other->path() + "/kept"), "kept");
 }
 
 TEST(MountS3AttrTest, SymbolicLinks) {

@@ -116,9 +116,16 @@ TEST(MountS3CopyTest, SecondRsyncTransfersNothing) {
   ASSERT_TRUE(mount);
   std::string target = mount->path() + "/synced";
 
+  std::string before = GetXattr(mount->path(), "user.objfs.stats");
   CommandResult first = RunCommand({"rsync", "-a", "--stats", tree + "/", target});
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
   EXPECT_EQ(FilesTransferred(first.out), 50) << first.out;
+  // rsync sets each temporary file's times and mode and then renames it: the rename's copy
+  // carries both changes, so each file is one PUT and one copy (not three copies).
+  std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_GE(StatsCounter(after, "metadata_deferred") - StatsCounter(before, "metadata_deferred"),
+            100);
+  EXPECT_LT(StatsCounter(after, "copy_requests") - StatsCounter(before, "copy_requests"), 100);
   EXPECT_EQ(TreeListing(target), want_listing);
   CommandResult diff = RunCommand({"diff", "-r", tree, target});
   EXPECT_EQ(diff.exit_code, 0) << diff.out << diff.err;

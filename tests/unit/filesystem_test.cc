@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -1121,6 +1122,213 @@ TEST_F(WritebackTest, TheWritebackThreadUploadsWhenTheWindowHasPassed) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(memory_->contents("by-the-thread"), "uploaded in the background");
+}
+
+// With a metadata delay (a mount's default is 1 s) chmod, chown, utimens and setxattr of a
+// closed file wait in memory and in a crash record; the test applies due changes itself
+// (UploadDue after advancing the fake clock) instead of the background thread.
+class MetadataDelayTest : public FilesystemTest {
+ protected:
+  void SetUp() override {
+    FilesystemTest::SetUp();
+    fs_.reset();
+    options_.metadata_delay = 1;
+    options_.writeback_thread = false;
+    fs_ = NewFilesystem();
+  }
+
+  void Chmod(uint64_t ino, uint32_t mode) {
+    FileAttr attr;
+    attr.mode = mode;
+    auto e = fs_->SetAttr(ino, kSetMode, attr, std::nullopt);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ(e->attr.mode & 07777, mode);
+  }
+
+  // The mode an object's metadata holds ("" without one).
+  std::string StoredMode(const std::string& key) {
+    auto head = memory_->head(key);
+    EXPECT_TRUE(head.ok()) << key;
+    if (!head.ok()) return "";
+    auto it = head->metadata.find("mode");
+    return it == head->metadata.end() ? "" : it->second;
+  }
+
+  static std::string FileMode(uint32_t perms) { return std::to_string(S_IFREG | perms); }
+  uint64_t Copies() const { return metrics_.copy_requests.load(); }
+  // No staging file and no crash record is left in cache_dir.
+  bool NothingRecorded() const { return std::filesystem::is_empty(options_.cache_dir); }
+};
+
+TEST_F(MetadataDelayTest, RsyncPatternIsOneCopyPerFile) {
+  // rsync: write a temporary file, close it (the upload), set its times and mode, rename it.
+  uint64_t ino = WriteFile(kRootIno, ".f.tmp", "content of f");
+  const uint64_t copies = Copies();
+  FileAttr attr;
+  attr.mtime_ns = int64_t{1500000000} * 1000000000;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMtime, attr, std::nullopt).ok());
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
+  EXPECT_EQ(Copies(), copies);  // both wait
+  EXPECT_EQ(metrics_.metadata_deferred.load(), 2u);
+  EXPECT_FALSE(NothingRecorded());  // the crash record
+  auto e = fs_->GetAttr(ino);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+  EXPECT_EQ(e->attr.mtime_ns, attr.mtime_ns);
+
+  ASSERT_TRUE(fs_->Rename(kRootIno, ".f.tmp", kRootIno, "f", 0).ok());
+  EXPECT_EQ(Copies(), copies + 1);  // the rename's copy carried both changes
+  EXPECT_EQ(StoredMode("f"), FileMode(0600));
+  EXPECT_EQ(ParseMtime(memory_->head("f")->metadata.at("mtime")), attr.mtime_ns);
+  EXPECT_EQ(memory_->contents("f"), "content of f");
+  EXPECT_FALSE(memory_->head(".f.tmp").ok());
+  EXPECT_TRUE(NothingRecorded());
+  clock_->Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(Copies(), copies + 1);  // nothing was left to apply
+  auto listed = fs_->Lookup(kRootIno, "f");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+}
+
+TEST_F(MetadataDelayTest, AppliedOnceTheDelayHasPassed) {
+  PutObject("a", "x");
+  uint64_t ino = LookupIno(kRootIno, "a");
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0640));
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0604));
+  ASSERT_TRUE(fs_->UploadDue().ok());  // not due yet
+  EXPECT_EQ(Copies(), 0u);
+  EXPECT_EQ(StoredMode("a"), "");
+  clock_->Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(Copies(), 1u);  // one self-copy for both changes
+  EXPECT_EQ(StoredMode("a"), FileMode(0604));
+  EXPECT_EQ(memory_->contents("a"), "x");
+  EXPECT_TRUE(NothingRecorded());
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.mode, static_cast<uint32_t>(S_IFREG | 0604));
+}
+
+TEST_F(MetadataDelayTest, FsyncAndUnmountApplyItAtOnce) {
+  PutObject("a", "x");
+  PutObject("b", "y");
+  uint64_t a = LookupIno(kRootIno, "a");
+  uint64_t b = LookupIno(kRootIno, "b");
+  ASSERT_NO_FATAL_FAILURE(Chmod(a, 0600));
+  ASSERT_NO_FATAL_FAILURE(Chmod(b, 0640));
+  auto fh = fs_->Open(a, O_RDONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());  // close(2) leaves it waiting
+  EXPECT_EQ(StoredMode("a"), "");
+  ASSERT_TRUE(fs_->Fsync(*fh, false).ok());
+  EXPECT_EQ(StoredMode("a"), FileMode(0600));
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(StoredMode("b"), "");
+  ASSERT_TRUE(fs_->FlushAll().ok());  // what unmount does
+  EXPECT_EQ(StoredMode("b"), FileMode(0640));
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataDelayTest, ACrashAppliesItAtTheNextMount) {
+  PutObject("a", "x");
+  ASSERT_NO_FATAL_FAILURE(Chmod(LookupIno(kRootIno, "a"), 0600));
+  ASSERT_TRUE(fs_->SetXattr(LookupIno(kRootIno, "a"), "user.color", "blue", 0).ok());
+  // No copy happened; a new process over the same cache directory finds the record.
+  auto next = NewFilesystem();
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(StoredMode("a"), FileMode(0600));
+  auto color = next->GetXattr(next->Lookup(kRootIno, "a")->attr.ino, "user.color");
+  ASSERT_TRUE(color.ok()) << color.status().ToString();
+  EXPECT_EQ(*color, "blue");
+  EXPECT_EQ(memory_->contents("a"), "x");
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataDelayTest, ACrashRecordOfAnObjectReplacedSinceIsDropped) {
+  PutObject("a", "old");
+  ASSERT_NO_FATAL_FAILURE(Chmod(LookupIno(kRootIno, "a"), 0600));
+  PutObject("a", "written by another client");
+  auto next = NewFilesystem();
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(StoredMode("a"), "");
+  EXPECT_EQ(memory_->contents("a"), "written by another client");
+  EXPECT_EQ(Copies(), 0u);
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataDelayTest, UnlinkDropsIt) {
+  PutObject("a", "x");
+  ASSERT_NO_FATAL_FAILURE(Chmod(LookupIno(kRootIno, "a"), 0600));
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "a").ok());
+  EXPECT_TRUE(NothingRecorded());
+  clock_->Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(Copies(), 0u);
+  EXPECT_FALSE(memory_->head("a").ok());
+}
+
+TEST_F(MetadataDelayTest, AnUploadCarriesIt) {
+  PutObject("a", "v1");
+  uint64_t ino = LookupIno(kRootIno, "a");
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
+  ASSERT_NO_FATAL_FAILURE(Overwrite(ino, "v2"));
+  EXPECT_EQ(Copies(), 0u);
+  EXPECT_EQ(memory_->contents("a"), "v2");
+  EXPECT_EQ(StoredMode("a"), FileMode(0600));
+  EXPECT_TRUE(NothingRecorded());
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+}
+
+TEST_F(MetadataDelayTest, UserXattrsWaitToo) {
+  PutObject("a", "x");
+  uint64_t ino = LookupIno(kRootIno, "a");
+  ASSERT_TRUE(fs_->SetXattr(ino, "user.color", "blue", 0).ok());
+  EXPECT_EQ(Copies(), 0u);
+  EXPECT_EQ(*fs_->GetXattr(ino, "user.color"), "blue");
+  auto names = fs_->ListXattr(ino);
+  ASSERT_TRUE(names.ok());
+  EXPECT_NE(std::find(names->begin(), names->end(), "user.color"), names->end());
+  // Reading the ETag applies it: a self-copy may give the object a new one.
+  ASSERT_TRUE(fs_->GetXattr(ino, "user.etag").ok());
+  EXPECT_EQ(Copies(), 1u);
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataDelayTest, ADirectoryRenameAppliesItFirst) {
+  PutObject("d/f", "x");
+  uint64_t d = LookupIno(kRootIno, "d");
+  ASSERT_NO_FATAL_FAILURE(Chmod(LookupIno(d, "f"), 0600));
+  ASSERT_TRUE(fs_->Rename(kRootIno, "d", kRootIno, "e", 0).ok());
+  EXPECT_EQ(StoredMode("e/f"), FileMode(0600));
+  EXPECT_FALSE(memory_->head("d/f").ok());
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataDelayTest, AFailedCopyKeepsItForARetry) {
+  PutObject("a", "x");
+  uint64_t ino = LookupIno(kRootIno, "a");
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
+  faults_->FailNth(StoreOp::kCopy, 1, TransientError("503 SlowDown"));
+  clock_->Advance(std::chrono::seconds(2));
+  EXPECT_FALSE(fs_->UploadDue().ok());
+  EXPECT_EQ(StoredMode("a"), "");
+  EXPECT_FALSE(NothingRecorded());
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+  clock_->Advance(std::chrono::seconds(11));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(StoredMode("a"), FileMode(0600));
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataDelayTest, WithoutDelayEachChangeIsACopyAtOnce) {
+  fs_.reset();
+  options_.metadata_delay = 0;
+  fs_ = NewFilesystem();
+  PutObject("a", "x");
+  ASSERT_NO_FATAL_FAILURE(Chmod(LookupIno(kRootIno, "a"), 0600));
+  EXPECT_EQ(Copies(), 1u);
+  EXPECT_EQ(StoredMode("a"), FileMode(0600));
+  EXPECT_EQ(metrics_.metadata_deferred.load(), 0u);
 }
 
 }  // namespace

@@ -144,6 +144,8 @@ TEST(ParseMountOptionsTest, Defaults) {
   EXPECT_EQ(o.fs.prefetch.read_buffer, 1u << 20);
   EXPECT_EQ(o.fs.prefetch.max_readahead, 64u << 20);
   EXPECT_FALSE(o.fs.read_only);
+  EXPECT_DOUBLE_EQ(o.fs.metadata_delay, 1.0);
+  EXPECT_DOUBLE_EQ(o.fs.writeback, 0);
   EXPECT_EQ(o.addressing, s3::Addressing::kAuto);
   EXPECT_EQ(o.endpoint, "");
   EXPECT_FALSE(o.multipart_threshold.has_value());
@@ -199,7 +201,7 @@ TEST(ParseMountOptionsTest, FilesystemOptions) {
   MountOptions o = ParseWith(
       "cache_dir=/var/cache/x,read_buffer=64K,max_readahead=8M,uid=1000,gid=100,umask=027,"
       "attr_timeout=2.5,negative_timeout=0,io_threads=3,prefetch_memory=32M,"
-      "max_rename_objects=50,readdir_heads=0,direct_io");
+      "max_rename_objects=50,readdir_heads=0,direct_io,metadata_delay=0");
   EXPECT_EQ(o.fs.cache_dir, "/var/cache/x");
   EXPECT_EQ(o.fs.prefetch.read_buffer, 64u << 10);
   EXPECT_EQ(o.fs.prefetch.max_readahead, 8u << 20);
@@ -215,6 +217,8 @@ TEST(ParseMountOptionsTest, FilesystemOptions) {
   EXPECT_EQ(o.fs.readdir_heads, 0u);
   EXPECT_TRUE(o.direct_io);
   EXPECT_FALSE(ParseWith("ro").direct_io);
+  EXPECT_DOUBLE_EQ(o.fs.metadata_delay, 0);
+  EXPECT_DOUBLE_EQ(ParseWith("metadata_delay=2.5").fs.metadata_delay, 2.5);
 }
 
 TEST(ParseMountOptionsTest, RepeatedAndAttachedDashO) {
@@ -267,6 +271,7 @@ TEST(ParseMountOptionsTest, BadOptionValues) {
       {"attr_timeout=-1", "attr_timeout"},
       {"attr_timeout=soon", "attr_timeout"},
       {"negative_timeout=x", "negative_timeout"},
+      {"metadata_delay=-1", "metadata_delay"},
       {"parallel_parts=0", "out of range"},
       {"io_threads=0", "out of range"},
       {"readdir_heads=2000000", "out of range"},

@@ -149,6 +149,41 @@ TEST(SidecarTest, RoundTripsAndRejectsGarbage) {
   EXPECT_FALSE(DecodeSidecar("bad%zz\n", &key, &md));
 }
 
+TEST_F(StagingTest, PendingAttrsRecordsAreLeftoversUntilRemoved) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  const ETag etag = ETag::Parse("\"5d41402abc4b2a76b9719d911017c592\"");
+  auto record = (*area)->CreateAttrs("d/f", etag, {{"mode", "33188"}});
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  ASSERT_TRUE((*record)->Describe("d/f", etag, {{"mode", "33152"}}).ok());
+  // Neither a staging file nor its sidecar.
+  EXPECT_TRUE((*area)->Leftovers()->empty());
+  auto left = (*area)->AttrsLeftovers();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].key, "d/f");
+  EXPECT_EQ((*left)[0].etag, etag);
+  EXPECT_EQ((*left)[0].metadata.at("mode"), "33152");
+  (*record)->Remove();
+  EXPECT_TRUE((*area)->AttrsLeftovers()->empty());
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+}
+
+TEST(AttrsRecordTest, RoundTripsAndRejectsGarbage) {
+  std::string key;
+  ETag etag;
+  Metadata md;
+  const ETag multipart = ETag::Parse("\"0123456789abcdef0123456789abcdef-3\"");
+  ASSERT_TRUE(
+      DecodeAttrsRecord(EncodeAttrsRecord("a\nb", multipart, {{"k", "v=1"}}), &key, &etag, &md));
+  EXPECT_EQ(key, "a\nb");
+  EXPECT_EQ(etag, multipart);
+  EXPECT_EQ(md.at("k"), "v=1");
+  EXPECT_FALSE(DecodeAttrsRecord("", &key, &etag, &md));
+  EXPECT_FALSE(DecodeAttrsRecord("etag-only", &key, &etag, &md));
+  EXPECT_FALSE(DecodeAttrsRecord("etag\nkey\nnoequals\n", &key, &etag, &md));
+}
+
 TEST(StagingOpenTest, RefusesEmptyDirectory) { EXPECT_FALSE(StagingArea::Open("").ok()); }
 
 }  // namespace
