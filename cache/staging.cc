@@ -302,7 +302,11 @@ Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers() const {
     text << in.rdbuf();
     AttrsLeftover left;
     left.path = dir_ + "/" + name;
-    if (!DecodeAttrsRecord(text.str(), &left.key, &left.etag, &left.metadata)) continue;
+    if (!DecodeAttrsRecord(text.str(), &left.key, &left.etag, &left.metadata)) {
+      // Cut short (a power loss before the disk had it): it can never be applied.
+      ::unlink(left.path.c_str());
+      continue;
+    }
     out.push_back(std::move(left));
   }
   ::closedir(d);

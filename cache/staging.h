@@ -117,8 +117,8 @@ class StagingArea {
   // A new record of a pending metadata change.
   Result<std::unique_ptr<PendingAttrs>> CreateAttrs(std::string_view key, const ETag& etag,
                                                     const Metadata& metadata);
-  // Records of pending metadata changes left by an earlier process (unreadable ones are
-  // skipped and stay).
+  // Records of pending metadata changes left by an earlier process (unreadable ones, which
+  // can never be applied, are deleted).
   Result<std::vector<AttrsLeftover>> AttrsLeftovers() const;
 
   const std::string& dir() const { return dir_; }

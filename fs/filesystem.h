@@ -88,7 +88,8 @@ struct FilesystemOptions {
   // once; a crash record in cache_dir applies it at the next mount should the daemon die first;
   // a rename within the delay carries it in its copy, and an upload in its PUT, so that rsync's
   // utimens + chmod + rename of each file is one copy instead of three. fsync(2), reading
-  // user.etag, a directory rename and unmount apply it at once. Like a local file system's, the
+  // user.etag, a directory rename, opening an object with a multipart ETag (the self-copy may
+  // change that ETag) and unmount apply it at once. Like a local file system's, the
   // change is durable once fsync returns. 0 (the default here): each change is its own
   // self-copy before the call returns. Stores that change attributes in place (SFTP) never wait.
   double metadata_delay = 0;

@@ -146,13 +146,13 @@ bool Filesystem::DeferMetadataLocked(uint64_t ino, Inode& inode, const std::stri
 
   auto due =
       clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.metadata_delay * 1e9));
-  bool was_empty;
   {
     std::lock_guard<std::mutex> lock(writeback_mu_);
-    was_empty = writeback_due_.empty();
-    writeback_due_.try_emplace(ino, due);
+    // An upload due later (a write-back window, a retry) must not hold the change back.
+    auto [it, added] = writeback_due_.try_emplace(ino, due);
+    if (!added && due < it->second) it->second = due;
   }
-  if (was_empty) writeback_cv_.notify_one();
+  writeback_cv_.notify_one();  // the thread may wait for a later time
   return true;
 }
 
@@ -259,6 +259,12 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
   handle->read_key = key;
   {
     std::lock_guard<std::mutex> lock(inode->mu);
+    // The self-copy that applies a pending metadata change keeps a plain-MD5 ETag but may give a
+    // multipart object a new one, which would fail this handle's reads: apply it before.
+    if (inode->pending_metadata && !inode->staged && !truncate &&
+        !inode->pending_metadata->object.etag.is_plain_md5()) {
+      OBJFS_RETURN_IF_ERROR(ApplyPendingMetadataLocked(*inode, key));
+    }
     if (!inode->staged) {
       OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
       if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");

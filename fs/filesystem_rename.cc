@@ -49,10 +49,8 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   OBJFS_ASSIGN_OR_RETURN(MetaRecord src, Resolve(from));
 
   if (uint64_t ino = inodes_.InoOf(to)) {
-    // A metadata change of a file about to be replaced is moot.
-    if (auto inode = inodes_.Get(ino)) {
-      OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode, /*with_metadata=*/false));
-    }
+    // A metadata change of the target goes too: should the rename fail, the target keeps it.
+    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
   }
   if (flags & kRenameNoReplace) meta_cache_.Invalidate(to);
   auto dst = Resolve(to);
@@ -221,10 +219,11 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       meta_cache_.Invalidate(to);  // a failed copy may still have written it
       return copied.status();
     }
-    // The change is in the copy: the source's record goes before the source does, so that a
-    // crash after this never applies it to a later object of that name.
-    if (fold) DropPendingMetadataLocked(*inode);
+    // The copy carries the change; the source keeps it (and its record) until it is gone, so
+    // that a failed removal leaves the source as the mount shows it. (A record outliving the
+    // source meets no object of that ETag at the next mount.)
     OBJFS_RETURN_IF_ERROR(store_->remove(from));
+    if (fold) DropPendingMetadataLocked(*inode);
     meta_cache_.Invalidate(from);
     ForgetAttributes(from);
     copied->size = source.size;

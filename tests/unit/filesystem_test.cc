@@ -1320,6 +1320,78 @@ TEST_F(MetadataDelayTest, AFailedCopyKeepsItForARetry) {
   EXPECT_TRUE(NothingRecorded());
 }
 
+TEST_F(MetadataDelayTest, CopyFileRangeOntoAFileWithAHeldChangeCarriesIt) {
+  PutObject("src", "new content");
+  PutObject("dst", "old");
+  uint64_t dst = LookupIno(kRootIno, "dst");
+  ASSERT_NO_FATAL_FAILURE(Chmod(dst, 0600));
+  auto in = fs_->Open(LookupIno(kRootIno, "src"), O_RDONLY);
+  auto out = fs_->Open(dst, O_WRONLY | O_TRUNC);  // what cp does
+  ASSERT_TRUE(in.ok() && out.ok());
+  auto n = fs_->CopyFileRange(*in, 0, *out, 0, 1 << 20, 0);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 11u);
+  ASSERT_TRUE(fs_->Release(*in).ok());
+  ASSERT_TRUE(fs_->Release(*out).ok());
+  EXPECT_EQ(Copies(), 1u);  // the server-side copy, with the held mode
+  EXPECT_EQ(memory_->contents("dst"), "new content");
+  EXPECT_EQ(StoredMode("dst"), FileMode(0600));
+  auto e = fs_->GetAttr(dst);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->attr.size, 11u);
+  EXPECT_EQ(e->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+  EXPECT_TRUE(NothingRecorded());
+  clock_->Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(Copies(), 1u);
+}
+
+TEST_F(MetadataDelayTest, AFailedRenameOntoAFileLeavesItsHeldChange) {
+  PutObject("t", "target");
+  PutObject("s", "source");
+  ASSERT_NO_FATAL_FAILURE(Chmod(LookupIno(kRootIno, "t"), 0600));
+  LookupIno(kRootIno, "s");
+  // The target's change goes first (copy 1); the rename's copy (2) fails.
+  faults_->FailNth(StoreOp::kCopy, 2, TransientError("503 SlowDown"));
+  EXPECT_FALSE(fs_->Rename(kRootIno, "s", kRootIno, "t", 0).ok());
+  EXPECT_EQ(memory_->contents("t"), "target");
+  EXPECT_EQ(StoredMode("t"), FileMode(0600));
+  EXPECT_EQ(memory_->contents("s"), "source");
+}
+
+TEST_F(MetadataDelayTest, OpeningAMultipartObjectAppliesItFirst) {
+  // A self-copy gives an object with a multipart ETag a new one: a handle opened before it
+  // would fail its reads.
+  const std::string big(9 << 20, 'b');
+  PutObject("big", big);
+  ASSERT_TRUE(memory_->head("big")->etag.is_multipart());
+  uint64_t ino = LookupIno(kRootIno, "big");
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
+  EXPECT_EQ(Copies(), 0u);
+  EXPECT_EQ(ReadFile(*fs_, ino), big);
+  EXPECT_EQ(Copies(), 1u);
+  EXPECT_EQ(StoredMode("big"), FileMode(0600));
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataDelayTest, ALaterUploadInTheQueueDoesNotHoldItBack) {
+  fs_.reset();
+  options_.writeback = 60;
+  fs_ = NewFilesystem();
+  auto created = fs_->Create(kRootIno, "a", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("x")).ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());  // its upload is due in 60 s
+  uint64_t ino = created->entry.attr.ino;
+  ASSERT_TRUE(fs_->GetXattr(ino, "user.etag").ok());  // uploads it now
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
+  EXPECT_EQ(StoredMode("a"), FileMode(0644));
+  clock_->Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(StoredMode("a"), FileMode(0600));
+  EXPECT_TRUE(NothingRecorded());
+}
+
 TEST_F(MetadataDelayTest, WithoutDelayEachChangeIsACopyAtOnce) {
   fs_.reset();
   options_.metadata_delay = 0;
