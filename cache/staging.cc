@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 namespace objfs {
@@ -286,59 +287,59 @@ Result<std::unique_ptr<PendingAttrs>> StagingArea::CreateAttrs(std::string_view 
   return IoError("cannot find a free record name in " + dir_);
 }
 
-Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers() const {
-  DIR* d = ::opendir(dir_.c_str());
-  if (d == nullptr) return ErrnoStatus("opendir", dir_, errno);
-  std::vector<AttrsLeftover> out;
+namespace {
+
+// Calls fn(path, text) for each file in `dir` whose name ends in `suffix` (and is longer).
+Status ForEachRecordFile(const std::string& dir, std::string_view suffix,
+                         const std::function<void(const std::string&, const std::string&)>& fn) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus("opendir", dir, errno);
   while (struct dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    const std::string suffix = ".attrs";
-    if (name.size() <= suffix.size() ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      continue;
-    }
-    std::ifstream in(dir_ + "/" + name, std::ios::binary);
+    std::string_view name = e->d_name;
+    if (name.size() <= suffix.size() || !name.ends_with(suffix)) continue;
+    std::string path = dir + "/" + std::string(name);
+    std::ifstream in(path, std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();
-    AttrsLeftover left;
-    left.path = dir_ + "/" + name;
-    if (!DecodeAttrsRecord(text.str(), &left.key, &left.etag, &left.metadata)) {
-      // Cut short (a power loss before the disk had it): it can never be applied.
-      ::unlink(left.path.c_str());
-      continue;
-    }
-    out.push_back(std::move(left));
+    fn(path, text.str());
   }
   ::closedir(d);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers() const {
+  std::vector<AttrsLeftover> out;
+  OBJFS_RETURN_IF_ERROR(
+      ForEachRecordFile(dir_, ".attrs", [&](const std::string& path, const std::string& text) {
+        AttrsLeftover left;
+        left.path = path;
+        if (!DecodeAttrsRecord(text, &left.key, &left.etag, &left.metadata)) {
+          // Cut short (a power loss before the disk had it): it can never be applied.
+          ::unlink(path.c_str());
+          return;
+        }
+        out.push_back(std::move(left));
+      }));
   return out;
 }
 
 Result<std::vector<StagedLeftover>> StagingArea::Leftovers() const {
-  DIR* d = ::opendir(dir_.c_str());
-  if (d == nullptr) return ErrnoStatus("opendir", dir_, errno);
   std::vector<StagedLeftover> out;
-  while (struct dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    const std::string suffix = ".meta";
-    if (name.size() <= suffix.size() ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      continue;
-    }
-    std::string base = dir_ + "/" + name.substr(0, name.size() - suffix.size());
-    std::ifstream in(dir_ + "/" + name, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    StagedLeftover left;
-    left.meta_path = dir_ + "/" + name;
-    left.data_path = base + ".data";
-    struct stat st;
-    if (!DecodeSidecar(text.str(), &left.key, &left.metadata) ||
-        ::stat(left.data_path.c_str(), &st) != 0) {
-      continue;
-    }
-    out.push_back(std::move(left));
-  }
-  ::closedir(d);
+  const std::string_view suffix = ".meta";
+  OBJFS_RETURN_IF_ERROR(
+      ForEachRecordFile(dir_, suffix, [&](const std::string& path, const std::string& text) {
+        StagedLeftover left;
+        left.meta_path = path;
+        left.data_path = path.substr(0, path.size() - suffix.size()) + ".data";
+        struct stat st;
+        if (!DecodeSidecar(text, &left.key, &left.metadata) ||
+            ::stat(left.data_path.c_str(), &st) != 0) {
+          return;
+        }
+        out.push_back(std::move(left));
+      }));
   return out;
 }
 

@@ -249,6 +249,7 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
                                    const MetaRecord& src) {
   for (const auto& [ino, inode] : inodes_.WithLocalData(from)) {
     OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    inodes_.Forget(ino, 0);  // one the kernel forgot goes once it is clean
   }
   if (native_rename_) {
     // The whole tree in one atomic request, however many files it holds.
