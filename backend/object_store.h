@@ -110,7 +110,8 @@ struct CopyOptions {
   // The caller itself wrote src.etag moments ago. For a plain-MD5 source under the single-copy
   // limit, S3 then sends the condition without first HEADing the source, which it otherwise
   // does for servers that ignore x-amz-copy-source-if-match (RGW): a result whose ETag is not
-  // src.etag still fails with PreconditionFailed, but after the destination was written.
+  // src.etag still fails with PreconditionFailed, but after the destination was written. SFTP
+  // then sets attributes in place without a STAT first.
   bool source_known_current = false;
 };
 

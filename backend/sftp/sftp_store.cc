@@ -677,11 +677,15 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     // New attributes only (chmod, touch): set in place, atomic on the server, no byte moved.
     return WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
       std::lock_guard<std::mutex> lock(KeyLock(src.key));
-      OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, HeadOn(c, src.key));
-      if (options.if_match_source && !src.etag.empty() && current.etag != src.etag) {
-        return PreconditionFailedError("set attributes of " + src.key +
-                                       ": the file changed (version " + current.etag.value() +
-                                       ", expected " + src.etag.value() + ")");
+      // A file the caller itself wrote or changed moments ago is not looked at first (as on
+      // S3): rsync's utimens and chmod of the file it just closed are one round trip each.
+      if (options.if_match_source && !src.etag.empty() && !options.source_known_current) {
+        OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, HeadOn(c, src.key));
+        if (current.etag != src.etag) {
+          return PreconditionFailedError("set attributes of " + src.key +
+                                         ": the file changed (version " + current.etag.value() +
+                                         ", expected " + src.etag.value() + ")");
+        }
       }
       return ApplyAttributes(c, src.key, src_paths.data, *options.replace_metadata);
     });
