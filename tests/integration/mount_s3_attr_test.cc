@@ -153,6 +153,17 @@ TEST(MountS3AttrTest, HeldMetadataChangesAreShownSyncedAndSurviveACrash) {
   ASSERT_TRUE(other);
   EXPECT_EQ(StatFormat("%a %Y", other->path() + "/kept"), changed);
   EXPECT_EQ(ReadFile(other->path() + "/kept"), "kept");
+
+  // cp onto a file whose chmod still waits: the server-side copy carries the mode, and the
+  // file shows the new content's size at once and after a remount.
+  WriteFile(m + "/longer", "a longer content");
+  ASSERT_EQ(::chmod((m + "/kept").c_str(), 0640), 0) << std::strerror(errno);
+  CommandResult cp = RunCommand({"cp", m + "/longer", m + "/kept"});
+  ASSERT_EQ(cp.exit_code, 0) << cp.err;
+  EXPECT_EQ(StatFormat("%a %s", m + "/kept"), "640 16");
+  EXPECT_EQ(ReadFile(m + "/kept"), "a longer content");
+  ASSERT_TRUE(other->Restart());
+  EXPECT_EQ(StatFormat("%a %s", other->path() + "/kept"), "640 16");
 }
 
 TEST(MountS3AttrTest, SymbolicLinks) {
