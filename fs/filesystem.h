@@ -336,8 +336,9 @@ class Filesystem {
   size_t pending_uploads();
 
   // Uploads staging files left in cache_dir by a process that did not exit cleanly, then
-  // removes them. Call once after Create, before serving requests; each mount needs a
-  // cache_dir of its own. Returns the first failed upload (its files stay for the next try).
+  // removes them; then applies the held metadata changes it recorded (metadata_delay) to the
+  // objects they were made to. Call once after Create, before serving requests; each mount
+  // needs a cache_dir of its own. Returns the first failure (its records stay for the next try).
   Status RecoverStaged();
 
   // Names skipped by ReadDir because they cannot be file names (see ReadDir).

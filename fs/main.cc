@@ -418,8 +418,10 @@ int Mount(const MountOptions& given_options) {
   } else {
     Status recovered = (*fs)->RecoverStaged();
     if (!recovered.ok()) {
-      reporter.Error("warning: staged data of an earlier mount not uploaded yet (kept in " +
-                     fs_options.cache_dir + "): " + recovered.message());
+      reporter.Error(
+          "warning: staged data or metadata changes of an earlier mount not in the "
+          "store yet (kept in " +
+          fs_options.cache_dir + "): " + recovered.message());
     }
     adapter.set_filesystem(fs->get());
     pthread_sigmask(SIG_UNBLOCK, &termination, nullptr);
