@@ -398,6 +398,14 @@ TEST_F(SftpStoreTest, NewAttributesOfAFileAreSetInPlace) {
   Result<ObjectInfo> stale = store_->copy(*put, "f", o);
   ASSERT_FALSE(stale.ok());
   EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed) << stale.status().ToString();
+  // Unless the caller itself wrote it moments ago: then the attributes go straight to SETSTAT,
+  // one round trip, without that check (here the caller's version is stale on purpose).
+  o.source_known_current = true;
+  o.replace_metadata = Metadata{{"mode", std::to_string(S_IFREG | 0640)}, {"mtime", "1000000000"}};
+  Result<ObjectInfo> trusted = store_->copy(*put, "f", o);
+  ASSERT_TRUE(trusted.ok()) << trusted.status().ToString();
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_mode & 07777, 0640u);
 }
 
 TEST_F(SftpStoreTest, ListingCarriesSizesMtimesAndVersions) {
