@@ -178,10 +178,8 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     }
   }
   // A metadata change still pending rides along with the copy, instead of a self-copy first.
-  const bool fold = inode != nullptr && inode->pending_metadata && !native_rename_;
-  if (inode != nullptr && inode->pending_metadata && native_rename_) {
-    OBJFS_RETURN_IF_ERROR(ApplyPendingMetadataLocked(*inode, from));
-  }
+  // (Stores with a native rename set attributes in place and never hold one.)
+  const bool fold = inode != nullptr && inode->pending_metadata;
   if (native_rename_) {
     // One atomic request (SFTP posix-rename): same content, mtime and version.
     OBJFS_RETURN_IF_ERROR(store_->rename(from, to));
