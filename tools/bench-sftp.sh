@@ -75,9 +75,17 @@ mount_tool() {  # mount_tool NAME
   esac
   wait_mounted
 }
-cpu_ticks() {  # the process and its children (sshfs runs ssh)
+# The processes whose CPU a read costs the client: objfs alone; sshfs and the ssh it runs for
+# its connection. sshfs forks twice to start ssh, so ssh is not its child: find it by the port.
+client_pids() {  # client_pids TOOL PID
+  echo "$2"
+  case $1 in
+    sshfs*) pgrep -f -- "^ssh .*-oPort=$P( |\$)" || true ;;
+  esac
+}
+cpu_ticks() {  # cpu_ticks PID...
   local total=0 p
-  for p in $1 $(pgrep -P "$1" || true); do
+  for p in "$@"; do
     total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
   done
   echo "$total"
@@ -116,9 +124,11 @@ for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
   for tool in objfs sshfs sshfs-aesgcm objfs-direct_io sshfs-aesgcm-direct_io; do
     if ! mount_tool "$tool"; then echo "$tool|did not mount|" >> "$READS"; unmount_all; continue; fi
     sync; echo 3 > /proc/sys/vm/drop_caches
-    c0=$(cpu_ticks "$PID"); t0=$(now)
+    mapfile -t pids < <(client_pids "$tool" "$PID")
+    case $tool in sshfs*) [ "${#pids[@]}" -eq 2 ] || { echo "no ssh process for $tool" >&2; exit 1; } ;; esac
+    c0=$(cpu_ticks "${pids[@]}"); t0=$(now)
     dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
-    t1=$(now); c1=$(cpu_ticks "$PID")
+    t1=$(now); c1=$(cpu_ticks "${pids[@]}")
     sample "$tool" "$t0" "$t1" "$c0" "$c1"
     unmount_all
   done
