@@ -4,6 +4,7 @@
 #include <bit>
 #include <cassert>
 #include <cstring>
+#include <map>
 #include <utility>
 
 namespace objfs {
@@ -207,7 +208,61 @@ bool ETagKindFromByte(uint8_t b, ETag::Kind& kind) {
   }
 }
 
-constexpr uint8_t kHasMd5Flag = 0x01;
+using MetadataMap = std::map<std::string, std::string>;
+
+size_t MetadataBytes(const MetadataMap& metadata) {
+  size_t size = 4;  // the count
+  for (const auto& [name, value] : metadata) size += 2 * kStringBytes + name.size() + value.size();
+  return size;
+}
+
+void WriteMetadata(Writer& w, const MetadataMap& metadata) {
+  w.U32(static_cast<uint32_t>(metadata.size()));
+  for (const auto& [name, value] : metadata) {
+    w.String(name);
+    w.String(value);
+  }
+}
+
+// Reads a count and that many (name, value) pairs in strictly increasing name order.
+Status ReadMetadata(Reader& r, const char* type, MetadataMap& metadata) {
+  uint32_t count = 0;
+  if (!r.U32(count)) return Corrupt(type, "length past the end");
+  // Each pair takes at least two length fields: a count the bytes cannot hold is corrupt
+  // before anything is allocated for it.
+  if (count > r.left() / (2 * kStringBytes)) return Corrupt(type, "length past the end");
+  std::string_view previous;
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string_view name, value;
+    if (!r.StringView(name) || !r.StringView(value)) return Corrupt(type, "length past the end");
+    if (i > 0 && name <= previous) return Corrupt(type, "metadata out of order");
+    previous = name;
+    metadata.emplace_hint(metadata.end(), name, value);
+  }
+  return Status::Ok();
+}
+
+size_t ETagBytes(const ETag& etag) { return 1 + kStringBytes + etag.value().size(); }
+
+void WriteETag(Writer& w, const ETag& etag) {
+  w.U8(ETagKindByte(etag.kind()));
+  w.String(etag.value());
+}
+
+// Reads a kind byte and the ETag's text. Only the canonical text of the stated kind is
+// accepted: what Parse would change was not written by WriteETag.
+Status ReadETag(Reader& r, const char* type, ETag& etag) {
+  uint8_t kind_byte = 0;
+  std::string_view text;
+  if (!r.U8(kind_byte) || !r.StringView(text)) return Corrupt(type, "length past the end");
+  ETag::Kind kind;
+  if (!ETagKindFromByte(kind_byte, kind)) return Corrupt(type, "unknown ETag kind");
+  if (kind != ETag::Kind::kNone || !text.empty()) {
+    etag = ETag::Parse(text);
+    if (etag.kind() != kind || etag.value() != text) return Corrupt(type, "invalid ETag");
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -316,16 +371,13 @@ Result<ContentETagRecord> ContentETagCodec::Decode(std::string_view in) {
 // ---- ObjectMetaCodec ----------------------------------------------------------------------
 
 namespace {
+// key, size, listed_ns, modified_ns, metadata count, etag kind, etag text length.
 constexpr size_t kObjectMetaFixedBody = kStringBytes + 8 + 8 + 8 + 4 + 1 + kStringBytes;
 }  // namespace
 
 size_t ObjectMetaCodec::EncodedSize(const ObjectMetaRecord& record) {
-  size_t size =
-      kFramingBytes + kObjectMetaFixedBody + record.key.size() + record.etag.value().size();
-  for (const auto& [name, value] : record.metadata) {
-    size += 2 * kStringBytes + name.size() + value.size();
-  }
-  return size;
+  return kFramingBytes + kStringBytes + record.key.size() + 8 + 8 + 8 +
+         MetadataBytes(record.metadata) + ETagBytes(record.etag);
 }
 
 void ObjectMetaCodec::Encode(const ObjectMetaRecord& record, std::string& out) {
@@ -334,13 +386,8 @@ void ObjectMetaCodec::Encode(const ObjectMetaRecord& record, std::string& out) {
   w.U64(record.size);
   w.I64(record.listed_ns);
   w.I64(record.modified_ns);
-  w.U32(static_cast<uint32_t>(record.metadata.size()));
-  for (const auto& [name, value] : record.metadata) {
-    w.String(name);
-    w.String(value);
-  }
-  w.U8(ETagKindByte(record.etag.kind()));
-  w.String(record.etag.value());
+  WriteMetadata(w, record.metadata);
+  WriteETag(w, record.etag);
   w.Seal();
 }
 
@@ -352,57 +399,30 @@ Result<ObjectMetaRecord> ObjectMetaCodec::Decode(std::string_view in) {
   }
   Reader r(body);
   ObjectMetaRecord record;
-  uint32_t count = 0;
   if (!r.String(record.key) || !r.U64(record.size) || !r.I64(record.listed_ns) ||
-      !r.I64(record.modified_ns) || !r.U32(count)) {
+      !r.I64(record.modified_ns)) {
     return Corrupt(kType, "length past the end");
   }
-  // Each pair takes at least two length fields: a count the bytes cannot hold is corrupt
-  // before anything is allocated for it.
-  if (count > r.left() / (2 * kStringBytes)) return Corrupt(kType, "length past the end");
-  std::string_view previous;
-  for (uint32_t i = 0; i < count; ++i) {
-    std::string_view name, value;
-    if (!r.StringView(name) || !r.StringView(value)) return Corrupt(kType, "length past the end");
-    if (i > 0 && name <= previous) return Corrupt(kType, "metadata out of order");
-    previous = name;
-    record.metadata.emplace_hint(record.metadata.end(), name, value);
-  }
-  uint8_t kind_byte = 0;
-  std::string_view etag_text;
-  if (!r.U8(kind_byte) || !r.StringView(etag_text)) return Corrupt(kType, "length past the end");
+  OBJFS_RETURN_IF_ERROR(ReadMetadata(r, kType, record.metadata));
+  OBJFS_RETURN_IF_ERROR(ReadETag(r, kType, record.etag));
   if (r.left() != 0) return Corrupt(kType, "trailing bytes");
-  ETag::Kind kind;
-  if (!ETagKindFromByte(kind_byte, kind)) return Corrupt(kType, "unknown ETag kind");
-  if (kind != ETag::Kind::kNone || !etag_text.empty()) {
-    // Only the canonical text of the stated kind is accepted: what Parse would change was not
-    // written by Encode.
-    record.etag = ETag::Parse(etag_text);
-    if (record.etag.kind() != kind || record.etag.value() != etag_text) {
-      return Corrupt(kType, "invalid ETag");
-    }
-  }
   return record;
 }
 
 // ---- StagedUploadCodec --------------------------------------------------------------------
 
 namespace {
-constexpr size_t kStagedUploadFixedBody = kStringBytes + 8 + 8 + 1;
+constexpr size_t kStagedUploadFixedBody = kStringBytes + 4;  // key length, metadata count
 }  // namespace
 
 size_t StagedUploadCodec::EncodedSize(const StagedUploadRecord& record) {
-  return kFramingBytes + kStagedUploadFixedBody + record.key.size() +
-         (record.has_md5 ? record.md5.size() : 0);
+  return kFramingBytes + kStringBytes + record.key.size() + MetadataBytes(record.metadata);
 }
 
 void StagedUploadCodec::Encode(const StagedUploadRecord& record, std::string& out) {
   Writer w(out, EncodedSize(record), kTag, kVersion);
   w.String(record.key);
-  w.U64(record.size);
-  w.I64(record.staged_ns);
-  w.U8(record.has_md5 ? kHasMd5Flag : 0);
-  if (record.has_md5) w.Bytes(record.md5.data(), record.md5.size());
+  WriteMetadata(w, record.metadata);
   w.Seal();
 }
 
@@ -414,15 +434,43 @@ Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
   }
   Reader r(body);
   StagedUploadRecord record;
-  uint8_t flags = 0;
-  if (!r.String(record.key) || !r.U64(record.size) || !r.I64(record.staged_ns) || !r.U8(flags)) {
-    return Corrupt(kType, "length past the end");
+  if (!r.String(record.key)) return Corrupt(kType, "length past the end");
+  OBJFS_RETURN_IF_ERROR(ReadMetadata(r, kType, record.metadata));
+  if (r.left() != 0) return Corrupt(kType, "trailing bytes");
+  return record;
+}
+
+// ---- PendingAttrsCodec --------------------------------------------------------------------
+
+namespace {
+// key length, etag kind, etag text length, metadata count.
+constexpr size_t kPendingAttrsFixedBody = kStringBytes + 1 + kStringBytes + 4;
+}  // namespace
+
+size_t PendingAttrsCodec::EncodedSize(const PendingAttrsRecord& record) {
+  return kFramingBytes + kStringBytes + record.key.size() + ETagBytes(record.etag) +
+         MetadataBytes(record.metadata);
+}
+
+void PendingAttrsCodec::Encode(const PendingAttrsRecord& record, std::string& out) {
+  Writer w(out, EncodedSize(record), kTag, kVersion);
+  w.String(record.key);
+  WriteETag(w, record.etag);
+  WriteMetadata(w, record.metadata);
+  w.Seal();
+}
+
+Result<PendingAttrsRecord> PendingAttrsCodec::Decode(std::string_view in) {
+  static constexpr char kType[] = "pending metadata change";
+  std::string_view body;
+  if (Status s = CheckEnvelope(in, kTag, kVersion, kPendingAttrsFixedBody, kType, body); !s.ok()) {
+    return s;
   }
-  if ((flags & ~kHasMd5Flag) != 0) return Corrupt(kType, "unknown flags");
-  record.has_md5 = (flags & kHasMd5Flag) != 0;
-  if (record.has_md5 && !r.Bytes(record.md5.data(), record.md5.size())) {
-    return Corrupt(kType, "length past the end");
-  }
+  Reader r(body);
+  PendingAttrsRecord record;
+  if (!r.String(record.key)) return Corrupt(kType, "length past the end");
+  OBJFS_RETURN_IF_ERROR(ReadETag(r, kType, record.etag));
+  OBJFS_RETURN_IF_ERROR(ReadMetadata(r, kType, record.metadata));
   if (r.left() != 0) return Corrupt(kType, "trailing bytes");
   return record;
 }

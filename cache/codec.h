@@ -57,15 +57,28 @@ class ObjectMetaCodec {
   static const std::string& Key(const ObjectMetaRecord& record) { return record.key; }
 };
 
-// key, size u64, staged_ns i64, flags u8 (bit 0: has_md5; others zero), md5[16] if has_md5.
+// key, metadata count u32, (name, value) * count in strictly increasing name order.
+// (Version 1 held a size, a time and an MD5 instead of the metadata; such records are dropped.)
 class StagedUploadCodec {
  public:
   static constexpr uint8_t kTag = 0x03;
-  static constexpr uint8_t kVersion = 1;
+  static constexpr uint8_t kVersion = 2;
   static size_t EncodedSize(const StagedUploadRecord& record);
   static void Encode(const StagedUploadRecord& record, std::string& out);
   static Result<StagedUploadRecord> Decode(std::string_view in);
   static const std::string& Key(const StagedUploadRecord& record) { return record.key; }
+};
+
+// key, etag kind u8, etag text, metadata count u32, (name, value) * count in strictly
+// increasing name order. The ETag is checked as in ObjectMetaCodec.
+class PendingAttrsCodec {
+ public:
+  static constexpr uint8_t kTag = 0x04;
+  static constexpr uint8_t kVersion = 1;
+  static size_t EncodedSize(const PendingAttrsRecord& record);
+  static void Encode(const PendingAttrsRecord& record, std::string& out);
+  static Result<PendingAttrsRecord> Decode(std::string_view in);
+  static const std::string& Key(const PendingAttrsRecord& record) { return record.key; }
 };
 
 // record_tag u8, key.
@@ -93,6 +106,10 @@ struct CodecFor<ObjectMetaRecord> {
 template <>
 struct CodecFor<StagedUploadRecord> {
   using type = StagedUploadCodec;
+};
+template <>
+struct CodecFor<PendingAttrsRecord> {
+  using type = PendingAttrsCodec;
 };
 template <>
 struct CodecFor<TombstoneRecord> {

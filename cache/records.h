@@ -1,8 +1,10 @@
 // The records objfs keeps in its cache directory between mounts.
 //
-// They are plain values: cache/codec.h turns each into a compact, checksummed binary form and
-// cache/store_db.h keeps them in per-type logs. A record is only ever a hint: every one of them
-// can be recomputed or re-fetched, so a record that does not decode is dropped, never trusted.
+// They are plain values: cache/codec.h turns each into a compact, checksummed binary form.
+// cache/store_db.h keeps the hints in per-type logs (ContentETagRecord, ObjectMetaRecord): each
+// can be recomputed or re-fetched, so one that does not decode is dropped, never trusted.
+// cache/staging.h keeps the others one file each, beside what they describe (StagedUploadRecord,
+// PendingAttrsRecord): work a crash interrupted, redone at the next mount only when it decodes.
 #pragma once
 
 #include <array>
@@ -43,16 +45,28 @@ struct ObjectMetaRecord {
   }
 };
 
-// What a staging file holds, so that data written before a crash can be uploaded at the next
-// mount. `md5` is meaningful only when `has_md5`; it decodes as zeros otherwise.
+// What a staging file "N.data" is to become: the key it is uploaded to and the metadata the
+// upload carries. Kept beside the data as "N.meta" and rewritten when either changes (not on
+// every write), so that data written before a crash is uploaded at the next mount.
 struct StagedUploadRecord {
   std::string key;
-  uint64_t size = 0;
-  int64_t staged_ns = 0;
-  std::array<uint8_t, 16> md5{};
-  bool has_md5 = false;
+  std::map<std::string, std::string> metadata;
 
   bool operator==(const StagedUploadRecord&) const = default;
+};
+
+// A metadata change (chmod, chown, utimens, setxattr) of a stored object that is held back
+// ("N.attrs"): the object's key, the ETag it had when the change was made (the change applies
+// to that object only), and the whole metadata it is to carry.
+struct PendingAttrsRecord {
+  std::string key;
+  ETag etag;
+  std::map<std::string, std::string> metadata;
+
+  bool operator==(const PendingAttrsRecord& other) const {
+    return key == other.key && etag.kind() == other.etag.kind() && etag == other.etag &&
+           metadata == other.metadata;
+  }
 };
 
 // The removal of the record of type `record_tag` (a codec's kTag) stored under `key`. Only the

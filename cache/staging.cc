@@ -11,6 +11,8 @@
 #include <functional>
 #include <sstream>
 
+#include "cache/codec.h"
+
 namespace objfs {
 
 namespace {
@@ -23,21 +25,6 @@ Status ErrnoStatus(std::string_view what, const std::string& path, int err) {
   m += std::strerror(err);
   if (err == ENOSPC || err == EDQUOT) return NoSpaceError(std::move(m));
   return IoError(std::move(m));
-}
-
-std::string PercentEncode(std::string_view s) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (c == '%' || c == '=' || c == '\n' || c == '\r' || c < 0x20) {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
 }
 
 int HexValue(char c) {
@@ -92,19 +79,7 @@ Status WriteWholeFile(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-std::string EncodeSidecar(std::string_view key, const Metadata& metadata) {
-  std::string out = PercentEncode(key);
-  out += '\n';
-  for (const auto& [name, value] : metadata) {
-    out += PercentEncode(name);
-    out += '=';
-    out += PercentEncode(value);
-    out += '\n';
-  }
-  return out;
-}
-
-bool DecodeSidecar(std::string_view text, std::string* key, Metadata* metadata) {
+bool DecodeLegacySidecar(std::string_view text, std::string* key, Metadata* metadata) {
   metadata->clear();
   size_t nl = text.find('\n');
   if (nl == std::string_view::npos) return false;
@@ -126,22 +101,12 @@ bool DecodeSidecar(std::string_view text, std::string* key, Metadata* metadata) 
   return true;
 }
 
-std::string EncodeAttrsRecord(std::string_view key, const ETag& etag, const Metadata& metadata) {
-  return PercentEncode(etag.value()) + "\n" + EncodeSidecar(key, metadata);
-}
-
-bool DecodeAttrsRecord(std::string_view text, std::string* key, ETag* etag, Metadata* metadata) {
-  size_t nl = text.find('\n');
-  std::string value;
-  if (nl == std::string_view::npos || !PercentDecode(text.substr(0, nl), &value)) return false;
-  *etag = ETag::Parse(value);
-  return DecodeSidecar(text.substr(nl + 1), key, metadata);
-}
-
 PendingAttrs::~PendingAttrs() = default;
 
 Status PendingAttrs::Describe(std::string_view key, const ETag& etag, const Metadata& metadata) {
-  return WriteWholeFile(path_, EncodeAttrsRecord(key, etag, metadata));
+  std::string bytes;
+  PendingAttrsCodec::Encode(PendingAttrsRecord{std::string(key), etag, metadata}, bytes);
+  return WriteWholeFile(path_, bytes);
 }
 
 void PendingAttrs::Remove() {
@@ -209,12 +174,13 @@ Status StagedFile::Truncate(uint64_t size) {
 }
 
 Status StagedFile::Describe(std::string_view key, const Metadata& metadata) {
-  std::string text = EncodeSidecar(key, metadata);
+  std::string bytes;
+  StagedUploadCodec::Encode(StagedUploadRecord{std::string(key), metadata}, bytes);
   // Each rewrite is a new file renamed into place; close, release and rename of a file in a
   // write-back window describe it again, mostly with nothing changed.
-  if (text == described_) return Status::Ok();
-  OBJFS_RETURN_IF_ERROR(WriteWholeFile(meta_path_, text));
-  described_ = std::move(text);
+  if (bytes == described_) return Status::Ok();
+  OBJFS_RETURN_IF_ERROR(WriteWholeFile(meta_path_, bytes));
+  described_ = std::move(bytes);
   return Status::Ok();
 }
 
@@ -312,30 +278,47 @@ Status ForEachRecordFile(const std::string& dir, std::string_view suffix,
 Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers() const {
   std::vector<AttrsLeftover> out;
   OBJFS_RETURN_IF_ERROR(
-      ForEachRecordFile(dir_, ".attrs", [&](const std::string& path, const std::string& text) {
-        AttrsLeftover left;
-        left.path = path;
-        if (!DecodeAttrsRecord(text, &left.key, &left.etag, &left.metadata)) {
-          // Cut short (a power loss before the disk had it): it can never be applied.
+      ForEachRecordFile(dir_, ".attrs", [&](const std::string& path, const std::string& bytes) {
+        Result<PendingAttrsRecord> record = PendingAttrsCodec::Decode(bytes);
+        if (!record.ok()) {
+          // Cut short or damaged (a power loss before the disk had it): it can never be
+          // applied, and a partial one must not be.
           ::unlink(path.c_str());
           return;
         }
-        out.push_back(std::move(left));
+        out.push_back(AttrsLeftover{std::move(record->key), std::move(record->etag),
+                                    std::move(record->metadata), path});
       }));
   return out;
 }
 
-Result<std::vector<StagedLeftover>> StagingArea::Leftovers() const {
+Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
+    std::vector<std::string>* unreadable) const {
   std::vector<StagedLeftover> out;
   const std::string_view suffix = ".meta";
   OBJFS_RETURN_IF_ERROR(
-      ForEachRecordFile(dir_, suffix, [&](const std::string& path, const std::string& text) {
+      ForEachRecordFile(dir_, suffix, [&](const std::string& path, const std::string& bytes) {
         StagedLeftover left;
         left.meta_path = path;
         left.data_path = path.substr(0, path.size() - suffix.size()) + ".data";
         struct stat st;
-        if (!DecodeSidecar(text, &left.key, &left.metadata) ||
-            ::stat(left.data_path.c_str(), &st) != 0) {
+        if (::stat(left.data_path.c_str(), &st) != 0) return;
+        bool decoded = false;
+        if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == StagedUploadCodec::kTag) {
+          Result<StagedUploadRecord> record = StagedUploadCodec::Decode(bytes);
+          if (record.ok()) {
+            left.key = std::move(record->key);
+            left.metadata = std::move(record->metadata);
+            decoded = true;
+          }
+        } else {
+          // Written by an earlier objfs: a line of text per field. (No such line can start
+          // with the codec's tag byte, a control character.)
+          decoded = DecodeLegacySidecar(bytes, &left.key, &left.metadata);
+        }
+        if (!decoded) {
+          // Where this data belongs is not known: it stays for someone to look at.
+          if (unreadable != nullptr) unreadable->push_back(left.data_path);
           return;
         }
         out.push_back(std::move(left));

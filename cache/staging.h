@@ -2,8 +2,9 @@
 //
 // Object stores only take whole objects, so random writes, appends and truncates go to a
 // staging file that is uploaded in one put at flush/release. Each staging file "N.data" has a
-// sidecar "N.meta" naming its key and the metadata of the upload, so that the data of a process
-// killed before its upload can be found and uploaded at the next mount (Leftovers()).
+// sidecar "N.meta" naming its key and the metadata of the upload (a StagedUploadRecord in its
+// codec, cache/codec.h), so that the data of a process killed before its upload can be found
+// and uploaded at the next mount (Leftovers()).
 #pragma once
 
 #include <atomic>
@@ -64,9 +65,9 @@ class StagedFile {
 };
 
 // A metadata change (chmod, chown, utimens, setxattr) of a stored object that is not applied to
-// the store yet: "N.attrs" names the key, the ETag of the object it changes and the whole
-// metadata the object is to carry, so that a crash before the change reaches the store applies
-// it at the next mount.
+// the store yet: "N.attrs" (a PendingAttrsRecord in its codec) names the key, the ETag of the
+// object it changes and the whole metadata the object is to carry, so that a crash before the
+// change reaches the store applies it at the next mount.
 class PendingAttrs {
  public:
   ~PendingAttrs();  // the record stays unless Remove() was called
@@ -111,8 +112,11 @@ class StagingArea {
   // A new, empty staging file for `key`.
   Result<std::unique_ptr<StagedFile>> Create(std::string_view key, const Metadata& metadata);
 
-  // Staging files left by an earlier process (with a readable sidecar).
-  Result<std::vector<StagedLeftover>> Leftovers() const;
+  // Staging files left by an earlier process, with a readable sidecar. The data files whose
+  // sidecar does not decode (damaged, or cut short by a power loss) are left where they are
+  // and named in `unreadable`.
+  Result<std::vector<StagedLeftover>> Leftovers(
+      std::vector<std::string>* unreadable = nullptr) const;
 
   // A new record of a pending metadata change.
   Result<std::unique_ptr<PendingAttrs>> CreateAttrs(std::string_view key, const ETag& etag,
@@ -134,12 +138,8 @@ class StagingArea {
   std::string NextBase();
 };
 
-// Sidecar encoding, exposed for tests: first line the key, then "name=value" lines, each
-// percent-encoded so that newlines and '=' survive.
-std::string EncodeSidecar(std::string_view key, const Metadata& metadata);
-bool DecodeSidecar(std::string_view text, std::string* key, Metadata* metadata);
-// A PendingAttrs record: the ETag's text on the first line, then a sidecar.
-std::string EncodeAttrsRecord(std::string_view key, const ETag& etag, const Metadata& metadata);
-bool DecodeAttrsRecord(std::string_view text, std::string* key, ETag* etag, Metadata* metadata);
+// The sidecar as objfs 0.1 wrote it, read so that data staged by it is still uploaded: first
+// line the key, then "name=value" lines, each percent-encoded so that newlines and '=' survive.
+bool DecodeLegacySidecar(std::string_view text, std::string* key, Metadata* metadata);
 
 }  // namespace objfs

@@ -332,7 +332,6 @@ typename RecordTable<Record>::Stats RecordTable<Record>::stats() const {
 
 template class RecordTable<ContentETagRecord>;
 template class RecordTable<ObjectMetaRecord>;
-template class RecordTable<StagedUploadRecord>;
 
 // ---- StoreDb ------------------------------------------------------------------------------
 
@@ -352,22 +351,18 @@ Result<StoreDb> StoreDb::Open(const std::string& dir, StoreDbOptions options) {
                          RecordTable<ContentETagRecord>::Open(dir + "/content_etags.log", options));
   OBJFS_ASSIGN_OR_RETURN(db.object_meta_,
                          RecordTable<ObjectMetaRecord>::Open(dir + "/object_meta.log", options));
-  OBJFS_ASSIGN_OR_RETURN(db.staged_uploads_, RecordTable<StagedUploadRecord>::Open(
-                                                 dir + "/staged_uploads.log", options));
   return db;
 }
 
 StoreDb::StoreDb(StoreDb&& other) noexcept
     : lock_fd_(std::exchange(other.lock_fd_, -1)),
       content_etags_(std::move(other.content_etags_)),
-      object_meta_(std::move(other.object_meta_)),
-      staged_uploads_(std::move(other.staged_uploads_)) {}
+      object_meta_(std::move(other.object_meta_)) {}
 
 StoreDb& StoreDb::operator=(StoreDb&& other) noexcept {
   if (this != &other) {
     content_etags_ = std::move(other.content_etags_);
     object_meta_ = std::move(other.object_meta_);
-    staged_uploads_ = std::move(other.staged_uploads_);
     if (lock_fd_ >= 0) ::close(lock_fd_);
     lock_fd_ = std::exchange(other.lock_fd_, -1);
   }
@@ -378,7 +373,6 @@ StoreDb::~StoreDb() {
   // Tables first, then the lock that let us write them.
   content_etags_.reset();
   object_meta_.reset();
-  staged_uploads_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 

@@ -1,6 +1,6 @@
 // A small persisted store of the records of cache/records.h, in one directory.
 //
-// objfs keeps content ETags, object attributes and staged-upload descriptions between mounts.
+// objfs keeps content ETags and object attributes between mounts.
 // Each record type has one append-only log ("<name>.log"): every Put appends the encoded record
 // and every Remove appends a tombstone, each in a frame "u32 length | record". Open replays the
 // log into an in-memory map keyed by path/key, so Get never touches the disk. What a crash or a
@@ -93,7 +93,6 @@ class RecordTable {
 
 extern template class RecordTable<ContentETagRecord>;
 extern template class RecordTable<ObjectMetaRecord>;
-extern template class RecordTable<StagedUploadRecord>;
 
 class StoreDb {
  public:
@@ -106,7 +105,6 @@ class StoreDb {
 
   Status Put(const ContentETagRecord& record) { return content_etags_->Put(record); }
   Status Put(const ObjectMetaRecord& record) { return object_meta_->Put(record); }
-  Status Put(const StagedUploadRecord& record) { return staged_uploads_->Put(record); }
 
   // db.Get<ContentETagRecord>(path), db.Remove<ObjectMetaRecord>(key), ...
   template <typename Record>
@@ -122,11 +120,9 @@ class StoreDb {
   RecordTable<Record>& Table() const {
     if constexpr (std::is_same_v<Record, ContentETagRecord>) {
       return *content_etags_;
-    } else if constexpr (std::is_same_v<Record, ObjectMetaRecord>) {
-      return *object_meta_;
     } else {
-      static_assert(std::is_same_v<Record, StagedUploadRecord>, "not a stored record type");
-      return *staged_uploads_;
+      static_assert(std::is_same_v<Record, ObjectMetaRecord>, "not a stored record type");
+      return *object_meta_;
     }
   }
 
@@ -136,7 +132,6 @@ class StoreDb {
   int lock_fd_ = -1;
   std::unique_ptr<RecordTable<ContentETagRecord>> content_etags_;
   std::unique_ptr<RecordTable<ObjectMetaRecord>> object_meta_;
-  std::unique_ptr<RecordTable<StagedUploadRecord>> staged_uploads_;
 };
 
 }  // namespace objfs

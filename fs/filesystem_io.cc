@@ -667,7 +667,12 @@ void Filesystem::WritebackLoop() {
 }
 
 Status Filesystem::RecoverStaged() {
-  OBJFS_ASSIGN_OR_RETURN(auto leftovers, staging_->Leftovers());
+  std::vector<std::string> unreadable;
+  OBJFS_ASSIGN_OR_RETURN(auto leftovers, staging_->Leftovers(&unreadable));
+  for (const std::string& data_path : unreadable) {
+    Log("staged data " + data_path +
+        " is not uploaded: the record naming its object is damaged; the data is left there");
+  }
   Status first;
   for (const StagedLeftover& left : leftovers) {
     int fd = ::open(left.data_path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -74,13 +74,20 @@ ObjectMetaRecord SampleObjectMeta(std::string_view etag) {
   return r;
 }
 
-StagedUploadRecord SampleStagedUpload(bool has_md5) {
+StagedUploadRecord SampleStagedUpload(bool with_metadata) {
   StagedUploadRecord r;
   r.key = "logs/app.log";
-  r.size = 17;
-  r.staged_ns = 1700000000000000000;
-  r.has_md5 = has_md5;
-  if (has_md5) r.md5 = Md5Of(7);
+  if (with_metadata) {
+    r.metadata = {{"mode", "33188"}, {"mtime", "1700000000.5"}, {"xattr", "{\"user.k\":\"dg==\"}"}};
+  }
+  return r;
+}
+
+PendingAttrsRecord SamplePendingAttrs(std::string_view etag) {
+  PendingAttrsRecord r;
+  r.key = "photos/2024/IMG_0001.jpg";
+  r.etag = ETag::Parse(etag);
+  r.metadata = {{"gid", "100"}, {"mode", "33152"}, {"mtime", "1700000001"}, {"uid", "1000"}};
   return r;
 }
 
@@ -171,18 +178,33 @@ TEST(ObjectMetaCodecTest, RoundTripsNoMetadataAndEmptyValues) {
   EXPECT_EQ(*decoded, r);
 }
 
-TEST(StagedUploadCodecTest, RoundTripsWithAndWithoutMd5) {
-  for (bool has_md5 : {true, false}) {
-    StagedUploadRecord r = SampleStagedUpload(has_md5);
+TEST(StagedUploadCodecTest, RoundTripsWithAndWithoutMetadata) {
+  for (bool with_metadata : {true, false}) {
+    StagedUploadRecord r = SampleStagedUpload(with_metadata);
     std::string bytes = Encoded<StagedUploadCodec>(r);
     EXPECT_EQ(bytes.size(), StagedUploadCodec::EncodedSize(r));
     auto decoded = DecodeExact<StagedUploadCodec>(bytes);
     ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
     EXPECT_EQ(*decoded, r);
   }
-  // Without an MD5 the digest is not written at all.
-  EXPECT_EQ(StagedUploadCodec::EncodedSize(SampleStagedUpload(true)),
-            StagedUploadCodec::EncodedSize(SampleStagedUpload(false)) + 16);
+  // Names and values are bytes: newlines, '=' and NULs survive.
+  StagedUploadRecord odd{std::string("a\nb=c\0d", 8), {{std::string("n\0=", 3), "v\r\n"}}};
+  auto decoded = DecodeExact<StagedUploadCodec>(Encoded<StagedUploadCodec>(odd));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, odd);
+}
+
+TEST(PendingAttrsCodecTest, RoundTripsEveryKindOfETag) {
+  for (std::string_view etag : {"", "0123456789abcdef0123456789abcdef",
+                                "0123456789abcdef0123456789abcdef-3", "v1:opaque"}) {
+    PendingAttrsRecord r = SamplePendingAttrs(etag);
+    std::string bytes = Encoded<PendingAttrsCodec>(r);
+    EXPECT_EQ(bytes.size(), PendingAttrsCodec::EncodedSize(r));
+    auto decoded = DecodeExact<PendingAttrsCodec>(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, r);
+    EXPECT_EQ(decoded->etag.kind(), r.etag.kind());
+  }
 }
 
 TEST(TombstoneCodecTest, RoundTrips) {
@@ -283,33 +305,51 @@ TEST(ObjectMetaCodecTest, RejectsMetadataOutOfOrderOrPastTheEnd) {
   ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(one_more)).status(), "past the end");
 }
 
-TEST(StagedUploadCodecTest, RejectsUnknownFlagsAndAMissingDigest) {
-  const std::string with_md5 = Encoded<StagedUploadCodec>(SampleStagedUpload(true));
-  const size_t flags_at = with_md5.size() - 4 - 16 - 1;
-  std::string unknown_flags = with_md5;
-  unknown_flags[flags_at] = 3;
-  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(unknown_flags)).status(), "unknown flags");
+TEST(StagedUploadCodecTest, RejectsTheFirstVersionAndMetadataOutOfOrder) {
+  // Version 1 had a size, a time and an MD5 where the metadata now is.
+  std::string v1 = Encoded<StagedUploadCodec>(SampleStagedUpload(false));
+  v1[1] = 1;
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(v1)).status(), "unknown version");
 
-  std::string without_md5 = Encoded<StagedUploadCodec>(SampleStagedUpload(false));
-  without_md5[without_md5.size() - 4 - 1] = 1;  // claims a digest that is not there
-  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(without_md5)).status(), "past the end");
+  StagedUploadRecord r{"k", {{"a", "1"}, {"b", "2"}}};
+  std::string swapped = Encoded<StagedUploadCodec>(r);
+  const size_t first_name_at = 2 + 4 + r.key.size() + 4 + 4;
+  ASSERT_EQ(swapped[first_name_at], 'a');
+  swapped[first_name_at] = 'b';
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(swapped)).status(), "out of order");
+}
+
+TEST(PendingAttrsCodecTest, RejectsAnETagOfTheWrongKind) {
+  std::string good =
+      Encoded<PendingAttrsCodec>(SamplePendingAttrs("0123456789abcdef0123456789abcdef"));
+  const size_t kind_at = 2 + 4 + SamplePendingAttrs("").key.size();
+  std::string says_multipart = good;
+  says_multipart[kind_at] = 2;
+  ExpectCorrupt(DecodeExact<PendingAttrsCodec>(Reseal(says_multipart)).status(), "invalid ETag");
+  std::string unknown_kind = good;
+  unknown_kind[kind_at] = 9;
+  ExpectCorrupt(DecodeExact<PendingAttrsCodec>(Reseal(unknown_kind)).status(), "unknown ETag kind");
 }
 
 TEST(CodecTest, EachCodecRejectsTheOthersRecords) {
   const std::string content = Encoded<ContentETagCodec>(SampleContentETag());
   const std::string meta = Encoded<ObjectMetaCodec>(SampleObjectMeta(""));
   const std::string staged = Encoded<StagedUploadCodec>(SampleStagedUpload(true));
+  const std::string attrs = Encoded<PendingAttrsCodec>(SamplePendingAttrs(""));
   const std::string tombstone = Encoded<TombstoneCodec>(TombstoneRecord{1, "k"});
-  for (const std::string& other : {meta, staged, tombstone}) {
+  for (const std::string& other : {meta, staged, attrs, tombstone}) {
     EXPECT_FALSE(DecodeExact<ContentETagCodec>(other).ok());
   }
-  for (const std::string& other : {content, staged, tombstone}) {
+  for (const std::string& other : {content, staged, attrs, tombstone}) {
     EXPECT_FALSE(DecodeExact<ObjectMetaCodec>(other).ok());
   }
-  for (const std::string& other : {content, meta, tombstone}) {
+  for (const std::string& other : {content, meta, attrs, tombstone}) {
     EXPECT_FALSE(DecodeExact<StagedUploadCodec>(other).ok());
   }
-  for (const std::string& other : {content, meta, staged}) {
+  for (const std::string& other : {content, meta, staged, tombstone}) {
+    EXPECT_FALSE(DecodeExact<PendingAttrsCodec>(other).ok());
+  }
+  for (const std::string& other : {content, meta, staged, attrs}) {
     EXPECT_FALSE(DecodeExact<TombstoneCodec>(other).ok());
   }
 }
@@ -336,6 +376,8 @@ TEST(CodecTest, EveryCodecChecksLengthsEvenWhenTheChecksumMatches) {
       Encoded<StagedUploadCodec>(SampleStagedUpload(true)));
   ExpectSealedLengthErrorsRejected<StagedUploadCodec>(
       Encoded<StagedUploadCodec>(SampleStagedUpload(false)));
+  ExpectSealedLengthErrorsRejected<PendingAttrsCodec>(
+      Encoded<PendingAttrsCodec>(SamplePendingAttrs("0123456789abcdef0123456789abcdef-3")));
   ExpectSealedLengthErrorsRejected<TombstoneCodec>(
       Encoded<TombstoneCodec>(TombstoneRecord{ContentETagCodec::kTag, "a/b/c"}));
 }
@@ -391,9 +433,17 @@ TEST(CodecDamageTest, ObjectMeta) {
 }
 
 TEST(CodecDamageTest, StagedUpload) {
-  for (bool has_md5 : {true, false}) {
+  for (bool with_metadata : {true, false}) {
     ExpectEveryDamageRejected<StagedUploadCodec>(
-        Encoded<StagedUploadCodec>(SampleStagedUpload(has_md5)));
+        Encoded<StagedUploadCodec>(SampleStagedUpload(with_metadata)));
+  }
+}
+
+TEST(CodecDamageTest, PendingAttrs) {
+  for (std::string_view etag : {"", "0123456789abcdef0123456789abcdef",
+                                "0123456789abcdef0123456789abcdef-3", "v1:opaque"}) {
+    ExpectEveryDamageRejected<PendingAttrsCodec>(
+        Encoded<PendingAttrsCodec>(SamplePendingAttrs(etag)));
   }
 }
 

@@ -87,27 +87,26 @@ TEST_F(StoreDbTest, PutsGetsAndRemovesEachRecordType) {
   ASSERT_TRUE(got_meta.ok());
   EXPECT_EQ(*got_meta, meta);
   // The key spaces of the record types are separate.
-  EXPECT_EQ(*db.Get<StagedUploadRecord>("k/obj"), std::nullopt);
+  EXPECT_EQ(*db.Get<ContentETagRecord>("k/obj"), std::nullopt);
 
-  StagedUploadRecord staged{"k/obj", 9, 10, {}, false};
-  ASSERT_TRUE(db.Put(staged).ok());
-  EXPECT_EQ(*db.Get<StagedUploadRecord>("k/obj"), staged);
+  ContentETagRecord content{"k/obj", 9, 10, {}};
+  ASSERT_TRUE(db.Put(content).ok());
+  EXPECT_EQ(*db.Get<ContentETagRecord>("k/obj"), content);
 
   ASSERT_TRUE(db.Remove<ObjectMetaRecord>("k/obj").ok());
   EXPECT_EQ(*db.Get<ObjectMetaRecord>("k/obj"), std::nullopt);
-  EXPECT_EQ(*db.Get<StagedUploadRecord>("k/obj"), staged);
+  EXPECT_EQ(*db.Get<ContentETagRecord>("k/obj"), content);
   EXPECT_TRUE(db.Remove<ObjectMetaRecord>("never/there").ok());
 }
 
 TEST_F(StoreDbTest, ReopenSeesPutsOverwritesAndRemoves) {
-  StagedUploadRecord staged{"up", 1, 2, {}, true};
-  staged.md5[3] = 9;
+  ObjectMetaRecord meta{"up", 1, 2, 3, {{"mode", "33188"}}, ETag::Parse("opaque")};
   {
     StoreDb db = OpenDb({.sync_writes = true});
     for (int i = 0; i < 10; ++i) ASSERT_TRUE(db.Put(ETagRecord(i)).ok());
     ASSERT_TRUE(db.Put(ETagRecord(3, 333)).ok());
     ASSERT_TRUE(db.Remove<ContentETagRecord>("/data/file-5").ok());
-    ASSERT_TRUE(db.Put(staged).ok());
+    ASSERT_TRUE(db.Put(meta).ok());
   }
   StoreDb db = OpenDb();
   EXPECT_EQ(db.Table<ContentETagRecord>().size(), 9u);
@@ -120,7 +119,7 @@ TEST_F(StoreDbTest, ReopenSeesPutsOverwritesAndRemoves) {
     }
     EXPECT_EQ(GetETag(db, "/data/file-" + std::to_string(i)), want) << i;
   }
-  EXPECT_EQ(*db.Get<StagedUploadRecord>("up"), staged);
+  EXPECT_EQ(*db.Get<ObjectMetaRecord>("up"), meta);
   EXPECT_EQ(db.Table<ContentETagRecord>().stats().dropped_bytes, 0u);
 }
 
