@@ -58,7 +58,7 @@ class ObjectMetaCodec {
 };
 
 // key, metadata count u32, (name, value) * count in strictly increasing name order.
-// (Version 1 held a size, a time and an MD5 instead of the metadata; such records are dropped.)
+// (Version 1 held a size, a time and an MD5 instead of the metadata; such records do not decode.)
 class StagedUploadCodec {
  public:
   static constexpr uint8_t kTag = 0x03;

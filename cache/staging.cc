@@ -81,6 +81,11 @@ Status WriteWholeFile(const std::string& path, const std::string& text) {
 
 bool DecodeLegacySidecar(std::string_view text, std::string* key, Metadata* metadata) {
   metadata->clear();
+  // The text form escaped every control character but its line ends: anything else is not
+  // one (a binary record, whose length fields hold zero bytes, whatever its first byte).
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\n') return false;
+  }
   size_t nl = text.find('\n');
   if (nl == std::string_view::npos) return false;
   if (!PercentDecode(text.substr(0, nl), key) || key->empty()) return false;
@@ -98,6 +103,20 @@ bool DecodeLegacySidecar(std::string_view text, std::string* key, Metadata* meta
     }
     (*metadata)[name] = value;
   }
+  return true;
+}
+
+bool DecodeLegacyAttrsRecord(std::string_view text, std::string* key, ETag* etag,
+                             Metadata* metadata) {
+  // The ETag's text (empty for none) on the first line, escaped as in a sidecar.
+  size_t nl = text.find('\n');
+  std::string value;
+  if (nl == std::string_view::npos || !PercentDecode(text.substr(0, nl), &value)) return false;
+  for (char c : text.substr(0, nl)) {
+    if (static_cast<unsigned char>(c) < 0x20) return false;
+  }
+  if (!DecodeLegacySidecar(text.substr(nl + 1), key, metadata)) return false;
+  *etag = ETag::Parse(value);
   return true;
 }
 
@@ -275,19 +294,33 @@ Status ForEachRecordFile(const std::string& dir, std::string_view suffix,
 
 }  // namespace
 
-Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers() const {
+Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers(
+    std::vector<std::string>* unreadable) const {
   std::vector<AttrsLeftover> out;
   OBJFS_RETURN_IF_ERROR(
       ForEachRecordFile(dir_, ".attrs", [&](const std::string& path, const std::string& bytes) {
-        Result<PendingAttrsRecord> record = PendingAttrsCodec::Decode(bytes);
-        if (!record.ok()) {
+        AttrsLeftover left;
+        left.path = path;
+        bool decoded = false;
+        if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == PendingAttrsCodec::kTag) {
+          Result<PendingAttrsRecord> record = PendingAttrsCodec::Decode(bytes);
+          if (record.ok()) {
+            left.key = std::move(record->key);
+            left.etag = std::move(record->etag);
+            left.metadata = std::move(record->metadata);
+            decoded = true;
+          }
+        } else {
+          decoded = DecodeLegacyAttrsRecord(bytes, &left.key, &left.etag, &left.metadata);
+        }
+        if (!decoded) {
           // Cut short or damaged (a power loss before the disk had it): it can never be
           // applied, and a partial one must not be.
+          if (unreadable != nullptr) unreadable->push_back(path);
           ::unlink(path.c_str());
           return;
         }
-        out.push_back(AttrsLeftover{std::move(record->key), std::move(record->etag),
-                                    std::move(record->metadata), path});
+        out.push_back(std::move(left));
       }));
   return out;
 }

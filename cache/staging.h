@@ -60,7 +60,7 @@ class StagedFile {
   std::string meta_path_;
   uint64_t size_;
   bool removed_ = false;
-  std::string described_;  // the sidecar's current text
+  std::string described_;  // the sidecar's current bytes
   bool synced_ = true;     // nothing written since the last Sync()
 };
 
@@ -121,9 +121,10 @@ class StagingArea {
   // A new record of a pending metadata change.
   Result<std::unique_ptr<PendingAttrs>> CreateAttrs(std::string_view key, const ETag& etag,
                                                     const Metadata& metadata);
-  // Records of pending metadata changes left by an earlier process (unreadable ones, which
-  // can never be applied, are deleted).
-  Result<std::vector<AttrsLeftover>> AttrsLeftovers() const;
+  // Records of pending metadata changes left by an earlier process. Unreadable ones, which
+  // can never be applied, are deleted and named in `unreadable`.
+  Result<std::vector<AttrsLeftover>> AttrsLeftovers(
+      std::vector<std::string>* unreadable = nullptr) const;
 
   const std::string& dir() const { return dir_; }
 
@@ -138,8 +139,12 @@ class StagingArea {
   std::string NextBase();
 };
 
-// The sidecar as objfs 0.1 wrote it, read so that data staged by it is still uploaded: first
-// line the key, then "name=value" lines, each percent-encoded so that newlines and '=' survive.
+// The records as objfs 0.1 wrote them, read so that what it staged or held is still uploaded
+// or applied. A sidecar: first line the key, then "name=value" lines, each percent-encoded so
+// that control characters, '%' and '=' survive. A held change: a first line with the ETag's
+// text, then a sidecar.
 bool DecodeLegacySidecar(std::string_view text, std::string* key, Metadata* metadata);
+bool DecodeLegacyAttrsRecord(std::string_view text, std::string* key, ETag* etag,
+                             Metadata* metadata);
 
 }  // namespace objfs

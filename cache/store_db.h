@@ -1,6 +1,6 @@
-// A small persisted store of the records of cache/records.h, in one directory.
+// A small persisted store of the hints of cache/records.h (content ETags, object attributes)
+// that objfs keeps between mounts, in one directory.
 //
-// objfs keeps content ETags and object attributes between mounts.
 // Each record type has one append-only log ("<name>.log"): every Put appends the encoded record
 // and every Remove appends a tombstone, each in a frame "u32 length | record". Open replays the
 // log into an in-memory map keyed by path/key, so Get never touches the disk. What a crash or a

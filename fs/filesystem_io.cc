@@ -698,7 +698,11 @@ Status Filesystem::RecoverStaged() {
   // Metadata changes that had not reached the store (after the uploads above, which carry
   // theirs). Each applies only to the object it was made to: one removed or replaced since
   // stands as it is.
-  OBJFS_ASSIGN_OR_RETURN(auto changes, staging_->AttrsLeftovers());
+  std::vector<std::string> dropped;
+  OBJFS_ASSIGN_OR_RETURN(auto changes, staging_->AttrsLeftovers(&dropped));
+  for (const std::string& path : dropped) {
+    Log("a metadata change held by an earlier mount is lost: its record " + path + " is damaged");
+  }
   for (const AttrsLeftover& left : changes) {
     Result<ObjectInfo> now = store_->head(left.key);
     if (!now.ok() && now.status().code() != StatusCode::kNotFound) {

@@ -197,7 +197,7 @@ TEST_F(StagingTest, ADamagedSidecarLeavesItsDataAndNamesIt) {
     meta_path = data_path.substr(0, data_path.size() - 5) + ".meta";
   }
   const std::string whole = ReadFile(meta_path);
-  for (size_t cut : {whole.size() - 1, whole.size() - 4, whole.size() / 2, size_t{1}}) {
+  for (size_t cut : {whole.size() - 1, whole.size() - 4, whole.size() / 2, size_t{1}, size_t{0}}) {
     WriteFile(meta_path, std::string_view(whole).substr(0, cut));
     std::vector<std::string> unreadable;
     auto left = (*area)->Leftovers(&unreadable);
@@ -226,6 +226,58 @@ TEST_F(StagingTest, PendingAttrsRecordsAreLeftoversUntilRemoved) {
   (*record)->Remove();
   EXPECT_TRUE((*area)->AttrsLeftovers()->empty());
   EXPECT_TRUE(std::filesystem::is_empty(dir_));
+}
+
+// A damaged first byte must not send a binary record to the reader of the old text form,
+// which would take the record's bytes for a key and upload the data there.
+TEST_F(StagingTest, NoDamagedSidecarIsReadAsTheOldTextForm) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  std::string data_path, meta_path;
+  {
+    auto file = (*area)->Create("logs/app.log", {});
+    ASSERT_TRUE(file.ok());
+    data_path = (*file)->data_path();
+    meta_path = data_path.substr(0, data_path.size() - 5) + ".meta";
+  }
+  const std::string whole = ReadFile(meta_path);
+  for (int value = 0; value < 256; ++value) {
+    if (value == StagedUploadCodec::kTag) continue;
+    std::string damaged = whole;
+    damaged[0] = static_cast<char>(value);
+    WriteFile(meta_path, damaged);
+    std::vector<std::string> unreadable;
+    auto left = (*area)->Leftovers(&unreadable);
+    ASSERT_TRUE(left.ok());
+    ASSERT_TRUE(left->empty()) << "byte 0 = " << value << " read as key " << (*left)[0].key;
+    EXPECT_EQ(unreadable.size(), 1u);
+    // Even where the damage happens to end the record in a line end.
+    std::string key;
+    Metadata md;
+    EXPECT_FALSE(DecodeLegacySidecar(damaged + "\n", &key, &md)) << "byte 0 = " << value;
+  }
+}
+
+// A held change that an earlier objfs wrote as text is still applied.
+TEST_F(StagingTest, HeldChangesInTheOldTextFormAreStillRead) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  WriteFile(dir_ + "/1-0.attrs", "0123456789abcdef0123456789abcdef-3\nd%0Af\nmode=33152\n");
+  WriteFile(dir_ + "/1-1.attrs", "\nno-etag\nmtime=1700000000\n");
+  WriteFile(dir_ + "/1-2.attrs", "etag-only");
+  std::vector<std::string> dropped;
+  auto left = (*area)->AttrsLeftovers(&dropped);
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 2u);
+  const AttrsLeftover& a = (*left)[0].key == "no-etag" ? (*left)[1] : (*left)[0];
+  const AttrsLeftover& b = (*left)[0].key == "no-etag" ? (*left)[0] : (*left)[1];
+  EXPECT_EQ(a.key, "d\nf");
+  EXPECT_EQ(a.etag, ETag::Parse("0123456789abcdef0123456789abcdef-3"));
+  EXPECT_EQ(a.metadata, (Metadata{{"mode", "33152"}}));
+  EXPECT_TRUE(b.etag.empty());
+  EXPECT_EQ(b.metadata, (Metadata{{"mtime", "1700000000"}}));
+  EXPECT_EQ(dropped, std::vector<std::string>{dir_ + "/1-2.attrs"});
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/1-2.attrs"));
 }
 
 // A held metadata change cut short is deleted unapplied: applying part of it would drop the
