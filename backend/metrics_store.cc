@@ -61,6 +61,22 @@ Status MetricsStore::remove(std::string_view key) {
   return status;
 }
 
+// A link is one request, counted with the puts and reads it replaces on object stores.
+Result<ObjectInfo> MetricsStore::symlink(std::string_view key, std::string_view target,
+                                         const PutOptions& options) {
+  Bump(metrics_.put_requests);
+  Result<ObjectInfo> result = ForwardingStore::symlink(key, target, options);
+  CountOutcome(result.status());
+  return result;
+}
+
+Result<std::string> MetricsStore::read_link(std::string_view key) {
+  Bump(metrics_.read_requests);
+  Result<std::string> result = ForwardingStore::read_link(key);
+  CountOutcome(result.status());
+  return result;
+}
+
 Status MetricsStore::rename(std::string_view from, std::string_view to) {
   Bump(metrics_.rename_requests);
   Status status = ForwardingStore::rename(from, to);

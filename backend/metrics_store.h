@@ -26,6 +26,9 @@ class MetricsStore : public ForwardingStore {
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   Status rename(std::string_view from, std::string_view to) override;
+  Result<ObjectInfo> symlink(std::string_view key, std::string_view target,
+                             const PutOptions& options) override;
+  Result<std::string> read_link(std::string_view key) override;
 
  private:
   // Counts a failure when `status` is not ok.

@@ -35,6 +35,17 @@ Status ObjectStore::rename(std::string_view from, std::string_view /*to*/) {
                           ": the store has no rename");
 }
 
+Result<ObjectInfo> ObjectStore::symlink(std::string_view key, std::string_view target,
+                                        const PutOptions& options) {
+  return put(key, MemorySource(target), options);
+}
+
+Result<std::string> ObjectStore::read_link(std::string_view key) { return ReadAll(*this, key); }
+
+Result<StoreSpace> ObjectStore::space() {
+  return UnsupportedError(describe() + " has no capacity to report");
+}
+
 Result<std::string> ReadAll(ObjectStore& store, std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store.head(key));
   std::string out(info.size, '\0');

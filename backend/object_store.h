@@ -115,6 +115,17 @@ struct CopyOptions {
   bool source_known_current = false;
 };
 
+// What statfs reports: the capacity of the file system the store's files live on.
+struct StoreSpace {
+  uint64_t block_size = 0;  // the unit of the block counts
+  uint64_t blocks = 0;
+  uint64_t blocks_free = 0;
+  uint64_t blocks_available = 0;  // free to an unprivileged user
+  uint64_t files = 0;
+  uint64_t files_free = 0;
+  uint64_t name_max = 0;
+};
+
 struct Capabilities {
   std::string scheme;                // "s3", "sftp", "fake"
   bool server_side_copy = false;     // copy() runs on the server, no bytes through this machine
@@ -170,6 +181,18 @@ class ObjectStore {
   // directory at `to`. Keeps content, mtime and version. Unsupported elsewhere.
   virtual Status rename(std::string_view from, std::string_view to);
 
+  // Creates `key` as a symbolic link to `target` (which is not interpreted). By default, as s3fs
+  // does, an object whose content is the target and whose metadata (options.metadata) has
+  // S_IFLNK in its "mode"; SFTP makes a link on the server.
+  virtual Result<ObjectInfo> symlink(std::string_view key, std::string_view target,
+                                     const PutOptions& options);
+  // The target of the link `key`: by default the object's content.
+  virtual Result<std::string> read_link(std::string_view key);
+
+  // The capacity of the file system the store's files are on. Unsupported by default: an
+  // object store has no meaningful capacity.
+  virtual Result<StoreSpace> space();
+
   virtual Capabilities capabilities() const = 0;
 
   // Where this store points, for messages: "s3://bucket/prefix at http://127.0.0.1:8000".
@@ -203,6 +226,12 @@ class ForwardingStore : public ObjectStore {
   Status rename(std::string_view from, std::string_view to) override {
     return target_->rename(from, to);
   }
+  Result<ObjectInfo> symlink(std::string_view key, std::string_view target,
+                             const PutOptions& options) override {
+    return target_->symlink(key, target, options);
+  }
+  Result<std::string> read_link(std::string_view key) override { return target_->read_link(key); }
+  Result<StoreSpace> space() override { return target_->space(); }
   Capabilities capabilities() const override { return target_->capabilities(); }
   std::string describe() const override { return target_->describe(); }
 

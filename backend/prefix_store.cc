@@ -83,6 +83,17 @@ Status PrefixStore::rename(std::string_view from, std::string_view to) {
   return ForwardingStore::rename(full_from, full_to);
 }
 
+Result<ObjectInfo> PrefixStore::symlink(std::string_view key, std::string_view target,
+                                        const PutOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  return UnmapInfo(ForwardingStore::symlink(full, target, options));
+}
+
+Result<std::string> PrefixStore::read_link(std::string_view key) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  return ForwardingStore::read_link(full);
+}
+
 std::string PrefixStore::describe() const {
   return ForwardingStore::describe() + " under prefix \"" + prefix_ + "\"";
 }

@@ -538,8 +538,20 @@ void Filesystem::ForgetAttributes(const std::string& key) {
   if (kept.ok() && kept->has_value()) (void)options_.attr_db->Remove<ObjectMetaRecord>(key);
 }
 
-FsStats Filesystem::StatFs() const {
+Result<FsStats> Filesystem::StatFs() const {
   FsStats stats;
+  Result<StoreSpace> space = store_->space();
+  if (space.ok()) {
+    stats.block_size = stats.fragment_size = space->block_size;
+    stats.blocks = space->blocks;
+    stats.blocks_free = space->blocks_free;
+    stats.blocks_available = space->blocks_available;
+    stats.files = space->files;
+    stats.files_free = space->files_free;
+    stats.name_max = static_cast<uint32_t>(std::min<uint64_t>(space->name_max, kMaxNameBytes));
+    return stats;
+  }
+  if (space.status().code() != StatusCode::kUnsupported) return space.status();
   stats.block_size = 4096;
   stats.fragment_size = 4096;
   // Object stores have no meaningful capacity; like s3fs, report a very large free space

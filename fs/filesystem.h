@@ -319,9 +319,10 @@ class Filesystem {
 
   // ---- The mount as a whole ----
 
-  // Constant, very large numbers (object stores have no capacity to report): 2^50 free blocks
-  // of 4096 bytes, 2^32 free inodes, names of up to 255 bytes.
-  FsStats StatFs() const;
+  // The capacity of the store's file system where it has one (SFTP's statvfs@openssh.com);
+  // else constant, very large numbers (object stores have no capacity to report): 2^50 free
+  // blocks of 4096 bytes, 2^32 free inodes, names of up to 255 bytes.
+  Result<FsStats> StatFs() const;
 
   // Uploads the unsaved data of every inode (at unmount or SIGTERM). Returns the first error;
   // inodes that failed keep their staged data.

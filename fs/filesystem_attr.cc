@@ -100,6 +100,8 @@ Result<FileAttr> Filesystem::MutateMetadata(
       src.key = rec.is_dir ? key + "/" : key;
       src.size = rec.size;
       src.etag = rec.etag;
+      src.metadata = rec.metadata;  // what it was: SFTP sets a changed owner, a link's own times
+      src.has_metadata = rec.has_object;
       CopyOptions copy;
       copy.replace_metadata = metadata;
       // An object this mount just wrote is not HEADed first. Should another client have

@@ -109,7 +109,7 @@ Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std:
   SetPosixMetadata(S_IFLNK | 0777, owner.uid, owner.gid, NowNs(), &metadata);
   PutOptions put;
   put.metadata = metadata;
-  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store_->put(key, MemorySource(target), put));
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store_->symlink(key, target, put));
   info.size = target.size();
   info.metadata = metadata;
   info.has_metadata = true;
@@ -126,7 +126,7 @@ Result<std::string> Filesystem::ReadLink(uint64_t ino) {
   if ((rec.mode & S_IFMT) != S_IFLNK) {
     return InvalidArgumentError(key + " is not a symbolic link");
   }
-  return ReadAll(*store_, key);
+  return store_->read_link(key);
 }
 
 }  // namespace objfs

@@ -480,7 +480,12 @@ void OpFsyncDir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_
 
 void OpStatFs(fuse_req_t req, fuse_ino_t /*ino*/) {
   Guarded(req, "statfs", [&] {
-    FsStats stats = FsOf(req).StatFs();
+    Result<FsStats> result = FsOf(req).StatFs();
+    if (!result.ok()) {
+      ReplyStatus(req, result.status());
+      return;
+    }
+    const FsStats& stats = *result;
     struct statvfs st {};
     st.f_bsize = stats.block_size;
     st.f_frsize = stats.fragment_size;

@@ -171,6 +171,20 @@ Status SftpStore::CheckRoot() {
         server_known_ = true;
       }
     }
+    if (options_.root == "/~" || StartsWith(options_.root, "/~/")) {
+      // sftp://host/~/data: under the home directory, which the server names (its
+      // canonical form of ".", where a session starts).
+      char* home = sftp_canonicalize_path(c.sftp(), ".");
+      if (home == nullptr) return LibsshStatus(c, "the home directory on " + options_.host);
+      std::string resolved(home);
+      ssh_string_free_char(home);
+      if (resolved.empty() || resolved[0] != '/') {
+        return InternalError("the server named the home directory '" + resolved + "'");
+      }
+      if (resolved.size() > 1 && resolved.back() == '/') resolved.pop_back();
+      std::string rest = options_.root.substr(2);
+      options_.root = resolved == "/" && !rest.empty() ? rest : resolved + rest;
+    }
     Attributes a(sftp_stat(c.sftp(), options_.root.c_str()));
     if (a == nullptr) return LibsshStatus(c, "SFTP root " + describe());
     if (!IsDirectory(*a)) {
@@ -227,7 +241,9 @@ std::string SftpStore::TempName(const std::string& dir) {
 
 Result<ObjectInfo> SftpStore::HeadOn(SftpConnection& c, std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
-  Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
+  // A file key names the link itself, as READDIR reports it; a directory key what it leads to.
+  Attributes a(IsMarker(key) ? sftp_stat(c.sftp(), paths.data.c_str())
+                             : sftp_lstat(c.sftp(), paths.data.c_str()));
   if (a == nullptr) return LibsshStatus(c, "stat " + std::string(key));
   if (IsMarker(key)) {
     // The marker "x/" is the directory "x" itself: nothing else is written to the server.
@@ -333,9 +349,9 @@ Result<std::vector<DirEntry>> ReadDirSorted(SftpConnection& c, const std::string
     e.key = base + e.name + (e.is_dir ? "/" : "");
     e.size = a->size;
     e.mtime_s = MtimeSeconds(*a);
-    // READDIR reports links themselves (lstat), while objfs serves what they point to: only a
-    // regular file's attributes are what a stat of it would say.
-    if ((a->flags & SSH_FILEXFER_ATTR_PERMISSIONS) && S_ISREG(a->permissions)) {
+    // READDIR reports what an lstat would, as head() does: a file's or a link's attributes.
+    if ((a->flags & SSH_FILEXFER_ATTR_PERMISSIONS) &&
+        (S_ISREG(a->permissions) || S_ISLNK(a->permissions))) {
       e.metadata = MetadataFromAttributes(*a);
     }
     entries.push_back(std::move(e));
@@ -446,13 +462,36 @@ Status SftpStore::MakeDirs(SftpConnection& c, const std::string& dir) {
 
 namespace {
 
-// The attributes objfs sets from a file's metadata: its mtime (now, if none) and its mode.
-SftpWire::NewAttrs NewAttrsOf(const Metadata& metadata) {
+std::optional<uint32_t> ParseId(const Metadata& metadata, const std::string& name) {
+  auto it = metadata.find(name);
+  if (it == metadata.end()) return std::nullopt;
+  uint32_t id = 0;
+  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), id);
+  if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
+  return id;
+}
+
+// The attributes objfs sets from a file's metadata: its mtime (now, if none) and its mode. The
+// owner only when `before` (what the server reported) names another one: a chown. A new
+// file's owner is the account logged in, whatever the metadata says.
+SftpWire::NewAttrs NewAttrsOf(const Metadata& metadata, const Metadata* before = nullptr) {
   SftpWire::NewAttrs attrs;
   attrs.mtime_s = static_cast<uint32_t>(
       ParseMtime(metadata).value_or(static_cast<int64_t>(std::time(nullptr))));
   if (std::optional<uint32_t> mode = ParseMode(metadata)) attrs.permissions = *mode & 07777;
+  if (before != nullptr) {
+    std::optional<uint32_t> uid = ParseId(metadata, "uid"), gid = ParseId(metadata, "gid");
+    std::optional<uint32_t> old_uid = ParseId(*before, "uid"), old_gid = ParseId(*before, "gid");
+    if (uid && gid && old_uid && old_gid && (*uid != *old_uid || *gid != *old_gid)) {
+      attrs.owner = std::make_pair(*uid, *gid);
+    }
+  }
   return attrs;
+}
+
+bool IsLink(const Metadata& metadata) {
+  std::optional<uint32_t> mode = ParseMode(metadata);
+  return mode && S_ISLNK(*mode);
 }
 
 // The wire's ATTRS as libssh's, for the helpers above.
@@ -479,9 +518,24 @@ sftp_attributes_struct LibsshAttributes(const SftpWire::FileAttrs& w) {
 }  // namespace
 
 Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_view key,
-                                              const std::string& path, const Metadata& metadata) {
-  // With what the server made of it: exactly what head() will report once the file is in place.
-  Result<SftpWire::FileAttrs> a = c.wire().SetStat(path, NewAttrsOf(metadata));
+                                              const std::string& path, const Metadata& metadata,
+                                              const Metadata* before) {
+  SftpWire::NewAttrs attrs = NewAttrsOf(metadata, before);
+  Result<SftpWire::FileAttrs> a = InternalError("unreachable");
+  if (before != nullptr && IsLink(*before)) {
+    // A link's own times and owner (touch -h, rsync's lutimes), never its target's. A link has
+    // no mode of its own to set.
+    if (!c.wire().HasExtension("lsetstat@openssh.com", "1")) {
+      return UnsupportedError("set attributes of the link " + std::string(key) +
+                              ": the server has no lsetstat@openssh.com");
+    }
+    attrs.permissions.reset();
+    a = c.wire().LSetStat(path, attrs);
+  } else {
+    // With what the server made of it: exactly what head() will report once the file is in
+    // place.
+    a = c.wire().SetStat(path, attrs);
+  }
   if (!a.ok()) return a.status();
   return InfoFromAttributes(key, LibsshAttributes(*a));
 }
@@ -687,7 +741,7 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
                                          ", expected " + src.etag.value() + ")");
         }
       }
-      return ApplyAttributes(c, src.key, src_paths.data, *options.replace_metadata);
+      return ApplyAttributes(c, src.key, src_paths.data, *options.replace_metadata, &src.metadata);
     });
   }
   OBJFS_ASSIGN_OR_RETURN(SftpSessionPool::Lease lease, pool_.Acquire());
@@ -821,6 +875,63 @@ Status SftpStore::remove(std::string_view key) {
     }
     if (!c.healthy()) return TransientError("remove " + std::string(key) + ": connection lost");
     return Status::Ok();
+  });
+}
+
+Result<ObjectInfo> SftpStore::symlink(std::string_view key, std::string_view target,
+                                      const PutOptions& /*options*/) {
+  if (IsMarker(key))
+    return InvalidArgumentError("a link cannot be a directory: " + std::string(key));
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  const std::string to(target);
+  if (to.empty() || to.find('\0') != std::string::npos) {
+    return InvalidArgumentError("symlink " + std::string(key) + ": not a valid link target");
+  }
+  return WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
+    std::lock_guard<std::mutex> lock(KeyLock(key));
+    OBJFS_RETURN_IF_ERROR(MakeDirs(c, paths.dir));
+    // The server makes the link: any SFTP or shell user sees a link, and its owner and times
+    // are the server's.
+    if (sftp_symlink(c.sftp(), to.c_str(), paths.data.c_str()) != 0) {
+      Status failed = LibsshStatus(c, "symlink " + std::string(key));
+      Attributes there(sftp_lstat(c.sftp(), paths.data.c_str()));
+      if (there != nullptr) return AlreadyExistsError("symlink " + std::string(key) + ": exists");
+      return failed;
+    }
+    Attributes a(sftp_lstat(c.sftp(), paths.data.c_str()));
+    if (a == nullptr) return LibsshStatus(c, "stat " + std::string(key));
+    return InfoFromAttributes(key, *a);
+  });
+}
+
+Result<std::string> SftpStore::read_link(std::string_view key) {
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  return WithRetry([&](SftpConnection& c) -> Result<std::string> {
+    char* target = sftp_readlink(c.sftp(), paths.data.c_str());
+    if (target == nullptr) return LibsshStatus(c, "readlink " + std::string(key));
+    std::string out(target);
+    ssh_string_free_char(target);
+    return out;
+  });
+}
+
+Result<StoreSpace> SftpStore::space() {
+  return WithRetry([&](SftpConnection& c) -> Result<StoreSpace> {
+    if (!c.wire().HasExtension("statvfs@openssh.com", "2")) {
+      return UnsupportedError(describe() + ": the server has no statvfs@openssh.com");
+    }
+    sftp_statvfs_t v = sftp_statvfs(c.sftp(), options_.root.c_str());
+    if (v == nullptr) return LibsshStatus(c, "statvfs " + describe());
+    StoreSpace space;
+    space.block_size = v->f_frsize != 0 ? v->f_frsize : v->f_bsize;
+    space.blocks = v->f_blocks;
+    space.blocks_free = v->f_bfree;
+    space.blocks_available = v->f_bavail;
+    space.files = v->f_files;
+    space.files_free = v->f_ffree;
+    space.name_max = v->f_namemax;
+    sftp_statvfs_free(v);
+    return space;
   });
 }
 

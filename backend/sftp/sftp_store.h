@@ -76,6 +76,12 @@ class SftpStore : public ObjectStore {
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   Status rename(std::string_view from, std::string_view to) override;
+  // A link on the server (SSH_FXP_SYMLINK); head() and list() report links as links.
+  Result<ObjectInfo> symlink(std::string_view key, std::string_view target,
+                             const PutOptions& options) override;
+  Result<std::string> read_link(std::string_view key) override;
+  // statvfs@openssh.com of the root; Unsupported when the server lacks it.
+  Result<StoreSpace> space() override;
   Capabilities capabilities() const override;
   std::string describe() const override;
 
@@ -108,10 +114,13 @@ class SftpStore : public ObjectStore {
   // put() of a directory marker "x/": the directory x (made with its parents), no file.
   Result<ObjectInfo> PutDirectory(std::string_view key, const KeyPaths& paths, uint64_t size,
                                   const Metadata& metadata, const PutOptions& options);
-  // Applies mode and mtime from `metadata` to the staged file at `path`; returns what head()
-  // will report for `key` once the file is in place (without its ETag).
+  // Applies mode and mtime from `metadata` to the file at `path`, and its owner when `before`
+  // (the metadata the caller saw) names another; a link (by `before`'s mode) gets its own times
+  // and owner. Returns what head() will report for `key` once the file is in place (without its
+  // ETag).
   Result<ObjectInfo> ApplyAttributes(SftpConnection& c, std::string_view key,
-                                     const std::string& path, const Metadata& metadata);
+                                     const std::string& path, const Metadata& metadata,
+                                     const Metadata* before = nullptr);
   // Finishes a staged file written through `handle` (put and copy): mode and mtime from
   // `metadata`, fsync when the server offers it, and close, in one round trip; a server that
   // refuses FSETSTAT gets a SETSTAT of the path. Returns what head() will report for `key` once
@@ -128,7 +137,7 @@ class SftpStore : public ObjectStore {
   std::string TempName(const std::string& dir);
   std::mutex& KeyLock(std::string_view key);
 
-  const SftpStoreOptions options_;
+  SftpStoreOptions options_;  // root resolved by CheckRoot, then unchanged
   SftpSessionPool pool_;
   std::array<std::mutex, 64> key_locks_;
   // Learnt from the first connection.

@@ -15,6 +15,7 @@ constexpr uint8_t kFxpClose = 4;
 constexpr uint8_t kFxpRead = 5;
 constexpr uint8_t kFxpWrite = 6;
 constexpr uint8_t kFxpFstat = 8;
+constexpr uint8_t kFxpLstat = 7;
 constexpr uint8_t kFxpSetstat = 9;
 constexpr uint8_t kFxpFsetstat = 10;
 constexpr uint8_t kFxpStat = 17;
@@ -304,7 +305,12 @@ std::string StringBody(std::string_view s) {
 }
 
 void PutNewAttrs(std::string& out, const SftpWire::NewAttrs& attrs) {
-  PutU32(out, kAttrAcModTime | (attrs.permissions ? kAttrPermissions : 0));
+  PutU32(out, kAttrAcModTime | (attrs.permissions ? kAttrPermissions : 0) |
+                  (attrs.owner ? kAttrUidGid : 0));
+  if (attrs.owner) {
+    PutU32(out, attrs.owner->first);
+    PutU32(out, attrs.owner->second);
+  }
   if (attrs.permissions) PutU32(out, *attrs.permissions);
   PutU32(out, attrs.mtime_s);  // atime
   PutU32(out, attrs.mtime_s);
@@ -388,6 +394,17 @@ Result<SftpWire::FileAttrs> SftpWire::SetStat(std::string_view path, const NewAt
   requests.emplace_back(kFxpStat, StringBody(path));
   OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
   OBJFS_RETURN_IF_ERROR(StatusOf(replies[0], "set attributes of " + std::string(path)));
+  return AttrsOf(replies[1], "stat " + std::string(path));
+}
+
+Result<SftpWire::FileAttrs> SftpWire::LSetStat(std::string_view path, const NewAttrs& attrs) {
+  std::vector<std::pair<uint8_t, std::string>> requests;
+  requests.emplace_back(kFxpExtended, StringBody("lsetstat@openssh.com"));
+  PutString(requests.back().second, path);
+  PutNewAttrs(requests.back().second, attrs);
+  requests.emplace_back(kFxpLstat, StringBody(path));
+  OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
+  OBJFS_RETURN_IF_ERROR(StatusOf(replies[0], "set attributes of the link " + std::string(path)));
   return AttrsOf(replies[1], "stat " + std::string(path));
 }
 

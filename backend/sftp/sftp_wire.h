@@ -69,10 +69,12 @@ class SftpWire {
     int64_t atime_s = 0;
     int64_t mtime_s = 0;
   };
-  // Attributes to set: the mtime (and atime, to the same second) and, if given, the permissions.
+  // Attributes to set: the mtime (and atime, to the same second) and, if given, the permissions
+  // and the owner (uid, gid).
   struct NewAttrs {
     uint32_t mtime_s = 0;
     std::optional<uint32_t> permissions;
+    std::optional<std::pair<uint32_t, uint32_t>> owner;
   };
 
   Result<Handle> OpenFile(std::string_view path, uint32_t flags, uint32_t permissions);
@@ -97,6 +99,8 @@ class SftpWire {
                            bool* attributes_refused);
   // SETSTAT `attrs` on `path` and STAT it, in one round trip (both follow links).
   Result<FileAttrs> SetStat(std::string_view path, const NewAttrs& attrs);
+  // lsetstat@openssh.com `attrs` on the link `path` itself and LSTAT it, in one round trip.
+  Result<FileAttrs> LSetStat(std::string_view path, const NewAttrs& attrs);
   // posix-rename@openssh.com: replaces `to` atomically.
   Status PosixRename(std::string_view from, std::string_view to);
   // copy-data: copies `length` bytes (0: to the end) of `from` at `from_offset` into `to` at

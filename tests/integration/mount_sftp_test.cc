@@ -6,7 +6,9 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -503,7 +505,16 @@ TEST(MountSftpTest, ChmodAndTouchShowInAFreshMountAndOnTheServer) {
 // The store follows symbolic links on the server (it stats, never lstats, what it serves): a
 // link to a file is a regular file with the target's content, a link to a directory a
 // directory.
-TEST(MountSftpTest, SymlinksOnTheServerShowAsWhatTheyPointTo) {
+std::string ServerLink(const std::string& path) {
+  std::error_code ec;
+  fs::path target = fs::read_symlink(path, ec);
+  EXPECT_FALSE(ec) << path << ": " << ec.message();
+  return target.string();
+}
+
+// Links are links: those on the server show as links (not as what they point to, which the
+// kernel follows), and `ln -s` in the mount makes a link on the server.
+TEST(MountSftpTest, SymlinksAreLinksOnTheServerAndInTheMount) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
   WriteFile(dir.path + "/target", "pointed to");
   fs::create_directory(dir.path + "/sub");
@@ -516,15 +527,104 @@ TEST(MountSftpTest, SymlinksOnTheServerShowAsWhatTheyPointTo) {
 
   struct stat st {};
   ASSERT_EQ(::lstat((m + "/link").c_str(), &st), 0) << std::strerror(errno);
-  EXPECT_TRUE(S_ISREG(st.st_mode)) << std::oct << st.st_mode;
-  EXPECT_EQ(st.st_size, 10);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << std::oct << st.st_mode;
+  EXPECT_EQ(st.st_size, 6);  // "target"
+  EXPECT_EQ(ServerLink(m + "/link"), "target");
   EXPECT_EQ(ReadFile(m + "/link"), "pointed to");
-
   ASSERT_EQ(::lstat((m + "/dirlink").c_str(), &st), 0) << std::strerror(errno);
-  EXPECT_TRUE(S_ISDIR(st.st_mode)) << std::oct << st.st_mode;
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << std::oct << st.st_mode;
   EXPECT_EQ(ReadFile(m + "/dirlink/inner"), "inside");
   CommandResult ls = RunCommand({"ls", "-1A", m});
   EXPECT_EQ(ls.out, "dirlink\nlink\nsub\ntarget\n");
+
+  // Removing a tree removes a link in it, not what the link leads to.
+  CommandResult rm = RunCommand({"rm", "-rf", m + "/dirlink"});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_FALSE(fs::exists(fs::symlink_status(dir.path + "/dirlink")));
+  EXPECT_EQ(ReadFile(dir.path + "/sub/inner"), "inside");
+
+  // Made in the mount: a link on the server, and one in a fresh mount.
+  ASSERT_EQ(::symlink("sub/inner", (m + "/made").c_str()), 0) << std::strerror(errno);
+  EXPECT_TRUE(fs::is_symlink(dir.path + "/made"));
+  EXPECT_EQ(ServerLink(dir.path + "/made"), "sub/inner");
+  EXPECT_EQ(ReadFile(m + "/made"), "inside");
+
+  // Its own times, not its target's (rsync -a sets a link's times with lutimes).
+  struct stat target_before {};
+  ASSERT_EQ(::stat((dir.path + "/sub/inner").c_str(), &target_before), 0);
+  CommandResult touch = RunCommand({"touch", "-h", "-d", "@1500000000", m + "/made"});
+  EXPECT_EQ(touch.exit_code, 0) << touch.err;
+  struct stat link_st {
+  }, target_after{};
+  ASSERT_EQ(::lstat((dir.path + "/made").c_str(), &link_st), 0);
+  ASSERT_EQ(::stat((dir.path + "/sub/inner").c_str(), &target_after), 0);
+  EXPECT_EQ(link_st.st_mtime, 1500000000);
+  EXPECT_EQ(target_after.st_mtime, target_before.st_mtime);
+
+  ASSERT_TRUE(mount->Restart());
+  ASSERT_EQ(::lstat((m + "/made").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << std::oct << st.st_mode;
+  EXPECT_EQ(st.st_mtime, 1500000000);
+  EXPECT_EQ(ServerLink(m + "/made"), "sub/inner");
+}
+
+// df of the mount is df of the server's file system (statvfs@openssh.com), not invented
+// numbers: the server here is this machine, so the two can be compared.
+TEST(MountSftpTest, StatfsIsTheServersFileSystem) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  struct statvfs server {
+  }, mounted{};
+  ASSERT_EQ(::statvfs(dir.path.c_str(), &server), 0) << std::strerror(errno);
+  ASSERT_EQ(::statvfs(mount->path().c_str(), &mounted), 0) << std::strerror(errno);
+  EXPECT_EQ(mounted.f_blocks * mounted.f_frsize, server.f_blocks * server.f_frsize);
+  EXPECT_EQ(mounted.f_files, server.f_files);
+  // Free space moves with other writers on this machine: within 1 GiB.
+  const double free_server = static_cast<double>(server.f_bavail) * server.f_frsize;
+  const double free_mounted = static_cast<double>(mounted.f_bavail) * mounted.f_frsize;
+  EXPECT_NEAR(free_mounted, free_server, 1 << 30);
+}
+
+// sftp://HOST/~/DIR is DIR under the home directory of the account logged in to.
+TEST(MountSftpTest, ATildePathIsUnderTheHomeDirectory) {
+  struct passwd* pw = ::getpwnam(SharedSftpServer().user.c_str());
+  ASSERT_NE(pw, nullptr);
+  const std::string name = "objfs-home-test-" + std::to_string(::getpid());
+  const std::string home_dir = std::string(pw->pw_dir) + "/" + name;
+  ASSERT_TRUE(fs::create_directories(home_dir));
+  WriteFile(home_dir + "/there", "from the server");
+  {
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(SftpMountUrl("~/" + name));
+    EXPECT_TRUE(mount);
+    if (mount) {
+      EXPECT_EQ(ReadFile(mount->path() + "/there"), "from the server");
+      WriteFile(mount->path() + "/made", "through the mount");
+      EXPECT_EQ(ReadFile(home_dir + "/made"), "through the mount");
+    }
+  }
+  fs::remove_all(home_dir);
+}
+
+// chown through the mount changes the owner on the server (the test's account is root there).
+TEST(MountSftpTest, ChownChangesTheOwnerOnTheServer) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/f", "x");
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  ASSERT_EQ(::chown((mount->path() + "/f").c_str(), 4321, 4322), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir.path + "/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 4321u);
+  EXPECT_EQ(st.st_gid, 4322u);
+  ASSERT_TRUE(mount->Restart());
+  ASSERT_EQ(::stat((mount->path() + "/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 4321u);
+  // A chmod afterwards keeps that owner.
+  ASSERT_EQ(::chmod((mount->path() + "/f").c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_EQ(::stat((dir.path + "/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 4321u);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
 }  // namespace

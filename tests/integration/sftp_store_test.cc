@@ -6,6 +6,8 @@
 #include "backend/sftp/sftp_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -428,7 +430,7 @@ TEST_F(SftpStoreTest, ListingCarriesSizesMtimesAndVersions) {
   }
 }
 
-TEST_F(SftpStoreTest, ListingCarriesTheAttributesOfRegularFiles) {
+TEST_F(SftpStoreTest, ListingCarriesTheAttributesOfFilesAndLinks) {
   ASSERT_TRUE(Put("file", "12345", {{"mode", std::to_string(S_IFREG | 0640)}}).ok());
   ASSERT_TRUE(Put("target", "the target's bytes").ok());
   fs::create_symlink("target", fs::path(root_) / "link");
@@ -445,10 +447,62 @@ TEST_F(SftpStoreTest, ListingCarriesTheAttributesOfRegularFiles) {
   Result<ObjectInfo> head = store_->head("file");
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(file.metadata, head->metadata);  // what a stat says
-  // READDIR describes a link itself; what it points to takes a stat.
+  // A link is listed and HEADed as itself, as lstat describes it.
   const ObjectInfo& link = listing->objects[1];
   ASSERT_EQ(link.key, "link");
-  EXPECT_FALSE(link.has_metadata);
+  ASSERT_TRUE(link.has_metadata);
+  EXPECT_TRUE(S_ISLNK(std::stoul(link.metadata.at("mode")))) << link.metadata.at("mode");
+  EXPECT_EQ(link.size, 6u);  // "target"
+  Result<ObjectInfo> link_head = store_->head("link");
+  ASSERT_TRUE(link_head.ok()) << link_head.status().ToString();
+  EXPECT_EQ(link_head->metadata, link.metadata);
+  EXPECT_EQ(link_head->etag, link.etag);
+}
+
+// symlink() makes a link on the server; read_link() reads its target; the link's own times are
+// set without touching its target's.
+TEST_F(SftpStoreTest, LinksAreMadeAndReadOnTheServer) {
+  ASSERT_TRUE(Put("d/target", "bytes").ok());
+  PutOptions options;
+  options.metadata = {{"mode", std::to_string(S_IFLNK | 0777)}};
+  Result<ObjectInfo> made = store_->symlink("d/link", "target", options);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ(made->key, "d/link");
+  EXPECT_EQ(made->size, 6u);
+  EXPECT_TRUE(fs::is_symlink(fs::path(root_) / "d/link"));
+  EXPECT_EQ(fs::read_symlink(fs::path(root_) / "d/link").string(), "target");
+  Result<std::string> target = store_->read_link("d/link");
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  EXPECT_EQ(*target, "target");
+  EXPECT_EQ(store_->symlink("d/link", "other", options).status().code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->read_link("d/none").status().code(), StatusCode::kNotFound);
+
+  struct stat target_before {};
+  ASSERT_EQ(::stat((fs::path(root_) / "d/target").c_str(), &target_before), 0);
+  CopyOptions touch;
+  touch.replace_metadata =
+      Metadata{{"mode", std::to_string(S_IFLNK | 0777)}, {"mtime", "1400000000"}};
+  Result<ObjectInfo> touched = store_->copy(*made, "d/link", touch);
+  ASSERT_TRUE(touched.ok()) << touched.status().ToString();
+  struct stat link_st {
+  }, target_after{};
+  ASSERT_EQ(::lstat((fs::path(root_) / "d/link").c_str(), &link_st), 0);
+  ASSERT_EQ(::stat((fs::path(root_) / "d/target").c_str(), &target_after), 0);
+  EXPECT_EQ(link_st.st_mtime, 1400000000);
+  EXPECT_EQ(target_after.st_mtime, target_before.st_mtime);
+  EXPECT_TRUE(store_->remove("d/link").ok());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(fs::path(root_) / "d/link")));
+  EXPECT_TRUE(fs::exists(fs::path(root_) / "d/target"));
+}
+
+TEST_F(SftpStoreTest, SpaceIsTheRootsFileSystem) {
+  Result<StoreSpace> space = store_->space();
+  ASSERT_TRUE(space.ok()) << space.status().ToString();
+  struct statvfs local {};
+  ASSERT_EQ(::statvfs(root_.c_str(), &local), 0);
+  EXPECT_EQ(space->blocks * space->block_size, local.f_blocks * local.f_frsize);
+  EXPECT_EQ(space->name_max, local.f_namemax);
 }
 
 TEST_F(SftpStoreTest, PutLeavesNoTemporaryFilesBehind) {

@@ -816,7 +816,9 @@ TEST_F(FilesystemTest, UnlinkWhileOpenDiscardsData) {
 }
 
 TEST_F(FilesystemTest, StatFsReportsLargeConstants) {
-  FsStats st = fs_->StatFs();
+  Result<FsStats> stats = fs_->StatFs();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  const FsStats& st = *stats;
   EXPECT_EQ(st.block_size, 4096u);
   EXPECT_EQ(st.name_max, 255u);
   EXPECT_GT(st.blocks_free, uint64_t{1} << 40);
