@@ -140,6 +140,9 @@ struct Capabilities {
   // put() keeps the "uid" and "gid" metadata it is given (S3); false: the server decides who
   // owns a new file (SFTP: the account logged in).
   bool stores_owner = false;
+  // read() splits a read into requests of this many bytes (SFTP: the server's max read
+  // length), so a read of a multiple of it has no short request at its end. 0: one request.
+  uint64_t read_unit = 0;
 };
 
 class ObjectStore {

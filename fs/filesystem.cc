@@ -72,7 +72,15 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
           static_cast<size_t>(options_.io_threads > 0 ? options_.io_threads : 1))),
       upload_pool_(std::make_unique<IoPool>(kUploadThreads)),
       read_budget_(std::make_unique<ReadBudget>(options_.prefetch_memory)),
-      mount_time_ns_(NowNs()) {}
+      mount_time_ns_(NowNs()) {
+  // A store that splits each read into requests of a fixed size (SFTP: the server's max read
+  // length, 255 KiB on OpenSSH) gets reads of whole multiples of it: a 1 MiB buffer would end in
+  // a 4 KiB request each time, 10% more requests for nothing. Prefetch reads are multiples of
+  // read_buffer, so rounding it down to a multiple of the unit is enough.
+  const uint64_t unit = store_->capabilities().read_unit;
+  size_t& read_buffer = options_.prefetch.read_buffer;
+  if (unit > 0 && read_buffer > unit) read_buffer = static_cast<size_t>(read_buffer / unit * unit);
+}
 
 Filesystem::~Filesystem() {
   {

@@ -140,6 +140,11 @@ Status StatusOfResult(const Result<T>& result) {
   return result.status();
 }
 
+// The size of each READ request: the server's max read length, within sane bounds.
+uint32_t ReadChunk(const SftpLimits& limits) {
+  return static_cast<uint32_t>(std::clamp<uint64_t>(limits.max_read, 4096, 4u << 20));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SftpStore>> SftpStore::Create(SftpStoreOptions options) {
@@ -301,8 +306,7 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
       handle = wire.OpenFile(paths.data, kOpenRead, 0);
       if (!handle.ok()) return handle.status().WithContext(what);
     }
-    uint32_t chunk =
-        static_cast<uint32_t>(std::clamp<uint64_t>(wire.limits().max_read, 4096, 4u << 20));
+    const uint32_t chunk = ReadChunk(wire.limits());
     Result<size_t> n =
         wire.Read(*handle, offset, buf, chunk, options_.requests_in_flight,
                   options_.metrics != nullptr ? &options_.metrics->sftp_read_requests : nullptr);
@@ -1013,6 +1017,8 @@ Capabilities SftpStore::capabilities() const {
   caps.native_etags = false;
   caps.native_rename = true;
   caps.attributes_in_place = true;
+  std::lock_guard<std::mutex> lock(server_mu_);
+  caps.read_unit = ReadChunk(limits_);
   return caps;
 }
 
