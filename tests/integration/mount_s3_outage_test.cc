@@ -129,18 +129,6 @@ class OwnCluster {
   bool ok_ = false;
 };
 
-// The paths of every "*.data" file under `dir` whose content is `data`.
-std::vector<std::string> StagingFilesHolding(const std::string& dir, const std::string& data) {
-  std::vector<std::string> found;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file() || it->path().extension() != ".data") continue;
-    if (ReadLocal(it->path().string()) == data) found.push_back(it->path().string());
-  }
-  return found;
-}
-
 TEST(MountS3OutageTest, ServerStoppedWhileWritingKeepsTheDataForARetry) {
   OwnCluster cluster;
   ASSERT_TRUE(cluster.ok());

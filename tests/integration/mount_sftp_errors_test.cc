@@ -307,6 +307,16 @@ class PrivateSshd {
     return WaitGone(victims);
   }
 
+  // SIGKILL to every connection's processes, the listener staying: connections drop as when
+  // a network path breaks, and new ones are accepted.
+  void KillConnections() {
+    pid_t listener = ListenerPid();
+    if (listener <= 0 || !Alive(listener)) return;
+    std::vector<pid_t> connections = Descendants(listener);
+    for (pid_t p : connections) ::kill(p, SIGKILL);
+    WaitGone(connections);
+  }
+
   // The same sshd (configuration, port, host key) again; true once it accepts connections.
   bool Restart() {
     CommandResult r =
@@ -329,14 +339,6 @@ class PrivateSshd {
   pid_t ListenerPid() const {
     std::string pid = ReadLocal(dir_ + "/sshd.pid");
     return pid.empty() ? -1 : static_cast<pid_t>(std::atoi(pid.c_str()));
-  }
-
-  void KillConnections() {
-    pid_t listener = ListenerPid();
-    if (listener <= 0 || !Alive(listener)) return;
-    std::vector<pid_t> connections = Descendants(listener);
-    for (pid_t p : connections) ::kill(p, SIGKILL);
-    WaitGone(connections);
   }
 
   // Waits until `pid` is stopped (or gone).
@@ -406,6 +408,78 @@ TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndTheMountReconnects) 
   EXPECT_EQ(got.size(), kSize);
   EXPECT_TRUE(got == data) << "the new mount read other bytes";
   EXPECT_EQ(fresh->Stop(), 0);
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
+// Connections that drop under a mount (the server stays): a read that finds its connection
+// gone is retried on a new one, and succeeds with the right bytes.
+TEST(MountSftpErrorsTest, ReadsRetryOnANewConnectionWhenOneDrops) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  const size_t kSize = 24 << 20;
+  const std::string data = PseudoRandomBytes(kSize, 41);
+  WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", data);
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  // Read-ahead no further than 1 MiB: each read below reaches the server.
+  options.extra_options = sshd.options() + ",read_buffer=1M,max_readahead=1M";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(sshd.url(), options);
+  ASSERT_TRUE(mount);
+  int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::string buf(1 << 20, '\0');
+  for (off_t at : {off_t{0}, off_t{8} << 20, off_t{16} << 20}) {
+    if (at != 0) sshd.KillConnections();
+    ASSERT_EQ(::pread(fd, buf.data(), buf.size(), at), static_cast<ssize_t>(buf.size()))
+        << "at " << at << ": " << std::strerror(errno);
+    EXPECT_TRUE(buf == data.substr(static_cast<size_t>(at), buf.size())) << "at " << at;
+  }
+  ::close(fd);
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
+// The server gone while a file is being written: close() reports the upload that could not
+// be confirmed, the data stays staged, the server has no partial file under the name, and
+// once the server is back an fsync uploads it.
+TEST(MountSftpErrorsTest, ServerKilledWhileWritingKeepsTheDataForARetry) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
+  WriteFile(root + "/unsent", "the old content");
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  options.extra_options = sshd.options();
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(sshd.url(), options);
+  ASSERT_TRUE(mount);
+  const std::string file = mount->path() + "/unsent";
+  const std::string data = PseudoRandomBytes(3 << 20, 31);
+  int fd = ::open(file.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()))
+      << std::strerror(errno);
+
+  ASSERT_TRUE(sshd.Kill());
+  errno = 0;
+  EXPECT_NE(::close(fd), 0) << "close() succeeded with the server gone";
+  EXPECT_EQ(errno, EIO) << std::strerror(errno);
+  EXPECT_EQ(StagingFilesHolding(mount->cache_dir(), data).size(), 1u)
+      << "no staging file with the written data in " << mount->cache_dir();
+  EXPECT_EQ(ReadLocal(root + "/unsent"), "the old content");
+  EXPECT_TRUE(ReadFile(file) == data) << "reading the unsent file gave other bytes";
+
+  ASSERT_TRUE(sshd.Restart());
+  int again = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(again, 0) << std::strerror(errno);
+  EXPECT_EQ(::fsync(again), 0) << std::strerror(errno);
+  EXPECT_EQ(::close(again), 0) << std::strerror(errno);
+  EXPECT_TRUE(ReadLocal(root + "/unsent") == data) << "the server holds other bytes";
+  EXPECT_TRUE(StagingFilesHolding(mount->cache_dir(), data).empty())
+      << "the staging file stayed after the upload";
+  // Nothing of objfs's own is left on the server.
+  for (const auto& entry : fs::directory_iterator(root)) {
+    EXPECT_EQ(entry.path().filename().string().rfind(".objfs-", 0), std::string::npos)
+        << entry.path();
+  }
   EXPECT_EQ(mount->Stop(), 0);
 }
 

@@ -352,13 +352,6 @@ TEST(MountSftpTest, DdOfALargeFileInAndBackOut) {
   EXPECT_EQ(Md5sum(back), md5);
 }
 
-// Counter `name` of a user.objfs.stats snapshot, or -1.
-int64_t Counter(const std::string& stats, const std::string& name) {
-  std::smatch m;
-  if (!std::regex_search(stats, m, std::regex("(^|[^a-z_])" + name + "=([0-9]+)"))) return -1;
-  return std::stoll(m[2].str());
-}
-
 // A sequential read costs one READ request per max read length of the server, not one per
 // kernel page, and no short request at the end of each read-ahead buffer. OpenSSH's
 // sftp-server answers limits@openssh.com with a read length of 261,120 bytes (256 KiB less
@@ -374,7 +367,7 @@ TEST(MountSftpTest, ASequentialReadCostsOneRequestPerMaxReadLength) {
   const std::string after = GetXattr(mount->path(), "user.objfs.stats");
   constexpr int64_t kMaxRead = 261120;
   const int64_t requests =
-      Counter(after, "sftp_read_requests") - Counter(before, "sftp_read_requests");
+      StatsCounter(after, "sftp_read_requests") - StatsCounter(before, "sftp_read_requests");
   EXPECT_GE(requests, (int64_t{64} << 20) / kMaxRead) << after;
   EXPECT_LE(requests, (int64_t{64} << 20) / kMaxRead + 3) << after;
   ExpectCounterDelta(before, after, "bytes_read", int64_t{64} << 20);
