@@ -122,6 +122,32 @@ Result<ObjectInfo> ContentEtagStore::put(std::string_view key, const ByteSource&
   return info;
 }
 
+void ContentEtagStore::ShareWithCopies(const std::string& key, const ETag& version,
+                                       const ETag& md5) {
+  std::vector<Copy> copies;
+  {
+    std::lock_guard<std::mutex> lock(copies_mu_);
+    auto [begin, end] = copies_.equal_range(key);
+    for (auto it = begin; it != end; ++it) {
+      if (it->second.version == version) copies.push_back(it->second);
+    }
+  }
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  for (const Copy& copy : copies) {
+    Result<ObjectInfo> other = inner_->head(copy.other);
+    if (!other.ok() || VersionTag(other->size, other->mtime_ns) != copy.other_version) continue;
+    if (other->mtime_ns > now_ns - racy_ns_) continue;  // as for a file hashed itself
+    if (ValidRecord(copy.other, other->size, other->mtime_ns)) continue;
+    // On to the copies of that one (the source of two copies is the link between them); a
+    // file already recorded ends the walk.
+    if (Record(copy.other, other->size, other->mtime_ns, md5)) {
+      ShareWithCopies(copy.other, copy.other_version, md5);
+    }
+  }
+}
+
 Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_view dst,
                                           const CopyOptions& options) {
   ObjectInfo inner_src = src;
@@ -149,12 +175,20 @@ Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_vie
   }
   Forget(key);
   info.etag = VersionTag(info.size, info.mtime_ns);
+  if (options.if_match_source && !inner_src.etag.empty() && src.key != key && !IsMarker(key)) {
+    // The bytes of the version the copy checked, which nobody has hashed yet.
+    std::lock_guard<std::mutex> lock(copies_mu_);
+    copies_.emplace(key, Copy{info.etag, src.key, inner_src.etag});
+    copies_.emplace(src.key, Copy{inner_src.etag, key, info.etag});
+  }
   return info;
 }
 
 Status ContentEtagStore::remove(std::string_view key) {
   Status status = inner_->remove(key);
   Forget(key);
+  std::lock_guard<std::mutex> lock(copies_mu_);
+  copies_.erase(std::string(key));  // the other side's entry fails its version check
   return status;
 }
 
@@ -236,7 +270,7 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
     record.size = info.size;
     record.mtime_ns = info.mtime_ns;
     record.md5 = DigestOf(etag);
-    std::lock_guard<std::mutex> lock(records_mu_);
+    std::unique_lock<std::mutex> lock(records_mu_);
     // A put of the same version that recorded meanwhile knows best what it wrote.
     Result<std::optional<ContentETagRecord>> existing = db_->Get<ContentETagRecord>(key);
     if (existing.ok() && existing->has_value() && (*existing)->size == info.size &&
@@ -244,6 +278,8 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
       return ETag::FromMd5((*existing)->md5);
     }
     (void)db_->Put(record);
+    lock.unlock();
+    ShareWithCopies(record.path, VersionTag(info.size, info.mtime_ns), etag);
     return etag;
   }
   return last;

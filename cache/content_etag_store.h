@@ -4,7 +4,10 @@
 // wrapper keeps the MD5 of each file's content in a ContentETagRecord of the StoreDb (in the
 // mount's cache directory), valid while the file keeps the size and mtime it was recorded for:
 // - put() records the MD5 the inner store computed while uploading;
-// - copy() records the source's MD5 for the destination: nothing is re-hashed;
+// - copy() records the source's MD5 for the destination: nothing is re-hashed. A copy of a
+//   file whose MD5 is not known yet is remembered (in memory) with both versions, so the MD5
+//   computed first for either of the two is recorded for the other too, while both keep
+//   their versions: the bytes are hashed once;
 // - remove() / remove_many() drop the records;
 // - head() and list() report the recorded MD5 as the ETag when the record still matches the
 //   object, and the inner store's version (backend/object_version.h) otherwise; a record that no
@@ -22,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -84,6 +88,17 @@ class ContentEtagStore : public ForwardingStore {
   // Persists the record; false when it could not be written.
   bool Record(const std::string& key, uint64_t size, int64_t mtime_ns, const ETag& md5);
   void Forget(std::string_view key);
+  // Records `md5`, just computed for `key` at `version`, for the files copied from or to it
+  // (and from or to those, and so on) that still have the versions the copies left them with.
+  void ShareWithCopies(const std::string& key, const ETag& version, const ETag& md5);
+
+  // A copy of a file whose MD5 was unknown: `other` holds the same bytes while `key` (the map's
+  // key) has `version` and `other` has `other_version`.
+  struct Copy {
+    ETag version;
+    std::string other;
+    ETag other_version;
+  };
 
   std::shared_ptr<ObjectStore> inner_;
   std::shared_ptr<StoreDb> db_;
@@ -91,6 +106,8 @@ class ContentEtagStore : public ForwardingStore {
   const int64_t racy_ns_;
   // Serialises each read-check-write of a record against writes of the same key's record.
   std::mutex records_mu_;
+  std::mutex copies_mu_;  // guards copies_
+  std::multimap<std::string, Copy> copies_;
 };
 
 }  // namespace objfs

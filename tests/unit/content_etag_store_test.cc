@@ -281,6 +281,43 @@ TEST_F(ContentEtagStoreTest, CopyOfAnUnhashedSourceRecordsNothing) {
   EXPECT_EQ(*read, "unknown content");
 }
 
+// A copy of a file nobody has hashed yet: whichever of the two is hashed first gives its MD5 to
+// the other, while both keep the versions the copy left them with. The bytes are hashed once.
+TEST_F(ContentEtagStoreTest, ACopyOfAnUnhashedFileIsHashedOnceForBoth) {
+  const std::string data = Pattern(3 << 20, 9);
+  ASSERT_TRUE(Put(*inner_, "src", data).ok());
+  ASSERT_TRUE(Put(*inner_, "other", "x").ok());
+  Result<ObjectInfo> src = store_->head("src");
+  ASSERT_TRUE(src.ok());
+  ASSERT_TRUE(store_->copy(*src, "dst", CopyOptions{}).ok());
+  ASSERT_TRUE(store_->copy(*src, "dst2", CopyOptions{}).ok());
+
+  Result<ETag> dst = store_->ContentEtag("dst");
+  ASSERT_TRUE(dst.ok()) << dst.status().ToString();
+  EXPECT_EQ(*dst, Md5Tag(data));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+  ASSERT_TRUE(RecordOf("src").has_value());
+  Result<ETag> from_src = store_->ContentEtag("src");
+  ASSERT_TRUE(from_src.ok());
+  EXPECT_EQ(*from_src, *dst);
+  // The second copy learns it from the source once the source is known.
+  Result<ETag> dst2 = store_->ContentEtag("dst2");
+  ASSERT_TRUE(dst2.ok());
+  EXPECT_EQ(*dst2, *dst);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+
+  // A side changed since the copy gets nothing: the bytes may differ.
+  Result<ObjectInfo> src2 = store_->head("other");
+  ASSERT_TRUE(src2.ok());
+  ASSERT_TRUE(store_->copy(*src2, "changed", CopyOptions{}).ok());
+  ASSERT_TRUE(Put(*inner_, "changed", "y").ok());  // by someone else
+  ASSERT_TRUE(store_->ContentEtag("other").ok());
+  EXPECT_FALSE(RecordOf("changed").has_value());
+  Result<ETag> changed = store_->ContentEtag("changed");
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(*changed, Md5Tag("y"));
+}
+
 TEST_F(ContentEtagStoreTest, CopyOfAReplacedSourceFails) {
   Result<ObjectInfo> old_version = Put(*store_, "src", "old");
   ASSERT_TRUE(old_version.ok());
