@@ -4,7 +4,8 @@
 # in and then within the mount (a server-side copy), shows both files' ETags with getfattr and
 # what the copy cost, then unmounts and stops the server. Then the same for SFTP: a throwaway
 # OpenSSH sshd on 127.0.0.1, its host key pinned with ssh-keyscan, an sftp:// mount of one of
-# its directories, a copy in and ls -l, and the unmount.
+# its directories, a copy in and one within (the server's copy-data), both files' ETags (the
+# copy's reused, not hashed again) and what that cost, and the unmount.
 #
 # usage: tools/demo.sh   (as root: it installs packages and mounts a FUSE filesystem)
 set -euo pipefail
@@ -76,8 +77,11 @@ step "ls -l $MNT"
 ls -l "$MNT"
 step "md5sum $MNT/copy.bin   # the same as report.bin's"
 md5sum "$MNT/copy.bin"
-step "getfattr -n user.etag $MNT/copy.bin   # its content MD5, kept in the local cache"
-getfattr -n user.etag "$MNT/copy.bin"
+step "getfattr -n user.etag $MNT/report.bin $MNT/copy.bin   # content MD5s, kept in the local cache"
+getfattr -n user.etag "$MNT/report.bin" "$MNT/copy.bin"
+step "getfattr --only-values -n user.objfs.stats $MNT   # what it all cost"
+getfattr --only-values -n user.objfs.stats "$MNT"
+
 step "ls -l $OBJFS_TEST_SFTP_ROOT   # on the server: plain files"
 ls -l "$OBJFS_TEST_SFTP_ROOT"
 step "fusermount3 -u $MNT"

@@ -627,6 +627,22 @@ TEST(MountSftpTest, ATildePathIsUnderTheHomeDirectory) {
   fs::remove_all(home_dir);
 }
 
+// Without USER@ the URL logs in as the local user (the test's account, which the server knows).
+TEST(MountSftpTest, AUrlWithoutAUserLogsInAsTheLocalUser) {
+  const SftpTestServer& server = SharedSftpServer();
+  struct passwd* me = ::getpwuid(::geteuid());
+  ASSERT_NE(me, nullptr);
+  ASSERT_EQ(server.user, me->pw_name) << "the shared server's account is not the local user";
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/f", "logged in");
+  const std::string host =
+      server.host.find(':') != std::string::npos ? "[" + server.host + "]" : server.host;
+  const std::string url = "sftp://" + host + ":" + std::to_string(server.port) + dir.path;
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url);
+  ASSERT_TRUE(mount);
+  EXPECT_EQ(ReadFile(mount->path() + "/f"), "logged in");
+}
+
 // chown through the mount changes the owner on the server (the test's account is root there).
 TEST(MountSftpTest, ChownChangesTheOwnerOnTheServer) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
