@@ -10,7 +10,9 @@
 namespace objfs {
 namespace {
 
-constexpr size_t kPooled = 1 << 20;  // smaller buffers come from the heap
+// Smaller buffers come from the heap. (Read buffers on SFTP are whole multiples of the
+// server's max read length: 1,044,480 bytes for the default 1 MiB on OpenSSH.)
+constexpr size_t kPooled = 512 << 10;
 constexpr size_t kUnit = 64 << 10;
 constexpr size_t kHugePage = 2 << 20;
 

@@ -7,7 +7,7 @@
 // once dropped, and large ones are aligned to 2 MiB and advised as transparent huge pages,
 // which the kernel pins and copies from a huge page at a time.
 //
-// Buffers under 1 MiB are plain heap memory of the exact size, not pooled. Thread-safe. The pool
+// Buffers under 512 KiB are plain heap memory of the exact size, not pooled. Thread-safe. The pool
 // keeps at most `keep_bytes` of idle buffers; beyond that a dropped buffer is unmapped.
 #pragma once
 

@@ -106,6 +106,7 @@ Result<Listing> ContentEtagStore::list(const ListOptions& options) {
 
 Result<ObjectInfo> ContentEtagStore::put(std::string_view key, const ByteSource& source,
                                          const PutOptions& options) {
+  ForgetCopies(key);
   PutOptions inner_options = options;
   if (options.if_match) {
     OBJFS_ASSIGN_OR_RETURN(inner_options.if_match, InnerETag(key, *options.if_match, "put"));
@@ -165,6 +166,7 @@ Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_vie
       md5 = ETag::FromMd5((*record)->md5);
     }
   }
+  if (src.key != dst) ForgetCopies(dst);
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, inner_->copy(inner_src, dst, options));
   // An MD5 from the inner store was computed from the bytes it streamed; else the source's.
   if (!info.etag.is_plain_md5() && md5) info.etag = *md5;
@@ -178,6 +180,8 @@ Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_vie
   if (options.if_match_source && !inner_src.etag.empty() && src.key != key && !IsMarker(key)) {
     // The bytes of the version the copy checked, which nobody has hashed yet.
     std::lock_guard<std::mutex> lock(copies_mu_);
+    // Only a hint: past the bound, the oldest knowledge goes (those files are hashed again).
+    if (copies_.size() >= kMaxCopies) copies_.clear();
     copies_.emplace(key, Copy{info.etag, src.key, inner_src.etag});
     copies_.emplace(src.key, Copy{inner_src.etag, key, info.etag});
   }
@@ -187,9 +191,40 @@ Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_vie
 Status ContentEtagStore::remove(std::string_view key) {
   Status status = inner_->remove(key);
   Forget(key);
-  std::lock_guard<std::mutex> lock(copies_mu_);
-  copies_.erase(std::string(key));  // the other side's entry fails its version check
+  ForgetCopies(key);
   return status;
+}
+
+void ContentEtagStore::ForgetCopies(std::string_view key) {
+  std::lock_guard<std::mutex> lock(copies_mu_);
+  if (copies_.empty()) return;
+  copies_.erase(std::string(key));
+  for (auto it = copies_.begin(); it != copies_.end();) {
+    it = it->second.other == key ? copies_.erase(it) : std::next(it);
+  }
+}
+
+std::optional<ETag> ContentEtagStore::FromCopies(const std::string& key, const ETag& version) {
+  std::vector<Copy> copies;
+  {
+    std::lock_guard<std::mutex> lock(copies_mu_);
+    auto [begin, end] = copies_.equal_range(key);
+    for (auto it = begin; it != end; ++it) {
+      if (it->second.version == version) copies.push_back(it->second);
+    }
+  }
+  for (const Copy& copy : copies) {
+    Result<std::optional<ContentETagRecord>> record = db_->Get<ContentETagRecord>(copy.other);
+    if (record.ok() && record->has_value() &&
+        VersionTag((*record)->size, (*record)->mtime_ns) == copy.other_version) {
+      // Still the bytes it had when the copy was made, if it still has that version.
+      Result<ObjectInfo> other = inner_->head(copy.other);
+      if (other.ok() && VersionTag(other->size, other->mtime_ns) == copy.other_version) {
+        return ETag::FromMd5((*record)->md5);
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 Status ContentEtagStore::rename(std::string_view from, std::string_view to) {
@@ -197,6 +232,8 @@ Status ContentEtagStore::rename(std::string_view from, std::string_view to) {
   OBJFS_RETURN_IF_ERROR(inner_->rename(from, to));
   Forget(from);
   Forget(to);
+  ForgetCopies(from);
+  ForgetCopies(to);
   if (record.ok() && record->has_value()) {
     ContentETagRecord moved = **record;
     moved.path = std::string(to);
@@ -209,7 +246,10 @@ Status ContentEtagStore::rename(std::string_view from, std::string_view to) {
 
 Status ContentEtagStore::remove_many(const std::vector<std::string>& keys) {
   Status status = inner_->remove_many(keys);
-  for (const std::string& key : keys) Forget(key);
+  for (const std::string& key : keys) {
+    Forget(key);
+    ForgetCopies(key);
+  }
   return status;
 }
 
@@ -223,6 +263,19 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, inner_->head(key));
     if (std::optional<ContentETagRecord> record = ValidRecord(key, info.size, info.mtime_ns)) {
       return ETag::FromMd5(record->md5);
+    }
+    // A copy of a file hashed since: the same bytes, while both keep their versions. (Right
+    // after the copy its version is too recent to record; it is looked up each time.)
+    const ETag version = VersionTag(info.size, info.mtime_ns);
+    if (std::optional<ETag> shared = FromCopies(std::string(key), version)) {
+      if (metrics_ != nullptr) Bump(metrics_->etags_reused);
+      const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+      if (info.mtime_ns <= now_ns - racy_ns_) {
+        (void)Record(std::string(key), info.size, info.mtime_ns, *shared);
+      }
+      return *shared;
     }
     // Hash the version head() saw: every read checks it, so a replacement meanwhile fails.
     if (buf.empty()) buf.resize(kHashReadBytes);
@@ -279,7 +332,7 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
     }
     (void)db_->Put(record);
     lock.unlock();
-    ShareWithCopies(record.path, VersionTag(info.size, info.mtime_ns), etag);
+    ShareWithCopies(record.path, version, etag);
     return etag;
   }
   return last;

@@ -5,9 +5,9 @@
 // mount's cache directory), valid while the file keeps the size and mtime it was recorded for:
 // - put() records the MD5 the inner store computed while uploading;
 // - copy() records the source's MD5 for the destination: nothing is re-hashed. A copy of a
-//   file whose MD5 is not known yet is remembered (in memory) with both versions, so the MD5
-//   computed first for either of the two is recorded for the other too, while both keep
-//   their versions: the bytes are hashed once;
+//   file whose MD5 is not known yet is remembered (in memory, until either file is written,
+//   renamed or removed) with both versions, so the MD5 computed first for either of the two
+//   serves the other too while both keep their versions: the bytes are hashed once;
 // - remove() / remove_many() drop the records;
 // - head() and list() report the recorded MD5 as the ETag when the record still matches the
 //   object, and the inner store's version (backend/object_version.h) otherwise; a record that no
@@ -91,6 +91,12 @@ class ContentEtagStore : public ForwardingStore {
   // Records `md5`, just computed for `key` at `version`, for the files copied from or to it
   // (and from or to those, and so on) that still have the versions the copies left them with.
   void ShareWithCopies(const std::string& key, const ETag& version, const ETag& md5);
+  // The MD5 of a file that `key` (at `version`) was copied from or to, from its record, while
+  // both still have the versions the copy left them with.
+  std::optional<ETag> FromCopies(const std::string& key, const ETag& version);
+  // Drops what is known of copies from or to `key`: it was written, renamed or removed.
+  void ForgetCopies(std::string_view key);
+  static constexpr size_t kMaxCopies = 1 << 16;
 
   // A copy of a file whose MD5 was unknown: `other` holds the same bytes while `key` (the map's
   // key) has `version` and `other` has `other_version`.

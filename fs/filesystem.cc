@@ -77,9 +77,13 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
   // length, 255 KiB on OpenSSH) gets reads of whole multiples of it: a 1 MiB buffer would end in
   // a 4 KiB request each time, 10% more requests for nothing. Prefetch reads are multiples of
   // read_buffer, so rounding it down to a multiple of the unit is enough.
-  const uint64_t unit = store_->capabilities().read_unit;
-  size_t& read_buffer = options_.prefetch.read_buffer;
-  if (unit > 0 && read_buffer > unit) read_buffer = static_cast<size_t>(read_buffer / unit * unit);
+  options_.prefetch.read_buffer =
+      EffectiveReadBuffer(options_.prefetch.read_buffer, store_->capabilities().read_unit);
+}
+
+size_t EffectiveReadBuffer(size_t read_buffer, uint64_t unit) {
+  if (unit == 0 || read_buffer <= unit) return read_buffer;
+  return static_cast<size_t>(read_buffer / unit * unit);
 }
 
 Filesystem::~Filesystem() {

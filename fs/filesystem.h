@@ -118,6 +118,11 @@ struct DirEntry {
 };
 
 // What statfs reports.
+// The read buffer the filesystem uses over a store that splits reads into requests of `unit`
+// bytes (Capabilities::read_unit; 0: no such unit): `read_buffer` rounded down to a whole
+// multiple of the unit when it is larger, so no read ends in a short request.
+size_t EffectiveReadBuffer(size_t read_buffer, uint64_t unit);
+
 struct FsStats {
   uint64_t block_size = 4096;
   uint64_t fragment_size = 4096;

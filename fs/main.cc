@@ -379,8 +379,11 @@ int Mount(const MountOptions& given_options) {
   // below the kernel's 128 KiB. Only root may: for anyone else the kernel's default stays,
   // which works, with more and smaller requests. Written before the loop answers the kernel's
   // INIT, whose reply can only lower it (and asks for max_readahead, which is max_read).
-  const uint64_t kernel_readahead = std::clamp<uint64_t>(fs_options.prefetch.read_buffer, 128 << 10,
-                                                         adapter_options.max_readahead);
+  // The buffer as the filesystem will use it (SFTP: whole multiples of the server's max read
+  // length), so that the kernel's requests line up with the daemon's reads.
+  const uint64_t kernel_readahead = std::clamp<uint64_t>(
+      EffectiveReadBuffer(fs_options.prefetch.read_buffer, (*store)->capabilities().read_unit),
+      128 << 10, adapter_options.max_readahead);
   Status readahead = SetKernelReadahead(mountpoint.string(), "fuse.objfs", kernel_readahead);
   if (!readahead.ok() && options.debug) {
     reporter.Error("kernel read-ahead left at its default: " + readahead.message());

@@ -525,6 +525,17 @@ Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_vie
                                               const std::string& path, const Metadata& metadata,
                                               const Metadata* before) {
   SftpWire::NewAttrs attrs = NewAttrsOf(metadata, before);
+  if (attrs.owner) {
+    // A chown names the uid, the gid or both; the other stays what the server has (the
+    // caller's view of it may be this mount's default, not the server's).
+    Attributes now(IsMarker(key) ? sftp_stat(c.sftp(), path.c_str())
+                                 : sftp_lstat(c.sftp(), path.c_str()));
+    if (now == nullptr) return LibsshStatus(c, "stat " + std::string(key));
+    if ((now->flags & SSH_FILEXFER_ATTR_UIDGID) != 0) {
+      if (ParseId(metadata, "uid") == ParseId(*before, "uid")) attrs.owner->first = now->uid;
+      if (ParseId(metadata, "gid") == ParseId(*before, "gid")) attrs.owner->second = now->gid;
+    }
+  }
   Result<SftpWire::FileAttrs> a = InternalError("unreachable");
   if (before != nullptr && IsLink(*before)) {
     // A link's own times and owner (touch -h, rsync's lutimes), never its target's. A link has
@@ -623,7 +634,7 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
 
 Result<ObjectInfo> SftpStore::PutDirectory(std::string_view key, const KeyPaths& paths,
                                            uint64_t size, const Metadata& metadata,
-                                           const PutOptions& options) {
+                                           const PutOptions& options, const Metadata* before) {
   if (size != 0) {
     return InvalidArgumentError("put " + std::string(key) +
                                 ": an SFTP directory cannot hold data (the key names a directory)");
@@ -644,7 +655,8 @@ Result<ObjectInfo> SftpStore::PutDirectory(std::string_view key, const KeyPaths&
     OBJFS_RETURN_IF_ERROR(MakeDirs(c, paths.data));
     Metadata attributes = metadata;
     if (!ParseMode(attributes)) attributes["mode"] = std::to_string(S_IFDIR | 0755);
-    OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, ApplyAttributes(c, key, paths.data, attributes));
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo info,
+                           ApplyAttributes(c, key, paths.data, attributes, before));
     info.key = std::string(key);
     info.size = 0;
     info.etag = ETag::FromMd5(Md5Of(std::span<const std::byte>()));  // a marker holds nothing
@@ -729,7 +741,10 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, head(src.key));
     PutOptions put;
     put.metadata = options.replace_metadata ? *options.replace_metadata : current.metadata;
-    return PutDirectory(dst, dst_paths, 0, put.metadata, put);
+    // New attributes of the directory itself (chmod, chown, touch): compared with what the
+    // caller saw, as for a file.
+    const bool in_place = src.key == dst && options.replace_metadata;
+    return PutDirectory(dst, dst_paths, 0, put.metadata, put, in_place ? &src.metadata : nullptr);
   }
   if (src.key == dst && options.replace_metadata) {
     // New attributes only (chmod, touch): set in place, atomic on the server, no byte moved.
@@ -866,8 +881,8 @@ Status SftpStore::remove(std::string_view key) {
     if (!IsMarker(key) && sftp_unlink(c.sftp(), paths.data.c_str()) != 0) {
       Status status = LibsshStatus(c, "remove " + std::string(key));
       if (status.code() != StatusCode::kNotFound) {
-        // Removing a key that names a directory removes no object.
-        Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
+        // Removing a key that names a directory removes no object (a link is an object).
+        Attributes a(sftp_lstat(c.sftp(), paths.data.c_str()));
         if (a == nullptr || !IsDirectory(*a)) return status;
       }
     }
@@ -899,8 +914,13 @@ Result<ObjectInfo> SftpStore::symlink(std::string_view key, std::string_view tar
     if (sftp_symlink(c.sftp(), to.c_str(), paths.data.c_str()) != 0) {
       Status failed = LibsshStatus(c, "symlink " + std::string(key));
       Attributes there(sftp_lstat(c.sftp(), paths.data.c_str()));
-      if (there != nullptr) return AlreadyExistsError("symlink " + std::string(key) + ": exists");
-      return failed;
+      if (there == nullptr) return failed;
+      // The same link already: an earlier attempt whose reply the dropped connection lost.
+      char* existing =
+          S_ISLNK(there->permissions) ? sftp_readlink(c.sftp(), paths.data.c_str()) : nullptr;
+      const bool same = existing != nullptr && to == existing;
+      if (existing != nullptr) ssh_string_free_char(existing);
+      if (!same) return AlreadyExistsError("symlink " + std::string(key) + ": exists");
     }
     Attributes a(sftp_lstat(c.sftp(), paths.data.c_str()));
     if (a == nullptr) return LibsshStatus(c, "stat " + std::string(key));

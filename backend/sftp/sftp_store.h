@@ -112,8 +112,11 @@ class SftpStore : public ObjectStore {
   Result<ObjectInfo> HeadOn(SftpConnection& c, std::string_view key);
   Status MakeDirs(SftpConnection& c, const std::string& dir);
   // put() of a directory marker "x/": the directory x (made with its parents), no file.
+  // `before`: for new attributes of an existing directory, the metadata the caller saw (see
+  // ApplyAttributes).
   Result<ObjectInfo> PutDirectory(std::string_view key, const KeyPaths& paths, uint64_t size,
-                                  const Metadata& metadata, const PutOptions& options);
+                                  const Metadata& metadata, const PutOptions& options,
+                                  const Metadata* before = nullptr);
   // Applies mode and mtime from `metadata` to the file at `path`, and its owner when `before`
   // (the metadata the caller saw) names another; a link (by `before`'s mode) gets its own times
   // and owner. Returns what head() will report for `key` once the file is in place (without its

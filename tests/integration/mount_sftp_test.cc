@@ -647,8 +647,25 @@ TEST(MountSftpTest, AUrlWithoutAUserLogsInAsTheLocalUser) {
 TEST(MountSftpTest, ChownChangesTheOwnerOnTheServer) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
   WriteFile(dir.path + "/f", "x");
+  WriteFile(dir.path + "/g", "y");
+  ASSERT_EQ(::chown((dir.path + "/g").c_str(), 0, 4000), 0) << std::strerror(errno);
+  fs::create_directory(dir.path + "/d");
   std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
   ASSERT_TRUE(mount);
+  // The owner alone: the group stays the server's.
+  ASSERT_EQ(::chown((mount->path() + "/g").c_str(), 4321, static_cast<gid_t>(-1)), 0)
+      << std::strerror(errno);
+  struct stat g {};
+  ASSERT_EQ(::stat((dir.path + "/g").c_str(), &g), 0);
+  EXPECT_EQ(g.st_uid, 4321u);
+  EXPECT_EQ(g.st_gid, 4000u);
+  // A directory.
+  ASSERT_EQ(::chown((mount->path() + "/d").c_str(), 4321, 4322), 0) << std::strerror(errno);
+  struct stat d {};
+  ASSERT_EQ(::stat((dir.path + "/d").c_str(), &d), 0);
+  EXPECT_EQ(d.st_uid, 4321u);
+  EXPECT_EQ(d.st_gid, 4322u);
+
   ASSERT_EQ(::chown((mount->path() + "/f").c_str(), 4321, 4322), 0) << std::strerror(errno);
   struct stat st {};
   ASSERT_EQ(::stat((dir.path + "/f").c_str(), &st), 0);

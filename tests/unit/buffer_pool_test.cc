@@ -44,6 +44,19 @@ TEST(BufferPoolTest, SmallBuffersAreExactAndNotKept) {
   EXPECT_EQ(pool.idle_bytes(), 0u);
 }
 
+// An SFTP read buffer (four of OpenSSH's 255 KiB reads) is pooled and reused.
+TEST(BufferPoolTest, ABufferOfFourMaxReadLengthsIsPooled) {
+  BufferPool pool(64 * kMiB);
+  constexpr size_t kSftpBuffer = 4 * 261120;
+  BufferPool::Buffer first = pool.Get(kSftpBuffer);
+  ASSERT_NE(first, nullptr);
+  std::byte* data = first.get();
+  first.reset();
+  EXPECT_EQ(pool.idle_bytes(), BufferPool::CapacityFor(kSftpBuffer));
+  BufferPool::Buffer again = pool.Get(kSftpBuffer);
+  EXPECT_EQ(again.get(), data);
+}
+
 TEST(BufferPoolTest, ASmallerRequestTakesABufferAtMostHalfAsLargeAgain) {
   BufferPool pool(64 * kMiB);
   BufferPool::Buffer eight = pool.Get(8 * kMiB);

@@ -318,6 +318,43 @@ TEST_F(ContentEtagStoreTest, ACopyOfAnUnhashedFileIsHashedOnceForBoth) {
   EXPECT_EQ(*changed, Md5Tag("y"));
 }
 
+// Right after a copy the destination's version is too recent to record (kRacyNs): the MD5
+// hashed for the source still serves it, looked up through the copy.
+TEST_F(ContentEtagStoreTest, ACopyTooRecentToRecordStillUsesItsSourcesMd5) {
+  ContentEtagStore racy(counting_, db_, &metrics_);  // the default window
+  const std::string data = Pattern(1 << 20, 4);
+  ASSERT_TRUE(Put(*inner_, "src", data).ok());
+  inner_->set_mtime("src", 1'600'000'000'000'000'000);  // long ago
+  Result<ObjectInfo> src = racy.head("src");
+  ASSERT_TRUE(src.ok());
+  ASSERT_TRUE(racy.copy(*src, "dst", CopyOptions{}).ok());
+  ASSERT_TRUE(racy.ContentEtag("src").ok());
+  EXPECT_FALSE(RecordOf("dst").has_value());  // too recent to record
+  Result<ETag> dst = racy.ContentEtag("dst");
+  ASSERT_TRUE(dst.ok()) << dst.status().ToString();
+  EXPECT_EQ(*dst, Md5Tag(data));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+}
+
+// What a copy left behind is forgotten when the destination is written again: a second copy
+// onto it with the same size, in the same second as the first (so the same version), must not
+// take the first source's MD5.
+TEST_F(ContentEtagStoreTest, ACopyOverwrittenByAnotherCopyForgetsTheFirstSource) {
+  ASSERT_TRUE(Put(*inner_, "a", "aaaa").ok());
+  ASSERT_TRUE(Put(*inner_, "c", "cccc").ok());
+  Result<ObjectInfo> a = store_->head("a");
+  Result<ObjectInfo> c = store_->head("c");
+  ASSERT_TRUE(a.ok() && c.ok());
+  Result<ObjectInfo> first = store_->copy(*a, "b", CopyOptions{});
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(store_->copy(*c, "b", CopyOptions{}).ok());
+  inner_->set_mtime("b", first->mtime_ns);  // the same version as after the first copy
+  ASSERT_TRUE(store_->ContentEtag("a").ok());
+  Result<ETag> b = store_->ContentEtag("b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(*b, Md5Tag("cccc"));
+}
+
 TEST_F(ContentEtagStoreTest, CopyOfAReplacedSourceFails) {
   Result<ObjectInfo> old_version = Put(*store_, "src", "old");
   ASSERT_TRUE(old_version.ok());

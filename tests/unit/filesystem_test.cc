@@ -815,6 +815,14 @@ TEST_F(FilesystemTest, UnlinkWhileOpenDiscardsData) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "gone").status().code(), StatusCode::kNotFound);
 }
 
+TEST(EffectiveReadBufferTest, RoundsDownToWholeUnitsOnlyWhenLarger) {
+  EXPECT_EQ(EffectiveReadBuffer(1 << 20, 0), size_t{1} << 20);
+  EXPECT_EQ(EffectiveReadBuffer(1 << 20, 261120), size_t{4 * 261120});
+  EXPECT_EQ(EffectiveReadBuffer(8 << 20, 261120), size_t{32 * 261120});
+  EXPECT_EQ(EffectiveReadBuffer(4096, 261120), size_t{4096});  // one short request anyway
+  EXPECT_EQ(EffectiveReadBuffer(261120, 261120), size_t{261120});
+}
+
 TEST_F(FilesystemTest, StatFsReportsLargeConstants) {
   Result<FsStats> stats = fs_->StatFs();
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
