@@ -286,6 +286,13 @@ class PrivateSshd {
     return "identity=" + var("OBJFS_TEST_SFTP_KEY") +
            ",known_hosts=" + var("OBJFS_TEST_SFTP_KNOWN_HOSTS");
   }
+  // A mount of this server's directory, with options() and `extra` ("" or ",opt=value...").
+  std::unique_ptr<ObjfsMount> Mount(const std::string& extra = "") const {
+    ObjfsMount::Options mount_options;
+    mount_options.use_shared_server = false;
+    mount_options.extra_options = options() + extra;
+    return ObjfsMount::Start(url(), mount_options);
+  }
 
   // SIGKILL to the listening sshd and every connection process: the server is gone as after
   // a crash. Each process is stopped before its children are looked for, so that none forks a
@@ -375,11 +382,8 @@ TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndTheMountReconnects) 
   std::string data = PseudoRandomBytes(kSize, 21);
   WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", data);
 
-  ObjfsMount::Options options;
-  options.use_shared_server = false;
   // Read-ahead no further than 1 MiB: the read after the kill must reach the server.
-  options.extra_options = sshd.options() + ",read_buffer=1M,max_readahead=1M";
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(sshd.url(), options);
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount(",read_buffer=1M,max_readahead=1M");
   ASSERT_TRUE(mount);
   int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0) << std::strerror(errno);
@@ -402,7 +406,7 @@ TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndTheMountReconnects) 
   std::string again = ReadFile(mount->path() + "/big");
   EXPECT_EQ(again.size(), kSize);
   EXPECT_TRUE(again == data) << "the old mount read other bytes after reconnecting";
-  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(sshd.url(), options);
+  std::unique_ptr<ObjfsMount> fresh = sshd.Mount(",read_buffer=1M,max_readahead=1M");
   ASSERT_TRUE(fresh);
   std::string got = ReadFile(fresh->path() + "/big");
   EXPECT_EQ(got.size(), kSize);
@@ -419,11 +423,8 @@ TEST(MountSftpErrorsTest, ReadsRetryOnANewConnectionWhenOneDrops) {
   const size_t kSize = 24 << 20;
   const std::string data = PseudoRandomBytes(kSize, 41);
   WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", data);
-  ObjfsMount::Options options;
-  options.use_shared_server = false;
   // Read-ahead no further than 1 MiB: each read below reaches the server.
-  options.extra_options = sshd.options() + ",read_buffer=1M,max_readahead=1M";
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(sshd.url(), options);
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount(",read_buffer=1M,max_readahead=1M");
   ASSERT_TRUE(mount);
   int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0) << std::strerror(errno);
@@ -446,10 +447,7 @@ TEST(MountSftpErrorsTest, ServerKilledWhileWritingKeepsTheDataForARetry) {
   ASSERT_TRUE(sshd.started());
   const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
   WriteFile(root + "/unsent", "the old content");
-  ObjfsMount::Options options;
-  options.use_shared_server = false;
-  options.extra_options = sshd.options();
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(sshd.url(), options);
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount();
   ASSERT_TRUE(mount);
   const std::string file = mount->path() + "/unsent";
   const std::string data = PseudoRandomBytes(3 << 20, 31);
@@ -536,10 +534,7 @@ class TemporaryAccount {
 TEST(MountSftpErrorsTest, AServerThatRefusesFsetstatAndFsyncStillTakesUploads) {
   PrivateSshd sshd(/*password_auth=*/false, "-P fsetstat,fsync");
   ASSERT_TRUE(sshd.started());
-  ObjfsMount::Options options;
-  options.use_shared_server = false;
-  options.extra_options = sshd.options();
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(sshd.url(), options);
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount();
   ASSERT_TRUE(mount);
   const std::string file = mount->path() + "/file";
   WriteFile(file, "content");

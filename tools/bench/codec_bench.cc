@@ -185,6 +185,14 @@ bool GetMd5(const Fields& fields, const std::string& name, std::array<uint8_t, 1
   return true;
 }
 
+// The "meta.NAME" fields, as a metadata map.
+void GetMetadata(const Fields& fields, std::map<std::string, std::string>& out) {
+  out.clear();
+  for (const auto& [name, value] : fields) {
+    if (name.starts_with("meta.")) out.emplace(name.substr(5), value);
+  }
+}
+
 void GenericEncode(const ContentETagRecord& r, std::string& out) {
   PutField(out, "type", "content_etag");
   PutField(out, "path", r.path);
@@ -217,10 +225,7 @@ bool GenericDecode(std::string_view in, ObjectMetaRecord& r) {
       !GetInt(f, "modified_ns", r.modified_ns)) {
     return false;
   }
-  r.metadata.clear();
-  for (const auto& [name, value] : f) {
-    if (name.starts_with("meta.")) r.metadata.emplace(name.substr(5), value);
-  }
+  GetMetadata(f, r.metadata);
   r.etag = ETag::Parse(f["etag"]);
   return ETagKindName(r.etag.kind()) == f["etag_kind"];
 }
@@ -236,10 +241,7 @@ bool GenericDecode(std::string_view in, StagedUploadRecord& r) {
   if (!ParseFields(in, f) || f["type"] != "staged_upload" || !GetString(f, "key", r.key)) {
     return false;
   }
-  r.metadata.clear();
-  for (const auto& [name, value] : f) {
-    if (name.starts_with("meta.")) r.metadata.emplace(name.substr(5), value);
-  }
+  GetMetadata(f, r.metadata);
   return true;
 }
 
@@ -256,10 +258,7 @@ bool GenericDecode(std::string_view in, PendingAttrsRecord& r) {
   if (!ParseFields(in, f) || f["type"] != "pending_attrs" || !GetString(f, "key", r.key)) {
     return false;
   }
-  r.metadata.clear();
-  for (const auto& [name, value] : f) {
-    if (name.starts_with("meta.")) r.metadata.emplace(name.substr(5), value);
-  }
+  GetMetadata(f, r.metadata);
   r.etag = ETag::Parse(f["etag"]);
   return ETagKindName(r.etag.kind()) == f["etag_kind"];
 }
