@@ -265,9 +265,12 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
     OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
     for (ObjectInfo& obj : page.objects) objects.push_back(std::move(obj));
     if (objects.size() > options_.max_rename_objects) {
-      return InvalidArgumentError("directory " + from + " has more than " +
-                                  std::to_string(options_.max_rename_objects) +
-                                  " objects; raise -o max_rename_objects");
+      Status refused = InvalidArgumentError(
+          "cannot rename directory " + from + ": it has more than " +
+          std::to_string(options_.max_rename_objects) + " objects; raise -o max_rename_objects");
+      // mv can only say "Invalid argument": the log says why.
+      Log(refused.message());
+      return refused;
     }
     list.continuation_token = page.next_token;
   } while (!list.continuation_token.empty());

@@ -105,8 +105,10 @@ Result<Credentials> ParseCredentialsFile(std::string_view text, std::string_view
 }
 
 Result<Credentials> LoadCredentials(std::string_view profile, const GetEnvFn& getenv) {
-  const std::string_view id = Env(getenv, "AWS_ACCESS_KEY_ID");
-  const std::string_view secret = Env(getenv, "AWS_SECRET_ACCESS_KEY");
+  // A profile named on the command line beats the environment's keys, as the AWS CLI's
+  // --profile does.
+  const std::string_view id = profile.empty() ? Env(getenv, "AWS_ACCESS_KEY_ID") : "";
+  const std::string_view secret = profile.empty() ? Env(getenv, "AWS_SECRET_ACCESS_KEY") : "";
   if (!id.empty() && !secret.empty()) {
     return Credentials{.access_key = std::string(id),
                        .secret_key = std::string(secret),

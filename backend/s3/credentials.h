@@ -1,8 +1,9 @@
 // AWS credentials, found the way the AWS CLI finds them.
 //
-// Order: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN) from the environment;
-// else the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, default ~/.aws/credentials),
-// profile from the explicit option, else AWS_PROFILE, else "default".
+// Order: a profile named explicitly (-o profile=, like the CLI's --profile) from the shared
+// credentials file; else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN) from
+// the environment; else the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, default
+// ~/.aws/credentials) with profile AWS_PROFILE, else "default".
 #pragma once
 
 #include <functional>

@@ -299,8 +299,14 @@ TEST(MountS3CopyTest, EtagOfSinglePartAndMultipartFiles) {
   std::string etag = GetXattr(m + "/big", "user.etag");
   EXPECT_TRUE(std::regex_match(etag, std::regex("[0-9a-f]{32}-3"))) << etag;
 
+  // A multipart source is copied on the server too: nothing read through here, nothing hashed.
+  const std::string before = GetXattr(m, "user.objfs.stats");
   CommandResult cp_within = RunCommand({"cp", m + "/big", m + "/big-copy"});
   ASSERT_EQ(cp_within.exit_code, 0) << cp_within.err;
+  const std::string after = GetXattr(m, "user.objfs.stats");
+  ExpectCounterDelta(before, after, "bytes_read", 0);
+  ExpectCounterDelta(before, after, "bytes_hashed", 0);
+  ExpectCounterDelta(before, after, "server_copies", 1);
   ExpectSameContent(big_local, m + "/big-copy");
   EXPECT_FALSE(GetXattr(m + "/big-copy", "user.etag").empty());
 

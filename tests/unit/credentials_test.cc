@@ -190,11 +190,25 @@ TEST(LoadCredentialsTest, EnvironmentWinsOverFile) {
       .Set("AWS_SESSION_TOKEN", "ENVTOKEN")
       .Set("AWS_SHARED_CREDENTIALS_FILE", file)
       .Set("AWS_PROFILE", "work");
-  auto creds = LoadCredentials("work", env.Fn());
+  auto creds = LoadCredentials("", env.Fn());
   ASSERT_TRUE(creds.ok()) << creds.status().ToString();
   EXPECT_EQ(creds->access_key, "ENVID");
   EXPECT_EQ(creds->secret_key, "ENVSECRET");
   EXPECT_EQ(creds->session_token, "ENVTOKEN");
+}
+
+// -o profile= is a choice made for this mount, as the AWS CLI's --profile: it beats keys
+// that happen to be in the environment.
+TEST(LoadCredentialsTest, AnExplicitProfileWinsOverTheEnvironment) {
+  TempDir dir;
+  FakeEnv env;
+  env.Set("AWS_ACCESS_KEY_ID", "ENVID")
+      .Set("AWS_SECRET_ACCESS_KEY", "ENVSECRET")
+      .Set("AWS_SHARED_CREDENTIALS_FILE", dir.Write("credentials", std::string(kTwoProfiles)));
+  auto creds = LoadCredentials("default", env.Fn());
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  EXPECT_EQ(creds->access_key, "AKIDDEFAULT");
+  EXPECT_EQ(creds->session_token, "");
 }
 
 TEST(LoadCredentialsTest, EnvironmentWithoutTokenHasEmptyToken) {

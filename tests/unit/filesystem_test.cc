@@ -155,6 +155,28 @@ TEST_F(FilesystemTest, LookupFileWithS3fsMetadata) {
   EXPECT_EQ(e->attr_timeout, 1.0);
 }
 
+// -o umask applies where the store says nothing: objects without a mode, directories that are
+// only prefixes, and the root. A stored mode stands as it is.
+TEST_F(FilesystemTest, UmaskAppliesToObjectsWithoutAMode) {
+  options_.umask = 077;
+  fs_ = NewFilesystem();
+  PutObject("plain", "x");
+  PutObject("d/f", "y");
+  PutObject("kept", "z", {{"mode", std::to_string(S_IFREG | 0664)}});
+  auto root = fs_->GetAttr(kRootIno);
+  ASSERT_TRUE(root.ok());
+  EXPECT_EQ(root->attr.mode, static_cast<uint32_t>(S_IFDIR | 0700));
+  auto plain = fs_->Lookup(kRootIno, "plain");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+  auto dir = fs_->Lookup(kRootIno, "d");
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  EXPECT_EQ(dir->attr.mode, static_cast<uint32_t>(S_IFDIR | 0700));
+  auto kept = fs_->Lookup(kRootIno, "kept");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->attr.mode, static_cast<uint32_t>(S_IFREG | 0664));
+}
+
 TEST_F(FilesystemTest, LookupWithoutMetadataUsesDefaults) {
   PutObject("plain", "x");
   auto e = fs_->Lookup(kRootIno, "plain");
@@ -739,11 +761,16 @@ TEST_F(FilesystemTest, RenameDirectoryMovesEveryObject) {
 
 TEST_F(FilesystemTest, RenameDirectoryAboveTheLimitIsRefused) {
   options_.max_rename_objects = 5;
+  std::vector<std::string> logged;
+  options_.log = [&](const std::string& line) { logged.push_back(line); };
   fs_ = NewFilesystem();
   for (int i = 0; i < 6; ++i) PutObject("many/f" + std::to_string(i), "x");
   Status s = fs_->Rename(kRootIno, "many", kRootIno, "moved", 0);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("max_rename_objects"), std::string::npos);
+  // mv shows only EINVAL: the reason is in the log.
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("raise -o max_rename_objects"), std::string::npos) << logged[0];
   EXPECT_EQ(memory_->object_count(), 6u);
   EXPECT_TRUE(memory_->head("many/f0").ok());
 }
