@@ -945,7 +945,13 @@ Result<StoreSpace> SftpStore::space() {
       return UnsupportedError(describe() + ": the server has no statvfs@openssh.com");
     }
     sftp_statvfs_t v = sftp_statvfs(c.sftp(), options_.root.c_str());
-    if (v == nullptr) return LibsshStatus(c, "statvfs " + describe());
+    if (v == nullptr) {
+      Status failed = LibsshStatus(c, "statvfs " + describe());
+      // A server that offers the extension but refuses it (sftp-server -P statvfs) has no
+      // capacity to report, as one without it; a lost connection is an error.
+      if (failed.code() == StatusCode::kTransient) return failed;
+      return UnsupportedError(failed.message());
+    }
     StoreSpace space;
     space.block_size = v->f_frsize != 0 ? v->f_frsize : v->f_bsize;
     space.blocks = v->f_blocks;

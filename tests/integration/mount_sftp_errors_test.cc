@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -478,6 +479,42 @@ TEST(MountSftpErrorsTest, ServerKilledWhileWritingKeepsTheDataForARetry) {
     EXPECT_EQ(entry.path().filename().string().rfind(".objfs-", 0), std::string::npos)
         << entry.path();
   }
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
+// A server that refuses the OpenSSH extensions objfs uses when offered (sftp-server -P):
+// reads fall back to 32 KiB requests, df to the constants of an object store, and a link's own
+// times cannot be set (EOPNOTSUPP), never its target's instead.
+TEST(MountSftpErrorsTest, AServerThatRefusesLimitsStatvfsAndLsetstat) {
+  PrivateSshd sshd(/*password_auth=*/false, "-P limits,statvfs,lsetstat");
+  ASSERT_TRUE(sshd.started());
+  const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
+  const std::string data = PseudoRandomBytes(4 << 20, 51);
+  WriteFile(root + "/f", data);
+  ASSERT_EQ(::symlink("f", (root + "/link").c_str()), 0) << std::strerror(errno);
+  struct stat target_before {};
+  ASSERT_EQ(::stat((root + "/f").c_str(), &target_before), 0);
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount();
+  ASSERT_TRUE(mount);
+
+  const std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_TRUE(ReadFile(mount->path() + "/f") == data);
+  const std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  const int64_t requests =
+      StatsCounter(after, "sftp_read_requests") - StatsCounter(before, "sftp_read_requests");
+  EXPECT_GE(requests, (4 << 20) / 32768) << after;
+  EXPECT_LE(requests, (4 << 20) / 32768 + 3) << after;
+
+  struct statvfs st {};
+  EXPECT_EQ(::statvfs(mount->path().c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_GE(static_cast<double>(st.f_bavail) * st.f_frsize, 1e15);
+
+  CommandResult touch = RunCommand({"touch", "-h", "-d", "@1500000000", mount->path() + "/link"});
+  EXPECT_NE(touch.exit_code, 0);
+  EXPECT_NE(touch.err.find("not supported"), std::string::npos) << touch.err;
+  struct stat target_after {};
+  ASSERT_EQ(::stat((root + "/f").c_str(), &target_after), 0);
+  EXPECT_EQ(target_after.st_mtime, target_before.st_mtime);
   EXPECT_EQ(mount->Stop(), 0);
 }
 
