@@ -83,7 +83,10 @@ Result<FileAttr> Filesystem::MutateMetadata(
     Metadata metadata = extra;
     SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
     if (metadata == before && rec.has_object && rec.metadata == metadata) return attr;
-    if (!rec.is_dir && rec.has_object && !inode->staged && !inode->unlinked && defer_metadata() &&
+    // A staged copy here is clean (uploaded by close(2), kept until the kernel's asynchronous
+    // RELEASE): it holds nothing the store lacks, so the change may wait as for a closed file,
+    // and rsync's chmod racing that RELEASE still rides along with its rename.
+    if (!rec.is_dir && rec.has_object && !inode->unlinked && defer_metadata() &&
         DeferMetadataLocked(ino, *inode, key, rec, attr, extra, metadata)) {
       attr.ino = ino;
       attr.size = rec.size;

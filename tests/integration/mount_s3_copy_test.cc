@@ -121,12 +121,11 @@ TEST(MountS3CopyTest, SecondRsyncTransfersNothing) {
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
   EXPECT_EQ(FilesTransferred(first.out), 50) << first.out;
   // rsync sets each temporary file's times and mode and then renames it: the rename's copy
-  // carries both changes, so each file is one PUT and one copy (not three copies). (A change
-  // that reaches the daemon before the kernel's asynchronous release of the just-closed file
-  // is applied at once instead, by one self-copy: a few of the 100 may go that way.)
+  // carries both changes, so each file is one PUT and one copy (not three copies), also when a
+  // change reaches the daemon before the kernel's asynchronous release of the closed file.
   std::string after = GetXattr(mount->path(), "user.objfs.stats");
   EXPECT_GE(StatsCounter(after, "metadata_deferred") - StatsCounter(before, "metadata_deferred"),
-            90);
+            100);
   EXPECT_LT(StatsCounter(after, "copy_requests") - StatsCounter(before, "copy_requests"), 100);
   EXPECT_EQ(TreeListing(target), want_listing);
   CommandResult diff = RunCommand({"diff", "-r", tree, target});

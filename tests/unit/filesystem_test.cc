@@ -1228,6 +1228,57 @@ TEST_F(MetadataDelayTest, RsyncPatternIsOneCopyPerFile) {
   EXPECT_EQ(listed->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
 }
 
+// The kernel sends RELEASE after close(2) has returned, so rsync's utimes and chmod may come
+// while the uploaded file still has its (clean) staged copy: they wait all the same.
+TEST_F(MetadataDelayTest, ChangesBeforeTheLateReleaseWaitToo) {
+  auto created = fs_->Create(kRootIno, ".g.tmp", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  const uint64_t ino = created->entry.attr.ino;
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("content of g")).ok());
+  ASSERT_TRUE(fs_->Flush(created->fh).ok());  // close(2): the upload
+  EXPECT_EQ(memory_->contents(".g.tmp"), "content of g");
+  const uint64_t copies = Copies();
+  FileAttr attr;
+  attr.mtime_ns = int64_t{1400000000} * 1000000000;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMtime, attr, std::nullopt).ok());
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0640));
+  EXPECT_EQ(Copies(), copies);  // neither is a self-copy
+  EXPECT_EQ(metrics_.metadata_deferred.load(), 2u);
+  ASSERT_TRUE(fs_->Release(created->fh).ok());  // the late RELEASE
+  EXPECT_EQ(Copies(), copies);
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.mode, static_cast<uint32_t>(S_IFREG | 0640));
+
+  ASSERT_TRUE(fs_->Rename(kRootIno, ".g.tmp", kRootIno, "g", 0).ok());
+  EXPECT_EQ(Copies(), copies + 1);  // the rename's copy carried both
+  EXPECT_EQ(StoredMode("g"), FileMode(0640));
+  EXPECT_EQ(ParseMtime(memory_->head("g")->metadata.at("mtime")), attr.mtime_ns);
+  EXPECT_EQ(memory_->contents("g"), "content of g");
+  EXPECT_TRUE(NothingRecorded());
+}
+
+// A change held while the file is still open for writing goes up with the next upload of its
+// data, and is not applied again after it.
+TEST_F(MetadataDelayTest, AHeldChangeRidesWithTheNextUpload) {
+  auto created = fs_->Create(kRootIno, "h", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  const uint64_t ino = created->entry.attr.ino;
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("first")).ok());
+  ASSERT_TRUE(fs_->Fsync(created->fh, false).ok());
+  const uint64_t puts = metrics_.put_requests.load();
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
+  EXPECT_EQ(StoredMode("h"), FileMode(0644));  // held
+  ASSERT_TRUE(fs_->Write(created->fh, 5, Bytes(" second")).ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_EQ(metrics_.put_requests.load(), puts + 1);
+  EXPECT_EQ(memory_->contents("h"), "first second");
+  EXPECT_EQ(StoredMode("h"), FileMode(0600));  // with the data
+  clock_->Advance(std::chrono::seconds(2));
+  const uint64_t copies = Copies();
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(Copies(), copies);  // nothing was left to apply
+  EXPECT_TRUE(NothingRecorded());
+}
+
 TEST_F(MetadataDelayTest, AppliedOnceTheDelayHasPassed) {
   PutObject("a", "x");
   uint64_t ino = LookupIno(kRootIno, "a");
