@@ -97,8 +97,15 @@ Result<uint32_t> ParseOctalMask(std::string_view text) {
 }
 
 bool IsKernelFlag(std::string_view opt) {
-  return opt == "rw" || opt == "dev" || opt == "nodev" || opt == "suid" || opt == "nosuid" ||
-         opt == "exec" || opt == "noexec";
+  static constexpr std::string_view kFlags[] = {
+      "rw",         "dev",         "nodev",         "suid",       "nosuid",
+      "exec",       "noexec",      "sync",          "async",      "dirsync",
+      "atime",      "noatime",     "diratime",      "nodiratime", "relatime",
+      "norelatime", "strictatime", "nostrictatime", "lazytime",   "nolazytime"};
+  for (std::string_view flag : kFlags) {
+    if (opt == flag) return true;
+  }
+  return false;
 }
 
 // Options of mount(8) and fstab that concern the mount command, not the filesystem.
@@ -274,7 +281,7 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
     OBJFS_RETURN_IF_ERROR(no_value());
     out.fs.read_only = true;
     out.fuse_options.emplace_back("ro");
-  } else if (name == "allow_other" || name == "default_permissions") {
+  } else if (name == "allow_other" || name == "default_permissions" || name == "auto_unmount") {
     OBJFS_RETURN_IF_ERROR(no_value());
     out.fuse_options.emplace_back(name);
   } else if (name == "fsname") {
@@ -608,7 +615,9 @@ Filesystem options:
 
 FUSE and mount options:
   ro, allow_other, default_permissions, fsname=NAME
-  rw, dev, nodev, suid, nosuid, exec, noexec, auto, noauto, user, nouser, _netdev
+  auto_unmount              unmount when objfs exits, even when it is killed
+  rw, dev, nodev, suid, nosuid, exec, noexec, sync, async, dirsync, the atime flags
+  (noatime, relatime, ...), auto, noauto, user, nouser, _netdev, nofail
 
 SIZE is a number of bytes with an optional K, M, G or T suffix (powers of 1024).
 )";

@@ -16,6 +16,8 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/free_port.h"
@@ -293,6 +295,85 @@ TEST(MountBasicTest, SigtermUploadsAFileThatIsStillOpen) {
   std::unique_ptr<ObjfsMount> again = ObjfsMount::Start(url);
   ASSERT_TRUE(again);
   EXPECT_EQ(ReadFile(again->path() + "/open-at-exit"), data);
+}
+
+// The mount options of the mount at `path` (the sixth field of /proc/self/mountinfo).
+std::string KernelMountOptions(const std::string& path) {
+  std::string mountinfo = ReadFile("/proc/self/mountinfo");
+  size_t pos = 0;
+  while (pos < mountinfo.size()) {
+    size_t end = mountinfo.find('\n', pos);
+    if (end == std::string::npos) end = mountinfo.size();
+    std::vector<std::string> fields;
+    std::string line = mountinfo.substr(pos, end - pos);
+    for (size_t at = 0; at <= line.size();) {
+      size_t space = line.find(' ', at);
+      if (space == std::string::npos) space = line.size();
+      fields.push_back(line.substr(at, space - at));
+      at = space + 1;
+    }
+    if (fields.size() > 5 && fields[4] == path) return fields[5];
+    pos = end + 1;
+  }
+  return "";
+}
+
+// Waits (up to 30 s) until `path` is no longer a FUSE mount point; false if it still is.
+bool WaitUntilUnmounted(const std::string& path) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (IsFuseMountPoint(path)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+TEST(MountBasicTest, UmountUploadsWhatIsStagedAndObjfsExits) {
+  std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  ObjfsMount::Options options;
+  options.extra_options = "writeback=600";  // closed files wait, staged, for the unmount
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+  ASSERT_TRUE(mount);
+  std::string data = RandomBytes(300000, 7);
+  WriteFile(mount->path() + "/staged", data);
+  {
+    // Not in the bucket yet: a mount with a cache directory of its own does not see it.
+    std::unique_ptr<ObjfsMount> other = ObjfsMount::Start(url);
+    ASSERT_TRUE(other);
+    struct stat st {};
+    EXPECT_NE(::stat((other->path() + "/staged").c_str(), &st), 0);
+  }
+
+  CommandResult umount = RunCommand({"umount", mount->path()});
+  ASSERT_EQ(umount.exit_code, 0) << umount.err;
+  EXPECT_FALSE(IsFuseMountPoint(mount->path()));
+  EXPECT_EQ(mount->WaitUntilExited(60), 0) << mount->log();
+
+  std::unique_ptr<ObjfsMount> again = ObjfsMount::Start(url);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(ReadFile(again->path() + "/staged"), data);
+}
+
+TEST(MountBasicTest, AutoUnmountAndKernelFlagsReachTheMount) {
+  std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  ObjfsMount::Options options;
+  options.extra_options = "auto_unmount,noatime,nosuid,writeback=600";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+  ASSERT_TRUE(mount);
+  std::string flags = "," + KernelMountOptions(mount->path()) + ",";
+  EXPECT_NE(flags.find(",noatime,"), std::string::npos) << flags;
+  EXPECT_NE(flags.find(",nosuid,"), std::string::npos) << flags;
+  std::string data = RandomBytes(200000, 8);
+  WriteFile(mount->path() + "/staged", data);
+
+  // Killed outright, objfs cannot unmount: FUSE's auto_unmount does, instead of leaving a
+  // mount point that answers "Transport endpoint is not connected".
+  ASSERT_EQ(::kill(mount->pid(), SIGKILL), 0);
+  EXPECT_TRUE(WaitUntilUnmounted(mount->path()));
+  EXPECT_EQ(mount->WaitUntilExited(60), 128 + SIGKILL);
+  // The staged data survived in the cache directory: the next mount of it uploads it.
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(ReadFile(mount->path() + "/staged"), data);
 }
 
 TEST(MountBasicTest, HelpAndVersionNeedNoServer) {
