@@ -7,7 +7,8 @@
 #   - `cp` of that file within the mount;
 #   - `ls -l` of a directory of 1,000 objects on a fresh mount, and again on the next mount
 #     (the median of rounds too);
-#   - `rsync -a` of 300 files of 8 KiB into the mount.
+#   - `rsync -a` of 300 files of 8 KiB into the mount (rclone both with --vfs-cache-mode writes,
+#     which uploads after close, and at its defaults, where close waits for the upload).
 # Prints a Markdown table. Not a test: numbers, not assertions.
 #
 # usage: tools/bench-s3.sh [SIZE_MIB]   (as root; default 512)
@@ -96,6 +97,10 @@ mount_tool() {  # mount_tool NAME [objfs options]
     # rclone's S3 client refuses AWS_CA_BUNDLE ("unsupported transport"); it needs none here.
     rclone) env -u AWS_CA_BUNDLE rclone mount rgw:bench "$MNT" --vfs-cache-mode writes \
               --cache-dir "$WORK/rclone-cache" >"$WORK/rclone.log" 2>&1 & PID=$! ;;
+    # rclone's own default, --vfs-cache-mode off: a file is uploaded as it is written, and close
+    # returns once it is in the bucket (as objfs's does without writeback=).
+    rclone-defaults) env -u AWS_CA_BUNDLE rclone mount rgw:bench "$MNT" \
+              >"$WORK/rclone.log" 2>&1 & PID=$! ;;
   esac
   wait_mounted
 }
@@ -185,7 +190,7 @@ for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
   done
 done
 awk -F'|' -v what="ls -l of 1,000 objects" -v unit=s -f tools/bench-median.awk "$LISTS"
-for tool in objfs objfs-writeback s3fs rclone; do
+for tool in objfs objfs-writeback s3fs rclone rclone-defaults; do
   timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
   # What actually reached the bucket once the daemon had exited.
   stored=$(env -u AWS_CA_BUNDLE rclone lsf "rgw:bench/rsync-$tool/" 2>/dev/null | wc -l || true)
