@@ -542,6 +542,50 @@ TEST_F(PrefetcherTest, ReadAheadStaysWithinTheBudget) {
   EXPECT_EQ(TotalBackendBytes(), source_.size());
 }
 
+// The budget is global: files streamed at the same time share it, and none of them fails or
+// waits for another to close.
+TEST_F(PrefetcherTest, FilesStreamedTogetherShareOneBudget) {
+  ReadBudget budget(4 * kMiB);
+  SetObject(Pattern(12 * kMiB + 777, 15));
+  const uint64_t buffer = 512 * kKiB;
+  std::mutex mu;
+  uint64_t max_in_use = 0;
+  store_->OnRead([&] {
+    std::lock_guard lock(mu);
+    max_in_use = std::max(max_in_use, budget.in_use());
+  });
+  constexpr int kFiles = 6;
+  std::vector<std::unique_ptr<Prefetcher>> files;
+  for (int f = 0; f < kFiles; ++f) {
+    files.push_back(std::make_unique<Prefetcher>(
+        store_, kKey, store_->etag(), source_.size(),
+        PrefetchOptions{.read_buffer = buffer, .max_readahead = 16 * kMiB}, pool_, budget,
+        &metrics_));
+  }
+  std::vector<std::thread> readers;
+  std::vector<std::string> errors(kFiles);
+  for (int f = 0; f < kFiles; ++f) {
+    readers.emplace_back([&, f] {
+      std::vector<std::byte> buf(128 * kKiB);
+      for (uint64_t off = 0; off < source_.size(); off += buf.size()) {
+        const size_t n = std::min<uint64_t>(buf.size(), source_.size() - off);
+        Result<size_t> got = files[f]->Read(off, std::span(buf.data(), buf.size()));
+        if (!got.ok() || *got != n || std::memcmp(buf.data(), source_.data() + off, n) != 0) {
+          errors[f] = "wrong read at " + std::to_string(off);
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  for (int f = 0; f < kFiles; ++f) EXPECT_EQ(errors[f], "") << "file " << f;
+  // Each file may go over by the one buffer its own read needs, never by read-ahead.
+  EXPECT_LE(max_in_use, budget.limit() + kFiles * buffer);
+  EXPECT_GE(max_in_use, 2 * buffer);  // there was read-ahead
+  files.clear();
+  EXPECT_EQ(budget.in_use(), 0u);
+}
+
 TEST_F(PrefetcherTest, ConcurrentReadersOfDisjointRangesGetTheirBytes) {
   SetObject(Pattern(24 * kMiB + 4321, 12));
   auto p = Open({.read_buffer = 256 * kKiB, .max_readahead = 4 * kMiB});
