@@ -443,12 +443,13 @@ Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
 // ---- PendingAttrsCodec --------------------------------------------------------------------
 
 namespace {
-// key length, etag kind, etag text length, metadata count.
-constexpr size_t kPendingAttrsFixedBody = kStringBytes + 1 + kStringBytes + 4;
+// key length, etag kind, etag text length, metadata count (and changed_ns from version 2).
+constexpr size_t kPendingAttrsV1FixedBody = kStringBytes + 1 + kStringBytes + 4;
+constexpr size_t kPendingAttrsFixedBody = kPendingAttrsV1FixedBody + 8;
 }  // namespace
 
 size_t PendingAttrsCodec::EncodedSize(const PendingAttrsRecord& record) {
-  return kFramingBytes + kStringBytes + record.key.size() + ETagBytes(record.etag) +
+  return kFramingBytes + kStringBytes + record.key.size() + ETagBytes(record.etag) + 8 +
          MetadataBytes(record.metadata);
 }
 
@@ -456,20 +457,26 @@ void PendingAttrsCodec::Encode(const PendingAttrsRecord& record, std::string& ou
   Writer w(out, EncodedSize(record), kTag, kVersion);
   w.String(record.key);
   WriteETag(w, record.etag);
+  w.I64(record.changed_ns);
   WriteMetadata(w, record.metadata);
   w.Seal();
 }
 
 Result<PendingAttrsRecord> PendingAttrsCodec::Decode(std::string_view in) {
   static constexpr char kType[] = "pending metadata change";
+  // Records of the previous version (no time) are still applied, by their ETag alone.
+  const bool v1 = in.size() > 1 && static_cast<uint8_t>(in[1]) == 1;
   std::string_view body;
-  if (Status s = CheckEnvelope(in, kTag, kVersion, kPendingAttrsFixedBody, kType, body); !s.ok()) {
+  if (Status s = CheckEnvelope(in, kTag, v1 ? 1 : kVersion,
+                               v1 ? kPendingAttrsV1FixedBody : kPendingAttrsFixedBody, kType, body);
+      !s.ok()) {
     return s;
   }
   Reader r(body);
   PendingAttrsRecord record;
   if (!r.String(record.key)) return Corrupt(kType, "length past the end");
   OBJFS_RETURN_IF_ERROR(ReadETag(r, kType, record.etag));
+  if (!v1 && !r.I64(record.changed_ns)) return Corrupt(kType, "length past the end");
   OBJFS_RETURN_IF_ERROR(ReadMetadata(r, kType, record.metadata));
   if (r.left() != 0) return Corrupt(kType, "trailing bytes");
   return record;

@@ -69,12 +69,13 @@ class StagedUploadCodec {
   static const std::string& Key(const StagedUploadRecord& record) { return record.key; }
 };
 
-// key, etag kind u8, etag text, metadata count u32, (name, value) * count in strictly
-// increasing name order. The ETag is checked as in ObjectMetaCodec.
+// key, etag kind u8, etag text, changed_ns i64, metadata count u32, (name, value) * count in
+// strictly increasing name order. The ETag is checked as in ObjectMetaCodec. Version 1 records
+// (without changed_ns) still decode, with changed_ns 0.
 class PendingAttrsCodec {
  public:
   static constexpr uint8_t kTag = 0x04;
-  static constexpr uint8_t kVersion = 1;
+  static constexpr uint8_t kVersion = 2;
   static size_t EncodedSize(const PendingAttrsRecord& record);
   static void Encode(const PendingAttrsRecord& record, std::string& out);
   static Result<PendingAttrsRecord> Decode(std::string_view in);

@@ -62,10 +62,13 @@ struct PendingAttrsRecord {
   std::string key;
   ETag etag;
   std::map<std::string, std::string> metadata;
+  // When the change was made, in ns since the epoch by this machine's clock (0: not known, in
+  // a record of version 1). A change made elsewhere after it wins over it.
+  int64_t changed_ns = 0;
 
   bool operator==(const PendingAttrsRecord& other) const {
     return key == other.key && etag.kind() == other.etag.kind() && etag == other.etag &&
-           metadata == other.metadata;
+           metadata == other.metadata && changed_ns == other.changed_ns;
   }
 };
 

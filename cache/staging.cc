@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -124,7 +125,12 @@ PendingAttrs::~PendingAttrs() = default;
 
 Status PendingAttrs::Describe(std::string_view key, const ETag& etag, const Metadata& metadata) {
   std::string bytes;
-  PendingAttrsCodec::Encode(PendingAttrsRecord{std::string(key), etag, metadata}, bytes);
+  // Stamped with the time it is written: the next mount applies it only over an object no
+  // other client has changed since.
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  PendingAttrsCodec::Encode(PendingAttrsRecord{std::string(key), etag, metadata, now_ns}, bytes);
   return WriteWholeFile(path_, bytes);
 }
 
@@ -308,6 +314,7 @@ Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers(
             left.key = std::move(record->key);
             left.etag = std::move(record->etag);
             left.metadata = std::move(record->metadata);
+            left.changed_ns = record->changed_ns;
             decoded = true;
           }
         } else {

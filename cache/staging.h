@@ -94,6 +94,7 @@ struct AttrsLeftover {
   ETag etag;
   Metadata metadata;
   std::string path;
+  int64_t changed_ns = 0;  // when the change was made (0: not known, in an older record)
 };
 
 // A staging file found at startup.

@@ -20,6 +20,10 @@ namespace {
 // Seconds before a failed write-back upload is tried again (or the window, when longer).
 constexpr double kWritebackRetrySeconds = 10;
 
+// How far the server's clock may run ahead of this machine's before a held metadata change
+// left by a crash is taken to be older than the object's last change.
+constexpr int64_t kHeldChangeClockSlackNs = int64_t{60} * 1000000000;
+
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
 ObjectInfo InfoFromRecord(const std::string& key, const MetaRecord& rec) {
@@ -708,6 +712,16 @@ Status Filesystem::RecoverStaged() {
     if (!now.ok() && now.status().code() != StatusCode::kNotFound) {
       if (first.ok())
         first = now.status().WithContext("recovering a metadata change of " + left.key);
+      continue;
+    }
+    // A self-copy (another client's chmod) keeps a single-part ETag, so the ETag alone cannot
+    // tell that the object changed after this record was written: its Last-Modified can. The
+    // slack allows for this machine's clock running behind the server's.
+    if (now.ok() && left.changed_ns > 0 &&
+        now->mtime_ns > left.changed_ns + kHeldChangeClockSlackNs) {
+      Log("dropping a metadata change of " + left.key +
+          " held by an earlier mount: the object was changed after it");
+      ::unlink(left.path.c_str());
       continue;
     }
     if (now.ok() && (left.etag.empty() || now->etag == left.etag)) {

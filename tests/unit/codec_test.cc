@@ -88,6 +88,7 @@ PendingAttrsRecord SamplePendingAttrs(std::string_view etag) {
   r.key = "photos/2024/IMG_0001.jpg";
   r.etag = ETag::Parse(etag);
   r.metadata = {{"gid", "100"}, {"mode", "33152"}, {"mtime", "1700000001"}, {"uid", "1000"}};
+  r.changed_ns = int64_t{1700000002} * 1000000000 + 123456789;
   return r;
 }
 
@@ -205,6 +206,27 @@ TEST(PendingAttrsCodecTest, RoundTripsEveryKindOfETag) {
     EXPECT_EQ(*decoded, r);
     EXPECT_EQ(decoded->etag.kind(), r.etag.kind());
   }
+}
+
+// Version 1 had no time of the change: such a record (a crash under an older build) still
+// decodes, with changed_ns 0, which recovery takes as "not known".
+TEST(PendingAttrsCodecTest, DecodesAVersionOneRecord) {
+  const std::string etag = "0123456789abcdef0123456789abcdef";
+  PendingAttrsRecord r = SamplePendingAttrs(etag);
+  std::string v1 = Encoded<PendingAttrsCodec>(r);
+  const size_t changed_at = 2 + 4 + r.key.size() + 1 + 4 + etag.size();
+  v1.erase(changed_at, 8);
+  v1[1] = 1;
+  auto decoded = DecodeExact<PendingAttrsCodec>(Reseal(v1));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  r.changed_ns = 0;
+  EXPECT_EQ(*decoded, r);
+  // The same bytes claiming version 2 are a record cut short.
+  v1[1] = 2;
+  EXPECT_FALSE(DecodeExact<PendingAttrsCodec>(Reseal(v1)).ok());
+  v1[1] = 3;
+  EXPECT_NE(DecodeExact<PendingAttrsCodec>(Reseal(v1)).status().message().find("unknown version"),
+            std::string::npos);
 }
 
 TEST(TombstoneCodecTest, RoundTrips) {

@@ -1343,6 +1343,30 @@ TEST_F(MetadataDelayTest, ACrashRecordOfAnObjectReplacedSinceIsDropped) {
   EXPECT_TRUE(NothingRecorded());
 }
 
+// Another client's chmod is a self-copy that keeps the ETag: only the object's Last-Modified
+// shows that it came after the held change, which must then not overwrite it.
+TEST_F(MetadataDelayTest, ACrashRecordOlderThanAChangeElsewhereIsDropped) {
+  PutObject("a", "x");
+  ASSERT_NO_FATAL_FAILURE(Chmod(LookupIno(kRootIno, "a"), 0600));
+  auto before = memory_->head("a");
+  ASSERT_TRUE(before.ok());
+  CopyOptions elsewhere;
+  elsewhere.replace_metadata = {{"mode", FileMode(0604)}};
+  ASSERT_TRUE(memory_->copy(*before, "a", elsewhere).ok());
+  ASSERT_EQ(memory_->head("a")->etag, before->etag);
+  // Two minutes later than now: beyond any clock difference between client and server.
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  memory_->set_mtime("a", now_ns + int64_t{120} * 1000000000);
+  const uint64_t copies = Copies();
+  auto next = NewFilesystem();
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(StoredMode("a"), FileMode(0604));
+  EXPECT_EQ(Copies(), copies);
+  EXPECT_TRUE(NothingRecorded());
+}
+
 TEST_F(MetadataDelayTest, UnlinkDropsIt) {
   PutObject("a", "x");
   ASSERT_NO_FATAL_FAILURE(Chmod(LookupIno(kRootIno, "a"), 0600));
