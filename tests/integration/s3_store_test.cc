@@ -342,6 +342,122 @@ TEST_F(S3StoreTest, DotSegmentKeysAreNamesNotPaths) {
   EXPECT_EQ(store_->head("b").status().code(), StatusCode::kNotFound);
 }
 
+// Uploads through a FaultProxy that damages one message on the way. RGW on loopback never
+// corrupts a body or reports a wrong ETag, so only this shows that the Content-MD5 the client
+// sends and the ETags it checks turn such damage into an error rather than a silent success.
+class S3IntegrityTest : public S3StoreTest {
+ protected:
+  void SetUp() override {
+    S3StoreTest::SetUp();
+    const testing::S3TestServer& server = testing::SharedS3Server();
+    std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
+    int port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
+    proxy_ = std::make_unique<testing::FaultProxy>("127.0.0.1", port);
+    S3StoreOptions o = OptionsFor(bucket_);
+    o.endpoint = proxy_->endpoint();
+    o.retry.base_delay = std::chrono::milliseconds(1);
+    o.metrics = &metrics_;
+    proxied_ = MakeStore(o);
+    ASSERT_NE(proxied_, nullptr);
+  }
+
+  Result<ObjectInfo> PutProxied(const std::string& key, const std::string& data) {
+    MemorySource src(data);
+    return proxied_->put(key, src, PutOptions{});
+  }
+
+  // What RGW itself holds under `key`, asked without the proxy.
+  StatusCode StoredCode(const std::string& key) { return store_->head(key).status().code(); }
+
+  Metrics metrics_;
+  std::unique_ptr<testing::FaultProxy> proxy_;
+  std::shared_ptr<S3Store> proxied_;
+};
+
+TEST_F(S3IntegrityTest, CorruptedPutBodyIsRefusedByContentMd5) {
+  std::string data = Pattern(100 << 10, 11);
+  proxy_->CorruptNextRequestBody("PUT ");
+  Result<ObjectInfo> put = PutProxied("k", data);
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(proxy_->corrupted_requests(), 1);
+  EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status().ToString();
+  EXPECT_EQ(put.status().server_code(), "BadDigest") << put.status().ToString();
+  // The server refused the bytes it got; sending the same bytes again would not change that.
+  EXPECT_EQ(metrics_.retries.load(), 0u);
+  EXPECT_EQ(StoredCode("k"), StatusCode::kNotFound);
+
+  // The fault was one request only: the same put through the same proxy now stores the data.
+  put = PutProxied("k", data);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(proxy_->corrupted_requests(), 1);
+  Result<std::string> back = ReadAll(*store_, "k");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == data);
+}
+
+TEST_F(S3IntegrityTest, PutWithAWrongETagInTheReplyFails) {
+  std::string data = Pattern(100 << 10, 12);
+  proxy_->RewriteNextResponseETag("PUT ");
+  Result<ObjectInfo> put = PutProxied("k", data);
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(proxy_->rewritten_etags(), 1);
+  EXPECT_EQ(put.status().code(), StatusCode::kInternal) << put.status().ToString();
+  EXPECT_NE(put.status().message().find("does not match the MD5 of the data sent"),
+            std::string::npos)
+      << put.status().ToString();
+  // Only the reply was damaged: RGW holds the right bytes.
+  Result<ObjectInfo> head = store_->head("k");
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(head->etag, ETag::FromMd5(Md5Of(data)));
+}
+
+TEST_F(S3IntegrityTest, CorruptedUploadPartIsRefusedByContentMd5) {
+  std::string data = Pattern(kPart + (1 << 20) + 1, 13);  // two parts
+  proxy_->CorruptNextRequestBody("PUT ");                 // only the parts are PUTs
+  Result<ObjectInfo> put = PutProxied("big", data);
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(proxy_->corrupted_requests(), 1);
+  EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status().ToString();
+  EXPECT_EQ(put.status().server_code(), "BadDigest") << put.status().ToString();
+  EXPECT_NE(put.status().message().find("UploadPart"), std::string::npos)
+      << put.status().ToString();
+  EXPECT_EQ(metrics_.retries.load(), 0u);
+  EXPECT_EQ(StoredCode("big"), StatusCode::kNotFound);  // the upload was aborted, not completed
+}
+
+TEST_F(S3IntegrityTest, UploadPartWithAWrongETagInTheReplyFails) {
+  std::string data = Pattern(kPart + (1 << 20) + 1, 14);
+  proxy_->RewriteNextResponseETag("PUT ");
+  Result<ObjectInfo> put = PutProxied("big", data);
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(proxy_->rewritten_etags(), 1);
+  EXPECT_EQ(put.status().code(), StatusCode::kInternal) << put.status().ToString();
+  // Without this check the wrong part ETag would go into CompleteMultipartUpload, which RGW
+  // refuses too, but as if the server had lost a part.
+  EXPECT_NE(put.status().message().find("ETag does not match its MD5"), std::string::npos)
+      << put.status().ToString();
+  EXPECT_EQ(StoredCode("big"), StatusCode::kNotFound);
+}
+
+TEST_F(S3IntegrityTest, MultipartWithAWrongFinalETagFails) {
+  std::string data = Pattern(kPart + (1 << 20) + 1, 15);
+  // RGW answers CompleteMultipartUpload with an empty <ETag>, so the client takes the final ETag
+  // from a HEAD: that is the reply to damage.
+  proxy_->RewriteNextResponseETag("HEAD ");
+  Result<ObjectInfo> put = PutProxied("big", data);
+  ASSERT_EQ(proxy_->rewritten_etags(), 1) << put.status().ToString();
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(put.status().code(), StatusCode::kInternal) << put.status().ToString();
+  EXPECT_NE(put.status().message().find("does not match the parts sent"), std::string::npos)
+      << put.status().ToString();
+  // The upload itself completed with the right parts; only the report of it was wrong.
+  std::vector<Md5Digest> parts = {Md5Of(std::string_view(data).substr(0, kPart)),
+                                  Md5Of(std::string_view(data).substr(kPart))};
+  Result<ObjectInfo> head = store_->head("big");
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(head->etag, MultipartETag(parts));
+}
+
 TEST(S3EndpointConfig, BadEndpointsAreRejectedInOneLine) {
   for (const char* ep : {"ftp://127.0.0.1:1", "127.0.0.1:8000", "http://", "http://h:x"}) {
     S3StoreOptions o;
