@@ -417,6 +417,10 @@ class Filesystem {
   // Uploads the inode's unsaved data; then, with `with_metadata`, applies a pending metadata
   // change (a rename passes false: its copy carries the change).
   Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata = true);
+  // What close(2) or fsync(2) (`call`) returns for the failure `failed` of an upload or a held
+  // metadata change: EIO whatever the server said (ENOSPC for a full disk or quota), since
+  // errno cannot carry the reason; the reason goes to the log.
+  Status ReportedAtClose(std::string_view call, uint64_t ino, Status failed);
   // Applies inode.pending_metadata to the object `key` with a self-copy and forgets it. An
   // object replaced elsewhere meanwhile gets the change too (last writer wins, as for bytes); one
   // removed elsewhere drops it. REQUIRES: inode.mu held.

@@ -518,6 +518,17 @@ uint64_t Filesystem::MakeRoomInStaging(const Inode* busy, uint64_t needed) {
   return freed;
 }
 
+Status Filesystem::ReportedAtClose(std::string_view call, uint64_t ino, Status failed) {
+  if (failed.ok()) return failed;
+  Result<std::string> key = KeyOf(ino);
+  Log(std::string(call) + " of " + (key.ok() ? *key : "inode " + std::to_string(ino)) +
+      " failed: " + failed.ToString() + "; kept for a retry");
+  if (failed.code() == StatusCode::kNoSpace || failed.code() == StatusCode::kIoError) {
+    return failed;
+  }
+  return Status(StatusCode::kIoError, failed.message(), failed.server_code());
+}
+
 Status Filesystem::Flush(uint64_t fh) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
@@ -528,13 +539,14 @@ Status Filesystem::Flush(uint64_t fh) {
     return DeferUploadLocked(handle->ino, inode);
   }
   // close(2) uploads unsaved data; a pending metadata change keeps waiting (fsync applies it).
-  return FlushInode(handle->ino, handle->inode, /*with_metadata=*/false);
+  return ReportedAtClose("close", handle->ino,
+                         FlushInode(handle->ino, handle->inode, /*with_metadata=*/false));
 }
 
 Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
-  return FlushInode(handle->ino, handle->inode);
+  return ReportedAtClose("fsync", handle->ino, FlushInode(handle->ino, handle->inode));
 }
 
 Status Filesystem::Release(uint64_t fh) {

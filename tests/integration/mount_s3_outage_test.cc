@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
@@ -219,6 +220,45 @@ TEST(MountS3OutageTest, ServerStoppedWhileWritingKeepsTheDataForARetry) {
   EXPECT_TRUE(second_body == second_data) << "the bucket holds other bytes for at-unmount";
   EXPECT_TRUE(StagingFilesHolding(mount->cache_dir(), second_data).empty())
       << "the staging file stayed after the upload at unmount";
+}
+
+// Bytes damaged on the way to the server: the Content-MD5 makes RGW refuse the upload, so close
+// reports EIO instead of success, the staged data stays, and a retry stores the right bytes.
+TEST(MountS3OutageTest, AnUploadDamagedInTransitFailsCloseAndIsRetried) {
+  const S3TestServer& server = SharedS3Server();
+  const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
+  FaultProxy proxy("127.0.0.1", port);
+  const std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "endpoint=" + proxy.endpoint();
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string file = mount->path() + "/damaged";
+  const std::string data = PseudoRandomBytes(500000, 23);
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+
+  proxy.CorruptNextRequestBody("PUT ");
+  errno = 0;
+  EXPECT_NE(::close(fd), 0) << "close() succeeded although the server refused the upload";
+  EXPECT_EQ(errno, EIO) << std::strerror(errno);
+  EXPECT_EQ(proxy.corrupted_requests(), 1);
+  EXPECT_NE(mount->log().find("BadDigest"), std::string::npos) << mount->log();
+
+  // A new open and fsync upload the staged data (the kernel's release after the failed close
+  // may have done so already); either way the bucket ends up with the bytes written.
+  int again = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(again, 0) << std::strerror(errno);
+  EXPECT_EQ(::fsync(again), 0) << std::strerror(errno);
+  EXPECT_EQ(::close(again), 0) << std::strerror(errno);
+  EXPECT_TRUE(StagingFilesHolding(mount->cache_dir(), data).empty());
+  ASSERT_EQ(mount->Stop(), 0);
+  std::unique_ptr<ObjfsMount> direct = ObjfsMount::Start(S3MountUrl(bucket));
+  ASSERT_TRUE(direct);
+  EXPECT_TRUE(ReadFile(direct->path() + "/damaged") == data) << "the bucket holds other bytes";
+  EXPECT_EQ(GetXattr(direct->path() + "/damaged", "user.etag"),
+            Md5File(direct->path() + "/damaged"));
 }
 
 }  // namespace
