@@ -96,12 +96,23 @@ Result<uint32_t> ParseOctalMask(std::string_view text) {
   return value;
 }
 
+// Mount flags that libfuse (3.14) hands to the kernel.
 bool IsKernelFlag(std::string_view opt) {
-  static constexpr std::string_view kFlags[] = {
-      "rw",         "dev",         "nodev",         "suid",       "nosuid",
-      "exec",       "noexec",      "sync",          "async",      "dirsync",
-      "atime",      "noatime",     "diratime",      "nodiratime", "relatime",
-      "norelatime", "strictatime", "nostrictatime", "lazytime",   "nolazytime"};
+  static constexpr std::string_view kFlags[] = {"rw",      "dev",   "nodev",  "suid",
+                                                "nosuid",  "exec",  "noexec", "async",
+                                                "dirsync", "atime", "noatime"};
+  for (std::string_view flag : kFlags) {
+    if (opt == flag) return true;
+  }
+  return false;
+}
+
+// Access-time flags that libfuse 3.14 does not know. objfs keeps no access times, so they
+// change nothing; accepted so that an fstab line or a habit does not make the mount fail.
+bool IsIgnoredTimeFlag(std::string_view opt) {
+  static constexpr std::string_view kFlags[] = {"relatime",      "norelatime", "strictatime",
+                                                "nostrictatime", "lazytime",   "nolazytime",
+                                                "diratime",      "nodiratime"};
   for (std::string_view flag : kFlags) {
     if (opt == flag) return true;
   }
@@ -292,6 +303,12 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
     OBJFS_RETURN_IF_ERROR(no_value());
     if (name == "rw") out.fs.read_only = false;
     out.fuse_options.emplace_back(name);
+  } else if (name == "sync") {
+    // The kernel would send an fsync after every write(2), and each would upload the whole file.
+    return Invalid(
+        "option 'sync' is not supported: objfs uploads a file when it is closed or fsync'ed");
+  } else if (IsIgnoredTimeFlag(name)) {
+    OBJFS_RETURN_IF_ERROR(no_value());
   } else if (IsMountCommandOption(name)) {
     // Meaningful to mount(8) only; accepted so that fstab entries work.
   } else {
@@ -616,8 +633,9 @@ Filesystem options:
 FUSE and mount options:
   ro, allow_other, default_permissions, fsname=NAME
   auto_unmount              unmount when objfs exits, even when it is killed
-  rw, dev, nodev, suid, nosuid, exec, noexec, sync, async, dirsync, the atime flags
-  (noatime, relatime, ...), auto, noauto, user, nouser, _netdev, nofail
+  rw, dev, nodev, suid, nosuid, exec, noexec, async, dirsync, atime, noatime
+  (relatime, lazytime and the other access-time flags are accepted and change nothing)
+  auto, noauto, user, nouser, _netdev, nofail
 
 SIZE is a number of bytes with an optional K, M, G or T suffix (powers of 1024).
 )";
