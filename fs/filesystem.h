@@ -417,6 +417,9 @@ class Filesystem {
   // Uploads the inode's unsaved data; then, with `with_metadata`, applies a pending metadata
   // change (a rename passes false: its copy carries the change).
   Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata = true);
+  // Marks the staged copy of `inode` (named `key`) as holding data the store lacks, giving a
+  // clean one its crash record back first.
+  Status MarkDirtyLocked(Inode& inode, const std::string& key);
   // What close(2) or fsync(2) (`call`) returns for the failure `failed` of an upload or a held
   // metadata change: EIO whatever the server said (ENOSPC for a full disk or quota), since
   // errno cannot carry the reason; the reason goes to the log.

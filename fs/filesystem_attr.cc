@@ -153,10 +153,10 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
       bool empty = attr.size == 0 || rec.size == 0;
       OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(*inode, key, rec, empty));
     }
+    OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(*inode, key));
     OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(attr.size));
     inode->attr.size = attr.size;
     inode->attr.mtime_ns = NowNs();
-    inode->dirty = true;
     meta_cache_.Invalidate(key);
   }
   uint32_t meta_fields = kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow;

@@ -21,8 +21,9 @@ namespace {
 constexpr double kWritebackRetrySeconds = 10;
 
 // How far the server's clock may run ahead of this machine's before a held metadata change
-// left by a crash is taken to be older than the object's last change.
-constexpr int64_t kHeldChangeClockSlackNs = int64_t{60} * 1000000000;
+// left by a crash is taken to be older than the object's last change: 15 minutes, the most
+// S3 itself allows between a client's clock and the server's (SigV4 refuses more).
+constexpr int64_t kHeldChangeClockSlackNs = int64_t{15 * 60} * 1000000000;
 
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
@@ -183,6 +184,8 @@ Status Filesystem::ApplyPendingMetadataLocked(Inode& inode, const std::string& k
     }
     pending.object = *now;
     copy.source_known_current = false;
+    // The crash record follows: with the old ETag the next mount would drop the change.
+    if (pending.record != nullptr) (void)pending.record->Describe(key, now->etag, pending.metadata);
   }
   if (!result.ok()) {
     meta_cache_.Invalidate(key);
@@ -234,7 +237,29 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
   rec.complete = true;
   rec.own_write = true;
   meta_cache_.Put(key, rec);
-  if (inode.open_handles.load() == 0) DropStagingLocked(inode);
+  if (inode.open_handles.load() == 0) {
+    DropStagingLocked(inode);
+  } else {
+    // Kept for the open handles, but the store has it: a crash must not upload it again, over
+    // whatever changed since (a held chmod applied, another client's write).
+    inode.staged->Orphan();
+  }
+  return Status::Ok();
+}
+
+Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key) {
+  if (!inode.dirty && inode.staged) {
+    // A clean staged copy has no crash record (the upload removed it); it is about to hold
+    // data the store lacks. The record carries the metadata the mount shows, a held change
+    // included, whose own record then goes: replayed after the data, it would undo changes
+    // made after it.
+    Metadata metadata = inode.extra_metadata;
+    SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns,
+                     &metadata);
+    OBJFS_RETURN_IF_ERROR(inode.staged->Describe(key, metadata));
+    DropPendingMetadataLocked(inode);
+  }
+  inode.dirty = true;
   return Status::Ok();
 }
 
@@ -275,16 +300,16 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
       if (truncate) {
         OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(*inode, key, rec, /*empty=*/true));
         inode->attr.mtime_ns = NowNs();
-        inode->dirty = true;
+        OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(*inode, key));
         meta_cache_.Invalidate(key);
       } else {
         handle->read_info = InfoFromRecord(key, rec);
       }
     } else if (truncate && inode->staged->size() > 0) {
+      OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(*inode, key));
       OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(0));
       inode->attr.size = 0;
       inode->attr.mtime_ns = NowNs();
-      inode->dirty = true;
       meta_cache_.Invalidate(key);
     }
   }
@@ -349,7 +374,11 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
       inode->in_store = false;
     }
     inode->unlinked = false;
-    inode->dirty = true;
+    Status marked = MarkDirtyLocked(*inode, key);
+    if (!marked.ok()) {
+      inodes_.Forget(ino, 1);
+      return marked;
+    }
     attr = inode->attr;
     attr.ino = ino;
     attr.size = inode->staged->size();
@@ -425,11 +454,11 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
     OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(inode, key, rec, /*empty=*/rec.size == 0));
   }
   if (handle->flags & O_APPEND) offset = inode.staged->size();
+  OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(inode, key));
   OBJFS_RETURN_IF_ERROR(RetryWithRoom(inode.staged->WriteAt(offset, data), &inode, data.size(),
                                       [&] { return inode.staged->WriteAt(offset, data); }));
   inode.attr.size = inode.staged->size();
   inode.attr.mtime_ns = NowNs();
-  inode.dirty = true;
   meta_cache_.Invalidate(key);
   return data.size();
 }

@@ -233,13 +233,9 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     meta_cache_.Put(to, rec);
   }
   inodes_.Rename(from, to, /*subtree=*/false);
-  if (inode != nullptr && inode->staged) {
-    Metadata metadata = source.metadata;
-    // The open file's staged copy (uploaded above) now belongs to the new name. A record that
-    // cannot say so (a full cache disk) must not make a crash upload it under the old name
-    // again; a later write describes it anew.
-    if (!inode->staged->Describe(to, metadata).ok()) inode->staged->Orphan();
-  }
+  // The open file's staged copy (uploaded above) is in the store under the new name: a crash
+  // must not upload it again, under either name; a later write describes it anew.
+  if (inode != nullptr && inode->staged) inode->staged->Orphan();
   return Status::Ok();
 }
 
