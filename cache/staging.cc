@@ -332,6 +332,30 @@ Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers(
   return out;
 }
 
+Result<uint64_t> StagingArea::RemoveUnrecorded(size_t* files) const {
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return ErrnoStatus("opendir", dir_, errno);
+  uint64_t freed = 0;
+  size_t removed = 0;
+  constexpr std::string_view kData = ".data";
+  while (struct dirent* e = ::readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name.size() <= kData.size() || !name.ends_with(kData)) continue;
+    const std::string path = dir_ + "/" + std::string(name);
+    const std::string meta = path.substr(0, path.size() - kData.size()) + ".meta";
+    struct stat st;
+    if (::stat(meta.c_str(), &st) == 0 || errno != ENOENT) continue;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::unlink(path.c_str()) == 0) {
+      freed += static_cast<uint64_t>(st.st_size);
+      ++removed;
+    }
+  }
+  ::closedir(d);
+  if (files != nullptr) *files = removed;
+  return freed;
+}
+
 Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
     std::vector<std::string>* unreadable) const {
   std::vector<StagedLeftover> out;

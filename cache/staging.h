@@ -127,6 +127,11 @@ class StagingArea {
   Result<std::vector<AttrsLeftover>> AttrsLeftovers(
       std::vector<std::string>* unreadable = nullptr) const;
 
+  // Deletes staged data that no record names: copies an earlier process had uploaded and kept
+  // only for handles then open, and data of files removed while open. Returns the bytes freed
+  // (and the files deleted in `files`). Only before this process stages anything.
+  Result<uint64_t> RemoveUnrecorded(size_t* files = nullptr) const;
+
   const std::string& dir() const { return dir_; }
 
  private:

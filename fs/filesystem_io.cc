@@ -248,7 +248,8 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
 }
 
 Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key) {
-  if (!inode.dirty && inode.staged) {
+  // (A file removed or replaced while open keeps writing to a copy nothing will upload.)
+  if (!inode.dirty && inode.staged && !inode.unlinked) {
     // A clean staged copy has no crash record (the upload removed it); it is about to hold
     // data the store lacks. The record carries the metadata the mount shows, a held change
     // included, whose own record then goes: replayed after the data, it would undo changes
@@ -256,7 +257,8 @@ Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key) {
     Metadata metadata = inode.extra_metadata;
     SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns,
                      &metadata);
-    OBJFS_RETURN_IF_ERROR(inode.staged->Describe(key, metadata));
+    OBJFS_RETURN_IF_ERROR(RetryWithRoom(inode.staged->Describe(key, metadata), &inode, 4096,
+                                        [&] { return inode.staged->Describe(key, metadata); }));
     DropPendingMetadataLocked(inode);
   }
   inode.dirty = true;
@@ -565,7 +567,8 @@ Status Filesystem::Flush(uint64_t fh) {
     Inode& inode = *handle->inode;
     std::lock_guard<std::mutex> lock(inode.mu);
     if (!inode.dirty || inode.unlinked || !inode.staged) return Status::Ok();
-    return DeferUploadLocked(handle->ino, inode);
+    // (Without a crash record, on a full cache disk, this uploads at once.)
+    return ReportedAtClose("close", handle->ino, DeferUploadLocked(handle->ino, inode));
   }
   // close(2) uploads unsaved data; a pending metadata change keeps waiting (fsync applies it).
   return ReportedAtClose("close", handle->ino,
@@ -600,6 +603,9 @@ Status Filesystem::Release(uint64_t fh) {
       } else {
         auto key = KeyOf(handle->ino);
         status = key.ok() ? UploadLocked(inode, *key) : key.status();
+        // close(2) reported the failure; the data stays staged and is tried again in the
+        // background (and at unmount at the latest).
+        if (!status.ok()) RetryUploadLater(handle->ino, status);
       }
     } else if (remaining == 0) {
       DropStagingLocked(inode);
@@ -777,6 +783,13 @@ Status Filesystem::RecoverStaged() {
       meta_cache_.Invalidate(left.key);
     }
     ::unlink(left.path.c_str());
+  }
+  // Staged copies no record names were already in the store, or belonged to removed files.
+  size_t unrecorded = 0;
+  Result<uint64_t> freed = staging_->RemoveUnrecorded(&unrecorded);
+  if (freed.ok() && unrecorded > 0) {
+    Log("removed " + std::to_string(unrecorded) + " staged copies (" + std::to_string(*freed) +
+        " bytes) that an earlier mount had already uploaded or whose files were removed");
   }
   return first;
 }

@@ -1400,6 +1400,43 @@ TEST_F(MetadataDelayTest, AnUploadedFileStillOpenIsNotUploadedAgainAfterACrash) 
   EXPECT_EQ(memory_->contents("open"), "first version");
   EXPECT_EQ(StoredMode("open"), FileMode(0600));  // the held change, applied
   EXPECT_EQ(memory_->contents("other-open"), "theirs, newer");
+  EXPECT_TRUE(NothingRecorded());  // the copies no record names are gone from cache_dir
+}
+
+// A file removed while open keeps taking writes into a copy that nothing may upload, not even
+// after a crash.
+TEST_F(MetadataDelayTest, WritesAfterAnUnlinkAreNotRecoveredAfterACrash) {
+  auto created = fs_->Create(kRootIno, "gone", 0644, O_RDWR | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("A")).ok());
+  ASSERT_TRUE(fs_->Fsync(created->fh, false).ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "gone").ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 1, Bytes("B")).ok());
+  const uint64_t puts = metrics_.put_requests.load();
+  auto next = NewFilesystem();  // crash with the file still open
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(metrics_.put_requests.load(), puts);
+  EXPECT_FALSE(memory_->head("gone").ok());
+  EXPECT_TRUE(NothingRecorded());
+}
+
+// close(2) reports a failed upload; the kernel's RELEASE that follows tries once more, and when
+// that fails too the data waits, staged, for a retry in the background.
+TEST_F(MetadataDelayTest, AFailedUploadAtReleaseIsRetriedInTheBackground) {
+  auto created = fs_->Create(kRootIno, "retried", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("kept")).ok());
+  faults_->FailAll(StoreOp::kPut, TransientError("down"));
+  EXPECT_EQ(ErrnoFromStatus(fs_->Flush(created->fh)), EIO);
+  EXPECT_FALSE(fs_->Release(created->fh).ok());
+  EXPECT_EQ(metrics_.writeback_failures.load(), 1u);
+  faults_->Clear();
+  ASSERT_TRUE(fs_->UploadDue().ok());  // not due yet
+  EXPECT_FALSE(memory_->head("retried").ok());
+  clock_->Advance(std::chrono::seconds(11));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("retried"), "kept");
+  EXPECT_TRUE(NothingRecorded());
 }
 
 // A held change made before the file was written again is carried by the new data's crash

@@ -208,6 +208,36 @@ TEST_F(StagingTest, ADamagedSidecarLeavesItsDataAndNamesIt) {
   }
 }
 
+// Data no record names (a copy already uploaded, or the data of a file removed while open) is
+// deleted at the next start; data whose record is there, even damaged, is not.
+TEST_F(StagingTest, RemoveUnrecordedDeletesOnlyDataNoRecordNames) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  std::string orphan_path, kept_path, damaged_path;
+  {
+    auto orphan = (*area)->Create("uploaded", {});
+    auto kept = (*area)->Create("pending", {});
+    auto damaged = (*area)->Create("damaged", {});
+    ASSERT_TRUE(orphan.ok() && kept.ok() && damaged.ok());
+    ASSERT_TRUE((*orphan)->WriteAt(0, Bytes("12345")).ok());
+    ASSERT_TRUE((*kept)->WriteAt(0, Bytes("abc")).ok());
+    ASSERT_TRUE((*damaged)->WriteAt(0, Bytes("xyz")).ok());
+    (*orphan)->Orphan();
+    orphan_path = (*orphan)->data_path();
+    kept_path = (*kept)->data_path();
+    damaged_path = (*damaged)->data_path();
+  }
+  WriteFile(damaged_path.substr(0, damaged_path.size() - 5) + ".meta", "\x03garbage");
+  size_t files = 0;
+  auto freed = (*area)->RemoveUnrecorded(&files);
+  ASSERT_TRUE(freed.ok()) << freed.status().ToString();
+  EXPECT_EQ(*freed, 5u);
+  EXPECT_EQ(files, 1u);
+  EXPECT_FALSE(std::filesystem::exists(orphan_path));
+  EXPECT_EQ(ReadFile(kept_path), "abc");
+  EXPECT_EQ(ReadFile(damaged_path), "xyz");
+}
+
 TEST_F(StagingTest, PendingAttrsRecordsAreLeftoversUntilRemoved) {
   auto area = StagingArea::Open(dir_);
   ASSERT_TRUE(area.ok());
