@@ -453,6 +453,15 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
     }
     incomplete = std::move(unknown);
   }
+  // With listing_attrs, what the listing gave (and the mount's defaults for the rest) goes out
+  // to be cached by the kernel; a lookup after the attribute timeout reads the headers.
+  if (options_.listing_attrs) {
+    for (const Incomplete& file : incomplete) {
+      out[file.index].entry.attr_timeout = options_.attr_timeout;
+      out[file.index].entry.entry_timeout = options_.entry_timeout;
+    }
+    incomplete.clear();
+  }
   // A listing has sizes and times but not the metadata objfs keeps in headers. Without it the
   // entries go out with no attribute timeout and `ls -l` makes the kernel look up each name, one
   // HEAD after another; fetching them here, in parallel on the I/O pool, makes that one round of

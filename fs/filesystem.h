@@ -71,6 +71,11 @@ struct FilesystemOptions {
   int io_threads = 8;             // threads of the backend I/O pool used by prefetching
   // ReadDir fetches the metadata of up to this many listed files at once (0: never).
   size_t readdir_heads = 10000;
+  // ReadDir gives listed files the listing's size and date and the mount's default mode and
+  // owner, to be cached by the kernel like exact ones, and HEADs none of them: a lookup after
+  // the attribute timeout reads their headers (goofys's and mountpoint-s3's trade-off, for
+  // buckets that s3fs and objfs did not write).
+  bool listing_attrs = false;
   size_t prefetch_memory = 256u << 20;  // bytes of prefetched data across all open files
   size_t max_rename_objects = 10000;    // a directory rename moving more objects is refused
   bool read_only = false;               // every modifying call fails with PermissionDenied

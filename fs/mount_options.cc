@@ -135,7 +135,7 @@ struct GivenOptions {
 bool IsS3Option(std::string_view name) {
   return name == "endpoint" || name == "region" || name == "profile" || name == "path_style" ||
          name == "virtual_host" || name == "multipart_threshold" || name == "part_size" ||
-         name == "copy_part_threshold" || name == "parallel_parts";
+         name == "copy_part_threshold" || name == "parallel_parts" || name == "listing_attrs";
 }
 
 bool IsSftpOption(std::string_view name) {
@@ -276,6 +276,9 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(value, name, kMinReadBuffer));
     out.fs.prefetch_memory = size;
+  } else if (name == "listing_attrs") {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    out.fs.listing_attrs = true;
   } else if (name == "readdir_heads") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 0, 1000000));
@@ -587,6 +590,9 @@ S3 options (credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or
   part_size=SIZE            multipart part size (default 16M)
   copy_part_threshold=SIZE  server-side copies above this are multipart (default 5G)
   parallel_parts=N          parts in flight per upload or copy (default 4)
+  listing_attrs             ls -l with no HEAD per file: listed files show the mount's default
+                            mode and owner and their Last-Modified until a lookup reads
+                            their headers (for buckets that s3fs and objfs did not write)
 
 SFTP options (the user defaults to the caller's name, the port to 22):
   identity=FILE             private key to offer; repeat to offer several, in order

@@ -110,6 +110,37 @@ TEST(MountS3AttrTest, ARemountListsUnchangedObjectsWithoutAHeadEach) {
   EXPECT_EQ(StatFormat("%a", m + "/d/f3"), "600");
 }
 
+// -o listing_attrs: ls -l of a fresh mount makes no HEAD per file, and shows the listing's
+// sizes with the mount's default mode (the stored modes are only read by later lookups).
+TEST(MountS3AttrTest, ListingAttrsListWithoutAHeadEach) {
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  constexpr int kFiles = 20;
+  {
+    std::unique_ptr<ObjfsMount> writer = ObjfsMount::Start(url);
+    ASSERT_TRUE(writer);
+    ASSERT_EQ(::mkdir((writer->path() + "/d").c_str(), 0755), 0) << std::strerror(errno);
+    for (int i = 0; i < kFiles; ++i) {
+      std::string file = writer->path() + "/d/f" + std::to_string(i);
+      WriteFile(file, std::string(i, 'x'));
+      ASSERT_EQ(::chmod(file.c_str(), 0600), 0) << std::strerror(errno);
+    }
+    ASSERT_EQ(writer->Stop(), 0);
+  }
+  ObjfsMount::Options options;
+  options.extra_options = "listing_attrs";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  std::string before = GetXattr(m, "user.objfs.stats");
+  CommandResult ls = RunCommand({"ls", "-ln", m + "/d"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  std::string after = GetXattr(m, "user.objfs.stats");
+  EXPECT_LE(StatsCounter(after, "head_requests") - StatsCounter(before, "head_requests"), 2)
+      << "only the directory's own lookup";
+  EXPECT_NE(ls.out.find("-rw-r--r-- 1 0 0 19 "), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find("-rw------- "), std::string::npos) << ls.out;
+}
+
 // A chmod or touch of a closed file waits up to metadata_delay (long here) for what follows
 // it: the mount shows it at once, fsync applies it, and after a crash the next mount over the
 // same cache directory applies it from its record.

@@ -285,6 +285,31 @@ TEST_F(FilesystemTest, ReadDirWithoutHeadsLeavesListingOnlyEntriesToLookup) {
   EXPECT_EQ(metrics_.head_requests.load(), heads + 1);
 }
 
+TEST_F(FilesystemTest, ListingAttrsListWithoutAHeadAndTheKernelCachesThem) {
+  options_.listing_attrs = true;
+  fs_ = NewFilesystem();
+  PutObject("d/b", "bb", {{"mode", std::to_string(S_IFREG | 0600)}});
+  PutObject("d/c", "ccc");
+  uint64_t d = LookupIno(kRootIno, "d");
+  uint64_t heads = metrics_.head_requests.load();
+  auto list = fs_->ReadDir(d);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(metrics_.head_requests.load(), heads);
+  ASSERT_EQ(list->size(), 2u);
+  for (const DirEntry& e : *list) {
+    // The listing's size and the mount's default mode, cached by the kernel like exact ones.
+    EXPECT_GT(e.entry.attr_timeout, 0) << e.name;
+    EXPECT_EQ(e.entry.attr.mode, static_cast<uint32_t>(S_IFREG | 0644)) << e.name;
+    EXPECT_EQ(e.entry.attr.size, e.name == "b" ? 2u : 3u);
+  }
+  EXPECT_EQ(metrics_.head_requests.load(), heads);
+  // A lookup reads the headers.
+  auto b = fs_->Lookup(d, "b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->attr.mode & 07777, 0600u);
+  EXPECT_EQ(metrics_.head_requests.load(), heads + 1);
+}
+
 TEST_F(FilesystemTest, ALaterMountListsObjectsUnchangedSinceAHeadWithoutOne) {
   auto open_db = [&] {
     options_.attr_db.reset();

@@ -215,6 +215,8 @@ TEST(ParseMountOptionsTest, FilesystemOptions) {
   EXPECT_EQ(o.fs.prefetch_memory, 32u << 20);
   EXPECT_EQ(o.fs.max_rename_objects, 50u);
   EXPECT_EQ(o.fs.readdir_heads, 0u);
+  EXPECT_FALSE(o.fs.listing_attrs);
+  EXPECT_TRUE(ParseWith("listing_attrs").fs.listing_attrs);
   EXPECT_TRUE(o.direct_io);
   EXPECT_FALSE(ParseWith("ro").direct_io);
   EXPECT_DOUBLE_EQ(o.fs.metadata_delay, 0);
