@@ -81,7 +81,7 @@ std::vector<PendingAttrsRecord> PendingAttrsRecords() {
     v.push_back({PathOf(i).substr(1),
                  i % 4 == 0 ? ETag::Parse(HexMd5(Md5Of(i)) + "-" + std::to_string(i % 9 + 1))
                             : ETag::FromMd5(Md5Of(i)),
-                 MetadataOf(i)});
+                 MetadataOf(i), 1700000000000000000 + static_cast<int64_t>(i) * 1000003});
   }
   return v;
 }
@@ -250,12 +250,14 @@ void GenericEncode(const PendingAttrsRecord& r, std::string& out) {
   PutField(out, "key", r.key);
   PutField(out, "etag_kind", ETagKindName(r.etag.kind()));
   PutField(out, "etag", r.etag.value());
+  PutField(out, "changed_ns", r.changed_ns);
   for (const auto& [name, value] : r.metadata) PutField(out, "meta." + name, value);
 }
 
 bool GenericDecode(std::string_view in, PendingAttrsRecord& r) {
   Fields f;
-  if (!ParseFields(in, f) || f["type"] != "pending_attrs" || !GetString(f, "key", r.key)) {
+  if (!ParseFields(in, f) || f["type"] != "pending_attrs" || !GetString(f, "key", r.key) ||
+      !GetInt(f, "changed_ns", r.changed_ns)) {
     return false;
   }
   GetMetadata(f, r.metadata);
