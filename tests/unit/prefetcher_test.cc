@@ -201,6 +201,18 @@ class PrefetcherTest : public ::testing::Test {
         << "wrong bytes in [" << offset << ", " << offset + want << ")";
   }
 
+  // The most a budget held when a backend read started.
+  struct BudgetPeak {
+    std::mutex mu;
+    uint64_t bytes = 0;
+  };
+  void RecordPeakAtEachRead(const ReadBudget& budget, BudgetPeak& peak) {
+    store_->OnRead([&budget, &peak] {
+      std::lock_guard lock(peak.mu);
+      peak.bytes = std::max(peak.bytes, budget.in_use());
+    });
+  }
+
   uint64_t TotalBackendBytes() const {
     uint64_t total = 0;
     for (const auto& call : store_->calls()) {
@@ -525,20 +537,16 @@ TEST_F(PrefetcherTest, ReadAheadStaysWithinTheBudget) {
   ReadBudget budget(4 * kMiB);
   SetObject(Pattern(32 * kMiB, 11));
   const uint64_t buffer = 512 * kKiB;
-  std::mutex mu;
-  uint64_t max_in_use = 0;
-  store_->OnRead([&] {
-    std::lock_guard lock(mu);
-    max_in_use = std::max(max_in_use, budget.in_use());
-  });
+  BudgetPeak peak;
+  RecordPeakAtEachRead(budget, peak);
   {
     Prefetcher p(store_, kKey, store_->etag(), source_.size(),
                  {.read_buffer = buffer, .max_readahead = 16 * kMiB}, pool_, budget, &metrics_);
     for (uint64_t off = 0; off < source_.size(); off += 128 * kKiB) ExpectRead(p, off, 128 * kKiB);
     EXPECT_GT(budget.in_use(), 0u);
   }
-  EXPECT_LE(max_in_use, budget.limit() + buffer);
-  EXPECT_GE(max_in_use, 2 * buffer);  // there was read-ahead
+  EXPECT_LE(peak.bytes, budget.limit() + buffer);
+  EXPECT_GE(peak.bytes, 2 * buffer);  // there was read-ahead
   EXPECT_EQ(budget.in_use(), 0u);
   EXPECT_EQ(TotalBackendBytes(), source_.size());
 }
@@ -549,12 +557,8 @@ TEST_F(PrefetcherTest, FilesStreamedTogetherShareOneBudget) {
   ReadBudget budget(4 * kMiB);
   SetObject(Pattern(12 * kMiB + 777, 15));
   const uint64_t buffer = 512 * kKiB;
-  std::mutex mu;
-  uint64_t max_in_use = 0;
-  store_->OnRead([&] {
-    std::lock_guard lock(mu);
-    max_in_use = std::max(max_in_use, budget.in_use());
-  });
+  BudgetPeak peak;
+  RecordPeakAtEachRead(budget, peak);
   constexpr int kFiles = 6;
   std::vector<std::unique_ptr<Prefetcher>> files;
   for (int f = 0; f < kFiles; ++f) {
@@ -585,7 +589,7 @@ TEST_F(PrefetcherTest, FilesStreamedTogetherShareOneBudget) {
   }
   for (int f = 0; f < kFiles; ++f) EXPECT_EQ(errors[f], "") << "file " << f;
   // Each file may go over by the one buffer its own read needs, never by read-ahead.
-  EXPECT_LE(max_in_use, budget.limit() + kFiles * buffer);
+  EXPECT_LE(peak.bytes, budget.limit() + kFiles * buffer);
   // There was read-ahead: backend reads made by the pool, not by a reader.
   size_t ahead = 0;
   for (const auto& call : store_->calls()) ahead += reader_ids.count(call.thread) == 0;
