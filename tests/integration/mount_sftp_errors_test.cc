@@ -376,18 +376,33 @@ class PrivateSshd {
   bool started_ = false;
 };
 
+// "big", `size` pseudo-random bytes, on `sshd`, mounted with read-ahead of no more than 1 MiB
+// (so that a read beyond what was read before reaches the server) and opened for reading.
+struct BigFile {
+  std::string data;
+  std::unique_ptr<ObjfsMount> mount;
+  int fd = -1;
+};
+BigFile MountAndOpenBigFile(PrivateSshd& sshd, size_t size, uint64_t seed) {
+  BigFile big;
+  big.data = PseudoRandomBytes(size, seed);
+  WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", big.data);
+  big.mount = sshd.Mount(",read_buffer=1M,max_readahead=1M");
+  if (big.mount) big.fd = ::open((big.mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
+  return big;
+}
+
 TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndTheMountReconnects) {
   PrivateSshd sshd;
   ASSERT_TRUE(sshd.started());
   const size_t kSize = 48 << 20;
-  std::string data = PseudoRandomBytes(kSize, 21);
-  WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", data);
-
-  // Read-ahead no further than 1 MiB: the read after the kill must reach the server.
-  std::unique_ptr<ObjfsMount> mount = sshd.Mount(",read_buffer=1M,max_readahead=1M");
-  ASSERT_TRUE(mount);
-  int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
+  // The read after the kill must reach the server.
+  BigFile big = MountAndOpenBigFile(sshd, kSize, 21);
+  ASSERT_TRUE(big.mount);
+  ASSERT_GE(big.fd, 0) << std::strerror(errno);
+  const std::string& data = big.data;
+  std::unique_ptr<ObjfsMount>& mount = big.mount;
+  const int fd = big.fd;
   std::string buf(1 << 20, '\0');
   ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(buf.size()))
       << std::strerror(errno);
@@ -421,14 +436,13 @@ TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndTheMountReconnects) 
 TEST(MountSftpErrorsTest, ReadsRetryOnANewConnectionWhenOneDrops) {
   PrivateSshd sshd;
   ASSERT_TRUE(sshd.started());
-  const size_t kSize = 24 << 20;
-  const std::string data = PseudoRandomBytes(kSize, 41);
-  WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", data);
-  // Read-ahead no further than 1 MiB: each read below reaches the server.
-  std::unique_ptr<ObjfsMount> mount = sshd.Mount(",read_buffer=1M,max_readahead=1M");
-  ASSERT_TRUE(mount);
-  int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
+  // Each read below reaches the server.
+  BigFile big = MountAndOpenBigFile(sshd, 24 << 20, 41);
+  ASSERT_TRUE(big.mount);
+  ASSERT_GE(big.fd, 0) << std::strerror(errno);
+  const std::string& data = big.data;
+  std::unique_ptr<ObjfsMount>& mount = big.mount;
+  const int fd = big.fd;
   std::string buf(1 << 20, '\0');
   for (off_t at : {off_t{0}, off_t{8} << 20, off_t{16} << 20}) {
     if (at != 0) sshd.KillConnections();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -1216,6 +1217,17 @@ class MetadataDelayTest : public FilesystemTest {
     return it == head->metadata.end() ? "" : it->second;
   }
 
+  // `name` created, written with `data` and uploaded by fsync(2), still open: a file between its
+  // upload and its last release. Empty (after a test failure) when a step fails.
+  std::optional<CreatedFile> UploadedAndOpen(const std::string& name, std::string_view data) {
+    auto created = fs_->Create(kRootIno, name, 0644, O_RDWR | O_CREAT | O_EXCL);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (!created.ok()) return std::nullopt;
+    EXPECT_TRUE(fs_->Write(created->fh, 0, Bytes(data)).ok());
+    EXPECT_TRUE(fs_->Fsync(created->fh, false).ok());
+    return *created;
+  }
+
   static std::string FileMode(uint32_t perms) { return std::to_string(S_IFREG | perms); }
   uint64_t Copies() const { return metrics_.copy_requests.load(); }
   // No staging file and no crash record is left in cache_dir.
@@ -1284,11 +1296,9 @@ TEST_F(MetadataDelayTest, ChangesBeforeTheLateReleaseWaitToo) {
 // A change held while the file is still open for writing goes up with the next upload of its
 // data, and is not applied again after it.
 TEST_F(MetadataDelayTest, AHeldChangeRidesWithTheNextUpload) {
-  auto created = fs_->Create(kRootIno, "h", 0644, O_WRONLY | O_CREAT | O_EXCL);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto created = UploadedAndOpen("h", "first");
+  ASSERT_TRUE(created);
   const uint64_t ino = created->entry.attr.ino;
-  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("first")).ok());
-  ASSERT_TRUE(fs_->Fsync(created->fh, false).ok());
   const uint64_t puts = metrics_.put_requests.load();
   ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
   EXPECT_EQ(StoredMode("h"), FileMode(0644));  // held
@@ -1403,18 +1413,14 @@ TEST_F(MetadataDelayTest, ACrashRecordOlderThanAChangeElsewhereIsDropped) {
 // a crash must not upload it again, neither over a held change nor over another client's
 // newer object.
 TEST_F(MetadataDelayTest, AnUploadedFileStillOpenIsNotUploadedAgainAfterACrash) {
-  auto created = fs_->Create(kRootIno, "open", 0644, O_RDWR | O_CREAT | O_EXCL);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto created = UploadedAndOpen("open", "first version");
+  ASSERT_TRUE(created);
   const uint64_t ino = created->entry.attr.ino;
-  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("first version")).ok());
-  ASSERT_TRUE(fs_->Fsync(created->fh, false).ok());
   ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));  // held
   PutObject("other", "z");
   {
-    auto other = fs_->Create(kRootIno, "other-open", 0644, O_RDWR | O_CREAT | O_EXCL);
-    ASSERT_TRUE(other.ok());
-    ASSERT_TRUE(fs_->Write(other->fh, 0, Bytes("ours")).ok());
-    ASSERT_TRUE(fs_->Fsync(other->fh, false).ok());
+    auto other = UploadedAndOpen("other-open", "ours");
+    ASSERT_TRUE(other);
     // Another client replaces it while it is still open here.
     PutObject("other-open", "theirs, newer");
   }
@@ -1431,10 +1437,8 @@ TEST_F(MetadataDelayTest, AnUploadedFileStillOpenIsNotUploadedAgainAfterACrash) 
 // A file removed while open keeps taking writes into a copy that nothing may upload, not even
 // after a crash.
 TEST_F(MetadataDelayTest, WritesAfterAnUnlinkAreNotRecoveredAfterACrash) {
-  auto created = fs_->Create(kRootIno, "gone", 0644, O_RDWR | O_CREAT | O_EXCL);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
-  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("A")).ok());
-  ASSERT_TRUE(fs_->Fsync(created->fh, false).ok());
+  auto created = UploadedAndOpen("gone", "A");
+  ASSERT_TRUE(created);
   ASSERT_TRUE(fs_->Unlink(kRootIno, "gone").ok());
   ASSERT_TRUE(fs_->Write(created->fh, 1, Bytes("B")).ok());
   const uint64_t puts = metrics_.put_requests.load();
@@ -1470,11 +1474,9 @@ TEST_F(MetadataDelayTest, AHeldChangeIsNotReplayedOverALaterOne) {
   fs_.reset();
   options_.writeback = 60;
   fs_ = NewFilesystem();
-  auto created = fs_->Create(kRootIno, "f", 0644, O_RDWR | O_CREAT | O_EXCL);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto created = UploadedAndOpen("f", "same bytes");
+  ASSERT_TRUE(created);
   const uint64_t ino = created->entry.attr.ino;
-  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("same bytes")).ok());
-  ASSERT_TRUE(fs_->Fsync(created->fh, false).ok());
   ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));                          // held
   ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("same bytes")).ok());  // same ETag again
   ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0640));
