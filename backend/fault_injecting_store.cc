@@ -23,10 +23,17 @@ void FaultInjectingStore::FailAll(StoreOp op, Status status) {
   ops_[static_cast<size_t>(op)].fail_all = NotOk(std::move(status));
 }
 
+void FaultInjectingStore::BeforeNth(StoreOp op, int k, std::function<void()> hook) {
+  std::lock_guard lock(mu_);
+  OpState& state = ops_[static_cast<size_t>(op)];
+  state.hooks.push_back({state.calls + k, std::move(hook)});
+}
+
 void FaultInjectingStore::Clear() {
   std::lock_guard lock(mu_);
   for (OpState& state : ops_) {
     state.pending.clear();
+    state.hooks.clear();
     state.fail_all.reset();
   }
 }
@@ -37,18 +44,30 @@ int FaultInjectingStore::calls(StoreOp op) const {
 }
 
 Status FaultInjectingStore::Admit(StoreOp op) {
-  std::lock_guard lock(mu_);
-  OpState& state = ops_[static_cast<size_t>(op)];
-  ++state.calls;
-  for (auto it = state.pending.begin(); it != state.pending.end(); ++it) {
-    if (it->call == state.calls) {
-      Status status = std::move(it->status);
-      state.pending.erase(it);
-      return status;
+  std::function<void()> hook;
+  Status status;
+  {
+    std::lock_guard lock(mu_);
+    OpState& state = ops_[static_cast<size_t>(op)];
+    ++state.calls;
+    for (auto it = state.hooks.begin(); it != state.hooks.end(); ++it) {
+      if (it->call == state.calls) {
+        hook = std::move(it->hook);
+        state.hooks.erase(it);
+        break;
+      }
     }
+    for (auto it = state.pending.begin(); it != state.pending.end(); ++it) {
+      if (it->call == state.calls) {
+        status = std::move(it->status);
+        state.pending.erase(it);
+        break;
+      }
+    }
+    if (status.ok() && state.fail_all.has_value()) status = *state.fail_all;
   }
-  if (state.fail_all.has_value()) return *state.fail_all;
-  return Status::Ok();
+  if (hook) hook();  // without the lock: it may call this store
+  return status;
 }
 
 Result<ObjectInfo> FaultInjectingStore::head(std::string_view key) {

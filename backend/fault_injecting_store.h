@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -27,7 +28,11 @@ class FaultInjectingStore : public ForwardingStore {
   void FailNth(StoreOp op, int k, Status status);
   // Every call of kind `op` fails with `status` until Clear().
   void FailAll(StoreOp op, Status status);
-  // Drops every pending failure; the call counts stay.
+  // Runs `hook` when the k-th call of kind `op` (1-based, counted from now) arrives, before it
+  // goes on (or fails): a test's view of the moment, such as a crash in the middle of a
+  // download.
+  void BeforeNth(StoreOp op, int k, std::function<void()> hook);
+  // Drops every pending failure and hook; the call counts stay.
   void Clear();
   // How many calls of kind `op` this store has received, failed ones included.
   int calls(StoreOp op) const;
@@ -50,9 +55,14 @@ class FaultInjectingStore : public ForwardingStore {
     int call;  // the value of the call count at which to fail
     Status status;
   };
+  struct PendingHook {
+    int call;
+    std::function<void()> hook;
+  };
   struct OpState {
     int calls = 0;
     std::vector<PendingFailure> pending;
+    std::vector<PendingHook> hooks;
     std::optional<Status> fail_all;
   };
 

@@ -1,0 +1,194 @@
+// What the next mount publishes after objfs is killed (as by a crash or a power loss), on real
+// RGW and sshd mounts: only data that close(2), fsync(2) or the write-back window accepted.
+// Data a writer had not finished never replaces the complete object; it is set aside in the
+// cache directory's "unfinished/" and the log names it.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/fixtures/file_tools.h"
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/run_command.h"
+#include "tests/fixtures/test_servers.h"
+
+namespace objfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Polls `done` every millisecond until it returns true or `seconds` pass.
+template <typename F>
+bool WaitFor(double seconds, F done) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (Clock::now() > deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// The object `key` of `bucket` as the server has it, fetched with curl into `path`; false when
+// the GET fails.
+bool S3GetToFile(const std::string& bucket, const std::string& key, const std::string& path) {
+  const S3TestServer& server = SharedS3Server();
+  std::vector<std::string> argv = SignedCurlArgs(server, "");
+  for (std::string a : {"-f", "-o", path.c_str()}) argv.push_back(a);
+  argv.push_back(server.endpoint + "/" + bucket + "/" + key);
+  CommandResult r = RunCommand(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0;
+}
+
+// "N bytes, MD5 ..." of `data`: what the tests compare, so that a failure prints no megabytes.
+std::string Digest(const std::string& data) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/data";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  return std::to_string(data.size()) + " bytes, MD5 " + Md5sum(path);
+}
+
+// A staging file under `cache_dir` with more than 0 and fewer than `size` bytes: an object of
+// `size` bytes is being fetched into it.
+bool FetchInProgress(const std::string& cache_dir, uintmax_t size) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(cache_dir, ec)) {
+    if (e.path().extension() != ".data") continue;
+    uintmax_t n = fs::file_size(e.path(), ec);
+    if (!ec && n > 0 && n < size) return true;
+  }
+  return false;
+}
+
+// The one file in `cache_dir`/unfinished, or "" (with a test failure) when there is not exactly
+// one.
+std::string OnlySetAsideFile(const std::string& cache_dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(cache_dir + "/unfinished", ec)) {
+    files.push_back(e.path().string());
+  }
+  EXPECT_EQ(files.size(), 1u) << "in " << cache_dir << "/unfinished";
+  return files.size() == 1 ? files[0] : "";
+}
+
+// Appending to a large object fetches it into cache_dir first. A crash in the middle of that
+// fetch once made the next mount upload the part fetched so far over the object (123 MB of a
+// GiB was left). Now the fetched copy has no crash record until a write changes it.
+TEST(MountCrashTest, S3KilledWhileFetchingForAnAppendLeavesTheObjectWhole) {
+  const std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "read_buffer=256K";  // many reads: a fetch long enough to catch
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  constexpr size_t kSize = 96u << 20;
+  const std::string data = PseudoRandomBytes(kSize, 14);
+  WriteFile(mount->path() + "/big.log", data);
+  const std::string md5 = Md5sum(mount->path() + "/big.log");
+
+  // `echo x >> big.log`, which blocks in the kernel until objfs has fetched the object.
+  const std::string target = mount->path() + "/big.log";
+  std::thread append([target] { RunCommand({"sh", "-c", "echo x >> '" + target + "'"}); });
+  const bool caught = WaitFor(60, [&] { return FetchInProgress(mount->cache_dir(), kSize); });
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+  append.join();
+  ASSERT_TRUE(caught) << "no fetch seen in " << mount->cache_dir();
+
+  ASSERT_TRUE(mount->Restart());
+  ScratchDir local;
+  ASSERT_TRUE(S3GetToFile(bucket, "big.log", local.path() + "/server"));
+  EXPECT_EQ(fs::file_size(local.path() + "/server"), kSize);
+  EXPECT_EQ(Md5sum(local.path() + "/server"), md5);
+  EXPECT_EQ(Md5sum(mount->path() + "/big.log"), md5);
+  // Nothing was being written yet: nothing to set aside either.
+  EXPECT_FALSE(fs::exists(mount->cache_dir() + "/unfinished"));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// A file written and never closed when objfs dies is not what its writer meant it to be: the
+// next mount keeps the complete object that was there, and sets the torn data aside. `remote`
+// reads the object as the server has it.
+template <typename Remote>
+void ExpectTornWriteIsSetAside(const std::string& url, Remote remote) {
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url);
+  ASSERT_TRUE(mount);
+  const std::string old_data = PseudoRandomBytes(8u << 20, 1);
+  WriteFile(mount->path() + "/doc", old_data);
+  ASSERT_EQ(Digest(remote("doc")), Digest(old_data));
+
+  const std::string torn = PseudoRandomBytes(3u << 20, 2);
+  int fd = ::open((mount->path() + "/doc").c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, torn.data(), torn.size()), static_cast<ssize_t>(torn.size()));
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+  ::close(fd);  // (fails: the mount is gone)
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(remote("doc")), Digest(old_data));
+  EXPECT_EQ(Digest(ReadFile(mount->path() + "/doc")), Digest(old_data));
+  const std::string kept = OnlySetAsideFile(mount->cache_dir());
+  EXPECT_EQ(fs::path(kept).filename(), "doc");
+  EXPECT_EQ(Digest(ReadLocal(kept)), Digest(torn));
+  const std::string log = mount->log();
+  EXPECT_NE(log.find("doc was being written when objfs stopped"), std::string::npos) << log;
+  EXPECT_NE(log.find(kept), std::string::npos) << log;
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+TEST(MountCrashTest, S3KilledInTheMiddleOfAWriteKeepsTheOldObject) {
+  const std::string bucket = CreateTestBucket(TestName());
+  ExpectTornWriteIsSetAside(S3MountUrl(bucket), [&](const std::string& key) {
+    ScratchDir local;
+    if (!S3GetToFile(bucket, key, local.path() + "/object")) return std::string();
+    return ReadLocal(local.path() + "/object");
+  });
+}
+
+TEST(MountCrashTest, SftpKilledInTheMiddleOfAWriteKeepsTheOldFile) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ExpectTornWriteIsSetAside(dir.url, [&](const std::string& name) {
+    return ReadLocal(dir.path + "/" + name);
+  });
+}
+
+// What close accepted into the write-back window survives the crash, even while a writer is
+// changing the file again: the next mount uploads the closed version.
+TEST(MountCrashTest, S3TheClosedVersionInTheWindowSurvivesAKilledRewrite) {
+  const std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "writeback=600";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string closed = PseudoRandomBytes(1u << 20, 3);
+  WriteFile(mount->path() + "/f", closed);
+  int fd = ::open((mount->path() + "/f").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, "XXXX", 4, 1000), 4);
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+  ::close(fd);
+
+  ASSERT_TRUE(mount->Restart());
+  ScratchDir local;
+  ASSERT_TRUE(S3GetToFile(bucket, "f", local.path() + "/object"));
+  EXPECT_EQ(Digest(ReadLocal(local.path() + "/object")), Digest(closed));
+  std::string changed = closed;
+  changed.replace(1000, 4, "XXXX");
+  EXPECT_EQ(Digest(ReadLocal(OnlySetAsideFile(mount->cache_dir()))), Digest(changed));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+}  // namespace
+}  // namespace objfs::testing
