@@ -412,29 +412,44 @@ Result<ObjectMetaRecord> ObjectMetaCodec::Decode(std::string_view in) {
 // ---- StagedUploadCodec --------------------------------------------------------------------
 
 namespace {
-constexpr size_t kStagedUploadFixedBody = kStringBytes + 4;  // key length, metadata count
+// key length, metadata count (and state, size from version 3).
+constexpr size_t kStagedUploadV2FixedBody = kStringBytes + 4;
+constexpr size_t kStagedUploadFixedBody = kStagedUploadV2FixedBody + 1 + 8;
 }  // namespace
 
 size_t StagedUploadCodec::EncodedSize(const StagedUploadRecord& record) {
-  return kFramingBytes + kStringBytes + record.key.size() + MetadataBytes(record.metadata);
+  return kFramingBytes + kStringBytes + record.key.size() + 1 + 8 + MetadataBytes(record.metadata);
 }
 
 void StagedUploadCodec::Encode(const StagedUploadRecord& record, std::string& out) {
   Writer w(out, EncodedSize(record), kTag, kVersion);
   w.String(record.key);
+  w.U8(static_cast<uint8_t>(record.state));
+  w.U64(record.size);
   WriteMetadata(w, record.metadata);
   w.Seal();
 }
 
 Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
   static constexpr char kType[] = "staged upload";
+  const bool v2 = in.size() > 1 && static_cast<uint8_t>(in[1]) == 2;
   std::string_view body;
-  if (Status s = CheckEnvelope(in, kTag, kVersion, kStagedUploadFixedBody, kType, body); !s.ok()) {
+  if (Status s = CheckEnvelope(in, kTag, v2 ? 2 : kVersion,
+                               v2 ? kStagedUploadV2FixedBody : kStagedUploadFixedBody, kType, body);
+      !s.ok()) {
     return s;
   }
   Reader r(body);
   StagedUploadRecord record;
   if (!r.String(record.key)) return Corrupt(kType, "length past the end");
+  if (!v2) {
+    uint8_t state = 0;
+    if (!r.U8(state) || !r.U64(record.size)) return Corrupt(kType, "length past the end");
+    if (state > static_cast<uint8_t>(StagedUploadRecord::State::kAccepted)) {
+      return Corrupt(kType, "unknown state");
+    }
+    record.state = static_cast<StagedUploadRecord::State>(state);
+  }
   OBJFS_RETURN_IF_ERROR(ReadMetadata(r, kType, record.metadata));
   if (r.left() != 0) return Corrupt(kType, "trailing bytes");
   return record;

@@ -57,12 +57,14 @@ class ObjectMetaCodec {
   static const std::string& Key(const ObjectMetaRecord& record) { return record.key; }
 };
 
-// key, metadata count u32, (name, value) * count in strictly increasing name order.
-// (Version 1 held a size, a time and an MD5 instead of the metadata; such records do not decode.)
+// key, state u8, size u64, metadata count u32, (name, value) * count in strictly increasing
+// name order. Version 2 records (key and metadata only) still decode, as kWriting with size 0:
+// they did not say whether a close had accepted the data. (Version 1 held a size, a time and an
+// MD5 instead of the metadata; such records do not decode.)
 class StagedUploadCodec {
  public:
   static constexpr uint8_t kTag = 0x03;
-  static constexpr uint8_t kVersion = 2;
+  static constexpr uint8_t kVersion = 3;
   static size_t EncodedSize(const StagedUploadRecord& record);
   static void Encode(const StagedUploadRecord& record, std::string& out);
   static Result<StagedUploadRecord> Decode(std::string_view in);

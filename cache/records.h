@@ -45,12 +45,22 @@ struct ObjectMetaRecord {
   }
 };
 
-// What a staging file "N.data" is to become: the key it is uploaded to and the metadata the
-// upload carries. Kept beside the data as "N.meta" and rewritten when either changes (not on
-// every write), so that data written before a crash is uploaded at the next mount.
+// What a staging file "N.data" is to become: the key it is uploaded to, the metadata the
+// upload carries, and whether a crash may publish it. Kept beside the data as "N.meta" and
+// rewritten when any of these changes (not on every write).
+//
+// Only data that close(2), fsync(2) or the write-back window accepted is ever uploaded by the
+// next mount (kAccepted, and only while the data file still has `size` bytes). Data a writer
+// had not finished (kWriting: open, written, never closed or synced since) is set aside in
+// cache_dir and named in the log instead: a crash must never replace a complete object with a
+// torn one. Records of objfs before 0.3 (version 2, and the text form) did not say which they
+// were, and are treated as kWriting.
 struct StagedUploadRecord {
+  enum class State : uint8_t { kWriting = 0, kAccepted = 1 };
   std::string key;
   std::map<std::string, std::string> metadata;
+  State state = State::kWriting;
+  uint64_t size = 0;  // the data's size when accepted (0 while kWriting)
 
   bool operator==(const StagedUploadRecord&) const = default;
 };

@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -198,20 +200,49 @@ Status StagedFile::Truncate(uint64_t size) {
   return Status::Ok();
 }
 
-Status StagedFile::Describe(std::string_view key, const Metadata& metadata) {
+Status StagedFile::WriteRecord(std::string_view key, const Metadata& metadata, State state) {
   std::string bytes;
-  StagedUploadCodec::Encode(StagedUploadRecord{std::string(key), metadata}, bytes);
+  StagedUploadCodec::Encode(
+      StagedUploadRecord{std::string(key), metadata, state, state == State::kAccepted ? size_ : 0},
+      bytes);
   // Each rewrite is a new file renamed into place; close, release and rename of a file in a
   // write-back window describe it again, mostly with nothing changed.
-  if (bytes == described_) return Status::Ok();
-  OBJFS_RETURN_IF_ERROR(WriteWholeFile(meta_path_, bytes));
-  described_ = std::move(bytes);
+  if (bytes != described_) {
+    OBJFS_RETURN_IF_ERROR(WriteWholeFile(meta_path_, bytes));
+    described_ = std::move(bytes);
+  }
+  state_ = state;
+  if (key_ != key) key_ = std::string(key);
+  if (metadata_ != metadata) metadata_ = metadata;
   return Status::Ok();
 }
 
-void StagedFile::Orphan() {
+Status StagedFile::MarkWriting(std::string_view key, const Metadata& metadata) {
+  return WriteRecord(key, metadata, State::kWriting);
+}
+
+Status StagedFile::MarkAccepted(std::string_view key, const Metadata& metadata) {
+  OBJFS_RETURN_IF_ERROR(Sync());
+  return WriteRecord(key, metadata, State::kAccepted);
+}
+
+Status StagedFile::Describe(std::string_view key, const Metadata& metadata) {
+  if (!state_) return Status::Ok();
+  return WriteRecord(key, metadata, *state_);
+}
+
+std::optional<StagedFile::State> StagedFile::Orphan() {
+  std::optional<State> was = state_;
   ::unlink(meta_path_.c_str());
   described_.clear();
+  state_.reset();
+  return was;
+}
+
+Status StagedFile::Restore(std::optional<State> state) {
+  if (!state) return Status::Ok();
+  if (*state == State::kAccepted) return MarkAccepted(key_, metadata_);
+  return WriteRecord(key_, metadata_, *state);
 }
 
 void StagedFile::Remove() {
@@ -238,25 +269,96 @@ Result<std::unique_ptr<StagingArea>> StagingArea::Open(const std::string& dir) {
   return std::unique_ptr<StagingArea>(new StagingArea(dir));
 }
 
-Result<std::unique_ptr<StagedFile>> StagingArea::Create(std::string_view key,
-                                                        const Metadata& metadata) {
+Result<std::unique_ptr<StagedFile>> StagingArea::Create() {
   for (int attempt = 0; attempt < 1000; ++attempt) {
     std::string base = NextBase();
     std::string data_path = base + ".data";
-    int fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
       if (errno == EEXIST) continue;
       return ErrnoStatus("create", data_path, errno);
     }
-    std::unique_ptr<StagedFile> file(new StagedFile(fd, data_path, base + ".meta", 0));
-    Status s = file->Describe(key, metadata);
-    if (!s.ok()) {
-      file->Remove();
-      return s;
-    }
-    return file;
+    // A record left by an earlier process of this PID would describe the new data.
+    ::unlink((base + ".meta").c_str());
+    return std::unique_ptr<StagedFile>(new StagedFile(fd, data_path, base + ".meta", 0));
   }
   return IoError("cannot find a free staging file name in " + dir_);
+}
+
+Result<std::unique_ptr<StagedFile>> StagingArea::Clone(const StagedFile& from) {
+  OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<StagedFile> copy, Create());
+  // A reflink costs no space on file systems that have them (btrfs, XFS); elsewhere the kernel
+  // copies without the bytes passing through this process.
+  bool done = ::ioctl(copy->fd_, FICLONE, from.fd_) == 0;
+  if (!done) {
+    loff_t in = 0, out = 0;
+    while (static_cast<uint64_t>(in) < from.size_) {
+      ssize_t n = ::copy_file_range(from.fd_, &in, copy->fd_, &out,
+                                    static_cast<size_t>(from.size_ - static_cast<uint64_t>(in)), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int err = n < 0 ? errno : EIO;
+        copy->Remove();
+        return ErrnoStatus("copy into", copy->data_path_, err);
+      }
+    }
+  }
+  // (Sparse staging files stay their size even where the copy ends early in a hole.)
+  if (::ftruncate(copy->fd_, static_cast<off_t>(from.size_)) != 0) {
+    int err = errno;
+    copy->Remove();
+    return ErrnoStatus("truncate", copy->data_path_, err);
+  }
+  copy->size_ = from.size_;
+  copy->synced_ = false;
+  return copy;
+}
+
+namespace {
+
+// A file name for `key` in "unfinished/": '/' and '%' and control characters percent-encoded,
+// at most 200 bytes, so that the user can tell which file it was.
+std::string SetAsideName(std::string_view key) {
+  std::string name;
+  for (char c : key) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '/' || c == '%' || u < 0x20 || u == 0x7f) {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      name += '%';
+      name += kHex[u >> 4];
+      name += kHex[u & 15];
+    } else {
+      name += c;
+    }
+    if (name.size() >= 200) break;
+  }
+  if (name.empty() || name == "." || name == "..") name = "%2E" + name;
+  return name;
+}
+
+}  // namespace
+
+Result<std::string> StagingArea::SetAside(const StagedLeftover& left) const {
+  const std::string dir = dir_ + "/unfinished";
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir, errno);
+  const std::string base = dir + "/" + SetAsideName(left.key);
+  for (int n = 0; n < 1000; ++n) {
+    std::string path = n == 0 ? base : base + "." + std::to_string(n);
+    // link(2) never replaces an existing name, unlike rename(2).
+    if (::link(left.data_path.c_str(), path.c_str()) == 0) {
+      ::unlink(left.data_path.c_str());
+      ::unlink(left.meta_path.c_str());
+      return path;
+    }
+    if (errno != EEXIST) return ErrnoStatus("link", path, errno);
+  }
+  return IoError("no free name in " + dir + " for " + left.key);
+}
+
+bool StagedLeftover::publishable() const {
+  if (state != StagedUploadRecord::State::kAccepted) return false;
+  struct stat st;
+  return ::stat(data_path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size;
 }
 
 std::string StagingArea::NextBase() {
@@ -373,6 +475,8 @@ Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
           if (record.ok()) {
             left.key = std::move(record->key);
             left.metadata = std::move(record->metadata);
+            left.state = record->state;
+            left.size = record->size;
             decoded = true;
           }
         } else {

@@ -1,10 +1,15 @@
 // Local files that hold a file's content between its first write and its upload.
 //
 // Object stores only take whole objects, so random writes, appends and truncates go to a
-// staging file that is uploaded in one put at flush/release. Each staging file "N.data" has a
-// sidecar "N.meta" naming its key and the metadata of the upload (a StagedUploadRecord in its
-// codec, cache/codec.h), so that the data of a process killed before its upload can be found
-// and uploaded at the next mount (Leftovers()).
+// staging file that is uploaded in one put at flush/release. A staging file "N.data" that holds
+// data the store lacks has a crash record "N.meta" (a StagedUploadRecord in its codec,
+// cache/codec.h) naming its key, the metadata of the upload and its state:
+// - none while the file is only a copy of the stored object (being fetched for writing, or kept
+//   for open handles after an upload): the next mount deletes such data;
+// - kWriting once a writer changed it: the next mount sets it aside in "unfinished/" and names
+//   it in the log, but never uploads it, since no close or fsync vouched for it;
+// - kAccepted once close(2), fsync(2) or the write-back window accepted it (MarkAccepted, after
+//   the data is on disk): the next mount uploads it (Leftovers()).
 #pragma once
 
 #include <atomic>
@@ -12,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +25,7 @@
 
 #include "backend/object_store.h"
 #include "backend/status.h"
+#include "cache/records.h"
 
 namespace objfs {
 
@@ -38,18 +45,31 @@ class StagedFile {
   Status Truncate(uint64_t size);
   // Flushes the data to disk (fdatasync), unless nothing was written since the last Sync.
   Status Sync();
-  // Rewrites the sidecar: the key and metadata the data is to be uploaded with. On failure (a
-  // full disk) the previous sidecar stays.
+  using State = StagedUploadRecord::State;
+  // Records the data as being written under `key` (see the top of this file). Rewrites the
+  // record only when key, metadata or state change. On failure (a full disk) the previous
+  // record stays.
+  Status MarkWriting(std::string_view key, const Metadata& metadata);
+  // Records the data, as it is now, as accepted by close, fsync or the write-back window: the
+  // data reaches the disk first (Sync), so that a record never vouches for data a power loss
+  // took, and the record names its size.
+  Status MarkAccepted(std::string_view key, const Metadata& metadata);
+  // Rewrites the record with a new key and metadata, keeping its state (a rename, a chmod of a
+  // pending file). Does nothing when there is no record.
   Status Describe(std::string_view key, const Metadata& metadata);
+  // The state of the record; nullopt when there is none.
+  std::optional<State> state() const { return state_; }
   // A source over the current content, for ObjectStore::put. Valid while this file lives and
   // is not written.
   FileSource Source() const { return FileSource(fd_, size_); }
   // Deletes the data file and its sidecar (after a successful upload).
   void Remove();
   // Deletes only the sidecar, so that a crash leaves nothing to upload: for data that must no
-  // longer reach the store (its file was removed or replaced) but is still open. A later
-  // Describe() writes a new sidecar.
-  void Orphan();
+  // longer reach the store (its file was removed or replaced, or the store has it) but is
+  // still open. Returns the state it had, for Restore().
+  std::optional<State> Orphan();
+  // Writes the record again as it was before Orphan() (`state`; nothing for nullopt).
+  Status Restore(std::optional<State> state);
 
  private:
   friend class StagingArea;
@@ -60,8 +80,13 @@ class StagedFile {
   std::string meta_path_;
   uint64_t size_;
   bool removed_ = false;
-  std::string described_;  // the sidecar's current bytes
-  bool synced_ = true;     // nothing written since the last Sync()
+  std::string described_;       // the sidecar's current bytes
+  bool synced_ = true;          // nothing written since the last Sync()
+  std::optional<State> state_;  // the sidecar's state; nullopt: no sidecar
+  std::string key_;             // what the sidecar says (or said, before Orphan())
+  Metadata metadata_;
+
+  Status WriteRecord(std::string_view key, const Metadata& metadata, State state);
 };
 
 // A metadata change (chmod, chown, utimens, setxattr) of a stored object that is not applied to
@@ -103,6 +128,11 @@ struct StagedLeftover {
   Metadata metadata;
   std::string data_path;
   std::string meta_path;
+  StagedUploadRecord::State state = StagedUploadRecord::State::kWriting;
+  uint64_t size = 0;  // accepted size (kAccepted)
+  // The data is what its writer's close, fsync or write-back window accepted, whole: the next
+  // mount may upload it. Otherwise it is set aside (SetAside).
+  bool publishable() const;
 };
 
 class StagingArea {
@@ -110,8 +140,15 @@ class StagingArea {
   // Uses (and creates) directory `dir`.
   static Result<std::unique_ptr<StagingArea>> Open(const std::string& dir);
 
-  // A new, empty staging file for `key`.
-  Result<std::unique_ptr<StagedFile>> Create(std::string_view key, const Metadata& metadata);
+  // A new, empty staging file, without a record (see the top of this file).
+  Result<std::unique_ptr<StagedFile>> Create();
+  // A new staging file holding the same bytes as `from` (a reflink where the file system has
+  // them, else copied in the kernel), without a record: the version a close accepted stays
+  // intact while a writer changes the copy.
+  Result<std::unique_ptr<StagedFile>> Clone(const StagedFile& from);
+  // Moves the data of a leftover that must not be uploaded into "unfinished/" under a name made
+  // from its key, deletes its record, and returns the new path.
+  Result<std::string> SetAside(const StagedLeftover& left) const;
 
   // Staging files left by an earlier process, with a readable sidecar. The data files whose
   // sidecar does not decode (damaged, or cut short by a power loss) are left where they are

@@ -335,10 +335,34 @@ TEST(StagedUploadCodecTest, RejectsTheFirstVersionAndMetadataOutOfOrder) {
 
   StagedUploadRecord r{"k", {{"a", "1"}, {"b", "2"}}};
   std::string swapped = Encoded<StagedUploadCodec>(r);
-  const size_t first_name_at = 2 + 4 + r.key.size() + 4 + 4;
+  // tag, version, key, state, size, metadata count, first name's length.
+  const size_t first_name_at = 2 + 4 + r.key.size() + 1 + 8 + 4 + 4;
   ASSERT_EQ(swapped[first_name_at], 'a');
   swapped[first_name_at] = 'b';
   ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(swapped)).status(), "out of order");
+}
+
+// Version 3 says whether a close accepted the data, and its size then. Version 2 records still
+// decode, as data being written: they did not say.
+TEST(StagedUploadCodecTest, CarriesStateAndSizeAndReadsVersionTwo) {
+  StagedUploadRecord accepted{"k", {{"mode", "33188"}}, StagedUploadRecord::State::kAccepted, 42};
+  auto decoded = DecodeExact<StagedUploadCodec>(Encoded<StagedUploadCodec>(accepted));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, accepted);
+
+  // A version 2 record as objfs 0.2 wrote it: tag, version, key, metadata, CRC.
+  std::string v2 = Encoded<StagedUploadCodec>(accepted);
+  v2.erase(2 + 4 + accepted.key.size(), 1 + 8);
+  v2[1] = 2;
+  auto old = DecodeExact<StagedUploadCodec>(Reseal(v2));
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->key, "k");
+  EXPECT_EQ(old->metadata, accepted.metadata);
+  EXPECT_EQ(old->state, StagedUploadRecord::State::kWriting);
+
+  std::string bad_state = Encoded<StagedUploadCodec>(accepted);
+  bad_state[2 + 4 + accepted.key.size()] = 7;
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(bad_state)).status(), "unknown state");
 }
 
 TEST(PendingAttrsCodecTest, RejectsAnETagOfTheWrongKind) {

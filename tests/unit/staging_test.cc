@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "cache/codec.h"
 #include "gtest/gtest.h"
@@ -32,7 +33,7 @@ class StagingTest : public ::testing::Test {
 TEST_F(StagingTest, WritesReadsAndTruncates) {
   auto area = StagingArea::Open(dir_ + "/a/b");
   ASSERT_TRUE(area.ok()) << area.status().ToString();
-  auto file = (*area)->Create("k", {});
+  auto file = (*area)->Create();
   ASSERT_TRUE(file.ok());
   StagedFile& f = **file;
   ASSERT_TRUE(f.WriteAt(0, Bytes("hello")).ok());
@@ -57,10 +58,11 @@ TEST_F(StagingTest, LeftoversCarryKeyAndMetadata) {
   auto area = StagingArea::Open(dir_);
   ASSERT_TRUE(area.ok());
   {
-    auto file = (*area)->Create("dir/na=me\nx", {{"mode", "33188"}});
+    auto file = (*area)->Create();
     ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->MarkWriting("dir/na=me\nx", {{"mode", "33188"}}).ok());
     ASSERT_TRUE((*file)->WriteAt(0, Bytes("data")).ok());
-    ASSERT_TRUE((*file)->Describe("dir/na=me\nx", {{"mode", "33261"}, {"x", "a=b"}}).ok());
+    ASSERT_TRUE((*file)->MarkAccepted("dir/na=me\nx", {{"mode", "33261"}, {"x", "a=b"}}).ok());
   }  // closed, not removed: what an unclean exit leaves
   auto left = (*area)->Leftovers();
   ASSERT_TRUE(left.ok());
@@ -69,6 +71,9 @@ TEST_F(StagingTest, LeftoversCarryKeyAndMetadata) {
   EXPECT_EQ((*left)[0].metadata.at("mode"), "33261");
   EXPECT_EQ((*left)[0].metadata.at("x"), "a=b");
   EXPECT_EQ(std::filesystem::file_size((*left)[0].data_path), 4u);
+  EXPECT_EQ((*left)[0].state, StagedUploadRecord::State::kAccepted);
+  EXPECT_EQ((*left)[0].size, 4u);
+  EXPECT_TRUE((*left)[0].publishable());
 }
 
 // Writes that fail part way, here at the file size limit as on a full disk.
@@ -94,7 +99,7 @@ class FileSizeLimit {
 TEST_F(StagingTest, AFailedWriteLeavesNoBytesBehind) {
   auto area = StagingArea::Open(dir_);
   ASSERT_TRUE(area.ok()) << area.status().ToString();
-  auto file = (*area)->Create("k", {});
+  auto file = (*area)->Create();
   ASSERT_TRUE(file.ok());
   StagedFile& f = **file;
   ASSERT_TRUE(f.WriteAt(0, Bytes("head")).ok());
@@ -117,9 +122,9 @@ TEST_F(StagingTest, AFailedWriteLeavesNoBytesBehind) {
 TEST_F(StagingTest, ASidecarThatCannotBeWrittenLeavesTheOldOne) {
   auto area = StagingArea::Open(dir_);
   ASSERT_TRUE(area.ok()) << area.status().ToString();
-  auto file = (*area)->Create("old-key", {});
+  auto file = (*area)->Create();
   ASSERT_TRUE(file.ok());
-  ASSERT_TRUE((*file)->Describe("old-key", {{"mode", "33188"}}).ok());
+  ASSERT_TRUE((*file)->MarkWriting("old-key", {{"mode", "33188"}}).ok());
   Status failed;
   {
     FileSizeLimit limit(0);
@@ -157,8 +162,9 @@ std::string ReadFile(const std::string& path) {
 TEST_F(StagingTest, SidecarsAreRecordsAndTextOnesOfEarlierVersionsAreStillRead) {
   auto area = StagingArea::Open(dir_);
   ASSERT_TRUE(area.ok());
-  auto file = (*area)->Create("new/key", {{"mode", "33188"}});
+  auto file = (*area)->Create();
   ASSERT_TRUE(file.ok());
+  ASSERT_TRUE((*file)->MarkWriting("new/key", {{"mode", "33188"}}).ok());
   const std::string meta_path =
       (*file)->data_path().substr(0, (*file)->data_path().size() - 5) + ".meta";
   auto record = StagedUploadCodec::Decode(ReadFile(meta_path));
@@ -174,6 +180,8 @@ TEST_F(StagingTest, SidecarsAreRecordsAndTextOnesOfEarlierVersionsAreStillRead) 
   EXPECT_EQ(old.key, "old\nkey");
   EXPECT_EQ(old.metadata, (Metadata{{"mode", "33261"}, {"x", "a=b"}}));
   EXPECT_EQ(old.data_path, dir_ + "/1-0.data");
+  // It did not say whether a close had accepted the data: never uploaded, only set aside.
+  EXPECT_FALSE(old.publishable());
 
   std::string key;
   Metadata md;
@@ -190,8 +198,9 @@ TEST_F(StagingTest, ADamagedSidecarLeavesItsDataAndNamesIt) {
   ASSERT_TRUE(area.ok());
   std::string data_path, meta_path;
   {
-    auto file = (*area)->Create("k", {{"mode", "33188"}, {"mtime", "1700000000"}});
+    auto file = (*area)->Create();
     ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->MarkWriting("k", {{"mode", "33188"}, {"mtime", "1700000000"}}).ok());
     ASSERT_TRUE((*file)->WriteAt(0, Bytes("data")).ok());
     data_path = (*file)->data_path();
     meta_path = data_path.substr(0, data_path.size() - 5) + ".meta";
@@ -215,10 +224,13 @@ TEST_F(StagingTest, RemoveUnrecordedDeletesOnlyDataNoRecordNames) {
   ASSERT_TRUE(area.ok());
   std::string orphan_path, kept_path, damaged_path;
   {
-    auto orphan = (*area)->Create("uploaded", {});
-    auto kept = (*area)->Create("pending", {});
-    auto damaged = (*area)->Create("damaged", {});
+    auto orphan = (*area)->Create();
+    auto kept = (*area)->Create();
+    auto damaged = (*area)->Create();
     ASSERT_TRUE(orphan.ok() && kept.ok() && damaged.ok());
+    ASSERT_TRUE((*orphan)->MarkWriting("uploaded", {}).ok());
+    ASSERT_TRUE((*kept)->MarkWriting("pending", {}).ok());
+    ASSERT_TRUE((*damaged)->MarkWriting("damaged", {}).ok());
     ASSERT_TRUE((*orphan)->WriteAt(0, Bytes("12345")).ok());
     ASSERT_TRUE((*kept)->WriteAt(0, Bytes("abc")).ok());
     ASSERT_TRUE((*damaged)->WriteAt(0, Bytes("xyz")).ok());
@@ -265,8 +277,9 @@ TEST_F(StagingTest, NoDamagedSidecarIsReadAsTheOldTextForm) {
   ASSERT_TRUE(area.ok());
   std::string data_path, meta_path;
   {
-    auto file = (*area)->Create("logs/app.log", {});
+    auto file = (*area)->Create();
     ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->MarkWriting("logs/app.log", {}).ok());
     data_path = (*file)->data_path();
     meta_path = data_path.substr(0, data_path.size() - 5) + ".meta";
   }
@@ -331,6 +344,91 @@ TEST_F(StagingTest, ADamagedPendingAttrsRecordIsDropped) {
 }
 
 TEST(StagingOpenTest, RefusesEmptyDirectory) { EXPECT_FALSE(StagingArea::Open("").ok()); }
+
+}  // namespace
+}  // namespace objfs
+
+namespace objfs {
+namespace {
+
+TEST_F(StagingTest, OnlyAcceptedDataOfTheRecordedSizeIsPublishable) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  auto file = (*area)->Create();
+  ASSERT_TRUE(file.ok());
+  // Fetched or uploaded copies have no record at all: nothing to find.
+  ASSERT_TRUE((*file)->WriteAt(0, Bytes("fetched")).ok());
+  EXPECT_FALSE((*file)->state().has_value());
+  EXPECT_TRUE((*area)->Leftovers()->empty());
+  // Being written: found, not publishable.
+  ASSERT_TRUE((*file)->MarkWriting("k", {}).ok());
+  auto left = (*area)->Leftovers();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_FALSE((*left)[0].publishable());
+  // Accepted at 7 bytes: publishable while the data has those 7 bytes.
+  ASSERT_TRUE((*file)->MarkAccepted("k", {}).ok());
+  left = (*area)->Leftovers();
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_TRUE((*left)[0].publishable());
+  // Cut short since (a power loss took the tail): set aside, not uploaded.
+  ASSERT_EQ(::truncate((*file)->data_path().c_str(), 3), 0);
+  EXPECT_FALSE((*left)[0].publishable());
+  // A rename keeps the state; Orphan and Restore take the record away and back.
+  ASSERT_EQ(::truncate((*file)->data_path().c_str(), 7), 0);
+  ASSERT_TRUE((*file)->Describe("renamed", {{"mode", "33188"}}).ok());
+  auto was = (*file)->Orphan();
+  EXPECT_EQ(was, StagedUploadRecord::State::kAccepted);
+  EXPECT_TRUE((*area)->Leftovers()->empty());
+  ASSERT_TRUE((*file)->Restore(was).ok());
+  left = (*area)->Leftovers();
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].key, "renamed");
+  EXPECT_TRUE((*left)[0].publishable());
+}
+
+TEST_F(StagingTest, ACloneHasTheSameBytesAndNoRecord) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  auto file = (*area)->Create();
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE((*file)->WriteAt(0, Bytes("accepted version")).ok());
+  ASSERT_TRUE((*file)->Truncate(20).ok());  // a hole at the end
+  ASSERT_TRUE((*file)->MarkAccepted("k", {}).ok());
+  auto copy = (*area)->Clone(**file);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_FALSE((*copy)->state().has_value());
+  ASSERT_EQ((*copy)->size(), 20u);
+  ASSERT_TRUE((*copy)->WriteAt(0, Bytes("XX")).ok());
+  EXPECT_EQ(ReadFile((*copy)->data_path()), std::string("XXcepted version\0\0\0\0", 20));
+  EXPECT_EQ(ReadFile((*file)->data_path()), std::string("accepted version\0\0\0\0", 20));
+}
+
+TEST_F(StagingTest, SetAsideMovesTheDataUnderItsKeysName) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  for (int i = 0; i < 2; ++i) {
+    auto file = (*area)->Create();
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->MarkWriting("dir/half %.log", {}).ok());
+    ASSERT_TRUE((*file)->WriteAt(0, Bytes("torn " + std::to_string(i))).ok());
+  }
+  auto left = (*area)->Leftovers();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 2u);
+  std::set<std::string> kept;
+  for (const StagedLeftover& l : *left) {
+    auto path = (*area)->SetAside(l);
+    ASSERT_TRUE(path.ok()) << path.status().ToString();
+    kept.insert(*path);
+    EXPECT_FALSE(std::filesystem::exists(l.data_path));
+    EXPECT_FALSE(std::filesystem::exists(l.meta_path));
+  }
+  EXPECT_EQ(kept, (std::set<std::string>{dir_ + "/unfinished/dir%2Fhalf %25.log",
+                                         dir_ + "/unfinished/dir%2Fhalf %25.log.1"}));
+  EXPECT_TRUE((*area)->Leftovers()->empty());
+  EXPECT_EQ(*(*area)->RemoveUnrecorded(), 0u);
+}
 
 }  // namespace
 }  // namespace objfs
