@@ -414,7 +414,13 @@ class Filesystem {
   // `empty`), unless it has one.
   Status EnsureStagedLocked(Inode& inode, const std::string& key, const MetaRecord& rec,
                             bool empty);
-  Status UploadLocked(Inode& inode, const std::string& key);
+  // Uploads the staged data. `accept`: the caller is close, fsync, release, unmount or the
+  // write-back window, so that when the upload fails the data is recorded as accepted (a crash
+  // then uploads it at the next mount); a rename uploading a file still being written passes
+  // false.
+  Status UploadLocked(Inode& inode, const std::string& key, bool accept = true);
+  // The upload metadata of the staged file: its attributes and extra metadata.
+  static Metadata UploadMetadataLocked(const Inode& inode);
   void DropStagingLocked(Inode& inode);
   // The file was removed or replaced: its unsaved data is never to be uploaded. The staging
   // file goes now, or (while handles are open) loses its sidecar and goes at the last release.
@@ -422,8 +428,9 @@ class Filesystem {
   // Uploads the inode's unsaved data; then, with `with_metadata`, applies a pending metadata
   // change (a rename passes false: its copy carries the change).
   Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata = true);
-  // Marks the staged copy of `inode` (named `key`) as holding data the store lacks, giving a
-  // clean one its crash record back first.
+  // Marks the staged copy of `inode` (named `key`) as being written, before a write changes
+  // it: its crash record says kWriting (set aside, never uploaded, by the next mount). A
+  // version a close accepted and not yet uploaded is first kept as inode.accepted_copy.
   Status MarkDirtyLocked(Inode& inode, const std::string& key);
   // What close(2) or fsync(2) (`call`) returns for the failure `failed` of an upload or a held
   // metadata change: EIO whatever the server said (ENOSPC for a full disk or quota), since

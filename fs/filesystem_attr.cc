@@ -29,6 +29,15 @@ Result<FileAttr> Filesystem::MutateMetadata(
     // may upload it at once, and drop its staging file).
     if (writeback() && inode->open_handles.load() == 0) {
       OBJFS_RETURN_IF_ERROR(DeferUploadLocked(ino, *inode));
+    } else {
+      // A record there carries the change too (its state stays: a file still being written
+      // is not accepted by a chmod).
+      const Metadata metadata = UploadMetadataLocked(*inode);
+      Status described = inode->staged->Describe(key, metadata);
+      if (described.ok() && inode->accepted_copy) {
+        described = inode->accepted_copy->Describe(key, metadata);
+      }
+      if (!described.ok()) Log("a crash record of " + key + " is stale: " + described.message());
     }
     return attr;
   }

@@ -53,12 +53,12 @@ Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, cons
     attr.mtime_ns = inode.attr.mtime_ns;
     extra = inode.extra_metadata;
   }
-  Metadata upload = extra;
-  SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &upload);
-  auto created = staging_->Create(key, upload);
+  // No crash record yet: until a write changes it, the copy is only the stored object (a crash
+  // in the middle of fetching it must never upload a prefix over the whole).
+  auto created = staging_->Create();
   if (!created.ok()) {
     OBJFS_RETURN_IF_ERROR(RetryWithRoom(created.status(), &inode, empty ? 0 : rec.size, [&] {
-      created = staging_->Create(key, upload);
+      created = staging_->Create();
       return created.status();
     }));
   }
@@ -101,10 +101,18 @@ void Filesystem::DiscardLocked(Inode& inode) {
     DropStagingLocked(inode);
   } else if (inode.staged) {
     inode.staged->Orphan();  // open handles keep the data; a crash must not upload it
+    if (inode.accepted_copy) {
+      inode.accepted_copy->Remove();
+      inode.accepted_copy.reset();
+    }
   }
 }
 
 void Filesystem::DropStagingLocked(Inode& inode) {
+  if (inode.accepted_copy) {
+    inode.accepted_copy->Remove();
+    inode.accepted_copy.reset();
+  }
   if (!inode.staged) return;
   inode.staged->Remove();
   inode.staged.reset();
@@ -210,25 +218,44 @@ Status Filesystem::ApplyPendingMetadataLocked(Inode& inode, const std::string& k
   return Status::Ok();
 }
 
-Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
+Metadata Filesystem::UploadMetadataLocked(const Inode& inode) {
   Metadata metadata = inode.extra_metadata;
   SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns, &metadata);
-  // Keep the sidecar current so that an unclean exit uploads what the user last saw. It only
-  // guards a crash during this upload: when it cannot be written (the cache disk is full), the
-  // upload is still the way to keep the data, and frees the disk.
+  return metadata;
+}
+
+Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accept) {
+  Metadata metadata = UploadMetadataLocked(inode);
+  // A record already there follows the name and metadata the upload uses. (A close's upload
+  // writes none before it: were objfs to die in the middle, close(2) had not returned.)
   Status described = inode.staged->Describe(key, metadata);
-  if (!described.ok()) Log("uploading " + key + " without a crash record: " + described.message());
+  if (!described.ok())
+    Log("uploading " + key + " with a stale crash record: " + described.message());
   PutOptions put;
   put.metadata = metadata;
   auto result = store_->put(key, inode.staged->Source(), put);
   if (!result.ok()) {
     meta_cache_.Invalidate(key);
+    if (accept && !inode.unlinked) {
+      // Accepted all the same: kept for a retry, and uploaded by the next mount should objfs
+      // die first.
+      Status recorded = inode.staged->MarkAccepted(key, metadata);
+      if (recorded.ok() && inode.accepted_copy) {
+        inode.accepted_copy->Remove();
+        inode.accepted_copy.reset();
+      }
+      if (!recorded.ok()) Log("no crash record for " + key + ": " + recorded.message());
+    }
     return result.status().WithContext("uploading " + key);
   }
   inode.dirty = false;
   inode.in_store = true;
   inode.uploaded_etag = result->etag;
   DropPendingMetadataLocked(inode);  // the upload carried it
+  if (inode.accepted_copy) {         // an older version: the store has a newer one now
+    inode.accepted_copy->Remove();
+    inode.accepted_copy.reset();
+  }
   ObjectInfo info = *result;
   info.size = inode.staged->size();
   info.metadata = metadata;
@@ -249,18 +276,44 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key) {
 
 Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key) {
   // (A file removed or replaced while open keeps writing to a copy nothing will upload.)
-  if (!inode.dirty && inode.staged && !inode.unlinked) {
-    // A clean staged copy has no crash record (the upload removed it); it is about to hold
-    // data the store lacks. The record carries the metadata the mount shows, a held change
-    // included, whose own record then goes: replayed after the data, it would undo changes
-    // made after it.
-    Metadata metadata = inode.extra_metadata;
-    SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns,
-                     &metadata);
-    OBJFS_RETURN_IF_ERROR(RetryWithRoom(inode.staged->Describe(key, metadata), &inode, 4096,
-                                        [&] { return inode.staged->Describe(key, metadata); }));
-    DropPendingMetadataLocked(inode);
+  if (!inode.staged || inode.unlinked) {
+    inode.dirty = true;
+    return Status::Ok();
   }
+  const std::optional<StagedFile::State> state = inode.staged->state();
+  if (state == StagedFile::State::kWriting) {
+    inode.dirty = true;
+    return Status::Ok();
+  }
+  Metadata metadata = UploadMetadataLocked(inode);
+  if (state == StagedFile::State::kAccepted) {
+    // Accepted and not uploaded yet: that version stays as it is, with its record, and the
+    // writer changes a copy, so that a crash uploads what was closed, never a mix.
+    auto copy = staging_->Clone(*inode.staged);
+    if (!copy.ok()) {
+      OBJFS_RETURN_IF_ERROR(RetryWithRoom(copy.status(), &inode, inode.staged->size(), [&] {
+        copy = staging_->Clone(*inode.staged);
+        return copy.status();
+      }));
+    }
+    if (inode.accepted_copy) inode.accepted_copy->Remove();
+    inode.accepted_copy = std::move(inode.staged);
+    inode.staged = std::move(*copy);
+  }
+  // A clean copy has no crash record (a fetched object, or one the upload removed); it is about
+  // to hold data the store lacks. The record carries the metadata the mount shows, a held
+  // change included, whose own record then goes: replayed after the data, it would undo
+  // changes made after it.
+  Status recorded = RetryWithRoom(inode.staged->MarkWriting(key, metadata), &inode, 4096,
+                                  [&] { return inode.staged->MarkWriting(key, metadata); });
+  if (!recorded.ok()) {
+    if (inode.accepted_copy) {  // back as it was
+      inode.staged->Remove();
+      inode.staged = std::move(inode.accepted_copy);
+    }
+    return recorded;
+  }
+  DropPendingMetadataLocked(inode);
   inode.dirty = true;
   return Status::Ok();
 }
@@ -468,13 +521,15 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
 Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
   auto key = KeyOf(ino);
   if (!key.ok()) return key.status();
-  Metadata metadata = inode.extra_metadata;
-  SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns, &metadata);
-  // The sidecar names what a crash before the upload must still upload at the next mount; the
-  // data is on disk first, so that after a power loss no sidecar describes lost data. (As with a
+  const Metadata metadata = UploadMetadataLocked(inode);
+  // The record names what a crash before the upload must still upload at the next mount; the
+  // data is on disk first, so that after a power loss no record describes lost data. (As with a
   // local file, only fsync, which uploads, makes the data safe from a power loss.)
-  Status recorded = inode.staged->Sync();
-  if (recorded.ok()) recorded = inode.staged->Describe(*key, metadata);
+  Status recorded = inode.staged->MarkAccepted(*key, metadata);
+  if (recorded.ok() && inode.accepted_copy) {  // superseded by this version
+    inode.accepted_copy->Remove();
+    inode.accepted_copy.reset();
+  }
   if (!recorded.ok()) {
     // Without that record (the cache disk is full) the window would hold data a crash loses:
     // upload it now, as without a window.
@@ -563,6 +618,9 @@ Status Filesystem::ReportedAtClose(std::string_view call, uint64_t ino, Status f
 Status Filesystem::Flush(uint64_t fh) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  // A reader's close says nothing of a writer's data: it stays unaccepted until the writer's
+  // close (or an fsync).
+  if (!IsWritable(handle->flags) && handle->inode->open_writers.load() > 0) return Status::Ok();
   if (writeback()) {
     Inode& inode = *handle->inode;
     std::lock_guard<std::mutex> lock(inode.mu);
@@ -595,8 +653,12 @@ Status Filesystem::Release(uint64_t fh) {
   {
     std::lock_guard<std::mutex> lock(inode.mu);
     int remaining = inode.open_handles.fetch_sub(1) - 1;
+    const bool writer = IsWritable(handle->flags);
+    const int writers = writer ? inode.open_writers.fetch_sub(1) - 1 : inode.open_writers.load();
     if (inode.unlinked) {
       if (remaining == 0) DropStagingLocked(inode);
+    } else if (!writer && writers > 0) {
+      // A reader's release: the writer's close decides (see Flush).
     } else if (inode.dirty && inode.staged) {
       if (writeback()) {
         status = DeferUploadLocked(handle->ino, inode);
@@ -726,7 +788,25 @@ Status Filesystem::RecoverStaged() {
   }
   Status first;
   for (const StagedLeftover& left : leftovers) {
-    int fd = ::open(left.data_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (!left.publishable()) {
+      // Written and never closed or synced (or cut short since): not what its writer meant the
+      // file to be, so it never replaces the object; kept for the user to look at.
+      struct stat st;
+      const uint64_t bytes =
+          ::stat(left.data_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+      Result<std::string> kept = staging_->SetAside(left);
+      if (!kept.ok()) {
+        Log("unfinished data of " + left.key + " stays in " + left.data_path + ": " +
+            kept.status().message());
+        continue;
+      }
+      Log(left.key +
+          " was being written when objfs stopped, and no close or fsync had accepted "
+          "it: not uploaded; its " +
+          std::to_string(bytes) + " bytes are in " + *kept);
+      continue;
+    }
+    int fd = ::open(left.data_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) continue;
     struct stat st;
     if (::fstat(fd, &st) != 0) {

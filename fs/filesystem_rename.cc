@@ -97,16 +97,24 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   if (dst.ok() && dst->is_dir) return Status(StatusCode::kIsDirectory, to + " is a directory");
   // A pending target loses its sidecar first, so that a crash in between never uploads the
   // replaced data over the new; it gets it back if the rename fails.
+  std::optional<StagedFile::State> target_state, target_copy_state;
   auto restore_target = [&] {
     if (old_inode == nullptr) return;
     std::lock_guard<std::mutex> lock(old_inode->mu);
     if (old_inode->staged && old_inode->dirty && !old_inode->unlinked) {
-      (void)DeferUploadLocked(old, *old_inode);
+      // Accepted: recorded and scheduled again; still being written: recorded as such.
+      if (target_state == StagedFile::State::kAccepted) {
+        (void)DeferUploadLocked(old, *old_inode);
+      } else {
+        (void)old_inode->staged->Restore(target_state);
+      }
+      if (old_inode->accepted_copy) (void)old_inode->accepted_copy->Restore(target_copy_state);
     }
   };
   if (old_inode != nullptr) {
     std::lock_guard<std::mutex> lock(old_inode->mu);
-    if (old_inode->staged) old_inode->staged->Orphan();
+    if (old_inode->staged) target_state = old_inode->staged->Orphan();
+    if (old_inode->accepted_copy) target_copy_state = old_inode->accepted_copy->Orphan();
   }
   // Decided under the file's lock; the target gets its sidecar back after it, since that may
   // upload it (on a full cache disk) and no upload waits with two inodes locked.
@@ -119,17 +127,23 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       Metadata metadata = inode->extra_metadata;
       SetPosixMetadata(inode->attr.mode, inode->attr.uid, inode->attr.gid, inode->attr.mtime_ns,
                        &metadata);
-      // The sidecar first: from now on a crash uploads the data under its new name.
+      // The record first: from now on a crash uploads the data under its new name. (So does
+      // an accepted version kept while the file is written again.)
       Status described = inode->staged->Describe(to, metadata);
+      if (described.ok() && inode->accepted_copy) {
+        described = inode->accepted_copy->Describe(to, metadata);
+        if (!described.ok()) (void)inode->staged->Describe(from, metadata);
+      }
       Status removed;
       if (!described.ok()) {
         // No record under the new name (the cache disk is full): the data goes up under the
         // old one now, and the store renames it.
         Log("uploading " + from + " before its rename: " + described.message());
-        failure = UploadLocked(*inode, from);
+        failure = UploadLocked(*inode, from, /*accept=*/false);
       } else if (inode->in_store && !(removed = store_->remove(from)).ok() &&
                  removed.code() != StatusCode::kNotFound) {
         (void)inode->staged->Describe(from, metadata);
+        if (inode->accepted_copy) (void)inode->accepted_copy->Describe(from, metadata);
         failure = removed.WithContext("renaming " + from);
       } else {
         inode->in_store = dst.ok();
@@ -173,7 +187,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   if (inode != nullptr) {
     lock = std::unique_lock<std::mutex>(inode->mu);
     if (inode->dirty && inode->staged) {
-      OBJFS_RETURN_IF_ERROR(UploadLocked(*inode, from));
+      OBJFS_RETURN_IF_ERROR(UploadLocked(*inode, from, /*accept=*/false));
       OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));
     }
   }

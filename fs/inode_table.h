@@ -27,6 +27,11 @@ struct Inode {
   // The staged content, when this inode has local data (unsaved, or kept while handles are
   // open after an upload).
   std::unique_ptr<StagedFile> staged;
+  // The version of the file that a close, fsync or the write-back window accepted and that is
+  // not uploaded yet, kept (with its crash record) while a writer changes `staged`, a copy of
+  // it: a crash then uploads this, never the half-written copy. Goes once `staged` is accepted
+  // or uploaded in turn.
+  std::unique_ptr<StagedFile> accepted_copy;
   bool dirty = false;     // staged data or pending metadata differ from the stored object
   bool unlinked = false;  // removed while open: unsaved data is discarded at release
   // The store holds an object at this inode's key that its pending upload replaces (false for
@@ -50,6 +55,9 @@ struct Inode {
   std::optional<PendingMetadata> pending_metadata;
   // Open handles; read by the table without the mutex to decide whether it may forget.
   std::atomic<int> open_handles{0};
+  // Of those, the ones open for writing. The close of a read-only handle never uploads or
+  // accepts the data of a writer still at work.
+  std::atomic<int> open_writers{0};
   // `staged` or `pending_metadata` is set (mirrors them for the table).
   std::atomic<bool> has_local_data{false};
 };

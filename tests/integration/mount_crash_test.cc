@@ -159,9 +159,8 @@ TEST(MountCrashTest, S3KilledInTheMiddleOfAWriteKeepsTheOldObject) {
 
 TEST(MountCrashTest, SftpKilledInTheMiddleOfAWriteKeepsTheOldFile) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
-  ExpectTornWriteIsSetAside(dir.url, [&](const std::string& name) {
-    return ReadLocal(dir.path + "/" + name);
-  });
+  ExpectTornWriteIsSetAside(
+      dir.url, [&](const std::string& name) { return ReadLocal(dir.path + "/" + name); });
 }
 
 // What close accepted into the write-back window survives the crash, even while a writer is

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -57,6 +60,42 @@ class FilesystemTest : public ::testing::Test {
     auto fs = Filesystem::Create(store_, options_, &metrics_, clock_);
     EXPECT_TRUE(fs.ok()) << fs.status().ToString();
     return std::move(fs).value();
+  }
+
+  // What a crash at this instant leaves in cache_dir: a copy of it, for RecoverImage.
+  std::string CrashImage() {
+    std::string image = cache_dir_ + "/crash-" + std::to_string(++crash_images_);
+    std::filesystem::copy(options_.cache_dir, image, std::filesystem::copy_options::recursive);
+    return image;
+  }
+
+  // The next mount after that crash: a Filesystem over the image recovers it. Returns its log.
+  std::vector<std::string> RecoverImage(const std::string& image) {
+    std::vector<std::string> log;
+    FilesystemOptions o = options_;
+    o.cache_dir = image;
+    o.writeback_thread = false;
+    o.log = [&log](const std::string& line) { log.push_back(line); };
+    auto fs = Filesystem::Create(store_, o, &metrics_, clock_);
+    EXPECT_TRUE(fs.ok()) << fs.status().ToString();
+    if (fs.ok()) {
+      Status s = (*fs)->RecoverStaged();
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
+    return log;
+  }
+
+  // The files a recovery of `image` set aside, path -> content.
+  std::map<std::string, std::string> SetAside(const std::string& image) {
+    std::map<std::string, std::string> out;
+    const std::string dir = image + "/unfinished";
+    if (!std::filesystem::exists(dir)) return out;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      std::ifstream in(e.path(), std::ios::binary);
+      out[e.path().filename().string()] =
+          std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    return out;
   }
 
   // A fresh store whose copies behave as S3Store's on RGW (see MemoryStoreOptions).
@@ -122,6 +161,7 @@ class FilesystemTest : public ::testing::Test {
   }
 
   std::string cache_dir_;
+  int crash_images_ = 0;
   Metrics metrics_;
   std::shared_ptr<MemoryStore> memory_;
   std::shared_ptr<FaultInjectingStore> faults_;
@@ -1154,6 +1194,129 @@ TEST_F(WritebackTest, AChmodInTheWindowSurvivesACrash) {
   auto head = memory_->head("f");
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0600));
+}
+
+// ---- What a crash may publish: only what close, fsync or the write-back window accepted ----
+
+// Opening an existing object for writing fetches it into a staging file first. A crash in the
+// middle of that fetch once uploaded the prefix fetched so far over the whole object.
+TEST_F(FilesystemTest, ACrashWhileFetchingForWritingPublishesNothing) {
+  const std::string whole = std::string(300 << 10, 'w');  // five reads of 64 KiB
+  PutObject("big.log", whole);
+  uint64_t ino = LookupIno(kRootIno, "big.log");
+  std::string image;
+  faults_->BeforeNth(StoreOp::kRead, 3, [&] { image = CrashImage(); });
+  auto fh = fs_->Open(ino, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("x")).ok());
+  ASSERT_FALSE(image.empty());
+  RecoverImage(image);
+  EXPECT_EQ(memory_->contents("big.log"), whole);
+  EXPECT_TRUE(SetAside(image).empty());  // only a copy of the object: nothing to keep
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("big.log"), whole + "x");
+}
+
+// Written and never closed: a local file system would not replace the complete old file with
+// the torn new one either. The data is kept aside for the user, and the log says where.
+TEST_F(FilesystemTest, ACrashBeforeCloseKeepsTheOldObjectAndSetsTheNewDataAside) {
+  PutObject("doc", "the complete old content");
+  uint64_t ino = LookupIno(kRootIno, "doc");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("a torn pre")).ok());
+  auto created = fs_->Create(kRootIno, "new", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("never closed")).ok());
+  const std::string image = CrashImage();
+  std::vector<std::string> log = RecoverImage(image);
+  EXPECT_EQ(memory_->contents("doc"), "the complete old content");
+  EXPECT_FALSE(memory_->head("new").ok());
+  EXPECT_EQ(SetAside(image),
+            (std::map<std::string, std::string>{{"doc", "a torn pre"}, {"new", "never closed"}}));
+  ASSERT_EQ(log.size(), 2u);
+  for (const std::string& line : log) {
+    EXPECT_NE(line.find("no close or fsync had accepted it"), std::string::npos) << line;
+    EXPECT_NE(line.find(image + "/unfinished/"), std::string::npos) << line;
+  }
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+}
+
+// A reader opening and closing the file while a writer is at work (tail, a backup tool) once
+// uploaded the writer's half-written data at its close, and made it what a crash uploads.
+TEST_F(FilesystemTest, AReadersCloseNeverPublishesAWritersUnfinishedData) {
+  PutObject("log", "complete");
+  uint64_t ino = LookupIno(kRootIno, "log");
+  auto writer = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(fs_->Write(*writer, 0, Bytes("half")).ok());
+  EXPECT_EQ(ReadFile(*fs_, ino), "half");  // the reader sees the writer's data, as locally
+  EXPECT_EQ(memory_->contents("log"), "complete");
+  const std::string image = CrashImage();
+  RecoverImage(image);
+  EXPECT_EQ(memory_->contents("log"), "complete");
+  ASSERT_TRUE(fs_->Write(*writer, 4, Bytes(" and whole")).ok());
+  ASSERT_TRUE(fs_->Flush(*writer).ok());
+  ASSERT_TRUE(fs_->Release(*writer).ok());
+  EXPECT_EQ(memory_->contents("log"), "half and whole");
+}
+
+// fsync accepted the data even though the upload failed: the next mount uploads it.
+TEST_F(FilesystemTest, ACrashAfterAFailedFsyncUploadsWhatFsyncAccepted) {
+  auto created = fs_->Create(kRootIno, "synced", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("synced part")).ok());
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("down"));
+  EXPECT_FALSE(fs_->Fsync(created->fh, false).ok());
+  // Written on after the fsync, never closed: that part is not accepted...
+  ASSERT_TRUE(fs_->Write(created->fh, 11, Bytes(" and more")).ok());
+  const std::string image = CrashImage();
+  RecoverImage(image);
+  // ...so the next mount uploads what fsync accepted, and keeps the rest aside.
+  EXPECT_EQ(memory_->contents("synced"), "synced part");
+  EXPECT_EQ(SetAside(image),
+            (std::map<std::string, std::string>{{"synced", "synced part and more"}}));
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_EQ(memory_->contents("synced"), "synced part and more");
+}
+
+// A file closed into the write-back window and opened again to be changed: the closed version
+// is what a crash uploads, never the half-changed one.
+TEST_F(WritebackTest, ACrashWhileAClosedFileIsChangedAgainUploadsTheClosedVersion) {
+  uint64_t ino = WriteAndClose("f", "closed version");
+  auto fh = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("XX")).ok());
+  EXPECT_EQ(ReadFile(*fs_, ino), "XXosed version");  // the mount shows the change at once
+  const std::string image = CrashImage();
+  RecoverImage(image);
+  EXPECT_EQ(memory_->contents("f"), "closed version");
+  EXPECT_EQ(SetAside(image), (std::map<std::string, std::string>{{"f", "XXosed version"}}));
+  // Closed again: that version replaces the kept one, in the window and after a crash.
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  const std::string later = CrashImage();
+  RecoverImage(later);
+  EXPECT_EQ(memory_->contents("f"), "XXosed version");
+  EXPECT_TRUE(SetAside(later).empty());
+}
+
+// The same, renamed while being changed (rsync --inplace does not, editors do): the closed
+// version follows the new name.
+TEST_F(WritebackTest, TheClosedVersionFollowsARenameWhileTheFileIsChangedAgain) {
+  uint64_t ino = WriteAndClose("draft", "closed version");
+  auto fh = fs_->Open(ino, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes(" + more")).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "draft", kRootIno, "final", 0).ok());
+  const std::string image = CrashImage();
+  RecoverImage(image);
+  EXPECT_EQ(memory_->contents("final"), "closed version");
+  EXPECT_FALSE(memory_->head("draft").ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("final"), "closed version + more");
 }
 
 TEST_F(WritebackTest, RenameNoReplaceOntoADirectoryIsAlreadyExists) {
