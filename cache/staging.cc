@@ -55,7 +55,7 @@ bool PercentDecode(std::string_view s, std::string* out) {
 // was and no temporary file behind.
 Status WriteWholeFile(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus("create", tmp, errno);
   size_t done = 0;
   while (done < text.size()) {
@@ -243,7 +243,7 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Create(std::string_view key,
   for (int attempt = 0; attempt < 1000; ++attempt) {
     std::string base = NextBase();
     std::string data_path = base + ".data";
-    int fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
       if (errno == EEXIST) continue;
       return ErrnoStatus("create", data_path, errno);
