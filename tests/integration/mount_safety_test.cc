@@ -414,16 +414,17 @@ TEST(MountSafetyTest, AConcurrentWriterDoesNotFailAMultipartUpload) {
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(head->etag, put->etag);
 
-  // Another client writes the same key all the while.
+  // Another client writes the same key all the while, multipart uploads of other data, whose
+  // ETags a HEAD after this client's upload would compare with this one's parts.
   std::atomic<bool> stop{false};
   std::atomic<int> written{0};
+  const std::string theirs = PseudoRandomBytes((6 << 20) + 1, 8);
   std::thread writer([&] {
     while (!stop.load()) {
-      const std::string small = "other writer " + std::to_string(written.load());
-      if (other->put("key", MemorySource(small), {}).ok()) written.fetch_add(1);
+      if (other->put("key", MemorySource(theirs), {}).ok()) written.fetch_add(1);
     }
   });
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 8; ++i) {
     Result<ObjectInfo> again = store->put("key", source, {});
     EXPECT_TRUE(again.ok()) << again.status().ToString();
     if (again.ok()) {
