@@ -174,9 +174,11 @@ std::vector<MountInfoEntry> MountPoints() {
 Status CheckNotMounted(const std::string& canonical_path) {
   for (const MountInfoEntry& entry : MountPoints()) {
     if (entry.point == canonical_path && entry.type != "autofs") {
-      return InvalidArgumentError("'" + canonical_path +
-                                  "' is already a mount point; unmount it first (umount " +
-                                  canonical_path + ")");
+      std::string message = "'" + canonical_path;
+      message += "' is already a mount point; unmount it first (umount ";
+      message += canonical_path;
+      message += ")";
+      return InvalidArgumentError(std::move(message));
     }
   }
   return Status::Ok();

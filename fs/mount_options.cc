@@ -248,7 +248,7 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(out.fs.negative_timeout, ParseSeconds(value, name));
   } else if (name == "multipart_threshold") {
-    // Above 5 GiB a single PUT is refused; below 5 MiB parts would be (but the last).
+    // S3 refuses a single PUT above 5 GiB; below 5 MiB a multipart upload buys nothing.
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(out.multipart_threshold,
                            ParseS3Size(value, name, s3::kMinPartSize, s3::kMaxPartSize,
