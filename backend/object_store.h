@@ -143,6 +143,8 @@ struct Capabilities {
   // read() splits a read into requests of this many bytes (SFTP: the server's max read
   // length), so a read of a multiple of it has no short request at its end. 0: one request.
   uint64_t read_unit = 0;
+  // The largest object put() can store (S3: 5 TiB); 0: no limit.
+  uint64_t max_object_size = 0;
 };
 
 class ObjectStore {

@@ -57,7 +57,7 @@ bool PercentDecode(std::string_view s, std::string* out) {
 // was and no temporary file behind.
 Status WriteWholeFile(const std::string& path, const std::string& text) {
   std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus("create", tmp, errno);
   size_t done = 0;
   while (done < text.size()) {

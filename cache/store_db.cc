@@ -122,7 +122,7 @@ Result<std::unique_ptr<RecordTable<Record>>> RecordTable<Record>::Open(std::stri
                                                                        StoreDbOptions options) {
   // A compaction cut short by a crash leaves its unfinished copy; the log itself is whole.
   ::unlink((path + ".tmp").c_str());
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus("open", path, errno);
   std::unique_ptr<RecordTable> table(new RecordTable(std::move(path), options, fd));
   std::lock_guard lock(table->mu_);
@@ -280,7 +280,7 @@ Status RecordTable<Record>::CompactIfLarge() {
 template <typename Record>
 Status RecordTable<Record>::CompactLocked() {
   const std::string tmp_path = path_ + ".tmp";
-  int tmp_fd = ::open(tmp_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int tmp_fd = ::open(tmp_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (tmp_fd < 0) return ErrnoStatus("create", tmp_path, errno);
   auto fail = [&](Status s) {
     ::close(tmp_fd);
@@ -336,12 +336,17 @@ template class RecordTable<ObjectMetaRecord>;
 // ---- StoreDb ------------------------------------------------------------------------------
 
 Result<StoreDb> StoreDb::Open(const std::string& dir, StoreDbOptions options) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return ErrnoStatus("mkdir", dir, ec.value());
+  // Private, as the cache directory holding it: the records name the mount's keys.
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    const std::string path = dir.substr(0, i);
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+      return ErrnoStatus("mkdir", path, errno);
+    }
+  }
   StoreDb db;
   const std::string lock_path = dir + "/LOCK";
-  db.lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  db.lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (db.lock_fd_ < 0) return ErrnoStatus("open", lock_path, errno);
   if (::flock(db.lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) return IoError("record store " + dir + " is in use by another mount");

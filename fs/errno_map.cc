@@ -7,6 +7,7 @@ namespace objfs {
 namespace {
 constexpr char kNoDataMarker[] = "ENODATA";
 constexpr char kPermMarker[] = "EPERM";
+constexpr char kFileTooLargeMarker[] = "EFBIG";
 }  // namespace
 
 Status NoXattrError(std::string name) {
@@ -16,6 +17,10 @@ Status NoXattrError(std::string name) {
 Status ReservedXattrError(std::string name) {
   return Status(StatusCode::kPermissionDenied, "extended attribute " + name + " is read-only",
                 kPermMarker);
+}
+
+Status FileTooLargeError(std::string message) {
+  return Status(StatusCode::kInvalidArgument, std::move(message), kFileTooLargeMarker);
 }
 
 Status UnsupportedXattrError(std::string_view name) {
@@ -36,7 +41,7 @@ int ErrnoFromStatus(const Status& status) {
     case StatusCode::kPermissionDenied:
       return status.server_code() == kPermMarker ? EPERM : EACCES;
     case StatusCode::kInvalidArgument:
-      return EINVAL;
+      return status.server_code() == kFileTooLargeMarker ? EFBIG : EINVAL;
     case StatusCode::kUnsupported:
       return EOPNOTSUPP;
     case StatusCode::kTransient:

@@ -2,8 +2,8 @@
 //
 // Nothing else in objfs interprets status codes as errnos. Two errnos have no status code of
 // their own and are told apart by the status's server_code: ENODATA (a missing extended
-// attribute, a NotFound made by NoXattrError) and EPERM (a read-only objfs attribute, a
-// PermissionDenied made by ReservedXattrError).
+// attribute, a NotFound made by NoXattrError), EPERM (a read-only objfs attribute, a
+// PermissionDenied made by ReservedXattrError) and EFBIG (FileTooLargeError).
 #pragma once
 
 #include <string>
@@ -20,6 +20,9 @@ int ErrnoFromStatus(const Status& status);
 Status NoXattrError(std::string name);
 // PermissionDenied that maps to EPERM: `name` is maintained by objfs and cannot be changed.
 Status ReservedXattrError(std::string name);
+// InvalidArgument that maps to EFBIG: a write or truncate past the largest object the store
+// can hold.
+Status FileTooLargeError(std::string message);
 // Unsupported (EOPNOTSUPP): `name` is outside the user. namespace, the only one objfs keeps.
 Status UnsupportedXattrError(std::string_view name);
 

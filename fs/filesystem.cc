@@ -10,6 +10,7 @@
 
 #include "cache/io_pool.h"
 #include "cache/read_budget.h"
+#include "fs/errno_map.h"
 #include "fs/object_metadata.h"
 
 namespace objfs {
@@ -63,6 +64,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       native_etags_(store_->capabilities().native_etags),
       native_rename_(store_->capabilities().native_rename),
       stores_owner_(store_->capabilities().stores_owner),
+      max_object_size_(store_->capabilities().max_object_size),
       attributes_in_place_(store_->capabilities().attributes_in_place ||
                            store_->capabilities().native_rename),
       options_(std::move(options)),
@@ -112,6 +114,12 @@ Owner Filesystem::NewOwner(const std::optional<Owner>& caller) const {
 Status Filesystem::CheckWritable() const {
   if (options_.read_only) return PermissionDeniedError("the mount is read-only");
   return Status::Ok();
+}
+
+Status Filesystem::CheckObjectSize(const std::string& key, uint64_t size) const {
+  if (max_object_size_ == 0 || size <= max_object_size_) return Status::Ok();
+  return FileTooLargeError(key + ": " + std::to_string(size) + " bytes is more than the " +
+                           std::to_string(max_object_size_) + " bytes an object may have");
 }
 
 Result<std::string> Filesystem::KeyOf(uint64_t ino) {

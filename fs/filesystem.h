@@ -404,6 +404,9 @@ class Filesystem {
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
   MetaRecord RecordFromInfo(const ObjectInfo& info, bool is_dir) const;
   Status CheckWritable() const;
+  // EFBIG (FileTooLargeError) when `size` bytes exceed what the store can keep in one object:
+  // refused at the write that goes past it, not at the upload after the last byte.
+  Status CheckObjectSize(const std::string& key, uint64_t size) const;
   // `key` is bound to an inode with staged data (e.g. created and not uploaded yet).
   bool HasLocalFile(const std::string& key);
   std::shared_ptr<Handle> FindHandle(uint64_t fh);
@@ -500,9 +503,10 @@ class Filesystem {
   Result<ETag> UserETag(const std::string& key, const MetaRecord& rec);
 
   std::shared_ptr<ObjectStore> store_;
-  bool native_etags_;   // the store's capabilities().native_etags
-  bool native_rename_;  // the store's capabilities().native_rename
-  bool stores_owner_;   // the store's capabilities().stores_owner
+  bool native_etags_;         // the store's capabilities().native_etags
+  bool native_rename_;        // the store's capabilities().native_rename
+  bool stores_owner_;         // the store's capabilities().stores_owner
+  uint64_t max_object_size_;  // the store's capabilities().max_object_size (0: no limit)
   // The store's capabilities().attributes_in_place, or native_rename (both: no self-copies).
   bool attributes_in_place_;
   // The owner of a new object asked for by `caller`.

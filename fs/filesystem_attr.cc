@@ -153,6 +153,7 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
   if (to_set & kSetSize) {
     OBJFS_RETURN_IF_ERROR(CheckWritable());
     OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+    OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, attr.size));
     std::shared_ptr<Inode> inode = inodes_.Get(ino);
     if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
     std::lock_guard<std::mutex> lock(inode->mu);

@@ -509,6 +509,7 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
     OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(inode, key, rec, /*empty=*/rec.size == 0));
   }
   if (handle->flags & O_APPEND) offset = inode.staged->size();
+  OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, offset + data.size()));
   OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(inode, key));
   OBJFS_RETURN_IF_ERROR(RetryWithRoom(inode.staged->WriteAt(offset, data), &inode, data.size(),
                                       [&] { return inode.staged->WriteAt(offset, data); }));

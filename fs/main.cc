@@ -129,6 +129,129 @@ Status CheckMountPoint(const std::string& path) {
   return Status::Ok();
 }
 
+struct MountInfoEntry {
+  std::string point;  // octal escapes (\040) undone
+  std::string type;   // "fuse.objfs", "autofs", ...
+};
+
+// The mount points and file system types of /proc/self/mountinfo.
+std::vector<MountInfoEntry> MountPoints() {
+  std::vector<MountInfoEntry> points;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // "ID PARENT MAJ:MIN ROOT MOUNTPOINT ..."
+    size_t pos = 0;
+    for (int field = 0; field < 4 && pos != std::string::npos; ++field) {
+      pos = line.find(' ', pos);
+      if (pos != std::string::npos) ++pos;
+    }
+    if (pos == std::string::npos) continue;
+    std::string escaped = line.substr(pos, line.find(' ', pos) - pos);
+    std::string point;
+    for (size_t i = 0; i < escaped.size(); ++i) {
+      if (escaped[i] == '\\' && i + 3 < escaped.size()) {
+        point += static_cast<char>(std::stoi(escaped.substr(i + 1, 3), nullptr, 8));
+        i += 3;
+      } else {
+        point += escaped[i];
+      }
+    }
+    // "... - TYPE SOURCE OPTIONS"
+    const size_t dash = line.find(" - ", pos);
+    std::string type;
+    if (dash != std::string::npos) {
+      type = line.substr(dash + 3, line.find(' ', dash + 3) - (dash + 3));
+    }
+    points.push_back({std::move(point), std::move(type)});
+  }
+  return points;
+}
+
+// A second mount on a mount point hides the first one's files and stacks up on each retry of a
+// boot script: refused, whatever is mounted there. But for autofs: systemd's automount
+// (x-systemd.automount) mounts over the autofs trigger it placed there.
+Status CheckNotMounted(const std::string& canonical_path) {
+  for (const MountInfoEntry& entry : MountPoints()) {
+    if (entry.point == canonical_path && entry.type != "autofs") {
+      std::string message = "'" + canonical_path;
+      message += "' is already a mount point; unmount it first (umount ";
+      message += canonical_path;
+      message += ")";
+      return InvalidArgumentError(std::move(message));
+    }
+  }
+  return Status::Ok();
+}
+
+// Creates `dir` and the parents it lacks, each private (0700): staged data and the records
+// naming their keys live there.
+Status CreatePrivateDirectories(const std::string& dir) {
+  std::string path;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
+      path = dir.substr(0, i);
+      if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+        return IoError("cannot create cache directory '" + path + "': " + std::strerror(errno));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// What the cache directory holds is uploaded under the mounting user's credentials, and a
+// crash record there names the key: another user who can write there could have their data
+// uploaded, or a staged file swapped for a symbolic link to a private file. As ssh does with
+// its keys, the directory must belong to the user and be writable by nobody else; so must a
+// symbolic link naming it, and each directory above it, unless root owns that one or (like
+// /tmp) its sticky bit keeps others from renaming what they do not own.
+Status CheckCacheDirectory(const std::string& dir) {
+  const uid_t uid = ::getuid();
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    return IoError("cannot use cache directory '" + dir + "': " + std::strerror(errno));
+  }
+  if (S_ISLNK(st.st_mode) && st.st_uid != uid && st.st_uid != 0) {
+    return PermissionDeniedError("cache directory '" + dir + "' is a symbolic link owned by uid " +
+                                 std::to_string(st.st_uid) +
+                                 ": replace it with a directory of "
+                                 "your own, or give another -o cache_dir=");
+  }
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(dir, ec);
+  if (ec) return IoError("cannot use cache directory '" + dir + "': " + ec.message());
+  if (::stat(real.c_str(), &st) != 0) {
+    return IoError("cannot use cache directory '" + dir + "': " + std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return InvalidArgumentError("cache directory '" + dir + "' is not a directory");
+  }
+  if (st.st_uid != uid) {
+    return PermissionDeniedError("cache directory '" + real.string() + "' is owned by uid " +
+                                 std::to_string(st.st_uid) + ", not by uid " + std::to_string(uid) +
+                                 " who mounts: chown " + std::to_string(uid) + " " + real.string() +
+                                 ", or give another -o cache_dir=");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return PermissionDeniedError("cache directory '" + real.string() +
+                                 "' is writable by group or others: chmod 700 " + real.string());
+  }
+  for (std::filesystem::path parent = real.parent_path();; parent = parent.parent_path()) {
+    if (::stat(parent.c_str(), &st) != 0) break;
+    const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+    if ((st.st_uid != uid && st.st_uid != 0) || (others_write && (st.st_mode & S_ISVTX) == 0)) {
+      return PermissionDeniedError(
+          "cache directory '" + real.string() + "' is in '" + parent.string() +
+          "', which another user can change (owner uid " + std::to_string(st.st_uid) + ", mode " +
+          std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
+          std::to_string(st.st_mode & 7) +
+          "): give a -o cache_dir= in a directory only you can write");
+    }
+    if (parent == parent.parent_path()) break;
+  }
+  return Status::Ok();
+}
+
 Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics& metrics) {
   s3::S3StoreOptions s3_options;
   s3_options.bucket = options.url.bucket;
@@ -310,21 +433,42 @@ int Mount(const MountOptions& given_options) {
     return 1;
   }
 
+  Status not_mounted = CheckNotMounted(mountpoint.string());
+  if (!not_mounted.ok()) {
+    reporter.Error(not_mounted.message());
+    return 1;
+  }
+  if (options.unchecked_other_users) {
+    reporter.Error(
+        "warning: allow_other with no_default_permissions: no permission is checked, "
+        "every local user may read, change and remove every file of this mount");
+  }
+
   sigset_t termination = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &termination, nullptr);
 
   // The cache directory comes first: stores may keep state in it.
-  std::filesystem::create_directories(options.fs.cache_dir, ec);
-  if (!ec) options.fs.cache_dir = std::filesystem::canonical(options.fs.cache_dir, ec).string();
+  {
+    struct stat st {};
+    Status cache_dir = ::lstat(options.fs.cache_dir.c_str(), &st) == 0
+                           ? Status::Ok()
+                           : CreatePrivateDirectories(options.fs.cache_dir);
+    if (cache_dir.ok()) cache_dir = CheckCacheDirectory(options.fs.cache_dir);
+    if (!cache_dir.ok()) {
+      reporter.Error(cache_dir.message());
+      return 1;
+    }
+  }
+  options.fs.cache_dir = std::filesystem::canonical(options.fs.cache_dir, ec).string();
   if (ec) {
-    reporter.Error("cannot create cache directory '" + given_options.fs.cache_dir +
+    reporter.Error("cannot use cache directory '" + given_options.fs.cache_dir +
                    "': " + ec.message());
     return 1;
   }
   // One mount per cache directory: a second one would upload (and then delete) the first one's
   // staged files as leftovers of a crash. The lock goes with the process, even a killed one.
   const std::string lock_path = options.fs.cache_dir + "/.lock";
-  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     reporter.Error(err == EWOULDBLOCK

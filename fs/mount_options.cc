@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "backend/s3/s3_store.h"
+
 namespace objfs {
 namespace {
 
@@ -70,6 +72,20 @@ Result<uint64_t> ParseSizeOption(std::string_view text, std::string_view what, u
   return *size;
 }
 
+// A size option bounded by S3's limits; `why` ends the message when it is out of range.
+Result<uint64_t> ParseS3Size(std::string_view text, std::string_view what, uint64_t min,
+                             uint64_t max, std::string_view why) {
+  OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(text, what, 1));
+  if (size < min || size > max) {
+    auto mib = [](uint64_t n) {
+      return n % (1 << 20) == 0 ? std::to_string(n >> 20) + "M" : std::to_string(n);
+    };
+    return Invalid(std::string(what) + "=" + std::string(text) + " is out of range (" + mib(min) +
+                   ".." + mib(max) + "): " + std::string(why));
+  }
+  return size;
+}
+
 Result<double> ParseSeconds(std::string_view text, std::string_view what) {
   std::string copy(text);
   if (copy.empty()) return Invalid(std::string(what) + " needs a value");
@@ -128,6 +144,9 @@ bool IsMountCommandOption(std::string_view opt) {
 // What the options given so far need checked once the URL (which may come after them) is known.
 struct GivenOptions {
   bool cache_dir = false;
+  bool allow_other = false;
+  bool default_permissions = false;
+  bool no_default_permissions = false;
   std::string s3_only;    // the first option given that applies to s3:// only
   std::string sftp_only;  // the first option given that applies to sftp:// only
 };
@@ -229,14 +248,21 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(out.fs.negative_timeout, ParseSeconds(value, name));
   } else if (name == "multipart_threshold") {
+    // S3 refuses a single PUT above 5 GiB; below 5 MiB a multipart upload buys nothing.
     OBJFS_RETURN_IF_ERROR(need_value());
-    OBJFS_ASSIGN_OR_RETURN(out.multipart_threshold, ParseSizeOption(value, name, 1));
+    OBJFS_ASSIGN_OR_RETURN(out.multipart_threshold,
+                           ParseS3Size(value, name, s3::kMinPartSize, s3::kMaxPartSize,
+                                       "a single PUT is at most 5 GiB"));
   } else if (name == "part_size") {
     OBJFS_RETURN_IF_ERROR(need_value());
-    OBJFS_ASSIGN_OR_RETURN(out.part_size, ParseSizeOption(value, name, 1));
+    OBJFS_ASSIGN_OR_RETURN(out.part_size,
+                           ParseS3Size(value, name, s3::kMinPartSize, s3::kMaxPartSize,
+                                       "S3 parts are 5 MiB to 5 GiB"));
   } else if (name == "copy_part_threshold") {
     OBJFS_RETURN_IF_ERROR(need_value());
-    OBJFS_ASSIGN_OR_RETURN(out.copy_part_threshold, ParseSizeOption(value, name, 1));
+    OBJFS_ASSIGN_OR_RETURN(
+        out.copy_part_threshold,
+        ParseS3Size(value, name, 1, s3::kMaxPartSize, "a single CopyObject is at most 5 GiB"));
   } else if (name == "parallel_parts") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 256));
@@ -297,7 +323,12 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
     out.fuse_options.emplace_back("ro");
   } else if (name == "allow_other" || name == "default_permissions" || name == "auto_unmount") {
     OBJFS_RETURN_IF_ERROR(no_value());
+    if (name == "allow_other") given.allow_other = true;
+    if (name == "default_permissions") given.default_permissions = true;
     out.fuse_options.emplace_back(name);
+  } else if (name == "no_default_permissions") {
+    OBJFS_RETURN_IF_ERROR(no_value());
+    given.no_default_permissions = true;
   } else if (name == "fsname") {
     OBJFS_RETURN_IF_ERROR(need_value());
     out.fuse_options.emplace_back(opt);
@@ -327,6 +358,23 @@ uint64_t Fnv1a64(std::string_view text) {
     hash *= 1099511628211ull;
   }
   return hash;
+}
+
+// Refuses "." and ".." among the '/'-separated segments of `path`: on S3 they would be keys
+// named "..", on SFTP they would leave the directory the URL seems to name.
+Status CheckNoDotSegments(std::string_view path, std::string_view url) {
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view segment = path.substr(start, end - start);
+    if (segment == "." || segment == "..") {
+      return Invalid("URL '" + std::string(url) + "' has a '" + std::string(segment) +
+                     "' path component; name the directory without it");
+    }
+    start = end + 1;
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -360,6 +408,7 @@ Result<MountUrl> ParseMountUrl(std::string_view url) {
       if (prefix.find("//") != std::string_view::npos || (!prefix.empty() && prefix[0] == '/')) {
         return Invalid("prefix of URL '" + std::string(url) + "' has an empty path component");
       }
+      OBJFS_RETURN_IF_ERROR(CheckNoDotSegments(prefix, url));
       if (!prefix.empty()) out.prefix = std::string(prefix) + "/";
     }
     return out;
@@ -372,6 +421,17 @@ Result<MountUrl> ParseMountUrl(std::string_view url) {
     }
     std::string_view authority = rest.substr(0, slash);
     out.path = std::string(rest.substr(slash));
+    {
+      // "/srv/data/" is "/srv/data"; "/" stays. Every other segment must name something.
+      std::string_view path = out.path;
+      while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+      if (path.size() > 1) {
+        if (path.find("//") != std::string_view::npos) {
+          return Invalid("path of URL '" + std::string(url) + "' has an empty path component");
+        }
+        OBJFS_RETURN_IF_ERROR(CheckNoDotSegments(path.substr(1), url));
+      }
+    }
     size_t at = authority.rfind('@');
     if (at != std::string_view::npos) {
       out.user = std::string(authority.substr(0, at));
@@ -561,6 +621,19 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
   } else if (!given.sftp_only.empty()) {
     return Invalid("option '" + given.sftp_only + "' applies to sftp:// URLs, not to s3://");
   }
+  if (given.default_permissions && given.no_default_permissions) {
+    return Invalid(
+        "options 'default_permissions' and 'no_default_permissions' contradict each other");
+  }
+  // Without default_permissions the kernel checks nothing for FUSE and objfs checks nothing
+  // either: with allow_other every local user could read and change every file.
+  if (given.allow_other && !given.default_permissions) {
+    if (given.no_default_permissions) {
+      out.unchecked_other_users = true;
+    } else {
+      out.fuse_options.emplace_back("default_permissions");
+    }
+  }
   if (!given.cache_dir) out.fs.cache_dir = env.cache_root + "/" + MountCacheName(out.url);
   return out;
 }
@@ -637,7 +710,11 @@ Filesystem options:
                             ls -l needs no lookup per name (default 10000; 0: never)
 
 FUSE and mount options:
-  ro, allow_other, default_permissions, fsname=NAME
+  ro, default_permissions, fsname=NAME
+  allow_other               let other users use the mount; implies default_permissions (the
+                            kernel checks the modes and owners shown)
+  no_default_permissions    with allow_other: check no permissions at all (any local user may
+                            read and change every file)
   auto_unmount              unmount when objfs exits, even when it is killed
   rw, dev, nodev, suid, nosuid, exec, noexec, async, dirsync, atime, noatime
   (relatime, lazytime and the other access-time flags are accepted and change nothing)

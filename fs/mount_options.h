@@ -93,6 +93,10 @@ struct MountOptions {
   // fsname=, and the kernel flags rw, dev, nodev, suid, nosuid, exec, noexec.
   std::vector<std::string> fuse_options;
   bool has_fsname = false;  // fsname= was among fuse_options
+  // allow_other without default_permissions (no_default_permissions): the kernel checks no
+  // permissions, so every local user may read and change everything; worth a warning. Otherwise
+  // allow_other adds default_permissions to fuse_options.
+  bool unchecked_other_users = false;
   // direct_io: reads and writes bypass the kernel's page cache (FuseAdapterOptions::direct_io).
   bool direct_io = false;
 };

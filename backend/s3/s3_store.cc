@@ -73,6 +73,18 @@ ObjectInfo InfoFromHeaders(std::string_view key, const HttpResponse& r) {
   return info;
 }
 
+// The MD5 a plain ETag spells in hex; nothing for the other kinds.
+std::optional<std::array<uint8_t, 16>> DigestOf(const ETag& etag) {
+  if (!etag.is_plain_md5()) return std::nullopt;
+  std::array<uint8_t, 16> digest{};
+  auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  const std::string& hex = etag.value();
+  for (size_t i = 0; i < digest.size(); ++i) {
+    digest[i] = static_cast<uint8_t>(nibble(hex[2 * i]) * 16 + nibble(hex[2 * i + 1]));
+  }
+  return digest;
+}
+
 std::string ContentMd5(const std::array<uint8_t, 16>& digest) {
   return Base64(std::span<const uint8_t>(digest.data(), digest.size()));
 }
@@ -170,6 +182,7 @@ Capabilities S3Store::capabilities() const {
   c.part_size = options_.part_size;
   c.copy_part_threshold = options_.copy_part_threshold;
   c.stores_owner = true;
+  c.max_object_size = kMaxObjectSize;
   return c;
 }
 
@@ -229,7 +242,21 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req) {
   return st;
 }
 
+uint64_t ChoosePartSize(uint64_t size, uint64_t configured) {
+  const uint64_t needed = (size + kMaxParts - 1) / kMaxParts;
+  if (needed <= configured) return configured;
+  constexpr uint64_t kMiB = 1 << 20;
+  return std::min(kMaxPartSize, (needed + kMiB - 1) / kMiB * kMiB);
+}
+
 Result<HttpResponse> S3Store::Execute(const Request& req) {
+  if (req.key.size() > kMaxKeyBytes) {
+    // S3 answers KeyTooLongError (RGW: InvalidArgument) after the body was sent; the key,
+    // prefix included, is what the limit counts.
+    return Status(StatusCode::kNameTooLong,
+                  req.what + ": the key is " + std::to_string(req.key.size()) +
+                      " bytes long; S3 keys are at most " + std::to_string(kMaxKeyBytes));
+  }
   RetryBackoff backoff(options_.retry);
   Result<HttpResponse> r = RetryCall(
       backoff, [&] { return ExecuteOnce(req); }, RealSleep(),
@@ -368,12 +395,7 @@ Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string&
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
   Result<ETag> etag = ParseCompleteMultipartUpload(resp.body);
   if (!etag.ok()) return etag.status().WithContext(req.what);
-  if (etag->empty()) {
-    // RGW answers with an empty <ETag>: ask for it.
-    OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, head(key));
-    return info.etag;
-  }
-  return etag;
+  return etag;  // empty from RGW: the caller computes it from the parts
 }
 
 void S3Store::AbortMultipart(std::string_view key, const std::string& upload_id) {
@@ -418,12 +440,14 @@ static Status RunParts(int count, int parallel, PartFn&& part) {
 Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource& source,
                                          const PutOptions& options) {
   const uint64_t size = source.size();
-  const uint64_t part_size = options_.part_size;
-  const int count = static_cast<int>((size + part_size - 1) / part_size);
-  if (count > 10000) {
-    return InvalidArgumentError(What("PUT", key) + ": " + std::to_string(size) +
-                                " bytes need more than 10,000 parts; raise the part size");
+  if (size > kMaxObjectSize) {
+    return Status(
+        StatusCode::kInvalidArgument,
+        What("PUT", key) + ": " + std::to_string(size) + " bytes; S3 objects are at most 5 TiB",
+        "EntityTooLarge");
   }
+  const uint64_t part_size = ChoosePartSize(size, options_.part_size);
+  const int count = static_cast<int>((size + part_size - 1) / part_size);
   if (options.if_match || options.if_none_match) {
     // Conditional multipart completion is not available everywhere: check before uploading.
     Result<ObjectInfo> current = head(key);
@@ -492,6 +516,9 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
     AbortMultipart(key, upload_id);
     return etag.status();
   }
+  // Each part's ETag was checked against its MD5; the object's is the MD5 of theirs. A server
+  // that names it (AWS) must agree; one that does not (RGW) gets no HEAD: by then another
+  // writer may have replaced the object, which is no failure of this upload.
   ETag expected = MultipartETag(digests);
   if (etag->is_multipart() && *etag != expected) {
     return InternalError(What("PUT", key) + ": the server's ETag " + etag->value() +
@@ -500,7 +527,7 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   ObjectInfo info;
   info.key = std::string(key);
   info.size = size;
-  info.etag = *etag;
+  info.etag = etag->empty() ? expected : *etag;
   info.mtime_ns = NowNs();
   info.content_type = options.content_type;
   info.metadata = options.metadata;
@@ -624,6 +651,21 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   if (!etag.ok()) {
     AbortMultipart(dst, upload_id);
     return etag.status();
+  }
+  if (etag->empty()) {
+    // RGW names no ETag; UploadPartCopy results are the parts' MD5s, which give it.
+    std::vector<std::array<uint8_t, 16>> digests;
+    for (const auto& [number, part_etag] : parts) {
+      std::optional<std::array<uint8_t, 16>> digest = DigestOf(part_etag);
+      if (!digest) break;
+      digests.push_back(*digest);
+    }
+    if (digests.size() == parts.size()) {
+      etag = MultipartETag(digests);
+    } else {
+      OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, head(dst));
+      etag = info.etag;
+    }
   }
   ObjectInfo info;
   info.key = std::string(dst);

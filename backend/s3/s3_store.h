@@ -7,7 +7,8 @@
 // are multipart with parts in parallel and are aborted on failure.
 //
 // Quirks of real engines handled here: an empty ETag from CompleteMultipartUpload (RGW) is
-// fetched with a HEAD; a CopyObjectResult ETag may be unquoted; a copy of a multipart object may
+// computed from the parts' MD5s (a HEAD could see another writer's newer object); a
+// CopyObjectResult ETag may be unquoted; a copy of a multipart object may
 // keep its "-N" ETag; x-amz-copy-source-if-match may be ignored; a 200 reply may carry an
 // <Error> body.
 #pragma once
@@ -26,6 +27,18 @@
 #include "backend/s3/sigv4.h"
 
 namespace objfs::s3 {
+
+// S3's limits (AWS's documented ones; RGW's defaults are the same).
+inline constexpr uint64_t kMinPartSize = 5ull << 20;    // every part but the last
+inline constexpr uint64_t kMaxPartSize = 5ull << 30;    // also the largest single PUT
+inline constexpr int kMaxParts = 10000;                 // parts of one multipart upload
+inline constexpr uint64_t kMaxObjectSize = 5ull << 40;  // 5 TiB
+inline constexpr size_t kMaxKeyBytes = 1024;            // UTF-8 bytes of a key
+
+// The part size for uploading `size` bytes: `configured`, or, when that would take more than
+// kMaxParts parts, the smallest whole number of MiB that keeps them to kMaxParts (the AWS CLI's
+// rule), at most kMaxPartSize.
+uint64_t ChoosePartSize(uint64_t size, uint64_t configured);
 
 struct S3StoreOptions {
   std::string bucket;

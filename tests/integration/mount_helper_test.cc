@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -70,6 +72,34 @@ TEST(MountHelperTest, MountsLikeMountDoesWithFstabOptions) {
   EXPECT_EQ(ReadFile(mnt + "/hello.txt"), "hello from the bucket\n");
   EXPECT_EQ(RunCommand({"fusermount3", "-u", mnt}).exit_code, 0);
   EXPECT_FALSE(IsFuseMountPoint(mnt));
+}
+
+// The /proc/self/mountinfo line of the mount at `path`, or "".
+std::string MountInfoLine(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(" " + path + " ") != std::string::npos) return line;
+  }
+  return "";
+}
+
+// An fstab line with allow_other gets the kernel's permission checks too.
+TEST(MountHelperTest, AllowOtherBringsDefaultPermissions) {
+  const std::string bucket = CreateTestBucket("mount-helper-allow-other");
+  ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string mnt = dir.path() + "/mnt";
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0755), 0);
+  UnmountGuard guard(mnt);
+  CommandResult mounted = RunHelper(
+      {S3MountUrl(bucket), mnt, "-o",
+       "defaults,allow_other," + S3ServerOptions() + ",cache_dir=" + dir.path() + "/cache"});
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.err;
+  const std::string line = MountInfoLine(mnt);
+  EXPECT_NE(line.find("default_permissions"), std::string::npos) << line;
+  EXPECT_NE(line.find("allow_other"), std::string::npos) << line;
+  EXPECT_EQ(RunCommand({"fusermount3", "-u", mnt}).exit_code, 0);
 }
 
 TEST(MountHelperTest, FakeMountMountsNothing) {

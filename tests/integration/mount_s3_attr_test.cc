@@ -375,15 +375,20 @@ TEST(MountS3AttrTest, NewFilesBelongToTheUserWhoCreatesThem) {
       ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())), options);
   ASSERT_TRUE(mount);
   const std::string m = mount->path();
-  // The mount point's parent is private to root: let the other user through it.
+  // The mount point's parent is private to root: let the other user through it. allow_other
+  // implies default_permissions: the user writes in a directory open to all.
   ASSERT_EQ(::chmod(fs::path(m).parent_path().c_str(), 0711), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir((m + "/shared").c_str(), 0777), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod((m + "/shared").c_str(), 0777), 0) << std::strerror(errno);
+  const std::string shared = m + "/shared";
   CommandResult as_user = RunCommand(
       {"setpriv", "--reuid=4321", "--regid=8765", "--clear-groups", "sh", "-c",
-       "echo hello > \"$0/by-user\" && mkdir \"$0/dir-by-user\" && ln -s by-user \"$0/link\"", m});
+       "echo hello > \"$0/by-user\" && mkdir \"$0/dir-by-user\" && ln -s by-user \"$0/link\"",
+       shared});
   ASSERT_EQ(as_user.exit_code, 0) << as_user.err;
   auto expect_owned = [&](const std::string& when) {
     SCOPED_TRACE(when);
-    for (const char* name : {"/by-user", "/dir-by-user", "/link"}) {
+    for (const char* name : {"/shared/by-user", "/shared/dir-by-user", "/shared/link"}) {
       struct stat st {};
       ASSERT_EQ(::lstat((m + name).c_str(), &st), 0) << name << ": " << std::strerror(errno);
       EXPECT_EQ(st.st_uid, 4321u) << name;

@@ -61,6 +61,32 @@ TEST(ParseMountUrlTest, S3PrefixIsNormalizedToEndWithSlash) {
   EXPECT_EQ(empty_prefix->prefix, "");
 }
 
+// "." and ".." would be keys named so on S3, and leave the directory the URL seems to name on
+// SFTP.
+TEST(ParseMountUrlTest, DotSegmentsAreRefused) {
+  for (const char* text :
+       {"s3://bucket/../etc", "s3://bucket/a/../x", "s3://bucket/./a", "s3://bucket/a/..",
+        "s3://bucket/a/./", "sftp://h/srv/../etc", "sftp://h/..", "sftp://h/srv/.",
+        "sftp://h/srv/./data/", "sftp://h/~/../root"}) {
+    SCOPED_TRACE(text);
+    Result<MountUrl> url = ParseMountUrl(text);
+    ASSERT_FALSE(url.ok());
+    EXPECT_EQ(url.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(url.status().message().find("path component"), std::string::npos)
+        << url.status().message();
+  }
+  for (const char* text : {"sftp://h//srv", "sftp://h/srv//data"}) {
+    SCOPED_TRACE(text);
+    EXPECT_FALSE(ParseMountUrl(text).ok());
+  }
+  // Dots inside names are names.
+  for (const char* text :
+       {"s3://bucket/a.b/..c/.d", "sftp://h/srv/.hidden/x..y/", "sftp://h/", "sftp://h/~/data"}) {
+    SCOPED_TRACE(text);
+    EXPECT_TRUE(ParseMountUrl(text).ok()) << ParseMountUrl(text).status().ToString();
+  }
+}
+
 TEST(ParseMountUrlTest, BadS3Urls) {
   EXPECT_FALSE(ParseMountUrl("s3://").ok());
   EXPECT_FALSE(ParseMountUrl("s3:///prefix").ok());
@@ -246,6 +272,46 @@ TEST(ParseMountOptionsTest, FuseOptionsArePassedThrough) {
             (std::vector<std::string>{"ro", "allow_other", "default_permissions", "fsname=mine"}));
   EXPECT_TRUE(o.has_fsname);
   EXPECT_FALSE(ParseWith("allow_other").has_fsname);
+}
+
+// Without default_permissions the kernel checks nothing for FUSE, and objfs neither: with
+// allow_other any local user could read and change every file.
+TEST(ParseMountOptionsTest, AllowOtherImpliesDefaultPermissions) {
+  MountOptions o = ParseWith("allow_other");
+  EXPECT_EQ(o.fuse_options, (std::vector<std::string>{"allow_other", "default_permissions"}));
+  EXPECT_FALSE(o.unchecked_other_users);
+  // Said explicitly, it is not added twice.
+  EXPECT_EQ(ParseWith("default_permissions,allow_other").fuse_options,
+            (std::vector<std::string>{"default_permissions", "allow_other"}));
+  // Only no_default_permissions gives the unchecked mount, with a warning at mount time.
+  MountOptions unchecked = ParseWith("allow_other,no_default_permissions");
+  EXPECT_EQ(unchecked.fuse_options, (std::vector<std::string>{"allow_other"}));
+  EXPECT_TRUE(unchecked.unchecked_other_users);
+  EXPECT_TRUE(ParseWith("no_default_permissions").fuse_options.empty());
+  EXPECT_FALSE(ParseWith("no_default_permissions").unchecked_other_users);
+  ExpectError({"s3://bucket", "/mnt", "-o", "default_permissions,no_default_permissions"},
+              "contradict");
+}
+
+// S3 refuses parts under 5 MiB (but the last) and above 5 GiB, and single PUTs and copies
+// above 5 GiB: such settings fail at mount, not at every upload.
+TEST(ParseMountOptionsTest, S3SizesOutsideS3sLimitsAreRefused) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"part_size=1", "part_size=1 is out of range (5M..5120M)"},
+      {"part_size=4M", "out of range"},
+      {"part_size=6G", "out of range"},
+      {"multipart_threshold=1M", "multipart_threshold=1M is out of range"},
+      {"multipart_threshold=6G", "out of range"},
+      {"copy_part_threshold=6G", "out of range"},
+  };
+  for (const auto& [option, text] : cases) {
+    SCOPED_TRACE(option);
+    ExpectError({"s3://bucket", "/mnt", "-o", option}, text);
+  }
+  MountOptions edges = ParseWith("part_size=5M,multipart_threshold=5G,copy_part_threshold=5G");
+  EXPECT_EQ(edges.part_size, 5u << 20);
+  EXPECT_EQ(edges.multipart_threshold, 5ull << 30);
+  EXPECT_EQ(ParseWith("part_size=5G").part_size, 5ull << 30);
 }
 
 TEST(ParseMountOptionsTest, GenericMountOptionsAreAccepted) {

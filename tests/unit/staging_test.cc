@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -341,6 +342,39 @@ TEST_F(StagingTest, ADamagedPendingAttrsRecordIsDropped) {
   ASSERT_TRUE(left.ok());
   EXPECT_TRUE(left->empty());
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// Names in the cache directory are predictable (PID and a counter). A symbolic link planted
+// under one must not make objfs write through it: the file it names stays as it was.
+TEST_F(StagingTest, APlantedSymlinkIsNotFollowed) {
+  auto area = StagingArea::Open(dir_ + "/cache");
+  ASSERT_TRUE(area.ok()) << area.status().ToString();
+  const std::string target = dir_ + "/victim";
+  {
+    std::ofstream out(target);
+    out << "precious";
+  }
+  const std::string pid = std::to_string(::getpid());
+  for (int id = 0; id < 4; ++id) {
+    const std::string base = dir_ + "/cache/" + pid + "-" + std::to_string(id);
+    // A record's temporary name for even ids, the data's name for odd ones.
+    const std::string link = base + (id % 2 == 0 ? ".meta.tmp" : ".data");
+    ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0) << link;
+  }
+  for (int i = 0; i < 4; ++i) {
+    auto file = (*area)->Create("key", {{"mode", "33188"}});
+    if (file.ok()) {
+      (void)(*file)->WriteAt(0, Bytes("attacker sees this"));
+      (void)(*file)->Describe("key", {});
+    }
+  }
+  std::ifstream in(target);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "precious");
+  struct stat st {};
+  ASSERT_EQ(::lstat(target.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_size, 8);
 }
 
 TEST(StagingOpenTest, RefusesEmptyDirectory) { EXPECT_FALSE(StagingArea::Open("").ok()); }
