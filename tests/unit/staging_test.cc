@@ -362,10 +362,11 @@ TEST_F(StagingTest, APlantedSymlinkIsNotFollowed) {
     ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0) << link;
   }
   for (int i = 0; i < 4; ++i) {
-    auto file = (*area)->Create("key", {{"mode", "33188"}});
+    auto file = (*area)->Create();
     if (file.ok()) {
+      (void)(*file)->MarkWriting("key", {{"mode", "33188"}});
       (void)(*file)->WriteAt(0, Bytes("attacker sees this"));
-      (void)(*file)->Describe("key", {});
+      (void)(*file)->MarkAccepted("key", {});
     }
   }
   std::ifstream in(target);
