@@ -1,13 +1,17 @@
 // What a killed mount or another client leaves on the server, through real objfs mounts of RGW
 // and sshd: a multipart upload (S3) or an upload's temporary file (SFTP) that objfs was killed
 // in the middle of is cleared by the next mount over the same cache directory, while another
-// client's upload in flight is left alone.
+// client's upload in flight is left alone; and rmdir of a directory whose marker object holds
+// data refuses rather than delete the data.
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -210,6 +214,23 @@ TEST(MountLeftoversTest, SftpKilledDuringAnUploadTheNextMountRemovesOnlyItsOwnTe
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
   EXPECT_EQ(TempFilesIn(dir.path), std::vector<std::string>{foreign});
   EXPECT_TRUE(ReadLocal(dir.path + "/big.bin") == data);
+}
+
+TEST(MountLeftoversTest, RmdirOfADirectoryWhoseMarkerHoldsDataIsRefused) {
+  const std::string bucket = CreateTestBucket(TestName());
+  // Another client stored data under the directory marker's name.
+  ASSERT_EQ(S3Request("PUT", "/" + bucket + "/dir/", "data in the marker").status, "200");
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket));
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/dir";
+  ASSERT_TRUE(fs::is_directory(path));
+
+  EXPECT_EQ(::rmdir(path.c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY) << std::strerror(errno);
+  EXPECT_EQ(mount->Stop(), 0);
+  HttpReply marker = S3Request("GET", "/" + bucket + "/dir/");
+  EXPECT_EQ(marker.status, "200");
+  EXPECT_EQ(marker.body, "data in the marker");
 }
 
 }  // namespace
