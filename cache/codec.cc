@@ -497,6 +497,39 @@ Result<PendingAttrsRecord> PendingAttrsCodec::Decode(std::string_view in) {
   return record;
 }
 
+// ---- OpenUploadCodec ----------------------------------------------------------------------
+
+namespace {
+constexpr size_t kOpenUploadFixedBody = 2 * kStringBytes;
+}  // namespace
+
+size_t OpenUploadCodec::EncodedSize(const OpenUploadRecord& record) {
+  return kFramingBytes + kOpenUploadFixedBody + record.name.size() + record.upload_id.size();
+}
+
+void OpenUploadCodec::Encode(const OpenUploadRecord& record, std::string& out) {
+  Writer w(out, EncodedSize(record), kTag, kVersion);
+  w.String(record.name);
+  w.String(record.upload_id);
+  w.Seal();
+}
+
+Result<OpenUploadRecord> OpenUploadCodec::Decode(std::string_view in) {
+  static constexpr char kType[] = "open upload";
+  std::string_view body;
+  if (Status s = CheckEnvelope(in, kTag, kVersion, kOpenUploadFixedBody, kType, body); !s.ok()) {
+    return s;
+  }
+  Reader r(body);
+  OpenUploadRecord record;
+  if (!r.String(record.name) || !r.String(record.upload_id)) {
+    return Corrupt(kType, "length past the end");
+  }
+  if (r.left() != 0) return Corrupt(kType, "trailing bytes");
+  if (record.name.empty()) return Corrupt(kType, "no name");
+  return record;
+}
+
 // ---- TombstoneCodec -----------------------------------------------------------------------
 
 namespace {

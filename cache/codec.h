@@ -84,6 +84,17 @@ class PendingAttrsCodec {
   static const std::string& Key(const PendingAttrsRecord& record) { return record.key; }
 };
 
+// name, upload_id.
+class OpenUploadCodec {
+ public:
+  static constexpr uint8_t kTag = 0x05;
+  static constexpr uint8_t kVersion = 1;
+  static size_t EncodedSize(const OpenUploadRecord& record);
+  static void Encode(const OpenUploadRecord& record, std::string& out);
+  static Result<OpenUploadRecord> Decode(std::string_view in);
+  static const std::string& Key(const OpenUploadRecord& record) { return record.name; }
+};
+
 // record_tag u8, key.
 class TombstoneCodec {
  public:
@@ -113,6 +124,10 @@ struct CodecFor<StagedUploadRecord> {
 template <>
 struct CodecFor<PendingAttrsRecord> {
   using type = PendingAttrsCodec;
+};
+template <>
+struct CodecFor<OpenUploadRecord> {
+  using type = OpenUploadCodec;
 };
 template <>
 struct CodecFor<TombstoneRecord> {

@@ -5,6 +5,7 @@
 // can be recomputed or re-fetched, so one that does not decode is dropped, never trusted.
 // cache/staging.h keeps the others one file each, beside what they describe (StagedUploadRecord,
 // PendingAttrsRecord): work a crash interrupted, redone at the next mount only when it decodes.
+// cache/upload_records.h keeps OpenUploadRecord one file each too.
 #pragma once
 
 #include <array>
@@ -80,6 +81,17 @@ struct PendingAttrsRecord {
     return key == other.key && etag.kind() == other.etag.kind() && etag == other.etag &&
            metadata == other.metadata && changed_ns == other.changed_ns;
   }
+};
+
+// An upload the server holds until it completes or is aborted (backend/upload_journal.h): an
+// S3 multipart upload (`name` its key, `upload_id` its UploadId) or an SFTP upload's temporary
+// file (`name` its path on the server, no `upload_id`). A mount that finds one left by a crash
+// aborts or removes exactly that upload.
+struct OpenUploadRecord {
+  std::string name;
+  std::string upload_id;
+
+  bool operator==(const OpenUploadRecord&) const = default;
 };
 
 // The removal of the record of type `record_tag` (a codec's kTag) stored under `key`. Only the

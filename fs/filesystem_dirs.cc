@@ -60,6 +60,12 @@ Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
   OBJFS_ASSIGN_OR_RETURN(Listing listing, store_->list(list));
   for (const ObjectInfo& obj : listing.objects) {
     if (obj.key != marker) return NotEmptyError(key + " is not empty");
+    // Another client's data stored under the marker's name: removing the directory would
+    // delete it.
+    if (obj.size != 0) {
+      return NotEmptyError(key + " is not empty: its object " + marker + " holds " +
+                           std::to_string(obj.size) + " bytes");
+    }
   }
   if (!listing.common_prefixes.empty()) return NotEmptyError(key + " is not empty");
   for (const auto& [ino, inode] : inodes_.WithLocalData(key)) {

@@ -27,9 +27,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -41,6 +43,7 @@
 #include "cache/buffer_pool.h"
 #include "cache/content_etag_store.h"
 #include "cache/store_db.h"
+#include "cache/upload_records.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_adapter.h"
 #include "fs/kernel_readahead.h"
@@ -252,7 +255,32 @@ Status CheckCacheDirectory(const std::string& dir) {
   return Status::Ok();
 }
 
-Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics& metrics) {
+// Hands the uploads an earlier mount over the same cache directory left on the server (noted
+// in `records`) to `clear`, before this mount serves anything, and says what it did.
+void ClearDeadUploads(UploadRecords& records, std::string_view kind,
+                      const std::function<Status(const OpenUploadRecord&)>& clear,
+                      const Reporter& reporter) {
+  UploadRecords::ClearResult result = records.ClearLeftovers(clear);
+  auto count = [kind](size_t n) {
+    return std::to_string(n) + " " + std::string(kind) + (n == 1 ? "" : "s");
+  };
+  if (result.cleared != 0) {
+    reporter.Error("cleared " + count(result.cleared) + " left on the server by an earlier mount");
+  }
+  if (result.damaged != 0) {
+    reporter.Error("warning: dropped " + std::to_string(result.damaged) +
+                   " damaged notes of an earlier mount's uploads");
+  }
+  if (result.failed != 0) {
+    reporter.Error("warning: " + count(result.failed) +
+                   " of an earlier mount not cleared (tried again at the next mount): " +
+                   result.first_error.message());
+  }
+}
+
+Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics& metrics,
+                                            const std::shared_ptr<UploadRecords>& uploads,
+                                            const Reporter& reporter) {
   s3::S3StoreOptions s3_options;
   s3_options.bucket = options.url.bucket;
   s3_options.endpoint = options.endpoint;
@@ -263,6 +291,7 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics
   if (options.copy_part_threshold) s3_options.copy_part_threshold = *options.copy_part_threshold;
   if (options.parallel_parts) s3_options.parallel_parts = *options.parallel_parts;
   s3_options.metrics = &metrics;
+  s3_options.journal = uploads;
   OBJFS_RETURN_IF_ERROR(s3::ApplyEnvironment(s3_options, options.profile,
                                              [](const char* name) { return std::getenv(name); }));
   if (s3_options.region.empty()) s3_options.region = "us-east-1";
@@ -270,6 +299,10 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics
   OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<s3::S3Store> s3_store,
                          s3::S3Store::Create(std::move(s3_options)));
   OBJFS_RETURN_IF_ERROR(s3_store->CheckBucket());
+  s3::S3Store* s3 = s3_store.get();
+  ClearDeadUploads(
+      *uploads, "multipart upload",
+      [s3](const OpenUploadRecord& r) { return s3->AbortUpload(r.name, r.upload_id); }, reporter);
 
   std::shared_ptr<ObjectStore> store =
       std::make_shared<MetricsStore>(std::shared_ptr<ObjectStore>(std::move(s3_store)), metrics);
@@ -345,7 +378,9 @@ Result<std::string> ReadPasswordLine(const std::string& path) {
   return line;
 }
 
-Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metrics& metrics) {
+Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metrics& metrics,
+                                              const std::shared_ptr<UploadRecords>& uploads,
+                                              const Reporter& reporter) {
   sftp::SftpStoreOptions sftp_options;
   sftp_options.host = options.url.host;
   sftp_options.port = options.url.port;
@@ -372,6 +407,7 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metri
     OBJFS_ASSIGN_OR_RETURN(sftp_options.password, ReadPasswordLine(""));
   }
   sftp_options.metrics = &metrics;
+  sftp_options.journal = uploads;
   const std::string server =
       sftp_options.user + "@" + sftp_options.host + ":" + std::to_string(sftp_options.port);
 
@@ -382,6 +418,10 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metri
     return NotFoundError("directory " + sftp_options.root + " does not exist on " + server);
   }
   OBJFS_RETURN_IF_ERROR(checked);
+  sftp::SftpStore* sftp = created->get();
+  ClearDeadUploads(
+      *uploads, "temporary upload file",
+      [sftp](const OpenUploadRecord& r) { return sftp->RemoveTemporary(r.name); }, reporter);
 
   // ---- The SFTP store stack, bottom to top: ----
   //   SftpStore -> MetricsStore -> ContentEtagStore -> Filesystem
@@ -483,10 +523,20 @@ int Mount(const MountOptions& given_options) {
   // Idle read-ahead buffers kept for reuse count against the prefetch memory too.
   BufferPool::Shared().SetKeepBytes(std::min<size_t>(64 << 20, fs_options.prefetch_memory / 4));
 
+  // What uploads the server holds for this mount, so that the next one can clear those a
+  // crash leaves (cache/upload_records.h).
+  Result<std::unique_ptr<UploadRecords>> upload_records =
+      UploadRecords::Open(options.fs.cache_dir + "/uploads");
+  if (!upload_records.ok()) {
+    reporter.Error(upload_records.status().message());
+    return 1;
+  }
+  std::shared_ptr<UploadRecords> uploads = std::move(upload_records).value();
+
   Metrics metrics;
   Result<std::shared_ptr<ObjectStore>> store = options.url.scheme == UrlScheme::kSftp
-                                                   ? OpenSftp(options, metrics)
-                                                   : OpenS3(options, metrics);
+                                                   ? OpenSftp(options, metrics, uploads, reporter)
+                                                   : OpenS3(options, metrics, uploads, reporter);
   if (!store.ok()) {
     reporter.Error(store.status().message());
     return 1;

@@ -378,6 +378,15 @@ Result<std::string> S3Store::InitiateMultipart(std::string_view key, const Heade
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
   Result<std::string> id = ParseInitiateMultipartUpload(resp.body);
   if (!id.ok()) return id.status().WithContext(req.what);
+  if (options_.journal != nullptr) {
+    // Noted before any part is sent: an upload nobody could abort after a crash is not
+    // started.
+    Status noted = options_.journal->Opened(key, *id);
+    if (!noted.ok()) {
+      AbortMultipart(key, *id);
+      return noted.WithContext(req.what);
+    }
+  }
   return id;
 }
 
@@ -395,16 +404,28 @@ Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string&
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
   Result<ETag> etag = ParseCompleteMultipartUpload(resp.body);
   if (!etag.ok()) return etag.status().WithContext(req.what);
+  // Completed: the server holds the upload no more (a failure is the caller's to abort).
+  if (options_.journal != nullptr) options_.journal->Closed(key, upload_id);
   return etag;  // empty from RGW: the caller computes it from the parts
 }
 
 void S3Store::AbortMultipart(std::string_view key, const std::string& upload_id) {
+  // Best effort: the upload failed already. One the server still holds stays noted in the
+  // journal, and the next mount aborts it.
+  (void)AbortUpload(key, upload_id);
+}
+
+Status S3Store::AbortUpload(std::string_view key, std::string_view upload_id) {
   Request req;
   req.method = "DELETE";
   req.key = std::string(key);
   req.what = What("AbortMultipartUpload", key);
-  req.query.emplace_back("uploadId", upload_id);
-  (void)Execute(req);  // best effort: the upload failed already
+  req.query.emplace_back("uploadId", std::string(upload_id));
+  Result<HttpResponse> resp = Execute(req);
+  // NoSuchUpload: aborted or completed already.
+  if (!resp.ok() && resp.status().code() != StatusCode::kNotFound) return resp.status();
+  if (options_.journal != nullptr) options_.journal->Closed(key, upload_id);
+  return Status::Ok();
 }
 
 // Runs `count` part tasks on up to `parallel` threads; stops handing out parts after the first

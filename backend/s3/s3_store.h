@@ -25,6 +25,7 @@
 #include "backend/s3/http_client.h"
 #include "backend/s3/s3_endpoint.h"
 #include "backend/s3/sigv4.h"
+#include "backend/upload_journal.h"
 
 namespace objfs::s3 {
 
@@ -61,6 +62,9 @@ struct S3StoreOptions {
   // Protocol-level counters (HTTP requests, retries, bytes hashed) go here; per-call counters
   // are MetricsStore's. Not owned; may be null.
   Metrics* metrics = nullptr;
+  // Notes each multipart upload from its creation until it is completed or aborted, so that
+  // the next mount can abort the ones a crash left. May be null.
+  std::shared_ptr<UploadJournal> journal;
 };
 
 // Fills endpoint (AWS_ENDPOINT_URL), region (AWS_REGION, then AWS_DEFAULT_REGION), the CA
@@ -90,6 +94,8 @@ class S3Store : public ObjectStore {
   Status CheckBucket();
   // Creates the bucket (tests, demo).
   Status CreateBucket();
+  // AbortMultipartUpload of one upload; ok also when the server holds no such upload.
+  Status AbortUpload(std::string_view key, std::string_view upload_id);
 
  private:
   struct Request;

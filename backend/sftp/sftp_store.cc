@@ -244,6 +244,34 @@ std::string SftpStore::TempName(const std::string& dir) {
   return dir + "/" + std::string(kReservedPrefix) + "tmp-" + hex;
 }
 
+Status SftpStore::NoteTemporary(const std::string& path, std::string_view what) {
+  if (options_.journal == nullptr) return Status::Ok();
+  return options_.journal->Opened(path, "").WithContext(std::string(what));
+}
+
+void SftpStore::DropTemporary(SftpConnection& c, const std::string& path) {
+  if (!c.healthy()) return;
+  if (sftp_unlink(c.sftp(), path.c_str()) != 0 &&
+      LibsshStatus(c, "remove " + path).code() != StatusCode::kNotFound) {
+    return;
+  }
+  if (options_.journal != nullptr) options_.journal->Closed(path, "");
+}
+
+Status SftpStore::RemoveTemporary(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string_view name =
+      std::string_view(path).substr(slash == std::string::npos ? 0 : slash + 1);
+  if (!name.starts_with(std::string(kReservedPrefix) + "tmp-")) {
+    return InvalidArgumentError("remove " + path + ": not the name of a temporary file");
+  }
+  return WithRetry([&](SftpConnection& c) -> Status {
+    if (sftp_unlink(c.sftp(), path.c_str()) == 0) return Status::Ok();
+    Status status = LibsshStatus(c, "remove " + path);
+    return status.code() == StatusCode::kNotFound ? Status::Ok() : status;
+  });
+}
+
 Result<ObjectInfo> SftpStore::HeadOn(SftpConnection& c, std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
   // A file key names the link itself, as READDIR reports it; a directory key what it leads to.
@@ -672,17 +700,23 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
   SftpConnection& c = *lease;
   SftpWire& wire = c.wire();
   const std::string staged = TempName(paths.dir);
-  auto cleanup = [&] {
-    if (c.healthy()) sftp_unlink(c.sftp(), staged.c_str());
-  };
+  OBJFS_RETURN_IF_ERROR(NoteTemporary(staged, "put " + std::string(key)));
+  auto cleanup = [&] { DropTemporary(c, staged); };
 
   const uint32_t create = kOpenWrite | kOpenCreate | kOpenTruncate | kOpenExclusive;
   Result<SftpWire::Handle> handle = wire.OpenFile(staged, create, 0600);
   if (!handle.ok() && handle.status().code() == StatusCode::kNotFound) {
-    OBJFS_RETURN_IF_ERROR(MakeDirs(c, paths.dir));
+    Status made = MakeDirs(c, paths.dir);
+    if (!made.ok()) {
+      cleanup();
+      return made;
+    }
     handle = wire.OpenFile(staged, create, 0600);
   }
-  if (!handle.ok()) return handle.status().WithContext("put " + std::string(key));
+  if (!handle.ok()) {
+    cleanup();
+    return handle.status().WithContext("put " + std::string(key));
+  }
 
   Md5 md5;
   const uint64_t size = source.size();
@@ -722,6 +756,7 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
     cleanup();
     return status;
   }
+  if (options_.journal != nullptr) options_.journal->Closed(staged, "");
   // The MD5 of exactly the bytes written: the one ETag this store can vouch for.
   ObjectInfo info = std::move(staged_info).value();
   info.etag = ETag::FromMd5(md5.Final());
@@ -787,21 +822,25 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   }
 
   const std::string staged = TempName(dst_paths.dir);
-  auto cleanup = [&] {
-    if (c.healthy()) sftp_unlink(c.sftp(), staged.c_str());
-  };
+  if (Status noted = NoteTemporary(staged, what); !noted.ok()) {
+    (void)wire.Close(src_handle);
+    return noted;
+  }
+  auto cleanup = [&] { DropTemporary(c, staged); };
   const uint32_t create = kOpenWrite | kOpenCreate | kOpenTruncate | kOpenExclusive;
   Result<SftpWire::Handle> dst_handle = wire.OpenFile(staged, create, 0600);
   if (!dst_handle.ok() && dst_handle.status().code() == StatusCode::kNotFound) {
     Status made = MakeDirs(c, dst_paths.dir);
     if (!made.ok()) {
       (void)wire.Close(src_handle);
+      cleanup();
       return made;
     }
     dst_handle = wire.OpenFile(staged, create, 0600);
   }
   if (!dst_handle.ok()) {
     (void)wire.Close(src_handle);
+    cleanup();
     return dst_handle.status().WithContext(what);
   }
 
@@ -869,6 +908,7 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     cleanup();
     return status;
   }
+  if (options_.journal != nullptr) options_.journal->Closed(staged, "");
   ObjectInfo info = std::move(staged_info).value();
   info.etag = etag;
   return info;

@@ -31,6 +31,7 @@
 #include "backend/metrics.h"
 #include "backend/object_store.h"
 #include "backend/sftp/session_pool.h"
+#include "backend/upload_journal.h"
 
 namespace objfs::sftp {
 
@@ -55,6 +56,9 @@ struct SftpStoreOptions {
   bool use_posix_rename = true;
   Metrics* metrics = nullptr;  // not owned; may be null
   std::chrono::seconds connect_timeout{10};
+  // Notes each upload's temporary file from before it is created until it is renamed into
+  // place or removed, so that the next mount can remove the ones a crash left. May be null.
+  std::shared_ptr<UploadJournal> journal;
 };
 
 class SftpStore : public ObjectStore {
@@ -84,6 +88,10 @@ class SftpStore : public ObjectStore {
   Result<StoreSpace> space() override;
   Capabilities capabilities() const override;
   std::string describe() const override;
+
+  // Removes the temporary file `path` of an upload (a name TempName made; anything else is
+  // refused); ok also when there is no such file.
+  Status RemoveTemporary(const std::string& path);
 
   // The server's packet limits, as learnt from the first connection.
   SftpLimits server_limits() const { return limits_; }
@@ -138,6 +146,11 @@ class SftpStore : public ObjectStore {
                 const std::string& staged_data, const PutOptions& preconditions);
   Status Rename(SftpConnection& c, const std::string& from, const std::string& to);
   std::string TempName(const std::string& dir);
+  // Notes the temporary file `path` in the journal before it is created.
+  Status NoteTemporary(const std::string& path, std::string_view what);
+  // Removes the temporary file `path` after a failed upload, and its note once it is gone (a
+  // broken connection leaves both: the next mount removes the file).
+  void DropTemporary(SftpConnection& c, const std::string& path);
   std::mutex& KeyLock(std::string_view key);
 
   SftpStoreOptions options_;  // root resolved by CheckRoot, then unchanged

@@ -236,6 +236,24 @@ TEST(TombstoneCodecTest, RoundTrips) {
   EXPECT_EQ(*decoded, r);
 }
 
+TEST(OpenUploadCodecTest, RoundTripsBothKindsOfUpload) {
+  for (const OpenUploadRecord& r :
+       {OpenUploadRecord{"dir/big.iso", "2~hZ3mD9hXAb-Q0uTz0xFJqzMy3y7wg2N"},
+        OpenUploadRecord{"/srv/data/dir/.objfs-tmp-0123456789abcdef", ""}}) {
+    std::string bytes = Encoded<OpenUploadCodec>(r);
+    EXPECT_EQ(bytes.size(), OpenUploadCodec::EncodedSize(r));
+    auto decoded = DecodeExact<OpenUploadCodec>(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, r);
+  }
+}
+
+TEST(OpenUploadCodecTest, RejectsARecordWithoutAName) {
+  std::string bytes = Encoded<OpenUploadCodec>(OpenUploadRecord{"", "id"});
+  EXPECT_NE(DecodeExact<OpenUploadCodec>(bytes).status().message().find("no name"),
+            std::string::npos);
+}
+
 // ---- Rejections of well-sealed but malformed records --------------------------------------
 
 void ExpectCorrupt(const Status& status, std::string_view why) {
@@ -383,6 +401,12 @@ TEST(CodecTest, EachCodecRejectsTheOthersRecords) {
   const std::string staged = Encoded<StagedUploadCodec>(SampleStagedUpload(true));
   const std::string attrs = Encoded<PendingAttrsCodec>(SamplePendingAttrs(""));
   const std::string tombstone = Encoded<TombstoneCodec>(TombstoneRecord{1, "k"});
+  const std::string upload = Encoded<OpenUploadCodec>(OpenUploadRecord{"k", "id"});
+  for (const std::string& other : {content, meta, staged, attrs, tombstone}) {
+    EXPECT_FALSE(DecodeExact<OpenUploadCodec>(other).ok());
+  }
+  EXPECT_FALSE(DecodeExact<StagedUploadCodec>(upload).ok());
+  EXPECT_FALSE(DecodeExact<TombstoneCodec>(upload).ok());
   for (const std::string& other : {meta, staged, attrs, tombstone}) {
     EXPECT_FALSE(DecodeExact<ContentETagCodec>(other).ok());
   }
@@ -426,6 +450,8 @@ TEST(CodecTest, EveryCodecChecksLengthsEvenWhenTheChecksumMatches) {
       Encoded<PendingAttrsCodec>(SamplePendingAttrs("0123456789abcdef0123456789abcdef-3")));
   ExpectSealedLengthErrorsRejected<TombstoneCodec>(
       Encoded<TombstoneCodec>(TombstoneRecord{ContentETagCodec::kTag, "a/b/c"}));
+  ExpectSealedLengthErrorsRejected<OpenUploadCodec>(
+      Encoded<OpenUploadCodec>(OpenUploadRecord{"a/b/c", "upload-id"}));
 }
 
 // ---- Exhaustive damage: every truncation, every flipped byte, random corruption -----------
@@ -491,6 +517,13 @@ TEST(CodecDamageTest, PendingAttrs) {
     ExpectEveryDamageRejected<PendingAttrsCodec>(
         Encoded<PendingAttrsCodec>(SamplePendingAttrs(etag)));
   }
+}
+
+TEST(CodecDamageTest, OpenUpload) {
+  ExpectEveryDamageRejected<OpenUploadCodec>(
+      Encoded<OpenUploadCodec>(OpenUploadRecord{"dir/big.iso", "2~upload-id"}));
+  ExpectEveryDamageRejected<OpenUploadCodec>(
+      Encoded<OpenUploadCodec>(OpenUploadRecord{"/srv/.objfs-tmp-0123456789abcdef", ""}));
 }
 
 TEST(CodecDamageTest, Tombstone) {

@@ -1,0 +1,172 @@
+#include "cache/upload_records.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <system_error>
+
+#include "cache/codec.h"
+
+namespace objfs {
+
+namespace {
+
+constexpr std::string_view kSuffix = ".upload";
+constexpr std::string_view kPartial = ".tmp";
+
+Status ErrnoError(std::string_view what, const std::string& path, int err) {
+  std::string m(what);
+  m += " ";
+  m += path;
+  m += ": ";
+  m += std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return NoSpaceError(std::move(m));
+  return IoError(std::move(m));
+}
+
+// Writes `bytes` to a new file renamed to `path`, so that `path` is either absent or whole.
+Status WriteNote(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + std::string(kPartial);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("create", tmp, errno);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return ErrnoError("write", tmp, err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoError("rename", tmp, err);
+  }
+  return Status::Ok();
+}
+
+// The number of a note's file name "N.upload", or 0 for any other name.
+uint64_t NoteNumber(const std::string& file_name) {
+  if (file_name.size() <= kSuffix.size() || !file_name.ends_with(kSuffix)) return 0;
+  uint64_t n = 0;
+  for (size_t i = 0; i < file_name.size() - kSuffix.size(); ++i) {
+    const char c = file_name[i];
+    if (c < '0' || c > '9' || n > (UINT64_MAX - 9) / 10) return 0;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return n;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<UploadRecords>> UploadRecords::Open(std::string dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("cannot create " + dir + ": " + ec.message());
+  std::unique_ptr<UploadRecords> records(new UploadRecords(std::move(dir)));
+  for (std::filesystem::directory_iterator it(records->dir_, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.ends_with(kPartial)) {
+      // A note the earlier mount was killed while writing: its upload had not started yet.
+      ::unlink(it->path().c_str());
+      continue;
+    }
+    if (const uint64_t n = NoteNumber(name); n != 0) {
+      records->leftovers_.push_back(n);
+      records->next_ = std::max(records->next_, n + 1);
+    }
+  }
+  if (ec) return IoError("cannot list " + records->dir_ + ": " + ec.message());
+  std::sort(records->leftovers_.begin(), records->leftovers_.end());
+  return records;
+}
+
+std::string UploadRecords::PathOf(uint64_t n) const {
+  return dir_ + "/" + std::to_string(n) + std::string(kSuffix);
+}
+
+Status UploadRecords::Opened(std::string_view name, std::string_view upload_id) {
+  OpenUploadRecord record{std::string(name), std::string(upload_id)};
+  std::string bytes;
+  OpenUploadCodec::Encode(record, bytes);
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = next_++;
+  }
+  OBJFS_RETURN_IF_ERROR(WriteNote(PathOf(n), bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  open_[{std::move(record.name), std::move(record.upload_id)}] = n;
+  return Status::Ok();
+}
+
+void UploadRecords::Closed(std::string_view name, std::string_view upload_id) {
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = open_.find({std::string(name), std::string(upload_id)});
+    if (it == open_.end()) return;
+    n = it->second;
+    open_.erase(it);
+  }
+  ::unlink(PathOf(n).c_str());
+}
+
+UploadRecords::ClearResult UploadRecords::ClearLeftovers(
+    const std::function<Status(const OpenUploadRecord&)>& clear) {
+  std::vector<uint64_t> notes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notes.swap(leftovers_);
+  }
+  ClearResult result;
+  std::vector<uint64_t> kept;
+  for (uint64_t n : notes) {
+    const std::string path = PathOf(n);
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) {
+      if (result.first_error.ok()) result.first_error = IoError("cannot read " + path);
+      ++result.failed;
+      kept.push_back(n);
+      continue;
+    }
+    Result<OpenUploadRecord> record = OpenUploadCodec::Decode(bytes);
+    if (!record.ok()) {
+      ++result.damaged;
+      ::unlink(path.c_str());
+      continue;
+    }
+    Status cleared = clear(*record);
+    if (!cleared.ok()) {
+      if (result.first_error.ok()) result.first_error = cleared;
+      ++result.failed;
+      kept.push_back(n);
+      continue;
+    }
+    ++result.cleared;
+    ::unlink(path.c_str());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  leftovers_ = std::move(kept);
+  return result;
+}
+
+size_t UploadRecords::CountForTesting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leftovers_.size() + open_.size();
+}
+
+}  // namespace objfs

@@ -1,0 +1,237 @@
+// What a killed mount or another client leaves on the server, through real objfs mounts of RGW
+// and sshd: a multipart upload (S3) or an upload's temporary file (SFTP) that objfs was killed
+// in the middle of is cleared by the next mount over the same cache directory, while another
+// client's upload in flight is left alone; and rmdir of a directory whose marker object holds
+// data refuses rather than delete the data.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/fixtures/file_tools.h"
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/run_command.h"
+#include "tests/fixtures/test_servers.h"
+
+namespace objfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Polls `done` every 10 ms until it returns true or `seconds` pass; returns its last answer.
+template <typename F>
+bool WaitFor(double seconds, F done) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (Clock::now() > deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+struct HttpReply {
+  std::string body;
+  std::string status;
+};
+
+// A request to the shared RGW signed with the test credentials; `path` starts with the bucket.
+// curl 7.88 signs the query as it is written: parameters in order, each with its "=".
+HttpReply S3Request(const std::string& method, const std::string& path,
+                    std::string_view payload = {}) {
+  const S3TestServer& server = SharedS3Server();
+  std::vector<std::string> argv = SignedCurlArgs(server, payload);
+  argv.insert(argv.end(), {"-X", method, "-w", "\n%{http_code}"});
+  if (!payload.empty()) argv.insert(argv.end(), {"--data-binary", "@-"});
+  argv.push_back(server.endpoint + path);
+  CommandResult r = RunCommand(argv, payload);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  size_t nl = r.out.rfind('\n');
+  if (nl == std::string::npos) return {r.out, ""};
+  return {r.out.substr(0, nl), r.out.substr(nl + 1)};
+}
+
+// The text of the first <tag>...</tag> in `xml` at or after `from`; `from` moves past it.
+std::string XmlField(const std::string& xml, const std::string& tag, size_t& from) {
+  const std::string open = "<" + tag + ">", close = "</" + tag + ">";
+  size_t start = xml.find(open, from);
+  if (start == std::string::npos) return "";
+  start += open.size();
+  size_t end = xml.find(close, start);
+  if (end == std::string::npos) return "";
+  from = end + close.size();
+  return xml.substr(start, end - start);
+}
+
+// The UploadIds of the multipart uploads that ListMultipartUploads shows for `key`.
+std::vector<std::string> UploadIdsOf(const std::string& bucket, const std::string& key) {
+  HttpReply reply = S3Request("GET", "/" + bucket + "?prefix=" + key + "&uploads=");
+  EXPECT_EQ(reply.status, "200") << reply.body;
+  std::vector<std::string> ids;
+  for (size_t at = reply.body.find("<Upload>"); at != std::string::npos;
+       at = reply.body.find("<Upload>", at)) {
+    size_t end = reply.body.find("</Upload>", at);
+    if (end == std::string::npos) break;
+    std::string upload = reply.body.substr(at, end - at);
+    size_t from = 0;
+    std::string listed_key = XmlField(upload, "Key", from);
+    from = 0;
+    std::string id = XmlField(upload, "UploadId", from);
+    if (listed_key == key) ids.push_back(id);
+    at = end;
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+bool Contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// Copies `data` to `path` through the mount with cp(1), whose close at the end is where the
+// upload happens. A process of its own: while a thread of this one is in close(2) on the mount,
+// this process cannot start the commands that watch the server. Whatever cp says is fine: the
+// test kills objfs during the upload.
+std::thread CopyInBackground(const ScratchDir& scratch, const std::string& path,
+                             const std::string& data) {
+  const std::string source = scratch.path() + "/source";
+  {
+    std::ofstream out(source, std::ios::binary);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  EXPECT_EQ(fs::file_size(source), data.size());
+  return std::thread([source, path] { RunCommand({"cp", source, path}); });
+}
+
+TEST(MountLeftoversTest, S3KilledDuringAMultipartUploadTheNextMountAbortsOnlyItsOwn) {
+  const std::string bucket = CreateTestBucket(TestName());
+  const std::string key = "big.bin";
+  // Another client's upload of the same key, in flight all along.
+  HttpReply created = S3Request("POST", "/" + bucket + "/" + key + "?uploads=");
+  ASSERT_EQ(created.status, "200") << created.body;
+  size_t from = 0;
+  const std::string foreign_id = XmlField(created.body, "UploadId", from);
+  ASSERT_FALSE(foreign_id.empty()) << created.body;
+
+  ObjfsMount::Options options;
+  // Many small parts, one at a time: an upload that lasts long enough to be killed in.
+  options.extra_options = "multipart_threshold=5M,part_size=5M,parallel_parts=1";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string data = PseudoRandomBytes(160 << 20, 14);
+  ScratchDir scratch;
+  std::thread writer = CopyInBackground(scratch, mount->path() + "/" + key, data);
+
+  // The upload is in progress once the server lists a second one for the key.
+  std::string dead_id;
+  const bool started = WaitFor(120, [&] {
+    for (const std::string& id : UploadIdsOf(bucket, key)) {
+      if (id != foreign_id) dead_id = id;
+    }
+    return !dead_id.empty();
+  });
+  mount->KillAndWait(SIGKILL);
+  writer.join();
+  ASSERT_TRUE(started) << "no multipart upload of " << key << " appeared; log:\n" << mount->log();
+  ASSERT_TRUE(Contains(UploadIdsOf(bucket, key), dead_id))
+      << "the upload finished before objfs was killed";
+
+  // The next mount over the same cache directory aborts its dead upload before it serves
+  // anything, and leaves the other client's alone.
+  ASSERT_TRUE(mount->Restart());
+  std::vector<std::string> after_restart = UploadIdsOf(bucket, key);
+  EXPECT_FALSE(Contains(after_restart, dead_id)) << "the dead upload was not aborted";
+  EXPECT_TRUE(Contains(after_restart, foreign_id)) << "another client's upload was aborted";
+  EXPECT_NE(mount->log().find("cleared 1 multipart upload left on the server"), std::string::npos)
+      << mount->log();
+
+  // The staged data is uploaded again; then the only upload of the key is the other client's.
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(UploadIdsOf(bucket, key), std::vector<std::string>{foreign_id});
+  HttpReply object = S3Request("GET", "/" + bucket + "/" + key);
+  EXPECT_EQ(object.status, "200");
+  EXPECT_TRUE(object.body == data) << "object of " << object.body.size() << " bytes";
+  EXPECT_EQ(S3Request("DELETE", "/" + bucket + "/" + key + "?uploadId=" + foreign_id).status,
+            "204");
+}
+
+// The `.objfs-tmp-` files in `dir`.
+std::vector<std::string> TempFilesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.starts_with(".objfs-tmp-")) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(MountLeftoversTest, SftpKilledDuringAnUploadTheNextMountRemovesOnlyItsOwnTemporaryFile) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  // Another mount's upload in flight, under a name of the same form.
+  const std::string foreign = ".objfs-tmp-0123456789abcdef";
+  { std::ofstream(dir.path + "/" + foreign) << "another mount's upload"; }
+
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  const std::string data = PseudoRandomBytes(256 << 20, 15);
+  ScratchDir scratch;
+  std::thread writer = CopyInBackground(scratch, mount->path() + "/big.bin", data);
+
+  // The upload is in progress once its temporary file is on the server.
+  std::string dead;
+  const bool started = WaitFor(120, [&] {
+    for (const std::string& name : TempFilesIn(dir.path)) {
+      if (name != foreign) dead = name;
+    }
+    return !dead.empty();
+  });
+  mount->KillAndWait(SIGKILL);
+  writer.join();
+  ASSERT_TRUE(started) << "no temporary file appeared; log:\n" << mount->log();
+  ASSERT_TRUE(fs::exists(dir.path + "/" + dead)) << "the upload finished before objfs was killed";
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_FALSE(fs::exists(dir.path + "/" + dead)) << "the dead upload's file was not removed";
+  EXPECT_EQ(ReadLocal(dir.path + "/" + foreign), "another mount's upload");
+  EXPECT_NE(mount->log().find("cleared 1 temporary upload file left on the server"),
+            std::string::npos)
+      << mount->log();
+
+  // The staged data is uploaded again under a new temporary name, renamed into place.
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(TempFilesIn(dir.path), std::vector<std::string>{foreign});
+  EXPECT_TRUE(ReadLocal(dir.path + "/big.bin") == data);
+}
+
+TEST(MountLeftoversTest, RmdirOfADirectoryWhoseMarkerHoldsDataIsRefused) {
+  const std::string bucket = CreateTestBucket(TestName());
+  // Another client stored data under the directory marker's name.
+  ASSERT_EQ(S3Request("PUT", "/" + bucket + "/dir/", "data in the marker").status, "200");
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket));
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/dir";
+  ASSERT_TRUE(fs::is_directory(path));
+
+  EXPECT_EQ(::rmdir(path.c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY) << std::strerror(errno);
+  EXPECT_EQ(mount->Stop(), 0);
+  HttpReply marker = S3Request("GET", "/" + bucket + "/dir/");
+  EXPECT_EQ(marker.status, "200");
+  EXPECT_EQ(marker.body, "data in the marker");
+}
+
+}  // namespace
+}  // namespace objfs::testing

@@ -1,0 +1,145 @@
+#include "cache/upload_records.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cache/codec.h"
+#include "gtest/gtest.h"
+
+namespace objfs {
+namespace {
+
+class UploadRecordsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/objfs-upload-records-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = std::string(tmpl) + "/uploads";
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(std::filesystem::path(dir_).parent_path());
+  }
+
+  std::unique_ptr<UploadRecords> Open() {
+    auto records = UploadRecords::Open(dir_);
+    EXPECT_TRUE(records.ok()) << records.status().ToString();
+    return records.ok() ? std::move(records).value() : nullptr;
+  }
+
+  // What ClearLeftovers offers, with `fail` naming uploads whose clearing fails.
+  std::vector<OpenUploadRecord> Clear(UploadRecords& records, UploadRecords::ClearResult* result,
+                                      const std::string& fail = "") {
+    std::vector<OpenUploadRecord> offered;
+    *result = records.ClearLeftovers([&](const OpenUploadRecord& r) {
+      offered.push_back(r);
+      return r.name == fail ? IoError("server down") : Status::Ok();
+    });
+    return offered;
+  }
+
+  size_t FilesInDir() const {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir_)) ++n;
+    return n;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(UploadRecordsTest, ANextMountGetsExactlyTheUploadsThatWereNotClosed) {
+  {
+    auto records = Open();
+    ASSERT_NE(records, nullptr);
+    ASSERT_TRUE(records->Opened("done", "id-1").ok());
+    ASSERT_TRUE(records->Opened("dead", "id-2").ok());
+    ASSERT_TRUE(records->Opened("/srv/.objfs-tmp-00ff", "").ok());
+    EXPECT_EQ(FilesInDir(), 3u);
+    records->Closed("done", "id-1");
+    records->Closed("done", "id-other");  // unknown: ignored
+    EXPECT_EQ(FilesInDir(), 2u);
+    // Killed here: the other two stay noted.
+  }
+  auto next = Open();
+  ASSERT_NE(next, nullptr);
+  UploadRecords::ClearResult result;
+  std::vector<OpenUploadRecord> offered = Clear(*next, &result);
+  std::vector<OpenUploadRecord> want = {{"dead", "id-2"}, {"/srv/.objfs-tmp-00ff", ""}};
+  EXPECT_EQ(offered, want);
+  EXPECT_EQ(result.cleared, 2u);
+  EXPECT_EQ(result.failed, 0u);
+  EXPECT_EQ(FilesInDir(), 0u);
+  // Only once.
+  EXPECT_TRUE(Clear(*next, &result).empty());
+}
+
+TEST_F(UploadRecordsTest, AFailedClearKeepsTheNoteForTheMountAfter) {
+  {
+    auto records = Open();
+    ASSERT_NE(records, nullptr);
+    ASSERT_TRUE(records->Opened("a", "1").ok());
+    ASSERT_TRUE(records->Opened("b", "2").ok());
+  }
+  {
+    auto next = Open();
+    ASSERT_NE(next, nullptr);
+    UploadRecords::ClearResult result;
+    EXPECT_EQ(Clear(*next, &result, "a").size(), 2u);
+    EXPECT_EQ(result.cleared, 1u);
+    EXPECT_EQ(result.failed, 1u);
+    EXPECT_EQ(result.first_error.message(), "server down");
+    // This mount's own notes never overwrite the one left.
+    ASSERT_TRUE(next->Opened("c", "3").ok());
+    ASSERT_TRUE(next->Opened("d", "4").ok());
+    next->Closed("d", "4");
+  }
+  auto third = Open();
+  ASSERT_NE(third, nullptr);
+  UploadRecords::ClearResult result;
+  std::vector<OpenUploadRecord> want = {{"a", "1"}, {"c", "3"}};
+  EXPECT_EQ(Clear(*third, &result), want);
+  EXPECT_EQ(result.cleared, 2u);
+}
+
+TEST_F(UploadRecordsTest, DamagedAndPartialNotesAreDroppedNotCleared) {
+  {
+    auto records = Open();
+    ASSERT_NE(records, nullptr);
+    ASSERT_TRUE(records->Opened("kept", "1").ok());
+    ASSERT_TRUE(records->Opened("damaged", "2").ok());
+  }
+  // A flipped byte in the second note, and a note whose writer was killed before its rename.
+  const std::string second = dir_ + "/2.upload";
+  std::string bytes;
+  {
+    std::ifstream in(second, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() / 2] ^= 0x10;
+  std::ofstream(second, std::ios::binary | std::ios::trunc) << bytes;
+  std::ofstream(dir_ + "/3.upload.tmp", std::ios::binary) << "partial";
+
+  auto next = Open();
+  ASSERT_NE(next, nullptr);
+  UploadRecords::ClearResult result;
+  std::vector<OpenUploadRecord> want = {{"kept", "1"}};
+  EXPECT_EQ(Clear(*next, &result), want);
+  EXPECT_EQ(result.cleared, 1u);
+  EXPECT_EQ(result.damaged, 1u);
+  EXPECT_EQ(FilesInDir(), 0u);
+}
+
+TEST_F(UploadRecordsTest, ANoteThatCannotBeWrittenIsAnError) {
+  auto records = Open();
+  ASSERT_NE(records, nullptr);
+  std::filesystem::remove_all(dir_);
+  EXPECT_FALSE(records->Opened("k", "1").ok());
+  EXPECT_EQ(records->CountForTesting(), 0u);
+}
+
+}  // namespace
+}  // namespace objfs
