@@ -1,12 +1,14 @@
 #include "fs/errno_map.h"
 
 #include <cerrno>
+#include <utility>
 
 namespace objfs {
 
 namespace {
 constexpr char kNoDataMarker[] = "ENODATA";
 constexpr char kPermMarker[] = "EPERM";
+constexpr char kTooBigMarker[] = "E2BIG";
 }  // namespace
 
 Status NoXattrError(std::string name) {
@@ -16,6 +18,10 @@ Status NoXattrError(std::string name) {
 Status ReservedXattrError(std::string name) {
   return Status(StatusCode::kPermissionDenied, "extended attribute " + name + " is read-only",
                 kPermMarker);
+}
+
+Status XattrTooLargeError(std::string message) {
+  return Status(StatusCode::kInvalidArgument, std::move(message), kTooBigMarker);
 }
 
 Status UnsupportedXattrError(std::string_view name) {
@@ -36,7 +42,7 @@ int ErrnoFromStatus(const Status& status) {
     case StatusCode::kPermissionDenied:
       return status.server_code() == kPermMarker ? EPERM : EACCES;
     case StatusCode::kInvalidArgument:
-      return EINVAL;
+      return status.server_code() == kTooBigMarker ? E2BIG : EINVAL;
     case StatusCode::kUnsupported:
       return EOPNOTSUPP;
     case StatusCode::kTransient:

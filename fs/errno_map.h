@@ -1,9 +1,10 @@
 // The one table that turns a Status into the errno the kernel returns to the application.
 //
-// Nothing else in objfs interprets status codes as errnos. Two errnos have no status code of
+// Nothing else in objfs interprets status codes as errnos. Three errnos have no status code of
 // their own and are told apart by the status's server_code: ENODATA (a missing extended
-// attribute, a NotFound made by NoXattrError) and EPERM (a read-only objfs attribute, a
-// PermissionDenied made by ReservedXattrError).
+// attribute, a NotFound made by NoXattrError), EPERM (a read-only objfs attribute, a
+// PermissionDenied made by ReservedXattrError) and E2BIG (an attribute too large for the
+// object's metadata, an InvalidArgument made by XattrTooLargeError).
 #pragma once
 
 #include <string>
@@ -20,6 +21,8 @@ int ErrnoFromStatus(const Status& status);
 Status NoXattrError(std::string name);
 // PermissionDenied that maps to EPERM: `name` is maintained by objfs and cannot be changed.
 Status ReservedXattrError(std::string name);
+// InvalidArgument that maps to E2BIG: the attribute alone does not fit in the object's metadata.
+Status XattrTooLargeError(std::string message);
 // Unsupported (EOPNOTSUPP): `name` is outside the user. namespace, the only one objfs keeps.
 Status UnsupportedXattrError(std::string_view name);
 
