@@ -440,6 +440,17 @@ class Filesystem {
   // object replaced elsewhere meanwhile gets the change too (last writer wins, as for bytes); one
   // removed elsewhere drops it. REQUIRES: inode.mu held.
   Status ApplyPendingMetadataLocked(Inode& inode, const std::string& key);
+  // The store refused the held change of `key` for good (`refusal`, IsPermanentRefusal): logs
+  // it once, forgets it and its crash record, and the inode shows the metadata the object
+  // has. REQUIRES: inode.mu held.
+  void DropRefusedMetadataLocked(Inode& inode, const std::string& key, const Status& refusal);
+  // The store refused `metadata` (`refusal`, IsPermanentRefusal) for a put of `source` to
+  // `key`: puts the data again with the metadata the server last accepted (the object's
+  // current metadata with `metadata`'s mode, owner and mtime; for a new object, only those)
+  // and logs the refused change once. On success `metadata` is what was stored; otherwise the
+  // refusal is returned (it was not about the metadata).
+  Result<ObjectInfo> PutWithAcceptedMetadata(const std::string& key, const ByteSource& source,
+                                             Metadata* metadata, const Status& refusal);
   // Forgets inode.pending_metadata and its crash record (applied, carried by an upload or a
   // copy, or moot). REQUIRES: inode.mu held.
   void DropPendingMetadataLocked(Inode& inode);

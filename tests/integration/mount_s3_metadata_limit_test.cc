@@ -127,5 +127,78 @@ TEST(MountS3MetadataLimitTest, SetfattrOverTheLimitIsE2bigAndUpToItWorks) {
   EXPECT_EQ(StoredContent(*store, "f"), "content");
 }
 
+// -o max_metadata above what RGW stores: the mount accepts a change the server refuses.
+TEST(MountS3MetadataLimitTest, AChangeTheServerRefusesNeverHoldsTheDataBack) {
+  const std::string bucket = CreateTestBucket(TestName());
+  std::unique_ptr<s3::S3Store> store = BucketClient(bucket);
+  ASSERT_TRUE(store);
+  ObjfsMount::Options options;
+  options.extra_options = "max_metadata=16K";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string file = mount->path() + "/f";
+  WriteFile(file, "first");
+  CommandResult small = RunCommand({"setfattr", "-n", "user.small", "-v", "kept", file});
+  ASSERT_EQ(small.exit_code, 0) << small.err;
+  GetXattr(file, "user.etag");  // applies it
+  ASSERT_EQ(StoredXattrs(*store, "f")["user.small"], "kept");
+
+  CommandResult big =
+      RunCommand({"setfattr", "-n", "user.big", "-v", std::string(12000, 'v'), file});
+  ASSERT_EQ(big.exit_code, 0) << big.err;  // held for metadata_delay
+  // Reading the ETag applies the change: the server refuses it, and the ETag is still there.
+  CommandResult etag = RunCommand({"getfattr", "-n", "user.etag", file});
+  EXPECT_EQ(etag.exit_code, 0) << etag.err;
+
+  CommandResult big_again =
+      RunCommand({"setfattr", "-n", "user.big", "-v", std::string(12000, 'w'), file});
+  ASSERT_EQ(big_again.exit_code, 0) << big_again.err;
+  // Data written while a refused change is held reaches the server at close.
+  WriteFile(file, "second, after the refused change");
+  EXPECT_EQ(StoredContent(*store, "f"), "second, after the refused change");
+  const XattrMap stored = StoredXattrs(*store, "f");
+  EXPECT_EQ(stored.count("user.big"), 0u);
+  EXPECT_EQ(stored.count("user.small"), 1u);
+  EXPECT_EQ(Occurrences(mount->log(), "user.big"), 2u) << mount->log();
+
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  const size_t logged = mount->log().size();
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(ReadFile(file), "second, after the refused change");
+  EXPECT_EQ(mount->Stop(), 0);
+  EXPECT_EQ(mount->log().substr(logged).find("user.big"), std::string::npos) << mount->log();
+}
+
+// The same change held when objfs dies: the next mount drops its record once.
+TEST(MountS3MetadataLimitTest, ARefusedChangeLeftByACrashIsDroppedOnce) {
+  const std::string bucket = CreateTestBucket(TestName());
+  std::unique_ptr<s3::S3Store> store = BucketClient(bucket);
+  ASSERT_TRUE(store);
+  ObjfsMount::Options options;
+  options.extra_options = "max_metadata=16K,metadata_delay=600";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string file = mount->path() + "/f";
+  WriteFile(file, "data");
+  const auto before = store->head("f");
+  ASSERT_TRUE(before.ok());
+  CommandResult big =
+      RunCommand({"setfattr", "-n", "user.big", "-v", std::string(12000, 'v'), file});
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+
+  size_t logged = mount->log().size();
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Occurrences(mount->log().substr(logged), "user.big"), 1u) << mount->log();
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  logged = mount->log().size();
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(ReadFile(file), "data");
+  EXPECT_EQ(mount->Stop(), 0);
+  EXPECT_EQ(mount->log().substr(logged).find("user.big"), std::string::npos) << mount->log();
+  EXPECT_EQ(store->head("f")->etag, before->etag);
+  EXPECT_TRUE(StoredXattrs(*store, "f").empty());
+}
+
 }  // namespace
 }  // namespace objfs::testing

@@ -188,5 +188,148 @@ TEST_F(MetadataLimitTest, NoLimitWhenZero) {
   EXPECT_EQ(StoredXattrs()["user.big"].size(), 16u << 10);
 }
 
+// The mount allows more than the server: the held change is refused by the self-copy.
+TEST_F(MetadataLimitTest, AHeldChangeTheServerRefusesIsDroppedNotRetried) {
+  Start(/*store_limit=*/1000, /*fs_limit=*/16 << 10, /*delay=*/1);
+  uint64_t ino = StoredFile();
+  ASSERT_TRUE(fs_->SetXattr(ino, "user.small", "kept", 0).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  ASSERT_EQ(StoredXattrs()["user.small"], "kept");
+  ASSERT_TRUE(fs_->SetXattr(ino, "user.big", std::string(3000, 'v'), 0).ok());  // held
+  EXPECT_FALSE(NothingRecorded());
+
+  clock_->Advance(std::chrono::seconds(2));
+  Status due = fs_->UploadDue();
+  EXPECT_TRUE(due.ok()) << due.ToString();
+  EXPECT_EQ(fs_->pending_uploads(), 0u) << "scheduled for a retry";
+  EXPECT_TRUE(NothingRecorded());
+  EXPECT_EQ(Logged("MetadataTooLarge"), 1u);
+  EXPECT_EQ(Logged("dropping a metadata change of a"), 1u);
+  // The mount shows what the object has; its ETag can be read; unmount succeeds.
+  EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, "user.big").status()), ENODATA);
+  EXPECT_EQ(*fs_->GetXattr(ino, "user.small"), "kept");
+  auto etag = fs_->GetXattr(ino, "user.etag");
+  EXPECT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(StoredXattrs().count("user.big"), 0u);
+  EXPECT_EQ(StoredXattrs()["user.small"], "kept");
+  EXPECT_EQ(Logged("MetadataTooLarge"), 1u);
+}
+
+TEST_F(MetadataLimitTest, ReadingTheEtagOfAFileWithARefusedHeldChangeWorks) {
+  Start(1000, 16 << 10, 1);
+  uint64_t ino = StoredFile();
+  ASSERT_TRUE(fs_->SetXattr(ino, "user.big", std::string(3000, 'v'), 0).ok());
+  auto etag = fs_->GetXattr(ino, "user.etag");
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, memory_->head("a")->etag.value());
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataLimitTest, DataWrittenAfterARefusedChangeReachesTheStore) {
+  Start(1000, 16 << 10, 1);
+  uint64_t ino = StoredFile("old");
+  ASSERT_TRUE(fs_->SetXattr(ino, "user.small", "kept", 0).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  ASSERT_TRUE(fs_->SetXattr(ino, "user.big", std::string(3000, 'v'), 0).ok());  // held
+  FileAttr attr;
+  attr.mode = 0600;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, attr, std::nullopt).ok());
+
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new data")).ok());
+  Status closed = fs_->Flush(*fh);
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+
+  EXPECT_EQ(memory_->contents("a"), "new data");
+  EXPECT_EQ(StoredXattrs().count("user.big"), 0u);
+  EXPECT_EQ(StoredXattrs()["user.small"], "kept");
+  // The mode, which the server does accept, went with the data.
+  EXPECT_EQ(memory_->head("a")->metadata["mode"], std::to_string(S_IFREG | 0600));
+  EXPECT_EQ(Logged("MetadataTooLarge"), 1u);
+  EXPECT_TRUE(NothingRecorded());
+  EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, "user.big").status()), ENODATA);
+  EXPECT_TRUE(fs_->FlushAll().ok());
+}
+
+TEST_F(MetadataLimitTest, ANewFileWhoseMetadataIsRefusedIsUploadedWithoutIt) {
+  Start(1000, 16 << 10, 1);
+  auto created = fs_->Create(kRootIno, "a", 0640, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("fresh")).ok());
+  ASSERT_TRUE(fs_->SetXattr(created->entry.attr.ino, "user.big", std::string(3000, 'v'), 0).ok());
+  Status closed = fs_->Release(created->fh);
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+  EXPECT_EQ(memory_->contents("a"), "fresh");
+  EXPECT_TRUE(StoredXattrs().empty());
+  EXPECT_EQ(memory_->head("a")->metadata["mode"], std::to_string(S_IFREG | 0640));
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataLimitTest, ARenameCarryingARefusedChangeMovesTheFileWithoutIt) {
+  Start(1000, 16 << 10, 1);
+  uint64_t ino = StoredFile("moved");
+  ASSERT_TRUE(fs_->SetXattr(ino, "user.big", std::string(3000, 'v'), 0).ok());  // held
+  Status renamed = fs_->Rename(kRootIno, "a", kRootIno, "b", 0);
+  ASSERT_TRUE(renamed.ok()) << renamed.ToString();
+  EXPECT_FALSE(memory_->head("a").ok());
+  EXPECT_EQ(memory_->contents("b"), "moved");
+  EXPECT_EQ(memory_->head("b")->metadata.count(kXattrMetadata), 0u);
+  EXPECT_EQ(Logged("MetadataTooLarge"), 1u);
+  EXPECT_TRUE(NothingRecorded());
+}
+
+TEST_F(MetadataLimitTest, WithoutDelayTheServersRefusalIsE2big) {
+  Start(1000, 16 << 10, 0);
+  uint64_t ino = StoredFile();
+  Status big = fs_->SetXattr(ino, "user.big", std::string(3000, 'v'), 0);
+  EXPECT_EQ(ErrnoFromStatus(big), E2BIG) << big.ToString();
+  EXPECT_NE(big.message().find("MetadataTooLarge"), std::string::npos) << big.ToString();
+  EXPECT_TRUE(StoredXattrs().empty());
+}
+
+TEST_F(MetadataLimitTest, TheNextMountDropsARefusedCrashRecordOnce) {
+  Start(1000, 16 << 10, 1);
+  uint64_t ino = StoredFile();
+  const std::string etag = memory_->head("a")->etag.value();
+  ASSERT_TRUE(fs_->SetXattr(ino, "user.big", std::string(3000, 'v'), 0).ok());  // held
+  EXPECT_FALSE(NothingRecorded());
+  // The process dies; the next one over the same cache directory finds the record.
+  auto next = NewFilesystem();
+  Status recovered = next->RecoverStaged();
+  EXPECT_TRUE(recovered.ok()) << recovered.ToString();
+  EXPECT_EQ(Logged("MetadataTooLarge"), 1u);
+  EXPECT_TRUE(NothingRecorded());
+  EXPECT_EQ(memory_->head("a")->etag.value(), etag);
+  EXPECT_TRUE(StoredXattrs().empty());
+  logged_.clear();
+  auto third = NewFilesystem();
+  EXPECT_TRUE(third->RecoverStaged().ok());
+  EXPECT_TRUE(logged_.empty()) << logged_.front();
+}
+
+TEST_F(MetadataLimitTest, TheNextMountUploadsStagedDataWithoutRefusedMetadata) {
+  // A write-back window: the closed file's crash record carries the attribute.
+  options_.writeback = 5;
+  Start(1000, 16 << 10, 1);
+  auto created = fs_->Create(kRootIno, "a", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("left by a crash")).ok());
+  ASSERT_TRUE(fs_->SetXattr(created->entry.attr.ino, "user.big", std::string(3000, 'v'), 0).ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_FALSE(memory_->head("a").ok());
+  // The process dies in the window; the next one uploads the data.
+  auto next = NewFilesystem();
+  Status recovered = next->RecoverStaged();
+  EXPECT_TRUE(recovered.ok()) << recovered.ToString();
+  EXPECT_EQ(memory_->contents("a"), "left by a crash");
+  EXPECT_TRUE(StoredXattrs().empty());
+  EXPECT_EQ(memory_->head("a")->metadata["mode"], std::to_string(S_IFREG | 0644));
+  EXPECT_EQ(Logged("MetadataTooLarge"), 1u);
+  EXPECT_TRUE(NothingRecorded());
+}
+
 }  // namespace
 }  // namespace objfs
