@@ -196,6 +196,7 @@ TEST(MountS3MetadataLimitTest, ARefusedChangeLeftByACrashIsDroppedOnce) {
   EXPECT_EQ(ReadFile(file), "data");
   EXPECT_EQ(mount->Stop(), 0);
   EXPECT_EQ(mount->log().substr(logged).find("user.big"), std::string::npos) << mount->log();
+  EXPECT_EQ(mount->log().substr(logged).find("metadata change"), std::string::npos) << mount->log();
   EXPECT_EQ(store->head("f")->etag, before->etag);
   EXPECT_TRUE(StoredXattrs(*store, "f").empty());
 }
