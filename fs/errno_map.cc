@@ -1,6 +1,7 @@
 #include "fs/errno_map.h"
 
 #include <cerrno>
+#include <utility>
 
 namespace objfs {
 
@@ -8,6 +9,7 @@ namespace {
 constexpr char kNoDataMarker[] = "ENODATA";
 constexpr char kPermMarker[] = "EPERM";
 constexpr char kFileTooLargeMarker[] = "EFBIG";
+constexpr char kTooBigMarker[] = "E2BIG";
 }  // namespace
 
 Status NoXattrError(std::string name) {
@@ -21,6 +23,10 @@ Status ReservedXattrError(std::string name) {
 
 Status FileTooLargeError(std::string message) {
   return Status(StatusCode::kInvalidArgument, std::move(message), kFileTooLargeMarker);
+}
+
+Status XattrTooLargeError(std::string message) {
+  return Status(StatusCode::kInvalidArgument, std::move(message), kTooBigMarker);
 }
 
 Status UnsupportedXattrError(std::string_view name) {
@@ -41,7 +47,8 @@ int ErrnoFromStatus(const Status& status) {
     case StatusCode::kPermissionDenied:
       return status.server_code() == kPermMarker ? EPERM : EACCES;
     case StatusCode::kInvalidArgument:
-      return status.server_code() == kFileTooLargeMarker ? EFBIG : EINVAL;
+      if (status.server_code() == kFileTooLargeMarker) return EFBIG;
+      return status.server_code() == kTooBigMarker ? E2BIG : EINVAL;
     case StatusCode::kUnsupported:
       return EOPNOTSUPP;
     case StatusCode::kTransient:

@@ -1,9 +1,11 @@
 // The one table that turns a Status into the errno the kernel returns to the application.
 //
-// Nothing else in objfs interprets status codes as errnos. Two errnos have no status code of
+// Nothing else in objfs interprets status codes as errnos. Four errnos have no status code of
 // their own and are told apart by the status's server_code: ENODATA (a missing extended
 // attribute, a NotFound made by NoXattrError), EPERM (a read-only objfs attribute, a
-// PermissionDenied made by ReservedXattrError) and EFBIG (FileTooLargeError).
+// PermissionDenied made by ReservedXattrError), and two InvalidArguments: EFBIG (a write past
+// the largest object, FileTooLargeError) and E2BIG (an attribute too large for the object's
+// metadata, XattrTooLargeError).
 #pragma once
 
 #include <string>
@@ -23,6 +25,8 @@ Status ReservedXattrError(std::string name);
 // InvalidArgument that maps to EFBIG: a write or truncate past the largest object the store
 // can hold.
 Status FileTooLargeError(std::string message);
+// InvalidArgument that maps to E2BIG: the attribute alone does not fit in the object's metadata.
+Status XattrTooLargeError(std::string message);
 // Unsupported (EOPNOTSUPP): `name` is outside the user. namespace, the only one objfs keeps.
 Status UnsupportedXattrError(std::string_view name);
 

@@ -98,6 +98,13 @@ struct FilesystemOptions {
   // change is durable once fsync returns. 0 (the default here): each change is its own
   // self-copy before the call returns. Stores that change attributes in place (SFTP) never wait.
   double metadata_delay = 0;
+  // The most user metadata (fs/object_metadata.h MetadataSize: names and values, mode, owner,
+  // mtime and user extended attributes together) a change may give an object; 0: no limit.
+  // A setxattr whose attribute alone would not fit fails with E2BIG, one that fits alone but
+  // not with the object's other attributes with ENOSPC, as does a chmod, chown or touch that
+  // would take the metadata over the limit. Changes that do not grow it are never refused.
+  // S3 mounts: AWS's 2048 unless -o max_metadata says otherwise.
+  size_t max_metadata = 0;
   // Where problems found in the background (a failed write-back upload) are reported, one line
   // each; null: stderr.
   std::function<void(const std::string&)> log;
@@ -443,6 +450,17 @@ class Filesystem {
   // object replaced elsewhere meanwhile gets the change too (last writer wins, as for bytes); one
   // removed elsewhere drops it. REQUIRES: inode.mu held.
   Status ApplyPendingMetadataLocked(Inode& inode, const std::string& key);
+  // The store refused the held change of `key` for good (`refusal`, IsPermanentRefusal): logs
+  // it once, forgets it and its crash record, and the inode shows the metadata the object
+  // has. REQUIRES: inode.mu held.
+  void DropRefusedMetadataLocked(Inode& inode, const std::string& key, const Status& refusal);
+  // The store refused `metadata` (`refusal`, IsPermanentRefusal) for a put of `source` to
+  // `key`: puts the data again with the metadata the server last accepted (the object's
+  // current metadata with `metadata`'s mode, owner and mtime; for a new object, only those)
+  // and logs the refused change once. On success `metadata` is what was stored; otherwise the
+  // refusal is returned (it was not about the metadata).
+  Result<ObjectInfo> PutWithAcceptedMetadata(const std::string& key, const ByteSource& source,
+                                             Metadata* metadata, const Status& refusal);
   // Forgets inode.pending_metadata and its crash record (applied, carried by an upload or a
   // copy, or moot). REQUIRES: inode.mu held.
   void DropPendingMetadataLocked(Inode& inode);
@@ -484,12 +502,12 @@ class Filesystem {
   Result<std::shared_ptr<Prefetcher>> PrefetcherOf(Handle& handle);
 
   // filesystem_attr.cc: metadata changes.
-  // Applies `mutate` to the metadata of `ino` (pending metadata of unsaved data, or a
+  // Applies `change` to the metadata of `ino` (pending metadata of unsaved data, or a
   // self-copy / marker write) and returns the new record.
-  // `mutate` edits the attributes and the metadata other than mode/uid/gid/mtime; it may
-  // refuse with a non-ok Status.
+  // `change` edits the attributes and the metadata other than mode/uid/gid/mtime; it may
+  // refuse with a non-ok Status. So does a change taking the metadata over max_metadata.
   Result<FileAttr> MutateMetadata(uint64_t ino,
-                                  const std::function<Status(FileAttr&, Metadata&)>& mutate);
+                                  const std::function<Status(FileAttr&, Metadata&)>& change);
   // The user metadata other than mode/uid/gid/mtime of `ino` as it would be uploaded now.
   Result<Metadata> ExtraMetadata(uint64_t ino);
   uint64_t AddHandle(std::shared_ptr<Handle> handle);

@@ -8,10 +8,33 @@
 
 namespace objfs {
 
+namespace {
+
+// The whole user metadata of an object with attributes `attr` and other metadata `extra`.
+Metadata FullMetadata(const FileAttr& attr, const Metadata& extra) {
+  Metadata metadata = extra;
+  SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
+  return metadata;
+}
+
+}  // namespace
+
 Result<FileAttr> Filesystem::MutateMetadata(
-    uint64_t ino, const std::function<Status(FileAttr&, Metadata&)>& mutate) {
+    uint64_t ino, const std::function<Status(FileAttr&, Metadata&)>& change) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  // A change may not take the metadata over options.max_metadata: the server would refuse the
+  // upload or copy. (One that does not grow it is not refused: the object already has it.)
+  auto mutate = [&](FileAttr& attr, Metadata& extra) -> Status {
+    const size_t before = MetadataSize(FullMetadata(attr, extra));
+    OBJFS_RETURN_IF_ERROR(change(attr, extra));
+    const size_t after = MetadataSize(FullMetadata(attr, extra));
+    if (options_.max_metadata > 0 && after > options_.max_metadata && after > before) {
+      return NoSpaceError("the metadata of " + key + " would take " + std::to_string(after) +
+                          " bytes, over max_metadata=" + std::to_string(options_.max_metadata));
+    }
+    return Status::Ok();
+  };
   if (key.empty()) return UnsupportedError("the root directory's attributes cannot be changed");
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
   if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
@@ -126,6 +149,11 @@ Result<FileAttr> Filesystem::MutateMetadata(
       meta_cache_.Invalidate(key);
       // The object changed since it was cached: look again, once.
       if (result.status().code() == StatusCode::kPreconditionFailed && attempt == 0) continue;
+      // A server with a lower limit than max_metadata.
+      if (IsPermanentRefusal(result.status()) && MetadataSize(metadata) > MetadataSize(before)) {
+        return XattrTooLargeError("the server refuses the metadata of " + key + ": " +
+                                  result.status().ToString());
+      }
       return result.status();
     }
     ObjectInfo info = *result;
@@ -301,11 +329,24 @@ Status Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   if (!IsUserXattr(name)) return UnsupportedXattrError(name);
   std::string n(name);
   std::string v(value);
-  auto mutate = [&](FileAttr&, Metadata& extra) -> Status {
+  auto mutate = [&](FileAttr& attr, Metadata& extra) -> Status {
     OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
     bool exists = xattrs.count(n) > 0;
     if ((flags & kXattrCreate) && exists) return AlreadyExistsError(n + " exists");
     if ((flags & kXattrReplace) && !exists) return NoXattrError(n);
+    // An attribute that would not fit even as the object's only one is too large (E2BIG, as a
+    // local file system says of a value over its limit); one that fits alone but not with the
+    // others finds no room (ENOSPC, from MutateMetadata).
+    if (options_.max_metadata > 0) {
+      Metadata alone = extra;
+      alone[kXattrMetadata] = EncodeXattrs(XattrMap{{n, v}});
+      const size_t size = MetadataSize(FullMetadata(attr, alone));
+      if (size > options_.max_metadata) {
+        return XattrTooLargeError(
+            n + " would give the object " + std::to_string(size) +
+            " bytes of metadata, over max_metadata=" + std::to_string(options_.max_metadata));
+      }
+    }
     xattrs[n] = v;
     extra[kXattrMetadata] = EncodeXattrs(xattrs);
     return Status::Ok();

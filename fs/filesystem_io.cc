@@ -12,6 +12,7 @@
 #include "cache/read_budget.h"
 #include "fs/filesystem.h"
 #include "fs/object_metadata.h"
+#include "fs/xattr.h"
 
 namespace objfs {
 
@@ -36,6 +37,31 @@ ObjectInfo InfoFromRecord(const std::string& key, const MetaRecord& rec) {
   info.metadata = rec.metadata;
   info.has_metadata = rec.complete;
   return info;
+}
+
+// What `to` changes of `from`, for the log: the user extended attributes and the other
+// metadata names it sets, changes or removes ("user.big, mode").
+std::string ChangedNames(const Metadata& from, const Metadata& to) {
+  auto xattrs = [](const Metadata& metadata) {
+    auto it = metadata.find(kXattrMetadata);
+    if (it == metadata.end()) return XattrMap();
+    return DecodeXattrs(it->second).value_or(XattrMap());
+  };
+  std::vector<std::string> names;
+  auto differ = [&names](const auto& before, const auto& after, std::string_view skip) {
+    for (const auto& [name, value] : after) {
+      auto it = before.find(name);
+      if (name != skip && (it == before.end() || it->second != value)) names.push_back(name);
+    }
+    for (const auto& [name, value] : before) {
+      if (name != skip && after.find(name) == after.end()) names.push_back(name);
+    }
+  };
+  differ(xattrs(from), xattrs(to), "");
+  differ(from, to, kXattrMetadata);
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
 }
 
 }  // namespace
@@ -197,6 +223,10 @@ Status Filesystem::ApplyPendingMetadataLocked(Inode& inode, const std::string& k
   }
   if (!result.ok()) {
     meta_cache_.Invalidate(key);
+    if (IsPermanentRefusal(result.status())) {
+      DropRefusedMetadataLocked(inode, key, result.status());
+      return Status::Ok();
+    }
     if (result.status().code() == StatusCode::kNotFound) {
       // Removed elsewhere: nothing is left to change.
       Log("dropping a metadata change of " + key + ": " + result.status().message());
@@ -218,6 +248,55 @@ Status Filesystem::ApplyPendingMetadataLocked(Inode& inode, const std::string& k
   return Status::Ok();
 }
 
+void Filesystem::DropRefusedMetadataLocked(Inode& inode, const std::string& key,
+                                           const Status& refusal) {
+  if (inode.pending_metadata) {
+    const Inode::PendingMetadata& pending = *inode.pending_metadata;
+    Log("dropping a metadata change of " + key + " (" +
+        ChangedNames(pending.object.metadata, pending.metadata) +
+        "): the server refuses it for good (" + refusal.ToString() +
+        "); the object keeps the metadata it has");
+  }
+  if (inode.pending_metadata && inode.pending_metadata->object.has_metadata) {
+    // What the store holds, for a staged copy kept for open handles.
+    const ObjectInfo& object = inode.pending_metadata->object;
+    const FileAttr stored = AttrFromRecord(0, RecordFromInfo(object, false));
+    inode.attr.mode = stored.mode;
+    inode.attr.uid = stored.uid;
+    inode.attr.gid = stored.gid;
+    inode.attr.mtime_ns = stored.mtime_ns;
+    inode.extra_metadata = WithoutPosixMetadata(object.metadata);
+  }
+  meta_cache_.Invalidate(key);
+  DropPendingMetadataLocked(inode);
+}
+
+Result<ObjectInfo> Filesystem::PutWithAcceptedMetadata(const std::string& key,
+                                                       const ByteSource& source, Metadata* metadata,
+                                                       const Status& refusal) {
+  Metadata accepted;
+  Result<ObjectInfo> stored = store_->head(key);
+  if (stored.ok()) {
+    accepted = WithoutPosixMetadata(stored->metadata);
+  } else if (stored.status().code() != StatusCode::kNotFound) {
+    return refusal;
+  }
+  for (const char* name : {kModeMetadata, kUidMetadata, kGidMetadata, kMtimeMetadata}) {
+    auto it = metadata->find(name);
+    if (it != metadata->end()) accepted[name] = it->second;
+  }
+  if (accepted == *metadata) return refusal;  // it was not the metadata the server refused
+  PutOptions put;
+  put.metadata = accepted;
+  Result<ObjectInfo> result = store_->put(key, source, put);
+  if (!result.ok()) return IsPermanentRefusal(result.status()) ? refusal : result.status();
+  Log("uploaded " + key + " without its metadata change (" + ChangedNames(accepted, *metadata) +
+      "), which the server refuses for good (" + refusal.ToString() +
+      "): the object keeps the metadata the server last accepted");
+  *metadata = std::move(accepted);
+  return result;
+}
+
 Metadata Filesystem::UploadMetadataLocked(const Inode& inode) {
   Metadata metadata = inode.extra_metadata;
   SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns, &metadata);
@@ -234,6 +313,10 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
   PutOptions put;
   put.metadata = metadata;
   auto result = store_->put(key, inode.staged->Source(), put);
+  if (!result.ok() && IsPermanentRefusal(result.status())) {
+    result = PutWithAcceptedMetadata(key, inode.staged->Source(), &metadata, result.status());
+    if (result.ok()) inode.extra_metadata = WithoutPosixMetadata(metadata);
+  }
   if (!result.ok()) {
     meta_cache_.Invalidate(key);
     if (accept && !inode.unlinked) {
@@ -818,6 +901,9 @@ Status Filesystem::RecoverStaged() {
     PutOptions put;
     put.metadata = left.metadata;
     auto result = store_->put(left.key, source, put);
+    if (!result.ok() && IsPermanentRefusal(result.status())) {
+      result = PutWithAcceptedMetadata(left.key, source, &put.metadata, result.status());
+    }
     ::close(fd);
     if (!result.ok()) {
       if (first.ok()) first = result.status().WithContext("recovering " + left.key);
@@ -856,8 +942,13 @@ Status Filesystem::RecoverStaged() {
       CopyOptions copy;
       copy.replace_metadata = left.metadata;
       Result<ObjectInfo> copied = store_->copy(*now, left.key, copy);
-      if (!copied.ok() && copied.status().code() != StatusCode::kPreconditionFailed &&
-          copied.status().code() != StatusCode::kNotFound) {
+      if (!copied.ok() && IsPermanentRefusal(copied.status())) {
+        Log("dropping a metadata change of " + left.key + " (" +
+            ChangedNames(now->metadata, left.metadata) +
+            ") held by an earlier mount: the server refuses it for good (" +
+            copied.status().ToString() + ")");
+      } else if (!copied.ok() && copied.status().code() != StatusCode::kPreconditionFailed &&
+                 copied.status().code() != StatusCode::kNotFound) {
         if (first.ok()) first = copied.status().WithContext("recovering a metadata change");
         continue;
       }

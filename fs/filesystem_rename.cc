@@ -227,6 +227,17 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       source = *again;
       copy.source_known_current = false;
     }
+    if (!copied.ok() && fold && IsPermanentRefusal(copied.status())) {
+      // The held change is what the server refuses: the file moves with the metadata it has.
+      source.metadata = inode->pending_metadata->object.metadata;
+      DropRefusedMetadataLocked(*inode, from, copied.status());
+      copy.replace_metadata.reset();
+      ObjectInfo info;
+      info.key = from;
+      info.size = source.size;
+      info.etag = source.etag;
+      copied = store_->copy(info, to, copy);
+    }
     if (!copied.ok()) {
       meta_cache_.Invalidate(to);  // a failed copy may still have written it
       return copied.status();

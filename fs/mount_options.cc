@@ -9,11 +9,16 @@
 #include <limits>
 
 #include "backend/s3/s3_store.h"
+#include "fs/object_metadata.h"
 
 namespace objfs {
 namespace {
 
 constexpr size_t kMinReadBuffer = 4096;
+// max_metadata: room for mode, owner and mtime at the least; at most what fits in HTTP headers
+// of any server.
+constexpr uint64_t kMinMaxMetadata = 256;
+constexpr uint64_t kMaxMaxMetadata = 1 << 20;
 
 Status Invalid(std::string message) { return InvalidArgumentError(std::move(message)); }
 
@@ -154,7 +159,8 @@ struct GivenOptions {
 bool IsS3Option(std::string_view name) {
   return name == "endpoint" || name == "region" || name == "profile" || name == "path_style" ||
          name == "virtual_host" || name == "multipart_threshold" || name == "part_size" ||
-         name == "copy_part_threshold" || name == "parallel_parts" || name == "listing_attrs";
+         name == "copy_part_threshold" || name == "parallel_parts" || name == "listing_attrs" ||
+         name == "max_metadata";
 }
 
 bool IsSftpOption(std::string_view name) {
@@ -263,6 +269,14 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
     OBJFS_ASSIGN_OR_RETURN(
         out.copy_part_threshold,
         ParseS3Size(value, name, 1, s3::kMaxPartSize, "a single CopyObject is at most 5 GiB"));
+  } else if (name == "max_metadata") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(value, name, kMinMaxMetadata));
+    if (size > kMaxMaxMetadata) {
+      return Invalid("max_metadata=" + std::string(value) + " is too large (maximum " +
+                     std::to_string(kMaxMaxMetadata) + " bytes)");
+    }
+    out.fs.max_metadata = size;
   } else if (name == "parallel_parts") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 256));
@@ -618,8 +632,11 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
     if (out.known_hosts.empty() && !env.home.empty()) {
       out.known_hosts = env.home + "/.ssh/known_hosts";
     }
-  } else if (!given.sftp_only.empty()) {
-    return Invalid("option '" + given.sftp_only + "' applies to sftp:// URLs, not to s3://");
+  } else {
+    if (!given.sftp_only.empty()) {
+      return Invalid("option '" + given.sftp_only + "' applies to sftp:// URLs, not to s3://");
+    }
+    if (out.fs.max_metadata == 0) out.fs.max_metadata = kDefaultMaxMetadata;
   }
   if (given.default_permissions && given.no_default_permissions) {
     return Invalid(
@@ -663,6 +680,9 @@ S3 options (credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or
   part_size=SIZE            multipart part size (default 16M)
   copy_part_threshold=SIZE  server-side copies above this are multipart (default 5G)
   parallel_parts=N          parts in flight per upload or copy (default 4)
+  max_metadata=SIZE         user metadata an object may get: mode, owner, mtime and user
+                            extended attributes together (default 2048, AWS's limit; a
+                            setxattr over it fails with E2BIG or ENOSPC)
   listing_attrs             ls -l with no HEAD per file: listed files show the mount's default
                             mode and owner and their Last-Modified until a lookup reads
                             their headers (for buckets that s3fs and objfs did not write)

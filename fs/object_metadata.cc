@@ -1,5 +1,6 @@
 #include "fs/object_metadata.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 
@@ -57,6 +58,24 @@ std::string FormatMtime(int64_t mtime_ns) {
   std::snprintf(buf, sizeof(buf), "%llu.%09llu", static_cast<unsigned long long>(secs),
                 static_cast<unsigned long long>(ns));
   return out + buf;
+}
+
+size_t MetadataSize(const Metadata& metadata) {
+  // "-9223372036.854775808": the longest mtime FormatMtime writes.
+  constexpr size_t kLongestMtime = 21;
+  size_t total = 0;
+  for (const auto& [name, value] : metadata) {
+    total += name.size();
+    total += name == kMtimeMetadata ? std::max(value.size(), kLongestMtime) : value.size();
+  }
+  return total;
+}
+
+bool IsPermanentRefusal(const Status& status) {
+  if (status.code() != StatusCode::kInvalidArgument) return false;
+  const std::string& code = status.server_code();
+  return code != "BadDigest" && code != "InvalidDigest" && code != "XAmzContentSHA256Mismatch" &&
+         code != "IncompleteBody" && code != "RequestTimeout";
 }
 
 PosixMetadata ParsePosixMetadata(const Metadata& metadata) {

@@ -7,12 +7,14 @@
 //           nanoseconds are not zero (s3fs reads both forms), integer seconds otherwise
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "backend/object_store.h"
+#include "backend/status.h"
 
 namespace objfs {
 
@@ -35,6 +37,21 @@ void SetPosixMetadata(uint32_t mode, uint32_t uid, uint32_t gid, int64_t mtime_n
                       Metadata* metadata);
 // Drops the four names, leaving the rest (xattrs, names of other tools).
 Metadata WithoutPosixMetadata(const Metadata& metadata);
+
+// The size S3 counts against its limit on user metadata (AWS: 2 KiB): the bytes of every name
+// (without the "x-amz-meta-" prefix) and value. "mtime" counts at its longest form, so that a
+// later write or touch, whose mtime has nanoseconds, never takes metadata accepted under the
+// limit over it.
+size_t MetadataSize(const Metadata& metadata);
+
+// AWS's limit on the user metadata of an object, the default of -o max_metadata.
+inline constexpr size_t kDefaultMaxMetadata = 2048;
+
+// True when the store refused a put or copy for a reason that will not go away by trying
+// again: a 4xx other than a failed precondition or a missing object (S3's 400
+// MetadataTooLarge, or InvalidArgument from a server with a lower limit than the mount's),
+// and not a refusal of the bytes themselves (a digest that does not match: damaged on the way).
+bool IsPermanentRefusal(const Status& status);
 
 std::string FormatMtime(int64_t mtime_ns);
 // Accepts "123", "123.5", "123.456789012", "-5". nullopt when malformed.

@@ -24,6 +24,17 @@ Status CheckKey(std::string_view key) {
 
 std::string Quote(std::string_view key) { return "\"" + std::string(key) + "\""; }
 
+// S3's refusal of user metadata over `limit` bytes (0: no limit).
+Status CheckMetadata(const Metadata& metadata, size_t limit) {
+  size_t size = 0;
+  for (const auto& [name, value] : metadata) size += name.size() + value.size();
+  if (limit == 0 || size <= limit) return Status::Ok();
+  return Status(StatusCode::kInvalidArgument,
+                "Your metadata headers exceed the maximum allowed metadata size (" +
+                    std::to_string(size) + " > " + std::to_string(limit) + " bytes)",
+                "MetadataTooLarge");
+}
+
 // Continuation tokens name the last entry of the page: "k<key>" for an object, "p<prefix>" for
 // a common prefix (whose whole subtree the next page skips).
 constexpr char kKeyToken = 'k';
@@ -165,6 +176,7 @@ Result<ObjectInfo> MemoryStore::put(std::string_view key, const ByteSource& sour
       options.content_type.empty() ? std::string(kDefaultContentType) : options.content_type;
   info.metadata = options.metadata;
   info.has_metadata = true;
+  OBJFS_RETURN_IF_ERROR(CheckMetadata(info.metadata, options_.max_metadata));
 
   std::lock_guard lock(mu_);
   auto it = objects_.find(key);
@@ -199,6 +211,9 @@ Result<ObjectInfo> MemoryStore::copy(const ObjectInfo& src, std::string_view dst
   if (src.key == dst && !options.replace_metadata.has_value()) {
     return InvalidArgumentError("copying " + Quote(dst) +
                                 " onto itself without changing its metadata");
+  }
+  if (options.replace_metadata.has_value()) {
+    OBJFS_RETURN_IF_ERROR(CheckMetadata(*options.replace_metadata, options_.max_metadata));
   }
 
   std::lock_guard lock(mu_);

@@ -32,6 +32,9 @@ struct MemoryStoreOptions {
   // source_known_current is made even from a changed source, and then fails with
   // PreconditionFailed if the source's ETag was a plain MD5.
   bool copy_ignores_source_condition = false;
+  // Above 0: puts and copies whose user metadata (names and values) takes more bytes are
+  // refused with InvalidArgument [MetadataTooLarge], as S3 does above 2 KiB.
+  size_t max_metadata = 0;
 };
 
 class MemoryStore : public ObjectStore {

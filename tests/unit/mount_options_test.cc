@@ -249,6 +249,21 @@ TEST(ParseMountOptionsTest, FilesystemOptions) {
   EXPECT_DOUBLE_EQ(ParseWith("metadata_delay=2.5").fs.metadata_delay, 2.5);
 }
 
+TEST(ParseMountOptionsTest, MaxMetadataIsS3OnlyWithAwsDefault) {
+  EXPECT_EQ(ParseWith("uid=1").fs.max_metadata, 2048u);
+  EXPECT_EQ(ParseWith("max_metadata=16K").fs.max_metadata, 16u << 10);
+  EXPECT_EQ(ParseWith("max_metadata=256").fs.max_metadata, 256u);
+  ExpectError({"s3://bucket", "/mnt", "-o", "max_metadata=255"}, "too small");
+  ExpectError({"s3://bucket", "/mnt", "-o", "max_metadata=2M"}, "too large");
+  ExpectError({"s3://bucket", "/mnt", "-o", "max_metadata=lots"}, "bad size 'lots'");
+  ExpectError({"s3://bucket", "/mnt", "-o", "max_metadata="}, "needs a value");
+  ExpectError({"sftp://h/srv", "/mnt", "-o", "max_metadata=4K"},
+              "option 'max_metadata' applies to s3:// URLs, not to sftp://");
+  Result<MountOptions> sftp = Parse({"sftp://h/srv", "/mnt"});
+  ASSERT_TRUE(sftp.ok()) << sftp.status().ToString();
+  EXPECT_EQ(sftp->fs.max_metadata, 0u);  // SFTP sets attributes in place: no such limit
+}
+
 TEST(ParseMountOptionsTest, RepeatedAndAttachedDashO) {
   Result<MountOptions> parsed =
       Parse({"-ouid=7", "s3://bucket", "-o", "gid=8", "/mnt", "-o", "umask=0,uid=9"});
