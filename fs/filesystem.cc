@@ -17,6 +17,7 @@ namespace {
 
 constexpr size_t kMaxNameBytes = 255;
 constexpr uint64_t kDirectorySize = 4096;
+constexpr int64_t kNsPerSecond = 1000000000;
 // Files uploaded at once by the write-back thread and at unmount.
 constexpr size_t kUploadThreads = 4;
 // A lookup's listing of the parent directory reads one page of this many keys; a larger
@@ -222,6 +223,16 @@ Result<MetaRecord> Filesystem::Resolve(const std::string& key) {
     MetaRecord rec = RecordFromInfo(*head, false);
     rec.complete = true;
     meta_cache_.Put(key, rec);
+    // What a lookup HEADs is kept for the next mount's listings too (the files of a directory
+    // past readdir_heads are HEADed here): against the date a fresh listing showed, else the
+    // HEAD's own, in whole seconds.
+    if (hit.state == MetaCache::State::kPositive && !hit.record.is_dir &&
+        !hit.record.etag.empty()) {
+      KeepAttributes(key, hit.record.size, hit.record.etag, hit.record.mtime_ns,
+                     hit.record.mtime_ns % kNsPerSecond != 0, *head);
+    } else {
+      KeepAttributes(key, head->size, head->etag, head->mtime_ns, false, *head);
+    }
     return rec;
   }
   if (head.status().code() != StatusCode::kNotFound) return head.status();
@@ -504,7 +515,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
 
 namespace {
 int64_t WholeSeconds(int64_t ns) {
-  return ns >= 0 ? ns / 1000000000 : (ns - 999999999) / 1000000000;
+  return ns >= 0 ? ns / kNsPerSecond : (ns - (kNsPerSecond - 1)) / kNsPerSecond;
 }
 }  // namespace
 
@@ -514,10 +525,13 @@ std::optional<MetaRecord> Filesystem::KeptAttributes(const std::string& key, uin
   Result<std::optional<ObjectMetaRecord>> kept = options_.attr_db->Get<ObjectMetaRecord>(key);
   if (!kept.ok() || !kept->has_value()) return std::nullopt;
   const ObjectMetaRecord& r = **kept;
-  // Any change of an S3 object, metadata included, rewrites it: a new LastModified.
-  if (r.size != size || r.etag != etag || r.listed_ns != listed_ns) {
-    return std::nullopt;
-  }
+  // Any change of an S3 object, metadata included, rewrites it: a new LastModified. A record
+  // kept with a whole-second date (from a HEAD, or a listing without fractions) matches in whole
+  // seconds: KeepAttributes kept it only once that second was two seconds past.
+  const bool same_date = r.listed_ns % kNsPerSecond == 0
+                             ? WholeSeconds(r.listed_ns) == WholeSeconds(listed_ns)
+                             : r.listed_ns == listed_ns;
+  if (r.size != size || r.etag != etag || !same_date) return std::nullopt;
   ObjectInfo info;
   info.key = key;
   info.size = r.size;
@@ -537,7 +551,10 @@ void Filesystem::KeepAttributes(const std::string& key, uint64_t size, const ETa
   // With whole-second dates, a chmod (a self-copy: same size and ETag) later in the same second
   // would list exactly as this: only objects older than that are kept.
   constexpr int64_t kSameSecondNs = 2000000000;
-  if (!precise_dates && NowNs() - listed_ns < kSameSecondNs) return;
+  // (A date that happens to fall on a whole second is matched as one: KeptAttributes.)
+  if ((!precise_dates || listed_ns % kNsPerSecond == 0) && NowNs() - listed_ns < kSameSecondNs) {
+    return;
+  }
   // Only a HEAD of the object the listing showed (a HEAD's date has whole seconds).
   if (head.size != size || head.etag != etag ||
       WholeSeconds(head.mtime_ns) != WholeSeconds(listed_ns)) {

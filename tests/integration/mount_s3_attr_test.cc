@@ -141,6 +141,44 @@ TEST(MountS3AttrTest, ListingAttrsListWithoutAHeadEach) {
   EXPECT_EQ(ls.out.find("-rw------- "), std::string::npos) << ls.out;
 }
 
+// A directory with more files than readdir_heads: the listing HEADs none of them, the lookups
+// of `ls -l` do, and what they find is kept as the listing's HEADs' would be, so the next mount
+// lists every file without a HEAD.
+TEST(MountS3AttrTest, ADirectoryPastReaddirHeadsIsKeptForTheNextMount) {
+  ObjfsMount::Options options;
+  options.extra_options = "readdir_heads=10";
+  std::unique_ptr<ObjfsMount> mount =
+      ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())), options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::mkdir((m + "/d").c_str(), 0755), 0) << std::strerror(errno);
+  constexpr int kFiles = 50;
+  for (int i = 0; i < kFiles; ++i) {
+    std::string file = m + "/d/f" + std::to_string(i);
+    WriteFile(file, std::string(i, 'x'));
+    ASSERT_EQ(::chmod(file.c_str(), i % 2 == 0 ? 0640 : 0604), 0) << std::strerror(errno);
+  }
+  const std::vector<std::string> ls = {"ls", "-ln", "--time-style=+%s", m + "/d"};
+  ASSERT_TRUE(mount->Restart());
+  std::string before = GetXattr(m, "user.objfs.stats");
+  CommandResult first = RunCommand(ls);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  std::string after = GetXattr(m, "user.objfs.stats");
+  EXPECT_GE(StatsCounter(after, "head_requests") - StatsCounter(before, "head_requests"), kFiles);
+  EXPECT_NE(first.out.find("-rw-r----- 1"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("-rw----r-- 1"), std::string::npos) << first.out;
+
+  ASSERT_TRUE(mount->Restart());
+  before = GetXattr(m, "user.objfs.stats");
+  CommandResult second = RunCommand(ls);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  after = GetXattr(m, "user.objfs.stats");
+  EXPECT_EQ(second.out, first.out);
+  ExpectCounterDelta(before, after, "attrs_kept", kFiles);
+  EXPECT_LE(StatsCounter(after, "head_requests") - StatsCounter(before, "head_requests"), 2)
+      << "only the directory's own lookup";
+}
+
 // A chmod or touch of a closed file waits up to metadata_delay (long here) for what follows
 // it: the mount shows it at once, fsync applies it, and after a crash the next mount over the
 // same cache directory applies it from its record.

@@ -456,6 +456,60 @@ TEST_F(FilesystemTest, ReadDirOfManyEntriesReadsAllPages) {
   EXPECT_TRUE(names.count("f2499"));
 }
 
+// Files past readdir_heads are HEADed by the kernel's lookups, not the listing: those lookups
+// keep what they find as the listing's HEADs would, whether the listing's record is still fresh
+// (its exact date) or has expired (the HEAD's whole-second date), so the next mount lists every
+// file without a HEAD.
+TEST_F(FilesystemTest, LookupsPastReaddirHeadsKeepAttributesForTheNextMount) {
+  auto remount = [&] {
+    fs_.reset();
+    options_.attr_db.reset();
+    Result<StoreDb> db = StoreDb::Open(cache_dir_ + "/db");
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    options_.attr_db = std::make_shared<StoreDb>(std::move(db).value());
+    fs_ = NewFilesystem();
+  };
+  options_.readdir_heads = 2;
+  constexpr int kFiles = 5;
+  const int64_t old_ns = (static_cast<int64_t>(::time(nullptr)) - 60) * 1000000000 + 123456789;
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    PutObject("fresh/" + name, "x", {{"mode", std::to_string(S_IFREG | 0600)}});
+    PutObject("old/" + name, "x", {{"mode", std::to_string(S_IFREG | 0604)}});
+    memory_->set_mtime("old/" + name, old_ns);
+  }
+  remount();
+  for (const std::string dir : {"fresh", "old"}) {
+    uint64_t d = LookupIno(kRootIno, dir);
+    uint64_t heads = metrics_.head_requests.load();
+    auto list = fs_->ReadDir(d);
+    ASSERT_TRUE(list.ok()) << list.status().ToString();
+    EXPECT_EQ(metrics_.head_requests.load(), heads) << "more files than readdir_heads";
+    // The kernel looks each name up; for "old", after the listing's records expired.
+    if (dir == "old") clock_->Advance(std::chrono::seconds(5));
+    for (const DirEntry& e : *list) {
+      EXPECT_EQ(e.entry.attr_timeout, 0) << e.name;
+      ASSERT_TRUE(fs_->Lookup(d, e.name).ok()) << e.name;
+    }
+    EXPECT_EQ(metrics_.head_requests.load() - heads, static_cast<uint64_t>(kFiles));
+  }
+
+  remount();
+  for (const std::string dir : {"fresh", "old"}) {
+    uint64_t d = LookupIno(kRootIno, dir);
+    uint64_t heads = metrics_.head_requests.load();
+    uint64_t kept = metrics_.attrs_kept.load();
+    auto list = fs_->ReadDir(d);
+    ASSERT_TRUE(list.ok()) << list.status().ToString();
+    EXPECT_EQ(metrics_.attrs_kept.load() - kept, static_cast<uint64_t>(kFiles)) << dir;
+    EXPECT_EQ(metrics_.head_requests.load(), heads) << dir;
+    for (const DirEntry& e : *list) {
+      EXPECT_GT(e.entry.attr_timeout, 0) << dir << "/" << e.name;
+      EXPECT_EQ(e.entry.attr.mode & 07777, dir == "old" ? 0604u : 0600u) << e.name;
+    }
+  }
+}
+
 TEST_F(FilesystemTest, CreateWriteReleaseUploadsOnceWithMetadata) {
   uint64_t puts = metrics_.put_requests.load();
   auto created = fs_->Create(kRootIno, "new.txt", 0640, O_WRONLY | O_CREAT | O_EXCL);
