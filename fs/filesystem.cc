@@ -23,6 +23,9 @@ constexpr size_t kUploadThreads = 4;
 // A lookup's listing of the parent directory reads one page of this many keys; a larger
 // directory is left to per-name requests.
 constexpr int kListParentKeys = 1000;
+// A directory listing with more names than this is not recorded in the metadata cache (which
+// would then answer lookups of absent names): memory stays bounded for huge directories.
+constexpr size_t kListingNamesKept = 10000;
 
 std::chrono::nanoseconds Seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
@@ -360,16 +363,45 @@ Result<Entry> Filesystem::GetAttr(uint64_t ino) {
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
-  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
-  if (!key.empty()) {
-    MetaCache::Hit hit = meta_cache_.Get(key);
-    if (hit.state == MetaCache::State::kPositive && !hit.record.is_dir) {
-      return Status(StatusCode::kNotDirectory, key + " is not a directory");
+  DirCursor cursor;
+  std::vector<DirEntry> out;
+  while (!cursor.done) {
+    OBJFS_ASSIGN_OR_RETURN(std::vector<DirEntry> page, ReadDirPage(ino, &cursor));
+    for (DirEntry& entry : page) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* cursor) {
+  if (cursor->done) return std::vector<DirEntry>{};
+  if (!cursor->started) {
+    OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+    if (!key.empty()) {
+      MetaCache::Hit hit = meta_cache_.Get(key);
+      if (hit.state == MetaCache::State::kPositive && !hit.record.is_dir) {
+        return Status(StatusCode::kNotDirectory, key + " is not a directory");
+      }
+    }
+    *cursor = DirCursor{};
+    cursor->started = true;
+    cursor->key = key;
+    cursor->heads_left = options_.readdir_heads;
+    cursor->listing_ticket = meta_cache_.ListingTicket();
+    // Files created here and not uploaded yet: given after the listing unless it has them.
+    const std::string prefix = DirPrefix(key);
+    for (const auto& [child_ino, inode] : inodes_.WithLocalData(key)) {
+      auto child_key = inodes_.KeyOf(child_ino);
+      if (!child_key || child_key->size() <= prefix.size() ||
+          inodes_.InoOf(*child_key) != child_ino) {
+        continue;
+      }
+      std::string name = child_key->substr(prefix.size());
+      if (name.find('/') == std::string::npos) cursor->local_names.insert(std::move(name));
     }
   }
+  const std::string& key = cursor->key;
   const std::string prefix = DirPrefix(key);
   std::vector<DirEntry> out;
-  std::set<std::string, std::less<>> seen;
   // Files whose listing lacks their metadata (mode, owner, times): out's index, key, inode.
   struct Incomplete {
     size_t index;
@@ -381,12 +413,31 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   };
   std::vector<Incomplete> incomplete;
 
-  auto add = [&](const std::string& name, const MetaRecord& listed) {
+  // `sort_key` is the name as the listing orders it: "name" for a file, "name/" for a directory.
+  auto add = [&](const std::string& name, const std::string& sort_key, const MetaRecord& listed) {
     if (!IsValidName(name)) {
       skipped_names_.fetch_add(1);
       return;
     }
-    if (!seen.insert(name).second) return;
+    // Keys come in order, so a name is repeated only by the same key (a marker object and its
+    // common prefix) or by a file "name" and a directory "name/" a few keys later.
+    std::erase_if(cursor->recent_files, [&](const std::string& file) {
+      return std::string_view(sort_key) > std::string_view(file + "/");
+    });
+    if (sort_key == cursor->last_sort_key) return;
+    cursor->last_sort_key = sort_key;
+    if (listed.is_dir && cursor->recent_files.count(name) > 0) return;
+    if (!listed.is_dir) cursor->recent_files.insert(name);
+    cursor->local_names.erase(name);
+    if (!cursor->names_overflow) {
+      if (cursor->names.size() < kListingNamesKept) {
+        cursor->names.push_back(name);
+      } else {
+        cursor->names_overflow = true;
+        cursor->names.clear();
+        cursor->names.shrink_to_fit();
+      }
+    }
     std::string child = prefix + name;
     MetaRecord rec = listed;
     MetaCache::Hit hit = meta_cache_.Get(child);
@@ -416,15 +467,20 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   ListOptions list;
   list.prefix = prefix;
   list.delimiter = "/";
-  const uint64_t listing_ticket = meta_cache_.ListingTicket();
-  // Whether the listing's dates have a fraction of a second (RGW's do; AWS's are whole seconds).
-  bool precise_dates = false;
-  do {
-    OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
-    for (const ObjectInfo& obj : page.objects) {
-      if (obj.mtime_ns % 1000000000 != 0) precise_dates = true;
+  list.max_keys = options_.list_page_keys > 0 ? options_.list_page_keys : 1000;
+  list.continuation_token = cursor->token;
+  OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
+  // Objects and common prefixes, merged in key order.
+  size_t oi = 0;
+  size_t pi = 0;
+  while (oi < page.objects.size() || pi < page.common_prefixes.size()) {
+    if (pi == page.common_prefixes.size() ||
+        (oi < page.objects.size() && page.objects[oi].key <= page.common_prefixes[pi])) {
+      const ObjectInfo& obj = page.objects[oi++];
+      if (obj.mtime_ns % 1000000000 != 0) cursor->precise_dates = true;
       if (obj.key.size() < prefix.size() + 1) continue;  // the marker of this directory
       std::string name = obj.key.substr(prefix.size());
+      const std::string sort_key = name;
       bool is_dir = false;
       if (name.back() == '/') {
         name.pop_back();
@@ -434,19 +490,19 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
       // A listing with the objects' metadata (SFTP's READDIR) needs no HEAD per file; S3's has
       // sizes and times only.
       rec.complete = !is_dir && obj.has_metadata;
-      add(name, rec);
-    }
-    for (const std::string& cp : page.common_prefixes) {
+      add(name, sort_key, rec);
+    } else {
+      const std::string& cp = page.common_prefixes[pi++];
       if (cp.size() <= prefix.size()) continue;
       std::string name = cp.substr(prefix.size(), cp.size() - prefix.size() - 1);
       MetaRecord rec = ImplicitDirRecord(mount_time_ns_);
       rec.complete = false;
-      add(name, rec);
+      add(name, cp.substr(prefix.size()), rec);
     }
-    list.continuation_token = page.next_token;
-  } while (!list.continuation_token.empty());
-  meta_cache_.PutListing(key, std::vector<std::string>(seen.begin(), seen.end()), true,
-                         listing_ticket);
+  }
+  cursor->token = page.next_token;
+  const bool last_page = page.next_token.empty();
+  page = Listing{};
 
   // Objects listed exactly as when an earlier HEAD (of this mount or another) saw them: that
   // HEAD's metadata, from the cache directory.
@@ -476,8 +532,10 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   // A listing has sizes and times but not the metadata objfs keeps in headers. Without it the
   // entries go out with no attribute timeout and `ls -l` makes the kernel look up each name, one
   // HEAD after another; fetching them here, in parallel on the I/O pool, makes that one round of
-  // concurrent HEADs. Very large directories are left to lazy lookups.
-  if (!incomplete.empty() && incomplete.size() <= options_.readdir_heads) {
+  // concurrent HEADs per page. Past readdir_heads files, a very large directory is left to lazy
+  // lookups (which keep what they find too: Resolve).
+  if (!incomplete.empty() && incomplete.size() <= cursor->heads_left) {
+    cursor->heads_left -= incomplete.size();
     std::vector<std::future<Result<ObjectInfo>>> heads;
     heads.reserve(incomplete.size());
     for (const Incomplete& file : incomplete) {
@@ -490,26 +548,34 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
       rec.complete = true;
       meta_cache_.Put(incomplete[i].key, rec);
       KeepAttributes(incomplete[i].key, incomplete[i].size, incomplete[i].etag,
-                     incomplete[i].modified_ns, precise_dates, *head);
+                     incomplete[i].modified_ns, cursor->precise_dates, *head);
       DirEntry& entry = out[incomplete[i].index];
       entry.entry = MakeEntry(AttrFromRecord(incomplete[i].ino, rec), true);
     }
+  } else if (!incomplete.empty()) {
+    cursor->heads_left = 0;
   }
+  if (!last_page) return out;
 
-  // Files created here and not uploaded yet.
-  for (const auto& [child_ino, inode] : inodes_.WithLocalData(key)) {
-    auto child_key = inodes_.KeyOf(child_ino);
-    if (!child_key || child_key->size() <= prefix.size() ||
-        inodes_.InoOf(*child_key) != child_ino) {
-      continue;
-    }
-    std::string name = child_key->substr(prefix.size());
-    if (name.find('/') != std::string::npos || seen.count(name) > 0) continue;
-    if (auto attr = LocalAttr(*inode, child_ino)) {
-      seen.insert(name);
-      out.push_back(DirEntry{name, MakeEntry(*attr, true)});
-    }
+  if (cursor->names_overflow) {
+    meta_cache_.PutListing(key, {}, false, cursor->listing_ticket);
+  } else {
+    meta_cache_.PutListing(key, std::move(cursor->names), true, cursor->listing_ticket);
   }
+  cursor->names = {};
+  // Files created here and not uploaded yet.
+  for (const std::string& name : cursor->local_names) {
+    std::string child_key = prefix + name;
+    uint64_t child_ino = inodes_.InoOf(child_key);
+    if (child_ino == 0) continue;
+    auto inode = inodes_.Get(child_ino);
+    if (inode == nullptr) continue;
+    if (auto attr = LocalAttr(*inode, child_ino))
+      out.push_back(DirEntry{name, MakeEntry(*attr, true)});
+  }
+  cursor->local_names.clear();
+  cursor->recent_files.clear();
+  cursor->done = true;
   return out;
 }
 

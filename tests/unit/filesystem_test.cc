@@ -456,6 +456,46 @@ TEST_F(FilesystemTest, ReadDirOfManyEntriesReadsAllPages) {
   EXPECT_TRUE(names.count("f2499"));
 }
 
+// A huge directory is listed one page at a time: each ReadDirPage makes one list request and
+// returns at most a page of entries, and the cursor keeps no list of the names given so far, yet
+// every name comes once (a file and a directory of the same name, a file staged here).
+TEST_F(FilesystemTest, ReadDirPageHoldsOnePageAtATime) {
+  constexpr int kPage = 100;
+  constexpr int kFiles = 1050;
+  options_.list_page_keys = kPage;
+  fs_ = NewFilesystem();
+  for (int i = 0; i < kFiles; ++i) PutObject("big/f" + std::to_string(1000 + i), "x");
+  // f1499 ends the fifth page; "f1499-a" and the directory "f1499/" open the sixth.
+  PutObject("big/f1499", "same name as a directory");
+  PutObject("big/f1499/inside", "y");
+  PutObject("big/f1499-a", "sorted between the file and the directory");
+  uint64_t big = LookupIno(kRootIno, "big");
+  auto staged = fs_->Create(big, "local", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+
+  DirCursor cursor;
+  std::multiset<std::string> names;
+  uint64_t lists = metrics_.list_requests.load();
+  int pages = 0;
+  while (!cursor.done) {
+    auto page = fs_->ReadDirPage(big, &cursor);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    ++pages;
+    EXPECT_EQ(metrics_.list_requests.load() - lists, static_cast<uint64_t>(pages));
+    EXPECT_LE(page->size(), static_cast<size_t>(kPage) + (cursor.done ? 1 : 0));
+    EXPECT_LE(cursor.recent_files.size(), 2u);
+    EXPECT_TRUE(cursor.local_names.empty() || cursor.local_names.count("local") == 1);
+    for (const DirEntry& e : *page) names.insert(e.name);
+  }
+  EXPECT_EQ(pages, 11);                                      // 1,052 keys and prefixes
+  EXPECT_EQ(names.size(), static_cast<size_t>(kFiles) + 2);  // + f1499-a, local
+  EXPECT_EQ(names.count("f1499"), 1u);
+  EXPECT_EQ(names.count("f1499-a"), 1u);
+  EXPECT_EQ(names.count("local"), 1u);
+  EXPECT_EQ(names.count("f2049"), 1u);
+  ASSERT_TRUE(fs_->Release(staged->fh).ok());
+}
+
 // Files past readdir_heads are HEADed by the kernel's lookups, not the listing: those lookups
 // keep what they find as the listing's HEADs would, whether the listing's record is still fresh
 // (its exact date) or has expired (the HEAD's whole-second date), so the next mount lists every
