@@ -337,7 +337,7 @@ std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
 Result<Entry> Filesystem::Lookup(uint64_t parent, std::string_view name) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
   if (uint64_t known = inodes_.InoOf(key)) {
-    if (auto inode = inodes_.Get(known)) {
+    if (auto inode = inodes_.Find(known)) {
       if (auto attr = LocalAttr(*inode, known)) {
         inodes_.AddLookup(known);
         return MakeEntry(*attr, true);
@@ -355,7 +355,7 @@ void Filesystem::AddLookup(uint64_t ino) { inodes_.AddLookup(ino); }
 
 Result<Entry> Filesystem::GetAttr(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
-  if (auto inode = inodes_.Get(ino)) {
+  if (auto inode = inodes_.Find(ino)) {
     if (auto attr = LocalAttr(*inode, ino)) return MakeEntry(*attr, true);
   }
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
@@ -450,7 +450,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
     uint64_t child_ino = inodes_.Acquire(child, 0);
     FileAttr attr = AttrFromRecord(child_ino, rec);
     bool exact = rec.complete;
-    if (auto inode = inodes_.Get(child_ino)) {
+    if (auto inode = inodes_.Find(child_ino)) {
       if (auto local = LocalAttr(*inode, child_ino)) {
         attr = *local;
         exact = true;
@@ -568,7 +568,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
     std::string child_key = prefix + name;
     uint64_t child_ino = inodes_.InoOf(child_key);
     if (child_ino == 0) continue;
-    auto inode = inodes_.Get(child_ino);
+    auto inode = inodes_.Find(child_ino);
     if (inode == nullptr) continue;
     if (auto attr = LocalAttr(*inode, child_ino))
       out.push_back(DirEntry{name, MakeEntry(*attr, true)});
