@@ -1,12 +1,17 @@
 #include "cache/meta_cache.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace objfs {
 
 namespace {
-// Past this many entries, an insertion first drops the expired ones.
+// Bounds of the maps below: past this many entries, an insertion first drops expired ones.
 constexpr size_t kSweepThreshold = 100000;
+// The entries themselves are swept once they are twice as many as the last sweep left (at
+// least this many): a huge listing, whose entries expire a second later, then holds about what
+// one attribute timeout brings in, not every name, and sweeping stays O(1) per insertion.
+constexpr size_t kMinSlotSweep = 4096;
 
 // "a/b/c" -> ("a/b", "c"); "c" -> ("", "c").
 std::pair<std::string, std::string> SplitKey(const std::string& key) {
@@ -39,8 +44,9 @@ void MetaCache::Put(const std::string& key, MetaRecord record) {
   std::lock_guard<std::mutex> lock(mu_);
   NoteChangeLocked(key);  // also when nothing is cached: listings must learn of the key
   if (ttl_.count() <= 0) return;
-  if (slots_.size() >= kSweepThreshold) {
+  if (slots_.size() >= sweep_at_) {
     std::erase_if(slots_, [now](const auto& kv) { return kv.second.expires <= now; });
+    sweep_at_ = std::max(kMinSlotSweep, 2 * slots_.size());
   }
   Slot& slot = slots_[key];
   slot.negative = false;

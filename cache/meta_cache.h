@@ -91,6 +91,7 @@ class MetaCache {
   std::chrono::nanoseconds negative_ttl_;
   mutable std::mutex mu_;  // lock 5 of fs/lock_order.h
   std::unordered_map<std::string, Slot> slots_;
+  size_t sweep_at_ = 4096;  // Put drops expired slots once there are this many
   struct DirListing {
     bool complete = true;
     std::unordered_set<std::string> names;

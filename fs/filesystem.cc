@@ -19,11 +19,15 @@ namespace {
 
 constexpr size_t kMaxNameBytes = 255;
 constexpr uint64_t kDirectorySize = 4096;
+constexpr int64_t kNsPerSecond = 1000000000;
 // Files uploaded at once by the write-back thread and at unmount.
 constexpr size_t kUploadThreads = 4;
 // A lookup's listing of the parent directory reads one page of this many keys; a larger
 // directory is left to per-name requests.
 constexpr int kListParentKeys = 1000;
+// A directory listing with more names than this is not recorded in the metadata cache (which
+// would then answer lookups of absent names): memory stays bounded for huge directories.
+constexpr size_t kListingNamesKept = 10000;
 
 std::chrono::nanoseconds Seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
@@ -232,6 +236,16 @@ Result<MetaRecord> Filesystem::Resolve(const std::string& key) {
     MetaRecord rec = RecordFromInfo(*head, false);
     rec.complete = true;
     meta_cache_.Put(key, rec);
+    // What a lookup HEADs is kept for the next mount's listings too (the files of a directory
+    // past readdir_heads are HEADed here): against the date a fresh listing showed, else the
+    // HEAD's own, in whole seconds.
+    if (hit.state == MetaCache::State::kPositive && !hit.record.is_dir &&
+        !hit.record.etag.empty()) {
+      KeepAttributes(key, hit.record.size, hit.record.etag, hit.record.mtime_ns,
+                     hit.record.mtime_ns % kNsPerSecond != 0, *head);
+    } else {
+      KeepAttributes(key, head->size, head->etag, head->mtime_ns, false, *head);
+    }
     return rec;
   }
   if (head.status().code() != StatusCode::kNotFound) return head.status();
@@ -333,7 +347,7 @@ std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
 Result<Entry> Filesystem::Lookup(uint64_t parent, std::string_view name) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
   if (uint64_t known = inodes_.InoOf(key)) {
-    if (auto inode = inodes_.Get(known)) {
+    if (auto inode = inodes_.Find(known)) {
       if (auto attr = LocalAttr(*inode, known)) {
         inodes_.AddLookup(known);
         return MakeEntry(*attr, true);
@@ -351,7 +365,7 @@ void Filesystem::AddLookup(uint64_t ino) { inodes_.AddLookup(ino); }
 
 Result<Entry> Filesystem::GetAttr(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
-  if (auto inode = inodes_.Get(ino)) {
+  if (auto inode = inodes_.Find(ino)) {
     if (auto attr = LocalAttr(*inode, ino)) return MakeEntry(*attr, true);
   }
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
@@ -359,16 +373,45 @@ Result<Entry> Filesystem::GetAttr(uint64_t ino) {
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
-  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
-  if (!key.empty()) {
-    MetaCache::Hit hit = meta_cache_.Get(key);
-    if (hit.state == MetaCache::State::kPositive && !hit.record.is_dir) {
-      return Status(StatusCode::kNotDirectory, key + " is not a directory");
+  DirCursor cursor;
+  std::vector<DirEntry> out;
+  while (!cursor.done) {
+    OBJFS_ASSIGN_OR_RETURN(std::vector<DirEntry> page, ReadDirPage(ino, &cursor));
+    for (DirEntry& entry : page) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* cursor) {
+  if (cursor->done) return std::vector<DirEntry>{};
+  if (!cursor->started) {
+    OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+    if (!key.empty()) {
+      MetaCache::Hit hit = meta_cache_.Get(key);
+      if (hit.state == MetaCache::State::kPositive && !hit.record.is_dir) {
+        return Status(StatusCode::kNotDirectory, key + " is not a directory");
+      }
+    }
+    *cursor = DirCursor{};
+    cursor->started = true;
+    cursor->key = key;
+    cursor->heads_left = options_.readdir_heads;
+    cursor->listing_ticket = meta_cache_.ListingTicket();
+    // Files created here and not uploaded yet: given after the listing unless it has them.
+    const std::string prefix = DirPrefix(key);
+    for (const auto& [child_ino, inode] : inodes_.WithLocalData(key)) {
+      auto child_key = inodes_.KeyOf(child_ino);
+      if (!child_key || child_key->size() <= prefix.size() ||
+          inodes_.InoOf(*child_key) != child_ino) {
+        continue;
+      }
+      std::string name = child_key->substr(prefix.size());
+      if (name.find('/') == std::string::npos) cursor->local_names.insert(std::move(name));
     }
   }
+  const std::string& key = cursor->key;
   const std::string prefix = DirPrefix(key);
   std::vector<DirEntry> out;
-  std::set<std::string, std::less<>> seen;
   // Files whose listing lacks their metadata (mode, owner, times): out's index, key, inode.
   struct Incomplete {
     size_t index;
@@ -380,12 +423,31 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   };
   std::vector<Incomplete> incomplete;
 
-  auto add = [&](const std::string& name, const MetaRecord& listed) {
+  // `sort_key` is the name as the listing orders it: "name" for a file, "name/" for a directory.
+  auto add = [&](const std::string& name, const std::string& sort_key, const MetaRecord& listed) {
     if (!IsValidName(name)) {
       skipped_names_.fetch_add(1);
       return;
     }
-    if (!seen.insert(name).second) return;
+    // Keys come in order, so a name is repeated only by the same key (a marker object and its
+    // common prefix) or by a file "name" and a directory "name/" a few keys later.
+    std::erase_if(cursor->recent_files, [&](const std::string& file) {
+      return std::string_view(sort_key) > std::string_view(file + "/");
+    });
+    if (sort_key == cursor->last_sort_key) return;
+    cursor->last_sort_key = sort_key;
+    if (listed.is_dir && cursor->recent_files.count(name) > 0) return;
+    if (!listed.is_dir) cursor->recent_files.insert(name);
+    cursor->local_names.erase(name);
+    if (!cursor->names_overflow) {
+      if (cursor->names.size() < kListingNamesKept) {
+        cursor->names.push_back(name);
+      } else {
+        cursor->names_overflow = true;
+        cursor->names.clear();
+        cursor->names.shrink_to_fit();
+      }
+    }
     std::string child = prefix + name;
     MetaRecord rec = listed;
     MetaCache::Hit hit = meta_cache_.Get(child);
@@ -398,7 +460,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
     uint64_t child_ino = inodes_.Acquire(child, 0);
     FileAttr attr = AttrFromRecord(child_ino, rec);
     bool exact = rec.complete;
-    if (auto inode = inodes_.Get(child_ino)) {
+    if (auto inode = inodes_.Find(child_ino)) {
       if (auto local = LocalAttr(*inode, child_ino)) {
         attr = *local;
         exact = true;
@@ -415,15 +477,20 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   ListOptions list;
   list.prefix = prefix;
   list.delimiter = "/";
-  const uint64_t listing_ticket = meta_cache_.ListingTicket();
-  // Whether the listing's dates have a fraction of a second (RGW's do; AWS's are whole seconds).
-  bool precise_dates = false;
-  do {
-    OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
-    for (const ObjectInfo& obj : page.objects) {
-      if (obj.mtime_ns % 1000000000 != 0) precise_dates = true;
+  list.max_keys = options_.list_page_keys > 0 ? options_.list_page_keys : 1000;
+  list.continuation_token = cursor->token;
+  OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
+  // Objects and common prefixes, merged in key order.
+  size_t oi = 0;
+  size_t pi = 0;
+  while (oi < page.objects.size() || pi < page.common_prefixes.size()) {
+    if (pi == page.common_prefixes.size() ||
+        (oi < page.objects.size() && page.objects[oi].key <= page.common_prefixes[pi])) {
+      const ObjectInfo& obj = page.objects[oi++];
+      if (obj.mtime_ns % 1000000000 != 0) cursor->precise_dates = true;
       if (obj.key.size() < prefix.size() + 1) continue;  // the marker of this directory
       std::string name = obj.key.substr(prefix.size());
+      const std::string sort_key = name;
       bool is_dir = false;
       if (name.back() == '/') {
         name.pop_back();
@@ -433,19 +500,19 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
       // A listing with the objects' metadata (SFTP's READDIR) needs no HEAD per file; S3's has
       // sizes and times only.
       rec.complete = !is_dir && obj.has_metadata;
-      add(name, rec);
-    }
-    for (const std::string& cp : page.common_prefixes) {
+      add(name, sort_key, rec);
+    } else {
+      const std::string& cp = page.common_prefixes[pi++];
       if (cp.size() <= prefix.size()) continue;
       std::string name = cp.substr(prefix.size(), cp.size() - prefix.size() - 1);
       MetaRecord rec = ImplicitDirRecord(mount_time_ns_);
       rec.complete = false;
-      add(name, rec);
+      add(name, cp.substr(prefix.size()), rec);
     }
-    list.continuation_token = page.next_token;
-  } while (!list.continuation_token.empty());
-  meta_cache_.PutListing(key, std::vector<std::string>(seen.begin(), seen.end()), true,
-                         listing_ticket);
+  }
+  cursor->token = page.next_token;
+  const bool last_page = page.next_token.empty();
+  page = Listing{};
 
   // Objects listed exactly as when an earlier HEAD (of this mount or another) saw them: that
   // HEAD's metadata, from the cache directory.
@@ -475,8 +542,10 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
   // A listing has sizes and times but not the metadata objfs keeps in headers. Without it the
   // entries go out with no attribute timeout and `ls -l` makes the kernel look up each name, one
   // HEAD after another; fetching them here, in parallel on the I/O pool, makes that one round of
-  // concurrent HEADs. Very large directories are left to lazy lookups.
-  if (!incomplete.empty() && incomplete.size() <= options_.readdir_heads) {
+  // concurrent HEADs per page. Past readdir_heads files, a very large directory is left to lazy
+  // lookups (which keep what they find too: Resolve).
+  if (!incomplete.empty() && incomplete.size() <= cursor->heads_left) {
+    cursor->heads_left -= incomplete.size();
     std::vector<std::future<Result<ObjectInfo>>> heads;
     heads.reserve(incomplete.size());
     for (const Incomplete& file : incomplete) {
@@ -489,32 +558,40 @@ Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
       rec.complete = true;
       meta_cache_.Put(incomplete[i].key, rec);
       KeepAttributes(incomplete[i].key, incomplete[i].size, incomplete[i].etag,
-                     incomplete[i].modified_ns, precise_dates, *head);
+                     incomplete[i].modified_ns, cursor->precise_dates, *head);
       DirEntry& entry = out[incomplete[i].index];
       entry.entry = MakeEntry(AttrFromRecord(incomplete[i].ino, rec), true);
     }
+  } else if (!incomplete.empty()) {
+    cursor->heads_left = 0;
   }
+  if (!last_page) return out;
 
-  // Files created here and not uploaded yet.
-  for (const auto& [child_ino, inode] : inodes_.WithLocalData(key)) {
-    auto child_key = inodes_.KeyOf(child_ino);
-    if (!child_key || child_key->size() <= prefix.size() ||
-        inodes_.InoOf(*child_key) != child_ino) {
-      continue;
-    }
-    std::string name = child_key->substr(prefix.size());
-    if (name.find('/') != std::string::npos || seen.count(name) > 0) continue;
-    if (auto attr = LocalAttr(*inode, child_ino)) {
-      seen.insert(name);
-      out.push_back(DirEntry{name, MakeEntry(*attr, true)});
-    }
+  if (cursor->names_overflow) {
+    meta_cache_.PutListing(key, {}, false, cursor->listing_ticket);
+  } else {
+    meta_cache_.PutListing(key, std::move(cursor->names), true, cursor->listing_ticket);
   }
+  cursor->names = {};
+  // Files created here and not uploaded yet.
+  for (const std::string& name : cursor->local_names) {
+    std::string child_key = prefix + name;
+    uint64_t child_ino = inodes_.InoOf(child_key);
+    if (child_ino == 0) continue;
+    auto inode = inodes_.Find(child_ino);
+    if (inode == nullptr) continue;
+    if (auto attr = LocalAttr(*inode, child_ino))
+      out.push_back(DirEntry{name, MakeEntry(*attr, true)});
+  }
+  cursor->local_names.clear();
+  cursor->recent_files.clear();
+  cursor->done = true;
   return out;
 }
 
 namespace {
 int64_t WholeSeconds(int64_t ns) {
-  return ns >= 0 ? ns / 1000000000 : (ns - 999999999) / 1000000000;
+  return ns >= 0 ? ns / kNsPerSecond : (ns - (kNsPerSecond - 1)) / kNsPerSecond;
 }
 }  // namespace
 
@@ -524,10 +601,13 @@ std::optional<MetaRecord> Filesystem::KeptAttributes(const std::string& key, uin
   Result<std::optional<ObjectMetaRecord>> kept = options_.attr_db->Get<ObjectMetaRecord>(key);
   if (!kept.ok() || !kept->has_value()) return std::nullopt;
   const ObjectMetaRecord& r = **kept;
-  // Any change of an S3 object, metadata included, rewrites it: a new LastModified.
-  if (r.size != size || r.etag != etag || r.listed_ns != listed_ns) {
-    return std::nullopt;
-  }
+  // Any change of an S3 object, metadata included, rewrites it: a new LastModified. A record
+  // kept with a whole-second date (from a HEAD, or a listing without fractions) matches in whole
+  // seconds: KeepAttributes kept it only once that second was two seconds past.
+  const bool same_date = r.listed_ns % kNsPerSecond == 0
+                             ? WholeSeconds(r.listed_ns) == WholeSeconds(listed_ns)
+                             : r.listed_ns == listed_ns;
+  if (r.size != size || r.etag != etag || !same_date) return std::nullopt;
   ObjectInfo info;
   info.key = key;
   info.size = r.size;
@@ -547,7 +627,10 @@ void Filesystem::KeepAttributes(const std::string& key, uint64_t size, const ETa
   // With whole-second dates, a chmod (a self-copy: same size and ETag) later in the same second
   // would list exactly as this: only objects older than that are kept.
   constexpr int64_t kSameSecondNs = 2000000000;
-  if (!precise_dates && NowNs() - listed_ns < kSameSecondNs) return;
+  // (A date that happens to fall on a whole second is matched as one: KeptAttributes.)
+  if ((!precise_dates || listed_ns % kNsPerSecond == 0) && NowNs() - listed_ns < kSameSecondNs) {
+    return;
+  }
   // Only a HEAD of the object the listing showed (a HEAD's date has whole seconds).
   if (head.size != size || head.etag != etag ||
       WholeSeconds(head.mtime_ns) != WholeSeconds(listed_ns)) {

@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -69,8 +70,12 @@ struct FilesystemOptions {
   std::string cache_dir;          // where staging files live (created if missing); required
   PrefetchOptions prefetch;       // read_buffer and max_readahead of every open file
   int io_threads = 8;             // threads of the backend I/O pool used by prefetching
-  // ReadDir fetches the metadata of up to this many listed files at once (0: never).
+  // ReadDir fetches the metadata of the files of a listing page in parallel while the
+  // directory's listing has not passed this many such files (0: never); the later ones are left
+  // to lookups.
   size_t readdir_heads = 10000;
+  // Keys per page of a directory listing (S3 returns at most 1000). ReadDirPage holds one page.
+  int list_page_keys = 1000;
   // ReadDir gives listed files the listing's size and date and the mount's default mode and
   // owner, to be cached by the kernel like exact ones, and HEADs none of them: a lookup after
   // the attribute timeout reads their headers (goofys's and mountpoint-s3's trade-off, for
@@ -127,6 +132,28 @@ struct FilesystemOptions {
 struct DirEntry {
   std::string name;
   Entry entry;
+};
+
+// Where the listing of one open directory stands between ReadDirPage calls: the store's
+// continuation token and what it takes to give each name once without keeping every name.
+// Filled in by Filesystem; a caller makes a fresh one (or resets it to {}) to list from the start.
+struct DirCursor {
+  bool started = false;
+  bool done = false;  // every page, and the files only staged here, were returned
+  std::string key;    // the directory's
+  std::string token;  // continues the store's listing; empty before the first page
+  size_t heads_left = 0;
+  bool precise_dates = false;  // a listed date had a fraction of a second
+  uint64_t listing_ticket = 0;
+  // Names for the metadata cache's record of the listing, while there are few enough to keep.
+  std::vector<std::string> names;
+  bool names_overflow = false;
+  // Listed file names that a later "name/" prefix (a directory of the same name) may repeat:
+  // each is dropped once the listing has passed "name/" in key order.
+  std::set<std::string, std::less<>> recent_files;
+  std::string last_sort_key;  // of the last listed name ("name" or "name/")
+  // Files staged here but not uploaded, given after the last page unless the listing had them.
+  std::set<std::string, std::less<>> local_names;
 };
 
 // What statfs reports.
@@ -224,15 +251,22 @@ class Filesystem {
   // ---- Directories ----
 
   // Every name in directory `ino` (without "." and ".."), from all pages of a delimited
-  // listing. The adapter calls it once per opendir (or at offset 0) and serves later offsets
-  // from the returned vector. A listing lacks the metadata objfs keeps in object headers, so
-  // the files without exact attributes in the metadata cache are HEADed in parallel on the I/O
-  // pool (up to options.readdir_heads of them); entries still without exact attributes (HEAD
+  // listing (ReadDirPage until done). A listing lacks the metadata objfs keeps in object
+  // headers, so the files without exact attributes in the metadata cache (or kept in
+  // options.attr_db) are HEADed in parallel on the I/O pool, page by page, until
+  // options.readdir_heads of them were; entries still without exact attributes (HEAD
   // failed, or too many) carry the listing's (size, Last-Modified as mtime, default mode and
   // owner) with timeouts of 0 so that the kernel asks Lookup/GetAttr before using them. Inode
   // numbers are assigned but not referenced (AddLookup). Names that cannot be file names (empty,
   // ".", "..", from keys like "a//b") are skipped.
   Result<std::vector<DirEntry>> ReadDir(uint64_t ino);
+
+  // ReadDir one listing page at a time, for directories of any size: the next names of
+  // directory `ino` after `cursor` (a fresh cursor starts the listing), with their attributes as
+  // ReadDir gives them. Only this page's entries are held; the files it HEADs count against
+  // options.readdir_heads for the whole listing. May return no entries before the end (a page of
+  // skipped names); cursor->done is set with the last page.
+  Result<std::vector<DirEntry>> ReadDirPage(uint64_t ino, DirCursor* cursor);
 
   // Writes the marker "name/" with the directory's metadata. AlreadyExists if the name exists.
   // `owner`: who creates it (on a store that keeps owners); nullopt or a store that does not:

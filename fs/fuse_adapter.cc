@@ -24,14 +24,35 @@
 namespace objfs {
 namespace {
 
-// What opendir saw: the listing that readdir/readdirplus serve by offset. Offset i+1 follows
-// the i-th name of the listing, where names 0 and 1 are "." and "..".
+// An open directory: the listing that readdir/readdirplus serve by offset, one page of it at a
+// time. Offset i+1 follows the i-th name, where names 0 and 1 are "." and ".." and name i+2 is
+// the listing's i-th, held as entries[i - base].
 struct DirHandle {
   uint64_t ino = 0;
   std::mutex mu;  // guards the fields below
+  DirCursor cursor;
+  uint64_t base = 0;  // the listing index of entries[0]
   std::vector<DirEntry> entries;
   bool served = false;  // a readdir has read from `entries` (rewinddir then re-lists)
 };
+
+// Makes dir->entries hold listing index `index`, or leaves them past the end of the listing
+// (dir->cursor.done). A later index reads on; an earlier one than the page held lists again
+// from the start (seekdir back, or the kernel re-reading an earlier page).
+Status SeekDir(Filesystem& fs, DirHandle* dir, uint64_t index) {
+  if (index < dir->base) {
+    dir->cursor = DirCursor{};
+    dir->base = 0;
+    dir->entries.clear();
+  }
+  while (index >= dir->base + dir->entries.size() && !dir->cursor.done) {
+    Result<std::vector<DirEntry>> page = fs.ReadDirPage(dir->ino, &dir->cursor);
+    if (!page.ok()) return page.status();
+    dir->base += dir->entries.size();
+    dir->entries = std::move(*page);
+  }
+  return Status::Ok();
+}
 
 FuseAdapter& AdapterOf(fuse_req_t req) {
   return *static_cast<FuseAdapter*>(fuse_req_userdata(req));
@@ -379,14 +400,14 @@ void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* f
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guarded(req, "opendir", [&] {
-    Result<std::vector<DirEntry>> entries = FsOf(req).ReadDir(ino);
-    if (!entries.ok()) {
-      ReplyStatus(req, entries.status());
-      return;
-    }
     auto dir = std::make_unique<DirHandle>();
     dir->ino = ino;
-    dir->entries = std::move(*entries);
+    // The first page now, so that a listing that fails fails opendir.
+    Status listed = SeekDir(FsOf(req), dir.get(), 0);
+    if (!listed.ok()) {
+      ReplyStatus(req, listed);
+      return;
+    }
     fi->fh = reinterpret_cast<uint64_t>(dir.get());
     fi->keep_cache = 0;
     fi->cache_readdir = 0;
@@ -409,19 +430,23 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
   }
   if (off == 0 && dir->served) {
     // rewinddir(): list again so that the directory's current names are seen.
-    Result<std::vector<DirEntry>> entries = fs.ReadDir(ino);
-    if (!entries.ok()) {
-      lock.unlock();
-      ReplyStatus(req, entries.status());
-      return;
-    }
-    dir->entries = std::move(*entries);
+    dir->cursor = DirCursor{};
+    dir->base = 0;
+    dir->entries.clear();
+  }
+  const uint64_t first = static_cast<uint64_t>(off);
+  Status seek = SeekDir(fs, dir, first < 2 ? 0 : first - 2);
+  if (!seek.ok()) {
+    lock.unlock();
+    ReplyStatus(req, seek);
+    return;
   }
   dir->served = true;
   std::vector<char> buf(size);
   size_t used = 0;
-  const size_t total = dir->entries.size() + 2;
-  for (size_t index = static_cast<size_t>(off); index < total; ++index) {
+  // This reply ends with the page held; the next readdir reads on from there.
+  const uint64_t total = dir->base + dir->entries.size() + 2;
+  for (uint64_t index = first; index < total; ++index) {
     const off_t next = static_cast<off_t>(index + 1);
     char* dest = buf.data() + used;
     size_t room = size - used;
@@ -440,7 +465,7 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
       }
       if (needed > room) break;
     } else {
-      const DirEntry& entry = dir->entries[index - 2];
+      const DirEntry& entry = dir->entries[index - 2 - dir->base];
       if (plus) {
         fuse_entry_param param = ToEntryParam(entry.entry);
         needed = fuse_add_direntry_plus(req, dest, room, entry.name.c_str(), &param, next);

@@ -32,7 +32,6 @@ uint64_t InodeTable::Acquire(const std::string& key, uint64_t lookups) {
   Slot slot;
   slot.key = key;
   slot.lookups = lookups;
-  slot.inode = std::make_shared<Inode>();
   slots_.emplace(ino, std::move(slot));
   by_key_.emplace(key, ino);
   return ino;
@@ -59,8 +58,8 @@ void InodeTable::MaybeEraseLocked(uint64_t ino) {
   auto it = slots_.find(ino);
   if (it == slots_.end() || ino == kRootIno) return;
   const Slot& slot = it->second;
-  if (slot.lookups > 0 || slot.inode->open_handles.load() > 0 ||
-      slot.inode->has_local_data.load()) {
+  if (slot.lookups > 0 || (slot.inode != nullptr && (slot.inode->open_handles.load() > 0 ||
+                                                     slot.inode->has_local_data.load()))) {
     return;
   }
   if (slot.bound) {
@@ -83,7 +82,15 @@ uint64_t InodeTable::InoOf(const std::string& key) const {
   return it == by_key_.end() ? 0 : it->second;
 }
 
-std::shared_ptr<Inode> InodeTable::Get(uint64_t ino) const {
+std::shared_ptr<Inode> InodeTable::Get(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(ino);
+  if (it == slots_.end()) return nullptr;
+  if (it->second.inode == nullptr) it->second.inode = std::make_shared<Inode>();
+  return it->second.inode;
+}
+
+std::shared_ptr<Inode> InodeTable::Find(uint64_t ino) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = slots_.find(ino);
   return it == slots_.end() ? nullptr : it->second.inode;
@@ -131,7 +138,7 @@ std::vector<std::pair<uint64_t, std::shared_ptr<Inode>>> InodeTable::WithLocalDa
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::pair<uint64_t, std::shared_ptr<Inode>>> out;
   for (const auto& [ino, slot] : slots_) {
-    if (slot.inode->has_local_data.load() && IsUnder(slot.key, prefix)) {
+    if (slot.inode != nullptr && slot.inode->has_local_data.load() && IsUnder(slot.key, prefix)) {
       out.emplace_back(ino, slot.inode);
     }
   }

@@ -78,8 +78,13 @@ class InodeTable {
   std::optional<std::string> KeyOf(uint64_t ino) const;
   // The inode currently bound to `key`, or 0.
   uint64_t InoOf(const std::string& key) const;
-  // The state of `ino` (never null for a known inode), or nullptr when unknown.
-  std::shared_ptr<Inode> Get(uint64_t ino) const;
+  // The state of `ino` (never null for a known inode: made on first use), or nullptr when
+  // unknown.
+  std::shared_ptr<Inode> Get(uint64_t ino);
+  // The state of `ino` if it has any yet: nullptr when unknown or never used by Get, i.e. no
+  // open handle, staged data or pending change. For attribute checks of listed names, so that
+  // a huge listing's inodes cost a number and a name each, not an Inode.
+  std::shared_ptr<Inode> Find(uint64_t ino) const;
 
   // Moves `from` to `to`, and with `subtree` every key under "from/" to the same place under
   // "to/". An inode already bound to `to` loses its name (it was replaced).
@@ -100,7 +105,7 @@ class InodeTable {
     std::string key;
     bool bound = true;  // `key` maps back to this inode
     uint64_t lookups = 0;
-    std::shared_ptr<Inode> inode;
+    std::shared_ptr<Inode> inode;  // null until Get
   };
   void MaybeEraseLocked(uint64_t ino);
 

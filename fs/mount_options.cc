@@ -726,8 +726,9 @@ Filesystem options:
                             copy less, small reads a request each, and MAP_SHARED mmap of
                             a file fails with ENODEV
   max_rename_objects=N      refuse renaming directories holding more objects (default 10000)
-  readdir_heads=N           a listing HEADs up to N files at once for their metadata, so that
-                            ls -l needs no lookup per name (default 10000; 0: never)
+  readdir_heads=N           a listing HEADs the first N files it shows for their metadata,
+                            a page at a time, so that ls -l needs no lookup per name
+                            (default 10000; 0: never)
 
 FUSE and mount options:
   ro, default_permissions, fsname=NAME

@@ -1,9 +1,13 @@
 // File attributes and names through a real objfs mount on RGW: mode, owner and mtime,
-// symbolic links, rmdir of a directory that is not empty, long and non-ASCII names, and user
-// extended attributes, each checked with the standard tools and across remounts.
+// symbolic links, rmdir of a directory that is not empty, long and non-ASCII names, listings of
+// large directories, and user extended attributes, each checked with the standard tools and
+// across remounts.
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -11,6 +15,8 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -139,6 +145,162 @@ TEST(MountS3AttrTest, ListingAttrsListWithoutAHeadEach) {
       << "only the directory's own lookup";
   EXPECT_NE(ls.out.find("-rw-r--r-- 1 0 0 19 "), std::string::npos) << ls.out;
   EXPECT_EQ(ls.out.find("-rw------- "), std::string::npos) << ls.out;
+}
+
+// A directory with more files than readdir_heads: the listing HEADs none of them, the lookups
+// of `ls -l` do, and what they find is kept as the listing's HEADs' would be, so the next mount
+// lists every file without a HEAD.
+TEST(MountS3AttrTest, ADirectoryPastReaddirHeadsIsKeptForTheNextMount) {
+  ObjfsMount::Options options;
+  options.extra_options = "readdir_heads=10";
+  std::unique_ptr<ObjfsMount> mount =
+      ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())), options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::mkdir((m + "/d").c_str(), 0755), 0) << std::strerror(errno);
+  constexpr int kFiles = 50;
+  for (int i = 0; i < kFiles; ++i) {
+    std::string file = m + "/d/f" + std::to_string(i);
+    WriteFile(file, std::string(i, 'x'));
+    ASSERT_EQ(::chmod(file.c_str(), i % 2 == 0 ? 0640 : 0604), 0) << std::strerror(errno);
+  }
+  const std::vector<std::string> ls = {"ls", "-ln", "--time-style=+%s", m + "/d"};
+  ASSERT_TRUE(mount->Restart());
+  std::string before = GetXattr(m, "user.objfs.stats");
+  CommandResult first = RunCommand(ls);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  std::string after = GetXattr(m, "user.objfs.stats");
+  EXPECT_GE(StatsCounter(after, "head_requests") - StatsCounter(before, "head_requests"), kFiles);
+  EXPECT_NE(first.out.find("-rw-r----- 1"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("-rw----r-- 1"), std::string::npos) << first.out;
+
+  ASSERT_TRUE(mount->Restart());
+  before = GetXattr(m, "user.objfs.stats");
+  CommandResult second = RunCommand(ls);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  after = GetXattr(m, "user.objfs.stats");
+  EXPECT_EQ(second.out, first.out);
+  ExpectCounterDelta(before, after, "attrs_kept", kFiles);
+  EXPECT_LE(StatsCounter(after, "head_requests") - StatsCounter(before, "head_requests"), 2)
+      << "only the directory's own lookup";
+}
+
+// Every entry name of directory `dir` read with getdents64 into a buffer of `buffer` bytes, so
+// that the kernel keeps only what fits of each FUSE reply and asks again from there.
+std::vector<std::string> GetdentsNames(const std::string& dir, size_t buffer) {
+  std::vector<std::string> names;
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  if (fd < 0) return names;
+  std::vector<char> buf(buffer);
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, fd, buf.data(), buf.size());
+    EXPECT_GE(n, 0) << std::strerror(errno);
+    if (n <= 0) break;
+    for (long pos = 0; pos < n;) {
+      // struct linux_dirent64: u64 ino, s64 off, u16 reclen, u8 type, char name[].
+      uint16_t reclen = 0;
+      std::memcpy(&reclen, buf.data() + pos + 16, sizeof(reclen));
+      names.emplace_back(buf.data() + pos + 19);
+      pos += reclen;
+    }
+  }
+  ::close(fd);
+  return names;
+}
+
+// Counts of each name in `names`; and the names not seen exactly once.
+std::string NotOnce(const std::vector<std::string>& names) {
+  std::map<std::string, int> count;
+  for (const std::string& n : names) ++count[n];
+  std::string out;
+  for (const auto& [n, c] : count) {
+    if (c != 1) out += n + " x" + std::to_string(c) + "\n";
+  }
+  return out;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// A directory of more than two ListObjectsV2 pages (RGW's 1,000 keys) is served a page at a
+// time: `ls`, `find`, a reader whose buffer holds a few entries (the kernel then re-reads from
+// the middle of a reply), seekdir back to an earlier page and rewinddir each see every name once.
+TEST(MountS3AttrTest, AListingOfManyPagesGivesEveryNameOnce) {
+  const std::string bucket = CreateTestBucket(TestName());
+  constexpr int kFiles = 2500;
+  {
+    // The objects straight into the bucket, by one curl over parallel connections.
+    const S3TestServer& server = SharedS3Server();
+    std::vector<std::string> argv = SignedCurlArgs(server, "x");
+    for (std::string a : {"-Z", "--parallel-max", "16", "-X", "PUT", "--data-binary", "x", "-o",
+                          "/dev/null", "-w", "%{http_code}\n"}) {
+      argv.push_back(a);
+    }
+    argv.push_back(server.endpoint + "/" + bucket + "/big/f[1000-" +
+                   std::to_string(1000 + kFiles - 1) + "]");
+    CommandResult put = RunCommand(argv);
+    ASSERT_EQ(put.exit_code, 0) << put.err;
+    std::vector<std::string> codes = Lines(put.out);
+    ASSERT_EQ(codes.size(), static_cast<size_t>(kFiles));
+    for (const std::string& code : codes) ASSERT_EQ(code, "200");
+  }
+  ObjfsMount::Options options;
+  options.extra_options = "readdir_heads=0";  // names only: no HEAD per file
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string dir = mount->path() + "/big";
+  std::vector<std::string> want;
+  for (int i = 1000; i < 1000 + kFiles; ++i) want.push_back("f" + std::to_string(i));
+
+  std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  CommandResult ls = RunCommand({"ls", "-1", dir});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_EQ(Lines(ls.out), want);
+  const int64_t lists = StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "list_requests") -
+                        StatsCounter(before, "list_requests");
+  EXPECT_GE(lists, 3) << "three pages";
+  EXPECT_LE(lists, 3 + 2) << "three pages, and the lookup of big";
+
+  CommandResult find = RunCommand({"find", dir, "-mindepth", "1", "-printf", "%f\n"});
+  ASSERT_EQ(find.exit_code, 0) << find.err;
+  std::vector<std::string> found = Lines(find.out);
+  EXPECT_EQ(found.size(), static_cast<size_t>(kFiles));
+  EXPECT_EQ(NotOnce(found), "");
+
+  std::vector<std::string> small = GetdentsNames(dir, 96);
+  EXPECT_EQ(small.size(), static_cast<size_t>(kFiles) + 2);
+  EXPECT_EQ(NotOnce(small), "");
+
+  // seekdir back into the first page once the last was read, then rewinddir.
+  DIR* d = ::opendir(dir.c_str());
+  ASSERT_NE(d, nullptr) << std::strerror(errno);
+  std::vector<std::string> all;
+  long mark = -1;
+  size_t mark_index = 0;
+  while (dirent* e = ::readdir(d)) {
+    all.emplace_back(e->d_name);
+    if (all.size() == 500) {
+      mark = ::telldir(d);
+      mark_index = all.size();
+    }
+  }
+  ASSERT_EQ(all.size(), static_cast<size_t>(kFiles) + 2);
+  ASSERT_GE(mark, 0);
+  ::seekdir(d, mark);
+  std::vector<std::string> again;
+  while (dirent* e = ::readdir(d)) again.emplace_back(e->d_name);
+  EXPECT_EQ(again,
+            std::vector<std::string>(all.begin() + static_cast<long>(mark_index), all.end()));
+  ::rewinddir(d);
+  std::vector<std::string> rewound;
+  while (dirent* e = ::readdir(d)) rewound.emplace_back(e->d_name);
+  EXPECT_EQ(rewound, all);
+  ::closedir(d);
 }
 
 // A chmod or touch of a closed file waits up to metadata_delay (long here) for what follows

@@ -496,6 +496,100 @@ TEST_F(FilesystemTest, ReadDirOfManyEntriesReadsAllPages) {
   EXPECT_TRUE(names.count("f2499"));
 }
 
+// A huge directory is listed one page at a time: each ReadDirPage makes one list request and
+// returns at most a page of entries, and the cursor keeps no list of the names given so far, yet
+// every name comes once (a file and a directory of the same name, a file staged here).
+TEST_F(FilesystemTest, ReadDirPageHoldsOnePageAtATime) {
+  constexpr int kPage = 100;
+  constexpr int kFiles = 1050;
+  options_.list_page_keys = kPage;
+  fs_ = NewFilesystem();
+  for (int i = 0; i < kFiles; ++i) PutObject("big/f" + std::to_string(1000 + i), "x");
+  // f1499 ends the fifth page; "f1499-a" and the directory "f1499/" open the sixth.
+  PutObject("big/f1499", "same name as a directory");
+  PutObject("big/f1499/inside", "y");
+  PutObject("big/f1499-a", "sorted between the file and the directory");
+  uint64_t big = LookupIno(kRootIno, "big");
+  auto staged = fs_->Create(big, "local", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+
+  DirCursor cursor;
+  std::multiset<std::string> names;
+  uint64_t lists = metrics_.list_requests.load();
+  int pages = 0;
+  while (!cursor.done) {
+    auto page = fs_->ReadDirPage(big, &cursor);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    ++pages;
+    EXPECT_EQ(metrics_.list_requests.load() - lists, static_cast<uint64_t>(pages));
+    EXPECT_LE(page->size(), static_cast<size_t>(kPage) + (cursor.done ? 1 : 0));
+    EXPECT_LE(cursor.recent_files.size(), 2u);
+    EXPECT_TRUE(cursor.local_names.empty() || cursor.local_names.count("local") == 1);
+    for (const DirEntry& e : *page) names.insert(e.name);
+  }
+  EXPECT_EQ(pages, 11);                                      // 1,052 keys and prefixes
+  EXPECT_EQ(names.size(), static_cast<size_t>(kFiles) + 2);  // + f1499-a, local
+  EXPECT_EQ(names.count("f1499"), 1u);
+  EXPECT_EQ(names.count("f1499-a"), 1u);
+  EXPECT_EQ(names.count("local"), 1u);
+  EXPECT_EQ(names.count("f2049"), 1u);
+  ASSERT_TRUE(fs_->Release(staged->fh).ok());
+}
+
+// Files past readdir_heads are HEADed by the kernel's lookups, not the listing: those lookups
+// keep what they find as the listing's HEADs would, whether the listing's record is still fresh
+// (its exact date) or has expired (the HEAD's whole-second date), so the next mount lists every
+// file without a HEAD.
+TEST_F(FilesystemTest, LookupsPastReaddirHeadsKeepAttributesForTheNextMount) {
+  auto remount = [&] {
+    fs_.reset();
+    options_.attr_db.reset();
+    Result<StoreDb> db = StoreDb::Open(cache_dir_ + "/db");
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    options_.attr_db = std::make_shared<StoreDb>(std::move(db).value());
+    fs_ = NewFilesystem();
+  };
+  options_.readdir_heads = 2;
+  constexpr int kFiles = 5;
+  const int64_t old_ns = (static_cast<int64_t>(::time(nullptr)) - 60) * 1000000000 + 123456789;
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    PutObject("fresh/" + name, "x", {{"mode", std::to_string(S_IFREG | 0600)}});
+    PutObject("old/" + name, "x", {{"mode", std::to_string(S_IFREG | 0604)}});
+    memory_->set_mtime("old/" + name, old_ns);
+  }
+  remount();
+  for (const std::string dir : {"fresh", "old"}) {
+    uint64_t d = LookupIno(kRootIno, dir);
+    uint64_t heads = metrics_.head_requests.load();
+    auto list = fs_->ReadDir(d);
+    ASSERT_TRUE(list.ok()) << list.status().ToString();
+    EXPECT_EQ(metrics_.head_requests.load(), heads) << "more files than readdir_heads";
+    // The kernel looks each name up; for "old", after the listing's records expired.
+    if (dir == "old") clock_->Advance(std::chrono::seconds(5));
+    for (const DirEntry& e : *list) {
+      EXPECT_EQ(e.entry.attr_timeout, 0) << e.name;
+      ASSERT_TRUE(fs_->Lookup(d, e.name).ok()) << e.name;
+    }
+    EXPECT_EQ(metrics_.head_requests.load() - heads, static_cast<uint64_t>(kFiles));
+  }
+
+  remount();
+  for (const std::string dir : {"fresh", "old"}) {
+    uint64_t d = LookupIno(kRootIno, dir);
+    uint64_t heads = metrics_.head_requests.load();
+    uint64_t kept = metrics_.attrs_kept.load();
+    auto list = fs_->ReadDir(d);
+    ASSERT_TRUE(list.ok()) << list.status().ToString();
+    EXPECT_EQ(metrics_.attrs_kept.load() - kept, static_cast<uint64_t>(kFiles)) << dir;
+    EXPECT_EQ(metrics_.head_requests.load(), heads) << dir;
+    for (const DirEntry& e : *list) {
+      EXPECT_GT(e.entry.attr_timeout, 0) << dir << "/" << e.name;
+      EXPECT_EQ(e.entry.attr.mode & 07777, dir == "old" ? 0604u : 0600u) << e.name;
+    }
+  }
+}
+
 TEST_F(FilesystemTest, CreateWriteReleaseUploadsOnceWithMetadata) {
   uint64_t puts = metrics_.put_requests.load();
   auto created = fs_->Create(kRootIno, "new.txt", 0640, O_WRONLY | O_CREAT | O_EXCL);

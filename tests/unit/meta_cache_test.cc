@@ -31,6 +31,20 @@ TEST_F(MetaCacheTest, PositiveEntryExpiresAfterTtl) {
   EXPECT_EQ(cache_.Get("a").state, MetaCache::State::kMiss);
 }
 
+// A listing of a huge directory puts one entry per name; those expire after the TTL and must
+// not pile up until some fixed, large count.
+TEST_F(MetaCacheTest, ExpiredEntriesDoNotAccumulate) {
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < 5000; ++i) {
+      cache_.Put("d/r" + std::to_string(round) + "-" + std::to_string(i), MetaRecord());
+    }
+    clock_->Advance(seconds(2));
+  }
+  EXPECT_LE(cache_.size(), 2u * 5000u);
+  cache_.Put("fresh", MetaRecord());
+  EXPECT_EQ(cache_.Get("fresh").state, MetaCache::State::kPositive);
+}
+
 TEST_F(MetaCacheTest, NegativeEntryUsesItsOwnTtl) {
   cache_.PutNegative("gone");
   EXPECT_EQ(cache_.Get("gone").state, MetaCache::State::kNegative);
