@@ -1,6 +1,11 @@
 #include "backend/sftp/session_pool.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 #include <utility>
@@ -216,6 +221,7 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
     }
     return TransientError("cannot connect to " + where + ": " + error);
   }
+  c->socket_ = ssh_get_fd(ssh);
   OBJFS_RETURN_IF_ERROR(CheckHostKey(ssh, options));
   OBJFS_RETURN_IF_ERROR(Authenticate(ssh, options));
   c->sftp_ = sftp_new(ssh);
@@ -243,23 +249,84 @@ bool SftpConnection::healthy() const {
 }
 
 SftpSessionPool::SftpSessionPool(SftpConnectOptions options, int size)
-    : options_(std::move(options)), size_(std::max(1, size)) {}
+    : options_(std::move(options)), size_(std::max(1, size)) {
+  if (options_.request_timeout.count() > 0) watchdog_ = std::thread([this] { Watch(); });
+}
 
-SftpSessionPool::~SftpSessionPool() = default;
+SftpSessionPool::~SftpSessionPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void SftpSessionPool::Watch() {
+  using Clock = std::chrono::steady_clock;
+  const auto limit = options_.request_timeout;
+  const auto interval = std::clamp<std::chrono::milliseconds>(
+      limit / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    watch_cv_.wait_for(lock, interval);
+    if (stopping_) break;
+    const Clock::time_point now = Clock::now();
+    for (auto& [connection, since] : leased_) {
+      if (now - since < limit || connection->socket() < 0 || connection->marked_broken()) continue;
+      tcp_info info{};
+      socklen_t len = sizeof info;
+      if (::getsockopt(connection->socket(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
+      // Milliseconds since the server last sent anything on this connection.
+      if (std::chrono::milliseconds(info.tcpi_last_data_recv) < limit) continue;
+      // Wakes the thread blocked in libssh: its call fails and the connection is dropped.
+      connection->MarkBroken();
+      ::shutdown(connection->socket(), SHUT_RDWR);
+      ++cut_;
+      if (options_.log) {
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%.1f",
+                      std::chrono::duration<double>(limit).count());
+        options_.log("SFTP server " + options_.user + "@" + HostPort(options_) +
+                     " sent nothing for " + seconds +
+                     " s (request_timeout) during a call; dropping that connection");
+      }
+    }
+  }
+}
+
+void SftpSessionPool::DropIdle() {
+  std::vector<std::unique_ptr<SftpConnection>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped.swap(idle_);
+  }
+  // Closed outside the lock.
+}
 
 SftpSessionPool::Lease::~Lease() {
   if (pool_ != nullptr && connection_ != nullptr) pool_->Release(std::move(connection_));
 }
 
-Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
+Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
+    std::optional<std::chrono::steady_clock::time_point> deadline) {
   std::chrono::steady_clock::time_point not_before;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !idle_.empty() || leased_or_connecting_ < size_; });
+    auto free = [&] { return !idle_.empty() || leased_or_connecting_ < size_; };
+    if (deadline) {
+      if (!cv_.wait_until(lock, *deadline, free)) {
+        return TimedOutError("no SFTP connection to " + HostPort(options_) +
+                             " became free in time (operation_timeout)");
+      }
+    } else {
+      cv_.wait(lock, free);
+    }
     if (!idle_.empty()) {
       std::unique_ptr<SftpConnection> c = std::move(idle_.back());
       idle_.pop_back();
       ++leased_or_connecting_;
+      leased_[c.get()] = std::chrono::steady_clock::now();
       return Lease(this, std::move(c));
     }
     // Refused credentials (or host key) are not tried again for a while: a password that
@@ -269,7 +336,7 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
     not_before = next_attempt_;
   }
   // Back off while connecting keeps failing for transient reasons.
-  std::this_thread::sleep_until(not_before);
+  std::this_thread::sleep_until(deadline ? std::min(not_before, *deadline) : not_before);
   Result<std::unique_ptr<SftpConnection>> c = SftpConnection::Connect(options_);
   std::lock_guard<std::mutex> lock(mu_);
   if (!c.ok()) {
@@ -291,6 +358,13 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
       refused_ = status;
       refused_until_ = std::chrono::steady_clock::now() + kRefusedRetryDelay;
     }
+    // A server that let us in before now refuses us (a host key that changed, say): the calls
+    // fail with EIO, so the log must say why, once per reason.
+    if (ever_connected_ && c.status().code() == StatusCode::kPermissionDenied &&
+        c.status().message() != last_logged_refusal_) {
+      last_logged_refusal_ = c.status().message();
+      if (options_.log) options_.log(c.status().message());
+    }
     return status;
   }
   consecutive_failures_ = 0;
@@ -298,11 +372,14 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
   refused_ = Status::Ok();
   ever_connected_ = true;
   first_refusal_.reset();
+  last_logged_refusal_.clear();
+  leased_[c->get()] = std::chrono::steady_clock::now();
   return Lease(this, std::move(c).value());
 }
 
 void SftpSessionPool::Release(std::unique_ptr<SftpConnection> connection) {
   std::lock_guard<std::mutex> lock(mu_);
+  leased_.erase(connection.get());
   --leased_or_connecting_;
   if (connection->healthy()) idle_.push_back(std::move(connection));
   cv_.notify_one();
