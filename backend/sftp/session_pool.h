@@ -9,7 +9,8 @@
 // libssh's blocking calls can wait forever on a peer that stopped answering (its SFTP layer
 // retries a timed-out read without end), so a watchdog thread shuts down the socket of any
 // borrowed connection that has received nothing for request_timeout: every call on it then
-// fails at once, and the broken connection is dropped rather than reused.
+// fails at once, and the broken connection is dropped rather than reused. For request_timeout
+// after that (or after a login that timed out) no new connection is tried: calls fail at once.
 #pragma once
 
 #include <libssh/libssh.h>
@@ -65,7 +66,11 @@ bool CpuHasAesGcm();
 // second channel for the OpenSSH extensions.
 class SftpConnection {
  public:
-  static Result<std::unique_ptr<SftpConnection>> Connect(const SftpConnectOptions& options);
+  // `watch`, when set, is told (connection, true) once the TCP connection is up and
+  // (connection, false) before Connect returns, so that the setup can be watched like a call.
+  using WatchFn = std::function<void(SftpConnection*, bool)>;
+  static Result<std::unique_ptr<SftpConnection>> Connect(const SftpConnectOptions& options,
+                                                         const WatchFn& watch = {});
   ~SftpConnection();
   SftpConnection(const SftpConnection&) = delete;
   SftpConnection& operator=(const SftpConnection&) = delete;
@@ -128,6 +133,10 @@ class SftpSessionPool {
  private:
   void Release(std::unique_ptr<SftpConnection> connection);
   void Watch();
+  // New connections fail at once with a Transient error for request_timeout (REQUIRES mu_).
+  void MarkStalledLocked(const std::string& why);
+  // Adds `connection` to (or removes it from) the connections the watchdog looks after.
+  void SetWatched(SftpConnection* connection, bool watched);
 
   const SftpConnectOptions options_;
   const int size_;
@@ -149,6 +158,10 @@ class SftpSessionPool {
   bool ever_connected_ = false;
   std::optional<std::chrono::steady_clock::time_point> first_refusal_;
   std::string last_logged_refusal_;
+  // The server let a call or a login wait out its time: new connections are not tried until
+  // stalled_until_.
+  Status stalled_;
+  std::chrono::steady_clock::time_point stalled_until_{};
   // Borrowed connections and since when.
   std::map<SftpConnection*, std::chrono::steady_clock::time_point> leased_;
   std::atomic<int> cut_{0};
