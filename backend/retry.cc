@@ -1,6 +1,8 @@
 #include "backend/retry.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <thread>
 
 namespace objfs {
@@ -27,6 +29,39 @@ std::chrono::milliseconds RetryBackoff::Delay(int retry) {
 }
 
 bool IsRetryable(const Status& status) { return status.code() == StatusCode::kTransient; }
+
+namespace {
+// Nanoseconds of DeadlineClock's epoch; 0: no cap.
+std::atomic<int64_t> g_deadline_cap{0};
+}  // namespace
+
+void CapCallDeadlines(DeadlineClock::time_point deadline) {
+  const int64_t wanted = std::max<int64_t>(deadline.time_since_epoch().count(), 1);
+  int64_t current = g_deadline_cap.load();
+  while ((current == 0 || wanted < current) &&
+         !g_deadline_cap.compare_exchange_weak(current, wanted)) {
+  }
+}
+
+std::optional<DeadlineClock::time_point> CallDeadline(const RetryPolicy& policy,
+                                                      DeadlineClock::time_point start) {
+  std::optional<DeadlineClock::time_point> deadline;
+  if (policy.budget.count() > 0) deadline = start + policy.budget;
+  const int64_t cap = g_deadline_cap.load();
+  if (cap != 0) {
+    const DeadlineClock::time_point capped{DeadlineClock::duration(cap)};
+    if (!deadline || capped < *deadline) deadline = capped;
+  }
+  return deadline;
+}
+
+Status TimedOutAfter(std::chrono::nanoseconds elapsed, int attempts, const Status& last) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(elapsed).count());
+  return TimedOutError("gave up after " + std::string(seconds) + " s and " +
+                       std::to_string(attempts) + (attempts == 1 ? " attempt" : " attempts") +
+                       " (operation_timeout); last error: " + last.ToString());
+}
 
 SleepFn RealSleep() {
   return [](std::chrono::milliseconds delay) { std::this_thread::sleep_for(delay); };

@@ -36,6 +36,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "IsDirectory";
     case StatusCode::kNotDirectory:
       return "NotDirectory";
+    case StatusCode::kTimedOut:
+      return "TimedOut";
   }
   return "Unknown";
 }

@@ -31,6 +31,7 @@ enum class StatusCode {
   kNameTooLong,         // a path component longer than 255 bytes
   kIsDirectory,         // a file operation on a directory
   kNotDirectory,        // a directory operation on a file
+  kTimedOut,            // the call's time budget ran out (operation_timeout); never retried
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -84,6 +85,7 @@ inline Status NotEmptyError(std::string m) { return {StatusCode::kNotEmpty, std:
 inline Status NoSpaceError(std::string m) { return {StatusCode::kNoSpace, std::move(m)}; }
 inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status TimedOutError(std::string m) { return {StatusCode::kTimedOut, std::move(m)}; }
 
 // A value of type T, or the Status that explains why there is none.
 template <typename T>

@@ -69,6 +69,8 @@ int ErrnoFromStatus(const Status& status) {
       return EISDIR;
     case StatusCode::kNotDirectory:
       return ENOTDIR;
+    case StatusCode::kTimedOut:
+      return EIO;
   }
   return EIO;
 }

@@ -22,6 +22,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +40,7 @@
 #include "backend/metrics.h"
 #include "backend/metrics_store.h"
 #include "backend/prefix_store.h"
+#include "backend/retry.h"
 #include "backend/s3/s3_store.h"
 #include "backend/sftp/sftp_store.h"
 #include "cache/buffer_pool.h"
@@ -278,10 +281,23 @@ void ClearDeadUploads(UploadRecords& records, std::string_view kind,
   }
 }
 
+// A whole number of seconds, at least 1, for settings that take seconds.
+long WholeSeconds(double seconds) { return std::max(1L, static_cast<long>(std::ceil(seconds))); }
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+
 Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics& metrics,
                                             const std::shared_ptr<UploadRecords>& uploads,
-                                            const Reporter& reporter) {
+                                            const Reporter& reporter,
+                                            const std::function<void(const std::string&)>& log) {
   s3::S3StoreOptions s3_options;
+  s3_options.http.idle_timeout_s = WholeSeconds(options.request_timeout);
+  s3_options.http.connect_timeout_ms =
+      std::min<long>(s3_options.http.connect_timeout_ms, Millis(options.request_timeout).count());
+  s3_options.retry.budget = Millis(options.operation_timeout);
+  s3_options.log = log;
   s3_options.bucket = options.url.bucket;
   s3_options.endpoint = options.endpoint;
   s3_options.region = options.region;  // empty: from the environment, else us-east-1
@@ -380,8 +396,14 @@ Result<std::string> ReadPasswordLine(const std::string& path) {
 
 Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metrics& metrics,
                                               const std::shared_ptr<UploadRecords>& uploads,
-                                              const Reporter& reporter) {
+                                              const Reporter& reporter,
+                                              const std::function<void(const std::string&)>& log) {
   sftp::SftpStoreOptions sftp_options;
+  sftp_options.request_timeout = Millis(options.request_timeout);
+  sftp_options.connect_timeout = std::min(
+      sftp_options.connect_timeout, std::chrono::seconds(WholeSeconds(options.request_timeout)));
+  sftp_options.operation_timeout = Millis(options.operation_timeout);
+  sftp_options.log = log;
   sftp_options.host = options.url.host;
   sftp_options.port = options.url.port;
   sftp_options.user = options.url.user.empty() ? LocalUserName() : options.url.user;
@@ -534,9 +556,12 @@ int Mount(const MountOptions& given_options) {
   std::shared_ptr<UploadRecords> uploads = std::move(upload_records).value();
 
   Metrics metrics;
-  Result<std::shared_ptr<ObjectStore>> store = options.url.scheme == UrlScheme::kSftp
-                                                   ? OpenSftp(options, metrics, uploads, reporter)
-                                                   : OpenS3(options, metrics, uploads, reporter);
+  const std::function<void(const std::string&)> log = [&reporter](const std::string& message) {
+    reporter.Error(message);
+  };
+  Result<std::shared_ptr<ObjectStore>> store =
+      options.url.scheme == UrlScheme::kSftp ? OpenSftp(options, metrics, uploads, reporter, log)
+                                             : OpenS3(options, metrics, uploads, reporter, log);
   if (!store.ok()) {
     reporter.Error(store.status().message());
     return 1;
@@ -628,6 +653,10 @@ int Mount(const MountOptions& given_options) {
       reporter.Error(std::string("the request loop failed: ") + std::strerror(-loop_result));
       exit_code = 1;
     }
+    // Whatever is still to be uploaded, however many files, gets operation_timeout in all: a
+    // server that stopped answering must not keep the process alive. What misses it stays
+    // staged in cache_dir for the next mount.
+    CapCallDeadlines(DeadlineClock::now() + Millis(options.operation_timeout));
     Status flushed = (*fs)->FlushAll();
     if (!flushed.ok()) {
       reporter.Error("unsaved data could not be uploaded (kept in " + fs_options.cache_dir +

@@ -245,6 +245,14 @@ Status ApplyOption(std::string_view opt, MountOptions& out, GivenOptions& given,
   } else if (name == "metadata_delay") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(out.fs.metadata_delay, ParseSeconds(value, name));
+  } else if (name == "request_timeout" || name == "operation_timeout") {
+    OBJFS_RETURN_IF_ERROR(need_value());
+    OBJFS_ASSIGN_OR_RETURN(double seconds, ParseSeconds(value, name));
+    if (seconds < 1 || seconds > 86400) {
+      return Invalid(std::string(name) + "=" + std::string(value) +
+                     " is out of range (1..86400 seconds)");
+    }
+    (name == "request_timeout" ? out.request_timeout : out.operation_timeout) = seconds;
   } else if (name == "attr_timeout") {
     OBJFS_RETURN_IF_ERROR(need_value());
     OBJFS_ASSIGN_OR_RETURN(double seconds, ParseSeconds(value, name));
@@ -729,6 +737,13 @@ Filesystem options:
   readdir_heads=N           a listing HEADs the first N files it shows for their metadata,
                             a page at a time, so that ls -l needs no lookup per name
                             (default 10000; 0: never)
+
+Bounded waits (s3:// and sftp://):
+  request_timeout=SECONDS   a request that moves under 1 KiB/s (S3) or gets no reply (SFTP)
+                            for this long is abandoned and retried (default 30)
+  operation_timeout=SECONDS a backend call's attempts and waits together: after this long it
+                            fails with EIO and the log says why; unmount gives what is left
+                            to upload this long in all (default 120)
 
 FUSE and mount options:
   ro, default_permissions, fsname=NAME

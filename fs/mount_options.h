@@ -44,6 +44,9 @@ Result<MountUrl> ParseMountUrl(std::string_view url);
 // optionally followed by "iB" or "B"): "4096", "64K", "1M", "2GiB". InvalidArgument otherwise.
 Result<uint64_t> ParseSize(std::string_view text);
 
+inline constexpr double kDefaultRequestTimeout = 30;
+inline constexpr double kDefaultOperationTimeout = 120;
+
 // What the process is asked to do.
 enum class MountAction { kMount, kHelp, kVersion };
 
@@ -63,6 +66,13 @@ struct MountOptions {
   std::optional<uint64_t> part_size;
   std::optional<uint64_t> copy_part_threshold;
   std::optional<int> parallel_parts;
+
+  // Bounded waits, for s3:// and sftp:// alike. request_timeout=: a request that moves (almost)
+  // nothing for this long is abandoned (and retried); operation_timeout=: one backend call's
+  // attempts and back-off waits together, after which it fails (EIO) and the log says why; at
+  // unmount, what is left to upload gets this long once.
+  double request_timeout = kDefaultRequestTimeout;
+  double operation_timeout = kDefaultOperationTimeout;
 
   // SFTP settings.
   // identity=FILE, repeatable: the private keys to offer, in order, and nothing else. Empty:

@@ -358,9 +358,10 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& request) {
   set(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
   set(CURLOPT_CONNECTTIMEOUT_MS, options_.connect_timeout_ms);
   if (options_.idle_timeout_s > 0) {
-    set(CURLOPT_LOW_SPEED_LIMIT, 1L);
+    set(CURLOPT_LOW_SPEED_LIMIT, std::max(options_.low_speed_bytes, 1L));
     set(CURLOPT_LOW_SPEED_TIME, options_.idle_timeout_s);
   }
+  if (request.total_timeout_ms > 0) set(CURLOPT_TIMEOUT_MS, request.total_timeout_ms);
   set(CURLOPT_TCP_KEEPALIVE, 1L);
   // Bulk GETs: receive in large pieces (curl's default is 16 KiB, i.e. 64 receive calls and
   // body callbacks per MiB).

@@ -23,8 +23,11 @@ namespace objfs::s3 {
 
 struct HttpOptions {
   long connect_timeout_ms = 10'000;
-  // A transfer that moves less than 1 byte/s for this long is aborted (Transient).
-  long idle_timeout_s = 60;
+  // A transfer that moves less than low_speed_bytes per second for idle_timeout_s seconds is
+  // stuck and aborted (Transient): a server that accepts and never answers, one that was
+  // stopped mid-reply, or a trickle. A large transfer that keeps moving is never cut by this.
+  long idle_timeout_s = 30;
+  long low_speed_bytes = 1024;
   bool verify_tls = true;
   std::string ca_bundle;         // a PEM file (AWS_CA_BUNDLE); empty: the system's store
   size_t max_idle_handles = 32;  // easy handles kept for reuse
@@ -45,6 +48,10 @@ struct HttpRequest {
   // into the caller's memory, no copy); more bytes than fit is an Internal error. Error
   // responses (>= 300) always go to HttpResponse::body.
   std::span<std::byte> response_buffer;
+
+  // When positive, the whole request is aborted (Transient) after this long: the rest of its
+  // call's time budget.
+  long total_timeout_ms = 0;
 };
 
 struct HttpResponse {

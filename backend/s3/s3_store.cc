@@ -186,7 +186,7 @@ Capabilities S3Store::capabilities() const {
   return c;
 }
 
-Result<HttpResponse> S3Store::ExecuteOnce(const Request& req) {
+Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout_ms) {
   std::string path = req.bucket_level ? endpoint_.Path("") : endpoint_.Path(req.key);
   SigningRequest sreq;
   sreq.method = req.method;
@@ -225,6 +225,7 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req) {
   hreq.body_size = req.body_size;
   hreq.body = req.body;
   hreq.response_buffer = req.response_buffer;
+  hreq.total_timeout_ms = total_timeout_ms;
 
   Bump(metrics_->http_requests);
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, http_.Perform(hreq));
@@ -258,9 +259,37 @@ Result<HttpResponse> S3Store::Execute(const Request& req) {
                       " bytes long; S3 keys are at most " + std::to_string(kMaxKeyBytes));
   }
   RetryBackoff backoff(options_.retry);
+  const DeadlineClock::time_point start = DeadlineClock::now();
+  const std::optional<DeadlineClock::time_point> deadline = CallDeadline(options_.retry, start);
+  // Cut short by unmount's deadline rather than by the call's own budget.
+  const bool capped =
+      deadline && (options_.retry.budget.count() <= 0 || *deadline < start + options_.retry.budget);
+  if (capped && *deadline <= start) {
+    Status late = TimedOutError(req.what + ": not sent, the unmount's operation_timeout is spent");
+    if (options_.log) options_.log(late.message());
+    return late;
+  }
+  auto attempt = [&]() -> Result<HttpResponse> {
+    long total_timeout_ms = 0;
+    // An upload streamed from a staging file may be large and slow but healthy: the low-speed
+    // limit guards it, and the budget is checked between its attempts (at unmount it is cut at
+    // the deadline too). Everything else (ranged GETs of a read buffer, HEADs, listings,
+    // copies, small bodies) is always cut at the deadline.
+    if (deadline && (req.body_source == nullptr || capped)) {
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(*deadline - DeadlineClock::now());
+      total_timeout_ms = std::max<long>(static_cast<long>(left.count()), 1);
+    }
+    return ExecuteOnce(req, total_timeout_ms);
+  };
   Result<HttpResponse> r = RetryCall(
-      backoff, [&] { return ExecuteOnce(req); }, RealSleep(),
-      [this](int, const Status&, std::chrono::milliseconds) { Bump(metrics_->retries); });
+      backoff, attempt, RealSleep(),
+      [this](int, const Status&, std::chrono::milliseconds) { Bump(metrics_->retries); }, deadline);
+  if (!r.ok() && r.status().code() == StatusCode::kTimedOut) {
+    Status timed_out = r.status().WithContext(req.what);
+    if (options_.log) options_.log(timed_out.message());
+    return timed_out;
+  }
   return r;
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -58,7 +59,10 @@ struct S3StoreOptions {
   bool sign_payload = false;
 
   HttpOptions http;
+  // retry.budget is operation_timeout: one call's attempts and waits together.
   RetryPolicy retry;
+  // Told (one line) when a call runs out of its time budget; may be empty.
+  std::function<void(const std::string&)> log;
   // Protocol-level counters (HTTP requests, retries, bytes hashed) go here; per-call counters
   // are MetricsStore's. Not owned; may be null.
   Metrics* metrics = nullptr;
@@ -103,7 +107,8 @@ class S3Store : public ObjectStore {
 
   // Signs, sends and retries one request; a non-2xx reply becomes a Status.
   Result<HttpResponse> Execute(const Request& request);
-  Result<HttpResponse> ExecuteOnce(const Request& request);
+  // total_timeout_ms: the rest of the call's budget for this one request (0: none).
+  Result<HttpResponse> ExecuteOnce(const Request& request, long total_timeout_ms);
 
   Result<ObjectInfo> PutSingle(std::string_view key, const ByteSource& source,
                                const PutOptions& options);

@@ -1,7 +1,17 @@
 #include "backend/sftp/session_pool.h"
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -161,6 +171,52 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
       " failed: the server accepted none of the credentials offered (tried: " + list + ")");
 }
 
+// A TCP connection to the server within options.connect_timeout, as a blocking socket.
+Result<int> ConnectTcp(const SftpConnectOptions& options, const std::string& where) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(options.port);
+  const int resolved = ::getaddrinfo(options.host.c_str(), port.c_str(), &hints, &found);
+  if (resolved != 0) {
+    return TransientError("cannot connect to " + where + ": " + ::gai_strerror(resolved));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  std::string error = "no address";
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (s < 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    int err = ::connect(s, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{s, POLLOUT, 0};
+      const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+      socklen_t len = sizeof err;
+      if (ready <= 0) {
+        err = ETIMEDOUT;
+      } else if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+        err = errno;
+      }
+    }
+    if (err != 0) {
+      error = std::strerror(err);
+      ::close(s);
+      continue;
+    }
+    ::fcntl(s, F_SETFL, ::fcntl(s, F_GETFL) & ~O_NONBLOCK);
+    fd = s;
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) return TransientError("cannot connect to " + where + ": " + error);
+  return fd;
+}
+
 }  // namespace
 
 bool CpuHasAesGcm() {
@@ -185,8 +241,18 @@ std::string SftpConnection::cipher() const {
   return name == nullptr ? "" : name;
 }
 
-Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnectOptions& options) {
+Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnectOptions& options,
+                                                                const WatchFn& watch) {
   std::unique_ptr<SftpConnection> c(new SftpConnection);
+  // Unwatched before `c` goes, on every way out.
+  struct Unwatch {
+    const WatchFn& watch;
+    SftpConnection* connection;
+    bool watched = false;
+    ~Unwatch() {
+      if (watched) watch(connection, false);
+    }
+  } unwatch{watch, c.get()};
   c->ssh_ = ssh_new();
   if (c->ssh_ == nullptr) return InternalError("ssh_new failed");
   ssh_session ssh = c->ssh_;
@@ -208,6 +274,14 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
     ssh_options_set(ssh, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
   }
   const std::string where = options.user + "@" + HostPort(options);
+  // The TCP connection is ours, so that the watchdog has its socket from the first byte on: a
+  // server that accepts and then says nothing (stopped, overloaded) is cut like a stalled call.
+  OBJFS_ASSIGN_OR_RETURN(c->socket_, ConnectTcp(options, where));
+  ssh_options_set(ssh, SSH_OPTIONS_FD, &c->socket_);
+  if (watch) {
+    watch(c.get(), true);
+    unwatch.watched = true;
+  }
   if (ssh_connect(ssh) != SSH_OK) {
     const std::string error = ssh_get_error(ssh);
     if (!options.ciphers.empty() &&
@@ -243,34 +317,120 @@ bool SftpConnection::healthy() const {
 }
 
 SftpSessionPool::SftpSessionPool(SftpConnectOptions options, int size)
-    : options_(std::move(options)), size_(std::max(1, size)) {}
+    : options_(std::move(options)), size_(std::max(1, size)) {
+  if (options_.request_timeout.count() > 0) watchdog_ = std::thread([this] { Watch(); });
+}
 
-SftpSessionPool::~SftpSessionPool() = default;
+SftpSessionPool::~SftpSessionPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void SftpSessionPool::Watch() {
+  using Clock = std::chrono::steady_clock;
+  const auto limit = options_.request_timeout;
+  const auto interval = std::clamp<std::chrono::milliseconds>(
+      limit / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    watch_cv_.wait_for(lock, interval);
+    if (stopping_) break;
+    const Clock::time_point now = Clock::now();
+    for (auto& [connection, since] : leased_) {
+      if (now - since < limit || connection->socket() < 0 || connection->marked_broken()) continue;
+      tcp_info info{};
+      socklen_t len = sizeof info;
+      if (::getsockopt(connection->socket(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
+      // Milliseconds since the server last sent anything on this connection.
+      if (std::chrono::milliseconds(info.tcpi_last_data_recv) < limit) continue;
+      // Wakes the thread blocked in libssh: its call fails and the connection is dropped.
+      connection->MarkBroken();
+      ::shutdown(connection->socket(), SHUT_RDWR);
+      ++cut_;
+      MarkStalledLocked("it sent nothing for request_timeout");
+      if (options_.log) {
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%.1f",
+                      std::chrono::duration<double>(limit).count());
+        options_.log("SFTP server " + options_.user + "@" + HostPort(options_) +
+                     " sent nothing for " + seconds +
+                     " s (request_timeout) during a call; dropping that connection");
+      }
+    }
+  }
+}
+
+void SftpSessionPool::MarkStalledLocked(const std::string& why) {
+  const auto pause = std::max<std::chrono::milliseconds>(options_.request_timeout,
+                                                         std::chrono::milliseconds(1000));
+  stalled_until_ = std::chrono::steady_clock::now() + pause;
+  stalled_ = TransientError("SFTP server " + options_.user + "@" + HostPort(options_) +
+                            " is not answering (" + why + "); not asked again for " +
+                            std::to_string(pause.count()) + " ms");
+}
+
+void SftpSessionPool::SetWatched(SftpConnection* connection, bool watched) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (watched) {
+    leased_[connection] = std::chrono::steady_clock::now();
+  } else {
+    leased_.erase(connection);
+  }
+}
+
+void SftpSessionPool::DropIdle() {
+  std::vector<std::unique_ptr<SftpConnection>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped.swap(idle_);
+  }
+  // Closed outside the lock.
+}
 
 SftpSessionPool::Lease::~Lease() {
   if (pool_ != nullptr && connection_ != nullptr) pool_->Release(std::move(connection_));
 }
 
-Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
+Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
+    std::optional<std::chrono::steady_clock::time_point> deadline) {
   std::chrono::steady_clock::time_point not_before;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !idle_.empty() || leased_or_connecting_ < size_; });
+    auto free = [&] { return !idle_.empty() || leased_or_connecting_ < size_; };
+    if (deadline) {
+      if (!cv_.wait_until(lock, *deadline, free)) {
+        return TimedOutError("no SFTP connection to " + HostPort(options_) +
+                             " became free in time (operation_timeout)");
+      }
+    } else {
+      cv_.wait(lock, free);
+    }
     if (!idle_.empty()) {
       std::unique_ptr<SftpConnection> c = std::move(idle_.back());
       idle_.pop_back();
       ++leased_or_connecting_;
+      leased_[c.get()] = std::chrono::steady_clock::now();
       return Lease(this, std::move(c));
     }
     // Refused credentials (or host key) are not tried again for a while: a password that
     // no longer works must not be sent on every request (account lockouts, fail2ban).
     if (!refused_.ok() && std::chrono::steady_clock::now() < refused_until_) return refused_;
+    // A server that just let a call or a login wait out request_timeout is not asked again
+    // for a while: each of the reads of one read(2) would otherwise wait as long again.
+    if (!stalled_.ok() && std::chrono::steady_clock::now() < stalled_until_) return stalled_;
     ++leased_or_connecting_;
     not_before = next_attempt_;
   }
   // Back off while connecting keeps failing for transient reasons.
-  std::this_thread::sleep_until(not_before);
-  Result<std::unique_ptr<SftpConnection>> c = SftpConnection::Connect(options_);
+  std::this_thread::sleep_until(deadline ? std::min(not_before, *deadline) : not_before);
+  const auto connect_start = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<SftpConnection>> c = SftpConnection::Connect(
+      options_,
+      [this](SftpConnection* connection, bool watched) { SetWatched(connection, watched); });
   std::lock_guard<std::mutex> lock(mu_);
   if (!c.ok()) {
     --leased_or_connecting_;
@@ -284,6 +444,13 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
       }
     }
     if (status.code() == StatusCode::kTransient) {
+      // Refused or reset connections fail fast; one that used up its time is a stalled server.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - connect_start >=
+          std::min<std::chrono::milliseconds>(options_.connect_timeout, options_.request_timeout) -
+              std::chrono::milliseconds(100)) {
+        MarkStalledLocked(status.message());
+      }
       consecutive_failures_ = std::min(consecutive_failures_ + 1, 6);
       next_attempt_ = std::chrono::steady_clock::now() +
                       std::chrono::milliseconds(50) * (1 << consecutive_failures_);
@@ -291,18 +458,31 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire() {
       refused_ = status;
       refused_until_ = std::chrono::steady_clock::now() + kRefusedRetryDelay;
     }
+    // A server that let us in before now offers a host key that is refused (it changed): the
+    // calls fail, so the log must say why, once per reason. (A login that timed out on a stalled
+    // server also comes back as a refusal; the connection watchdog logs those.)
+    if (ever_connected_ && c.status().code() == StatusCode::kPermissionDenied &&
+        c.status().message().rfind("host key of ", 0) == 0 &&
+        c.status().message() != last_logged_refusal_) {
+      last_logged_refusal_ = c.status().message();
+      if (options_.log) options_.log(c.status().message());
+    }
     return status;
   }
   consecutive_failures_ = 0;
   next_attempt_ = {};
+  stalled_ = Status::Ok();
   refused_ = Status::Ok();
   ever_connected_ = true;
   first_refusal_.reset();
+  last_logged_refusal_.clear();
+  leased_[c->get()] = std::chrono::steady_clock::now();
   return Lease(this, std::move(c).value());
 }
 
 void SftpSessionPool::Release(std::unique_ptr<SftpConnection> connection) {
   std::lock_guard<std::mutex> lock(mu_);
+  leased_.erase(connection.get());
   --leased_or_connecting_;
   if (connection->healthy()) idle_.push_back(std::move(connection));
   cv_.notify_one();

@@ -5,17 +5,27 @@
 // from this pool. A connection that failed at the transport level is dropped and a fresh one is
 // made on the next borrow, after a back-off when connecting keeps failing. Host keys are checked
 // against a known_hosts file; unknown or changed keys are refused with their fingerprint.
+//
+// libssh's blocking calls can wait forever on a peer that stopped answering (its SFTP layer
+// retries a timed-out read without end), so a watchdog thread shuts down the socket of any
+// borrowed connection that has received nothing for request_timeout: every call on it then
+// fails at once, and the broken connection is dropped rather than reused. For request_timeout
+// after that (or after a login that timed out) no new connection is tried: calls fail at once.
 #pragma once
 
 #include <libssh/libssh.h>
 #include <libssh/sftp.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/sftp/sftp_wire.h"
@@ -38,6 +48,11 @@ struct SftpConnectOptions {
   std::optional<std::string> password;
   // Cipher preference, comma-separated in OpenSSH's names; empty: DefaultCiphers().
   std::string ciphers;
+  // A borrowed connection that receives nothing for this long is cut (see above).
+  std::chrono::milliseconds request_timeout{30000};
+  // Told (one line each) about cut connections and about refusals of a server that let us in
+  // before (a host key that changed during the mount); may be empty.
+  std::function<void(const std::string&)> log;
 };
 
 // AES-GCM first on a CPU with AES and carry-less multiply instructions, where it costs both
@@ -51,7 +66,11 @@ bool CpuHasAesGcm();
 // second channel for the OpenSSH extensions.
 class SftpConnection {
  public:
-  static Result<std::unique_ptr<SftpConnection>> Connect(const SftpConnectOptions& options);
+  // `watch`, when set, is told (connection, true) once the TCP connection is up and
+  // (connection, false) before Connect returns, so that the setup can be watched like a call.
+  using WatchFn = std::function<void(SftpConnection*, bool)>;
+  static Result<std::unique_ptr<SftpConnection>> Connect(const SftpConnectOptions& options,
+                                                         const WatchFn& watch = {});
   ~SftpConnection();
   SftpConnection(const SftpConnection&) = delete;
   SftpConnection& operator=(const SftpConnection&) = delete;
@@ -63,13 +82,17 @@ class SftpConnection {
   // False after a transport failure on either channel.
   bool healthy() const;
   void MarkBroken() { broken_ = true; }
+  bool marked_broken() const { return broken_; }
+  // The connection's TCP socket (-1 before it connected).
+  int socket() const { return socket_; }
 
  private:
   SftpConnection() = default;
   ssh_session ssh_ = nullptr;
   sftp_session sftp_ = nullptr;
   std::unique_ptr<SftpWire> wire_;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};
+  int socket_ = -1;
 };
 
 class SftpSessionPool {
@@ -94,13 +117,26 @@ class SftpSessionPool {
     std::unique_ptr<SftpConnection> connection_;
   };
 
-  // Waits for a free slot and returns its connection, connecting first if needed.
-  Result<Lease> Acquire();
+  // Waits for a free slot and returns its connection, connecting first if needed. Gives up
+  // with TimedOut at `deadline`, if any.
+  Result<Lease> Acquire(
+      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+
+  // Drops the idle connections: after one broke, the others may be as dead (sshd restarted).
+  void DropIdle();
+
+  // Connections the watchdog has cut so far.
+  int cut_connections() const { return cut_.load(); }
 
   const SftpConnectOptions& options() const { return options_; }
 
  private:
   void Release(std::unique_ptr<SftpConnection> connection);
+  void Watch();
+  // New connections fail at once with a Transient error for request_timeout (REQUIRES mu_).
+  void MarkStalledLocked(const std::string& why);
+  // Adds `connection` to (or removes it from) the connections the watchdog looks after.
+  void SetWatched(SftpConnection* connection, bool watched);
 
   const SftpConnectOptions options_;
   const int size_;
@@ -121,6 +157,17 @@ class SftpSessionPool {
   static constexpr std::chrono::seconds kRefusalGrace{10};
   bool ever_connected_ = false;
   std::optional<std::chrono::steady_clock::time_point> first_refusal_;
+  std::string last_logged_refusal_;
+  // The server let a call or a login wait out its time: new connections are not tried until
+  // stalled_until_.
+  Status stalled_;
+  std::chrono::steady_clock::time_point stalled_until_{};
+  // Borrowed connections and since when.
+  std::map<SftpConnection*, std::chrono::steady_clock::time_point> leased_;
+  std::atomic<int> cut_{0};
+  bool stopping_ = false;
+  std::condition_variable watch_cv_;
+  std::thread watchdog_;
 };
 
 }  // namespace objfs::sftp

@@ -14,6 +14,7 @@
 
 #include "backend/md5.h"
 #include "backend/object_version.h"
+#include "backend/retry.h"
 
 namespace objfs::sftp {
 namespace {
@@ -162,7 +163,8 @@ SftpStore::SftpStore(SftpStoreOptions options)
     : options_(std::move(options)),
       pool_(SftpConnectOptions{options_.host, options_.port, options_.user, options_.identity_files,
                                options_.known_hosts, options_.accept_new_host_key,
-                               options_.connect_timeout, options_.password, options_.ciphers},
+                               options_.connect_timeout, options_.password, options_.ciphers,
+                               options_.request_timeout, options_.log},
             options_.sessions) {}
 
 Status SftpStore::CheckRoot() {
@@ -201,15 +203,41 @@ Status SftpStore::CheckRoot() {
 
 template <typename Fn>
 auto SftpStore::WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>())) {
+  RetryPolicy budget;
+  budget.budget = options_.operation_timeout;
+  const DeadlineClock::time_point start = DeadlineClock::now();
+  const std::optional<DeadlineClock::time_point> deadline = CallDeadline(budget, start);
+  auto timed_out = [&](int attempts, const Status& last) {
+    Status status = TimedOutAfter(DeadlineClock::now() - start, attempts, last)
+                        .WithContext("SFTP call on " + describe());
+    if (options_.log) options_.log(status.message());
+    return status;
+  };
+  // The first try, and then fresh connections: a broken one may have had idle siblings that
+  // died with it (sshd restarted), so those are dropped before the retry.
+  constexpr int kMaxAttempts = 3;
   for (int attempt = 0;; ++attempt) {
-    Result<SftpSessionPool::Lease> lease = pool_.Acquire();
-    if (!lease.ok()) return lease.status();
-    auto result = fn(**lease);
-    if (attempt == 0 && !result.ok() && StatusOfResult(result).code() == StatusCode::kTransient &&
-        !(*lease)->healthy()) {
-      continue;
+    Result<SftpSessionPool::Lease> lease = pool_.Acquire(deadline);
+    if (!lease.ok()) {
+      if (attempt > 0 && lease.status().code() == StatusCode::kTransient && deadline &&
+          DeadlineClock::now() >= *deadline) {
+        return timed_out(attempt + 1, lease.status());
+      }
+      if (lease.status().code() == StatusCode::kTimedOut && options_.log) {
+        options_.log(lease.status().message());
+      }
+      return lease.status();
     }
-    return result;
+    auto result = fn(**lease);
+    if (result.ok() || StatusOfResult(result).code() != StatusCode::kTransient ||
+        (*lease)->healthy()) {
+      return result;
+    }
+    if (deadline && DeadlineClock::now() >= *deadline) {
+      return timed_out(attempt + 1, StatusOfResult(result));
+    }
+    if (attempt + 1 >= kMaxAttempts) return result;
+    pool_.DropIdle();
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -59,6 +60,12 @@ struct SftpStoreOptions {
   // Notes each upload's temporary file from before it is created until it is renamed into
   // place or removed, so that the next mount can remove the ones a crash left. May be null.
   std::shared_ptr<UploadJournal> journal;
+  // See SftpConnectOptions::request_timeout: a call that receives nothing this long is cut.
+  std::chrono::milliseconds request_timeout{30000};
+  // One call's attempts together; after it the call fails with TimedOut. 0: no limit.
+  std::chrono::milliseconds operation_timeout{120000};
+  // Told (one line) about calls that ran out of time, cut connections and refusals.
+  std::function<void(const std::string&)> log;
 };
 
 class SftpStore : public ObjectStore {
@@ -112,8 +119,9 @@ class SftpStore : public ObjectStore {
   };
   Result<KeyPaths> PathsOf(std::string_view key) const;
 
-  // Runs `fn` on a borrowed connection; when it fails because the connection broke, runs it
-  // once more on a fresh one. For operations that are safe to repeat.
+  // Runs `fn` on a borrowed connection; when it fails because the connection broke (sshd died,
+  // or the connection was cut for sending nothing), runs it again on a fresh one, within
+  // operation_timeout. For operations that are safe to repeat.
   template <typename Fn>
   auto WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>()));
 

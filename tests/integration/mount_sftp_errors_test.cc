@@ -16,8 +16,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -324,6 +326,37 @@ class PrivateSshd {
     for (pid_t p : connections) ::kill(p, SIGKILL);
     WaitGone(connections);
   }
+
+  // SIGSTOP (or, with `resume`, SIGCONT) to the listening sshd and every connection process:
+  // a server that hangs, accepting connections into its backlog and answering nothing.
+  // As in Kill(), each process is stopped before its children are looked for.
+  bool StopAll(bool resume = false) {
+    pid_t listener = ListenerPid();
+    if (listener <= 0) return false;
+    std::vector<pid_t> all = {listener};
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!resume) {
+        ::kill(all[i], SIGSTOP);
+        if (!WaitStopped(all[i])) return false;
+      }
+      for (pid_t child : Descendants(all[i])) {
+        if (std::find(all.begin(), all.end(), child) == all.end()) all.push_back(child);
+      }
+    }
+    if (resume) {
+      for (pid_t p : all) ::kill(p, SIGCONT);
+    }
+    return true;
+  }
+
+  // The connection processes (children of the listener and theirs).
+  std::vector<pid_t> ConnectionPids() const {
+    pid_t listener = ListenerPid();
+    return listener > 0 ? Descendants(listener) : std::vector<pid_t>{};
+  }
+
+  int port() const { return port_; }
+  const std::string& dir() const { return dir_; }
 
   // The same sshd (configuration, port, host key) again; true once it accepts connections.
   bool Restart() {
@@ -681,6 +714,187 @@ TEST(MountSftpErrorsTest, PasswordFromAFileOrStandardInput) {
   } unmount{mnt};
   EXPECT_TRUE(IsFuseMountPoint(mnt));
   EXPECT_EQ(ReadLocal(mnt + "/hello"), "written after a password login");
+}
+
+// ---- Bounded waits: a server that hangs, connections killed mid-call, a changed host key ----
+
+// Bytes waiting, unread, in the receive queues of the server's side of connections to `port`
+// (/proc/net/tcp): a request has reached a server that is not reading.
+uint64_t ServerUnreadBytes(int port) {
+  std::istringstream table(ReadLocal("/proc/net/tcp") + ReadLocal("/proc/net/tcp6"));
+  std::string line;
+  uint64_t total = 0;
+  char port_hex[8];
+  std::snprintf(port_hex, sizeof port_hex, "%04X", port);
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues;
+    fields >> slot >> local >> remote >> state >> queues;
+    if (local.size() < 5 || local.substr(local.size() - 4) != port_hex) continue;
+    size_t colon = queues.find(':');
+    if (colon == std::string::npos) continue;
+    total += std::stoull(queues.substr(colon + 1), nullptr, 16);
+  }
+  return total;
+}
+
+// Polls `done` every 20 ms until it returns true or `seconds` pass; returns its last answer.
+template <typename F>
+bool PollFor(double seconds, F done) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (Clock::now() > deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Reads 1 MiB at each of `offsets` at once, so that the mount holds several connections.
+void ReadConcurrently(int fd, const std::string& data, const std::vector<off_t>& offsets) {
+  std::vector<std::thread> readers;
+  std::vector<int> ok(offsets.size(), 0);
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    readers.emplace_back([&, i] {
+      std::string buf(1 << 20, '\0');
+      ok[i] = ::pread(fd, buf.data(), buf.size(), offsets[i]) == static_cast<ssize_t>(buf.size()) &&
+              buf == data.substr(static_cast<size_t>(offsets[i]), buf.size());
+    });
+  }
+  for (auto& t : readers) t.join();
+  for (size_t i = 0; i < offsets.size(); ++i) EXPECT_TRUE(ok[i]) << "at " << offsets[i];
+}
+
+// sshd's connection processes killed while a read waits for its reply (every connection of
+// the pool dies with them, idle ones included): the read is repeated on a new connection and
+// returns the right bytes.
+TEST(MountSftpErrorsTest, InFlightReadWhoseConnectionIsKilledSucceedsOnANewOne) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  const std::string data = PseudoRandomBytes(24 << 20, 61);
+  WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", data);
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount(",read_buffer=1M,max_readahead=1M");
+  ASSERT_TRUE(mount);
+  const int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ReadConcurrently(fd, data, {0, 4 << 20, 8 << 20, 12 << 20});
+
+  // Stop every connection process, start a read, and once its request waits unread at the
+  // server, kill them all.
+  std::vector<pid_t> connections = sshd.ConnectionPids();
+  ASSERT_FALSE(connections.empty());
+  for (pid_t p : connections) ::kill(p, SIGSTOP);
+  const uint64_t unread_before = ServerUnreadBytes(sshd.port());
+  const off_t kAt = 20 << 20;
+  std::atomic<bool> done{false};
+  ssize_t n = 0;
+  int err = 0;
+  std::string buf(1 << 20, '\0');
+  std::thread reader([&] {
+    n = ::pread(fd, buf.data(), buf.size(), kAt);
+    err = errno;
+    done = true;
+  });
+  const bool waiting = PollFor(20, [&] { return ServerUnreadBytes(sshd.port()) > unread_before; });
+  for (pid_t p : connections) ::kill(p, SIGKILL);
+  for (pid_t p : connections) ::kill(p, SIGCONT);
+  EXPECT_TRUE(waiting) << "the read's request never reached the server";
+  const bool finished = PollFor(60, [&] { return done.load(); });
+  if (!finished) mount->KillAndWait(SIGKILL);  // ends the read
+  reader.join();
+  EXPECT_TRUE(finished) << "the read still waits";
+  EXPECT_EQ(n, static_cast<ssize_t>(buf.size())) << std::strerror(err) << "\n" << mount->log();
+  EXPECT_TRUE(buf == data.substr(static_cast<size_t>(kAt), buf.size()))
+      << "the retried read returned other bytes";
+  ::close(fd);
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
+// A server that stops answering (sshd and its connection processes stopped): a read fails
+// with EIO within operation_timeout plus slack, the log says why, and the mount works again
+// once the server does.
+TEST(MountSftpErrorsTest, StalledServerGivesEioWithinTheBudget) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  const std::string data = PseudoRandomBytes(8 << 20, 62);
+  WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", data);
+  std::unique_ptr<ObjfsMount> mount =
+      sshd.Mount(",read_buffer=1M,max_readahead=1M,request_timeout=2,operation_timeout=5");
+  ASSERT_TRUE(mount);
+  const int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::string buf(1 << 20, '\0');
+  ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(buf.size()));
+
+  ASSERT_TRUE(sshd.StopAll());
+  // On a thread of its own, so that a read that does not end fails the test instead of hanging
+  // it: objfs is then killed, which ends the read.
+  const Clock::time_point start = Clock::now();
+  std::atomic<bool> done{false};
+  ssize_t n = 0;
+  int err = 0;
+  std::thread reader([&] {
+    n = ::pread(fd, buf.data(), buf.size(), 6 << 20);
+    err = errno;
+    done = true;
+  });
+  const bool in_time = PollFor(5 + 10, [&] { return done.load(); });
+  const double took = SecondsSince(start);
+  if (!in_time) mount->KillAndWait(SIGKILL);
+  reader.join();
+  ASSERT_TRUE(sshd.StopAll(/*resume=*/true));
+  ASSERT_TRUE(in_time) << "the read still blocks after " << took << " s";
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(err, EIO) << std::strerror(err);
+  EXPECT_NE(mount->log().find("sent nothing for 2.0 s (request_timeout)"), std::string::npos)
+      << mount->log();
+
+  // The server answers again: so does the mount, once request_timeout has passed since it
+  // last found the server stalled.
+  EXPECT_TRUE(PollFor(30, [&] {
+    return ::pread(fd, buf.data(), buf.size(), 6 << 20) == static_cast<ssize_t>(buf.size());
+  })) << std::strerror(errno);
+  EXPECT_TRUE(buf == data.substr(6 << 20, buf.size()));
+  ::close(fd);
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
+// The server's host key replaced while a mount is up: calls fail, and the log has one line
+// naming the host, saying the key changed and giving the new key's fingerprint.
+TEST(MountSftpErrorsTest, HostKeyChangedDuringAMountIsRefusedAndLogged) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
+  WriteFile(root + "/before", "seen before the change");
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount();
+  ASSERT_TRUE(mount);
+  EXPECT_EQ(ReadFile(mount->path() + "/before"), "seen before the change");
+
+  ASSERT_TRUE(sshd.Kill());
+  const std::string key = sshd.dir() + "/host_ed25519_key";
+  fs::remove(key);
+  fs::remove(key + ".pub");
+  NewKey(key);
+  CommandResult fingerprint = RunCommand({"ssh-keygen", "-l", "-f", key + ".pub"});
+  ASSERT_EQ(fingerprint.exit_code, 0) << fingerprint.err;
+  std::istringstream words(fingerprint.out);
+  std::string bits, sha;
+  words >> bits >> sha;
+  ASSERT_EQ(sha.rfind("SHA256:", 0), 0u) << fingerprint.out;
+  ASSERT_TRUE(sshd.Restart());
+
+  WriteFile(root + "/after", "must not be served");
+  struct stat st {};
+  EXPECT_NE(::stat((mount->path() + "/after").c_str(), &st), 0) << "a changed host key was used";
+  const std::string log = mount->log();
+  EXPECT_NE(log.find("host key of 127.0.0.1:" + std::to_string(sshd.port()) + " has CHANGED"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(sha), std::string::npos) << log;
+  mount->Stop();
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ TEST(ErrnoMapTest, EveryCodeHasItsErrno) {
       {StatusCode::kNameTooLong, ENAMETOOLONG},
       {StatusCode::kIsDirectory, EISDIR},
       {StatusCode::kNotDirectory, ENOTDIR},
+      {StatusCode::kTimedOut, EIO},
   };
   for (const Case& c : cases) {
     Status s = c.code == StatusCode::kOk ? Status::Ok() : Status(c.code, "m");

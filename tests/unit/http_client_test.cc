@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -568,6 +569,21 @@ TEST(HttpClientTest, SilentServerHitsTheIdleTimeout) {
   EXPECT_NE(response.status().message().find(server.host_port()), std::string::npos)
       << response.status().message();
   EXPECT_EQ(server.accepts(), 1);
+}
+
+TEST(HttpClientTest, TotalTimeoutCutsARequestTheIdleTimeoutWouldLetWait) {
+  LoopbackServer server(Always(""), LoopbackServer::Behavior::kNeverAnswer);
+  HttpOptions options;
+  options.idle_timeout_s = 60;
+  HttpClient client(options);
+  HttpRequest request = Request("GET", server.url("/b/k"));
+  request.total_timeout_ms = 300;
+  const auto start = std::chrono::steady_clock::now();
+  Result<HttpResponse> response = client.Perform(request);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), StatusCode::kTransient);
+  EXPECT_LT(took, std::chrono::seconds(5));
 }
 
 // Serves bytes until `fail_at`, then fails like a broken disk.

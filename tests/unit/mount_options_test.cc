@@ -264,6 +264,24 @@ TEST(ParseMountOptionsTest, MaxMetadataIsS3OnlyWithAwsDefault) {
   EXPECT_EQ(sftp->fs.max_metadata, 0u);  // SFTP sets attributes in place: no such limit
 }
 
+TEST(ParseMountOptionsTest, TimeoutsForBothSchemes) {
+  MountOptions defaults = ParseWith("");
+  EXPECT_DOUBLE_EQ(defaults.request_timeout, 30);
+  EXPECT_DOUBLE_EQ(defaults.operation_timeout, 120);
+  MountOptions s3 = ParseWith("request_timeout=2,operation_timeout=5.5");
+  EXPECT_DOUBLE_EQ(s3.request_timeout, 2);
+  EXPECT_DOUBLE_EQ(s3.operation_timeout, 5.5);
+  Result<MountOptions> sftp =
+      Parse({"sftp://host/srv", "/mnt", "-o", "request_timeout=3,operation_timeout=9"});
+  ASSERT_TRUE(sftp.ok()) << sftp.status().ToString();
+  EXPECT_DOUBLE_EQ(sftp->request_timeout, 3);
+  EXPECT_DOUBLE_EQ(sftp->operation_timeout, 9);
+  ExpectError({"s3://bucket", "/mnt", "-o", "request_timeout=0"}, "out of range");
+  ExpectError({"s3://bucket", "/mnt", "-o", "operation_timeout=soon"},
+              "bad value 'soon' for operation_timeout");
+  ExpectError({"sftp://host/srv", "/mnt", "-o", "operation_timeout"}, "needs a value");
+}
+
 TEST(ParseMountOptionsTest, RepeatedAndAttachedDashO) {
   Result<MountOptions> parsed =
       Parse({"-ouid=7", "s3://bucket", "-o", "gid=8", "/mnt", "-o", "umask=0,uid=9"});

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/status.h"
@@ -226,6 +227,80 @@ TEST(RetryCallTest, FirstSuccessIsNotRepeated) {
   EXPECT_TRUE(status.ok());
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(sleeper.delays.empty());
+}
+
+}  // namespace
+}  // namespace objfs
+
+namespace objfs {
+namespace {
+
+TEST(RetryCallTest, BudgetEndsRetriesWithTimedOutNamingTheLastError) {
+  RetryPolicy policy = TestPolicy();
+  policy.max_attempts = 1000;
+  int calls = 0;
+  const auto start = DeadlineClock::now();
+  Result<int> result = RetryCall(
+      policy,
+      [&]() -> Result<int> {
+        ++calls;
+        std::this_thread::sleep_for(milliseconds(20));
+        return TransientError("slow down " + std::to_string(calls));
+      },
+      RealSleep(), {}, start + milliseconds(200));
+  const auto took = DeadlineClock::now() - start;
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kTimedOut);
+  EXPECT_NE(result.status().message().find(
+                "(operation_timeout); last error: Transient: slow down " + std::to_string(calls)),
+            std::string::npos)
+      << result.status().message();
+  EXPECT_GE(calls, 2);
+  EXPECT_LT(took, milliseconds(200 + 20 + 150));
+}
+
+TEST(RetryCallTest, NoWaitGoesPastTheDeadline) {
+  RetryPolicy policy = TestPolicy();
+  policy.base_delay = milliseconds(60000);
+  policy.max_delay = milliseconds(60000);
+  SleepRecorder sleeper;
+  Status status = RetryCall(
+      policy, [&] { return TransientError("busy"); },
+      [&](milliseconds delay) {
+        sleeper.fn()(delay);
+        std::this_thread::sleep_for(delay);
+      },
+      {}, DeadlineClock::now() + milliseconds(100));
+  EXPECT_EQ(status.code(), StatusCode::kTimedOut);
+  ASSERT_FALSE(sleeper.delays.empty());
+  for (milliseconds d : sleeper.delays) EXPECT_LE(d, milliseconds(100));
+}
+
+TEST(RetryCallTest, PermanentErrorsAreNotTurnedIntoTimeouts) {
+  int calls = 0;
+  Status status = RetryCall(
+      TestPolicy(),
+      [&] {
+        ++calls;
+        return NotFoundError("gone");
+      },
+      RealSleep(), {}, DeadlineClock::now() - milliseconds(1));
+  EXPECT_EQ(status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(CallDeadlineTest, BudgetAndCap) {
+  RetryPolicy policy;
+  const auto start = DeadlineClock::now();
+  policy.budget = milliseconds(5000);
+  ASSERT_TRUE(CallDeadline(policy, start).has_value());
+  EXPECT_EQ(*CallDeadline(policy, start), start + milliseconds(5000));
+  // The cap only ever moves earlier, and then bounds every call (last: it is process-wide).
+  CapCallDeadlines(start + milliseconds(1000));
+  CapCallDeadlines(start + milliseconds(3000));
+  EXPECT_EQ(*CallDeadline(policy, start), start + milliseconds(1000));
+  policy.budget = milliseconds(0);
+  EXPECT_EQ(*CallDeadline(policy, start), start + milliseconds(1000));
 }
 
 }  // namespace
