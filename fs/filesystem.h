@@ -102,8 +102,9 @@ struct FilesystemOptions {
   // Where problems found in the background (a failed write-back upload) are reported, one line
   // each; null: stderr.
   std::function<void(const std::string&)> log;
-  // Runs the thread that uploads files whose write-back window has passed. Tests that drive
-  // UploadDue() themselves turn it off.
+  // Runs the thread that uploads files whose write-back window has passed (and the files
+  // RecoverStaged takes over, window or not). Tests that drive UploadDue() themselves turn it
+  // off.
   bool writeback_thread = true;
   // For a store without native ETags (SFTP): where "user.etag" comes from, computed on first
   // request and recorded. Usually the ContentEtagStore in the store's stack; not owned, must
