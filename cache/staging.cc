@@ -355,6 +355,28 @@ Result<std::string> StagingArea::SetAside(const StagedLeftover& left) const {
   return IoError("no free name in " + dir + " for " + left.key);
 }
 
+Result<std::unique_ptr<StagedFile>> StagingArea::Adopt(const StagedLeftover& left) const {
+  int fd = ::open(left.data_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoStatus("open", left.data_path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoStatus("stat", left.data_path, err);
+  }
+  std::unique_ptr<StagedFile> file(
+      new StagedFile(fd, left.data_path, left.meta_path, static_cast<uint64_t>(st.st_size)));
+  // The record on disk says this already; WriteRecord rewrites it only once something changes.
+  StagedUploadCodec::Encode(
+      StagedUploadRecord{left.key, left.metadata, left.state,
+                         left.state == StagedFile::State::kAccepted ? file->size_ : 0},
+      file->described_);
+  file->state_ = left.state;
+  file->key_ = left.key;
+  file->metadata_ = left.metadata;
+  return file;
+}
+
 bool StagedLeftover::publishable() const {
   if (state != StagedUploadRecord::State::kAccepted) return false;
   struct stat st;

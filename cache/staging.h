@@ -149,6 +149,10 @@ class StagingArea {
   // Moves the data of a leftover that must not be uploaded into "unfinished/" under a name made
   // from its key, deletes its record, and returns the new path.
   Result<std::string> SetAside(const StagedLeftover& left) const;
+  // Reopens the data of a publishable leftover as a staging file that keeps its record (key,
+  // metadata, state kAccepted): the next mount serves and uploads it like a file closed and not
+  // uploaded yet.
+  Result<std::unique_ptr<StagedFile>> Adopt(const StagedLeftover& left) const;
 
   // Staging files left by an earlier process, with a readable sidecar. The data files whose
   // sidecar does not decode (damaged, or cut short by a power loss) are left where they are

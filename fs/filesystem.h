@@ -113,8 +113,9 @@ struct FilesystemOptions {
   // Where problems found in the background (a failed write-back upload) are reported, one line
   // each; null: stderr.
   std::function<void(const std::string&)> log;
-  // Runs the thread that uploads files whose write-back window has passed. Tests that drive
-  // UploadDue() themselves turn it off.
+  // Runs the thread that uploads files whose write-back window has passed (and the files
+  // RecoverStaged takes over, window or not). Tests that drive UploadDue() themselves turn it
+  // off.
   bool writeback_thread = true;
   // For a store without native ETags (SFTP): where "user.etag" comes from, computed on first
   // request and recorded. Usually the ContentEtagStore in the store's stack; not owned, must
@@ -387,11 +388,19 @@ class Filesystem {
   // Files closed and waiting for their write-back upload.
   size_t pending_uploads();
 
-  // Uploads staging files left in cache_dir by a process that did not exit cleanly, then
-  // removes them; then applies the held metadata changes it recorded (metadata_delay) to the
-  // objects they were made to. Call once after Create, before serving requests; each mount
-  // needs a cache_dir of its own. Returns the first failure (its records stay for the next try).
+  // Takes over what a process that did not exit cleanly left in cache_dir. Each file a close,
+  // fsync or write-back window had accepted becomes a closed file whose upload is pending: it
+  // is served from its staging file at once (lookups, listings, reads) and uploaded in the
+  // background on the write-back thread, with or without a write-back window (a failed upload
+  // is retried, unmount uploads what is left; the log says when all are in the store). Data no
+  // close vouched for is set aside, unrecorded copies are removed, and the held metadata
+  // changes (metadata_delay) are applied to the objects they were made to before this returns.
+  // Call once after Create, before serving requests; each mount needs a cache_dir of its own.
+  // Returns the first failure (its records stay for the next try).
   Status RecoverStaged();
+
+  // Files taken over by RecoverStaged whose upload has not finished yet.
+  size_t recovering_files();
 
   // Names skipped by ReadDir because they cannot be file names (see ReadDir).
   uint64_t skipped_names() const { return skipped_names_.load(); }
@@ -524,6 +533,18 @@ class Filesystem {
   // A write-back upload of `ino` failed: counted, logged, and due again after a delay.
   // REQUIRES: writeback_mu_ not held.
   void RetryUploadLater(uint64_t ino, const Status& failure);
+  // The upload (or held metadata change) of one file of the write-back queue; a failure is
+  // rescheduled. Ok also when there was nothing to do.
+  Status UploadDueFile(uint64_t ino);
+  // `ino` waits in the write-back queue. REQUIRES: writeback_mu_ not held.
+  bool UploadQueued(uint64_t ino);
+  // RecoverStaged: makes the publishable leftover `left` the staged, dirty data of its key's
+  // inode and schedules its upload now. False when its data cannot be reopened.
+  bool AdoptLeftover(const StagedLeftover& left);
+  // The background upload of a recovered `ino` is done (uploaded, or removed, renamed or
+  // written again meanwhile, so that the usual paths own it): logs once all are.
+  // REQUIRES: writeback_mu_ not held.
+  void RecoveryDone(uint64_t ino);
   void WritebackLoop();
   void Log(const std::string& message) const;
   bool writeback() const { return options_.writeback > 0; }
@@ -588,6 +609,11 @@ class Filesystem {
   std::map<uint64_t, std::chrono::nanoseconds> writeback_due_;
   bool writeback_stop_ = false;
   std::thread writeback_thread_;
+  // Files RecoverStaged took over and not uploaded yet (guarded by writeback_mu_), and what it
+  // took over in all.
+  std::set<uint64_t> recovering_;
+  size_t recovered_files_ = 0;
+  uint64_t recovered_bytes_ = 0;
 };
 
 }  // namespace objfs

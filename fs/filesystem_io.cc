@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <future>
+#include <map>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "cache/io_pool.h"
@@ -703,8 +706,12 @@ Status Filesystem::Flush(uint64_t fh) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
   // A reader's close says nothing of a writer's data: it stays unaccepted until the writer's
-  // close (or an fsync).
-  if (!IsWritable(handle->flags) && handle->inode->open_writers.load() > 0) return Status::Ok();
+  // close (or an fsync). Nor does it upload a file whose upload waits in the background (a
+  // recovered file, a failed upload to retry).
+  if (!IsWritable(handle->flags) &&
+      (handle->inode->open_writers.load() > 0 || UploadQueued(handle->ino))) {
+    return Status::Ok();
+  }
   if (writeback()) {
     Inode& inode = *handle->inode;
     std::lock_guard<std::mutex> lock(inode.mu);
@@ -741,8 +748,8 @@ Status Filesystem::Release(uint64_t fh) {
     const int writers = writer ? inode.open_writers.fetch_sub(1) - 1 : inode.open_writers.load();
     if (inode.unlinked) {
       if (remaining == 0) DropStagingLocked(inode);
-    } else if (!writer && writers > 0) {
-      // A reader's release: the writer's close decides (see Flush).
+    } else if (!writer && (writers > 0 || UploadQueued(handle->ino))) {
+      // A reader's release: the writer's close or the queued upload decides (see Flush).
     } else if (inode.dirty && inode.staged) {
       if (writeback()) {
         status = DeferUploadLocked(handle->ino, inode);
@@ -791,7 +798,8 @@ void Filesystem::Log(const std::string& message) const {
 }
 
 Status Filesystem::UploadDue() {
-  if (!writeback() && !defer_metadata()) return Status::Ok();
+  // (Without a write-back window or held metadata changes, the queue holds only the files
+  // RecoverStaged took over and failed uploads to retry.)
   std::vector<uint64_t> due;
   const std::chrono::nanoseconds now = clock_->now();
   {
@@ -809,26 +817,8 @@ Status Filesystem::UploadDue() {
   uploads.reserve(due.size());
   for (uint64_t ino : due) {
     uploads.push_back(upload_pool_->Async([this, ino]() -> Status {
-      std::shared_ptr<Inode> inode = inodes_.Get(ino);
-      if (inode == nullptr) return Status::Ok();
-      Status status;
-      {
-        std::lock_guard<std::mutex> lock(inode->mu);
-        if (inode->unlinked) return Status::Ok();
-        if (inode->dirty && inode->staged) {
-          // Open again: its last release schedules it anew.
-          if (inode->open_handles.load() > 0) return Status::Ok();
-          auto key = KeyOf(ino);
-          status = key.ok() ? UploadLocked(*inode, *key) : key.status();
-        } else if (inode->pending_metadata) {
-          auto key = KeyOf(ino);
-          status = key.ok() ? ApplyPendingMetadataLocked(*inode, *key) : key.status();
-        } else {
-          return Status::Ok();  // clean: uploaded, renamed or removed meanwhile
-        }
-        if (!status.ok()) RetryUploadLater(ino, status);
-      }
-      inodes_.Forget(ino, 0);  // an inode the kernel forgot goes once it is clean
+      Status status = UploadDueFile(ino);
+      if (status.ok()) RecoveryDone(ino);
       return status;
     }));
   }
@@ -838,6 +828,53 @@ Status Filesystem::UploadDue() {
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+Status Filesystem::UploadDueFile(uint64_t ino) {
+  std::shared_ptr<Inode> inode = inodes_.Get(ino);
+  if (inode == nullptr) return Status::Ok();
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (inode->unlinked) return Status::Ok();
+    if (inode->dirty && inode->staged) {
+      // Open again: its last release schedules it anew.
+      if (inode->open_handles.load() > 0) return Status::Ok();
+      auto key = KeyOf(ino);
+      status = key.ok() ? UploadLocked(*inode, *key) : key.status();
+    } else if (inode->pending_metadata) {
+      auto key = KeyOf(ino);
+      status = key.ok() ? ApplyPendingMetadataLocked(*inode, *key) : key.status();
+    } else {
+      return Status::Ok();  // clean: uploaded, renamed or removed meanwhile
+    }
+    if (!status.ok()) RetryUploadLater(ino, status);
+  }
+  inodes_.Forget(ino, 0);  // an inode the kernel forgot goes once it is clean
+  return status;
+}
+
+void Filesystem::RecoveryDone(uint64_t ino) {
+  size_t files = 0;
+  uint64_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    if (recovering_.erase(ino) == 0 || !recovering_.empty()) return;
+    files = recovered_files_;
+    bytes = recovered_bytes_;
+  }
+  Log("recovered " + std::to_string(files) + " files (" + std::to_string(bytes) +
+      " bytes) left by an earlier mount");
+}
+
+bool Filesystem::UploadQueued(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(writeback_mu_);
+  return writeback_due_.count(ino) > 0;
+}
+
+size_t Filesystem::recovering_files() {
+  std::lock_guard<std::mutex> lock(writeback_mu_);
+  return recovering_.size();
 }
 
 size_t Filesystem::pending_uploads() {
@@ -863,6 +900,51 @@ void Filesystem::WritebackLoop() {
   }
 }
 
+namespace {
+int64_t ModifiedNs(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+}  // namespace
+
+bool Filesystem::AdoptLeftover(const StagedLeftover& left) {
+  Result<std::unique_ptr<StagedFile>> file = staging_->Adopt(left);
+  if (!file.ok()) {
+    Log("staged data of " + left.key + " stays in " + left.data_path +
+        " for the next mount: " + file.status().message());
+    return false;
+  }
+  const uint64_t size = (*file)->size();
+  ObjectInfo info;
+  info.key = left.key;
+  info.size = size;
+  info.metadata = left.metadata;
+  info.has_metadata = true;
+  info.mtime_ns = ModifiedNs(left.data_path);  // when the metadata names no mtime
+  const MetaRecord rec = RecordFromInfo(info, false);
+  const uint64_t ino = inodes_.Acquire(left.key, 0);
+  std::shared_ptr<Inode> inode = inodes_.Get(ino);
+  {
+    std::lock_guard<std::mutex> lock(inode->mu);
+    inode->attr = AttrFromRecord(ino, rec);
+    inode->extra_metadata = WithoutPosixMetadata(left.metadata);
+    inode->staged = std::move(*file);
+    inode->dirty = true;
+    // Whether the store has an older object there is not known: a rename before the upload
+    // removes the old name, which costs nothing when there is none.
+    inode->in_store = true;
+    inode->has_local_data.store(true);
+  }
+  meta_cache_.Invalidate(left.key);
+  std::lock_guard<std::mutex> lock(writeback_mu_);
+  writeback_due_[ino] = clock_->now();  // due at once, window or not
+  recovering_.insert(ino);
+  ++recovered_files_;
+  recovered_bytes_ += size;
+  return true;
+}
+
 Status Filesystem::RecoverStaged() {
   std::vector<std::string> unreadable;
   OBJFS_ASSIGN_OR_RETURN(auto leftovers, staging_->Leftovers(&unreadable));
@@ -870,52 +952,46 @@ Status Filesystem::RecoverStaged() {
     Log("staged data " + data_path +
         " is not uploaded: the record naming its object is damaged; the data is left there");
   }
+  // Kept for the user to look at, never uploaded.
+  auto set_aside = [this](const StagedLeftover& left, const std::string& why) {
+    struct stat st;
+    const uint64_t bytes =
+        ::stat(left.data_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    Result<std::string> kept = staging_->SetAside(left);
+    if (!kept.ok()) {
+      Log("unfinished data of " + left.key + " stays in " + left.data_path + ": " +
+          kept.status().message());
+      return;
+    }
+    Log(left.key + why + ": not uploaded; its " + std::to_string(bytes) + " bytes are in " + *kept);
+  };
   Status first;
-  for (const StagedLeftover& left : leftovers) {
+  // The files to take over, one per key: should two accepted versions name the same key, the
+  // newer one is the file.
+  std::map<std::string, size_t> adopt;
+  for (size_t i = 0; i < leftovers.size(); ++i) {
+    const StagedLeftover& left = leftovers[i];
     if (!left.publishable()) {
       // Written and never closed or synced (or cut short since): not what its writer meant the
-      // file to be, so it never replaces the object; kept for the user to look at.
-      struct stat st;
-      const uint64_t bytes =
-          ::stat(left.data_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-      Result<std::string> kept = staging_->SetAside(left);
-      if (!kept.ok()) {
-        Log("unfinished data of " + left.key + " stays in " + left.data_path + ": " +
-            kept.status().message());
-        continue;
-      }
-      Log(left.key +
-          " was being written when objfs stopped, and no close or fsync had accepted "
-          "it: not uploaded; its " +
-          std::to_string(bytes) + " bytes are in " + *kept);
+      // file to be, so it never replaces the object.
+      set_aside(left,
+                " was being written when objfs stopped, and no close or fsync had accepted it");
       continue;
     }
-    int fd = ::open(left.data_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) continue;
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      continue;
+    auto [it, inserted] = adopt.try_emplace(left.key, i);
+    if (inserted) continue;
+    size_t older = i;
+    if (ModifiedNs(left.data_path) > ModifiedNs(leftovers[it->second].data_path)) {
+      older = it->second;
+      it->second = i;
     }
-    FileSource source(fd, static_cast<uint64_t>(st.st_size));
-    PutOptions put;
-    put.metadata = left.metadata;
-    auto result = store_->put(left.key, source, put);
-    if (!result.ok() && IsPermanentRefusal(result.status())) {
-      result = PutWithAcceptedMetadata(left.key, source, &put.metadata, result.status());
-    }
-    ::close(fd);
-    if (!result.ok()) {
-      if (first.ok()) first = result.status().WithContext("recovering " + left.key);
-      continue;
-    }
-    meta_cache_.Invalidate(left.key);
-    ::unlink(left.data_path.c_str());
-    ::unlink(left.meta_path.c_str());
+    set_aside(leftovers[older], " has a newer accepted version");
   }
-  // Metadata changes that had not reached the store (after the uploads above, which carry
-  // theirs). Each applies only to the object it was made to: one removed or replaced since
-  // stands as it is.
+  // Metadata changes that had not reached the store, applied here rather than in the
+  // background: they move no data (a HEAD and a self-copy each, and only the changes of the
+  // last metadata_delay seconds), and until then nothing would show them. Each applies only to
+  // the object it was made to: one removed or replaced since stands as it is; the uploads of
+  // the files taken over below carry their own metadata.
   std::vector<std::string> dropped;
   OBJFS_ASSIGN_OR_RETURN(auto changes, staging_->AttrsLeftovers(&dropped));
   for (const std::string& path : dropped) {
@@ -962,6 +1038,25 @@ Status Filesystem::RecoverStaged() {
   if (freed.ok() && unrecorded > 0) {
     Log("removed " + std::to_string(unrecorded) + " staged copies (" + std::to_string(*freed) +
         " bytes) that an earlier mount had already uploaded or whose files were removed");
+  }
+  // The accepted files are served from cache_dir at once and uploaded in the background: a
+  // large backlog would otherwise keep the mount from answering for as long as it uploads.
+  size_t adopted = 0;
+  for (const auto& [key, index] : adopt) {
+    if (AdoptLeftover(leftovers[index])) ++adopted;
+  }
+  if (adopted > 0) {
+    uint64_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> lock(writeback_mu_);
+      bytes = recovered_bytes_;
+    }
+    Log("uploading " + std::to_string(adopted) + " files (" + std::to_string(bytes) +
+        " bytes) left by an earlier mount in the background");
+    if (options_.writeback_thread && !writeback_thread_.joinable()) {
+      writeback_thread_ = std::thread([this] { WritebackLoop(); });
+    }
+    writeback_cv_.notify_one();
   }
   return first;
 }

@@ -9,13 +9,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
@@ -38,16 +42,33 @@ bool WaitFor(double seconds, F done) {
   return true;
 }
 
-// The object `key` of `bucket` as the server has it, fetched with curl into `path`; false when
-// the GET fails.
-bool S3GetToFile(const std::string& bucket, const std::string& key, const std::string& path) {
+// The object `key` of `bucket` as the server has it (not through any proxy), fetched with curl
+// into `path`; false when the GET fails, with `error` (when given) saying why.
+bool S3Fetch(const std::string& bucket, const std::string& key, const std::string& path,
+             std::string* error = nullptr) {
   const S3TestServer& server = SharedS3Server();
   std::vector<std::string> argv = SignedCurlArgs(server, "");
   for (std::string a : {"-f", "-o", path.c_str()}) argv.push_back(a);
   argv.push_back(server.endpoint + "/" + bucket + "/" + key);
   CommandResult r = RunCommand(argv);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (error != nullptr) *error = r.err;
   return r.exit_code == 0;
+}
+
+// As S3Fetch, recording a test failure when the GET fails.
+bool S3GetToFile(const std::string& bucket, const std::string& key, const std::string& path) {
+  std::string error;
+  const bool ok = S3Fetch(bucket, key, path, &error);
+  EXPECT_TRUE(ok) << error;
+  return ok;
+}
+
+// The object `key` as the server has it, once it has it (within `seconds`); "" otherwise.
+std::string S3ObjectOnceThere(const std::string& bucket, const std::string& key, double seconds) {
+  ScratchDir local;
+  const std::string path = local.path() + "/object";
+  if (!WaitFor(seconds, [&] { return S3Fetch(bucket, key, path); })) return "";
+  return ReadLocal(path);
 }
 
 // "N bytes, MD5 ..." of `data`: what the tests compare, so that a failure prints no megabytes.
@@ -180,13 +201,70 @@ TEST(MountCrashTest, S3TheClosedVersionInTheWindowSurvivesAKilledRewrite) {
   ::close(fd);
 
   ASSERT_TRUE(mount->Restart());
-  ScratchDir local;
-  ASSERT_TRUE(S3GetToFile(bucket, "f", local.path() + "/object"));
-  EXPECT_EQ(Digest(ReadLocal(local.path() + "/object")), Digest(closed));
+  // Uploaded in the background after the restart.
+  EXPECT_EQ(Digest(S3ObjectOnceThere(bucket, "f", 60)), Digest(closed));
   std::string changed = closed;
   changed.replace(1000, 4, "XXXX");
   EXPECT_EQ(Digest(ReadLocal(OnlySetAsideFile(mount->cache_dir()))), Digest(changed));
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// A large backlog left by a crash once kept the next mount from answering until all of it was
+// uploaded. Now the mount comes up at once and serves the files from cache_dir while the server
+// refuses every upload; they reach the server once it takes them again.
+TEST(MountCrashTest, S3TheNextMountServesTheBacklogBeforeTheServerHasIt) {
+  const S3TestServer& server = SharedS3Server();
+  const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
+  FaultProxy proxy("127.0.0.1", port);
+  const std::string bucket = CreateTestBucket(TestName());
+  ScratchDir cache;
+  ObjfsMount::Options options;
+  options.cache_dir = cache.path() + "/cache";
+  options.extra_options = "endpoint=" + proxy.endpoint() + ",writeback=600";
+  std::unique_ptr<ObjfsMount> crashed = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(crashed);
+  ASSERT_EQ(::mkdir((crashed->path() + "/dir").c_str(), 0755), 0) << std::strerror(errno);
+  const std::vector<std::string> names = {"one", "two", "dir/three"};
+  std::vector<std::string> data;
+  for (size_t i = 0; i < names.size(); ++i) {
+    data.push_back(PseudoRandomBytes((1u << 20) + i, 40 + i));
+    WriteFile(crashed->path() + "/" + names[i], data[i]);
+  }
+  EXPECT_EQ(crashed->KillAndWait(SIGKILL), 128 + SIGKILL);
+
+  // Every upload is refused from now on (the proxy damages its body: BadDigest).
+  proxy.CorruptRequestBodies("PUT ");
+  options.extra_options = "endpoint=" + proxy.endpoint();  // no write-back window this time
+  std::unique_ptr<ObjfsMount> next = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(next);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string path = next->path() + "/" + names[i];
+    struct stat st;
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
+    EXPECT_EQ(static_cast<size_t>(st.st_size), data[i].size());
+    EXPECT_EQ(Digest(ReadFile(path)), Digest(data[i])) << names[i];
+    ScratchDir local;
+    EXPECT_FALSE(S3Fetch(bucket, names[i], local.path() + "/object"))
+        << names[i] << " reached the server while it refused every upload";
+  }
+  auto names_in = [](const std::string& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename());
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(names_in(next->path()), (std::vector<std::string>{"dir", "one", "two"}));
+  EXPECT_EQ(names_in(next->path() + "/dir"), std::vector<std::string>{"three"});
+  EXPECT_TRUE(WaitFor(30, [&] { return proxy.corrupted_requests() > 0; }));
+
+  proxy.StopCorrupting();
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(Digest(S3ObjectOnceThere(bucket, names[i], 120)), Digest(data[i])) << names[i];
+  }
+  EXPECT_TRUE(WaitFor(30, [&] {
+    return next->log().find("recovered 3 files") != std::string::npos;
+  })) << next->log();
+  EXPECT_EQ(next->Stop(), 0) << next->log();
 }
 
 }  // namespace

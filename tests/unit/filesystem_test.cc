@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -80,6 +81,9 @@ class FilesystemTest : public ::testing::Test {
     EXPECT_TRUE(fs.ok()) << fs.status().ToString();
     if (fs.ok()) {
       Status s = (*fs)->RecoverStaged();
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      // The recovered files go up in the background; that mount's unmount at the latest.
+      s = (*fs)->FlushAll();
       EXPECT_TRUE(s.ok()) << s.ToString();
     }
     return log;
@@ -989,6 +993,7 @@ TEST_F(FilesystemTest, RecoverStagedUploadsLeftovers) {
   // A new process over the same cache directory finds and uploads the data.
   auto next = NewFilesystem();
   ASSERT_TRUE(next->RecoverStaged().ok());
+  ASSERT_TRUE(next->FlushAll().ok());  // uploaded in the background
   EXPECT_EQ(memory_->contents("crash"), "survives");
 }
 
@@ -1215,6 +1220,7 @@ TEST_F(WritebackTest, ACrashInTheWindowIsUploadedUnderTheFinalNameByTheNextMount
   // No upload happened; a new process over the same cache directory finds the data.
   auto next = NewFilesystem();
   ASSERT_TRUE(next->RecoverStaged().ok());
+  ASSERT_TRUE(next->UploadDue().ok());  // due at once, in the background
   EXPECT_EQ(memory_->contents("final"), "survives");
   auto head = memory_->head("final");
   ASSERT_TRUE(head.ok());
@@ -1261,6 +1267,7 @@ TEST_F(WritebackTest, AFailedRenameKeepsThePendingTarget) {
   // And a crash now still uploads both under their own names.
   auto next = NewFilesystem();
   ASSERT_TRUE(next->RecoverStaged().ok());
+  ASSERT_TRUE(next->UploadDue().ok());  // due at once, in the background
   EXPECT_EQ(memory_->contents("b"), "pending b");
   EXPECT_EQ(memory_->contents("a"), "new a");
 }
@@ -1274,6 +1281,7 @@ TEST_F(WritebackTest, AReplacedTargetStillOpenIsNotRecoveredOverTheNewFile) {
   ASSERT_TRUE(fs_->Rename(kRootIno, "source", kRootIno, "target", 0).ok());
   auto next = NewFilesystem();  // a crash now
   ASSERT_TRUE(next->RecoverStaged().ok());
+  ASSERT_TRUE(next->UploadDue().ok());  // due at once, in the background
   EXPECT_EQ(memory_->contents("target"), "new content");
   ASSERT_TRUE(fs_->Release(*reader).ok());
 }
@@ -1285,9 +1293,199 @@ TEST_F(WritebackTest, AChmodInTheWindowSurvivesACrash) {
   ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, attr, std::nullopt).ok());
   auto next = NewFilesystem();
   ASSERT_TRUE(next->RecoverStaged().ok());
+  ASSERT_TRUE(next->UploadDue().ok());  // due at once, in the background
   auto head = memory_->head("f");
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0600));
+}
+
+// ---- Recovery in the background: accepted files are served from cache_dir before upload ----
+
+class BackgroundRecoveryTest : public WritebackTest {
+ protected:
+  // What the next mount logs; its write-back thread may log too.
+  struct Log {
+    std::mutex mu;
+    std::vector<std::string> lines;
+    bool Has(const std::string& text) {
+      std::lock_guard<std::mutex> lock(mu);
+      return std::any_of(lines.begin(), lines.end(),
+                         [&](const std::string& l) { return l.find(text) != std::string::npos; });
+    }
+  };
+
+  // Leaves "a" and "d/b" closed in the write-back window, then "crashes": the image of
+  // cache_dir then.
+  std::string CrashWithTwoFiles() {
+    EXPECT_TRUE(fs_->MkDir(kRootIno, "d", 0755).ok());
+    WriteAndClose("a", "recovered a");
+    auto d = fs_->Lookup(kRootIno, "d");
+    EXPECT_TRUE(d.ok());
+    auto created = fs_->Create(d->attr.ino, "b", 0640, O_WRONLY | O_CREAT | O_EXCL);
+    EXPECT_TRUE(created.ok());
+    EXPECT_TRUE(fs_->Write(created->fh, 0, Bytes("recovered b!")).ok());
+    EXPECT_TRUE(fs_->Release(created->fh).ok());
+    return CrashImage();
+  }
+
+  // The next mount over `image`, recovered, with write-back window `writeback`.
+  std::unique_ptr<Filesystem> NextMount(const std::string& image, double writeback, bool thread,
+                                        Log* log) {
+    FilesystemOptions o = options_;
+    o.cache_dir = image;
+    o.writeback = writeback;
+    o.writeback_thread = thread;
+    o.log = [log](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log->mu);
+      log->lines.push_back(line);
+    };
+    auto fs = Filesystem::Create(store_, o, &metrics_, clock_);
+    EXPECT_TRUE(fs.ok()) << fs.status().ToString();
+    if (!fs.ok()) return nullptr;
+    Status s = (*fs)->RecoverStaged();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return std::move(fs).value();
+  }
+
+  static std::set<std::string> Names(Filesystem& fs, uint64_t dir) {
+    std::set<std::string> names;
+    auto entries = fs.ReadDir(dir);
+    EXPECT_TRUE(entries.ok()) << entries.status().ToString();
+    if (entries.ok()) {
+      for (const DirEntry& e : *entries) names.insert(e.name);
+    }
+    return names;
+  }
+
+  static size_t StagedDataFiles(const std::string& dir) {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      n += e.path().extension() == ".data" ? 1 : 0;
+    }
+    return n;
+  }
+};
+
+TEST_F(BackgroundRecoveryTest, RecoveredFilesAreServedFromStagingBeforeTheirUpload) {
+  const std::string image = CrashWithTwoFiles();
+  // The store takes no upload: recovery must not wait for one.
+  faults_->FailAll(StoreOp::kPut, TransientError("503 SlowDown"));
+  Log log;
+  auto next = NextMount(image, /*writeback=*/0, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(next->recovering_files(), 2u);
+  EXPECT_FALSE(memory_->head("a").ok());
+  EXPECT_FALSE(memory_->head("d/b").ok());
+
+  auto a = next->Lookup(kRootIno, "a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->attr.size, 11u);
+  EXPECT_EQ(ReadFile(*next, a->attr.ino), "recovered a");
+  auto d = next->Lookup(kRootIno, "d");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto b = next->Lookup(d->attr.ino, "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->attr.mode, static_cast<uint32_t>(S_IFREG | 0640));  // from its record
+  EXPECT_EQ(b->attr.uid, 1000u);
+  EXPECT_EQ(ReadFile(*next, b->attr.ino), "recovered b!");
+  auto attr = next->GetAttr(b->attr.ino);
+  ASSERT_TRUE(attr.ok());
+  EXPECT_EQ(attr->attr.size, 12u);
+  EXPECT_EQ(Names(*next, kRootIno), (std::set<std::string>{"a", "d"}));
+  EXPECT_EQ(Names(*next, d->attr.ino), (std::set<std::string>{"b"}));
+
+  // The background upload fails: both stay staged and are retried.
+  EXPECT_FALSE(next->UploadDue().ok());
+  EXPECT_EQ(next->pending_uploads(), 2u);
+  EXPECT_EQ(ReadFile(*next, a->attr.ino), "recovered a");
+  EXPECT_FALSE(log.Has("recovered 2 files"));
+
+  faults_->Clear();
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(next->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("a"), "recovered a");
+  EXPECT_EQ(memory_->contents("d/b"), "recovered b!");
+  auto head = memory_->head("d/b");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0640));
+  EXPECT_EQ(next->recovering_files(), 0u);
+  EXPECT_TRUE(log.Has("recovered 2 files (23 bytes) left by an earlier mount"));
+  EXPECT_EQ(StagedDataFiles(image), 0u);
+}
+
+TEST_F(BackgroundRecoveryTest, TheWriteBackThreadUploadsThemWithoutAWindow) {
+  const std::string image = CrashWithTwoFiles();
+  Log log;
+  auto next = NextMount(image, /*writeback=*/0, /*thread=*/true, &log);
+  ASSERT_NE(next, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!log.Has("recovered 2 files") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_TRUE(log.Has("recovered 2 files (23 bytes) left by an earlier mount"));
+  EXPECT_EQ(memory_->contents("a"), "recovered a");
+  EXPECT_EQ(memory_->contents("d/b"), "recovered b!");
+}
+
+TEST_F(BackgroundRecoveryTest, UnmountUploadsWhatIsStillPending) {
+  const std::string image = CrashWithTwoFiles();
+  faults_->FailAll(StoreOp::kPut, TransientError("503 SlowDown"));
+  Log log;
+  auto next = NextMount(image, /*writeback=*/0, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  EXPECT_FALSE(memory_->head("a").ok());
+  faults_->Clear();
+  ASSERT_TRUE(next->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("a"), "recovered a");
+  EXPECT_EQ(memory_->contents("d/b"), "recovered b!");
+  EXPECT_EQ(StagedDataFiles(image), 0u);
+}
+
+TEST_F(BackgroundRecoveryTest, ARenameOrUnlinkBeforeTheUploadIsWhatReachesTheStore) {
+  const std::string image = CrashWithTwoFiles();
+  PutObject("a", "the old a");  // what the recovered "a" replaces
+  faults_->FailAll(StoreOp::kPut, TransientError("503 SlowDown"));
+  Log log;
+  auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  ASSERT_TRUE(next->Rename(kRootIno, "a", kRootIno, "moved", 0).ok());
+  auto d = next->Lookup(kRootIno, "d");
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(next->Unlink(d->attr.ino, "b").ok());
+  EXPECT_EQ(Names(*next, kRootIno), (std::set<std::string>{"d", "moved"}));
+  EXPECT_EQ(Names(*next, d->attr.ino), std::set<std::string>{});
+  auto moved = next->Lookup(kRootIno, "moved");
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(ReadFile(*next, moved->attr.ino), "recovered a");
+
+  faults_->Clear();
+  ASSERT_TRUE(next->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("moved"), "recovered a");
+  EXPECT_FALSE(memory_->head("a").ok());  // the old object went with the rename
+  EXPECT_FALSE(memory_->head("d/b").ok());
+  EXPECT_EQ(next->recovering_files(), 0u);
+  EXPECT_TRUE(log.Has("recovered 2 files"));
+  EXPECT_EQ(StagedDataFiles(image), 0u);
+}
+
+TEST_F(BackgroundRecoveryTest, AWriteBeforeTheUploadIsWhatReachesTheStore) {
+  const std::string image = CrashWithTwoFiles();
+  faults_->FailAll(StoreOp::kPut, TransientError("503 SlowDown"));
+  Log log;
+  auto next = NextMount(image, /*writeback=*/0, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  auto a = next->Lookup(kRootIno, "a");
+  ASSERT_TRUE(a.ok());
+  auto fh = next->Open(a->attr.ino, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(next->Write(*fh, 11, Bytes(", then more")).ok());
+  faults_->Clear();
+  ASSERT_TRUE(next->Flush(*fh).ok());  // close(2) uploads, as for any file without a window
+  ASSERT_TRUE(next->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("a"), "recovered a, then more");
+  ASSERT_TRUE(next->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("a"), "recovered a, then more");
+  EXPECT_EQ(memory_->contents("d/b"), "recovered b!");
 }
 
 // ---- What a crash may publish: only what close, fsync or the write-back window accepted ----
@@ -1740,6 +1938,7 @@ TEST_F(MetadataDelayTest, AHeldChangeIsNotReplayedOverALaterOne) {
   ASSERT_TRUE(fs_->Release(created->fh).ok());  // waits in the write-back window
   auto next = NewFilesystem();                  // crash
   ASSERT_TRUE(next->RecoverStaged().ok());
+  ASSERT_TRUE(next->UploadDue().ok());  // due at once, in the background
   EXPECT_EQ(memory_->contents("f"), "same bytes");
   EXPECT_EQ(StoredMode("f"), FileMode(0640));
   EXPECT_TRUE(NothingRecorded());
