@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <utility>
 
+#include "cache/file_io.h"
+
 namespace objfs {
 namespace {
 
@@ -21,16 +23,6 @@ constexpr size_t kLogHeaderBytes = 16;
 constexpr size_t kFrameLengthBytes = 4;
 // No record comes near this; a frame length above it is corruption, not a record to read.
 constexpr uint32_t kMaxRecordBytes = 1 << 20;
-
-Status ErrnoStatus(std::string_view what, const std::string& path, int err) {
-  std::string m(what);
-  m += " ";
-  m += path;
-  m += ": ";
-  m += std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return NoSpaceError(std::move(m));
-  return IoError(std::move(m));
-}
 
 uint32_t LoadLe32(const char* p) {
   uint32_t v;

@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "cache/codec.h"
+#include "cache/file_io.h"
 
 namespace objfs {
 
@@ -19,42 +20,6 @@ namespace {
 
 constexpr std::string_view kSuffix = ".upload";
 constexpr std::string_view kPartial = ".tmp";
-
-Status ErrnoError(std::string_view what, const std::string& path, int err) {
-  std::string m(what);
-  m += " ";
-  m += path;
-  m += ": ";
-  m += std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return NoSpaceError(std::move(m));
-  return IoError(std::move(m));
-}
-
-// Writes `bytes` to a new file renamed to `path`, so that `path` is either absent or whole.
-Status WriteNote(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + std::string(kPartial);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError("create", tmp, errno);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoError("write", tmp, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoError("rename", tmp, err);
-  }
-  return Status::Ok();
-}
 
 // The number of a note's file name "N.upload", or 0 for any other name.
 uint64_t NoteNumber(const std::string& file_name) {
@@ -106,7 +71,7 @@ Status UploadRecords::Opened(std::string_view name, std::string_view upload_id) 
     std::lock_guard<std::mutex> lock(mu_);
     n = next_++;
   }
-  OBJFS_RETURN_IF_ERROR(WriteNote(PathOf(n), bytes));
+  OBJFS_RETURN_IF_ERROR(WriteFileAtomically(PathOf(n), bytes));
   std::lock_guard<std::mutex> lock(mu_);
   open_[{std::move(record.name), std::move(record.upload_id)}] = n;
   return Status::Ok();
