@@ -15,20 +15,11 @@
 #include <sstream>
 
 #include "cache/codec.h"
+#include "cache/file_io.h"
 
 namespace objfs {
 
 namespace {
-
-Status ErrnoStatus(std::string_view what, const std::string& path, int err) {
-  std::string m(what);
-  m += " ";
-  m += path;
-  m += ": ";
-  m += std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return NoSpaceError(std::move(m));
-  return IoError(std::move(m));
-}
 
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -51,33 +42,6 @@ bool PercentDecode(std::string_view s, std::string* out) {
     i += 2;
   }
   return true;
-}
-
-// Writes `text` to a new file renamed over `path`; a failure (a full disk) leaves `path` as it
-// was and no temporary file behind.
-Status WriteWholeFile(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus("create", tmp, errno);
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoStatus("write", tmp, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("rename", tmp, err);
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -133,7 +97,7 @@ Status PendingAttrs::Describe(std::string_view key, const ETag& etag, const Meta
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
   PendingAttrsCodec::Encode(PendingAttrsRecord{std::string(key), etag, metadata, now_ns}, bytes);
-  return WriteWholeFile(path_, bytes);
+  return WriteFileAtomically(path_, bytes);
 }
 
 void PendingAttrs::Remove() {
@@ -208,7 +172,7 @@ Status StagedFile::WriteRecord(std::string_view key, const Metadata& metadata, S
   // Each rewrite is a new file renamed into place; close, release and rename of a file in a
   // write-back window describe it again, mostly with nothing changed.
   if (bytes != described_) {
-    OBJFS_RETURN_IF_ERROR(WriteWholeFile(meta_path_, bytes));
+    OBJFS_RETURN_IF_ERROR(WriteFileAtomically(meta_path_, bytes));
     described_ = std::move(bytes);
   }
   state_ = state;
@@ -221,8 +185,8 @@ Status StagedFile::MarkWriting(std::string_view key, const Metadata& metadata) {
   return WriteRecord(key, metadata, State::kWriting);
 }
 
-Status StagedFile::MarkAccepted(std::string_view key, const Metadata& metadata) {
-  OBJFS_RETURN_IF_ERROR(Sync());
+Status StagedFile::MarkAccepted(std::string_view key, const Metadata& metadata, bool sync) {
+  if (sync) OBJFS_RETURN_IF_ERROR(Sync());
   return WriteRecord(key, metadata, State::kAccepted);
 }
 

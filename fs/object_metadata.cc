@@ -73,9 +73,12 @@ size_t MetadataSize(const Metadata& metadata) {
 
 bool IsPermanentRefusal(const Status& status) {
   if (status.code() != StatusCode::kInvalidArgument) return false;
+  // Only what says the request itself is refused: S3's MetadataTooLarge and InvalidArgument,
+  // and a 400 without any error code (RGW's answer to metadata over its limit). Anything
+  // else with a code (ExpiredToken, OperationAborted, a redirect, a damaged body) may pass
+  // on a later try, and a change is never dropped for it.
   const std::string& code = status.server_code();
-  return code != "BadDigest" && code != "InvalidDigest" && code != "XAmzContentSHA256Mismatch" &&
-         code != "IncompleteBody" && code != "RequestTimeout";
+  return code == "MetadataTooLarge" || code == "InvalidArgument" || code.empty();
 }
 
 PosixMetadata ParsePosixMetadata(const Metadata& metadata) {

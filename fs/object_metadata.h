@@ -48,9 +48,9 @@ size_t MetadataSize(const Metadata& metadata);
 inline constexpr size_t kDefaultMaxMetadata = 2048;
 
 // True when the store refused a put or copy for a reason that will not go away by trying
-// again: a 4xx other than a failed precondition or a missing object (S3's 400
-// MetadataTooLarge, or InvalidArgument from a server with a lower limit than the mount's),
-// and not a refusal of the bytes themselves (a digest that does not match: damaged on the way).
+// again: S3's 400 MetadataTooLarge or InvalidArgument, or a 400 with no error code at all
+// (RGW over its metadata limit). Not any other coded refusal (an expired token, a conflict,
+// a digest that does not match: damaged on the way), which a later try may pass.
 bool IsPermanentRefusal(const Status& status);
 
 std::string FormatMtime(int64_t mtime_ns);

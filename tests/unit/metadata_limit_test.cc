@@ -46,6 +46,11 @@ TEST(MetadataSizeTest, PermanentRefusals) {
   EXPECT_FALSE(IsPermanentRefusal(NotFoundError("x")));
   EXPECT_FALSE(IsPermanentRefusal(TransientError("503")));
   EXPECT_FALSE(IsPermanentRefusal(PermissionDeniedError("403")));
+  // Refusals that a later try may pass never drop a change.
+  for (const char* code : {"ExpiredToken", "InvalidToken", "OperationAborted", "TemporaryRedirect",
+                           "AuthorizationHeaderMalformed", "EntityTooSmall"}) {
+    EXPECT_FALSE(IsPermanentRefusal(Status(StatusCode::kInvalidArgument, "x", code))) << code;
+  }
 }
 
 class MetadataLimitTest : public ::testing::Test {
