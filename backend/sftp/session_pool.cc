@@ -347,11 +347,8 @@ void SftpSessionPool::Watch() {
       if (::getsockopt(connection->socket(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
       // Milliseconds since the server last sent anything on this connection.
       if (std::chrono::milliseconds(info.tcpi_last_data_recv) < limit) continue;
-      // Wakes the thread blocked in libssh: its call fails and the connection is dropped.
-      connection->MarkBroken();
-      ::shutdown(connection->socket(), SHUT_RDWR);
-      ++cut_;
-      MarkStalledLocked("it sent nothing for request_timeout");
+      // Logged first: the call fails as soon as the socket is shut down, and what its caller
+      // sees (EIO) must already have its reason in the log.
       if (options_.log) {
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%.1f",
@@ -360,6 +357,11 @@ void SftpSessionPool::Watch() {
                      " sent nothing for " + seconds +
                      " s (request_timeout) during a call; dropping that connection");
       }
+      // Wakes the thread blocked in libssh: its call fails and the connection is dropped.
+      connection->MarkBroken();
+      ::shutdown(connection->socket(), SHUT_RDWR);
+      ++cut_;
+      MarkStalledLocked("it sent nothing for request_timeout");
     }
   }
 }
