@@ -50,10 +50,12 @@ class StagedFile {
   // record only when key, metadata or state change. On failure (a full disk) the previous
   // record stays.
   Status MarkWriting(std::string_view key, const Metadata& metadata);
-  // Records the data, as it is now, as accepted by close, fsync or the write-back window: the
-  // data reaches the disk first (Sync), so that a record never vouches for data a power loss
-  // took, and the record names its size.
-  Status MarkAccepted(std::string_view key, const Metadata& metadata);
+  // Records the data, as it is now, as accepted by close, fsync or the write-back window, and
+  // names its size. With `sync` the data reaches the disk first, so that a record never vouches
+  // for data a power loss took; without it (a close about to upload, which the record only
+  // guards against objfs dying in the middle) a power loss may leave data of another size,
+  // which the size in the record then refuses.
+  Status MarkAccepted(std::string_view key, const Metadata& metadata, bool sync = true);
   // Rewrites the record with a new key and metadata, keeping its state (a rename, a chmod of a
   // pending file). Does nothing when there is no record.
   Status Describe(std::string_view key, const Metadata& metadata);

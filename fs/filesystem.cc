@@ -150,9 +150,12 @@ std::shared_ptr<Filesystem::Handle> Filesystem::FindHandle(uint64_t fh) {
   return it == handles_.end() ? nullptr : it->second;
 }
 
+void Filesystem::CountOpenLocked(Inode& inode, int flags) {
+  inode.open_handles.fetch_add(1);
+  if ((flags & O_ACCMODE) != O_RDONLY) inode.open_writers.fetch_add(1);
+}
+
 uint64_t Filesystem::AddHandle(std::shared_ptr<Handle> handle) {
-  handle->inode->open_handles.fetch_add(1);
-  if ((handle->flags & O_ACCMODE) != O_RDONLY) handle->inode->open_writers.fetch_add(1);
   metrics_->open_files.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(handles_mu_);
   uint64_t fh = next_fh_++;

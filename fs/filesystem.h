@@ -480,11 +480,17 @@ class Filesystem {
   void DiscardLocked(Inode& inode);
   // Uploads the inode's unsaved data; then, with `with_metadata`, applies a pending metadata
   // change (a rename passes false: its copy carries the change).
-  Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata = true);
+  // `accept`: the caller is a writer's close or an fsync, whose failed upload is recorded as
+  // accepted (UploadLocked); other callers (unmount, a rename, a copy's source) upload what the
+  // file holds now without vouching for a writer still at work.
+  Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata = true,
+                    bool accept = false);
   // Marks the staged copy of `inode` (named `key`) as being written, before a write changes
   // it: its crash record says kWriting (set aside, never uploaded, by the next mount). A
   // version a close accepted and not yet uploaded is first kept as inode.accepted_copy.
-  Status MarkDirtyLocked(Inode& inode, const std::string& key);
+  // `keep_content` false: the caller empties the file next (O_TRUNC, truncate to 0), so an
+  // accepted version is kept without copying it.
+  Status MarkDirtyLocked(Inode& inode, const std::string& key, bool keep_content = true);
   // What close(2) or fsync(2) (`call`) returns for the failure `failed` of an upload or a held
   // metadata change: EIO whatever the server said (ENOSPC for a full disk or quota), since
   // errno cannot carry the reason; the reason goes to the log.
@@ -565,6 +571,11 @@ class Filesystem {
                                   const std::function<Status(FileAttr&, Metadata&)>& change);
   // The user metadata other than mode/uid/gid/mtime of `ino` as it would be uploaded now.
   Result<Metadata> ExtraMetadata(uint64_t ino);
+  // Counts a handle of `inode` opened with `flags` as open (and writing), under inode.mu in the
+  // same critical section that prepared it: a reader's release in between must not take a
+  // writer's O_TRUNC for finished data. REQUIRES: inode.mu held.
+  static void CountOpenLocked(Inode& inode, int flags);
+  // Registers a handle counted with CountOpenLocked; returns its number.
   uint64_t AddHandle(std::shared_ptr<Handle> handle);
 
   // filesystem_rename.cc

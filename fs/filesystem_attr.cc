@@ -191,7 +191,7 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
       bool empty = attr.size == 0 || rec.size == 0;
       OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(*inode, key, rec, empty));
     }
-    OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(*inode, key));
+    OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(*inode, key, /*keep_content=*/attr.size > 0));
     OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(attr.size));
     inode->attr.size = attr.size;
     inode->attr.mtime_ns = NowNs();
@@ -217,7 +217,13 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     // A truncate without an open file is uploaded at once.
     std::shared_ptr<Inode> inode = inodes_.Get(ino);
     if (inode != nullptr && inode->open_handles.load() == 0) {
-      OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+      // truncate(2) returned: the new size is accepted, and retried in the background should
+      // the upload fail, as after a close.
+      Status s = FlushInode(ino, inode, /*with_metadata=*/true, /*accept=*/true);
+      if (!s.ok()) {
+        RetryUploadLater(ino, s);
+        return s;
+      }
     }
   }
   return GetAttr(ino);

@@ -308,11 +308,18 @@ Metadata Filesystem::UploadMetadataLocked(const Inode& inode) {
 
 Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accept) {
   Metadata metadata = UploadMetadataLocked(inode);
-  // A record already there follows the name and metadata the upload uses. (A close's upload
-  // writes none before it: were objfs to die in the middle, close(2) had not returned.)
-  Status described = inode.staged->Describe(key, metadata);
-  if (!described.ok())
+  // A writer's close or an fsync vouches for the data as it is: should objfs die during the
+  // upload, the next mount uploads it. (Not synced first: the upload is what keeps it, and a
+  // failed one syncs it below.) Any other upload only keeps an existing record current.
+  Status described = accept && !inode.unlinked
+                         ? inode.staged->MarkAccepted(key, metadata, /*sync=*/false)
+                         : inode.staged->Describe(key, metadata);
+  if (!described.ok()) {
     Log("uploading " + key + " with a stale crash record: " + described.message());
+  } else if (accept && inode.accepted_copy) {  // superseded by this version
+    inode.accepted_copy->Remove();
+    inode.accepted_copy.reset();
+  }
   PutOptions put;
   put.metadata = metadata;
   auto result = store_->put(key, inode.staged->Source(), put);
@@ -360,7 +367,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
   return Status::Ok();
 }
 
-Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key) {
+Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key, bool keep_content) {
   // (A file removed or replaced while open keeps writing to a copy nothing will upload.)
   if (!inode.staged || inode.unlinked) {
     inode.dirty = true;
@@ -374,11 +381,13 @@ Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key) {
   Metadata metadata = UploadMetadataLocked(inode);
   if (state == StagedFile::State::kAccepted) {
     // Accepted and not uploaded yet: that version stays as it is, with its record, and the
-    // writer changes a copy, so that a crash uploads what was closed, never a mix.
-    auto copy = staging_->Clone(*inode.staged);
+    // writer changes a copy, so that a crash uploads what was closed, never a mix. (An empty
+    // one, when the writer empties the file anyway.)
+    auto copy = keep_content ? staging_->Clone(*inode.staged) : staging_->Create();
     if (!copy.ok()) {
-      OBJFS_RETURN_IF_ERROR(RetryWithRoom(copy.status(), &inode, inode.staged->size(), [&] {
-        copy = staging_->Clone(*inode.staged);
+      const uint64_t needed = keep_content ? inode.staged->size() : 0;
+      OBJFS_RETURN_IF_ERROR(RetryWithRoom(copy.status(), &inode, needed, [&] {
+        copy = keep_content ? staging_->Clone(*inode.staged) : staging_->Create();
         return copy.status();
       }));
     }
@@ -404,14 +413,14 @@ Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key) {
   return Status::Ok();
 }
 
-Status Filesystem::FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode,
-                              bool with_metadata) {
+Status Filesystem::FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata,
+                              bool accept) {
   std::lock_guard<std::mutex> lock(inode->mu);
   if (inode->unlinked) return Status::Ok();
   const bool upload = inode->dirty && inode->staged;
   if (!upload && !(with_metadata && inode->pending_metadata)) return Status::Ok();
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
-  if (upload) return UploadLocked(*inode, key);
+  if (upload) return UploadLocked(*inode, key, accept);
   return ApplyPendingMetadataLocked(*inode, key);
 }
 
@@ -447,12 +456,13 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
         handle->read_info = InfoFromRecord(key, rec);
       }
     } else if (truncate && inode->staged->size() > 0) {
-      OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(*inode, key));
+      OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(*inode, key, /*keep_content=*/false));
       OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(0));
       inode->attr.size = 0;
       inode->attr.mtime_ns = NowNs();
       meta_cache_.Invalidate(key);
     }
+    CountOpenLocked(*inode, flags);
   }
   return AddHandle(std::move(handle));
 }
@@ -523,6 +533,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
     attr = inode->attr;
     attr.ino = ino;
     attr.size = inode->staged->size();
+    CountOpenLocked(*inode, flags);
   }
   meta_cache_.Invalidate(key);
   uint64_t fh = AddHandle(std::move(handle));
@@ -721,13 +732,16 @@ Status Filesystem::Flush(uint64_t fh) {
   }
   // close(2) uploads unsaved data; a pending metadata change keeps waiting (fsync applies it).
   return ReportedAtClose("close", handle->ino,
-                         FlushInode(handle->ino, handle->inode, /*with_metadata=*/false));
+                         FlushInode(handle->ino, handle->inode, /*with_metadata=*/false,
+                                    /*accept=*/IsWritable(handle->flags)));
 }
 
 Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
-  return ReportedAtClose("fsync", handle->ino, FlushInode(handle->ino, handle->inode));
+  return ReportedAtClose("fsync", handle->ino,
+                         FlushInode(handle->ino, handle->inode, /*with_metadata=*/true,
+                                    /*accept=*/true));
 }
 
 Status Filesystem::Release(uint64_t fh) {
@@ -749,7 +763,9 @@ Status Filesystem::Release(uint64_t fh) {
     if (inode.unlinked) {
       if (remaining == 0) DropStagingLocked(inode);
     } else if (!writer && (writers > 0 || UploadQueued(handle->ino))) {
-      // A reader's release: the writer's close or the queued upload decides (see Flush).
+      // A reader's release: the writer's close or the queued upload decides (see Flush). A
+      // clean copy kept only for open handles goes with the last of them.
+      if (remaining == 0 && !inode.dirty) DropStagingLocked(inode);
     } else if (inode.dirty && inode.staged) {
       if (writeback()) {
         status = DeferUploadLocked(handle->ino, inode);

@@ -2,6 +2,8 @@
 #include "fs/filesystem.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1554,6 +1556,31 @@ TEST_F(FilesystemTest, AReadersCloseNeverPublishesAWritersUnfinishedData) {
   EXPECT_EQ(memory_->contents("log"), "half and whole");
 }
 
+// Uploads made for someone other than the writer (a copy_file_range of the file, a rename of
+// its directory, unmount with the writer still at work) publish what the file holds, but never
+// vouch for it: should the upload fail, a crash must not upload the writer's unfinished data.
+TEST_F(FilesystemTest, AFailedUploadForACopyDoesNotAcceptAWritersUnfinishedData) {
+  PutObject("src", "complete");
+  uint64_t ino = LookupIno(kRootIno, "src");
+  auto writer = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(fs_->Write(*writer, 0, Bytes("unfinis")).ok());
+  auto reader = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  auto created = fs_->Create(kRootIno, "copy", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  faults_->FailAll(StoreOp::kPut, TransientError("down"));
+  EXPECT_FALSE(fs_->CopyFileRange(*reader, 0, created->fh, 0, 100, 0).ok());
+  faults_->Clear();
+  const std::string image = CrashImage();
+  RecoverImage(image);
+  EXPECT_EQ(memory_->contents("src"), "complete");
+  EXPECT_EQ(SetAside(image).count("src"), 1u);
+  ASSERT_TRUE(fs_->Release(*reader).ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  ASSERT_TRUE(fs_->Release(*writer).ok());
+}
+
 // fsync accepted the data even though the upload failed: the next mount uploads it.
 TEST_F(FilesystemTest, ACrashAfterAFailedFsyncUploadsWhatFsyncAccepted) {
   auto created = fs_->Create(kRootIno, "synced", 0644, O_WRONLY | O_CREAT);
@@ -1592,6 +1619,34 @@ TEST_F(WritebackTest, ACrashWhileAClosedFileIsChangedAgainUploadsTheClosedVersio
   RecoverImage(later);
   EXPECT_EQ(memory_->contents("f"), "XXosed version");
   EXPECT_TRUE(SetAside(later).empty());
+}
+
+// Emptying a closed file of the window (O_TRUNC, as `>` does) keeps its closed version
+// without copying it: the new staged file starts empty. (Were it copied first, a cache_dir
+// without room for a second copy would fail the open.)
+TEST_F(WritebackTest, TruncatingAClosedFileKeepsItsClosedVersionWithoutACopy) {
+  uint64_t ino = WriteAndClose("f", std::string(100000, 'c'));
+  Result<uint64_t> fh = InvalidArgumentError("not opened");
+  {
+    // No file of this process may grow past 50,000 bytes meanwhile: a copy cannot be made.
+    struct rlimit old {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+    sighandler_t old_handler = ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limited = old;
+    limited.rlim_cur = 50000;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+    fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    ::signal(SIGXFSZ, old_handler);
+  }
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  const std::string image = CrashImage();
+  RecoverImage(image);
+  EXPECT_EQ(memory_->contents("f"), std::string(100000, 'c'));
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("f"), "new");
 }
 
 // The same, renamed while being changed (rsync --inplace does not, editors do): the closed
