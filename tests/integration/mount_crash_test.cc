@@ -29,18 +29,6 @@ namespace objfs::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-// Polls `done` every millisecond until it returns true or `seconds` pass.
-template <typename F>
-bool WaitFor(double seconds, F done) {
-  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (Clock::now() > deadline) return done();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 // The object `key` of `bucket` as the server has it (not through any proxy), fetched with curl
 // into `path`; false when the GET fails, with `error` (when given) saying why.
@@ -123,7 +111,8 @@ TEST(MountCrashTest, S3KilledWhileFetchingForAnAppendLeavesTheObjectWhole) {
   // `echo x >> big.log`, which blocks in the kernel until objfs has fetched the object.
   const std::string target = mount->path() + "/big.log";
   std::thread append([target] { RunCommand({"sh", "-c", "echo x >> '" + target + "'"}); });
-  const bool caught = WaitFor(60, [&] { return FetchInProgress(mount->cache_dir(), kSize); });
+  const bool caught = WaitFor(
+      60, [&] { return FetchInProgress(mount->cache_dir(), kSize); }, std::chrono::milliseconds(1));
   EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
   append.join();
   ASSERT_TRUE(caught) << "no fetch seen in " << mount->cache_dir();

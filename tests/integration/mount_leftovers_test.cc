@@ -28,18 +28,6 @@ namespace objfs::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-// Polls `done` every 10 ms until it returns true or `seconds` pass; returns its last answer.
-template <typename F>
-bool WaitFor(double seconds, F done) {
-  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (Clock::now() > deadline) return done();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
 
 struct HttpReply {
   std::string body;

@@ -43,17 +43,6 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Polls `done` every 20 ms until it returns true or `seconds` pass; returns its last answer.
-template <typename F>
-bool WaitFor(double seconds, F done) {
-  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (Clock::now() > deadline) return done();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
 // What a blocking call on the mount returned, and whether it did within the bound.
 struct CallOutcome {
   long result = 0;

@@ -30,18 +30,6 @@ namespace objfs::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-// Polls `done` every 20 ms until it returns true or `seconds` pass; returns its last answer.
-template <typename F>
-bool WaitFor(double seconds, F done) {
-  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (Clock::now() > deadline) return done();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
 
 // True while `pid` runs (a zombie counts as gone: the daemons are not our children).
 bool ProcessAlive(pid_t pid) {

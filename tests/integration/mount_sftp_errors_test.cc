@@ -451,9 +451,13 @@ TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndTheMountReconnects) 
   ::close(fd);
 
   ASSERT_TRUE(sshd.Restart());
-  // The old mount reconnects by itself once the server is back.
-  std::string again = ReadFile(mount->path() + "/big");
-  EXPECT_EQ(again.size(), kSize);
+  // The old mount reconnects by itself once the server is back (within the time it lets a
+  // server that failed rest before trying it again).
+  std::string again;
+  EXPECT_TRUE(WaitFor(60, [&] {
+    again = ReadLocal(mount->path() + "/big");
+    return again.size() == kSize;
+  })) << "the old mount still reads " << again.size() << " bytes";
   EXPECT_TRUE(again == data) << "the old mount read other bytes after reconnecting";
   std::unique_ptr<ObjfsMount> fresh = sshd.Mount(",read_buffer=1M,max_readahead=1M");
   ASSERT_TRUE(fresh);
@@ -738,17 +742,6 @@ uint64_t ServerUnreadBytes(int port) {
   return total;
 }
 
-// Polls `done` every 20 ms until it returns true or `seconds` pass; returns its last answer.
-template <typename F>
-bool PollFor(double seconds, F done) {
-  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (Clock::now() > deadline) return done();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -798,11 +791,11 @@ TEST(MountSftpErrorsTest, InFlightReadWhoseConnectionIsKilledSucceedsOnANewOne) 
     err = errno;
     done = true;
   });
-  const bool waiting = PollFor(20, [&] { return ServerUnreadBytes(sshd.port()) > unread_before; });
+  const bool waiting = WaitFor(20, [&] { return ServerUnreadBytes(sshd.port()) > unread_before; });
   for (pid_t p : connections) ::kill(p, SIGKILL);
   for (pid_t p : connections) ::kill(p, SIGCONT);
   EXPECT_TRUE(waiting) << "the read's request never reached the server";
-  const bool finished = PollFor(60, [&] { return done.load(); });
+  const bool finished = WaitFor(60, [&] { return done.load(); });
   if (!finished) mount->KillAndWait(SIGKILL);  // ends the read
   reader.join();
   EXPECT_TRUE(finished) << "the read still waits";
@@ -841,7 +834,7 @@ TEST(MountSftpErrorsTest, StalledServerGivesEioWithinTheBudget) {
     err = errno;
     done = true;
   });
-  const bool in_time = PollFor(5 + 10, [&] { return done.load(); });
+  const bool in_time = WaitFor(5 + 10, [&] { return done.load(); });
   const double took = SecondsSince(start);
   if (!in_time) mount->KillAndWait(SIGKILL);
   reader.join();
@@ -854,7 +847,7 @@ TEST(MountSftpErrorsTest, StalledServerGivesEioWithinTheBudget) {
 
   // The server answers again: so does the mount, once request_timeout has passed since it
   // last found the server stalled.
-  EXPECT_TRUE(PollFor(30, [&] {
+  EXPECT_TRUE(WaitFor(30, [&] {
     return ::pread(fd, buf.data(), buf.size(), 6 << 20) == static_cast<ssize_t>(buf.size());
   })) << std::strerror(errno);
   EXPECT_TRUE(buf == data.substr(6 << 20, buf.size()));
