@@ -454,10 +454,12 @@ TEST(MountSftpErrorsTest, ServerKilledDuringAReadGivesEioAndTheMountReconnects) 
   // The old mount reconnects by itself once the server is back (within the time it lets a
   // server that failed rest before trying it again).
   std::string again;
-  EXPECT_TRUE(WaitFor(60, [&] {
-    again = ReadLocal(mount->path() + "/big");
-    return again.size() == kSize;
-  })) << "the old mount still reads " << again.size() << " bytes";
+  EXPECT_TRUE(WaitFor(60,
+                      [&] {
+                        again = ReadLocal(mount->path() + "/big");
+                        return again.size() == kSize;
+                      }))
+      << "the old mount still reads " << again.size() << " bytes";
   EXPECT_TRUE(again == data) << "the old mount read other bytes after reconnecting";
   std::unique_ptr<ObjfsMount> fresh = sshd.Mount(",read_buffer=1M,max_readahead=1M");
   ASSERT_TRUE(fresh);
