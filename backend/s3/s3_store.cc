@@ -521,18 +521,10 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   Status st = RunParts(count, options_.parallel_parts, [&](int index) -> Status {
     uint64_t offset = static_cast<uint64_t>(index) * part_size;
     uint64_t len = std::min(part_size, size - offset);
-    std::vector<std::byte> data(len);
-    uint64_t done = 0;
-    while (done < len) {
-      OBJFS_ASSIGN_OR_RETURN(
-          size_t n,
-          source.read_at(offset + done, std::span<std::byte>(data.data() + done, len - done)));
-      if (n == 0) return IoError("staged data is shorter than its recorded size");
-      done += n;
-    }
-    std::array<uint8_t, 16> digest = Md5Of(std::span<const std::byte>(data.data(), len));
-    Bump(metrics_->bytes_hashed, len);
-    MemorySource body(std::span<const std::byte>(data.data(), len));
+    // The part is hashed, then sent, straight from the source: parts grow to 5 GiB with the
+    // file, and parallel_parts of them held in memory could exhaust it. A part that changed
+    // between the two reads fails with BadDigest rather than storing other bytes.
+    OBJFS_ASSIGN_OR_RETURN(Md5Digest digest, Md5OfSource(source, offset, len, metrics_));
     Request req;
     req.method = "PUT";
     req.key = std::string(key);
@@ -540,7 +532,8 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
     req.query.emplace_back("partNumber", std::to_string(index + 1));
     req.query.emplace_back("uploadId", upload_id);
     req.headers.emplace_back("content-md5", ContentMd5(digest));
-    req.body_source = &body;
+    req.body_source = &source;
+    req.body_offset = offset;
     req.body_size = len;
     OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
     ETag got;

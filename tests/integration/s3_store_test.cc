@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -87,6 +88,43 @@ class S3StoreTest : public ::testing::Test {
   std::string bucket_;
   std::shared_ptr<S3Store> store_;
 };
+
+// A source that remembers the largest single read asked of it.
+class ReadSizeRecordingSource : public ByteSource {
+ public:
+  explicit ReadSizeRecordingSource(std::string_view data) : inner_(data) {}
+  uint64_t size() const override { return inner_.size(); }
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const override {
+    uint64_t seen = largest_.load();
+    while (buf.size() > seen && !largest_.compare_exchange_weak(seen, buf.size())) {
+    }
+    return inner_.read_at(offset, buf);
+  }
+  uint64_t largest() const { return largest_.load(); }
+
+ private:
+  MemorySource inner_;
+  mutable std::atomic<uint64_t> largest_{0};
+};
+
+TEST_F(S3StoreTest, MultipartUploadStreamsEachPartInsteadOfHoldingIt) {
+  // Parts grow with the file up to 5 GiB, and parallel_parts of them are in flight: a part is
+  // hashed and sent in pieces straight from its source, never read whole into memory.
+  S3StoreOptions o = OptionsFor(bucket_);
+  o.part_size = 3 * kPart;  // 15 MiB parts
+  o.multipart_threshold = 3 * kPart;
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  const std::string data = Pattern(6 * kPart + 777, 3);
+  ReadSizeRecordingSource src(data);
+  Result<ObjectInfo> put = store->put("streamed", src, PutOptions{});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->etag.parts(), 3u);
+  EXPECT_LE(src.largest(), uint64_t{4} << 20);
+  Result<std::string> back = ReadAll(*store, "streamed");
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == data);
+}
 
 TEST_F(S3StoreTest, MultipartUploadETagIsMd5OfPartMd5s) {
   std::string data = Pattern(2 * kPart + 12345, 1);
