@@ -380,6 +380,9 @@ class Filesystem {
   // inodes that failed keep their staged data.
   Status FlushAll();
 
+  // The key of inode `ino` ("" for the root): the path a log line names.
+  Result<std::string> PathOf(uint64_t ino) { return KeyOf(ino); }
+
   // Uploads the files whose write-back window has passed (clock() time), in parallel; the
   // write-back thread calls it. Returns the first failure (such files stay staged and are
   // retried later). A no-op without a write-back window.

@@ -17,9 +17,11 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fs/errno_map.h"
+#include "fs/xattr.h"
 
 namespace objfs {
 namespace {
@@ -65,8 +67,48 @@ int ErrnoOf(const Status& status) {
   return err > 0 ? err : EIO;
 }
 
+// What the request a thread is serving is about: named in the log line of a failed reply.
+struct RequestInfo {
+  const char* op;
+  fuse_ino_t ino = 0;               // the file, or the directory holding `name`
+  const char* name = nullptr;       // the name in directory `ino`, for lookup, create, ...
+  const char* attribute = nullptr;  // the extended attribute, for the *xattr operations
+};
+thread_local const RequestInfo* serving = nullptr;
+
+std::string Describe(Filesystem& fs, const RequestInfo& info) {
+  std::string where;
+  Result<std::string> path = fs.PathOf(info.ino);
+  if (path.ok()) {
+    where = "/" + *path;
+    if (info.name != nullptr) {
+      if (where.back() != '/') where += "/";
+      where += info.name;
+    }
+  } else {
+    where = "inode " + std::to_string(info.ino);
+    if (info.name != nullptr) where += std::string(" name ") + info.name;
+  }
+  if (info.attribute != nullptr) where += std::string(" attribute ") + info.attribute;
+  return where;
+}
+
+// Answers the request with `err`, counting and logging it (fs/reply_log.h) with `why`.
+void ReplyError(fuse_req_t req, int err, std::string_view why) {
+  if (serving != nullptr) {
+    const RequestInfo& info = *serving;
+    AdapterOf(req).reply_log().Record(
+        info.op, err, [&] { return Describe(FsOf(req), info); }, why);
+  }
+  fuse_reply_err(req, err);
+}
+
 void ReplyStatus(fuse_req_t req, const Status& status) {
-  fuse_reply_err(req, status.ok() ? 0 : ErrnoOf(status));
+  if (status.ok()) {
+    fuse_reply_err(req, 0);
+  } else {
+    ReplyError(req, ErrnoOf(status), status.message());
+  }
 }
 
 timespec ToTimespec(int64_t ns) {
@@ -123,17 +165,18 @@ void ReplyEntry(fuse_req_t req, const Result<Entry>& entry) {
 
 // Runs `body`, answering the request with EIO when it throws (allocation failure, a bug):
 // libfuse's C code must never see an exception.
+// Failed replies are logged with `info` (ReplyError).
 template <typename Body>
-void Guarded(fuse_req_t req, const char* op, Body&& body) {
+void Guarded(fuse_req_t req, const RequestInfo& info, Body&& body) {
+  serving = &info;
   try {
     body();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "objfs: %s failed: %s\n", op, e.what());
-    fuse_reply_err(req, EIO);
+    ReplyError(req, EIO, std::string("exception: ") + e.what());
   } catch (...) {
-    std::fprintf(stderr, "objfs: %s failed with an unknown exception\n", op);
-    fuse_reply_err(req, EIO);
+    ReplyError(req, EIO, "unknown exception");
   }
+  serving = nullptr;
 }
 
 // ---- The operations ----
@@ -166,7 +209,7 @@ void OpDestroy(void* userdata) {
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  Guarded(req, "lookup", [&] {
+  Guarded(req, {"lookup", parent, name}, [&] {
     Filesystem& fs = FsOf(req);
     Result<Entry> entry = fs.Lookup(parent, name);
     if (!entry.ok() && ErrnoOf(entry.status()) == ENOENT && fs.options().negative_timeout > 0) {
@@ -201,7 +244,7 @@ void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 }
 
 void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
-  Guarded(req, "getattr", [&] {
+  Guarded(req, {"getattr", ino}, [&] {
     Result<Entry> entry = FsOf(req).GetAttr(ino);
     if (!entry.ok()) {
       ReplyStatus(req, entry.status());
@@ -213,7 +256,7 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
 }
 
 void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
-  Guarded(req, "setattr", [&] {
+  Guarded(req, {"setattr", ino}, [&] {
     uint32_t mask = 0;
     if (to_set & FUSE_SET_ATTR_MODE) mask |= kSetMode;
     if (to_set & FUSE_SET_ATTR_UID) mask |= kSetUid;
@@ -234,7 +277,7 @@ void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
     wanted.mtime_ns = FromTimespec(attr->st_mtim);
     wanted.ctime_ns = FromTimespec(attr->st_ctim);
     if ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size < 0) {
-      fuse_reply_err(req, EINVAL);
+      ReplyError(req, EINVAL, "negative size");
       return;
     }
     std::optional<uint64_t> fh;
@@ -250,7 +293,7 @@ void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
 }
 
 void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
-  Guarded(req, "readlink", [&] {
+  Guarded(req, {"readlink", ino}, [&] {
     Result<std::string> target = FsOf(req).ReadLink(ino);
     if (!target.ok()) {
       ReplyStatus(req, target.status());
@@ -267,10 +310,10 @@ Owner CallerOf(fuse_req_t req) {
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t /*rdev*/) {
-  Guarded(req, "mknod", [&] {
+  Guarded(req, {"mknod", parent, name}, [&] {
     if (!S_ISREG(mode)) {
       // Devices, FIFOs and sockets cannot be stored as objects.
-      fuse_reply_err(req, EPERM);
+      ReplyError(req, EPERM, "only regular files can be stored as objects");
       return;
     }
     Filesystem& fs = FsOf(req);
@@ -292,31 +335,31 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 }
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  Guarded(req, "mkdir",
+  Guarded(req, {"mkdir", parent, name},
           [&] { ReplyEntry(req, FsOf(req).MkDir(parent, name, mode, CallerOf(req))); });
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  Guarded(req, "unlink", [&] { ReplyStatus(req, FsOf(req).Unlink(parent, name)); });
+  Guarded(req, {"unlink", parent, name}, [&] { ReplyStatus(req, FsOf(req).Unlink(parent, name)); });
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  Guarded(req, "rmdir", [&] { ReplyStatus(req, FsOf(req).RmDir(parent, name)); });
+  Guarded(req, {"rmdir", parent, name}, [&] { ReplyStatus(req, FsOf(req).RmDir(parent, name)); });
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
-  Guarded(req, "symlink",
+  Guarded(req, {"symlink", parent, name},
           [&] { ReplyEntry(req, FsOf(req).Symlink(link, parent, name, CallerOf(req))); });
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
               const char* new_name, unsigned int flags) {
-  Guarded(req, "rename", [&] {
+  Guarded(req, {"rename", parent, name}, [&] {
     uint32_t rename_flags = 0;
     if (flags & RENAME_NOREPLACE) rename_flags |= kRenameNoReplace;
     if (flags & RENAME_EXCHANGE) rename_flags |= kRenameExchange;
     if (flags & ~static_cast<unsigned int>(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
-      fuse_reply_err(req, EINVAL);
+      ReplyError(req, EINVAL, "unknown rename flags");
       return;
     }
     ReplyStatus(req, FsOf(req).Rename(parent, name, new_parent, new_name, rename_flags));
@@ -324,7 +367,7 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Guarded(req, "open", [&] {
+  Guarded(req, {"open", ino}, [&] {
     Result<uint64_t> fh = FsOf(req).Open(ino, fi->flags);
     if (!fh.ok()) {
       ReplyStatus(req, fh.status());
@@ -341,10 +384,10 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
-void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
-  Guarded(req, "read", [&] {
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  Guarded(req, {"read", ino}, [&] {
     if (off < 0) {
-      fuse_reply_err(req, EINVAL);
+      ReplyError(req, EINVAL, "negative offset");
       return;
     }
     // The reply goes out from the read-ahead buffers themselves (writev), never copied into a
@@ -368,11 +411,11 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
   });
 }
 
-void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size, off_t off,
+void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
              fuse_file_info* fi) {
-  Guarded(req, "write", [&] {
+  Guarded(req, {"write", ino}, [&] {
     if (off < 0) {
-      fuse_reply_err(req, EINVAL);
+      ReplyError(req, EINVAL, "negative offset");
       return;
     }
     Result<size_t> n =
@@ -386,20 +429,20 @@ void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size, 
   });
 }
 
-void OpFlush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  Guarded(req, "flush", [&] { ReplyStatus(req, FsOf(req).Flush(fi->fh)); });
+void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guarded(req, {"flush", ino}, [&] { ReplyStatus(req, FsOf(req).Flush(fi->fh)); });
 }
 
-void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  Guarded(req, "release", [&] { ReplyStatus(req, FsOf(req).Release(fi->fh)); });
+void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guarded(req, {"release", ino}, [&] { ReplyStatus(req, FsOf(req).Release(fi->fh)); });
 }
 
-void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int datasync, fuse_file_info* fi) {
-  Guarded(req, "fsync", [&] { ReplyStatus(req, FsOf(req).Fsync(fi->fh, datasync != 0)); });
+void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
+  Guarded(req, {"fsync", ino}, [&] { ReplyStatus(req, FsOf(req).Fsync(fi->fh, datasync != 0)); });
 }
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Guarded(req, "opendir", [&] {
+  Guarded(req, {"opendir", ino}, [&] {
     auto dir = std::make_unique<DirHandle>();
     dir->ino = ino;
     // The first page now, so that a listing that fails fails opendir.
@@ -425,7 +468,7 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
   std::unique_lock<std::mutex> lock(dir->mu);
   if (off < 0) {
     lock.unlock();
-    fuse_reply_err(req, EINVAL);
+    ReplyError(req, EINVAL, "negative offset");
     return;
   }
   if (off == 0 && dir->served) {
@@ -486,11 +529,11 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
 }
 
 void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
-  Guarded(req, "readdir", [&] { ServeDir(req, ino, size, off, fi, /*plus=*/false); });
+  Guarded(req, {"readdir", ino}, [&] { ServeDir(req, ino, size, off, fi, /*plus=*/false); });
 }
 
 void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
-  Guarded(req, "readdirplus", [&] { ServeDir(req, ino, size, off, fi, /*plus=*/true); });
+  Guarded(req, {"readdirplus", ino}, [&] { ServeDir(req, ino, size, off, fi, /*plus=*/true); });
 }
 
 void OpReleaseDir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
@@ -503,8 +546,8 @@ void OpFsyncDir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_
   fuse_reply_err(req, 0);
 }
 
-void OpStatFs(fuse_req_t req, fuse_ino_t /*ino*/) {
-  Guarded(req, "statfs", [&] {
+void OpStatFs(fuse_req_t req, fuse_ino_t ino) {
+  Guarded(req, {"statfs", ino}, [&] {
     Result<FsStats> result = FsOf(req).StatFs();
     if (!result.ok()) {
       ReplyStatus(req, result.status());
@@ -527,7 +570,7 @@ void OpStatFs(fuse_req_t req, fuse_ino_t /*ino*/) {
 
 void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int flags) {
-  Guarded(req, "setxattr", [&] {
+  Guarded(req, {"setxattr", ino, nullptr, name}, [&] {
     int xattr_flags = 0;
     if (flags & XATTR_CREATE) xattr_flags |= kXattrCreate;
     if (flags & XATTR_REPLACE) xattr_flags |= kXattrReplace;
@@ -541,25 +584,29 @@ void ReplyXattrValue(fuse_req_t req, const std::string& value, size_t size) {
   if (size == 0) {
     fuse_reply_xattr(req, value.size());
   } else if (value.size() > size) {
-    fuse_reply_err(req, ERANGE);
+    ReplyError(req, ERANGE, "the buffer is too small");
   } else {
     fuse_reply_buf(req, value.data(), value.size());
   }
 }
 
 void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  Guarded(req, "getxattr", [&] {
+  Guarded(req, {"getxattr", ino, nullptr, name}, [&] {
     Result<std::string> value = FsOf(req).GetXattr(ino, name);
     if (!value.ok()) {
       ReplyStatus(req, value.status());
       return;
+    }
+    // The mount's counters come with the failed replies counted here.
+    if (ino == FUSE_ROOT_ID && std::string_view(name) == kStatsXattr) {
+      *value += AdapterOf(req).reply_log().ToText();
     }
     ReplyXattrValue(req, *value, size);
   });
 }
 
 void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  Guarded(req, "listxattr", [&] {
+  Guarded(req, {"listxattr", ino}, [&] {
     Result<std::vector<std::string>> names = FsOf(req).ListXattr(ino);
     if (!names.ok()) {
       ReplyStatus(req, names.status());
@@ -575,12 +622,13 @@ void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  Guarded(req, "removexattr", [&] { ReplyStatus(req, FsOf(req).RemoveXattr(ino, name)); });
+  Guarded(req, {"removexattr", ino, nullptr, name},
+          [&] { ReplyStatus(req, FsOf(req).RemoveXattr(ino, name)); });
 }
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
-  Guarded(req, "create", [&] {
+  Guarded(req, {"create", parent, name}, [&] {
     Filesystem& fs = FsOf(req);
     Result<CreatedFile> created = fs.Create(parent, name, mode, fi->flags, CallerOf(req));
     if (!created.ok()) {
@@ -601,11 +649,11 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OpCopyFileRange(fuse_req_t req, fuse_ino_t /*ino_in*/, off_t off_in, fuse_file_info* fi_in,
-                     fuse_ino_t /*ino_out*/, off_t off_out, fuse_file_info* fi_out, size_t len,
+                     fuse_ino_t ino_out, off_t off_out, fuse_file_info* fi_out, size_t len,
                      int flags) {
-  Guarded(req, "copy_file_range", [&] {
+  Guarded(req, {"copy_file_range", ino_out}, [&] {
     if (off_in < 0 || off_out < 0) {
-      fuse_reply_err(req, EINVAL);
+      ReplyError(req, EINVAL, "negative offset");
       return;
     }
     Result<uint64_t> copied =
@@ -621,9 +669,9 @@ void OpCopyFileRange(fuse_req_t req, fuse_ino_t /*ino_in*/, off_t off_in, fuse_f
   });
 }
 
-void OpFallocate(fuse_req_t req, fuse_ino_t /*ino*/, int /*mode*/, off_t /*offset*/,
-                 off_t /*length*/, fuse_file_info* /*fi*/) {
-  fuse_reply_err(req, EOPNOTSUPP);
+void OpFallocate(fuse_req_t req, fuse_ino_t ino, int /*mode*/, off_t /*offset*/, off_t /*length*/,
+                 fuse_file_info* /*fi*/) {
+  Guarded(req, {"fallocate", ino}, [&] { ReplyError(req, EOPNOTSUPP, "not supported"); });
 }
 
 fuse_lowlevel_ops MakeOperations() {
@@ -667,6 +715,12 @@ fuse_lowlevel_ops MakeOperations() {
 const fuse_lowlevel_ops kOperations = MakeOperations();
 
 }  // namespace
+
+FuseAdapter::FuseAdapter(FuseAdapterOptions options)
+    : options_(std::move(options)),
+      reply_log_(options_.log ? options_.log : ReplyLog::Sink([](const std::string& message) {
+        std::fprintf(stderr, "objfs: %s\n", message.c_str());
+      })) {}
 
 fuse_session* FuseAdapter::NewSession(fuse_args* args) {
   return fuse_session_new(args, &kOperations, sizeof(kOperations), this);

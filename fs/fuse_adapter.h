@@ -7,10 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
+#include <string>
 
 #include "backend/status.h"
 #include "fs/filesystem.h"
+#include "fs/reply_log.h"
 
 struct fuse_args;
 struct fuse_session;
@@ -26,11 +29,13 @@ struct FuseAdapterOptions {
   // own, served from the read-ahead buffers. A large sequential read then costs one copy less
   // (and no page cache); small reads each cost a request, and MAP_SHARED mmap fails (ENODEV).
   bool direct_io = false;
+  // Where failed replies are logged (fs/reply_log.h); standard error when unset.
+  std::function<void(const std::string&)> log;
 };
 
 class FuseAdapter {
  public:
-  explicit FuseAdapter(FuseAdapterOptions options = {}) : options_(options) {}
+  explicit FuseAdapter(FuseAdapterOptions options = {});
   FuseAdapter(const FuseAdapter&) = delete;
   FuseAdapter& operator=(const FuseAdapter&) = delete;
 
@@ -39,6 +44,8 @@ class FuseAdapter {
   void set_filesystem(Filesystem* fs) { fs_ = fs; }
   Filesystem* filesystem() const { return fs_; }
   const FuseAdapterOptions& options() const { return options_; }
+  // The failed replies so far: counted per operation and logged.
+  ReplyLog& reply_log() { return reply_log_; }
 
   // fuse_session_new with this adapter's operations and `this` as the session's user data.
   // nullptr when libfuse rejects `args` (it prints why).
@@ -58,6 +65,7 @@ class FuseAdapter {
  private:
   FuseAdapterOptions options_;
   Filesystem* fs_ = nullptr;
+  ReplyLog reply_log_;
   mutable std::mutex mu_;  // guards destroy_status_
   Status destroy_status_;
 };

@@ -569,6 +569,7 @@ int Mount(const MountOptions& given_options) {
 
   FuseAdapterOptions adapter_options;
   adapter_options.direct_io = options.direct_io;
+  adapter_options.log = log;
   FuseAdapter adapter(adapter_options);
   std::vector<std::string> fuse_arg_strings = FuseArguments(options, adapter_options);
   std::vector<char*> fuse_argv;

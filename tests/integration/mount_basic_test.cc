@@ -174,6 +174,16 @@ TEST(MountBasicTest, MkdirListRmdir) {
 
   EXPECT_NE(::rmdir(dir.c_str()), 0);
   EXPECT_EQ(errno, ENOTEMPTY);
+  // A failed reply is counted and logged with its path and reason; asking for a name that is
+  // not there is a routine answer, neither.
+  struct stat missing {};
+  EXPECT_NE(::stat((mount->path() + "/missing").c_str(), &missing), 0);
+  const std::string stats = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_EQ(Counter(stats, "failed_rmdir"), 1) << stats;
+  EXPECT_EQ(Counter(stats, "failed_lookup"), 0) << stats;
+  EXPECT_NE(mount->log().find("rmdir /dir: ENOTEMPTY (Directory not empty): dir"),
+            std::string::npos)
+      << mount->log();
   ASSERT_EQ(::unlink((dir + "/inner").c_str()), 0) << std::strerror(errno);
   ASSERT_EQ(::rmdir(dir.c_str()), 0) << std::strerror(errno);
   CommandResult ls_after = RunCommand({"ls", "-1A", mount->path()});

@@ -233,6 +233,9 @@ TEST(MountS3OutageTest, AnUploadDamagedInTransitFailsCloseAndIsRetried) {
   EXPECT_EQ(errno, EIO) << std::strerror(errno);
   EXPECT_EQ(proxy.corrupted_requests(), 1);
   EXPECT_NE(mount->log().find("BadDigest"), std::string::npos) << mount->log();
+  // The application saw EIO; the log says for which file, and why.
+  EXPECT_NE(mount->log().find("flush /damaged: EIO (Input/output error): "), std::string::npos)
+      << mount->log();
 
   // A new open and fsync upload the staged data (the kernel's release after the failed close
   // may have done so already); either way the bucket ends up with the bytes written.
