@@ -38,6 +38,14 @@ std::string_view StatusCodeName(StatusCode code) {
       return "NotDirectory";
     case StatusCode::kTimedOut:
       return "TimedOut";
+    case StatusCode::kNoAttribute:
+      return "NoAttribute";
+    case StatusCode::kNotPermitted:
+      return "NotPermitted";
+    case StatusCode::kFileTooLarge:
+      return "FileTooLarge";
+    case StatusCode::kTooBig:
+      return "TooBig";
   }
   return "Unknown";
 }

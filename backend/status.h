@@ -32,6 +32,10 @@ enum class StatusCode {
   kIsDirectory,         // a file operation on a directory
   kNotDirectory,        // a directory operation on a file
   kTimedOut,            // the call's time budget ran out (operation_timeout); never retried
+  kNoAttribute,         // the file exists but has no such extended attribute (ENODATA)
+  kNotPermitted,        // no one may do this, whatever the credentials (EPERM)
+  kFileTooLarge,        // past the largest object the store can hold (EFBIG)
+  kTooBig,              // a value larger than its container allows (E2BIG)
 };
 
 std::string_view StatusCodeName(StatusCode code);

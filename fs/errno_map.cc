@@ -5,28 +5,20 @@
 
 namespace objfs {
 
-namespace {
-constexpr char kNoDataMarker[] = "ENODATA";
-constexpr char kPermMarker[] = "EPERM";
-constexpr char kFileTooLargeMarker[] = "EFBIG";
-constexpr char kTooBigMarker[] = "E2BIG";
-}  // namespace
-
 Status NoXattrError(std::string name) {
-  return Status(StatusCode::kNotFound, "no extended attribute " + name, kNoDataMarker);
+  return Status(StatusCode::kNoAttribute, "no extended attribute " + name);
 }
 
 Status ReservedXattrError(std::string name) {
-  return Status(StatusCode::kPermissionDenied, "extended attribute " + name + " is read-only",
-                kPermMarker);
+  return Status(StatusCode::kNotPermitted, "extended attribute " + name + " is read-only");
 }
 
 Status FileTooLargeError(std::string message) {
-  return Status(StatusCode::kInvalidArgument, std::move(message), kFileTooLargeMarker);
+  return Status(StatusCode::kFileTooLarge, std::move(message));
 }
 
 Status XattrTooLargeError(std::string message) {
-  return Status(StatusCode::kInvalidArgument, std::move(message), kTooBigMarker);
+  return Status(StatusCode::kTooBig, std::move(message));
 }
 
 Status UnsupportedXattrError(std::string_view name) {
@@ -39,16 +31,15 @@ int ErrnoFromStatus(const Status& status) {
     case StatusCode::kOk:
       return 0;
     case StatusCode::kNotFound:
-      return status.server_code() == kNoDataMarker ? ENODATA : ENOENT;
+      return ENOENT;
     case StatusCode::kAlreadyExists:
       return EEXIST;
     case StatusCode::kPreconditionFailed:
       return ESTALE;
     case StatusCode::kPermissionDenied:
-      return status.server_code() == kPermMarker ? EPERM : EACCES;
+      return EACCES;
     case StatusCode::kInvalidArgument:
-      if (status.server_code() == kFileTooLargeMarker) return EFBIG;
-      return status.server_code() == kTooBigMarker ? E2BIG : EINVAL;
+      return EINVAL;
     case StatusCode::kUnsupported:
       return EOPNOTSUPP;
     case StatusCode::kTransient:
@@ -71,6 +62,14 @@ int ErrnoFromStatus(const Status& status) {
       return ENOTDIR;
     case StatusCode::kTimedOut:
       return EIO;
+    case StatusCode::kNoAttribute:
+      return ENODATA;
+    case StatusCode::kNotPermitted:
+      return EPERM;
+    case StatusCode::kFileTooLarge:
+      return EFBIG;
+    case StatusCode::kTooBig:
+      return E2BIG;
   }
   return EIO;
 }

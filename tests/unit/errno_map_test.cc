@@ -30,6 +30,10 @@ TEST(ErrnoMapTest, EveryCodeHasItsErrno) {
       {StatusCode::kIsDirectory, EISDIR},
       {StatusCode::kNotDirectory, ENOTDIR},
       {StatusCode::kTimedOut, EIO},
+      {StatusCode::kNoAttribute, ENODATA},
+      {StatusCode::kNotPermitted, EPERM},
+      {StatusCode::kFileTooLarge, EFBIG},
+      {StatusCode::kTooBig, E2BIG},
   };
   for (const Case& c : cases) {
     Status s = c.code == StatusCode::kOk ? Status::Ok() : Status(c.code, "m");
@@ -40,6 +44,8 @@ TEST(ErrnoMapTest, EveryCodeHasItsErrno) {
 TEST(ErrnoMapTest, XattrErrorsHaveTheirOwnErrnos) {
   EXPECT_EQ(ErrnoFromStatus(NoXattrError("user.x")), ENODATA);
   EXPECT_EQ(ErrnoFromStatus(ReservedXattrError("user.etag")), EPERM);
+  EXPECT_EQ(ErrnoFromStatus(FileTooLargeError("f")), EFBIG);
+  EXPECT_EQ(ErrnoFromStatus(XattrTooLargeError("x")), E2BIG);
   // A server error code does not turn an ordinary NotFound into ENODATA.
   EXPECT_EQ(ErrnoFromStatus(Status(StatusCode::kNotFound, "m", "NoSuchKey")), ENOENT);
   EXPECT_EQ(ErrnoFromStatus(Status(StatusCode::kPermissionDenied, "m", "AccessDenied")), EACCES);
