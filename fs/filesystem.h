@@ -452,6 +452,8 @@ class Filesystem {
   Entry MakeEntry(const FileAttr& attr, bool exact) const;
   // Attributes of an inode with local (staged) state, or nullopt.
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
+  // The same, for a caller holding inode.mu.
+  static std::optional<FileAttr> LocalAttrLocked(const Inode& inode, uint64_t ino);
   MetaRecord RecordFromInfo(const ObjectInfo& info, bool is_dir) const;
   Status CheckWritable() const;
   // EFBIG (FileTooLargeError) when `size` bytes exceed what the store can keep in one object:
@@ -577,6 +579,10 @@ class Filesystem {
   static void CountOpenLocked(Inode& inode, int flags);
   // Registers a handle counted with CountOpenLocked; returns its number.
   uint64_t AddHandle(std::shared_ptr<Handle> handle);
+
+  // filesystem_dirs.cc: Unlink of `key`, bound to `ino` (0: none) whose state `inode` (null:
+  // none) the caller has locked.
+  Status UnlinkLocked(const std::string& key, uint64_t ino, Inode* inode);
 
   // filesystem_rename.cc
   Status RenameFile(const std::string& from, const std::string& to, const MetaRecord& src);

@@ -5,9 +5,13 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -1239,6 +1243,112 @@ TEST_F(WritebackTest, UnlinkInTheWindowUploadsNothing) {
   EXPECT_EQ(metrics_.put_requests.load(), 0u);
   EXPECT_FALSE(memory_->head("scratch").ok());
   EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
+}
+
+// Whether thread `tid` of this process sleeps in futex(2), as on a mutex another thread holds.
+bool SleepsOnAFutex(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long nr = -1;  // the file says "running" while the thread runs
+  return static_cast<bool>(in >> nr) && nr == SYS_futex;
+}
+
+// An rm racing the upload of the same file: the store's next PUT starts Unlink(kRootIno, name)
+// on a thread of its own and goes on only once that thread is as far as it gets while the PUT is
+// in flight: done, or asleep on a lock (bounded: 10 s).
+class UnlinkDuringPut {
+ public:
+  UnlinkDuringPut(Filesystem& fs, FaultInjectingStore& faults, std::string name) {
+    faults.BeforeNth(StoreOp::kPut, 1, [this, &fs, name] {
+      thread_ = std::thread([this, &fs, name] {
+        tid_ = static_cast<pid_t>(::syscall(SYS_gettid));
+        status_ = fs.Unlink(kRootIno, name);
+        done_ = true;
+        cv_.notify_all();
+      });
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!done_ && !(tid_ != 0 && SleepsOnAFutex(tid_)) &&
+             std::chrono::steady_clock::now() < deadline) {
+        cv_.wait_for(lock, std::chrono::milliseconds(1));
+      }
+    });
+  }
+  ~UnlinkDuringPut() {
+    if (thread_.joinable()) thread_.join();
+  }
+  UnlinkDuringPut(const UnlinkDuringPut&) = delete;
+  UnlinkDuringPut& operator=(const UnlinkDuringPut&) = delete;
+
+  // What Unlink returned, once it has; NotFound if the PUT never came.
+  Status Join() {
+    if (!thread_.joinable()) return NotFoundError("no upload started the unlink");
+    thread_.join();
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  std::atomic<pid_t> tid_{0};
+  std::atomic<bool> done_{false};
+  Status status_;
+};
+
+// rm of a file whose upload was in flight once removed the object and returned, and the PUT,
+// landing after the DELETE, put the removed file back on the server.
+TEST_F(WritebackTest, AnUnlinkDuringTheUploadIsNotUndoneByIt) {
+  PutObject("f", "stored");
+  ASSERT_NO_FATAL_FAILURE(Overwrite(LookupIno(kRootIno, "f"), "closed into the window"));
+  UnlinkDuringPut unlink(*fs_, *faults_, "f");
+  clock_->Advance(std::chrono::seconds(61));
+  EXPECT_TRUE(fs_->UploadDue().ok());
+  Status unlinked = unlink.Join();
+  EXPECT_TRUE(unlinked.ok()) << unlinked.ToString();
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), 1);
+  EXPECT_FALSE(memory_->head("f").ok()) << "the removed file is back: " << memory_->contents("f");
+  EXPECT_EQ(fs_->Lookup(kRootIno, "f").status().code(), StatusCode::kNotFound);
+  // Nor does a crash now bring it back.
+  RecoverImage(CrashImage());
+  EXPECT_FALSE(memory_->head("f").ok());
+}
+
+// The same for a new file: the unlink waited for the upload, then found no staged data and no
+// object it had looked for before, and failed with ENOENT, leaving the uploaded file there.
+TEST_F(WritebackTest, AnUnlinkDuringTheFirstUploadOfANewFileRemovesIt) {
+  WriteAndClose("new", "never stored before");
+  UnlinkDuringPut unlink(*fs_, *faults_, "new");
+  clock_->Advance(std::chrono::seconds(61));
+  EXPECT_TRUE(fs_->UploadDue().ok());
+  Status unlinked = unlink.Join();
+  EXPECT_TRUE(unlinked.ok()) << unlinked.ToString();
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), 1);
+  EXPECT_FALSE(memory_->head("new").ok()) << "the removed file is still there";
+  EXPECT_EQ(fs_->Lookup(kRootIno, "new").status().code(), StatusCode::kNotFound);
+}
+
+// A crash between the DELETE and the forgetting of the staged data once left the closed
+// version's crash record, and the next mount uploaded the removed file again.
+TEST_F(WritebackTest, ACrashDuringAnUnlinkDoesNotBringTheFileBack) {
+  PutObject("f", "stored");
+  ASSERT_NO_FATAL_FAILURE(Overwrite(LookupIno(kRootIno, "f"), "closed into the window"));
+  std::string image;
+  faults_->BeforeNth(StoreOp::kRemove, 1, [&] { image = CrashImage(); });
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "f").ok());
+  ASSERT_FALSE(image.empty());
+  RecoverImage(image);
+  EXPECT_FALSE(memory_->head("f").ok()) << "the removed file is back: " << memory_->contents("f");
+}
+
+// An unlink the store refuses leaves the file as it was, closed version and crash record too.
+TEST_F(WritebackTest, AFailedUnlinkKeepsWhatCloseAccepted) {
+  PutObject("f", "stored");
+  ASSERT_NO_FATAL_FAILURE(Overwrite(LookupIno(kRootIno, "f"), "closed into the window"));
+  faults_->FailNth(StoreOp::kRemove, 1, TransientError("503 SlowDown"));
+  EXPECT_FALSE(fs_->Unlink(kRootIno, "f").ok());
+  EXPECT_EQ(ReadFile(*fs_, LookupIno(kRootIno, "f")), "closed into the window");
+  RecoverImage(CrashImage());  // a crash now uploads it
+  EXPECT_EQ(memory_->contents("f"), "closed into the window");
 }
 
 TEST_F(WritebackTest, AFileOpenAgainIsUploadedAfterItsLastClose) {
