@@ -1013,6 +1013,24 @@ TEST_F(FilesystemTest, UnlinkWhileOpenDiscardsData) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "gone").status().code(), StatusCode::kNotFound);
 }
 
+// cp onto a file that was removed while cp had it open: the server-side copy went to the
+// removed name and brought it back.
+TEST_F(FilesystemTest, CopyFileRangeOntoARemovedFileDoesNotBringItBack) {
+  PutObject("src", "source bytes");
+  auto src = fs_->Open(LookupIno(kRootIno, "src"), O_RDONLY);
+  ASSERT_TRUE(src.ok());
+  auto dst = fs_->Create(kRootIno, "dst", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(dst.ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "dst").ok());
+  auto copied = fs_->CopyFileRange(*src, 0, dst->fh, 0, 12, 0);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(*copied, 12u);
+  EXPECT_TRUE(fs_->Release(dst->fh).ok());
+  EXPECT_TRUE(fs_->Release(*src).ok());
+  EXPECT_FALSE(memory_->head("dst").ok()) << "the removed file is back";
+  EXPECT_EQ(fs_->Lookup(kRootIno, "dst").status().code(), StatusCode::kNotFound);
+}
+
 TEST(EffectiveReadBufferTest, RoundsDownToWholeUnitsOnlyWhenLarger) {
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 0), size_t{1} << 20);
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 261120), size_t{4 * 261120});
