@@ -553,6 +553,9 @@ class Filesystem {
   // written again meanwhile, so that the usual paths own it): logs once all are.
   // REQUIRES: writeback_mu_ not held.
   void RecoveryDone(uint64_t ino);
+  // Logs "recovered N files" once RecoverStaged has taken over every leftover and each of them
+  // is done; at most once per mount. REQUIRES: writeback_mu_ not held.
+  void LogRecovered();
   void WritebackLoop();
   void Log(const std::string& message) const;
   bool writeback() const { return options_.writeback > 0; }
@@ -631,6 +634,9 @@ class Filesystem {
   std::set<uint64_t> recovering_;
   size_t recovered_files_ = 0;
   uint64_t recovered_bytes_ = 0;
+  // RecoverStaged is still taking files over: one done early is not the last (writeback_mu_).
+  bool recovery_adopting_ = false;
+  bool recovery_logged_ = false;  // the "recovered N files" line was logged (writeback_mu_)
 };
 
 }  // namespace objfs

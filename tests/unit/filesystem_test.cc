@@ -1569,6 +1569,74 @@ TEST_F(BackgroundRecoveryTest, UnmountUploadsWhatIsStillPending) {
   EXPECT_EQ(memory_->contents("a"), "recovered a");
   EXPECT_EQ(memory_->contents("d/b"), "recovered b!");
   EXPECT_EQ(StagedDataFiles(image), 0u);
+  // The log says so at unmount too.
+  EXPECT_TRUE(log.Has("recovered 2 files (23 bytes) left by an earlier mount"));
+}
+
+// The line saying that the files an earlier mount left are in the store came as soon as the
+// write-back thread had uploaded the first one taken over, before the next one was: "recovered
+// 1 files", and later again "recovered 3 files". It comes once, when all of them are done,
+// whether uploaded at the first try, after a failed one, or removed before their upload.
+TEST_F(BackgroundRecoveryTest, TheRecoveredLineComesOnceWhenAllAreDone) {
+  for (const char* name : {"a1", "b2", "c3", "d4"}) WriteAndClose(name, std::string(name) + "!");
+  const std::string image = CrashImage();
+  // b2's staged data is a symbolic link (to a copy of it): it is not taken over, and its
+  // log line is the moment between a1's adoption and c3's.
+  const std::string elsewhere = cache_dir_ + "/elsewhere";
+  for (const auto& e : std::filesystem::directory_iterator(image)) {
+    if (e.path().extension() != ".data") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    if (std::string(std::istreambuf_iterator<char>(in), {}) != "b2!") continue;
+    std::filesystem::copy_file(e.path(), elsewhere);
+    std::filesystem::remove(e.path());
+    std::filesystem::create_symlink(elsewhere, e.path());
+  }
+  ASSERT_TRUE(std::filesystem::exists(elsewhere));
+
+  FilesystemOptions o = options_;
+  o.cache_dir = image;
+  o.writeback = 0;
+  o.writeback_thread = false;
+  std::vector<std::string> lines;
+  Filesystem* next = nullptr;
+  o.log = [&](const std::string& line) {
+    lines.push_back(line);
+    // What the write-back thread may do at that moment: upload what is due.
+    if (line.find("staged data of b2 stays in") != std::string::npos) {
+      EXPECT_TRUE(next->UploadDue().ok());
+    }
+  };
+  auto fs = Filesystem::Create(store_, o, &metrics_, clock_);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  next = fs->get();
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(memory_->contents("a1"), "a1!");
+  EXPECT_EQ(next->recovering_files(), 2u);
+
+  ASSERT_TRUE(next->Unlink(kRootIno, "d4").ok());  // before its upload
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
+  EXPECT_FALSE(next->UploadDue().ok());  // c3's fails
+  EXPECT_EQ(next->recovering_files(), 1u);
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(next->UploadDue().ok());  // and is retried
+  EXPECT_EQ(memory_->contents("c3"), "c3!");
+  EXPECT_FALSE(memory_->head("d4").ok());
+  EXPECT_EQ(next->recovering_files(), 0u);
+  ASSERT_TRUE(next->FlushAll().ok());
+
+  std::vector<std::string> recovered;
+  size_t uploading = lines.size();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("left by an earlier mount in the background") != std::string::npos) {
+      uploading = i;
+    }
+    if (lines[i].rfind("recovered ", 0) == 0) {
+      recovered.push_back(lines[i]);
+      EXPECT_GT(i, uploading) << "before the line saying what is uploaded";
+    }
+  }
+  EXPECT_EQ(recovered,
+            std::vector<std::string>{"recovered 3 files (9 bytes) left by an earlier mount"});
 }
 
 TEST_F(BackgroundRecoveryTest, ARenameOrUnlinkBeforeTheUploadIsWhatReachesTheStore) {
