@@ -1013,6 +1013,27 @@ TEST_F(FilesystemTest, UnlinkWhileOpenDiscardsData) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "gone").status().code(), StatusCode::kNotFound);
 }
 
+// fchmod of a file removed while open changed the object of its old name: the metadata of
+// another file made there since.
+TEST_F(FilesystemTest, ChmodOfARemovedOpenFileLeavesTheNewFileOfItsNameAlone) {
+  PutObject("f", "removed");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto fh = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "f").ok());
+  WriteFile(kRootIno, "f", "the new f");
+  const uint64_t copies = metrics_.copy_requests.load();
+  FileAttr attr;
+  attr.mode = 0600;
+  (void)fs_->SetAttr(ino, kSetMode, attr, *fh);
+  EXPECT_EQ(metrics_.copy_requests.load(), copies);
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(memory_->contents("f"), "the new f");
+  EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0644));
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+}
+
 // cp onto a file that was removed while cp had it open: the server-side copy went to the
 // removed name and brought it back.
 TEST_F(FilesystemTest, CopyFileRangeOntoARemovedFileDoesNotBringItBack) {
