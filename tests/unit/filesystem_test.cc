@@ -1296,7 +1296,7 @@ bool SleepsOnAFutex(pid_t tid) {
 // in flight: done, or asleep on a lock (bounded: 10 s).
 class UnlinkDuringPut {
  public:
-  UnlinkDuringPut(Filesystem& fs, FaultInjectingStore& faults, std::string name) {
+  UnlinkDuringPut(Filesystem& fs, FaultInjectingStore& faults, const std::string& name) {
     faults.BeforeNth(StoreOp::kPut, 1, [this, &fs, name] {
       thread_ = std::thread([this, &fs, name] {
         tid_ = static_cast<pid_t>(::syscall(SYS_gettid));
