@@ -340,6 +340,10 @@ Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {
 
 std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
   std::lock_guard<std::mutex> lock(inode.mu);
+  return LocalAttrLocked(inode, ino);
+}
+
+std::optional<FileAttr> Filesystem::LocalAttrLocked(const Inode& inode, uint64_t ino) {
   if (!inode.staged && !inode.pending_metadata) return std::nullopt;
   FileAttr attr = inode.attr;
   attr.ino = ino;

@@ -455,6 +455,8 @@ class Filesystem {
   Entry MakeEntry(const FileAttr& attr, bool exact) const;
   // Attributes of an inode with local (staged) state, or nullopt.
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
+  // The same, for a caller holding inode.mu.
+  static std::optional<FileAttr> LocalAttrLocked(const Inode& inode, uint64_t ino);
   MetaRecord RecordFromInfo(const ObjectInfo& info, bool is_dir) const;
   Status CheckWritable() const;
   // EFBIG (FileTooLargeError) when `size` bytes exceed what the store can keep in one object:
@@ -554,6 +556,9 @@ class Filesystem {
   // written again meanwhile, so that the usual paths own it): logs once all are.
   // REQUIRES: writeback_mu_ not held.
   void RecoveryDone(uint64_t ino);
+  // Logs "recovered N files" once RecoverStaged has taken over every leftover and each of them
+  // is done; at most once per mount. REQUIRES: writeback_mu_ not held.
+  void LogRecovered();
   void WritebackLoop();
   void Log(const std::string& message) const;
   bool writeback() const { return options_.writeback > 0; }
@@ -580,6 +585,10 @@ class Filesystem {
   static void CountOpenLocked(Inode& inode, int flags);
   // Registers a handle counted with CountOpenLocked; returns its number.
   uint64_t AddHandle(std::shared_ptr<Handle> handle);
+
+  // filesystem_dirs.cc: Unlink of `key`, bound to `ino` (0: none) whose state `inode` (null:
+  // none) the caller has locked.
+  Status UnlinkLocked(const std::string& key, uint64_t ino, Inode* inode);
 
   // filesystem_rename.cc
   Status RenameFile(const std::string& from, const std::string& to, const MetaRecord& src);
@@ -628,6 +637,9 @@ class Filesystem {
   std::set<uint64_t> recovering_;
   size_t recovered_files_ = 0;
   uint64_t recovered_bytes_ = 0;
+  // RecoverStaged is still taking files over: one done early is not the last (writeback_mu_).
+  bool recovery_adopting_ = false;
+  bool recovery_logged_ = false;  // the "recovered N files" line was logged (writeback_mu_)
 };
 
 }  // namespace objfs

@@ -105,6 +105,19 @@ Result<FileAttr> Filesystem::MutateMetadata(
     Bump(metrics_->metadata_deferred);
     return attr;
   }
+  if (inode->unlinked) {
+    // Removed while open: no object is this file's any more (its old name may be another
+    // file's by now). Only the copy the open handles read has attributes to change.
+    if (!inode->staged) return NotFoundError(key + " was removed");
+    FileAttr attr = inode->attr;
+    Metadata extra = inode->extra_metadata;
+    OBJFS_RETURN_IF_ERROR(mutate(attr, extra));
+    inode->attr = attr;
+    inode->extra_metadata = std::move(extra);
+    attr.ino = ino;
+    attr.size = inode->staged->size();
+    return attr;
+  }
   for (int attempt = 0;; ++attempt) {
     OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
     FileAttr attr = AttrFromRecord(ino, rec);

@@ -61,7 +61,9 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       dst_attr = AttrFromRecord(out->ino, rec);
       dst_extra = WithoutPosixMetadata(rec.metadata);
     }
-    if (src_clean && dst_size == 0 && src.size > 0) {
+    // (A destination removed while open is no object to copy to: its name may be another
+    // file's by now, or nobody's.)
+    if (src_clean && dst_size == 0 && src.size > 0 && !dst.unlinked) {
       Metadata metadata = dst_extra;
       int64_t now = NowNs();
       SetPosixMetadata(dst_attr.mode, dst_attr.uid, dst_attr.gid, now, &metadata);

@@ -81,24 +81,50 @@ Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
 Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
-  uint64_t ino = inodes_.InoOf(key);
-  std::shared_ptr<Inode> inode = ino ? inodes_.Get(ino) : nullptr;
+  for (;;) {
+    uint64_t ino = inodes_.InoOf(key);
+    std::shared_ptr<Inode> inode = ino ? inodes_.Get(ino) : nullptr;
+    // An upload of the file holds its lock from start to end: the removal waits for it, or its
+    // PUT, landing after the DELETE, would bring the file back; an upload after the removal
+    // finds the inode unlinked.
+    std::unique_lock<std::mutex> lock;
+    if (inode != nullptr) lock = std::unique_lock<std::mutex>(inode->mu);
+    if (inodes_.InoOf(key) != ino) continue;  // renamed or replaced while waiting for it
+    return UnlinkLocked(key, ino, inode.get());
+  }
+}
+
+Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* inode) {
   bool local_only = false;
   auto rec = Resolve(key);
   if (!rec.ok()) {
     if (rec.status().code() != StatusCode::kNotFound) return rec.status();
-    if (inode == nullptr || !LocalAttr(*inode, ino)) return rec.status();
+    if (inode == nullptr || !LocalAttrLocked(*inode, ino)) return rec.status();
     local_only = true;  // created here, never uploaded
   } else if (rec->is_dir) {
     return Status(StatusCode::kIsDirectory, key + " is a directory");
   }
-  if (!local_only) OBJFS_RETURN_IF_ERROR(store_->remove(key));
+  if (!local_only) {
+    // No crash record may outlive the object: the next mount would upload the file again.
+    // Should the removal fail, they come back, and with them what close accepted.
+    std::optional<StagedFile::State> staged_state, copy_state;
+    if (inode != nullptr && inode->staged) staged_state = inode->staged->Orphan();
+    if (inode != nullptr && inode->accepted_copy) copy_state = inode->accepted_copy->Orphan();
+    Status removed = store_->remove(key);
+    if (!removed.ok()) {
+      if (inode != nullptr) {
+        Status restored = inode->staged ? inode->staged->Restore(staged_state) : Status::Ok();
+        if (restored.ok() && inode->accepted_copy) {
+          restored = inode->accepted_copy->Restore(copy_state);
+        }
+        if (!restored.ok()) Log("no crash record for " + key + ": " + restored.message());
+      }
+      return removed;
+    }
+  }
   meta_cache_.Invalidate(key);
   ForgetAttributes(key);
-  if (inode != nullptr) {
-    std::lock_guard<std::mutex> lock(inode->mu);
-    DiscardLocked(*inode);
-  }
+  if (inode != nullptr) DiscardLocked(*inode);
   inodes_.Unbind(key);
   return Status::Ok();
 }

@@ -802,6 +802,21 @@ Status Filesystem::FlushAll() {
     Status s = upload.get();
     if (!s.ok() && first.ok()) first = s;
   }
+  // Files taken over from an earlier mount that this uploaded (or that were removed or
+  // uploaded meanwhile) are done: the log says so when they were the last.
+  std::vector<uint64_t> recovering;
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    recovering.assign(recovering_.begin(), recovering_.end());
+  }
+  for (uint64_t ino : recovering) {
+    bool done = true;
+    if (std::shared_ptr<Inode> inode = inodes_.Find(ino)) {
+      std::lock_guard<std::mutex> lock(inode->mu);
+      done = inode->unlinked || !inode->dirty || !inode->staged;
+    }
+    if (done) RecoveryDone(ino);
+  }
   return first;
 }
 
@@ -871,11 +886,24 @@ Status Filesystem::UploadDueFile(uint64_t ino) {
 }
 
 void Filesystem::RecoveryDone(uint64_t ino) {
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    if (recovering_.erase(ino) == 0) return;
+  }
+  LogRecovered();
+}
+
+void Filesystem::LogRecovered() {
   size_t files = 0;
   uint64_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(writeback_mu_);
-    if (recovering_.erase(ino) == 0 || !recovering_.empty()) return;
+    // The write-back thread may upload the first files taken over before the last is: the line
+    // waits for all of them.
+    if (recovery_adopting_ || !recovering_.empty() || recovered_files_ == 0 || recovery_logged_) {
+      return;
+    }
+    recovery_logged_ = true;
     files = recovered_files_;
     bytes = recovered_bytes_;
   }
@@ -1058,6 +1086,10 @@ Status Filesystem::RecoverStaged() {
   // The accepted files are served from cache_dir at once and uploaded in the background: a
   // large backlog would otherwise keep the mount from answering for as long as it uploads.
   size_t adopted = 0;
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    recovery_adopting_ = true;
+  }
   for (const auto& [key, index] : adopt) {
     if (AdoptLeftover(leftovers[index])) ++adopted;
   }
@@ -1074,6 +1106,11 @@ Status Filesystem::RecoverStaged() {
     }
     writeback_cv_.notify_one();
   }
+  {
+    std::lock_guard<std::mutex> lock(writeback_mu_);
+    recovery_adopting_ = false;
+  }
+  LogRecovered();  // all of them may be uploaded already
   return first;
 }
 

@@ -5,9 +5,13 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -1009,6 +1013,45 @@ TEST_F(FilesystemTest, UnlinkWhileOpenDiscardsData) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "gone").status().code(), StatusCode::kNotFound);
 }
 
+// fchmod of a file removed while open changed the object of its old name: the metadata of
+// another file made there since.
+TEST_F(FilesystemTest, ChmodOfARemovedOpenFileLeavesTheNewFileOfItsNameAlone) {
+  PutObject("f", "removed");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto fh = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "f").ok());
+  WriteFile(kRootIno, "f", "the new f");
+  const uint64_t copies = metrics_.copy_requests.load();
+  FileAttr attr;
+  attr.mode = 0600;
+  (void)fs_->SetAttr(ino, kSetMode, attr, *fh);
+  EXPECT_EQ(metrics_.copy_requests.load(), copies);
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(memory_->contents("f"), "the new f");
+  EXPECT_EQ(head->metadata.at("mode"), std::to_string(S_IFREG | 0644));
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+}
+
+// cp onto a file that was removed while cp had it open: the server-side copy went to the
+// removed name and brought it back.
+TEST_F(FilesystemTest, CopyFileRangeOntoARemovedFileDoesNotBringItBack) {
+  PutObject("src", "source bytes");
+  auto src = fs_->Open(LookupIno(kRootIno, "src"), O_RDONLY);
+  ASSERT_TRUE(src.ok());
+  auto dst = fs_->Create(kRootIno, "dst", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(dst.ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "dst").ok());
+  auto copied = fs_->CopyFileRange(*src, 0, dst->fh, 0, 12, 0);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(*copied, 12u);
+  EXPECT_TRUE(fs_->Release(dst->fh).ok());
+  EXPECT_TRUE(fs_->Release(*src).ok());
+  EXPECT_FALSE(memory_->head("dst").ok()) << "the removed file is back";
+  EXPECT_EQ(fs_->Lookup(kRootIno, "dst").status().code(), StatusCode::kNotFound);
+}
+
 TEST(EffectiveReadBufferTest, RoundsDownToWholeUnitsOnlyWhenLarger) {
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 0), size_t{1} << 20);
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 261120), size_t{4 * 261120});
@@ -1241,6 +1284,112 @@ TEST_F(WritebackTest, UnlinkInTheWindowUploadsNothing) {
   EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
 }
 
+// Whether thread `tid` of this process sleeps in futex(2), as on a mutex another thread holds.
+bool SleepsOnAFutex(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long nr = -1;  // the file says "running" while the thread runs
+  return static_cast<bool>(in >> nr) && nr == SYS_futex;
+}
+
+// An rm racing the upload of the same file: the store's next PUT starts Unlink(kRootIno, name)
+// on a thread of its own and goes on only once that thread is as far as it gets while the PUT is
+// in flight: done, or asleep on a lock (bounded: 10 s).
+class UnlinkDuringPut {
+ public:
+  UnlinkDuringPut(Filesystem& fs, FaultInjectingStore& faults, const std::string& name) {
+    faults.BeforeNth(StoreOp::kPut, 1, [this, &fs, name] {
+      thread_ = std::thread([this, &fs, name] {
+        tid_ = static_cast<pid_t>(::syscall(SYS_gettid));
+        status_ = fs.Unlink(kRootIno, name);
+        done_ = true;
+        cv_.notify_all();
+      });
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!done_ && !(tid_ != 0 && SleepsOnAFutex(tid_)) &&
+             std::chrono::steady_clock::now() < deadline) {
+        cv_.wait_for(lock, std::chrono::milliseconds(1));
+      }
+    });
+  }
+  ~UnlinkDuringPut() {
+    if (thread_.joinable()) thread_.join();
+  }
+  UnlinkDuringPut(const UnlinkDuringPut&) = delete;
+  UnlinkDuringPut& operator=(const UnlinkDuringPut&) = delete;
+
+  // What Unlink returned, once it has; NotFound if the PUT never came.
+  Status Join() {
+    if (!thread_.joinable()) return NotFoundError("no upload started the unlink");
+    thread_.join();
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  std::atomic<pid_t> tid_{0};
+  std::atomic<bool> done_{false};
+  Status status_;
+};
+
+// rm of a file whose upload was in flight once removed the object and returned, and the PUT,
+// landing after the DELETE, put the removed file back on the server.
+TEST_F(WritebackTest, AnUnlinkDuringTheUploadIsNotUndoneByIt) {
+  PutObject("f", "stored");
+  ASSERT_NO_FATAL_FAILURE(Overwrite(LookupIno(kRootIno, "f"), "closed into the window"));
+  UnlinkDuringPut unlink(*fs_, *faults_, "f");
+  clock_->Advance(std::chrono::seconds(61));
+  EXPECT_TRUE(fs_->UploadDue().ok());
+  Status unlinked = unlink.Join();
+  EXPECT_TRUE(unlinked.ok()) << unlinked.ToString();
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), 1);
+  EXPECT_FALSE(memory_->head("f").ok()) << "the removed file is back: " << memory_->contents("f");
+  EXPECT_EQ(fs_->Lookup(kRootIno, "f").status().code(), StatusCode::kNotFound);
+  // Nor does a crash now bring it back.
+  RecoverImage(CrashImage());
+  EXPECT_FALSE(memory_->head("f").ok());
+}
+
+// The same for a new file: the unlink waited for the upload, then found no staged data and no
+// object it had looked for before, and failed with ENOENT, leaving the uploaded file there.
+TEST_F(WritebackTest, AnUnlinkDuringTheFirstUploadOfANewFileRemovesIt) {
+  WriteAndClose("new", "never stored before");
+  UnlinkDuringPut unlink(*fs_, *faults_, "new");
+  clock_->Advance(std::chrono::seconds(61));
+  EXPECT_TRUE(fs_->UploadDue().ok());
+  Status unlinked = unlink.Join();
+  EXPECT_TRUE(unlinked.ok()) << unlinked.ToString();
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), 1);
+  EXPECT_FALSE(memory_->head("new").ok()) << "the removed file is still there";
+  EXPECT_EQ(fs_->Lookup(kRootIno, "new").status().code(), StatusCode::kNotFound);
+}
+
+// A crash between the DELETE and the forgetting of the staged data once left the closed
+// version's crash record, and the next mount uploaded the removed file again.
+TEST_F(WritebackTest, ACrashDuringAnUnlinkDoesNotBringTheFileBack) {
+  PutObject("f", "stored");
+  ASSERT_NO_FATAL_FAILURE(Overwrite(LookupIno(kRootIno, "f"), "closed into the window"));
+  std::string image;
+  faults_->BeforeNth(StoreOp::kRemove, 1, [&] { image = CrashImage(); });
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "f").ok());
+  ASSERT_FALSE(image.empty());
+  RecoverImage(image);
+  EXPECT_FALSE(memory_->head("f").ok()) << "the removed file is back: " << memory_->contents("f");
+}
+
+// An unlink the store refuses leaves the file as it was, closed version and crash record too.
+TEST_F(WritebackTest, AFailedUnlinkKeepsWhatCloseAccepted) {
+  PutObject("f", "stored");
+  ASSERT_NO_FATAL_FAILURE(Overwrite(LookupIno(kRootIno, "f"), "closed into the window"));
+  faults_->FailNth(StoreOp::kRemove, 1, TransientError("503 SlowDown"));
+  EXPECT_FALSE(fs_->Unlink(kRootIno, "f").ok());
+  EXPECT_EQ(ReadFile(*fs_, LookupIno(kRootIno, "f")), "closed into the window");
+  RecoverImage(CrashImage());  // a crash now uploads it
+  EXPECT_EQ(memory_->contents("f"), "closed into the window");
+}
+
 TEST_F(WritebackTest, AFileOpenAgainIsUploadedAfterItsLastClose) {
   uint64_t ino = WriteAndClose("busy", "one");
   auto fh = fs_->Open(ino, O_WRONLY | O_APPEND);
@@ -1441,6 +1590,74 @@ TEST_F(BackgroundRecoveryTest, UnmountUploadsWhatIsStillPending) {
   EXPECT_EQ(memory_->contents("a"), "recovered a");
   EXPECT_EQ(memory_->contents("d/b"), "recovered b!");
   EXPECT_EQ(StagedDataFiles(image), 0u);
+  // The log says so at unmount too.
+  EXPECT_TRUE(log.Has("recovered 2 files (23 bytes) left by an earlier mount"));
+}
+
+// The line saying that the files an earlier mount left are in the store came as soon as the
+// write-back thread had uploaded the first one taken over, before the next one was: "recovered
+// 1 files", and later again "recovered 3 files". It comes once, when all of them are done,
+// whether uploaded at the first try, after a failed one, or removed before their upload.
+TEST_F(BackgroundRecoveryTest, TheRecoveredLineComesOnceWhenAllAreDone) {
+  for (const char* name : {"a1", "b2", "c3", "d4"}) WriteAndClose(name, std::string(name) + "!");
+  const std::string image = CrashImage();
+  // b2's staged data is a symbolic link (to a copy of it): it is not taken over, and its
+  // log line is the moment between a1's adoption and c3's.
+  const std::string elsewhere = cache_dir_ + "/elsewhere";
+  for (const auto& e : std::filesystem::directory_iterator(image)) {
+    if (e.path().extension() != ".data") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    if (std::string(std::istreambuf_iterator<char>(in), {}) != "b2!") continue;
+    std::filesystem::copy_file(e.path(), elsewhere);
+    std::filesystem::remove(e.path());
+    std::filesystem::create_symlink(elsewhere, e.path());
+  }
+  ASSERT_TRUE(std::filesystem::exists(elsewhere));
+
+  FilesystemOptions o = options_;
+  o.cache_dir = image;
+  o.writeback = 0;
+  o.writeback_thread = false;
+  std::vector<std::string> lines;
+  Filesystem* next = nullptr;
+  o.log = [&](const std::string& line) {
+    lines.push_back(line);
+    // What the write-back thread may do at that moment: upload what is due.
+    if (line.find("staged data of b2 stays in") != std::string::npos) {
+      EXPECT_TRUE(next->UploadDue().ok());
+    }
+  };
+  auto fs = Filesystem::Create(store_, o, &metrics_, clock_);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  next = fs->get();
+  ASSERT_TRUE(next->RecoverStaged().ok());
+  EXPECT_EQ(memory_->contents("a1"), "a1!");
+  EXPECT_EQ(next->recovering_files(), 2u);
+
+  ASSERT_TRUE(next->Unlink(kRootIno, "d4").ok());  // before its upload
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
+  EXPECT_FALSE(next->UploadDue().ok());  // c3's fails
+  EXPECT_EQ(next->recovering_files(), 1u);
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(next->UploadDue().ok());  // and is retried
+  EXPECT_EQ(memory_->contents("c3"), "c3!");
+  EXPECT_FALSE(memory_->head("d4").ok());
+  EXPECT_EQ(next->recovering_files(), 0u);
+  ASSERT_TRUE(next->FlushAll().ok());
+
+  std::vector<std::string> recovered;
+  size_t uploading = lines.size();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("left by an earlier mount in the background") != std::string::npos) {
+      uploading = i;
+    }
+    if (lines[i].rfind("recovered ", 0) == 0) {
+      recovered.push_back(lines[i]);
+      EXPECT_GT(i, uploading) << "before the line saying what is uploaded";
+    }
+  }
+  EXPECT_EQ(recovered,
+            std::vector<std::string>{"recovered 3 files (9 bytes) left by an earlier mount"});
 }
 
 TEST_F(BackgroundRecoveryTest, ARenameOrUnlinkBeforeTheUploadIsWhatReachesTheStore) {
