@@ -1009,6 +1009,21 @@ TEST_F(FilesystemTest, UnlinkWhileOpenDiscardsData) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "gone").status().code(), StatusCode::kNotFound);
 }
 
+// As on a local file system: a file removed while still open no longer holds its directory.
+TEST_F(FilesystemTest, RmDirOfDirectoryWhoseOnlyFileWasRemovedWhileOpen) {
+  auto dir = fs_->MkDir(kRootIno, "d", 0755);
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  auto created = fs_->Create(dir->attr.ino, "f", 0644, O_RDWR | O_CREAT);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("unsaved")).ok());
+  ASSERT_TRUE(fs_->Unlink(dir->attr.ino, "f").ok());
+  Status removed = fs_->RmDir(kRootIno, "d");
+  EXPECT_TRUE(removed.ok()) << removed.ToString();
+  EXPECT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_EQ(fs_->Lookup(kRootIno, "d").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(memory_->object_count(), 0u);
+}
+
 TEST(EffectiveReadBufferTest, RoundsDownToWholeUnitsOnlyWhenLarger) {
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 0), size_t{1} << 20);
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 261120), size_t{4 * 261120});
