@@ -82,6 +82,12 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   {
     std::lock_guard<std::mutex> lock(inode->mu);
     if (!inode->staged || !inode->dirty || inode->unlinked) return std::nullopt;
+    // Being written with no version a close accepted: a crash would upload nothing under the
+    // new name, while the rename removes the stored version under the old one (and drops a
+    // pending target). The store renames it instead, as without a window.
+    if (inode->staged->state() != StagedFile::State::kAccepted && !inode->accepted_copy) {
+      return std::nullopt;
+    }
   }
   // The target, as the cache knows it (like a lookup would).
   uint64_t old = inodes_.InoOf(to);

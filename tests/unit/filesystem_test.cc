@@ -1303,6 +1303,26 @@ TEST_F(WritebackTest, AReplacedTargetStillOpenIsNotRecoveredOverTheNewFile) {
   ASSERT_TRUE(fs_->Release(*reader).ok());
 }
 
+// A stored file renamed while being written (no close since): the rename removes its old name
+// from the store, so a crash must find it under the new one. Renamed only here, it would be
+// under neither: its stored version gone, and its data never accepted (set aside).
+TEST_F(WritebackTest, AFileRenamedWhileBeingWrittenSurvivesACrashUnderItsNewName) {
+  uint64_t ino = WriteAndClose("c", "accepted");
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  ASSERT_EQ(memory_->contents("c"), "accepted");
+  auto fh = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("being written")).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "c", kRootIno, "d", 0).ok());
+  RecoverImage(CrashImage());
+  EXPECT_FALSE(memory_->head("c").ok());
+  ASSERT_TRUE(memory_->head("d").ok()) << "the file is under neither name after the crash";
+  const std::string content = memory_->contents("d");
+  EXPECT_TRUE(content == "accepted" || content == "being written") << content;
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+}
+
 TEST_F(WritebackTest, AChmodInTheWindowSurvivesACrash) {
   uint64_t ino = WriteAndClose("f", "data");
   FileAttr attr;
