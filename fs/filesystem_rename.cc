@@ -70,6 +70,13 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
         if (obj.key != list.prefix) return NotEmptyError(to + " is not empty");
       }
       if (!listing.common_prefixes.empty()) return NotEmptyError(to + " is not empty");
+      // Nor may it hold files created here and not uploaded yet.
+      for (const auto& [ino, inode] : inodes_.WithLocalData(to)) {
+        auto child = inodes_.KeyOf(ino);
+        if (child && *child != to && inodes_.InoOf(*child) == ino) {
+          return NotEmptyError(to + " is not empty");
+        }
+      }
       if (dst->has_object) OBJFS_RETURN_IF_ERROR(store_->remove(list.prefix));
     }
   }

@@ -1024,6 +1024,20 @@ TEST_F(FilesystemTest, RmDirOfDirectoryWhoseOnlyFileWasRemovedWhileOpen) {
   EXPECT_EQ(memory_->object_count(), 0u);
 }
 
+// A file created and not uploaded yet is in its directory as much as a stored one.
+TEST_F(FilesystemTest, RenameOntoADirectoryHoldingAnUnsavedFileIsNotEmpty) {
+  ASSERT_TRUE(fs_->MkDir(kRootIno, "a", 0755).ok());
+  auto c = fs_->MkDir(kRootIno, "c", 0755);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto created = fs_->Create(c->attr.ino, "f", 0644, O_RDWR | O_CREAT);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(fs_->Rename(kRootIno, "a", kRootIno, "c", 0).code(), StatusCode::kNotEmpty);
+  EXPECT_TRUE(memory_->head("a/").ok());
+  EXPECT_TRUE(memory_->head("c/").ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_TRUE(memory_->head("c/f").ok());
+}
+
 TEST(EffectiveReadBufferTest, RoundsDownToWholeUnitsOnlyWhenLarger) {
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 0), size_t{1} << 20);
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 261120), size_t{4 * 261120});
