@@ -262,7 +262,8 @@ struct Config {
 
 // Known: a handle opened without O_TRUNC on a stored file, which nothing has written
 // yet, cannot write (or ftruncate) once the file is removed: its content is fetched from the
-// store at the first write, and the object is gone (NotFound, ENOENT). The data of a removed file
+// store by name at the first write, and the object is gone (NotFound, ENOENT), or the name is
+// another file's or a directory's now. The data of a removed file
 // is discarded at its last close anyway, so nothing is lost; the model lets such a write fail
 // unless OBJFS_MODEL_STRICT_UNLINKED is set.
 bool KnownUnlinkedWriteFailureAllowed() {
@@ -588,7 +589,9 @@ Result<uint64_t> ModelRun::Ino(const std::string& path) {
 }
 
 bool KnownUnlinkedWriteFailure(const FileModel& f, const Status& s) {
-  return f.unlinked && s.code() == StatusCode::kNotFound && KnownUnlinkedWriteFailureAllowed();
+  // (IsDirectory when a directory took the name since: the content is looked for by name.)
+  return f.unlinked && KnownUnlinkedWriteFailureAllowed() &&
+         (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kIsDirectory);
 }
 
 std::string Failed(const std::string& what, const Status& s) {
