@@ -22,8 +22,8 @@
 // (no open handle, no unsaved data, no held change): last writer wins, and what the mount
 // shows after the cache's timeouts is theirs.
 //
-// Environment: OBJFS_MODEL_RUNS (sequences per personality, default 150), OBJFS_MODEL_SEED
-// (first seed, default 1), OBJFS_MODEL_OPS (operations per sequence, default 70),
+// Environment: OBJFS_MODEL_RUNS (sequences per personality, default 120), OBJFS_MODEL_SEED
+// (first seed, default 1), OBJFS_MODEL_OPS (operations per sequence, default 60),
 // OBJFS_MODEL_SKIP (comma-separated op kinds not to generate: crash, external, rename, ...).
 // tools/model-test.sh runs the long mode.
 #include <fcntl.h>
@@ -263,7 +263,7 @@ struct Config {
 // Known: a handle opened without O_TRUNC on a stored file, which nothing has written
 // yet, cannot write (or ftruncate) once the file is removed: its content is fetched from the
 // store by name at the first write, and the object is gone (NotFound, ENOENT), or the name is
-// another file's or a directory's now. The data of a removed file
+// another file's, a link's or a directory's now (EISDIR, ESTALE). The data of a removed file
 // is discarded at its last close anyway, so nothing is lost; the model lets such a write fail
 // unless OBJFS_MODEL_STRICT_UNLINKED is set.
 bool KnownUnlinkedWriteFailureAllowed() {
@@ -297,6 +297,8 @@ struct FileModel {
   // copy (a rename) gives it a new one.
   bool mtime_from_store = false;
   bool dirty = false;      // data not in the store (or not accepted)
+  bool staged = false;     // objfs holds a copy in cache_dir (unsaved, or kept for handles)
+  bool accepted = false;   // a close into the write-back window accepted a version not uploaded
   bool meta_held = false;  // a metadata change waits (metadata_delay)
   bool unlinked = false;
   int handles = 0;
@@ -429,6 +431,17 @@ class ModelRun {
   // Compares everything the mount shows with the model.
   std::string Check();
 
+  // The model's crash states, for OBJFS_MODEL_VERBOSE.
+  std::string DumpCrashStates() {
+    std::string out;
+    for (const auto& [path, states] : crash_) {
+      out += "    " + path + ":";
+      for (const Snap& st : states) out += " [" + Show(st) + "]";
+      out += "\n";
+    }
+    return out;
+  }
+
   // The generator's view of the model.
   const std::map<std::string, Node>& nodes() const { return nodes_; }
   bool SlotOpen(int slot) const { return slots_[slot].open; }
@@ -523,6 +536,8 @@ class ModelRun {
   }
   void Uploaded(FileModel& f) {
     f.dirty = false;
+    f.accepted = false;
+    if (f.handles == 0) f.staged = false;
     f.meta_held = false;
     f.due.reset();
     if (auto path = PathOf(f)) Durable(*path);
@@ -531,10 +546,12 @@ class ModelRun {
   void CloseModel(FileModel& f, bool writer) {
     f.handles--;
     if (writer) f.writers--;
+    if (f.handles == 0 && !f.dirty) f.staged = false;
     if (f.unlinked || !f.dirty) return;
     if (!writer && (f.writers > 0 || f.due)) return;
     if (config_.writeback > 0) {
       if (!f.due) f.due = Now() + static_cast<int64_t>(config_.writeback * kNsPerSec);
+      f.accepted = true;
       if (auto path = PathOf(f)) Durable(*path);
     } else {
       Uploaded(f);
@@ -591,7 +608,8 @@ Result<uint64_t> ModelRun::Ino(const std::string& path) {
 bool KnownUnlinkedWriteFailure(const FileModel& f, const Status& s) {
   // (IsDirectory when a directory took the name since: the content is looked for by name.)
   return f.unlinked && KnownUnlinkedWriteFailureAllowed() &&
-         (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kIsDirectory);
+         (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kIsDirectory ||
+          s.code() == StatusCode::kPreconditionFailed);
 }
 
 std::string Failed(const std::string& what, const Status& s) {
@@ -662,15 +680,18 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
           f->mtime_lo = t0;
           f->mtime_hi = t1;
           f->dirty = true;
+          f->staged = true;
           nodes_[op.path] = FileNode(f);
         } else {
           f = node->file;
-          if (trunc) {
+          // O_TRUNC of a file whose staged copy is empty already changes nothing.
+          if (trunc && (!f->staged || !f->data.empty())) {
             if (!f->data.empty()) f->mtime_lo = t0;
             f->mtime_from_store = false;
             f->mtime_hi = t1;
             f->data.clear();
             f->dirty = true;
+            f->staged = true;
             f->meta_held = false;  // carried by the upload
           }
         }
@@ -694,6 +715,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         f.mtime_from_store = false;
         f.mtime_hi = WallNs();
         f.dirty = true;
+        f.staged = true;
         f.meta_held = false;
         return "";
       }
@@ -746,6 +768,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         f->mtime_from_store = false;
         f->mtime_hi = WallNs();
         f->dirty = true;
+        f->staged = true;
         f->meta_held = false;
         if (f->handles == 0) {
           Uploaded(*f);
@@ -805,8 +828,10 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         // With a write-back window an unsaved file is renamed where it is, and the store learns
         // of it with its upload: until then a crash may leave the target as it was, as a local
         // file system may before the rename reaches its disk.
-        const bool local =
-            !dir && config_.writeback > 0 && node->kind == Kind::kFile && node->file->dirty;
+        // (Only a file with a version a close accepted: one being written since its creation or
+        // its last upload is renamed in the store.)
+        const bool local = !dir && config_.writeback > 0 && node->kind == Kind::kFile &&
+                           node->file->dirty && node->file->accepted;
         const std::vector<Snap> target_states = CrashOf(op.path2);
         std::map<std::string, std::vector<Snap>> moved_crash;
         for (const std::string& p : moving) {
@@ -826,10 +851,12 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
             // The copy (or the directory's flush) takes unsaved data and held changes along;
             // with a write-back window an unsaved file's pending upload takes the new name.
             if (f.mtime_from_store && !config_.sftp) f.mtime_hi = WallNs();
-            if (dir || config_.writeback == 0 || !f.dirty) {
+            if (!local) {
               f.dirty = false;
+              f.accepted = false;
               f.meta_held = false;
               f.due.reset();
+              if (f.handles == 0) f.staged = false;
             }
           }
           nodes_[q] = n;
@@ -998,6 +1025,7 @@ std::string ModelRun::MetadataChange(const Op& op, bool* applied) {
     if (config_.writeback > 0 && f.handles == 0) {
       // A closed file in the write-back window is accepted again with the change.
       if (!f.due) f.due = Now() + static_cast<int64_t>(config_.writeback * kNsPerSec);
+      f.accepted = true;
       Durable(op.path);
     } else {
       AddMetadataVariants(op.path);
@@ -1502,6 +1530,10 @@ class ModelTest : public ::testing::Test {
         bool applied = false;
         std::string e = run.Apply(ops[i], &applied);
         if (e.empty() && applied) e = run.Check();
+        if (std::getenv("OBJFS_MODEL_VERBOSE") != nullptr) {
+          std::printf("%s%s\n%s", Describe(ops[i]).c_str(), applied ? "" : " (skipped)",
+                      run.DumpCrashStates().c_str());
+        }
         if (!e.empty()) failure = Failure{i, e};
       }
     }
@@ -1558,9 +1590,9 @@ class ModelTest : public ::testing::Test {
     const char* runs_env = std::getenv("OBJFS_MODEL_RUNS");
     const char* seed_env = std::getenv("OBJFS_MODEL_SEED");
     const char* ops_env = std::getenv("OBJFS_MODEL_OPS");
-    const uint64_t runs = runs_env ? std::strtoull(runs_env, nullptr, 10) : 150;
+    const uint64_t runs = runs_env ? std::strtoull(runs_env, nullptr, 10) : 120;
     const uint64_t first = seed_env ? std::strtoull(seed_env, nullptr, 10) : 1;
-    const size_t count = ops_env ? std::strtoull(ops_env, nullptr, 10) : 70;
+    const size_t count = ops_env ? std::strtoull(ops_env, nullptr, 10) : 60;
     const std::set<std::string> skip = SkippedKinds();
     for (uint64_t seed = first; seed < first + runs; ++seed) {
       const Config config = ConfigFor(seed, sftp);
