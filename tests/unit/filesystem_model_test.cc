@@ -233,7 +233,8 @@ std::string Describe(const Op& op) {
       break;
     case Op::kExternalPut:
       s << "another client puts " << op.path << " (" << op.size << " bytes, seed " << op.value
-        << (op.flags & 1 ? ", mode 0600 mtime 1700000000" : ", no metadata") << ")";
+        << (op.flags & 1 ? ", mode 0600 mtime 1700000000" : ", no metadata")
+        << (op.flags & 2 ? ", even over a busy file" : "") << ")";
       break;
     case Op::kExternalDelete:
       s << "another client deletes " << op.path;
@@ -296,9 +297,16 @@ struct FileModel {
   // Its mtime is the object's Last-Modified (another client's put without s3fs metadata): an S3
   // copy (a rename) gives it a new one.
   bool mtime_from_store = false;
-  bool dirty = false;      // data not in the store (or not accepted)
-  bool staged = false;     // objfs holds a copy in cache_dir (unsaved, or kept for handles)
-  bool accepted = false;   // a close into the write-back window accepted a version not uploaded
+  bool dirty = false;     // data not in the store (or not accepted)
+  bool staged = false;    // objfs holds a copy in cache_dir (unsaved, or kept for handles)
+  bool accepted = false;  // a close into the write-back window accepted a version not uploaded
+  // Another client's object put over this clean file while its handles kept a copy here: the
+  // name shows it once that copy goes (ContestedPut).
+  std::shared_ptr<FileModel> theirs;
+  // The store has an object at this file's name that its pending upload replaces (objfs's
+  // Inode::in_store), and, when another client put it over our unsaved data, that object.
+  bool in_store = false;
+  std::shared_ptr<FileModel> theirs_in_store;
   bool meta_held = false;  // a metadata change waits (metadata_delay)
   bool unlinked = false;
   int handles = 0;
@@ -535,6 +543,8 @@ class ModelRun {
     for (const Snap& s : add) AddCandidate(path, s);
   }
   void Uploaded(FileModel& f) {
+    f.in_store = true;
+    f.theirs_in_store.reset();
     f.dirty = false;
     f.accepted = false;
     if (f.handles == 0) f.staged = false;
@@ -546,7 +556,17 @@ class ModelRun {
   void CloseModel(FileModel& f, bool writer) {
     f.handles--;
     if (writer) f.writers--;
-    if (f.handles == 0 && !f.dirty) f.staged = false;
+    if (f.handles == 0 && !f.dirty) {
+      f.staged = false;
+      if (f.theirs != nullptr) {
+        if (auto path = PathOf(f)) {
+          std::shared_ptr<FileModel> theirs = std::move(f.theirs);
+          f.unlinked = true;
+          nodes_[*path] = FileNode(theirs);
+          return;
+        }
+      }
+    }
     if (f.unlinked || !f.dirty) return;
     if (!writer && (f.writers > 0 || f.due)) return;
     if (config_.writeback > 0) {
@@ -564,6 +584,13 @@ class ModelRun {
   }
   int64_t Now() const { return clock_->now().count(); }
   std::string AdvanceModel(uint64_t ms);
+  // Another client's put of a name whose file has open handles or unsaved data here. The rule:
+  // the last writer at upload time wins. Unsaved data here is ours to upload (the mount keeps
+  // showing it, and a version a close accepted is uploaded by the next mount after a crash);
+  // a crash before our upload leaves theirs, never the object they replaced. A clean file kept
+  // in cache_dir for its handles shows what it had until its last close; one not kept shows
+  // theirs, and a writer's first write goes onto theirs.
+  std::string ContestedPut(const Op& op, int64_t t0);
   std::string MetadataChange(const Op& op, bool* applied);
   std::string Crash();
   // Everything the mount shows, path -> state, through lookups and listings.
@@ -692,6 +719,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
             f->data.clear();
             f->dirty = true;
             f->staged = true;
+            f->theirs.reset();
             f->meta_held = false;  // carried by the upload
           }
         }
@@ -716,6 +744,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         f.mtime_hi = WallNs();
         f.dirty = true;
         f.staged = true;
+        f.theirs.reset();
         f.meta_held = false;
         return "";
       }
@@ -736,7 +765,10 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         *applied = true;
         Status s = fs_->Fsync(slot.fh, false);
         if (!s.ok()) return Failed("fsync", s);
-        if (!slot.file->unlinked) Uploaded(*slot.file);
+        // (A clean file has nothing to upload: the store may hold another client's object.)
+        if (!slot.file->unlinked && (slot.file->dirty || slot.file->meta_held)) {
+          Uploaded(*slot.file);
+        }
         return "";
       }
       case Op::kTruncate:
@@ -769,6 +801,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         f->mtime_hi = WallNs();
         f->dirty = true;
         f->staged = true;
+        f->theirs.reset();
         f->meta_held = false;
         if (f->handles == 0) {
           Uploaded(*f);
@@ -833,6 +866,15 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         const bool local = !dir && config_.writeback > 0 && node->kind == Kind::kFile &&
                            node->file->dirty && node->file->accepted;
         const std::vector<Snap> target_states = CrashOf(op.path2);
+        // Another client's object under the unsaved file stays where it is when the file moves
+        // in cache_dir only, unless the file had replaced a stored one (whose removal takes it).
+        std::shared_ptr<FileModel> left_behind;
+        if (local && !node->file->in_store) left_behind = node->file->theirs_in_store;
+        if (local) {
+          node->file->in_store =
+              target != nullptr && (target->kind == Kind::kLink || target->file->in_store);
+        }
+        if (node->kind == Kind::kFile) node->file->theirs_in_store.reset();
         std::map<std::string, std::vector<Snap>> moved_crash;
         for (const std::string& p : moving) {
           const std::string q = op.path2 + p.substr(op.path.size());
@@ -862,6 +904,11 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
           nodes_[q] = n;
         }
         for (auto& [q, states] : moved_crash) crash_[q] = states;
+        if (left_behind != nullptr) {
+          nodes_[op.path] = FileNode(left_behind);
+          left_behind->in_store = true;
+          Durable(op.path);
+        }
         return "";
       }
       case Op::kUnlink: {
@@ -930,9 +977,16 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
       }
       case Op::kExternalPut:
       case Op::kExternalDelete: {
-        if (!IsDir(ParentOf(op.path)) || IsDir(op.path) || !Quiescent(op.path)) return "";
+        if (!IsDir(ParentOf(op.path)) || IsDir(op.path)) return "";
         if (op.kind == Op::kExternalDelete && node == nullptr) return "";
+        const bool busy = !Quiescent(op.path);
+        // A put over a file with something pending here (flag 2): see ContestedPut. Not over a
+        // held metadata change (its size and the object's part ways until it is applied).
+        if (busy && (op.kind != Op::kExternalPut || (op.flags & 2) == 0 || node->file->meta_held)) {
+          return "";
+        }
         *applied = true;
+        if (busy) return ContestedPut(op, t0);
         if (op.kind == Op::kExternalPut) {
           const std::string data = Pattern(op.value, op.size);
           PutOptions put;
@@ -947,6 +1001,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
           f->mtime_lo = (op.flags & 1) ? 1700000000 * kNsPerSec : t0;
           f->mtime_hi = (op.flags & 1) ? 1700000000 * kNsPerSec : WallNs();
           f->mtime_from_store = (op.flags & 1) == 0;
+          f->in_store = true;
           if (node != nullptr && node->kind == Kind::kFile) node->file->unlinked = true;
           nodes_[op.path] = FileNode(f);
           Durable(op.path);
@@ -973,11 +1028,65 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
   return result;
 }
 
+std::string ModelRun::ContestedPut(const Op& op, int64_t t0) {
+  const std::string data = Pattern(op.value, op.size);
+  PutOptions put;
+  if (op.flags & 1) {
+    put.metadata = {{"mode", std::to_string(S_IFREG | 0600)}, {"mtime", "1700000000"}};
+  }
+  auto r = memory_->put(op.path, MemorySource(data), put);
+  if (!r.ok()) return Failed("the other client's put", r.status());
+  auto theirs = NewFile();
+  theirs->data = data;
+  theirs->perms = (op.flags & 1) ? 0600 : 0644;
+  theirs->mtime_lo = (op.flags & 1) ? 1700000000 * kNsPerSec : t0;
+  theirs->mtime_hi = (op.flags & 1) ? 1700000000 * kNsPerSec : WallNs();
+  theirs->mtime_from_store = (op.flags & 1) == 0;
+  theirs->in_store = true;
+  Snap their_snap;
+  their_snap.present = true;
+  their_snap.data = theirs->data;
+  their_snap.perms = theirs->perms;
+  their_snap.uid = kUid;
+  their_snap.gid = kGid;
+  their_snap.id = theirs->id;
+  FileModel& f = *nodes_.at(op.path).file;
+  std::vector<Snap> states = {their_snap};
+  if (f.dirty) {
+    f.theirs_in_store = theirs;
+    // Ours wins at its upload; until then only a version a close accepted outlives a crash.
+    if (f.accepted) {
+      for (const Snap& st : CrashOf(op.path)) {
+        if (st.present && st.id == f.id) states.push_back(st);
+      }
+    }
+  } else if (f.staged) {
+    f.theirs = theirs;  // shown once the last handle closes
+  } else {
+    // Nothing of ours to keep: the handles' file is theirs now.
+    const uint64_t id = f.id;
+    const int handles = f.handles;
+    const int writers = f.writers;
+    f = *theirs;
+    f.id = id;
+    f.handles = handles;
+    f.writers = writers;
+    states[0].id = id;
+  }
+  crash_[op.path] = states;
+  return AdvanceModel(1500);
+}
+
 std::string ModelRun::MetadataChange(const Op& op, bool* applied) {
   auto it = nodes_.find(op.path);
   if (it == nodes_.end() || it->second.kind == Kind::kLink) return "";
   Node& node = it->second;
   if (op.kind == Op::kSetXattr && node.kind != Kind::kFile) return "";
+  // (Over another client's object shown only after the last close, a held change is left out.)
+  if (node.kind == Kind::kFile && node.file->theirs != nullptr && !config_.sftp &&
+      config_.metadata_delay > 0) {
+    return "";
+  }
   *applied = true;
   auto ino = Ino(op.path);
   if (!ino.ok()) return Failed("lookup " + op.path, ino.status());
@@ -1006,21 +1115,46 @@ std::string ModelRun::MetadataChange(const Op& op, bool* applied) {
     return "";
   }
   FileModel& f = *node.file;
-  f.mtime_from_store = false;  // the change writes the mtime it shows into the metadata
-  switch (op.kind) {
-    case Op::kChmod:
-      f.perms = op.value;
-      break;
-    case Op::kChown:
-      f.uid = f.gid = op.value;
-      break;
-    case Op::kUtimens:
-      f.mtime_lo = f.mtime_hi = static_cast<int64_t>(op.value) * kNsPerSec;
-      break;
-    default:
-      f.xattrs[op.path2] = "v" + std::to_string(op.value);
-      break;
+  auto change = [&](FileModel& m) {
+    m.mtime_from_store = false;  // the change writes the mtime it shows into the metadata
+    switch (op.kind) {
+      case Op::kChmod:
+        m.perms = op.value;
+        break;
+      case Op::kChown:
+        m.uid = m.gid = op.value;
+        break;
+      case Op::kUtimens:
+        m.mtime_lo = m.mtime_hi = static_cast<int64_t>(op.value) * kNsPerSec;
+        break;
+      default:
+        m.xattrs[op.path2] = "v" + std::to_string(op.value);
+        break;
+    }
+  };
+  if (f.theirs != nullptr) {
+    // The change goes to the stored object, theirs, and the copy kept for the handles shows
+    // its metadata until it goes.
+    FileModel& t = *f.theirs;
+    change(t);
+    f.perms = t.perms;
+    f.uid = t.uid;
+    f.gid = t.gid;
+    f.mtime_lo = t.mtime_lo;
+    f.mtime_hi = t.mtime_hi;
+    f.xattrs = t.xattrs;
+    Snap st;
+    st.present = true;
+    st.data = t.data;
+    st.perms = t.perms;
+    st.uid = t.uid;
+    st.gid = t.gid;
+    st.xattrs = t.xattrs;
+    st.id = t.id;
+    crash_[op.path] = {st};
+    return "";
   }
+  change(f);
   if (f.dirty) {
     if (config_.writeback > 0 && f.handles == 0) {
       // A closed file in the write-back window is accepted again with the change.
@@ -1352,6 +1486,7 @@ std::string ModelRun::Crash() {
       f->mtime_lo = f->mtime_hi = static_cast<int64_t>(s.id);
       auto head = memory_->head(path);
       f->mtime_from_store = head.ok() && head->metadata.count("mtime") == 0;
+      f->in_store = true;
       n.file = f;
     }
     nodes_[path] = n;
@@ -1477,7 +1612,7 @@ Op Generate(std::mt19937_64& rng, const ModelRun& run, const std::set<std::strin
     case Op::kExternalPut:
       op.size = rng() % 200;
       op.value = static_cast<uint32_t>(rng() % 1000);
-      op.flags = rng() % 2;
+      op.flags = static_cast<int>(rng() % 4);
       break;
     case Op::kAdvance:
       op.size = std::vector<uint64_t>{300, 1200, 6000}[rng() % 3];
