@@ -22,7 +22,7 @@
 // (no open handle, no unsaved data, no held change): last writer wins, and what the mount
 // shows after the cache's timeouts is theirs.
 //
-// Environment: OBJFS_MODEL_RUNS (sequences per personality, default 120), OBJFS_MODEL_SEED
+// Environment: OBJFS_MODEL_RUNS (sequences per personality, default 100), OBJFS_MODEL_SEED
 // (first seed, default 1), OBJFS_MODEL_OPS (operations per sequence, default 60),
 // OBJFS_MODEL_SKIP (comma-separated op kinds not to generate: crash, external, rename, ...).
 // tools/model-test.sh runs the long mode.
@@ -849,11 +849,15 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         }
         if (!s.ok()) return Failed("rename", s);
         // The model: every name at or under `from` moves; a replaced target goes.
+        const bool target_in_store =
+            target != nullptr && (target->kind == Kind::kLink ||
+                                  (target->kind == Kind::kFile && target->file->in_store));
         if (target != nullptr && target->kind == Kind::kFile) {
           target->file->unlinked = true;
           target->file->due.reset();
         }
         nodes_.erase(op.path2);
+        target = nullptr;
         std::vector<std::string> moving;
         for (const auto& [p, n] : nodes_) {
           if (p == op.path || Under(p, op.path)) moving.push_back(p);
@@ -870,10 +874,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         // in cache_dir only, unless the file had replaced a stored one (whose removal takes it).
         std::shared_ptr<FileModel> left_behind;
         if (local && !node->file->in_store) left_behind = node->file->theirs_in_store;
-        if (local) {
-          node->file->in_store =
-              target != nullptr && (target->kind == Kind::kLink || target->file->in_store);
-        }
+        if (local) node->file->in_store = target_in_store;
         if (node->kind == Kind::kFile) node->file->theirs_in_store.reset();
         std::map<std::string, std::vector<Snap>> moved_crash;
         for (const std::string& p : moving) {
@@ -1725,7 +1726,7 @@ class ModelTest : public ::testing::Test {
     const char* runs_env = std::getenv("OBJFS_MODEL_RUNS");
     const char* seed_env = std::getenv("OBJFS_MODEL_SEED");
     const char* ops_env = std::getenv("OBJFS_MODEL_OPS");
-    const uint64_t runs = runs_env ? std::strtoull(runs_env, nullptr, 10) : 120;
+    const uint64_t runs = runs_env ? std::strtoull(runs_env, nullptr, 10) : 100;
     const uint64_t first = seed_env ? std::strtoull(seed_env, nullptr, 10) : 1;
     const size_t count = ops_env ? std::strtoull(ops_env, nullptr, 10) : 60;
     const std::set<std::string> skip = SkippedKinds();
