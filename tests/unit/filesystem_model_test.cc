@@ -164,7 +164,6 @@ const char* KindName(Op::Kind k) {
     case Op::kSymlink:
       return "symlink";
     case Op::kExternalPut:
-      return "external";
     case Op::kExternalDelete:
       return "external";
     case Op::kAdvance:
@@ -1199,8 +1198,11 @@ Result<std::string> ModelRun::ReadWhole(uint64_t ino) {
   return out;
 }
 
-std::string ModelRun::CheckFile(const std::string& path, uint64_t ino, const Entry& e,
-                                std::shared_ptr<FileModel> f) {
+// `f` by value: the reader's close may give the name another file (ContestedPut), replacing the
+// pointer the caller passed.
+std::string ModelRun::CheckFile(
+    const std::string& path, uint64_t ino, const Entry& e,
+    std::shared_ptr<FileModel> f) {  // NOLINT(performance-unnecessary-value-param)
   std::ostringstream err;
   if ((e.attr.mode & S_IFMT) != S_IFREG)
     err << " not a regular file (mode " << Octal(e.attr.mode) << ")";
