@@ -894,6 +894,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
             // with a write-back window an unsaved file's pending upload takes the new name.
             if (f.mtime_from_store && !config_.sftp) f.mtime_hi = WallNs();
             if (!local) {
+              f.in_store = true;
               f.dirty = false;
               f.accepted = false;
               f.meta_held = false;
