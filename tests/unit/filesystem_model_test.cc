@@ -18,14 +18,21 @@
 //   cache_dir/unfinished/);
 // - a metadata change not made durable may be lost, but never its data with it;
 // - a rename moves the name's crash states along, and may also publish what the source shows.
-// Another client's put or delete of a key is done only on names with nothing pending here
-// (no open handle, no unsaved data, no held change): last writer wins, and what the mount
-// shows after the cache's timeouts is theirs.
+// Another client's put or delete of a key: the last writer at upload time wins. On a name with
+// nothing pending here the mount shows theirs once the cache's timeouts pass; a put over our
+// unsaved data or open handles follows ContestedPut's rule (a delete, or a put over a held
+// metadata change, waits until nothing is pending).
+// The kernel's own checks (a missing name, a parent that is not a directory, O_EXCL, a rename
+// between a file and a directory) are not objfs's: an op the kernel would refuse in the
+// model's state is skipped, in generation and in replay.
 //
 // Environment: OBJFS_MODEL_RUNS (sequences per personality, default 100), OBJFS_MODEL_SEED
 // (first seed, default 1), OBJFS_MODEL_OPS (operations per sequence, default 60),
-// OBJFS_MODEL_SKIP (comma-separated op kinds not to generate: crash, external, rename, ...).
-// tools/model-test.sh runs the long mode.
+// OBJFS_MODEL_SKIP (comma-separated op kinds not to generate: create, open, write, close,
+// fsync, truncate, ftruncate, chmod, chown, utimens, setxattr, rename, unlink, mkdir, rmdir,
+// symlink, external, advance, crash), OBJFS_MODEL_VERBOSE (print each replayed op and the
+// crash states), OBJFS_MODEL_STATS (count the ops applied), OBJFS_MODEL_STRICT_UNLINKED (see
+// KnownUnlinkedWriteFailureAllowed). tools/model-test.sh runs the long mode.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
