@@ -555,7 +555,7 @@ class ModelRun {
     f.accepted = false;
     if (f.handles == 0) f.staged = false;
     f.meta_held = false;
-    f.due.reset();
+    // (Its write-back schedule, if any, stays: when it comes there is nothing left to do.)
     if (auto path = PathOf(f)) Durable(*path);
   }
   // A handle of `f` closes (writer or not): README's rules for close.
@@ -900,12 +900,14 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
             // The copy (or the directory's flush) takes unsaved data and held changes along;
             // with a write-back window an unsaved file's pending upload takes the new name.
             if (f.mtime_from_store && !config_.sftp) f.mtime_hi = WallNs();
+            if (f.theirs != nullptr && f.theirs->mtime_from_store && !config_.sftp) {
+              f.theirs->mtime_hi = WallNs();  // their object is what the store copies
+            }
             if (!local) {
               f.in_store = true;
               f.dirty = false;
               f.accepted = false;
               f.meta_held = false;
-              f.due.reset();
               if (f.handles == 0) f.staged = false;
             }
           }
