@@ -447,7 +447,15 @@ class ModelRun {
 
   // The model's crash states, for OBJFS_MODEL_VERBOSE.
   std::string DumpCrashStates() {
-    std::string out;
+    std::string out =
+        "    (objfs: " + std::to_string(fs_ ? fs_->pending_uploads() : 0) + " queued; model due:";
+    for (const auto& [path, node] : nodes_) {
+      if (node.kind == Kind::kFile && node.file->due) {
+        out += " " + path + "@" + std::to_string(*node.file->due / 1000000) + "ms" +
+               (node.file->dirty ? " dirty" : "");
+      }
+    }
+    out += ", now " + std::to_string(Now() / 1000000) + "ms)\n";
     for (const auto& [path, states] : crash_) {
       out += "    " + path + ":";
       for (const Snap& st : states) out += " [" + Show(st) + "]";
@@ -553,17 +561,24 @@ class ModelRun {
     f.theirs_in_store.reset();
     f.dirty = false;
     f.accepted = false;
-    if (f.handles == 0) f.staged = false;
     f.meta_held = false;
     // (Its write-back schedule, if any, stays: when it comes there is nothing left to do.)
+    if (f.handles == 0) Idle(f);
     if (auto path = PathOf(f)) Durable(*path);
+  }
+  // Nothing of `f` is held here any more: the kernel's forget (the harness forgets every
+  // lookup after each op) drops its inode, and with it the inode's write-back schedule, so a
+  // later close schedules anew.
+  void Idle(FileModel& f) {
+    f.staged = false;
+    if (!f.meta_held) f.due.reset();
   }
   // A handle of `f` closes (writer or not): README's rules for close.
   void CloseModel(FileModel& f, bool writer) {
     f.handles--;
     if (writer) f.writers--;
     if (f.handles == 0 && !f.dirty) {
-      f.staged = false;
+      Idle(f);
       if (f.theirs != nullptr) {
         if (auto path = PathOf(f)) {
           std::shared_ptr<FileModel> theirs = std::move(f.theirs);
@@ -908,7 +923,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
               f.dirty = false;
               f.accepted = false;
               f.meta_held = false;
-              if (f.handles == 0) f.staged = false;
+              if (f.handles == 0) Idle(f);
             }
           }
           nodes_[q] = n;
