@@ -69,8 +69,11 @@ Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
   }
   if (!listing.common_prefixes.empty()) return NotEmptyError(key + " is not empty");
   for (const auto& [ino, inode] : inodes_.WithLocalData(key)) {
+    // (A file removed while open keeps its old key but no name: it holds nothing here.)
     auto child = inodes_.KeyOf(ino);
-    if (child && *child != key) return NotEmptyError(key + " is not empty");
+    if (child && *child != key && inodes_.InoOf(*child) == ino) {
+      return NotEmptyError(key + " is not empty");
+    }
   }
   OBJFS_RETURN_IF_ERROR(store_->remove(marker));
   meta_cache_.InvalidateTree(key);

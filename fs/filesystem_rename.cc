@@ -70,6 +70,13 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
         if (obj.key != list.prefix) return NotEmptyError(to + " is not empty");
       }
       if (!listing.common_prefixes.empty()) return NotEmptyError(to + " is not empty");
+      // Nor may it hold files created here and not uploaded yet.
+      for (const auto& [ino, inode] : inodes_.WithLocalData(to)) {
+        auto child = inodes_.KeyOf(ino);
+        if (child && *child != to && inodes_.InoOf(*child) == ino) {
+          return NotEmptyError(to + " is not empty");
+        }
+      }
       if (dst->has_object) OBJFS_RETURN_IF_ERROR(store_->remove(list.prefix));
     }
   }
@@ -82,6 +89,12 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   {
     std::lock_guard<std::mutex> lock(inode->mu);
     if (!inode->staged || !inode->dirty || inode->unlinked) return std::nullopt;
+    // Being written with no version a close accepted: a crash would upload nothing under the
+    // new name, while the rename removes the stored version under the old one (and drops a
+    // pending target). The store renames it instead, as without a window.
+    if (inode->staged->state() != StagedFile::State::kAccepted && !inode->accepted_copy) {
+      return std::nullopt;
+    }
   }
   // The target, as the cache knows it (like a lookup would).
   uint64_t old = inodes_.InoOf(to);

@@ -279,6 +279,51 @@ Status MemoryStore::remove_many(const std::vector<std::string>& keys) {
   return Status::Ok();
 }
 
+Status MemoryStore::rename(std::string_view from, std::string_view to) {
+  if (!options_.native_rename) return ObjectStore::rename(from, to);
+  OBJFS_RETURN_IF_ERROR(CheckKey(from));
+  OBJFS_RETURN_IF_ERROR(CheckKey(to));
+  if (from.ends_with('/') || to.ends_with('/')) {
+    return InvalidArgumentError("rename takes keys without a trailing slash");
+  }
+  const std::string from_dir = std::string(from) + "/";
+  const std::string to_dir = std::string(to) + "/";
+  std::lock_guard lock(mu_);
+  auto file = objects_.find(from);
+  auto below = [&](const std::string& dir) {
+    std::vector<std::string> keys;
+    for (auto it = objects_.lower_bound(dir); it != objects_.end() && it->first.starts_with(dir);
+         ++it) {
+      keys.push_back(it->first);
+    }
+    return keys;
+  };
+  const std::vector<std::string> tree = below(from_dir);
+  if (file == objects_.end() && tree.empty()) return NotFoundError("no object " + Quote(from));
+  const std::vector<std::string> target_tree = below(to_dir);
+  if (file != objects_.end()) {
+    if (!target_tree.empty())
+      return Status(StatusCode::kIsDirectory, Quote(to) + " is a directory");
+    Object moved = std::move(file->second);
+    objects_.erase(file);
+    moved.info.key = std::string(to);
+    objects_[std::string(to)] = std::move(moved);
+    return Status::Ok();
+  }
+  if (objects_.count(to) > 0) return Status(StatusCode::kNotDirectory, Quote(to) + " is a file");
+  for (const std::string& key : target_tree) {
+    if (key != to_dir) return NotEmptyError(Quote(to) + " is not empty");
+  }
+  objects_.erase(to_dir);
+  for (const std::string& key : tree) {
+    auto node = objects_.extract(key);
+    node.key() = to_dir + key.substr(from_dir.size());
+    node.mapped().info.key = node.key();
+    objects_.insert(std::move(node));
+  }
+  return Status::Ok();
+}
+
 Capabilities MemoryStore::capabilities() const {
   Capabilities caps;
   caps.scheme = "fake";
@@ -287,7 +332,9 @@ Capabilities MemoryStore::capabilities() const {
   caps.multipart_threshold = options_.multipart_threshold;
   caps.part_size = options_.part_size;
   caps.copy_part_threshold = options_.copy_part_threshold;
-  caps.stores_owner = true;
+  caps.native_rename = options_.native_rename;
+  caps.attributes_in_place = options_.attributes_in_place;
+  caps.stores_owner = options_.stores_owner;
   return caps;
 }
 

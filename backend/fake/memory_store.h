@@ -10,7 +10,9 @@
 // list() report each object's version (VersionTag(size, mtime), backend/object_version.h) as its
 // ETag, If-Match is checked against that version, put() returns the content MD5 of what it
 // stored, copy() returns the source's ETag when that is a plain MD5 and no ETag otherwise, and
-// capabilities().native_etags is false.
+// capabilities().native_etags is false. The SFTP store's other traits are options of their own
+// (native_rename, attributes_in_place, stores_owner), so that the filesystem's SFTP-only paths
+// run over the fake too.
 #pragma once
 
 #include <atomic>
@@ -35,6 +37,15 @@ struct MemoryStoreOptions {
   // Above 0: puts and copies whose user metadata (names and values) takes more bytes are
   // refused with InvalidArgument [MetadataTooLarge], as S3 does above 2 KiB.
   size_t max_metadata = 0;
+  // As SFTP's posix-rename: rename() moves a file, or a directory with every key under it, in
+  // one step, keeping content, metadata, mtime and version; it replaces a file or an empty
+  // directory at the target. False: rename() is Unsupported, as on S3.
+  bool native_rename = false;
+  // Reported in capabilities(): a self-copy with replaced metadata sets the attributes in place.
+  bool attributes_in_place = false;
+  // Reported in capabilities(): puts keep the "uid" and "gid" they are given (S3); SFTP's
+  // server decides who owns a new file.
+  bool stores_owner = true;
 };
 
 class MemoryStore : public ObjectStore {
@@ -51,6 +62,7 @@ class MemoryStore : public ObjectStore {
                           const CopyOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
+  Status rename(std::string_view from, std::string_view to) override;
   Capabilities capabilities() const override;
   std::string describe() const override { return "memory://"; }
 

@@ -1052,6 +1052,35 @@ TEST_F(FilesystemTest, CopyFileRangeOntoARemovedFileDoesNotBringItBack) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "dst").status().code(), StatusCode::kNotFound);
 }
 
+// As on a local file system: a file removed while still open no longer holds its directory.
+TEST_F(FilesystemTest, RmDirOfDirectoryWhoseOnlyFileWasRemovedWhileOpen) {
+  auto dir = fs_->MkDir(kRootIno, "d", 0755);
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  auto created = fs_->Create(dir->attr.ino, "f", 0644, O_RDWR | O_CREAT);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("unsaved")).ok());
+  ASSERT_TRUE(fs_->Unlink(dir->attr.ino, "f").ok());
+  Status removed = fs_->RmDir(kRootIno, "d");
+  EXPECT_TRUE(removed.ok()) << removed.ToString();
+  EXPECT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_EQ(fs_->Lookup(kRootIno, "d").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(memory_->object_count(), 0u);
+}
+
+// A file created and not uploaded yet is in its directory as much as a stored one.
+TEST_F(FilesystemTest, RenameOntoADirectoryHoldingAnUnsavedFileIsNotEmpty) {
+  ASSERT_TRUE(fs_->MkDir(kRootIno, "a", 0755).ok());
+  auto c = fs_->MkDir(kRootIno, "c", 0755);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto created = fs_->Create(c->attr.ino, "f", 0644, O_RDWR | O_CREAT);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(fs_->Rename(kRootIno, "a", kRootIno, "c", 0).code(), StatusCode::kNotEmpty);
+  EXPECT_TRUE(memory_->head("a/").ok());
+  EXPECT_TRUE(memory_->head("c/").ok());
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_TRUE(memory_->head("c/f").ok());
+}
+
 TEST(EffectiveReadBufferTest, RoundsDownToWholeUnitsOnlyWhenLarger) {
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 0), size_t{1} << 20);
   EXPECT_EQ(EffectiveReadBuffer(1 << 20, 261120), size_t{4 * 261120});
@@ -1435,6 +1464,26 @@ TEST_F(WritebackTest, AReplacedTargetStillOpenIsNotRecoveredOverTheNewFile) {
   ASSERT_TRUE(next->UploadDue().ok());  // due at once, in the background
   EXPECT_EQ(memory_->contents("target"), "new content");
   ASSERT_TRUE(fs_->Release(*reader).ok());
+}
+
+// A stored file renamed while being written (no close since): the rename removes its old name
+// from the store, so a crash must find it under the new one. Renamed only here, it would be
+// under neither: its stored version gone, and its data never accepted (set aside).
+TEST_F(WritebackTest, AFileRenamedWhileBeingWrittenSurvivesACrashUnderItsNewName) {
+  uint64_t ino = WriteAndClose("c", "accepted");
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  ASSERT_EQ(memory_->contents("c"), "accepted");
+  auto fh = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("being written")).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "c", kRootIno, "d", 0).ok());
+  RecoverImage(CrashImage());
+  EXPECT_FALSE(memory_->head("c").ok());
+  ASSERT_TRUE(memory_->head("d").ok()) << "the file is under neither name after the crash";
+  const std::string content = memory_->contents("d");
+  EXPECT_TRUE(content == "accepted" || content == "being written") << content;
+  EXPECT_TRUE(fs_->Release(*fh).ok());
 }
 
 TEST_F(WritebackTest, AChmodInTheWindowSurvivesACrash) {

@@ -48,8 +48,24 @@ ConformanceBackend PrefixedMemoryBackend() {
           kMultipartThreshold, kPartSize, kCopyPartThreshold};
 }
 
+// The fake in its SFTP-like personality (versions as ETags, a native rename, attributes set in
+// place, owners the server's), as the filesystem's model test runs it.
+ConformanceBackend SftpLikeMemoryBackend() {
+  return {"SftpLikeMemory",
+          [] {
+            MemoryStoreOptions options;
+            options.native_etags = false;
+            options.native_rename = true;
+            options.attributes_in_place = true;
+            options.stores_owner = false;
+            return std::make_shared<MemoryStore>(options);
+          },
+          0, 0, 0};  // no multipart ETags without native ETags
+}
+
 INSTANTIATE_TEST_SUITE_P(Fake, ObjectStoreConformance,
-                         ::testing::Values(MemoryBackend(), PrefixedMemoryBackend()),
+                         ::testing::Values(MemoryBackend(), PrefixedMemoryBackend(),
+                                           SftpLikeMemoryBackend()),
                          ConformanceBackendName);
 
 class MemoryStoreTest : public ::testing::Test {
