@@ -11,6 +11,7 @@
 // borrowed connection that has received nothing for request_timeout: every call on it then
 // fails at once, and the broken connection is dropped rather than reused. For request_timeout
 // after that (or after a login that timed out) no new connection is tried: calls fail at once.
+// A login cut this way fails with TimedOut, never as a refusal of the credentials.
 #pragma once
 
 #include <libssh/libssh.h>
@@ -162,8 +163,12 @@ class SftpSessionPool {
   // stalled_until_.
   Status stalled_;
   std::chrono::steady_clock::time_point stalled_until_{};
-  // Borrowed connections and since when.
-  std::map<SftpConnection*, std::chrono::steady_clock::time_point> leased_;
+  // What the watchdog looks after: borrowed connections, and connections logging in.
+  struct Watched {
+    std::chrono::steady_clock::time_point since;
+    bool logging_in = false;
+  };
+  std::map<SftpConnection*, Watched> leased_;
   std::atomic<int> cut_{0};
   bool stopping_ = false;
   std::condition_variable watch_cv_;

@@ -155,7 +155,10 @@ Result<std::unique_ptr<SftpStore>> SftpStore::Create(SftpStoreOptions options) {
   }
   while (options.root.size() > 1 && options.root.back() == '/') options.root.pop_back();
   std::unique_ptr<SftpStore> store(new SftpStore(std::move(options)));
+  // Whatever fails here is the caller's one error to report: not logged as well.
+  store->log_timeouts_ = false;
   OBJFS_RETURN_IF_ERROR(store->CheckRoot());
+  store->log_timeouts_ = true;
   return store;
 }
 
@@ -223,7 +226,7 @@ auto SftpStore::WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>(
           DeadlineClock::now() >= *deadline) {
         return timed_out(attempt + 1, lease.status());
       }
-      if (lease.status().code() == StatusCode::kTimedOut && options_.log) {
+      if (lease.status().code() == StatusCode::kTimedOut && options_.log && log_timeouts_) {
         options_.log(lease.status().message());
       }
       return lease.status();
