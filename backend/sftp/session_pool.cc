@@ -297,6 +297,8 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
   // server that accepts and then says nothing (stopped, overloaded) is cut like a stalled call.
   OBJFS_ASSIGN_OR_RETURN(c->socket_, ConnectTcp(options, where));
   ssh_options_set(ssh, SSH_OPTIONS_FD, &c->socket_);
+  c->watch_socket_ = ::fcntl(c->socket_, F_DUPFD_CLOEXEC, 0);
+  if (c->watch_socket_ < 0) return InternalError(std::string("dup: ") + std::strerror(errno));
   const Clock::time_point start = Clock::now();
   if (watch) {
     watch(c.get(), true);
@@ -337,6 +339,7 @@ SftpConnection::~SftpConnection() {
     ssh_disconnect(ssh_);
     ssh_free(ssh_);
   }
+  if (watch_socket_ >= 0) ::close(watch_socket_);
 }
 
 bool SftpConnection::healthy() const {
@@ -368,7 +371,9 @@ void SftpSessionPool::Watch() {
     if (stopping_) break;
     const Clock::time_point now = Clock::now();
     for (auto& [connection, watched] : leased_) {
-      const int fd = connection->socket();
+      // Acts only on connections still registered (under mu_, which Release and the end of
+      // Connect take to unregister), through the connection's own descriptor.
+      const int fd = connection->watch_socket();
       if (now - watched.since < limit || fd < 0 || connection->marked_broken()) continue;
       tcp_info info{};
       socklen_t len = sizeof info;

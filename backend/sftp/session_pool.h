@@ -84,8 +84,11 @@ class SftpConnection {
   bool healthy() const;
   void MarkBroken() { broken_ = true; }
   bool marked_broken() const { return broken_; }
-  // The connection's TCP socket (-1 before it connected).
-  int socket() const { return socket_; }
+  // A descriptor of the connection's TCP socket of its own (-1 before it connected), for the
+  // watchdog: libssh closes its descriptor when the connection fails, and that number may then
+  // be reused by any other file while this one stays valid, so the watchdog never acts on
+  // another file's descriptor.
+  int watch_socket() const { return watch_socket_; }
 
  private:
   SftpConnection() = default;
@@ -93,7 +96,8 @@ class SftpConnection {
   sftp_session sftp_ = nullptr;
   std::unique_ptr<SftpWire> wire_;
   std::atomic<bool> broken_{false};
-  int socket_ = -1;
+  int socket_ = -1;        // libssh's
+  int watch_socket_ = -1;  // ours, a dup of socket_
 };
 
 class SftpSessionPool {
