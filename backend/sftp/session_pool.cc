@@ -15,6 +15,8 @@
 #include <thread>
 #include <utility>
 
+#include "backend/retry.h"
+
 namespace objfs::sftp {
 namespace {
 
@@ -370,26 +372,37 @@ void SftpSessionPool::Watch() {
     watch_cv_.wait_for(lock, interval);
     if (stopping_) break;
     const Clock::time_point now = Clock::now();
+    const std::optional<DeadlineClock::time_point> unmount = CallDeadlineCap();
     for (auto& [connection, watched] : leased_) {
       // Acts only on connections still registered (under mu_, which Release and the end of
       // Connect take to unregister), through the connection's own descriptor.
       const int fd = connection->watch_socket();
       if (now - watched.since < limit || fd < 0 || connection->marked_broken()) continue;
+      std::chrono::milliseconds allowed = limit;
+      std::string why = "request_timeout";
+      if (watched.silence_allowed > limit) {
+        if (unmount && now >= *unmount) {
+          why = "request_timeout, after the unmount's operation_timeout was spent";
+        } else {
+          allowed = watched.silence_allowed;
+          why = "the most a server-side copy or fsync of its size may take";
+        }
+      }
       tcp_info info{};
       socklen_t len = sizeof info;
       if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
       // Milliseconds since the server last sent anything on this connection.
-      if (std::chrono::milliseconds(info.tcpi_last_data_recv) < limit) continue;
+      if (std::chrono::milliseconds(info.tcpi_last_data_recv) < allowed) continue;
       // Logged first: the call fails as soon as the socket is shut down, and what its caller
       // sees (EIO) must already have its reason in the log. (A login cut fails with its own
       // TimedOut, which says it all.)
       if (options_.log && !watched.logging_in) {
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%.1f",
-                      std::chrono::duration<double>(limit).count());
+                      std::chrono::duration<double>(allowed).count());
         options_.log("SFTP server " + options_.user + "@" + HostPort(options_) +
-                     " sent nothing for " + seconds +
-                     " s (request_timeout) during a call; dropping that connection");
+                     " sent nothing for " + seconds + " s (" + why +
+                     ") during a call; dropping that connection");
       }
       // Wakes the thread blocked in libssh: its call fails and the connection is dropped.
       connection->MarkBroken();
@@ -416,6 +429,12 @@ void SftpSessionPool::SetWatched(SftpConnection* connection, bool watched) {
   } else {
     leased_.erase(connection);
   }
+}
+
+void SftpSessionPool::AllowSilence(SftpConnection& connection, std::chrono::milliseconds allowed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leased_.find(&connection);
+  if (it != leased_.end()) it->second.silence_allowed = allowed;
 }
 
 void SftpSessionPool::DropIdle() {

@@ -11,7 +11,8 @@
 // borrowed connection that has received nothing for request_timeout: every call on it then
 // fails at once, and the broken connection is dropped rather than reused. For request_timeout
 // after that (or after a login that timed out) no new connection is tried: calls fail at once.
-// A login cut this way fails with TimedOut, never as a refusal of the credentials.
+// A login cut this way fails with TimedOut, never as a refusal of the credentials. A call that
+// waits on the server's work (copy-data, an fsync) may be silent longer: see SilenceAllowance.
 #pragma once
 
 #include <libssh/libssh.h>
@@ -133,6 +134,26 @@ class SftpSessionPool {
   // Connections the watchdog has cut so far.
   int cut_connections() const { return cut_.load(); }
 
+  // While it lives, the borrowed `connection` may receive nothing for `allowed` (when longer
+  // than request_timeout) before the watchdog cuts it: a request the server works on before it
+  // answers (a server-side copy, an fsync). The unmount's deadline (CapCallDeadlines) still
+  // cuts it once it has been silent for request_timeout.
+  class SilenceAllowance {
+   public:
+    SilenceAllowance(SftpSessionPool& pool, SftpConnection& connection,
+                     std::chrono::milliseconds allowed)
+        : pool_(pool), connection_(connection) {
+      pool_.AllowSilence(connection_, allowed);
+    }
+    ~SilenceAllowance() { pool_.AllowSilence(connection_, std::chrono::milliseconds(0)); }
+    SilenceAllowance(const SilenceAllowance&) = delete;
+    SilenceAllowance& operator=(const SilenceAllowance&) = delete;
+
+   private:
+    SftpSessionPool& pool_;
+    SftpConnection& connection_;
+  };
+
   const SftpConnectOptions& options() const { return options_; }
 
  private:
@@ -142,6 +163,7 @@ class SftpSessionPool {
   void MarkStalledLocked(const std::string& why);
   // Adds `connection` to (or removes it from) the connections the watchdog looks after.
   void SetWatched(SftpConnection* connection, bool watched);
+  void AllowSilence(SftpConnection& connection, std::chrono::milliseconds allowed);
 
   const SftpConnectOptions options_;
   const int size_;
@@ -171,6 +193,8 @@ class SftpSessionPool {
   struct Watched {
     std::chrono::steady_clock::time_point since;
     bool logging_in = false;
+    // See SilenceAllowance; 0: request_timeout.
+    std::chrono::milliseconds silence_allowed{0};
   };
   std::map<SftpConnection*, Watched> leased_;
   std::atomic<int> cut_{0};

@@ -619,6 +619,9 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
                                            const Metadata& metadata, uint64_t size) {
   SftpWire& wire = c.wire();
   bool attributes_refused = false;
+  // The fsync may take the server long for a large file, with nothing to say meanwhile.
+  SftpSessionPool::SilenceAllowance flushing(pool_, c,
+                                             ServerWorkSilence(options_.request_timeout, size));
   Result<SftpWire::FileAttrs> finished =
       wire.Finish(handle, NewAttrsOf(metadata), wire.HasExtension("fsync@openssh.com", "1"),
                   &attributes_refused);
@@ -879,6 +882,9 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   Status status;
   uint64_t copied = current.size;
   if (copy_data) {
+    // The server copies the whole file before it answers.
+    SftpSessionPool::SilenceAllowance copying(
+        pool_, c, ServerWorkSilence(options_.request_timeout, current.size));
     status = wire.CopyData(src_handle, 0, 0, *dst_handle, 0);
     // The bytes are the source's: a content MD5 the caller vouches for stays true.
     if (src.etag.is_plain_md5()) etag = src.etag;

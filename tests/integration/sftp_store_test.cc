@@ -875,11 +875,7 @@ TEST_F(SftpStoreTest, DescribeNamesUserHostPortAndRoot) {
   EXPECT_FALSE(store_->capabilities().native_etags);
 }
 
-// The pool's watchdog cuts a borrowed connection that receives nothing through a descriptor of
-// its own. libssh closes its descriptor when a connection fails, while the connection is still
-// borrowed; the number is then free, and another file (here a TCP socket of the test) gets it.
-// The watchdog must cut the failed connection, and leave that other socket alone.
-TEST(SftpSessionPoolTest, WatchdogNeverCutsAnotherFileThatGotTheSocketsNumber) {
+sftp::SftpConnectOptions PoolOptions(std::chrono::milliseconds request_timeout) {
   const testing::SftpTestServer& server = testing::SharedSftpServer();
   sftp::SftpConnectOptions options;
   options.host = server.host;
@@ -887,8 +883,45 @@ TEST(SftpSessionPoolTest, WatchdogNeverCutsAnotherFileThatGotTheSocketsNumber) {
   options.user = server.user;
   options.identity_files = {server.key_path};
   options.known_hosts = server.known_hosts;
-  options.request_timeout = std::chrono::milliseconds(500);
-  sftp::SftpSessionPool pool(options, 1);
+  options.request_timeout = request_timeout;
+  return options;
+}
+
+// A call waiting on the server's work (copy-data, an fsync) may be silent for its allowance,
+// longer than request_timeout: the watchdog cuts an ordinary silent call after request_timeout,
+// and the one with the allowance only once that is spent.
+TEST(SftpSessionPoolTest, ServerWorkIsCutOnlyAfterItsSilenceAllowance) {
+  sftp::SftpSessionPool pool(PoolOptions(std::chrono::milliseconds(500)), 2);
+  Result<sftp::SftpSessionPool::Lease> working = pool.Acquire();
+  ASSERT_TRUE(working.ok()) << working.status().ToString();
+  Result<sftp::SftpSessionPool::Lease> ordinary = pool.Acquire();
+  ASSERT_TRUE(ordinary.ok()) << ordinary.status().ToString();
+  // Neither receives anything from now on: both are silent calls.
+  const auto start = std::chrono::steady_clock::now();
+  sftp::SftpSessionPool::SilenceAllowance allowance(pool, **working, std::chrono::seconds(4));
+  auto wait_for_cuts = [&](int cuts) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (pool.cut_connections() < cuts && std::chrono::steady_clock::now() < deadline) {
+      pollfd none{-1, 0, 0};
+      ::poll(&none, 0, 20);
+    }
+    return pool.cut_connections() >= cuts;
+  };
+  ASSERT_TRUE(wait_for_cuts(1));
+  EXPECT_TRUE((*ordinary)->marked_broken());
+  EXPECT_FALSE((*working)->marked_broken()) << "cut after request_timeout despite its allowance";
+  EXPECT_TRUE((*working)->healthy());
+  ASSERT_TRUE(wait_for_cuts(2));
+  EXPECT_TRUE((*working)->marked_broken());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(3500));
+}
+
+// The pool's watchdog cuts a borrowed connection that receives nothing through a descriptor of
+// its own. libssh closes its descriptor when a connection fails, while the connection is still
+// borrowed; the number is then free, and another file (here a TCP socket of the test) gets it.
+// The watchdog must cut the failed connection, and leave that other socket alone.
+TEST(SftpSessionPoolTest, WatchdogNeverCutsAnotherFileThatGotTheSocketsNumber) {
+  sftp::SftpSessionPool pool(PoolOptions(std::chrono::milliseconds(500)), 1);
   Result<sftp::SftpSessionPool::Lease> lease = pool.Acquire();
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   const int number = ssh_get_fd((*lease)->sftp()->session);
