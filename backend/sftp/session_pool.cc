@@ -108,6 +108,14 @@ Status LoginTimedOut(const SftpConnectOptions& options, Clock::time_point start)
                        " s: the server did not answer");
 }
 
+// Whether a libssh login call that returned `rc` after starting at `call_start` gave up waiting
+// for the server (SSH_AUTH_AGAIN after its SSH_OPTIONS_TIMEOUT, connect_timeout). A quick
+// SSH_AUTH_AGAIN is no such thing.
+bool WaitedOut(int rc, const SftpConnectOptions& options, Clock::time_point call_start) {
+  return rc == SSH_AUTH_AGAIN &&
+         Clock::now() - call_start >= options.connect_timeout - std::chrono::milliseconds(100);
+}
+
 // The password, with the "password" method or as the answer to keyboard-interactive prompts
 // (what servers using PAM offer), whichever the server lists. PermissionDenied when refused or
 // when the server takes neither (noted in `tried`).
@@ -115,6 +123,7 @@ Status AuthenticateWithPassword(ssh_session ssh, const SftpConnectOptions& optio
                                 std::vector<std::string>* tried, Clock::time_point start) {
   const int methods = ssh_userauth_list(ssh, nullptr);
   const char* password = options.password->c_str();
+  const Clock::time_point call_start = Clock::now();
   int rc = SSH_AUTH_DENIED;
   if (methods & SSH_AUTH_METHOD_PASSWORD) {
     rc = ssh_userauth_password(ssh, nullptr, password);
@@ -137,7 +146,7 @@ Status AuthenticateWithPassword(ssh_session ssh, const SftpConnectOptions& optio
     tried->push_back("password (the server does not accept passwords)");
   }
   if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
-  if (rc == SSH_AUTH_AGAIN) return LoginTimedOut(options, start);
+  if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
   if (rc == SSH_AUTH_ERROR) return LoginError(ssh, options);
   return PermissionDeniedError("password refused");
 }
@@ -147,30 +156,33 @@ Status AuthenticateWithPassword(ssh_session ssh, const SftpConnectOptions& optio
 Status Authenticate(ssh_session ssh, const SftpConnectOptions& options, Clock::time_point start) {
   std::vector<std::string> tried;
   // The server may need to learn the username before offering methods.
-  if (ssh_userauth_none(ssh, nullptr) == SSH_AUTH_AGAIN) return LoginTimedOut(options, start);
+  ssh_userauth_none(ssh, nullptr);
   for (const std::string& path : options.identity_files) {
     ssh_key key = nullptr;
     if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK) {
       tried.push_back("key " + path + " (unreadable, or protected by a passphrase)");
       continue;
     }
+    const Clock::time_point call_start = Clock::now();
     int rc = ssh_userauth_publickey(ssh, nullptr, key);
     ssh_key_free(key);
     if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
-    if (rc == SSH_AUTH_AGAIN) return LoginTimedOut(options, start);
+    if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
     if (rc == SSH_AUTH_ERROR) return LoginError(ssh, options);
     tried.push_back("key " + path);
   }
   if (options.identity_files.empty()) {
     if (const char* agent = std::getenv("SSH_AUTH_SOCK"); agent != nullptr && *agent != '\0') {
+      const Clock::time_point call_start = Clock::now();
       const int rc = ssh_userauth_agent(ssh, nullptr);
       if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
-      if (rc == SSH_AUTH_AGAIN) return LoginTimedOut(options, start);
+      if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
       tried.push_back("ssh-agent");
     }
+    const Clock::time_point call_start = Clock::now();
     const int rc = ssh_userauth_publickey_auto(ssh, nullptr, nullptr);
     if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
-    if (rc == SSH_AUTH_AGAIN) return LoginTimedOut(options, start);
+    if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
     tried.push_back("~/.ssh/id_ed25519, id_ecdsa, id_rsa");
   }
   if (options.password) {
