@@ -55,6 +55,20 @@ std::optional<DeadlineClock::time_point> CallDeadline(const RetryPolicy& policy,
   return deadline;
 }
 
+std::optional<DeadlineClock::time_point> CallDeadlineCap() {
+  const int64_t cap = g_deadline_cap.load();
+  if (cap == 0) return std::nullopt;
+  return DeadlineClock::time_point{DeadlineClock::duration(cap)};
+}
+
+std::chrono::milliseconds ServerWorkSilence(std::chrono::milliseconds request_timeout,
+                                            uint64_t bytes) {
+  // Whole seconds, rounded up: 5 GiB at 10 MiB/s is 512 s.
+  const auto work = std::chrono::seconds((bytes + kServerWorkMinRate - 1) / kServerWorkMinRate);
+  return std::max({request_timeout, std::chrono::milliseconds(kServerWorkMinSilence),
+                   std::chrono::milliseconds(work)});
+}
+
 Status TimedOutAfter(std::chrono::nanoseconds elapsed, int attempts, const Status& last) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(elapsed).count());

@@ -44,6 +44,20 @@ void CapCallDeadlines(DeadlineClock::time_point deadline);
 std::optional<DeadlineClock::time_point> CallDeadline(const RetryPolicy& policy,
                                                       DeadlineClock::time_point start);
 
+// The deadline CapCallDeadlines set (unmount's), if any.
+std::optional<DeadlineClock::time_point> CallDeadlineCap();
+
+// How long a request may go without receiving a byte while the server works on it: a
+// server-side copy of `bytes` (CopyObject, UploadPartCopy, SFTP copy-data), the completion of a
+// multipart upload of `bytes`, an fsync of a file of `bytes`. Such a request is silent by nature
+// until the work is done (minutes for gigabytes), so it is not held to request_timeout: it gets
+// at least kServerWorkMinSilence, and the time the work takes at kServerWorkMinRate, so that a
+// 5 GiB part copy may be silent for 512 s. Still bounded: a server that never answers is cut.
+inline constexpr std::chrono::seconds kServerWorkMinSilence{300};
+inline constexpr uint64_t kServerWorkMinRate = 10ull << 20;  // bytes per second
+std::chrono::milliseconds ServerWorkSilence(std::chrono::milliseconds request_timeout,
+                                            uint64_t bytes);
+
 // The TimedOut Status of a call that tried `attempts` times for `elapsed` and last failed with
 // `last`: "gave up after 5.0 s and 3 attempts (operation_timeout); last error: ...".
 Status TimedOutAfter(std::chrono::nanoseconds elapsed, int attempts, const Status& last);

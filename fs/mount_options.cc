@@ -740,7 +740,8 @@ Filesystem options:
 
 Bounded waits (s3:// and sftp://):
   request_timeout=SECONDS   a request that moves under 1 KiB/s (S3) or gets no reply (SFTP)
-                            for this long is abandoned and retried (default 30)
+                            for this long is abandoned and retried (default 30); server-side
+                            copies and completions may be silent for 300 s or more
   operation_timeout=SECONDS a backend call's attempts and waits together: after this long it
                             fails with EIO and the log says why; unmount gives what is left
                             to upload this long in all (default 120)

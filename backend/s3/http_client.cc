@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -81,6 +82,11 @@ struct Transfer {
   uint64_t upload_position = 0;
   Status upload_error;
   bool buffer_overflow = false;
+  // Server work (silence_timeout_ms): bytes moved so far either way and when that last grew.
+  curl_off_t moved = 0;
+  std::chrono::steady_clock::time_point last_moved;
+  std::string stopped;    // why OnProgress stopped the request: silence
+  std::string abandoned;  // why OnProgress stopped the request: HttpRequest::abandon
 };
 
 // Sends the ACK of what was received so far at once. A server that writes a response's headers
@@ -97,8 +103,16 @@ void AckNow(curl_socket_t fd) {
   (void)setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
 }
 
+// Unanswered keep-alive probes after which the kernel drops a connection (Linux's default, 9,
+// would let a dead peer hold a silent request for ten intervals).
+constexpr int kKeepAliveProbes = 3;
+
 int OnSocketOpened(void* user, curl_socket_t fd, curlsocktype purpose) {
-  if (purpose == CURLSOCKTYPE_IPCXN) *static_cast<curl_socket_t*>(user) = fd;
+  if (purpose == CURLSOCKTYPE_IPCXN) {
+    *static_cast<curl_socket_t*>(user) = fd;
+    int probes = kKeepAliveProbes;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  }
   return CURL_SOCKOPT_OK;
 }
 
@@ -175,6 +189,37 @@ size_t OnUpload(char* out, size_t size, size_t count, void* user) {
   }
   transfer->upload_position += *got;
   return *got;
+}
+
+// Called by curl about once a second, and as bytes move: the silence rule of server work and
+// the caller's abandon check.
+int OnProgress(void* user, curl_off_t /*dltotal*/, curl_off_t dlnow, curl_off_t /*ultotal*/,
+               curl_off_t ulnow) {
+  auto* transfer = static_cast<Transfer*>(user);
+  const HttpRequest& request = *transfer->request;
+  if (request.abandon) {
+    std::string why = request.abandon();
+    if (!why.empty()) {
+      transfer->abandoned = std::move(why);
+      return 1;
+    }
+  }
+  if (request.silence_timeout_ms > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (dlnow + ulnow != transfer->moved) {
+      transfer->moved = dlnow + ulnow;
+      transfer->last_moved = now;
+    } else if (now - transfer->last_moved >=
+               std::chrono::milliseconds(request.silence_timeout_ms)) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.1f",
+                    std::chrono::duration<double>(now - transfer->last_moved).count());
+      transfer->stopped =
+          std::string("the server sent nothing for ") + seconds + " s while working on the request";
+      return 1;
+    }
+  }
+  return 0;
 }
 
 // curl rewinds the upload when it must send the request again (a kept-alive connection that
@@ -357,12 +402,25 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& request) {
   set(CURLOPT_NOSIGNAL, 1L);
   set(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
   set(CURLOPT_CONNECTTIMEOUT_MS, options_.connect_timeout_ms);
-  if (options_.idle_timeout_s > 0) {
+  if (options_.idle_timeout_s > 0 && request.silence_timeout_ms <= 0) {
     set(CURLOPT_LOW_SPEED_LIMIT, std::max(options_.low_speed_bytes, 1L));
     set(CURLOPT_LOW_SPEED_TIME, options_.idle_timeout_s);
   }
+  if (request.silence_timeout_ms > 0 || request.abandon) {
+    transfer.last_moved = std::chrono::steady_clock::now();
+    set(CURLOPT_NOPROGRESS, 0L);
+    set(CURLOPT_XFERINFOFUNCTION, OnProgress);
+    set(CURLOPT_XFERINFODATA, static_cast<void*>(&transfer));
+  }
   if (request.total_timeout_ms > 0) set(CURLOPT_TIMEOUT_MS, request.total_timeout_ms);
+  // A request the server works on may be silent for minutes (see silence_timeout_ms); the
+  // connection under it must still be alive: a peer that vanished (host down, path cut) fails
+  // kKeepAliveProbes keep-alive probes, request_timeout apart, after request_timeout of quiet.
   set(CURLOPT_TCP_KEEPALIVE, 1L);
+  if (options_.idle_timeout_s > 0) {
+    set(CURLOPT_TCP_KEEPIDLE, options_.idle_timeout_s);
+    set(CURLOPT_TCP_KEEPINTVL, options_.idle_timeout_s);
+  }
   // Bulk GETs: receive in large pieces (curl's default is 16 KiB, i.e. 64 receive calls and
   // body callbacks per MiB).
   set(CURLOPT_BUFFERSIZE, kReceiveBufferBytes);
@@ -412,6 +470,14 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& request) {
   if (code != CURLE_OK) {
     // The handle is dropped with whatever connection state the failure left behind.
     if (!transfer.upload_error.ok()) return transfer.upload_error;
+    if (!transfer.abandoned.empty()) {
+      return TimedOutError(method + " to " + HostPort(request.url) +
+                           " abandoned: " + transfer.abandoned);
+    }
+    if (!transfer.stopped.empty()) {
+      return TransientError(method + " to " + HostPort(request.url) +
+                            " failed: " + transfer.stopped);
+    }
     if (transfer.buffer_overflow) {
       return InternalError("response larger than the buffer: " + method + " to " +
                            HostPort(request.url) + " sent more than " +

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -52,6 +53,15 @@ struct HttpRequest {
   // When positive, the whole request is aborted (Transient) after this long: the rest of its
   // call's time budget.
   long total_timeout_ms = 0;
+
+  // A request whose reply waits on the server's work (a server-side copy, the completion of a
+  // multipart upload) sends and receives nothing for as long as the work takes. When positive,
+  // the low-speed rule does not apply to it; instead it is aborted (Transient) once it has
+  // received nothing at all for this long (a keep-alive byte from the server restarts the wait).
+  long silence_timeout_ms = 0;
+  // When set, asked about once a second while the request runs; a non-empty answer abandons
+  // the request with TimedOut and that reason (a deadline set while it was in flight: unmount's).
+  std::function<std::string()> abandon;
 };
 
 struct HttpResponse {

@@ -122,6 +122,10 @@ struct S3Store::Request {
   uint64_t body_size = 0;
   std::span<std::byte> response_buffer;
   std::string what;  // "GET s3://bucket/key", leads error messages
+  // The reply waits on work the server does for `server_bytes` bytes (CopyObject,
+  // UploadPartCopy, CompleteMultipartUpload): see Execute.
+  bool server_works = false;
+  uint64_t server_bytes = 0;
 };
 
 Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile, const GetEnvFn& getenv) {
@@ -226,6 +230,17 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
   hreq.body = req.body;
   hreq.response_buffer = req.response_buffer;
   hreq.total_timeout_ms = total_timeout_ms;
+  if (req.server_works) {
+    const auto silence = ServerWorkSilence(
+        std::chrono::seconds(std::max(options_.http.idle_timeout_s, 0L)), req.server_bytes);
+    hreq.silence_timeout_ms = static_cast<long>(silence.count());
+    // Unmount's deadline, set while the request is in flight, still cuts it.
+    hreq.abandon = []() -> std::string {
+      const std::optional<DeadlineClock::time_point> cap = CallDeadlineCap();
+      if (cap && DeadlineClock::now() >= *cap) return "the unmount's operation_timeout is spent";
+      return "";
+    };
+  }
 
   Bump(metrics_->http_requests);
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, http_.Perform(hreq));
@@ -272,10 +287,12 @@ Result<HttpResponse> S3Store::Execute(const Request& req) {
   auto attempt = [&]() -> Result<HttpResponse> {
     long total_timeout_ms = 0;
     // An upload streamed from a staging file may be large and slow but healthy: the low-speed
-    // limit guards it, and the budget is checked between its attempts (at unmount it is cut at
-    // the deadline too). Everything else (ranged GETs of a read buffer, HEADs, listings,
-    // copies, small bodies) is always cut at the deadline.
-    if (deadline && (req.body_source == nullptr || capped)) {
+    // limit guards it, and the budget is checked between its attempts. So is a request the
+    // server works on (a copy, a completion), which may be silent for minutes and is bounded
+    // by its silence allowance instead. At unmount both are cut at the deadline too.
+    // Everything else (ranged GETs of a read buffer, HEADs, listings, small bodies) is always
+    // cut at the deadline.
+    if (deadline && (capped || (req.body_source == nullptr && !req.server_works))) {
       const auto left =
           std::chrono::ceil<std::chrono::milliseconds>(*deadline - DeadlineClock::now());
       total_timeout_ms = std::max<long>(static_cast<long>(left.count()), 1);
@@ -421,11 +438,14 @@ Result<std::string> S3Store::InitiateMultipart(std::string_view key, const Heade
 
 Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string& upload_id,
                                         const std::vector<std::pair<int, ETag>>& parts,
-                                        const HeaderList& conditions) {
+                                        const HeaderList& conditions, uint64_t size) {
   Request req;
   req.method = "POST";
   req.key = std::string(key);
   req.what = What("CompleteMultipartUpload", key);
+  // The server assembles the parts before it answers.
+  req.server_works = true;
+  req.server_bytes = size;
   req.query.emplace_back("uploadId", upload_id);
   req.headers = conditions;
   req.headers.emplace_back("content-type", "application/xml");
@@ -554,7 +574,7 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   HeaderList conditions;
   if (options.if_match) conditions.emplace_back("if-match", options.if_match->quoted());
   if (options.if_none_match) conditions.emplace_back("if-none-match", "*");
-  Result<ETag> etag = CompleteMultipart(key, upload_id, parts, conditions);
+  Result<ETag> etag = CompleteMultipart(key, upload_id, parts, conditions, size);
   if (!etag.ok()) {
     AbortMultipart(key, upload_id);
     return etag.status();
@@ -602,6 +622,8 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   req.method = "PUT";
   req.key = std::string(dst);
   req.what = What("COPY", src.key) + " to " + std::string(dst);
+  req.server_works = true;
+  req.server_bytes = src.size;
   req.headers.emplace_back("x-amz-copy-source", endpoint_.CopySource(src.key));
   if (options.if_match_source && !src.etag.empty()) {
     req.headers.emplace_back("x-amz-copy-source-if-match", src.etag.quoted());
@@ -672,6 +694,8 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
     req.method = "PUT";
     req.key = std::string(dst);
     req.what = What("UploadPartCopy", src.key) + " to " + std::string(dst);
+    req.server_works = true;
+    req.server_bytes = last - first + 1;
     req.query.emplace_back("partNumber", std::to_string(index + 1));
     req.query.emplace_back("uploadId", upload_id);
     req.headers.emplace_back("x-amz-copy-source", endpoint_.CopySource(src.key));
@@ -690,7 +714,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
     AbortMultipart(dst, upload_id);
     return st;
   }
-  Result<ETag> etag = CompleteMultipart(dst, upload_id, parts, {});
+  Result<ETag> etag = CompleteMultipart(dst, upload_id, parts, {}, source.size);
   if (!etag.ok()) {
     AbortMultipart(dst, upload_id);
     return etag.status();

@@ -121,7 +121,7 @@ class S3Store : public ObjectStore {
   Result<std::string> InitiateMultipart(std::string_view key, const HeaderList& headers);
   Result<ETag> CompleteMultipart(std::string_view key, const std::string& upload_id,
                                  const std::vector<std::pair<int, ETag>>& parts,
-                                 const HeaderList& conditions);
+                                 const HeaderList& conditions, uint64_t size);
   void AbortMultipart(std::string_view key, const std::string& upload_id);
 
   std::string What(std::string_view verb, std::string_view key) const;

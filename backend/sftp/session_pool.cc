@@ -15,6 +15,8 @@
 #include <thread>
 #include <utility>
 
+#include "backend/retry.h"
+
 namespace objfs::sftp {
 namespace {
 
@@ -93,13 +95,35 @@ Status LoginError(ssh_session ssh, const SftpConnectOptions& options) {
                         " failed: " + ssh_get_error(ssh));
 }
 
+using Clock = std::chrono::steady_clock;
+
+// The error of a login the server let wait: libssh gave up (SSH_AUTH_AGAIN after its timeout)
+// or the watchdog cut the connection. No refusal: the credentials were never answered.
+Status LoginTimedOut(const SftpConnectOptions& options, Clock::time_point start) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f",
+                std::chrono::duration<double>(Clock::now() - start).count());
+  return TimedOutError("login to " + options.user + "@" + options.host + ":" +
+                       std::to_string(options.port) + " timed out after " + seconds +
+                       " s: the server did not answer");
+}
+
+// Whether a libssh login call that returned `rc` after starting at `call_start` gave up waiting
+// for the server (SSH_AUTH_AGAIN after its SSH_OPTIONS_TIMEOUT, connect_timeout). A quick
+// SSH_AUTH_AGAIN is no such thing.
+bool WaitedOut(int rc, const SftpConnectOptions& options, Clock::time_point call_start) {
+  return rc == SSH_AUTH_AGAIN &&
+         Clock::now() - call_start >= options.connect_timeout - std::chrono::milliseconds(100);
+}
+
 // The password, with the "password" method or as the answer to keyboard-interactive prompts
 // (what servers using PAM offer), whichever the server lists. PermissionDenied when refused or
 // when the server takes neither (noted in `tried`).
 Status AuthenticateWithPassword(ssh_session ssh, const SftpConnectOptions& options,
-                                std::vector<std::string>* tried) {
+                                std::vector<std::string>* tried, Clock::time_point start) {
   const int methods = ssh_userauth_list(ssh, nullptr);
   const char* password = options.password->c_str();
+  const Clock::time_point call_start = Clock::now();
   int rc = SSH_AUTH_DENIED;
   if (methods & SSH_AUTH_METHOD_PASSWORD) {
     rc = ssh_userauth_password(ssh, nullptr, password);
@@ -122,13 +146,14 @@ Status AuthenticateWithPassword(ssh_session ssh, const SftpConnectOptions& optio
     tried->push_back("password (the server does not accept passwords)");
   }
   if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
+  if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
   if (rc == SSH_AUTH_ERROR) return LoginError(ssh, options);
   return PermissionDeniedError("password refused");
 }
 
 // Offers the identity files, in order, and only them; without any, ssh-agent (when
 // SSH_AUTH_SOCK is set) and then libssh's default keys (~/.ssh/id_ed25519, id_ecdsa, id_rsa).
-Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
+Status Authenticate(ssh_session ssh, const SftpConnectOptions& options, Clock::time_point start) {
   std::vector<std::string> tried;
   // The server may need to learn the username before offering methods.
   ssh_userauth_none(ssh, nullptr);
@@ -138,28 +163,36 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options) {
       tried.push_back("key " + path + " (unreadable, or protected by a passphrase)");
       continue;
     }
+    const Clock::time_point call_start = Clock::now();
     int rc = ssh_userauth_publickey(ssh, nullptr, key);
     ssh_key_free(key);
     if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
+    if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
     if (rc == SSH_AUTH_ERROR) return LoginError(ssh, options);
     tried.push_back("key " + path);
   }
   if (options.identity_files.empty()) {
     if (const char* agent = std::getenv("SSH_AUTH_SOCK"); agent != nullptr && *agent != '\0') {
-      if (ssh_userauth_agent(ssh, nullptr) == SSH_AUTH_SUCCESS) return Status::Ok();
+      const Clock::time_point call_start = Clock::now();
+      const int rc = ssh_userauth_agent(ssh, nullptr);
+      if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
+      if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
       tried.push_back("ssh-agent");
     }
-    if (ssh_userauth_publickey_auto(ssh, nullptr, nullptr) == SSH_AUTH_SUCCESS) {
-      return Status::Ok();
-    }
+    const Clock::time_point call_start = Clock::now();
+    const int rc = ssh_userauth_publickey_auto(ssh, nullptr, nullptr);
+    if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
+    if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
     tried.push_back("~/.ssh/id_ed25519, id_ecdsa, id_rsa");
   }
   if (options.password) {
-    Status by_password = AuthenticateWithPassword(ssh, options, &tried);
+    Status by_password = AuthenticateWithPassword(ssh, options, &tried, start);
     if (by_password.ok() || by_password.code() != StatusCode::kPermissionDenied) {
       return by_password;
     }
   }
+  // A connection that broke meanwhile refused nothing.
+  if (ssh_is_connected(ssh) == 0) return LoginError(ssh, options);
   std::string list;
   for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
   if (list.empty()) {
@@ -278,28 +311,38 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
   // server that accepts and then says nothing (stopped, overloaded) is cut like a stalled call.
   OBJFS_ASSIGN_OR_RETURN(c->socket_, ConnectTcp(options, where));
   ssh_options_set(ssh, SSH_OPTIONS_FD, &c->socket_);
+  c->watch_socket_ = ::fcntl(c->socket_, F_DUPFD_CLOEXEC, 0);
+  if (c->watch_socket_ < 0) return InternalError(std::string("dup: ") + std::strerror(errno));
+  const Clock::time_point start = Clock::now();
   if (watch) {
     watch(c.get(), true);
     unwatch.watched = true;
   }
-  if (ssh_connect(ssh) != SSH_OK) {
-    const std::string error = ssh_get_error(ssh);
-    if (!options.ciphers.empty() &&
-        error.find("no match for method encryption") != std::string::npos) {
-      return InvalidArgumentError(where + " accepts none of the ciphers " + options.ciphers);
+  Status login = [&]() -> Status {
+    if (ssh_connect(ssh) != SSH_OK) {
+      const std::string error = ssh_get_error(ssh);
+      if (!options.ciphers.empty() &&
+          error.find("no match for method encryption") != std::string::npos) {
+        return InvalidArgumentError(where + " accepts none of the ciphers " + options.ciphers);
+      }
+      return TransientError("cannot connect to " + where + ": " + error);
     }
-    return TransientError("cannot connect to " + where + ": " + error);
-  }
-  OBJFS_RETURN_IF_ERROR(CheckHostKey(ssh, options));
-  OBJFS_RETURN_IF_ERROR(Authenticate(ssh, options));
-  c->sftp_ = sftp_new(ssh);
-  if (c->sftp_ == nullptr) {
-    return TransientError("cannot open an SFTP session on " + where + ": " + ssh_get_error(ssh));
-  }
-  if (sftp_init(c->sftp_) != SSH_OK) {
-    return TransientError("SFTP handshake with " + where + " failed: " + ssh_get_error(ssh));
-  }
-  OBJFS_ASSIGN_OR_RETURN(c->wire_, SftpWire::Open(ssh));
+    OBJFS_RETURN_IF_ERROR(CheckHostKey(ssh, options));
+    OBJFS_RETURN_IF_ERROR(Authenticate(ssh, options, start));
+    c->sftp_ = sftp_new(ssh);
+    if (c->sftp_ == nullptr) {
+      return TransientError("cannot open an SFTP session on " + where + ": " + ssh_get_error(ssh));
+    }
+    if (sftp_init(c->sftp_) != SSH_OK) {
+      return TransientError("SFTP handshake with " + where + " failed: " + ssh_get_error(ssh));
+    }
+    OBJFS_ASSIGN_OR_RETURN(c->wire_, SftpWire::Open(ssh));
+    return Status::Ok();
+  }();
+  // The watchdog cut the connection: whatever libssh made of that (a refused key, among
+  // others) is not the server's answer.
+  if (!login.ok() && c->marked_broken()) return LoginTimedOut(options, start);
+  OBJFS_RETURN_IF_ERROR(login);
   return c;
 }
 
@@ -310,6 +353,7 @@ SftpConnection::~SftpConnection() {
     ssh_disconnect(ssh_);
     ssh_free(ssh_);
   }
+  if (watch_socket_ >= 0) ::close(watch_socket_);
 }
 
 bool SftpConnection::healthy() const {
@@ -340,26 +384,41 @@ void SftpSessionPool::Watch() {
     watch_cv_.wait_for(lock, interval);
     if (stopping_) break;
     const Clock::time_point now = Clock::now();
-    for (auto& [connection, since] : leased_) {
-      if (now - since < limit || connection->socket() < 0 || connection->marked_broken()) continue;
+    const std::optional<DeadlineClock::time_point> unmount = CallDeadlineCap();
+    for (auto& [connection, watched] : leased_) {
+      // Acts only on connections still registered (under mu_, which Release and the end of
+      // Connect take to unregister), through the connection's own descriptor.
+      const int fd = connection->watch_socket();
+      if (now - watched.since < limit || fd < 0 || connection->marked_broken()) continue;
+      std::chrono::milliseconds allowed = limit;
+      std::string why = "request_timeout";
+      if (watched.silence_allowed > limit) {
+        if (unmount && now >= *unmount) {
+          why = "request_timeout, after the unmount's operation_timeout was spent";
+        } else {
+          allowed = watched.silence_allowed;
+          why = "the most a server-side copy or fsync of its size may take";
+        }
+      }
       tcp_info info{};
       socklen_t len = sizeof info;
-      if (::getsockopt(connection->socket(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
+      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
       // Milliseconds since the server last sent anything on this connection.
-      if (std::chrono::milliseconds(info.tcpi_last_data_recv) < limit) continue;
+      if (std::chrono::milliseconds(info.tcpi_last_data_recv) < allowed) continue;
       // Logged first: the call fails as soon as the socket is shut down, and what its caller
-      // sees (EIO) must already have its reason in the log.
-      if (options_.log) {
+      // sees (EIO) must already have its reason in the log. (A login cut fails with its own
+      // TimedOut, which says it all.)
+      if (options_.log && !watched.logging_in) {
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%.1f",
-                      std::chrono::duration<double>(limit).count());
+                      std::chrono::duration<double>(allowed).count());
         options_.log("SFTP server " + options_.user + "@" + HostPort(options_) +
-                     " sent nothing for " + seconds +
-                     " s (request_timeout) during a call; dropping that connection");
+                     " sent nothing for " + seconds + " s (" + why +
+                     ") during a call; dropping that connection");
       }
       // Wakes the thread blocked in libssh: its call fails and the connection is dropped.
       connection->MarkBroken();
-      ::shutdown(connection->socket(), SHUT_RDWR);
+      ::shutdown(fd, SHUT_RDWR);
       ++cut_;
       MarkStalledLocked("it sent nothing for request_timeout");
     }
@@ -378,10 +437,16 @@ void SftpSessionPool::MarkStalledLocked(const std::string& why) {
 void SftpSessionPool::SetWatched(SftpConnection* connection, bool watched) {
   std::lock_guard<std::mutex> lock(mu_);
   if (watched) {
-    leased_[connection] = std::chrono::steady_clock::now();
+    leased_[connection] = Watched{std::chrono::steady_clock::now(), /*logging_in=*/true};
   } else {
     leased_.erase(connection);
   }
+}
+
+void SftpSessionPool::AllowSilence(SftpConnection& connection, std::chrono::milliseconds allowed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leased_.find(&connection);
+  if (it != leased_.end()) it->second.silence_allowed = allowed;
 }
 
 void SftpSessionPool::DropIdle() {
@@ -415,7 +480,7 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
       std::unique_ptr<SftpConnection> c = std::move(idle_.back());
       idle_.pop_back();
       ++leased_or_connecting_;
-      leased_[c.get()] = std::chrono::steady_clock::now();
+      leased_[c.get()] = Watched{std::chrono::steady_clock::now()};
       return Lease(this, std::move(c));
     }
     // Refused credentials (or host key) are not tried again for a while: a password that
@@ -445,7 +510,10 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
         status = TransientError(status.message() + " (after logging in before: will try again)");
       }
     }
-    if (status.code() == StatusCode::kTransient) {
+    if (status.code() == StatusCode::kTimedOut) {
+      // A login the server let wait: not asked again for a while, as after a stalled call.
+      MarkStalledLocked(status.message());
+    } else if (status.code() == StatusCode::kTransient) {
       // Refused or reset connections fail fast; one that used up its time is a stalled server.
       const auto now = std::chrono::steady_clock::now();
       if (now - connect_start >=
@@ -461,8 +529,7 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
       refused_until_ = std::chrono::steady_clock::now() + kRefusedRetryDelay;
     }
     // A server that let us in before now offers a host key that is refused (it changed): the
-    // calls fail, so the log must say why, once per reason. (A login that timed out on a stalled
-    // server also comes back as a refusal; the connection watchdog logs those.)
+    // calls fail, so the log must say why, once per reason.
     if (ever_connected_ && c.status().code() == StatusCode::kPermissionDenied &&
         c.status().message().rfind("host key of ", 0) == 0 &&
         c.status().message() != last_logged_refusal_) {
@@ -478,7 +545,7 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
   ever_connected_ = true;
   first_refusal_.reset();
   last_logged_refusal_.clear();
-  leased_[c->get()] = std::chrono::steady_clock::now();
+  leased_[c->get()] = Watched{std::chrono::steady_clock::now()};
   return Lease(this, std::move(c).value());
 }
 

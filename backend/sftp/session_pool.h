@@ -11,6 +11,8 @@
 // borrowed connection that has received nothing for request_timeout: every call on it then
 // fails at once, and the broken connection is dropped rather than reused. For request_timeout
 // after that (or after a login that timed out) no new connection is tried: calls fail at once.
+// A login cut this way fails with TimedOut, never as a refusal of the credentials. A call that
+// waits on the server's work (copy-data, an fsync) may be silent longer: see SilenceAllowance.
 #pragma once
 
 #include <libssh/libssh.h>
@@ -83,8 +85,11 @@ class SftpConnection {
   bool healthy() const;
   void MarkBroken() { broken_ = true; }
   bool marked_broken() const { return broken_; }
-  // The connection's TCP socket (-1 before it connected).
-  int socket() const { return socket_; }
+  // A descriptor of the connection's TCP socket of its own (-1 before it connected), for the
+  // watchdog: libssh closes its descriptor when the connection fails, and that number may then
+  // be reused by any other file while this one stays valid, so the watchdog never acts on
+  // another file's descriptor.
+  int watch_socket() const { return watch_socket_; }
 
  private:
   SftpConnection() = default;
@@ -92,7 +97,8 @@ class SftpConnection {
   sftp_session sftp_ = nullptr;
   std::unique_ptr<SftpWire> wire_;
   std::atomic<bool> broken_{false};
-  int socket_ = -1;
+  int socket_ = -1;        // libssh's
+  int watch_socket_ = -1;  // ours, a dup of socket_
 };
 
 class SftpSessionPool {
@@ -128,6 +134,26 @@ class SftpSessionPool {
   // Connections the watchdog has cut so far.
   int cut_connections() const { return cut_.load(); }
 
+  // While it lives, the borrowed `connection` may receive nothing for `allowed` (when longer
+  // than request_timeout) before the watchdog cuts it: a request the server works on before it
+  // answers (a server-side copy, an fsync). The unmount's deadline (CapCallDeadlines) still
+  // cuts it once it has been silent for request_timeout.
+  class SilenceAllowance {
+   public:
+    SilenceAllowance(SftpSessionPool& pool, SftpConnection& connection,
+                     std::chrono::milliseconds allowed)
+        : pool_(pool), connection_(connection) {
+      pool_.AllowSilence(connection_, allowed);
+    }
+    ~SilenceAllowance() { pool_.AllowSilence(connection_, std::chrono::milliseconds(0)); }
+    SilenceAllowance(const SilenceAllowance&) = delete;
+    SilenceAllowance& operator=(const SilenceAllowance&) = delete;
+
+   private:
+    SftpSessionPool& pool_;
+    SftpConnection& connection_;
+  };
+
   const SftpConnectOptions& options() const { return options_; }
 
  private:
@@ -137,6 +163,7 @@ class SftpSessionPool {
   void MarkStalledLocked(const std::string& why);
   // Adds `connection` to (or removes it from) the connections the watchdog looks after.
   void SetWatched(SftpConnection* connection, bool watched);
+  void AllowSilence(SftpConnection& connection, std::chrono::milliseconds allowed);
 
   const SftpConnectOptions options_;
   const int size_;
@@ -162,8 +189,14 @@ class SftpSessionPool {
   // stalled_until_.
   Status stalled_;
   std::chrono::steady_clock::time_point stalled_until_{};
-  // Borrowed connections and since when.
-  std::map<SftpConnection*, std::chrono::steady_clock::time_point> leased_;
+  // What the watchdog looks after: borrowed connections, and connections logging in.
+  struct Watched {
+    std::chrono::steady_clock::time_point since;
+    bool logging_in = false;
+    // See SilenceAllowance; 0: request_timeout.
+    std::chrono::milliseconds silence_allowed{0};
+  };
+  std::map<SftpConnection*, Watched> leased_;
   std::atomic<int> cut_{0};
   bool stopping_ = false;
   std::condition_variable watch_cv_;

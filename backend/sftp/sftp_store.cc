@@ -155,7 +155,10 @@ Result<std::unique_ptr<SftpStore>> SftpStore::Create(SftpStoreOptions options) {
   }
   while (options.root.size() > 1 && options.root.back() == '/') options.root.pop_back();
   std::unique_ptr<SftpStore> store(new SftpStore(std::move(options)));
+  // Whatever fails here is the caller's one error to report: not logged as well.
+  store->log_timeouts_ = false;
   OBJFS_RETURN_IF_ERROR(store->CheckRoot());
+  store->log_timeouts_ = true;
   return store;
 }
 
@@ -223,7 +226,7 @@ auto SftpStore::WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>(
           DeadlineClock::now() >= *deadline) {
         return timed_out(attempt + 1, lease.status());
       }
-      if (lease.status().code() == StatusCode::kTimedOut && options_.log) {
+      if (lease.status().code() == StatusCode::kTimedOut && options_.log && log_timeouts_) {
         options_.log(lease.status().message());
       }
       return lease.status();
@@ -616,6 +619,9 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
                                            const Metadata& metadata, uint64_t size) {
   SftpWire& wire = c.wire();
   bool attributes_refused = false;
+  // The fsync may take the server long for a large file, with nothing to say meanwhile.
+  SftpSessionPool::SilenceAllowance flushing(pool_, c,
+                                             ServerWorkSilence(options_.request_timeout, size));
   Result<SftpWire::FileAttrs> finished =
       wire.Finish(handle, NewAttrsOf(metadata), wire.HasExtension("fsync@openssh.com", "1"),
                   &attributes_refused);
@@ -876,6 +882,9 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   Status status;
   uint64_t copied = current.size;
   if (copy_data) {
+    // The server copies the whole file before it answers.
+    SftpSessionPool::SilenceAllowance copying(
+        pool_, c, ServerWorkSilence(options_.request_timeout, current.size));
     status = wire.CopyData(src_handle, 0, 0, *dst_handle, 0);
     // The bytes are the source's: a content MD5 the caller vouches for stays true.
     if (src.etag.is_plain_md5()) etag = src.etag;

@@ -162,6 +162,8 @@ class SftpStore : public ObjectStore {
   std::mutex& KeyLock(std::string_view key);
 
   SftpStoreOptions options_;  // root resolved by CheckRoot, then unchanged
+  // False while Create checks the root: its error is the caller's to report.
+  bool log_timeouts_ = true;
   SftpSessionPool pool_;
   std::array<std::mutex, 64> key_locks_;
   // Learnt from the first connection.

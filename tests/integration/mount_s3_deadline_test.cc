@@ -3,6 +3,8 @@
 // fail with EIO within operation_timeout (plus slack) and the log names the call and the reason;
 // the staged data of a failed close stays in cache_dir and the next mount uploads it once the
 // server answers again; SIGTERM and unmount end objfs within the budget while a request hangs.
+// A server that is merely busy is not taken for a hanging one: a server-side copy (cp and mv
+// within the mount) whose reply the server holds back past both timeouts succeeds.
 // A fault proxy in front of the shared RGW plays the hanging server; short timeouts
 // (request_timeout=2, operation_timeout=5) keep the tests fast.
 
@@ -227,6 +229,46 @@ TEST(MountS3DeadlineTest, SigtermWhileAReadHangsEndsObjfsWithinTheBudget) {
   ::close(fd);
   m.proxy->Resume();
   m.mount->Stop();
+}
+
+// The server takes longer over each server-side copy than request_timeout and
+// operation_timeout together, saying nothing meanwhile (as RGW and AWS do while they copy
+// gigabytes): `cp` within the mount (CopyObject) and `mv` of a file above copy_part_threshold
+// (UploadPartCopy, CompleteMultipartUpload) succeed, no byte passes through this machine, and
+// the server has the objects.
+TEST(MountS3DeadlineTest, ServerSideCopiesTheServerTakesLongOverAreNotCut) {
+  ProxiedMount m = MountThroughProxy(",copy_part_threshold=1M");
+  ASSERT_TRUE(m.mount);
+  const std::string small = PseudoRandomBytes(300000, 54);
+  const std::string big = PseudoRandomBytes(3 << 20, 55);
+  ASSERT_NO_FATAL_FAILURE(PutObject(m.bucket, "small", small));
+  ASSERT_NO_FATAL_FAILURE(PutObject(m.bucket, "big", big));
+  const std::string dir = m.mount->path();
+  const std::string before = GetXattr(dir, "user.objfs.stats");
+
+  constexpr int kHoldMs = (kOperationTimeout + 1) * 1000;
+  m.proxy->HoldResponses({"x-amz-copy-source:", "?uploadId="}, kHoldMs);
+  // Bounded all the same, should a copy hang.
+  const std::string bound = std::to_string(3 * kHoldMs / 1000 + 30);
+  CommandResult cp =
+      RunCommand({"timeout", "-k", "5", bound, "cp", dir + "/small", dir + "/small-copy"});
+  EXPECT_EQ(cp.exit_code, 0) << cp.err << m.mount->log();
+  EXPECT_GE(m.proxy->held_responses(), 1);
+  CommandResult mv =
+      RunCommand({"timeout", "-k", "5", bound, "mv", dir + "/big", dir + "/big-moved"});
+  EXPECT_EQ(mv.exit_code, 0) << mv.err << m.mount->log();
+  // The part copy and the completion were held.
+  EXPECT_GE(m.proxy->held_responses(), 3);
+  m.proxy->StopHolding();
+
+  const std::string after = GetXattr(dir, "user.objfs.stats");
+  ExpectCounterDelta(before, after, "bytes_written", 0);
+  ExpectCounterDelta(before, after, "server_copies", 2);
+  EXPECT_EQ(GetObject(m.bucket, "small-copy"), small);
+  EXPECT_EQ(GetObject(m.bucket, "big-moved"), big);
+  EXPECT_EQ(GetObject(m.bucket, "big"), "<missing>");
+  EXPECT_EQ(m.mount->log().find("(operation_timeout)"), std::string::npos) << m.mount->log();
+  EXPECT_EQ(m.mount->Stop(), 0);
 }
 
 }  // namespace

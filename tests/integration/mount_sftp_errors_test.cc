@@ -242,8 +242,10 @@ bool Accepts(int port) {
 class PrivateSshd {
  public:
   // With `password_auth`, the server also accepts the passwords of system accounts;
-  // `sftp_flags` go to its sftp subsystem (internal-sftp).
-  explicit PrivateSshd(bool password_auth = false, const std::string& sftp_flags = "") {
+  // `sftp_flags` go to its sftp subsystem (internal-sftp); while the file `slow_login_flag`
+  // (if given) exists, each login waits in silence until it is removed.
+  explicit PrivateSshd(bool password_auth = false, const std::string& sftp_flags = "",
+                       const std::string& slow_login_flag = "") {
     char dir_template[] = "/tmp/objfs-sshd-XXXXXX";
     if (::mkdtemp(dir_template) == nullptr) {
       ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
@@ -252,7 +254,8 @@ class PrivateSshd {
     dir_ = dir_template;
     CommandResult r = RunCommand(
         {"env", std::string("OBJFS_SSHD_PASSWORD_AUTH=") + (password_auth ? "yes" : "no"),
-         "OBJFS_SSHD_SFTP_FLAGS=" + sftp_flags, "/bin/bash", Script(), "start", dir_});
+         "OBJFS_SSHD_SFTP_FLAGS=" + sftp_flags, "OBJFS_SSHD_SLOW_LOGIN=" + slow_login_flag,
+         "/bin/bash", Script(), "start", dir_});
     if (r.exit_code != 0) {
       ADD_FAILURE() << "sshd.sh start " << dir_ << " failed: " << r.out << r.err;
       return;
@@ -844,8 +847,11 @@ TEST(MountSftpErrorsTest, StalledServerGivesEioWithinTheBudget) {
   ASSERT_TRUE(in_time) << "the read still blocks after " << took << " s";
   EXPECT_EQ(n, -1);
   EXPECT_EQ(err, EIO) << std::strerror(err);
-  EXPECT_NE(mount->log().find("sent nothing for 2.0 s (request_timeout)"), std::string::npos)
-      << mount->log();
+  // The log says why: the call, or the login of a new connection for it, timed out.
+  const std::string log = mount->log();
+  EXPECT_TRUE(log.find("sent nothing for 2.0 s (request_timeout)") != std::string::npos ||
+              log.find(" timed out after 2.") != std::string::npos)
+      << log;
 
   // The server answers again: so does the mount, once request_timeout has passed since it
   // last found the server stalled.
@@ -890,6 +896,69 @@ TEST(MountSftpErrorsTest, HostKeyChangedDuringAMountIsRefusedAndLogged) {
       << log;
   EXPECT_NE(log.find(sha), std::string::npos) << log;
   mount->Stop();
+}
+
+// A server that lets a login wait (slow or stuck, the credentials fine) is a timeout, never a
+// refusal: a mount fails with "timed out", not "accepted none of the credentials"; during a
+// mount the calls fail with EIO, not EACCES, however long it lasts, and they work again soon
+// after the server answers, not a minute later.
+TEST(MountSftpErrorsTest, ALoginTheServerLetsWaitIsATimeoutNotARefusal) {
+  ScratchDir flags;
+  const std::string slow = flags.path() + "/slow-login";
+  PrivateSshd sshd(/*password_auth=*/false, "", slow);
+  ASSERT_TRUE(sshd.started());
+  const std::string timeouts = ",request_timeout=2,operation_timeout=5";
+
+  WriteFile(slow, "");
+  const std::string error =
+      ExpectMountFails(sshd.url(), sshd.options() + timeouts,
+                       {"login to " + sshd.var("OBJFS_TEST_SFTP_USER") +
+                            "@127.0.0.1:" + std::to_string(sshd.port()) + " timed out after ",
+                        " s: the server did not answer"});
+  EXPECT_EQ(error.find("accepted none"), std::string::npos) << error;
+
+  ASSERT_TRUE(fs::remove(slow));
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount(timeouts);
+  ASSERT_TRUE(mount);
+  WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/here", "here");
+  EXPECT_EQ(ReadFile(mount->path() + "/here"), "here");
+
+  // Logins wait from now on, and the pool's connections are gone: every call needs a login.
+  WriteFile(slow, "");
+  sshd.KillConnections();
+  // Each stat looks up a new name, so that it reaches the server. Long enough for the pool to
+  // hold a refusal for good, were it one: it forgives refusals within 10 s of the first after a
+  // good login, and each login attempt here takes request_timeout, followed by as long a pause.
+  int probe = 0;
+  auto stat_new_name = [&] {
+    struct stat st {};
+    const std::string name = mount->path() + "/probe-" + std::to_string(probe++);
+    return ::stat(name.c_str(), &st) == 0 ? 0 : errno;
+  };
+  std::map<int, int> errors;  // errno -> how often
+  const Clock::time_point start = Clock::now();
+  WaitFor(
+      40,
+      [&] {
+        ++errors[stat_new_name()];
+        return Clock::now() - start > std::chrono::seconds(22);
+      },
+      std::chrono::milliseconds(100));
+  EXPECT_GT(errors[EIO], 0);
+  for (const auto& [err, count] : errors) {
+    EXPECT_EQ(err, EIO) << count << " calls failed with " << std::strerror(err);
+  }
+  EXPECT_NE(mount->log().find(" timed out after "), std::string::npos) << mount->log();
+
+  // The server answers logins again: so does the mount, within request_timeout and a login.
+  ASSERT_TRUE(fs::remove(slow));
+  const Clock::time_point answering = Clock::now();
+  EXPECT_TRUE(WaitFor(20, [&] { return stat_new_name() == ENOENT; }))
+      << "still failing " << SecondsSince(answering)
+      << " s after the server answers again: " << std::strerror(stat_new_name());
+  EXPECT_LT(SecondsSince(answering), 10.0);
+  EXPECT_EQ(ReadFile(mount->path() + "/here"), "here");
+  EXPECT_EQ(mount->Stop(), 0);
 }
 
 }  // namespace

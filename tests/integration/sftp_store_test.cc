@@ -5,14 +5,22 @@
 // machine).
 #include "backend/sftp/sftp_store.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -865,6 +873,109 @@ TEST_F(SftpStoreTest, DescribeNamesUserHostPortAndRoot) {
                                     std::to_string(server.port) + root_);
   EXPECT_EQ(store_->capabilities().scheme, "sftp");
   EXPECT_FALSE(store_->capabilities().native_etags);
+}
+
+sftp::SftpConnectOptions PoolOptions(std::chrono::milliseconds request_timeout) {
+  const testing::SftpTestServer& server = testing::SharedSftpServer();
+  sftp::SftpConnectOptions options;
+  options.host = server.host;
+  options.port = server.port;
+  options.user = server.user;
+  options.identity_files = {server.key_path};
+  options.known_hosts = server.known_hosts;
+  options.request_timeout = request_timeout;
+  return options;
+}
+
+// A call waiting on the server's work (copy-data, an fsync) may be silent for its allowance,
+// longer than request_timeout: the watchdog cuts an ordinary silent call after request_timeout,
+// and the one with the allowance only once that is spent.
+TEST(SftpSessionPoolTest, ServerWorkIsCutOnlyAfterItsSilenceAllowance) {
+  sftp::SftpSessionPool pool(PoolOptions(std::chrono::milliseconds(500)), 2);
+  Result<sftp::SftpSessionPool::Lease> working = pool.Acquire();
+  ASSERT_TRUE(working.ok()) << working.status().ToString();
+  Result<sftp::SftpSessionPool::Lease> ordinary = pool.Acquire();
+  ASSERT_TRUE(ordinary.ok()) << ordinary.status().ToString();
+  // Neither receives anything from now on: both are silent calls.
+  const auto start = std::chrono::steady_clock::now();
+  sftp::SftpSessionPool::SilenceAllowance allowance(pool, **working, std::chrono::seconds(4));
+  auto wait_for_cuts = [&](int cuts) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (pool.cut_connections() < cuts && std::chrono::steady_clock::now() < deadline) {
+      pollfd none{-1, 0, 0};
+      ::poll(&none, 0, 20);
+    }
+    return pool.cut_connections() >= cuts;
+  };
+  ASSERT_TRUE(wait_for_cuts(1));
+  EXPECT_TRUE((*ordinary)->marked_broken());
+  EXPECT_FALSE((*working)->marked_broken()) << "cut after request_timeout despite its allowance";
+  EXPECT_TRUE((*working)->healthy());
+  ASSERT_TRUE(wait_for_cuts(2));
+  EXPECT_TRUE((*working)->marked_broken());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(3500));
+}
+
+// The pool's watchdog cuts a borrowed connection that receives nothing through a descriptor of
+// its own. libssh closes its descriptor when a connection fails, while the connection is still
+// borrowed; the number is then free, and another file (here a TCP socket of the test) gets it.
+// The watchdog must cut the failed connection, and leave that other socket alone.
+TEST(SftpSessionPoolTest, WatchdogNeverCutsAnotherFileThatGotTheSocketsNumber) {
+  sftp::SftpSessionPool pool(PoolOptions(std::chrono::milliseconds(500)), 1);
+  Result<sftp::SftpSessionPool::Lease> lease = pool.Acquire();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const int number = ssh_get_fd((*lease)->sftp()->session);
+  ASSERT_GE(number, 0);
+
+  // The connection fails (as when the server goes away) and libssh closes its descriptor.
+  ASSERT_EQ(::shutdown(number, SHUT_RDWR), 0);
+  EXPECT_EQ(sftp_stat((*lease)->sftp(), "/"), nullptr);
+  ASSERT_EQ(::fcntl(number, F_GETFD), -1) << "libssh kept its descriptor " << number;
+
+  // A new socket gets the number (the lowest free one), connected to a listener of the test.
+  const int other = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int peer_fd = [&] {
+    if (::connect(other, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+    return ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  }();
+  // Closed however the test ends.
+  struct Closer {
+    std::vector<int> fds;
+    ~Closer() {
+      for (int fd : fds) {
+        if (fd >= 0) ::close(fd);
+      }
+    }
+  } closer{{listener, other, peer_fd}};
+  ASSERT_EQ(other, number) << "the new socket did not get the freed number";
+  ASSERT_GE(peer_fd, 0) << std::strerror(errno);
+
+  // The watchdog cuts the failed connection once it has been silent for request_timeout...
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (pool.cut_connections() == 0 && std::chrono::steady_clock::now() < deadline) {
+    pollfd none{-1, 0, 0};
+    ::poll(&none, 0, 20);
+  }
+  ASSERT_EQ(pool.cut_connections(), 1);
+  // ... and the other socket still works both ways.
+  pollfd peer{peer_fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&peer, 1, 0), 0) << "the other socket was shut down";
+  EXPECT_EQ(::send(other, "x", 1, MSG_NOSIGNAL), 1) << std::strerror(errno);
+  char got = 0;
+  EXPECT_EQ(::recv(peer_fd, &got, 1, 0), 1);
+  EXPECT_EQ(got, 'x');
+  EXPECT_EQ(::send(peer_fd, "y", 1, MSG_NOSIGNAL), 1) << std::strerror(errno);
+  EXPECT_EQ(::recv(other, &got, 1, 0), 1);
+  EXPECT_EQ(got, 'y');
 }
 
 }  // namespace

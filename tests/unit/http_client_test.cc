@@ -586,6 +586,43 @@ TEST(HttpClientTest, TotalTimeoutCutsARequestTheIdleTimeoutWouldLetWait) {
   EXPECT_LT(took, std::chrono::seconds(5));
 }
 
+// Server work: a request with a silence allowance is not held to the low-speed rule (here 1 s),
+// yet a server that says nothing at all for the allowance is still cut, and the message says so.
+TEST(HttpClientTest, ServerWorkIsCutOnlyAfterItsSilenceAllowance) {
+  LoopbackServer server(Always(""), LoopbackServer::Behavior::kNeverAnswer);
+  HttpOptions options;
+  options.idle_timeout_s = 1;
+  HttpClient client(options);
+  HttpRequest request = Request("PUT", server.url("/b/copy"));
+  request.silence_timeout_ms = 2500;
+  const auto start = std::chrono::steady_clock::now();
+  Result<HttpResponse> response = client.Perform(request);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), StatusCode::kTransient);
+  EXPECT_NE(response.status().message().find("the server sent nothing for"), std::string::npos)
+      << response.status().message();
+  EXPECT_GE(took, std::chrono::milliseconds(2500));
+  EXPECT_LT(took, std::chrono::seconds(10));
+}
+
+// The caller's abandon check ends a silent request with TimedOut and its reason.
+TEST(HttpClientTest, AbandonEndsARequestWithTimedOut) {
+  LoopbackServer server(Always(""), LoopbackServer::Behavior::kNeverAnswer);
+  HttpOptions options;
+  options.idle_timeout_s = 60;
+  HttpClient client(options);
+  HttpRequest request = Request("PUT", server.url("/b/copy"));
+  request.silence_timeout_ms = 60'000;
+  std::atomic<int> asked{0};
+  request.abandon = [&]() -> std::string { return ++asked >= 2 ? "unmount deadline" : ""; };
+  Result<HttpResponse> response = client.Perform(request);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), StatusCode::kTimedOut);
+  EXPECT_NE(response.status().message().find("abandoned: unmount deadline"), std::string::npos)
+      << response.status().message();
+}
+
 // Serves bytes until `fail_at`, then fails like a broken disk.
 class FailingSource : public ByteSource {
  public:

@@ -303,5 +303,16 @@ TEST(CallDeadlineTest, BudgetAndCap) {
   EXPECT_EQ(*CallDeadline(policy, start), start + milliseconds(1000));
 }
 
+TEST(ServerWorkSilenceTest, AtLeastFiveMinutesAndTenMiBPerSecond) {
+  EXPECT_EQ(ServerWorkSilence(milliseconds(30000), 0), milliseconds(300000));
+  EXPECT_EQ(ServerWorkSilence(milliseconds(30000), 1ull << 30), milliseconds(300000));
+  // 5 GiB (the largest part copy) at 10 MiB/s.
+  EXPECT_EQ(ServerWorkSilence(milliseconds(30000), 5ull << 30), milliseconds(512000));
+  // Rounded up to whole seconds.
+  EXPECT_EQ(ServerWorkSilence(milliseconds(2000), (5ull << 30) + 1), milliseconds(513000));
+  // Never below request_timeout.
+  EXPECT_EQ(ServerWorkSilence(milliseconds(900000), 5ull << 30), milliseconds(900000));
+}
+
 }  // namespace
 }  // namespace objfs
