@@ -44,7 +44,9 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     bool src_clean;
     {
       std::lock_guard<std::mutex> lock(in->inode->mu);
-      src_clean = !in->inode->dirty;
+      // A source removed while open is no object either: its old name may hold another file's
+      // by now. Its handle reads its own bytes below.
+      src_clean = !in->inode->dirty && !in->inode->unlinked;
     }
     Inode& dst = *out->inode;
     std::unique_lock<std::mutex> dst_lock(dst.mu);

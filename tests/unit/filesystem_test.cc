@@ -1052,6 +1052,28 @@ TEST_F(FilesystemTest, CopyFileRangeOntoARemovedFileDoesNotBringItBack) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "dst").status().code(), StatusCode::kNotFound);
 }
 
+// cp from a file removed while open, after another client stored a new file of its name: the
+// copy must not be served by the new file's object (the old handle still reads its own bytes).
+TEST_F(FilesystemTest, CopyFileRangeFromARemovedFileDoesNotCopyTheNewFileOfItsName) {
+  uint64_t ino = WriteFile(kRootIno, "src", "source bytes");
+  auto src = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  // Staged locally so that the open handle keeps the data after the removal.
+  ASSERT_TRUE(fs_->Write(*src, 0, Bytes("S")).ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "src").ok());
+  PutObject("src", "OTHER bytes!");
+  auto dst = fs_->Create(kRootIno, "dst", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(dst.ok());
+  auto copied = fs_->CopyFileRange(*src, 0, dst->fh, 0, 12, 0);
+  EXPECT_TRUE(fs_->Release(dst->fh).ok());
+  EXPECT_TRUE(fs_->Release(*src).ok());
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(*copied, 12u);
+  EXPECT_EQ(ReadFile(*fs_, LookupIno(kRootIno, "dst")), "Source bytes")
+      << "copy_file_range copied the object now under the removed file's name";
+  EXPECT_EQ(memory_->contents("dst"), "Source bytes");
+}
+
 // As on a local file system: a file removed while still open no longer holds its directory.
 TEST_F(FilesystemTest, RmDirOfDirectoryWhoseOnlyFileWasRemovedWhileOpen) {
   auto dir = fs_->MkDir(kRootIno, "d", 0755);
