@@ -518,6 +518,9 @@ class Filesystem {
   // Forgets inode.pending_metadata and its crash record (applied, carried by an upload or a
   // copy, or moot). REQUIRES: inode.mu held.
   void DropPendingMetadataLocked(Inode& inode);
+  // Removes Inode::held_record: the data that carries its change was accepted, uploaded or
+  // removed.
+  static void DropHeldRecordLocked(Inode& inode);
   // Holds a metadata change of the stored object `rec` for options.metadata_delay instead of a
   // self-copy now; false when it cannot be held (no crash record: the cache disk is full).
   // REQUIRES: inode.mu held.

@@ -60,6 +60,24 @@ Result<FileAttr> Filesystem::MutateMetadata(
       if (described.ok() && inode->accepted_copy) {
         described = inode->accepted_copy->Describe(key, metadata);
       }
+      if (described.ok() && inode->held_record) {
+        // So does the record of a change held before the write, for the object as it was:
+        // its own metadata (its mtime, not the writer's) with this change too.
+        ObjectInfo held;
+        held.key = key;
+        held.metadata = inode->held_metadata;
+        held.has_metadata = true;
+        FileAttr held_attr = AttrFromRecord(ino, RecordFromInfo(held, false));
+        Metadata held_extra = WithoutPosixMetadata(inode->held_metadata);
+        described = mutate(held_attr, held_extra);
+        if (described.ok()) {
+          Metadata changed = std::move(held_extra);
+          SetPosixMetadata(held_attr.mode, held_attr.uid, held_attr.gid, held_attr.mtime_ns,
+                           &changed);
+          described = inode->held_record->Describe(key, inode->held_etag, changed);
+          if (described.ok()) inode->held_metadata = std::move(changed);
+        }
+      }
       if (!described.ok()) Log("a crash record of " + key + " is stale: " + described.message());
     }
     return attr;

@@ -126,6 +126,7 @@ void Filesystem::DiscardLocked(Inode& inode) {
   inode.unlinked = true;
   inode.dirty = false;
   DropPendingMetadataLocked(inode);
+  DropHeldRecordLocked(inode);
   if (inode.open_handles.load() == 0) {
     DropStagingLocked(inode);
   } else if (inode.staged) {
@@ -138,6 +139,7 @@ void Filesystem::DiscardLocked(Inode& inode) {
 }
 
 void Filesystem::DropStagingLocked(Inode& inode) {
+  DropHeldRecordLocked(inode);
   if (inode.accepted_copy) {
     inode.accepted_copy->Remove();
     inode.accepted_copy.reset();
@@ -147,6 +149,13 @@ void Filesystem::DropStagingLocked(Inode& inode) {
   inode.staged.reset();
   inode.dirty = false;
   inode.has_local_data.store(inode.pending_metadata.has_value());
+}
+
+void Filesystem::DropHeldRecordLocked(Inode& inode) {
+  if (inode.held_record == nullptr) return;
+  inode.held_record->Remove();
+  inode.held_record.reset();
+  inode.held_metadata.clear();
 }
 
 void Filesystem::DropPendingMetadataLocked(Inode& inode) {
@@ -316,9 +325,12 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
                          : inode.staged->Describe(key, metadata);
   if (!described.ok()) {
     Log("uploading " + key + " with a stale crash record: " + described.message());
-  } else if (accept && inode.accepted_copy) {  // superseded by this version
-    inode.accepted_copy->Remove();
-    inode.accepted_copy.reset();
+  } else if (accept) {
+    DropHeldRecordLocked(inode);  // the accepted record carries the change
+    if (inode.accepted_copy) {    // superseded by this version
+      inode.accepted_copy->Remove();
+      inode.accepted_copy.reset();
+    }
   }
   PutOptions put;
   put.metadata = metadata;
@@ -333,6 +345,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
       // Accepted all the same: kept for a retry, and uploaded by the next mount should objfs
       // die first.
       Status recorded = inode.staged->MarkAccepted(key, metadata);
+      if (recorded.ok()) DropHeldRecordLocked(inode);
       if (recorded.ok() && inode.accepted_copy) {
         inode.accepted_copy->Remove();
         inode.accepted_copy.reset();
@@ -345,7 +358,8 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
   inode.in_store = true;
   inode.uploaded_etag = result->etag;
   DropPendingMetadataLocked(inode);  // the upload carried it
-  if (inode.accepted_copy) {         // an older version: the store has a newer one now
+  DropHeldRecordLocked(inode);
+  if (inode.accepted_copy) {  // an older version: the store has a newer one now
     inode.accepted_copy->Remove();
     inode.accepted_copy.reset();
   }
@@ -407,6 +421,14 @@ Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key, bool ke
       inode.staged = std::move(inode.accepted_copy);
     }
     return recorded;
+  }
+  if (inode.pending_metadata && inode.pending_metadata->record != nullptr) {
+    // ... but its own record stays until this data is accepted: a crash before that sets the
+    // data aside, and the change, acknowledged already, still applies to the stored object.
+    DropHeldRecordLocked(inode);
+    inode.held_record = std::move(inode.pending_metadata->record);
+    inode.held_etag = inode.pending_metadata->object.etag;
+    inode.held_metadata = inode.pending_metadata->metadata;
   }
   DropPendingMetadataLocked(inode);
   inode.dirty = true;
@@ -624,7 +646,8 @@ Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
   // data is on disk first, so that after a power loss no record describes lost data. (As with a
   // local file, only fsync, which uploads, makes the data safe from a power loss.)
   Status recorded = inode.staged->MarkAccepted(*key, metadata);
-  if (recorded.ok() && inode.accepted_copy) {  // superseded by this version
+  if (recorded.ok()) DropHeldRecordLocked(inode);  // this record carries the change
+  if (recorded.ok() && inode.accepted_copy) {      // superseded by this version
     inode.accepted_copy->Remove();
     inode.accepted_copy.reset();
   }

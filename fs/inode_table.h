@@ -53,6 +53,14 @@ struct Inode {
     std::unique_ptr<PendingAttrs> record;  // its crash record in cache_dir
   };
   std::optional<PendingMetadata> pending_metadata;
+  // The crash record of a held change whose file a writer then changed: the change travels
+  // with the data from then on, but should objfs die before close or fsync accepts that data
+  // (whose record then carries it), the next mount sets the data aside, and the change must
+  // still reach the object as it was (`held_etag`). Kept current with `held_metadata` (all the
+  // metadata that object is to carry) until the data is accepted, uploaded or removed.
+  std::unique_ptr<PendingAttrs> held_record;
+  ETag held_etag;
+  Metadata held_metadata;
   // Open handles; read by the table without the mutex to decide whether it may forget.
   std::atomic<int> open_handles{0};
   // Of those, the ones open for writing. The close of a read-only handle never uploads or
