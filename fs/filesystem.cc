@@ -373,7 +373,15 @@ void Filesystem::AddLookup(uint64_t ino) { inodes_.AddLookup(ino); }
 Result<Entry> Filesystem::GetAttr(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (auto inode = inodes_.Find(ino)) {
-    if (auto attr = LocalAttr(*inode, ino)) return MakeEntry(*attr, true);
+    std::lock_guard<std::mutex> lock(inode->mu);
+    if (auto attr = LocalAttrLocked(*inode, ino)) return MakeEntry(*attr, true);
+    if (inode->unlinked) {
+      // Removed while open: its old name may be another file's by now. It keeps the
+      // attributes it had when it was removed (and what fchmod and the like changed since).
+      FileAttr attr = inode->attr;
+      attr.ino = ino;
+      return MakeEntry(attr, true);
+    }
   }
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
   return MakeEntry(AttrFromRecord(ino, rec), true);

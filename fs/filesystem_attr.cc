@@ -125,15 +125,14 @@ Result<FileAttr> Filesystem::MutateMetadata(
   }
   if (inode->unlinked) {
     // Removed while open: no object is this file's any more (its old name may be another
-    // file's by now). Only the copy the open handles read has attributes to change.
-    if (!inode->staged) return NotFoundError(key + " was removed");
+    // file's by now). Only the attributes its open handles see change.
     FileAttr attr = inode->attr;
     Metadata extra = inode->extra_metadata;
     OBJFS_RETURN_IF_ERROR(mutate(attr, extra));
     inode->attr = attr;
     inode->extra_metadata = std::move(extra);
     attr.ino = ino;
-    attr.size = inode->staged->size();
+    if (inode->staged) attr.size = inode->staged->size();
     return attr;
   }
   for (int attempt = 0;; ++attempt) {

@@ -127,6 +127,11 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
   }
   meta_cache_.Invalidate(key);
   ForgetAttributes(key);
+  if (inode != nullptr && !inode->staged && rec.ok()) {
+    // What fstat of a handle still open shows from now on.
+    inode->attr = AttrFromRecord(ino, *rec);
+    inode->extra_metadata = WithoutPosixMetadata(rec->metadata);
+  }
   if (inode != nullptr) DiscardLocked(*inode);
   inodes_.Unbind(key);
   return Status::Ok();

@@ -1074,6 +1074,31 @@ TEST_F(FilesystemTest, CopyFileRangeFromARemovedFileDoesNotCopyTheNewFileOfItsNa
   EXPECT_EQ(memory_->contents("dst"), "Source bytes");
 }
 
+// fstat and fchmod on a file removed while open (read only, nothing staged), after another
+// client stored a new file of its name: they answered for the new file, or failed.
+TEST_F(FilesystemTest, AttributesOfARemovedOpenFileAreNotTheNewFileOfItsName) {
+  PutObject("f", "old");
+  uint64_t ino = LookupIno(kRootIno, "f");
+  auto fh = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "f").ok());
+  PutObject("f", "a new and longer file");
+  const uint64_t copies = metrics_.copy_requests.load();
+  auto attr = fs_->GetAttr(ino);
+  ASSERT_TRUE(attr.ok()) << attr.status().ToString();
+  EXPECT_EQ(attr->attr.size, 3u) << "fstat shows the new file of that name";
+  FileAttr wanted;
+  wanted.mode = 0600;
+  auto changed = fs_->SetAttr(ino, kSetMode, wanted, *fh);
+  ASSERT_TRUE(changed.ok()) << "fchmod of an open removed file: " << changed.status().ToString();
+  EXPECT_EQ(changed->attr.mode & 07777, 0600u);
+  EXPECT_EQ(changed->attr.size, 3u);
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.mode & 07777, 0600u);
+  EXPECT_EQ(metrics_.copy_requests.load(), copies) << "the new file of that name was changed";
+  EXPECT_EQ(memory_->contents("f"), "a new and longer file");
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+}
+
 // As on a local file system: a file removed while still open no longer holds its directory.
 TEST_F(FilesystemTest, RmDirOfDirectoryWhoseOnlyFileWasRemovedWhileOpen) {
   auto dir = fs_->MkDir(kRootIno, "d", 0755);
