@@ -76,6 +76,9 @@ struct RequestInfo {
 };
 thread_local const RequestInfo* serving = nullptr;
 
+// The room a size probe of user.objfs.stats leaves for counters that grow meanwhile.
+constexpr size_t kStatsRoom = 1024;
+
 std::string Describe(Filesystem& fs, const RequestInfo& info) {
   std::string where;
   Result<std::string> path = fs.PathOf(info.ino);
@@ -93,12 +96,17 @@ std::string Describe(Filesystem& fs, const RequestInfo& info) {
   return where;
 }
 
-// Answers the request with `err`, counting and logging it (fs/reply_log.h) with `why`.
-void ReplyError(fuse_req_t req, int err, std::string_view why) {
+// Answers the request with `err`, counting and logging it (fs/reply_log.h) with `why`. The
+// answer goes out whatever happens to the logging (out of memory): never an exception into
+// libfuse's C code, never a request left without a reply.
+void ReplyError(fuse_req_t req, int err, std::string_view why) noexcept {
   if (serving != nullptr) {
-    const RequestInfo& info = *serving;
-    AdapterOf(req).reply_log().Record(
-        info.op, err, [&] { return Describe(FsOf(req), info); }, why);
+    try {
+      const RequestInfo& info = *serving;
+      AdapterOf(req).reply_log().Record(
+          info.op, err, [&] { return Describe(FsOf(req), info); }, why);
+    } catch (...) {
+    }
   }
   fuse_reply_err(req, err);
 }
@@ -172,7 +180,7 @@ void Guarded(fuse_req_t req, const RequestInfo& info, Body&& body) {
   try {
     body();
   } catch (const std::exception& e) {
-    ReplyError(req, EIO, std::string("exception: ") + e.what());
+    ReplyError(req, EIO, e.what());  // nothing that may throw again here
   } catch (...) {
     ReplyError(req, EIO, "unknown exception");
   }
@@ -600,6 +608,12 @@ void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     // The mount's counters come with the failed replies counted here.
     if (ino == FUSE_ROOT_ID && std::string_view(name) == kStatsXattr) {
       *value += AdapterOf(req).reply_log().ToText();
+      // Counters grow between getfattr's size probe and its read: the probe leaves room for
+      // that (the read returns the value's own length), or the read would fail with ERANGE.
+      if (size == 0) {
+        fuse_reply_xattr(req, value->size() + kStatsRoom);
+        return;
+      }
     }
     ReplyXattrValue(req, *value, size);
   });

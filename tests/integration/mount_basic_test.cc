@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -156,6 +157,18 @@ TEST(MountBasicTest, StatsAttributeCountsRequests) {
   ASSERT_EQ(after.exit_code, 0) << after.err;
   EXPECT_GE(Counter(after.out, "put_requests"), puts_before + 1) << after.out;
   EXPECT_GE(Counter(after.out, "bytes_written"), 9) << after.out;
+
+  // The counters may grow between a size probe and the read that follows it (getfattr's two
+  // calls): the probe leaves room, so that the read never fails with ERANGE.
+  const ssize_t probed = ::getxattr(mount->path().c_str(), "user.objfs.stats", nullptr, 0);
+  ASSERT_GT(probed, 0) << std::strerror(errno);
+  WriteFile(mount->path() + "/more", std::string(123456, 'x'));  // counters gain digits
+  std::string value(static_cast<size_t>(probed), '\0');
+  const ssize_t got =
+      ::getxattr(mount->path().c_str(), "user.objfs.stats", value.data(), value.size());
+  ASSERT_GT(got, 0) << std::strerror(errno);
+  value.resize(static_cast<size_t>(got));
+  EXPECT_GE(Counter(value, "bytes_written"), 123456 + 9) << value;
 }
 
 TEST(MountBasicTest, MkdirListRmdir) {
