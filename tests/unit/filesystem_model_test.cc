@@ -612,6 +612,9 @@ class ModelRun {
   // in cache_dir for its handles shows what it had until its last close; one not kept shows
   // theirs, and a writer's first write goes onto theirs.
   std::string ContestedPut(const Op& op, int64_t t0);
+  // Another client's put of `op` into the store, and the file it makes as the model sees it;
+  // null with *error set when the store refuses it.
+  std::shared_ptr<FileModel> PutTheirs(const Op& op, int64_t t0, std::string* error);
   std::string MetadataChange(const Op& op, bool* applied);
   std::string Crash();
   // Everything the mount shows, path -> state, through lookups and listings.
@@ -1013,20 +1016,9 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         *applied = true;
         if (busy) return ContestedPut(op, t0);
         if (op.kind == Op::kExternalPut) {
-          const std::string data = Pattern(op.value, op.size);
-          PutOptions put;
-          if (op.flags & 1) {
-            put.metadata = {{"mode", std::to_string(S_IFREG | 0600)}, {"mtime", "1700000000"}};
-          }
-          auto r = memory_->put(op.path, MemorySource(data), put);
-          if (!r.ok()) return Failed("the other client's put", r.status());
-          auto f = NewFile();
-          f->data = data;
-          f->perms = (op.flags & 1) ? 0600 : 0644;
-          f->mtime_lo = (op.flags & 1) ? 1700000000 * kNsPerSec : t0;
-          f->mtime_hi = (op.flags & 1) ? 1700000000 * kNsPerSec : WallNs();
-          f->mtime_from_store = (op.flags & 1) == 0;
-          f->in_store = true;
+          std::string error;
+          auto f = PutTheirs(op, t0, &error);
+          if (f == nullptr) return error;
           if (node != nullptr && node->kind == Kind::kFile) node->file->unlinked = true;
           nodes_[op.path] = FileNode(f);
           Durable(op.path);
@@ -1053,21 +1045,31 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
   return result;
 }
 
-std::string ModelRun::ContestedPut(const Op& op, int64_t t0) {
+std::shared_ptr<FileModel> ModelRun::PutTheirs(const Op& op, int64_t t0, std::string* error) {
   const std::string data = Pattern(op.value, op.size);
   PutOptions put;
   if (op.flags & 1) {
     put.metadata = {{"mode", std::to_string(S_IFREG | 0600)}, {"mtime", "1700000000"}};
   }
   auto r = memory_->put(op.path, MemorySource(data), put);
-  if (!r.ok()) return Failed("the other client's put", r.status());
-  auto theirs = NewFile();
-  theirs->data = data;
-  theirs->perms = (op.flags & 1) ? 0600 : 0644;
-  theirs->mtime_lo = (op.flags & 1) ? 1700000000 * kNsPerSec : t0;
-  theirs->mtime_hi = (op.flags & 1) ? 1700000000 * kNsPerSec : WallNs();
-  theirs->mtime_from_store = (op.flags & 1) == 0;
-  theirs->in_store = true;
+  if (!r.ok()) {
+    *error = Failed("the other client's put", r.status());
+    return nullptr;
+  }
+  auto f = NewFile();
+  f->data = data;
+  f->perms = (op.flags & 1) ? 0600 : 0644;
+  f->mtime_lo = (op.flags & 1) ? 1700000000 * kNsPerSec : t0;
+  f->mtime_hi = (op.flags & 1) ? 1700000000 * kNsPerSec : WallNs();
+  f->mtime_from_store = (op.flags & 1) == 0;
+  f->in_store = true;
+  return f;
+}
+
+std::string ModelRun::ContestedPut(const Op& op, int64_t t0) {
+  std::string error;
+  auto theirs = PutTheirs(op, t0, &error);
+  if (theirs == nullptr) return error;
   Snap their_snap;
   their_snap.present = true;
   their_snap.data = theirs->data;
