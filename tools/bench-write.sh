@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Measures writing one large file into the mount, close included (dd ... conv=fsync: the data
+# is in the bucket when dd returns), on a throwaway Ceph RGW, in rounds that alternate:
+#   - objfs (multipart upload of the staged file at fsync/close);
+#   - optionally a second objfs binary, OBJFS_BASELINE=PATH, to compare two builds;
+#   - s3fs, the peer.
+# Reports the median MiB/s with its range, and the daemon's peak resident memory (VmHWM) in
+# MiB: the median over the rounds. Each written object is deleted before the next round, so the
+# memstore OSD holds one at a time. Not a test: numbers, not assertions.
+#
+# usage: tools/bench-write.sh [SIZE_MIB]   (as root; default 512)
+# env:   OBJFS_BENCH_ROUNDS (default 3); OBJFS_BASELINE=PATH of another objfs binary
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+SIZE_MIB=${1:-512}
+ROUNDS=${OBJFS_BENCH_ROUNDS:-3}
+BASELINE=${OBJFS_BASELINE:-}
+
+bash tools/install-deps.sh >/dev/null
+dpkg-query -W -f='${Status}' s3fs 2>/dev/null | grep -q 'install ok installed' ||
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends s3fs >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C build objfs >/dev/null
+
+WORK=$(mktemp -d /tmp/objfs-bench-write.XXXXXX)
+MNT=$WORK/mnt
+mkdir -p "$MNT"
+PID=
+cleanup() {
+  unmount_all
+  tests/fixtures/rgw.sh stop "$WORK/rgw" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+unmount_all() {
+  if mountpoint -q "$MNT"; then fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT" || true; fi
+  if [ -n "$PID" ]; then
+    for _ in $(seq 1200); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$PID" 2>/dev/null || true
+    wait "$PID" 2>/dev/null || true
+  fi
+  PID=
+}
+trap cleanup EXIT
+
+tests/fixtures/rgw.sh start "$WORK/rgw" >/dev/null
+# shellcheck disable=SC1090
+. "$WORK/rgw/env"
+export AWS_ACCESS_KEY_ID=$OBJFS_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$OBJFS_TEST_S3_SECRET_KEY
+EP=$OBJFS_TEST_S3_ENDPOINT
+s3curl() {
+  curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
+}
+s3curl -X PUT "$EP/bench" >/dev/null
+head -c $((SIZE_MIB << 20)) /dev/urandom > "$WORK/src.bin"
+echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" > "$WORK/s3fs.passwd"
+chmod 600 "$WORK/s3fs.passwd"
+
+wait_mounted() {
+  for _ in $(seq 300); do mountpoint -q "$MNT" && return 0; sleep 0.1; done
+  echo "mount did not come up" >&2; return 1
+}
+mount_tool() {  # mount_tool NAME
+  rm -rf "$WORK/objfs-cache"
+  case $1 in
+    objfs) build/objfs s3://bench "$MNT" -f -o "endpoint=$EP,cache_dir=$WORK/objfs-cache" &
+           PID=$! ;;
+    baseline) "$BASELINE" s3://bench "$MNT" -f -o "endpoint=$EP,cache_dir=$WORK/objfs-cache" &
+              PID=$! ;;
+    s3fs) s3fs bench "$MNT" -f -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd" \
+            >/dev/null 2>&1 & PID=$! ;;
+  esac
+  wait_mounted
+}
+now() { date +%s.%N; }
+
+SAMPLES=$WORK/samples.txt
+: > "$SAMPLES"
+write_sample() {  # write_sample LABEL TOOL
+  if ! mount_tool "$2"; then echo "$1|did not mount|" >> "$SAMPLES"; unmount_all; return; fi
+  local t0 t1 peak
+  t0=$(now)
+  dd if="$WORK/src.bin" of="$MNT/written.bin" bs=1M conv=fsync status=none ||
+    { echo "$1|dd failed|" >> "$SAMPLES"; unmount_all; return; }
+  t1=$(now)
+  peak=$(awk '/^VmHWM:/ {print $2}' "/proc/$PID/status")
+  unmount_all
+  s3curl -X DELETE "$EP/bench/written.bin" >/dev/null
+  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v l="$1" -v kb="$peak" \
+    'BEGIN { printf "%s|%.0f|%.0f\n", l, s / (t1 - t0), kb / 1024 }' >> "$SAMPLES"
+}
+for _ in $(seq "$ROUNDS"); do
+  write_sample objfs objfs
+  [ -n "$BASELINE" ] && write_sample "objfs baseline ($BASELINE)" baseline
+  write_sample s3fs s3fs
+done
+echo "| what | tool | MiB/s (median, range, runs) | peak RSS MiB (median) |"
+echo "|---|---|---|---|"
+# bench-median.awk's third column is "CPU s/GiB"; here it carries the peak RSS in MiB.
+awk -F'|' -v what="write $SIZE_MIB MiB, fsync included" -v unit=MiB/s -f tools/bench-median.awk \
+  "$SAMPLES"
