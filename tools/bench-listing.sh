@@ -20,36 +20,9 @@ dpkg-query -W -f='${Status}' s3fs 2>/dev/null | grep -q 'install ok installed' |
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 nice ninja -C build -j2 objfs >/dev/null
 
-WORK=$(mktemp -d /tmp/objfs-bench-listing.XXXXXX)
-MNT=$WORK/mnt
-mkdir -p "$MNT"
-PID=
-cleanup() {
-  unmount_all
-  tests/fixtures/rgw.sh stop "$WORK/rgw" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-unmount_all() {
-  if mountpoint -q "$MNT"; then fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT" || true; fi
-  if [ -n "$PID" ]; then
-    for _ in $(seq 1200); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$PID" 2>/dev/null || true
-    wait "$PID" 2>/dev/null || true
-  fi
-  PID=
-}
-trap cleanup EXIT
-
-tests/fixtures/rgw.sh start "$WORK/rgw" >/dev/null
-# shellcheck disable=SC1091
-. "$WORK/rgw/env"
-export AWS_ACCESS_KEY_ID=$OBJFS_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$OBJFS_TEST_S3_SECRET_KEY
-EP=$OBJFS_TEST_S3_ENDPOINT
-s3curl() {
-  curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
-}
-s3curl -X PUT "$EP/bench" >/dev/null
+# shellcheck source=bench-lib.sh
+. tools/bench-lib.sh
+bench_start_rgw bench-listing
 
 # N objects of one byte: a few curl processes, each uploading a range of names (curl's URL
 # globbing) over parallel reused connections.
@@ -77,10 +50,6 @@ awk -v n="$N" -v t0="$t0" -v t1="$t1" \
 echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" > "$WORK/s3fs.passwd"
 chmod 600 "$WORK/s3fs.passwd"
 
-wait_mounted() {
-  for _ in $(seq 300); do mountpoint -q "$MNT" && return 0; sleep 0.1; done
-  echo "mount did not come up" >&2; return 1
-}
 mount_tool() {  # mount_tool objfs|s3fs
   case $1 in
     objfs) build/objfs s3://bench "$MNT" -f \

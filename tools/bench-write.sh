@@ -24,44 +24,13 @@ dpkg-query -W -f='${Status}' s3fs 2>/dev/null | grep -q 'install ok installed' |
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C build objfs >/dev/null
 
-WORK=$(mktemp -d /tmp/objfs-bench-write.XXXXXX)
-MNT=$WORK/mnt
-mkdir -p "$MNT"
-PID=
-cleanup() {
-  unmount_all
-  tests/fixtures/rgw.sh stop "$WORK/rgw" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-unmount_all() {
-  if mountpoint -q "$MNT"; then fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT" || true; fi
-  if [ -n "$PID" ]; then
-    for _ in $(seq 1200); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$PID" 2>/dev/null || true
-    wait "$PID" 2>/dev/null || true
-  fi
-  PID=
-}
-trap cleanup EXIT
-
-tests/fixtures/rgw.sh start "$WORK/rgw" >/dev/null
-# shellcheck disable=SC1090
-. "$WORK/rgw/env"
-export AWS_ACCESS_KEY_ID=$OBJFS_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$OBJFS_TEST_S3_SECRET_KEY
-EP=$OBJFS_TEST_S3_ENDPOINT
-s3curl() {
-  curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
-}
-s3curl -X PUT "$EP/bench" >/dev/null
+# shellcheck source=bench-lib.sh
+. tools/bench-lib.sh
+bench_start_rgw bench-write
 head -c $((SIZE_MIB << 20)) /dev/urandom > "$WORK/src.bin"
 echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" > "$WORK/s3fs.passwd"
 chmod 600 "$WORK/s3fs.passwd"
 
-wait_mounted() {
-  for _ in $(seq 300); do mountpoint -q "$MNT" && return 0; sleep 0.1; done
-  echo "mount did not come up" >&2; return 1
-}
 mount_tool() {  # mount_tool NAME
   rm -rf "$WORK/objfs-cache"
   case $1 in
