@@ -56,8 +56,12 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
   std::unique_ptr<Filesystem> fs(
       new Filesystem(std::move(store), std::move(options), metrics, std::move(clock)));
   fs->staging_ = std::move(staging);
+  Filesystem* raw = fs.get();
+  fs->coalescer_ = std::make_unique<MetadataCoalescer>(
+      raw->store_.get(), raw->staging_.get(), [raw](const std::string& line) { raw->Log(line); },
+      [raw](const std::string& key) { raw->meta_cache_.Invalidate(key); });
   if ((fs->writeback() || fs->defer_metadata()) && fs->options_.writeback_thread) {
-    fs->writeback_thread_ = std::thread([p = fs.get()] { p->WritebackLoop(); });
+    fs->queue_->Start();
   }
   return fs;
 }
@@ -77,9 +81,16 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       meta_cache_(clock, Seconds(options_.attr_timeout), Seconds(options_.negative_timeout)),
       io_pool_(std::make_unique<IoPool>(
           static_cast<size_t>(options_.io_threads > 0 ? options_.io_threads : 1))),
-      upload_pool_(std::make_unique<IoPool>(kUploadThreads)),
       read_budget_(std::make_unique<ReadBudget>(options_.prefetch_memory)),
-      mount_time_ns_(NowNs()) {
+      mount_time_ns_(NowNs()),
+      recovery_([this](const std::string& line) { Log(line); }) {
+  WritebackQueue::Options queue;
+  queue.clock = clock_;
+  queue.work = [this](uint64_t ino) { return UploadDueFile(ino); };
+  queue.done = [this](uint64_t ino) { recovery_.Done(ino); };
+  queue.upload_threads = kUploadThreads;
+  queue.retry_delay = Seconds(retry_seconds());
+  queue_ = std::make_unique<WritebackQueue>(std::move(queue));
   // A store that splits each read into requests of a fixed size (SFTP: the server's max read
   // length, 255 KiB on OpenSSH) gets reads of whole multiples of it: a 1 MiB buffer would end in
   // a 4 KiB request each time, 10% more requests for nothing. Prefetch reads are multiples of
@@ -94,12 +105,7 @@ size_t EffectiveReadBuffer(size_t read_buffer, uint64_t unit) {
 }
 
 Filesystem::~Filesystem() {
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    writeback_stop_ = true;
-  }
-  writeback_cv_.notify_all();
-  if (writeback_thread_.joinable()) writeback_thread_.join();
+  queue_->Stop();  // its work calls into this object
   std::lock_guard<std::mutex> lock(handles_mu_);
   handles_.clear();  // prefetchers finish with the pool still alive
 }

@@ -26,9 +26,9 @@
 // (EOPNOTSUPP) for extended attributes.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -40,7 +40,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -55,6 +54,8 @@
 #include "cache/store_db.h"
 #include "fs/file_attr.h"
 #include "fs/inode_table.h"
+#include "fs/metadata_coalescer.h"
+#include "fs/writeback_queue.h"
 
 namespace objfs {
 
@@ -518,9 +519,6 @@ class Filesystem {
   // Forgets inode.pending_metadata and its crash record (applied, carried by an upload or a
   // copy, or moot). REQUIRES: inode.mu held.
   void DropPendingMetadataLocked(Inode& inode);
-  // Removes Inode::held_record: the data that carries its change was accepted, uploaded or
-  // removed.
-  static void DropHeldRecordLocked(Inode& inode);
   // Holds a metadata change of the stored object `rec` for options.metadata_delay instead of a
   // self-copy now; false when it cannot be held (no crash record: the cache disk is full).
   // REQUIRES: inode.mu held.
@@ -544,25 +542,18 @@ class Filesystem {
     }
     return retry();
   }
+  // A write-back upload failed: counted and logged.
+  void NoteUploadFailure(const Status& failure);
+  // Seconds before a failed background upload is tried again.
+  double retry_seconds() const { return std::max(options_.writeback, 10.0); }
   // A write-back upload of `ino` failed: counted, logged, and due again after a delay.
-  // REQUIRES: writeback_mu_ not held.
   void RetryUploadLater(uint64_t ino, const Status& failure);
   // The upload (or held metadata change) of one file of the write-back queue; a failure is
   // rescheduled. Ok also when there was nothing to do.
   Status UploadDueFile(uint64_t ino);
-  // `ino` waits in the write-back queue. REQUIRES: writeback_mu_ not held.
-  bool UploadQueued(uint64_t ino);
   // RecoverStaged: makes the publishable leftover `left` the staged, dirty data of its key's
   // inode and schedules its upload now. False when its data cannot be reopened.
   bool AdoptLeftover(const StagedLeftover& left);
-  // The background upload of a recovered `ino` is done (uploaded, or removed, renamed or
-  // written again meanwhile, so that the usual paths own it): logs once all are.
-  // REQUIRES: writeback_mu_ not held.
-  void RecoveryDone(uint64_t ino);
-  // Logs "recovered N files" once RecoverStaged has taken over every leftover and each of them
-  // is done; at most once per mount. REQUIRES: writeback_mu_ not held.
-  void LogRecovered();
-  void WritebackLoop();
   void Log(const std::string& message) const;
   bool writeback() const { return options_.writeback > 0; }
   // Rename of a file whose data is pending upload: the staged file takes the new name.
@@ -617,9 +608,6 @@ class Filesystem {
   InodeTable inodes_;
   std::unique_ptr<StagingArea> staging_;
   std::unique_ptr<IoPool> io_pool_;
-  // Uploads of the write-back thread and of FlushAll: a pool of their own, so that hundreds of
-  // files falling due at once never queue reads behind them.
-  std::unique_ptr<IoPool> upload_pool_;
   std::unique_ptr<ReadBudget> read_budget_;
 
   std::mutex handles_mu_;  // guards handles_ and next_fh_
@@ -628,21 +616,12 @@ class Filesystem {
   std::atomic<uint64_t> skipped_names_{0};
   int64_t mount_time_ns_;  // the root's mtime
 
-  // Write-back queue: inode -> when its upload (or pending metadata change) is due (clock_ time).
-  // writeback_mu_ is a leaf lock: nothing else is taken while it is held.
-  std::mutex writeback_mu_;
-  std::condition_variable writeback_cv_;
-  std::map<uint64_t, std::chrono::nanoseconds> writeback_due_;
-  bool writeback_stop_ = false;
-  std::thread writeback_thread_;
-  // Files RecoverStaged took over and not uploaded yet (guarded by writeback_mu_), and what it
-  // took over in all.
-  std::set<uint64_t> recovering_;
-  size_t recovered_files_ = 0;
-  uint64_t recovered_bytes_ = 0;
-  // RecoverStaged is still taking files over: one done early is not the last (writeback_mu_).
-  bool recovery_adopting_ = false;
-  bool recovery_logged_ = false;  // the "recovered N files" line was logged (writeback_mu_)
+  // Files whose upload or held metadata change waits for the background, and the thread that
+  // does it (fs/writeback_queue.h).
+  std::unique_ptr<WritebackQueue> queue_;
+  // Held metadata changes: how they reach the store, and their recovery.
+  std::unique_ptr<MetadataCoalescer> coalescer_;
+  RecoveryProgress recovery_;
 };
 
 }  // namespace objfs

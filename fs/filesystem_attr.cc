@@ -60,22 +60,22 @@ Result<FileAttr> Filesystem::MutateMetadata(
       if (described.ok() && inode->accepted_copy) {
         described = inode->accepted_copy->Describe(key, metadata);
       }
-      if (described.ok() && inode->held_record) {
+      if (described.ok() && inode->carried) {
         // So does the record of a change held before the write, for the object as it was:
         // its own metadata (its mtime, not the writer's) with this change too.
         ObjectInfo held;
         held.key = key;
-        held.metadata = inode->held_metadata;
+        held.metadata = inode->carried.metadata;
         held.has_metadata = true;
         FileAttr held_attr = AttrFromRecord(ino, RecordFromInfo(held, false));
-        Metadata held_extra = WithoutPosixMetadata(inode->held_metadata);
+        Metadata held_extra = WithoutPosixMetadata(inode->carried.metadata);
         described = mutate(held_attr, held_extra);
         if (described.ok()) {
           Metadata changed = std::move(held_extra);
           SetPosixMetadata(held_attr.mode, held_attr.uid, held_attr.gid, held_attr.mtime_ns,
                            &changed);
-          described = inode->held_record->Describe(key, inode->held_etag, changed);
-          if (described.ok()) inode->held_metadata = std::move(changed);
+          described = inode->carried.record->Describe(key, inode->carried.etag, changed);
+          if (described.ok()) inode->carried.metadata = std::move(changed);
         }
       }
       if (!described.ok()) Log("a crash record of " + key + " is stale: " + described.message());
@@ -91,19 +91,19 @@ Result<FileAttr> Filesystem::MutateMetadata(
     OBJFS_RETURN_IF_ERROR(mutate(attr, extra));
     Metadata metadata = extra;
     SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
-    Inode::PendingMetadata& pending = *inode->pending_metadata;
+    HeldChange& pending = *inode->pending_metadata;
     ObjectInfo info = pending.object;
     const bool own_write = pending.own_write;
-    Metadata previous = std::move(pending.metadata);
-    pending.metadata = metadata;
     inode->attr = attr;
     inode->extra_metadata = extra;
     attr.ino = ino;
     attr.size = info.size;
-    Status recorded = pending.record->Describe(key, info.etag, metadata);
+    Status recorded = coalescer_->Join(pending, key, metadata);
     if (!recorded.ok()) {
       // Without a crash record the change goes to the store now.
       Log("changing the metadata of " + key + " at once: " + recorded.message());
+      Metadata previous = std::move(pending.metadata);
+      pending.metadata = metadata;
       Status applied = ApplyPendingMetadataLocked(*inode, key);
       if (!applied.ok()) {
         if (inode->pending_metadata) inode->pending_metadata->metadata = std::move(previous);

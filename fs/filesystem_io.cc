@@ -21,14 +21,6 @@ namespace objfs {
 
 namespace {
 
-// Seconds before a failed write-back upload is tried again (or the window, when longer).
-constexpr double kWritebackRetrySeconds = 10;
-
-// How far the server's clock may run ahead of this machine's before a held metadata change
-// left by a crash is taken to be older than the object's last change: 15 minutes, the most
-// S3 itself allows between a client's clock and the server's (SigV4 refuses more).
-constexpr int64_t kHeldChangeClockSlackNs = int64_t{15 * 60} * 1000000000;
-
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
 ObjectInfo InfoFromRecord(const std::string& key, const MetaRecord& rec) {
@@ -40,31 +32,6 @@ ObjectInfo InfoFromRecord(const std::string& key, const MetaRecord& rec) {
   info.metadata = rec.metadata;
   info.has_metadata = rec.complete;
   return info;
-}
-
-// What `to` changes of `from`, for the log: the user extended attributes and the other
-// metadata names it sets, changes or removes ("user.big, mode").
-std::string ChangedNames(const Metadata& from, const Metadata& to) {
-  auto xattrs = [](const Metadata& metadata) {
-    auto it = metadata.find(kXattrMetadata);
-    if (it == metadata.end()) return XattrMap();
-    return DecodeXattrs(it->second).value_or(XattrMap());
-  };
-  std::vector<std::string> names;
-  auto differ = [&names](const auto& before, const auto& after, std::string_view skip) {
-    for (const auto& [name, value] : after) {
-      auto it = before.find(name);
-      if (name != skip && (it == before.end() || it->second != value)) names.push_back(name);
-    }
-    for (const auto& [name, value] : before) {
-      if (name != skip && after.find(name) == after.end()) names.push_back(name);
-    }
-  };
-  differ(xattrs(from), xattrs(to), "");
-  differ(from, to, kXattrMetadata);
-  std::string out;
-  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
-  return out;
 }
 
 }  // namespace
@@ -126,7 +93,7 @@ void Filesystem::DiscardLocked(Inode& inode) {
   inode.unlinked = true;
   inode.dirty = false;
   DropPendingMetadataLocked(inode);
-  DropHeldRecordLocked(inode);
+  MetadataCoalescer::Forget(inode.carried);
   if (inode.open_handles.load() == 0) {
     DropStagingLocked(inode);
   } else if (inode.staged) {
@@ -139,7 +106,7 @@ void Filesystem::DiscardLocked(Inode& inode) {
 }
 
 void Filesystem::DropStagingLocked(Inode& inode) {
-  DropHeldRecordLocked(inode);
+  MetadataCoalescer::Forget(inode.carried);
   if (inode.accepted_copy) {
     inode.accepted_copy->Remove();
     inode.accepted_copy.reset();
@@ -151,37 +118,18 @@ void Filesystem::DropStagingLocked(Inode& inode) {
   inode.has_local_data.store(inode.pending_metadata.has_value());
 }
 
-void Filesystem::DropHeldRecordLocked(Inode& inode) {
-  if (inode.held_record == nullptr) return;
-  inode.held_record->Remove();
-  inode.held_record.reset();
-  inode.held_metadata.clear();
-}
-
 void Filesystem::DropPendingMetadataLocked(Inode& inode) {
-  if (!inode.pending_metadata) return;
-  if (inode.pending_metadata->record != nullptr) inode.pending_metadata->record->Remove();
-  inode.pending_metadata.reset();
+  MetadataCoalescer::Forget(inode.pending_metadata);
   inode.has_local_data.store(inode.staged != nullptr);
 }
 
 bool Filesystem::DeferMetadataLocked(uint64_t ino, Inode& inode, const std::string& key,
                                      const MetaRecord& rec, const FileAttr& attr,
                                      const Metadata& extra, const Metadata& metadata) {
-  if (rec.etag.empty()) return false;
-  auto record = staging_->CreateAttrs(key, rec.etag, metadata);
-  if (!record.ok()) return false;  // the cache disk is full: a self-copy now
-  Inode::PendingMetadata pending;
-  pending.object.key = key;
-  pending.object.size = rec.size;
-  pending.object.etag = rec.etag;
-  pending.object.mtime_ns = rec.mtime_ns;
-  pending.object.metadata = rec.metadata;
-  pending.object.has_metadata = rec.complete;
-  pending.own_write = rec.own_write;
-  pending.metadata = metadata;
-  pending.record = std::move(*record);
-  inode.pending_metadata = std::move(pending);
+  std::optional<HeldChange> held =
+      coalescer_->Hold(key, InfoFromRecord(key, rec), rec.own_write, metadata);
+  if (!held) return false;
+  inode.pending_metadata = std::move(held);
   inode.attr = attr;
   inode.extra_metadata = extra;
   inode.has_local_data.store(true);
@@ -197,65 +145,30 @@ bool Filesystem::DeferMetadataLocked(uint64_t ino, Inode& inode, const std::stri
 
   auto due =
       clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.metadata_delay * 1e9));
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    // An upload due later (a write-back window, a retry) must not hold the change back.
-    auto [it, added] = writeback_due_.try_emplace(ino, due);
-    if (!added && due < it->second) it->second = due;
-  }
-  writeback_cv_.notify_one();  // the thread may wait for a later time
+  // An upload due later (a write-back window, a retry) must not hold the change back.
+  queue_->ScheduleNoLaterThan(ino, due);
   return true;
 }
 
 Status Filesystem::ApplyPendingMetadataLocked(Inode& inode, const std::string& key) {
   if (!inode.pending_metadata) return Status::Ok();
-  Inode::PendingMetadata& pending = *inode.pending_metadata;
-  CopyOptions copy;
-  copy.replace_metadata = pending.metadata;
-  copy.source_known_current = pending.own_write;
-  Result<ObjectInfo> result = InternalError("unreachable");
-  for (int attempt = 0;; ++attempt) {
-    ObjectInfo src = pending.object;
-    src.key = key;
-    result = store_->copy(src, key, copy);
-    if (result.ok() || result.status().code() != StatusCode::kPreconditionFailed || attempt > 0) {
-      break;
-    }
-    // Replaced elsewhere since: the change applies to what is there now.
-    meta_cache_.Invalidate(key);
-    Result<ObjectInfo> now = store_->head(key);
-    if (!now.ok()) {
-      result = now.status();
-      break;
-    }
-    pending.object = *now;
-    copy.source_known_current = false;
-    // The crash record follows: with the old ETag the next mount would drop the change.
-    if (pending.record != nullptr) (void)pending.record->Describe(key, now->etag, pending.metadata);
-  }
-  if (!result.ok()) {
-    meta_cache_.Invalidate(key);
-    if (IsPermanentRefusal(result.status())) {
-      DropRefusedMetadataLocked(inode, key, result.status());
+  OBJFS_ASSIGN_OR_RETURN(MetadataCoalescer::Applied applied,
+                         coalescer_->Apply(*inode.pending_metadata, key));
+  switch (applied.outcome) {
+    case MetadataCoalescer::Outcome::kRefused:
+      DropRefusedMetadataLocked(inode, key, applied.reason);
       return Status::Ok();
-    }
-    if (result.status().code() == StatusCode::kNotFound) {
-      // Removed elsewhere: nothing is left to change.
-      Log("dropping a metadata change of " + key + ": " + result.status().message());
+    case MetadataCoalescer::Outcome::kGone:
       DropPendingMetadataLocked(inode);
       return Status::Ok();
-    }
-    return result.status().WithContext("changing the metadata of " + key);
+    case MetadataCoalescer::Outcome::kApplied:
+      break;
   }
-  ObjectInfo info = *result;
-  info.size = pending.object.size;
-  info.metadata = pending.metadata;
-  info.has_metadata = true;
-  MetaRecord updated = RecordFromInfo(info, false);
+  MetaRecord updated = RecordFromInfo(applied.info, false);
   updated.complete = true;
   updated.own_write = true;
   meta_cache_.Put(key, updated);
-  inode.uploaded_etag = info.etag;
+  inode.uploaded_etag = applied.info.etag;
   DropPendingMetadataLocked(inode);
   return Status::Ok();
 }
@@ -263,9 +176,9 @@ Status Filesystem::ApplyPendingMetadataLocked(Inode& inode, const std::string& k
 void Filesystem::DropRefusedMetadataLocked(Inode& inode, const std::string& key,
                                            const Status& refusal) {
   if (inode.pending_metadata) {
-    const Inode::PendingMetadata& pending = *inode.pending_metadata;
+    const HeldChange& pending = *inode.pending_metadata;
     Log("dropping a metadata change of " + key + " (" +
-        ChangedNames(pending.object.metadata, pending.metadata) +
+        ChangedMetadataNames(pending.object.metadata, pending.metadata) +
         "): the server refuses it for good (" + refusal.ToString() +
         "); the object keeps the metadata it has");
   }
@@ -302,9 +215,9 @@ Result<ObjectInfo> Filesystem::PutWithAcceptedMetadata(const std::string& key,
   put.metadata = accepted;
   Result<ObjectInfo> result = store_->put(key, source, put);
   if (!result.ok()) return IsPermanentRefusal(result.status()) ? refusal : result.status();
-  Log("uploaded " + key + " without its metadata change (" + ChangedNames(accepted, *metadata) +
-      "), which the server refuses for good (" + refusal.ToString() +
-      "): the object keeps the metadata the server last accepted");
+  Log("uploaded " + key + " without its metadata change (" +
+      ChangedMetadataNames(accepted, *metadata) + "), which the server refuses for good (" +
+      refusal.ToString() + "): the object keeps the metadata the server last accepted");
   *metadata = std::move(accepted);
   return result;
 }
@@ -326,8 +239,8 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
   if (!described.ok()) {
     Log("uploading " + key + " with a stale crash record: " + described.message());
   } else if (accept) {
-    DropHeldRecordLocked(inode);  // the accepted record carries the change
-    if (inode.accepted_copy) {    // superseded by this version
+    MetadataCoalescer::Forget(inode.carried);  // the accepted record carries the change
+    if (inode.accepted_copy) {                 // superseded by this version
       inode.accepted_copy->Remove();
       inode.accepted_copy.reset();
     }
@@ -345,7 +258,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
       // Accepted all the same: kept for a retry, and uploaded by the next mount should objfs
       // die first.
       Status recorded = inode.staged->MarkAccepted(key, metadata);
-      if (recorded.ok()) DropHeldRecordLocked(inode);
+      if (recorded.ok()) MetadataCoalescer::Forget(inode.carried);
       if (recorded.ok() && inode.accepted_copy) {
         inode.accepted_copy->Remove();
         inode.accepted_copy.reset();
@@ -358,7 +271,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
   inode.in_store = true;
   inode.uploaded_etag = result->etag;
   DropPendingMetadataLocked(inode);  // the upload carried it
-  DropHeldRecordLocked(inode);
+  MetadataCoalescer::Forget(inode.carried);
   if (inode.accepted_copy) {  // an older version: the store has a newer one now
     inode.accepted_copy->Remove();
     inode.accepted_copy.reset();
@@ -422,15 +335,10 @@ Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key, bool ke
     }
     return recorded;
   }
-  if (inode.pending_metadata && inode.pending_metadata->record != nullptr) {
-    // ... but its own record stays until this data is accepted: a crash before that sets the
-    // data aside, and the change, acknowledged already, still applies to the stored object.
-    DropHeldRecordLocked(inode);
-    inode.held_record = std::move(inode.pending_metadata->record);
-    inode.held_etag = inode.pending_metadata->object.etag;
-    inode.held_metadata = inode.pending_metadata->metadata;
-  }
-  DropPendingMetadataLocked(inode);
+  // ... but its own record stays until this data is accepted: a crash before that sets the data
+  // aside, and the change, acknowledged already, still applies to the stored object.
+  MetadataCoalescer::Carry(inode.pending_metadata, inode.carried);
+  inode.has_local_data.store(true);
   inode.dirty = true;
   return Status::Ok();
 }
@@ -646,8 +554,8 @@ Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
   // data is on disk first, so that after a power loss no record describes lost data. (As with a
   // local file, only fsync, which uploads, makes the data safe from a power loss.)
   Status recorded = inode.staged->MarkAccepted(*key, metadata);
-  if (recorded.ok()) DropHeldRecordLocked(inode);  // this record carries the change
-  if (recorded.ok() && inode.accepted_copy) {      // superseded by this version
+  if (recorded.ok()) MetadataCoalescer::Forget(inode.carried);  // this record carries the change
+  if (recorded.ok() && inode.accepted_copy) {                   // superseded by this version
     inode.accepted_copy->Remove();
     inode.accepted_copy.reset();
   }
@@ -661,63 +569,44 @@ Status Filesystem::DeferUploadLocked(uint64_t ino, Inode& inode) {
   }
   auto due =
       clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.writeback * 1e9));
-  bool was_empty;
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    was_empty = writeback_due_.empty();
-    writeback_due_.try_emplace(ino, due);  // an earlier close's schedule stands
-  }
-  // Otherwise the thread already waits for an earlier due time than this one.
-  if (was_empty) writeback_cv_.notify_one();
+  queue_->ScheduleUnlessQueued(ino, due);  // an earlier close's schedule stands
   return Status::Ok();
 }
 
-void Filesystem::RetryUploadLater(uint64_t ino, const Status& failure) {
+void Filesystem::NoteUploadFailure(const Status& failure) {
   Bump(metrics_->writeback_failures);
-  const double retry = std::max(options_.writeback, kWritebackRetrySeconds);
   char when[64];
-  std::snprintf(when, sizeof(when), "; kept in cache_dir, retrying in %.0f s", retry);
+  std::snprintf(when, sizeof(when), "; kept in cache_dir, retrying in %.0f s", retry_seconds());
   Log(failure.ToString() + when);
-  bool was_empty;
-  {
-    std::lock_guard<std::mutex> queue(writeback_mu_);
-    was_empty = writeback_due_.empty();
-    writeback_due_[ino] =
-        clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(retry * 1e9));
-  }
-  if (was_empty) writeback_cv_.notify_one();
+}
+
+void Filesystem::RetryUploadLater(uint64_t ino, const Status& failure) {
+  NoteUploadFailure(failure);
+  queue_->RetryLater(ino);
 }
 
 uint64_t Filesystem::MakeRoomInStaging(const Inode* busy, uint64_t needed) {
-  std::vector<uint64_t> pending;
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    for (const auto& [ino, due] : writeback_due_) pending.push_back(ino);
-  }
-  needed = std::max<uint64_t>(needed, 1);
-  uint64_t freed = 0;
-  size_t uploaded = 0;
-  for (uint64_t ino : pending) {
-    if (freed >= needed) break;
+  auto upload_early = [&](uint64_t ino) -> std::optional<Result<uint64_t>> {
     std::shared_ptr<Inode> inode = inodes_.Get(ino);
-    if (inode == nullptr || inode.get() == busy) continue;
+    if (inode == nullptr || inode.get() == busy) return std::nullopt;
     // Never waits for another inode's lock while holding `busy`'s.
     std::unique_lock<std::mutex> lock(inode->mu, std::try_to_lock);
-    if (!lock.owns_lock()) continue;
+    if (!lock.owns_lock()) return std::nullopt;
     if (!inode->dirty || inode->unlinked || !inode->staged || inode->open_handles.load() > 0) {
-      continue;
+      return std::nullopt;
     }
     auto key = KeyOf(ino);
-    if (!key.ok()) continue;
+    if (!key.ok()) return std::nullopt;
     const uint64_t size = inode->staged->size();
     Status s = UploadLocked(*inode, *key);
     if (!s.ok()) {
-      RetryUploadLater(ino, s);
-      continue;
+      NoteUploadFailure(s);  // the queue retries it
+      return s;
     }
-    ++uploaded;
-    freed += std::max<uint64_t>(size, 1);
-  }
+    return size;
+  };
+  size_t uploaded = 0;
+  const uint64_t freed = queue_->MakeRoom(needed, upload_early, &uploaded);
   if (uploaded > 0) {
     Log("cache_dir is full: uploaded " + std::to_string(uploaded) +
         " file(s) of the write-back window early");
@@ -743,7 +632,7 @@ Status Filesystem::Flush(uint64_t fh) {
   // close (or an fsync). Nor does it upload a file whose upload waits in the background (a
   // recovered file, a failed upload to retry).
   if (!IsWritable(handle->flags) &&
-      (handle->inode->open_writers.load() > 0 || UploadQueued(handle->ino))) {
+      (handle->inode->open_writers.load() > 0 || queue_->Queued(handle->ino))) {
     return Status::Ok();
   }
   if (writeback()) {
@@ -785,7 +674,7 @@ Status Filesystem::Release(uint64_t fh) {
     const int writers = writer ? inode.open_writers.fetch_sub(1) - 1 : inode.open_writers.load();
     if (inode.unlinked) {
       if (remaining == 0) DropStagingLocked(inode);
-    } else if (!writer && (writers > 0 || UploadQueued(handle->ino))) {
+    } else if (!writer && (writers > 0 || queue_->Queued(handle->ino))) {
       // A reader's release: the writer's close or the queued upload decides (see Flush). A
       // clean copy kept only for open handles goes with the last of them.
       if (remaining == 0 && !inode.dirty) DropStagingLocked(inode);
@@ -815,30 +704,22 @@ Status Filesystem::Release(uint64_t fh) {
 
 Status Filesystem::FlushAll() {
   // In parallel: at unmount a write-back window may have left many small files to upload.
-  std::vector<std::future<Status>> uploads;
-  for (const auto& [ino, inode] : inodes_.WithLocalData("")) {
-    uploads.push_back(
-        upload_pool_->Async([this, ino = ino, inode = inode] { return FlushInode(ino, inode); }));
+  std::unordered_map<uint64_t, std::shared_ptr<Inode>> local;
+  std::vector<uint64_t> inos;
+  for (auto& [ino, inode] : inodes_.WithLocalData("")) {
+    inos.push_back(ino);
+    local.emplace(ino, std::move(inode));
   }
-  Status first;
-  for (auto& upload : uploads) {
-    Status s = upload.get();
-    if (!s.ok() && first.ok()) first = s;
-  }
+  Status first = queue_->RunAll(inos, [&](uint64_t ino) { return FlushInode(ino, local[ino]); });
   // Files taken over from an earlier mount that this uploaded (or that were removed or
   // uploaded meanwhile) are done: the log says so when they were the last.
-  std::vector<uint64_t> recovering;
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    recovering.assign(recovering_.begin(), recovering_.end());
-  }
-  for (uint64_t ino : recovering) {
+  for (uint64_t ino : recovery_.Pending()) {
     bool done = true;
     if (std::shared_ptr<Inode> inode = inodes_.Find(ino)) {
       std::lock_guard<std::mutex> lock(inode->mu);
       done = inode->unlinked || !inode->dirty || !inode->staged;
     }
-    if (done) RecoveryDone(ino);
+    if (done) recovery_.Done(ino);
   }
   return first;
 }
@@ -854,34 +735,7 @@ void Filesystem::Log(const std::string& message) const {
 Status Filesystem::UploadDue() {
   // (Without a write-back window or held metadata changes, the queue holds only the files
   // RecoverStaged took over and failed uploads to retry.)
-  std::vector<uint64_t> due;
-  const std::chrono::nanoseconds now = clock_->now();
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    for (auto it = writeback_due_.begin(); it != writeback_due_.end();) {
-      if (it->second <= now) {
-        due.push_back(it->first);
-        it = writeback_due_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  std::vector<std::future<Status>> uploads;
-  uploads.reserve(due.size());
-  for (uint64_t ino : due) {
-    uploads.push_back(upload_pool_->Async([this, ino]() -> Status {
-      Status status = UploadDueFile(ino);
-      if (status.ok()) RecoveryDone(ino);
-      return status;
-    }));
-  }
-  Status first;
-  for (auto& upload : uploads) {
-    Status s = upload.get();
-    if (!s.ok() && first.ok()) first = s;
-  }
-  return first;
+  return queue_->RunDue();
 }
 
 Status Filesystem::UploadDueFile(uint64_t ino) {
@@ -908,64 +762,9 @@ Status Filesystem::UploadDueFile(uint64_t ino) {
   return status;
 }
 
-void Filesystem::RecoveryDone(uint64_t ino) {
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    if (recovering_.erase(ino) == 0) return;
-  }
-  LogRecovered();
-}
+size_t Filesystem::recovering_files() { return recovery_.pending(); }
 
-void Filesystem::LogRecovered() {
-  size_t files = 0;
-  uint64_t bytes = 0;
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    // The write-back thread may upload the first files taken over before the last is: the line
-    // waits for all of them.
-    if (recovery_adopting_ || !recovering_.empty() || recovered_files_ == 0 || recovery_logged_) {
-      return;
-    }
-    recovery_logged_ = true;
-    files = recovered_files_;
-    bytes = recovered_bytes_;
-  }
-  Log("recovered " + std::to_string(files) + " files (" + std::to_string(bytes) +
-      " bytes) left by an earlier mount");
-}
-
-bool Filesystem::UploadQueued(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(writeback_mu_);
-  return writeback_due_.count(ino) > 0;
-}
-
-size_t Filesystem::recovering_files() {
-  std::lock_guard<std::mutex> lock(writeback_mu_);
-  return recovering_.size();
-}
-
-size_t Filesystem::pending_uploads() {
-  std::lock_guard<std::mutex> lock(writeback_mu_);
-  return writeback_due_.size();
-}
-
-void Filesystem::WritebackLoop() {
-  std::unique_lock<std::mutex> lock(writeback_mu_);
-  while (!writeback_stop_) {
-    std::chrono::nanoseconds wait = std::chrono::seconds(1);
-    if (!writeback_due_.empty()) {
-      const std::chrono::nanoseconds now = clock_->now();
-      for (const auto& [ino, due] : writeback_due_) wait = std::min(wait, due - now);
-    }
-    if (wait > std::chrono::nanoseconds::zero()) {
-      writeback_cv_.wait_for(lock, wait);
-      continue;
-    }
-    lock.unlock();
-    (void)UploadDue();  // failures are logged and rescheduled there
-    lock.lock();
-  }
-}
+size_t Filesystem::pending_uploads() { return queue_->size(); }
 
 namespace {
 int64_t ModifiedNs(const std::string& path) {
@@ -1004,11 +803,8 @@ bool Filesystem::AdoptLeftover(const StagedLeftover& left) {
     inode->has_local_data.store(true);
   }
   meta_cache_.Invalidate(left.key);
-  std::lock_guard<std::mutex> lock(writeback_mu_);
-  writeback_due_[ino] = clock_->now();  // due at once, window or not
-  recovering_.insert(ino);
-  ++recovered_files_;
-  recovered_bytes_ += size;
+  recovery_.Add(ino, size);
+  queue_->ScheduleAt(ino, clock_->now());  // due at once, window or not
   return true;
 }
 
@@ -1056,49 +852,10 @@ Status Filesystem::RecoverStaged() {
   }
   // Metadata changes that had not reached the store, applied here rather than in the
   // background: they move no data (a HEAD and a self-copy each, and only the changes of the
-  // last metadata_delay seconds), and until then nothing would show them. Each applies only to
-  // the object it was made to: one removed or replaced since stands as it is; the uploads of
-  // the files taken over below carry their own metadata.
-  std::vector<std::string> dropped;
-  OBJFS_ASSIGN_OR_RETURN(auto changes, staging_->AttrsLeftovers(&dropped));
-  for (const std::string& path : dropped) {
-    Log("a metadata change held by an earlier mount is lost: its record " + path + " is damaged");
-  }
-  for (const AttrsLeftover& left : changes) {
-    Result<ObjectInfo> now = store_->head(left.key);
-    if (!now.ok() && now.status().code() != StatusCode::kNotFound) {
-      if (first.ok())
-        first = now.status().WithContext("recovering a metadata change of " + left.key);
-      continue;
-    }
-    // A self-copy (another client's chmod) keeps a single-part ETag, so the ETag alone cannot
-    // tell that the object changed after this record was written: its Last-Modified can. The
-    // slack allows for this machine's clock running behind the server's.
-    if (now.ok() && left.changed_ns > 0 &&
-        now->mtime_ns > left.changed_ns + kHeldChangeClockSlackNs) {
-      Log("dropping a metadata change of " + left.key +
-          " held by an earlier mount: the object was changed after it");
-      ::unlink(left.path.c_str());
-      continue;
-    }
-    if (now.ok() && (left.etag.empty() || now->etag == left.etag)) {
-      CopyOptions copy;
-      copy.replace_metadata = left.metadata;
-      Result<ObjectInfo> copied = store_->copy(*now, left.key, copy);
-      if (!copied.ok() && IsPermanentRefusal(copied.status())) {
-        Log("dropping a metadata change of " + left.key + " (" +
-            ChangedNames(now->metadata, left.metadata) +
-            ") held by an earlier mount: the server refuses it for good (" +
-            copied.status().ToString() + ")");
-      } else if (!copied.ok() && copied.status().code() != StatusCode::kPreconditionFailed &&
-                 copied.status().code() != StatusCode::kNotFound) {
-        if (first.ok()) first = copied.status().WithContext("recovering a metadata change");
-        continue;
-      }
-      meta_cache_.Invalidate(left.key);
-    }
-    ::unlink(left.path.c_str());
-  }
+  // last metadata_delay seconds), and until then nothing would show them. The uploads of the
+  // files taken over below carry their own metadata.
+  Status held = coalescer_->Recover();
+  if (!held.ok() && first.ok()) first = held;
   // Staged copies no record names were already in the store, or belonged to removed files.
   size_t unrecorded = 0;
   Result<uint64_t> freed = staging_->RemoveUnrecorded(&unrecorded);
@@ -1109,31 +866,16 @@ Status Filesystem::RecoverStaged() {
   // The accepted files are served from cache_dir at once and uploaded in the background: a
   // large backlog would otherwise keep the mount from answering for as long as it uploads.
   size_t adopted = 0;
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    recovery_adopting_ = true;
-  }
+  recovery_.Begin();
   for (const auto& [key, index] : adopt) {
     if (AdoptLeftover(leftovers[index])) ++adopted;
   }
   if (adopted > 0) {
-    uint64_t bytes = 0;
-    {
-      std::lock_guard<std::mutex> lock(writeback_mu_);
-      bytes = recovered_bytes_;
-    }
-    Log("uploading " + std::to_string(adopted) + " files (" + std::to_string(bytes) +
+    Log("uploading " + std::to_string(adopted) + " files (" + std::to_string(recovery_.bytes()) +
         " bytes) left by an earlier mount in the background");
-    if (options_.writeback_thread && !writeback_thread_.joinable()) {
-      writeback_thread_ = std::thread([this] { WritebackLoop(); });
-    }
-    writeback_cv_.notify_one();
+    if (options_.writeback_thread) queue_->Start();
   }
-  {
-    std::lock_guard<std::mutex> lock(writeback_mu_);
-    recovery_adopting_ = false;
-  }
-  LogRecovered();  // all of them may be uploaded already
+  recovery_.End();  // logs at once when all of them are uploaded already
   return first;
 }
 

@@ -17,6 +17,7 @@
 #include "backend/object_store.h"
 #include "cache/staging.h"
 #include "fs/file_attr.h"
+#include "fs/metadata_coalescer.h"
 
 namespace objfs {
 
@@ -46,21 +47,9 @@ struct Inode {
   // A metadata change (chmod, chown, utimens, setxattr) of the stored object, not applied to
   // the store yet (FilesystemOptions::metadata_delay); while set, `attr` and `extra_metadata`
   // hold the changed attributes.
-  struct PendingMetadata {
-    ObjectInfo object;       // the object it changes: size and ETag (the self-copy's source)
-    bool own_write = false;  // that object is this mount's own upload or copy
-    Metadata metadata;       // all the metadata the object is to carry
-    std::unique_ptr<PendingAttrs> record;  // its crash record in cache_dir
-  };
-  std::optional<PendingMetadata> pending_metadata;
-  // The crash record of a held change whose file a writer then changed: the change travels
-  // with the data from then on, but should objfs die before close or fsync accepts that data
-  // (whose record then carries it), the next mount sets the data aside, and the change must
-  // still reach the object as it was (`held_etag`). Kept current with `held_metadata` (all the
-  // metadata that object is to carry) until the data is accepted, uploaded or removed.
-  std::unique_ptr<PendingAttrs> held_record;
-  ETag held_etag;
-  Metadata held_metadata;
+  std::optional<HeldChange> pending_metadata;
+  // The crash record of a held change that a writer's data carries now (fs/metadata_coalescer.h).
+  CarriedChange carried;
   // Open handles; read by the table without the mutex to decide whether it may forget.
   std::atomic<int> open_handles{0};
   // Of those, the ones open for writing. The close of a read-only handle never uploads or

@@ -10,7 +10,8 @@
 //   4. InodeTable::mu_    ino <-> key maps and lookup counts.
 //   5. MetaCache::mu_     cached attributes and negative entries.
 //   6. StagingArea::mu_   the staging directory's name counter.
-//   7. Filesystem::writeback_mu_  the write-back queue; a leaf, held only to edit the queue.
+//   7. WritebackQueue::mu_, RecoveryProgress::mu_  the write-back queue and what recovery took
+//                         over; leaves, held only to edit them (fs/writeback_queue.h).
 //
 // Backend calls (ObjectStore) are made with at most lock 1 and 2 held, never 3..6, so slow
 // network calls only ever block operations on the same inode.
