@@ -210,14 +210,13 @@ bool Filesystem::DeferMetadataLocked(uint64_t ino, Inode& inode, const std::stri
 Status Filesystem::ApplyPendingMetadataLocked(Inode& inode, const std::string& key) {
   if (!inode.pending_metadata) return Status::Ok();
   Inode::PendingMetadata& pending = *inode.pending_metadata;
-  CopyOptions copy;
-  copy.replace_metadata = pending.metadata;
-  copy.source_known_current = pending.own_write;
+  SetAttributesOptions set;
+  set.source_known_current = pending.own_write;
   Result<ObjectInfo> result = InternalError("unreachable");
   for (int attempt = 0;; ++attempt) {
-    ObjectInfo src = pending.object;
-    src.key = key;
-    result = store_->copy(src, key, copy);
+    set.expected = pending.object;
+    set.expected.key = key;
+    result = store_->set_attributes(key, pending.metadata, set);
     if (result.ok() || result.status().code() != StatusCode::kPreconditionFailed || attempt > 0) {
       break;
     }
@@ -229,7 +228,7 @@ Status Filesystem::ApplyPendingMetadataLocked(Inode& inode, const std::string& k
       break;
     }
     pending.object = *now;
-    copy.source_known_current = false;
+    set.source_known_current = false;
     // The crash record follows: with the old ETag the next mount would drop the change.
     if (pending.record != nullptr) (void)pending.record->Describe(key, now->etag, pending.metadata);
   }
@@ -1082,9 +1081,9 @@ Status Filesystem::RecoverStaged() {
       continue;
     }
     if (now.ok() && (left.etag.empty() || now->etag == left.etag)) {
-      CopyOptions copy;
-      copy.replace_metadata = left.metadata;
-      Result<ObjectInfo> copied = store_->copy(*now, left.key, copy);
+      SetAttributesOptions set;
+      set.expected = *now;
+      Result<ObjectInfo> copied = store_->set_attributes(left.key, left.metadata, set);
       if (!copied.ok() && IsPermanentRefusal(copied.status())) {
         Log("dropping a metadata change of " + left.key + " (" +
             ChangedNames(now->metadata, left.metadata) +
