@@ -98,6 +98,13 @@ Result<ObjectInfo> FaultInjectingStore::copy(const ObjectInfo& src, std::string_
   return ForwardingStore::copy(src, dst, options);
 }
 
+Result<ObjectInfo> FaultInjectingStore::set_attributes(std::string_view key,
+                                                       const Metadata& metadata,
+                                                       const SetAttributesOptions& options) {
+  OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kSetAttributes));
+  return ForwardingStore::set_attributes(key, metadata, options);
+}
+
 Status FaultInjectingStore::remove(std::string_view key) {
   OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kRemove));
   return ForwardingStore::remove(key);

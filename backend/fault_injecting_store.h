@@ -16,7 +16,7 @@
 
 namespace objfs {
 
-enum class StoreOp { kHead, kRead, kList, kPut, kCopy, kRemove, kRemoveMany };
+enum class StoreOp { kHead, kRead, kList, kPut, kCopy, kRemove, kRemoveMany, kSetAttributes };
 
 class FaultInjectingStore : public ForwardingStore {
  public:
@@ -45,11 +45,13 @@ class FaultInjectingStore : public ForwardingStore {
                          const PutOptions& options) override;
   Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
                           const CopyOptions& options) override;
+  Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
+                                    const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
 
  private:
-  static constexpr size_t kOpCount = 7;
+  static constexpr size_t kOpCount = 8;
 
   struct PendingFailure {
     int call;  // the value of the call count at which to fail

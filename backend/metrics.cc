@@ -15,6 +15,7 @@ std::string Metrics::ToText() const {
   line("list_requests", list_requests);
   line("put_requests", put_requests);
   line("copy_requests", copy_requests);
+  line("set_attributes_requests", set_attributes_requests);
   line("remove_requests", remove_requests);
   line("rename_requests", rename_requests);
   line("failed_requests", failed_requests);

@@ -18,6 +18,8 @@ struct Metrics {
   std::atomic<uint64_t> list_requests{0};
   std::atomic<uint64_t> put_requests{0};
   std::atomic<uint64_t> copy_requests{0};
+  // New attributes of one object (chmod, chown, touch, setfattr): S3's self-copy, SFTP's SETSTAT.
+  std::atomic<uint64_t> set_attributes_requests{0};
   std::atomic<uint64_t> remove_requests{0};
   std::atomic<uint64_t> rename_requests{0};
   std::atomic<uint64_t> failed_requests{0};

@@ -44,10 +44,21 @@ Result<ObjectInfo> MetricsStore::copy(const ObjectInfo& src, std::string_view ds
   Bump(metrics_.copy_requests);
   Result<ObjectInfo> result = ForwardingStore::copy(src, dst, options);
   CountOutcome(result.status());
+  if (result.ok() && capabilities().server_side_copy) {
+    Bump(metrics_.server_copies);
+    Bump(metrics_.bytes_copied_on_server, result->size);
+  }
+  return result;
+}
+
+Result<ObjectInfo> MetricsStore::set_attributes(std::string_view key, const Metadata& metadata,
+                                                const SetAttributesOptions& options) {
+  Bump(metrics_.set_attributes_requests);
+  Result<ObjectInfo> result = ForwardingStore::set_attributes(key, metadata, options);
+  CountOutcome(result.status());
   const Capabilities caps = capabilities();
   // A chmod or touch on SFTP is a SETSTAT, not a copy of the file's bytes.
-  const bool in_place = caps.attributes_in_place && src.key == dst && options.replace_metadata;
-  if (result.ok() && caps.server_side_copy && !in_place) {
+  if (result.ok() && caps.server_side_copy && caps.attributes_by_copy) {
     Bump(metrics_.server_copies);
     Bump(metrics_.bytes_copied_on_server, result->size);
   }

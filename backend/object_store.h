@@ -103,7 +103,8 @@ struct PutOptions {
 
 struct CopyOptions {
   // Empty: the destination keeps the source's metadata (S3 MetadataDirective COPY).
-  // Set: the destination gets exactly this metadata (REPLACE), e.g. for chmod as a self-copy.
+  // Set: the destination gets exactly this metadata (REPLACE). New attributes of one object
+  // (chmod, touch) are set_attributes(), not a copy onto itself.
   std::optional<Metadata> replace_metadata;
   std::optional<std::string> content_type;  // only with replace_metadata
   bool if_match_source = true;              // the copy fails if the source no longer has src.etag
@@ -112,6 +113,20 @@ struct CopyOptions {
   // does for servers that ignore x-amz-copy-source-if-match (RGW): a result whose ETag is not
   // src.etag still fails with PreconditionFailed, but after the destination was written. SFTP
   // then sets attributes in place without a STAT first.
+  bool source_known_current = false;
+};
+
+struct SetAttributesOptions {
+  // The version of the object the caller saw: its size, ETag, content type and metadata (the
+  // key is set_attributes' own). With an ETag, the call fails with PreconditionFailed when the
+  // object no longer has it; without one nothing is checked. Its size chooses how S3 copies,
+  // and its metadata tells SFTP whether the owner changes.
+  ObjectInfo expected;
+  std::optional<std::string> content_type;  // unset: the object keeps its content type
+  // The caller itself wrote expected.etag moments ago: S3 does not HEAD a plain-MD5 object
+  // under the single-copy limit first (see CopyOptions::source_known_current: an object
+  // replaced meanwhile then gets the new metadata and the call fails with PreconditionFailed
+  // after it), and SFTP sets the attributes without a STAT first.
   bool source_known_current = false;
 };
 
@@ -134,9 +149,10 @@ struct Capabilities {
   uint64_t part_size = 0;
   uint64_t copy_part_threshold = 0;  // copy() above this size uses UploadPartCopy (0: never)
   bool native_rename = false;        // rename() moves a file or a directory on the server
-  // copy() of a key onto itself with replace_metadata sets the attributes in place (SFTP's
-  // SETSTAT): no copy, no byte moved. S3 copies the object onto itself.
-  bool attributes_in_place = false;
+  // set_attributes() rewrites the object on the server (S3: a copy onto itself, whose cost
+  // grows with the object's size, and a new Last-Modified), so that changes are worth holding
+  // back and coalescing. False: it sets them in place, cheaply (SFTP's SETSTAT).
+  bool attributes_by_copy = false;
   // put() keeps the "uid" and "gid" metadata it is given (S3); false: the server decides who
   // owns a new file (SFTP: the account logged in).
   bool stores_owner = false;
@@ -173,6 +189,14 @@ class ObjectStore {
   // `dst`. Returns the destination's info, its ETag included.
   virtual Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
                                   const CopyOptions& options) = 0;
+
+  // Replaces the user metadata (and with options.content_type the content type) of `key`,
+  // keeping its bytes. PreconditionFailed when the object is no longer options.expected's
+  // ETag, NotFound when there is no such object. Returns the object's new info: its ETag is
+  // the old one for a plain-MD5 S3 object copied in one piece. S3: a copy onto itself with
+  // MetadataDirective REPLACE (UploadPartCopy above the copy threshold); SFTP: SETSTAT.
+  virtual Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
+                                            const SetAttributesOptions& options) = 0;
 
   // Deletes `key`. Deleting a key that does not exist succeeds.
   virtual Status remove(std::string_view key) = 0;
@@ -223,6 +247,10 @@ class ForwardingStore : public ObjectStore {
   Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
                           const CopyOptions& options) override {
     return target_->copy(src, dst, options);
+  }
+  Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
+                                    const SetAttributesOptions& options) override {
+    return target_->set_attributes(key, metadata, options);
   }
   Status remove(std::string_view key) override { return target_->remove(key); }
   Status remove_many(const std::vector<std::string>& keys) override {

@@ -62,6 +62,14 @@ Result<ObjectInfo> PrefixStore::copy(const ObjectInfo& src, std::string_view dst
   return UnmapInfo(ForwardingStore::copy(mapped_src, full_dst, options));
 }
 
+Result<ObjectInfo> PrefixStore::set_attributes(std::string_view key, const Metadata& metadata,
+                                               const SetAttributesOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  SetAttributesOptions mapped = options;
+  mapped.expected.key = full;
+  return UnmapInfo(ForwardingStore::set_attributes(full, metadata, mapped));
+}
+
 Status PrefixStore::remove(std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
   return ForwardingStore::remove(full);

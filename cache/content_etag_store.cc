@@ -188,6 +188,40 @@ Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_vie
   return info;
 }
 
+Result<ObjectInfo> ContentEtagStore::set_attributes(std::string_view key, const Metadata& metadata,
+                                                    const SetAttributesOptions& options) {
+  SetAttributesOptions inner_options = options;
+  const ETag& expected = options.expected.etag;
+  std::optional<ETag> md5;  // the MD5 of the version the inner store checks
+  if (expected.is_plain_md5()) {
+    Result<ETag> version = InnerETag(key, expected, "set attributes");
+    if (!version.ok()) {
+      // No record of that MD5: a file that is gone is NotFound, as from any store.
+      Result<ObjectInfo> now = inner_->head(key);
+      if (!now.ok() && now.status().code() == StatusCode::kNotFound) return now.status();
+      return version.status();
+    }
+    inner_options.expected.etag = *version;
+    md5 = expected;
+  } else if (!expected.empty()) {
+    Result<std::optional<ContentETagRecord>> record = db_->Get<ContentETagRecord>(key);
+    if (record.ok() && record->has_value() &&
+        VersionTag((*record)->size, (*record)->mtime_ns) == expected) {
+      md5 = ETag::FromMd5((*record)->md5);
+    }
+  }
+  // The copies known of `key` are of its old version: it gets a new one.
+  ForgetCopies(key);
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, inner_->set_attributes(key, metadata, inner_options));
+  if (md5 && !IsMarker(key) && Record(std::string(key), info.size, info.mtime_ns, *md5)) {
+    info.etag = *md5;
+    return info;
+  }
+  Forget(key);
+  info.etag = VersionTag(info.size, info.mtime_ns);
+  return info;
+}
+
 Status ContentEtagStore::remove(std::string_view key) {
   Status status = inner_->remove(key);
   Forget(key);

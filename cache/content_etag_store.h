@@ -8,6 +8,8 @@
 //   file whose MD5 is not known yet is remembered (in memory, until either file is written,
 //   renamed or removed) with both versions, so the MD5 computed first for either of the two
 //   serves the other too while both keep their versions: the bytes are hashed once;
+// - set_attributes() keeps the bytes: the MD5 known for the version it changed is recorded for
+//   the version it leaves;
 // - remove() / remove_many() drop the records;
 // - head() and list() report the recorded MD5 as the ETag when the record still matches the
 //   object, and the inner store's version (backend/object_version.h) otherwise; a record that no
@@ -64,6 +66,8 @@ class ContentEtagStore : public ForwardingStore {
                          const PutOptions& options) override;
   Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
                           const CopyOptions& options) override;
+  Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
+                                    const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   // Moves the record of a file along with it (rename keeps size and mtime). Records of the

@@ -73,7 +73,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       native_rename_(store_->capabilities().native_rename),
       stores_owner_(store_->capabilities().stores_owner),
       max_object_size_(store_->capabilities().max_object_size),
-      attributes_in_place_(store_->capabilities().attributes_in_place ||
+      attributes_in_place_(!store_->capabilities().attributes_by_copy ||
                            store_->capabilities().native_rename),
       options_(std::move(options)),
       metrics_(metrics),

@@ -597,7 +597,8 @@ class Filesystem {
   bool native_rename_;        // the store's capabilities().native_rename
   bool stores_owner_;         // the store's capabilities().stores_owner
   uint64_t max_object_size_;  // the store's capabilities().max_object_size (0: no limit)
-  // The store's capabilities().attributes_in_place, or native_rename (both: no self-copies).
+  // The store's set_attributes() is no copy (!capabilities().attributes_by_copy), or it has
+  // native_rename (either: no self-copies to save).
   bool attributes_in_place_;
   // The owner of a new object asked for by `caller`.
   Owner NewOwner(const std::optional<Owner>& caller) const;

@@ -161,19 +161,18 @@ Result<FileAttr> Filesystem::MutateMetadata(
       put.metadata = metadata;
       result = store_->put(key + "/", MemorySource(""), put);
     } else {
-      ObjectInfo src;
-      src.key = rec.is_dir ? key + "/" : key;
-      src.size = rec.size;
-      src.etag = rec.etag;
-      src.metadata = rec.metadata;  // what it was: SFTP sets a changed owner, a link's own times
-      src.has_metadata = rec.has_object;
-      CopyOptions copy;
-      copy.replace_metadata = metadata;
+      SetAttributesOptions set;
+      set.expected.key = rec.is_dir ? key + "/" : key;
+      set.expected.size = rec.size;
+      set.expected.etag = rec.etag;
+      // What it was: SFTP sets a changed owner, a link's own times.
+      set.expected.metadata = rec.metadata;
+      set.expected.has_metadata = rec.has_object;
       // An object this mount just wrote is not HEADed first. Should another client have
       // replaced it meanwhile, the copy gives its bytes our metadata and then fails, and the loop
       // looks again: last writer wins, as for the bytes.
-      copy.source_known_current = rec.own_write;
-      result = store_->copy(src, src.key, copy);
+      set.source_known_current = rec.own_write;
+      result = store_->set_attributes(set.expected.key, metadata, set);
     }
     if (!result.ok()) {
       meta_cache_.Invalidate(key);

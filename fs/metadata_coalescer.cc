@@ -65,14 +65,13 @@ Status MetadataCoalescer::Join(HeldChange& held, const std::string& key, Metadat
 
 Result<MetadataCoalescer::Applied> MetadataCoalescer::Apply(HeldChange& held,
                                                             const std::string& key) {
-  CopyOptions copy;
-  copy.replace_metadata = held.metadata;
-  copy.source_known_current = held.own_write;
+  SetAttributesOptions set;
+  set.source_known_current = held.own_write;
   Result<ObjectInfo> result = InternalError("unreachable");
   for (int attempt = 0;; ++attempt) {
-    ObjectInfo src = held.object;
-    src.key = key;
-    result = store_->copy(src, key, copy);
+    set.expected = held.object;
+    set.expected.key = key;
+    result = store_->set_attributes(key, held.metadata, set);
     if (result.ok() || result.status().code() != StatusCode::kPreconditionFailed || attempt > 0) {
       break;
     }
@@ -84,7 +83,7 @@ Result<MetadataCoalescer::Applied> MetadataCoalescer::Apply(HeldChange& held,
       break;
     }
     held.object = *now;
-    copy.source_known_current = false;
+    set.source_known_current = false;
     // The crash record follows: with the old ETag the next mount would drop the change.
     if (held.record != nullptr) (void)held.record->Describe(key, now->etag, held.metadata);
   }
@@ -160,9 +159,9 @@ Status MetadataCoalescer::Recover() {
       continue;
     }
     if (now.ok() && (left.etag.empty() || now->etag == left.etag)) {
-      CopyOptions copy;
-      copy.replace_metadata = left.metadata;
-      Result<ObjectInfo> copied = store_->copy(*now, left.key, copy);
+      SetAttributesOptions set;
+      set.expected = *now;
+      Result<ObjectInfo> copied = store_->set_attributes(left.key, left.metadata, set);
       if (!copied.ok() && IsPermanentRefusal(copied.status())) {
         log_("dropping a metadata change of " + left.key + " (" +
              ChangedMetadataNames(now->metadata, left.metadata) +

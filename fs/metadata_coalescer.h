@@ -25,9 +25,9 @@ namespace objfs {
 
 // A metadata change of a stored object that has not reached the store yet.
 struct HeldChange {
-  ObjectInfo object;       // the object it changes: size and ETag (the self-copy's source)
-  bool own_write = false;  // that object is this mount's own upload or copy
-  Metadata metadata;       // all the metadata the object is to carry
+  ObjectInfo object;  // the object it changes: size and ETag (set_attributes's expected version)
+  bool own_write = false;                // that object is this mount's own upload or copy
+  Metadata metadata;                     // all the metadata the object is to carry
   std::unique_ptr<PendingAttrs> record;  // its crash record in cache_dir
 };
 

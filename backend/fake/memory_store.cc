@@ -261,6 +261,45 @@ Result<ObjectInfo> MemoryStore::copy(const ObjectInfo& src, std::string_view dst
   return info;
 }
 
+Result<ObjectInfo> MemoryStore::set_attributes(std::string_view key, const Metadata& metadata,
+                                               const SetAttributesOptions& options) {
+  OBJFS_RETURN_IF_ERROR(CheckKey(key));
+  OBJFS_RETURN_IF_ERROR(CheckMetadata(metadata, options_.max_metadata));
+  const ETag& expected = options.expected.etag;
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return NotFoundError("no object " + Quote(key));
+  Object& object = it->second;
+  bool fail_after = false;
+  if (!expected.empty() && CurrentETag(object) != expected) {
+    Status changed =
+        PreconditionFailedError("object " + Quote(key) + " has ETag " +
+                                CurrentETag(object).value() + ", not " + expected.value());
+    // As S3Store on RGW: the self-copy of an object the caller wrote itself is made unchecked.
+    if (!options_.copy_ignores_source_condition || !options.source_known_current ||
+        !expected.is_plain_md5() || !options_.attributes_by_copy) {
+      return changed;
+    }
+    fail_after = true;
+  }
+  ObjectInfo& info = object.info;
+  const bool by_parts = options_.native_etags && options_.attributes_by_copy &&
+                        options_.copy_part_threshold > 0 &&
+                        object.data.size() > options_.copy_part_threshold;
+  if (by_parts) info.etag = ETagOf(object.data, true);
+  info.metadata = metadata;
+  if (options.content_type) info.content_type = *options.content_type;
+  info.has_metadata = true;
+  info.mtime_ns = NextMtimeLocked();
+  if (fail_after) {
+    return PreconditionFailedError("object " + Quote(key) + " changed (found after its " +
+                                   "attributes were set)");
+  }
+  ObjectInfo result = info;
+  result.etag = CurrentETag(object);
+  return result;
+}
+
 Status MemoryStore::remove(std::string_view key) {
   OBJFS_RETURN_IF_ERROR(CheckKey(key));
   std::lock_guard lock(mu_);
@@ -333,7 +372,7 @@ Capabilities MemoryStore::capabilities() const {
   caps.part_size = options_.part_size;
   caps.copy_part_threshold = options_.copy_part_threshold;
   caps.native_rename = options_.native_rename;
-  caps.attributes_in_place = options_.attributes_in_place;
+  caps.attributes_by_copy = options_.attributes_by_copy;
   caps.stores_owner = options_.stores_owner;
   return caps;
 }

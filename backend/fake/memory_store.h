@@ -11,7 +11,7 @@
 // ETag, If-Match is checked against that version, put() returns the content MD5 of what it
 // stored, copy() returns the source's ETag when that is a plain MD5 and no ETag otherwise, and
 // capabilities().native_etags is false. The SFTP store's other traits are options of their own
-// (native_rename, attributes_in_place, stores_owner), so that the filesystem's SFTP-only paths
+// (native_rename, attributes_by_copy, stores_owner), so that the filesystem's SFTP-only paths
 // run over the fake too.
 #pragma once
 
@@ -41,8 +41,10 @@ struct MemoryStoreOptions {
   // one step, keeping content, metadata, mtime and version; it replaces a file or an empty
   // directory at the target. False: rename() is Unsupported, as on S3.
   bool native_rename = false;
-  // Reported in capabilities(): a self-copy with replaced metadata sets the attributes in place.
-  bool attributes_in_place = false;
+  // Reported in capabilities(): set_attributes() rewrites the object, as S3's self-copy does
+  // (false: in place, as SFTP's SETSTAT). Either way it gives the object a new mtime and, with
+  // native ETags, the ETag such a copy gets.
+  bool attributes_by_copy = true;
   // Reported in capabilities(): puts keep the "uid" and "gid" they are given (S3); SFTP's
   // server decides who owns a new file.
   bool stores_owner = true;
@@ -60,6 +62,8 @@ class MemoryStore : public ObjectStore {
                          const PutOptions& options) override;
   Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
                           const CopyOptions& options) override;
+  Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
+                                    const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   Status rename(std::string_view from, std::string_view to) override;

@@ -185,6 +185,7 @@ Capabilities S3Store::capabilities() const {
   c.multipart_threshold = options_.multipart_threshold;
   c.part_size = options_.part_size;
   c.copy_part_threshold = options_.copy_part_threshold;
+  c.attributes_by_copy = true;
   c.stores_owner = true;
   c.max_object_size = kMaxObjectSize;
   return c;
@@ -602,6 +603,18 @@ Result<ObjectInfo> S3Store::copy(const ObjectInfo& src, std::string_view dst,
                                  const CopyOptions& options) {
   if (src.size > options_.copy_part_threshold) return CopyMultipart(src, dst, options);
   return CopySingle(src, dst, options);
+}
+
+Result<ObjectInfo> S3Store::set_attributes(std::string_view key, const Metadata& metadata,
+                                           const SetAttributesOptions& options) {
+  ObjectInfo src = options.expected;
+  src.key = std::string(key);
+  CopyOptions copy;
+  copy.replace_metadata = metadata;
+  copy.content_type = options.content_type;
+  copy.if_match_source = !src.etag.empty();
+  copy.source_known_current = options.source_known_current;
+  return this->copy(src, key, copy);
 }
 
 Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view dst,

@@ -88,6 +88,9 @@ class S3Store : public ObjectStore {
                          const PutOptions& options) override;
   Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
                           const CopyOptions& options) override;
+  // A copy onto itself with MetadataDirective REPLACE, as copy() makes it.
+  Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
+                                    const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   Capabilities capabilities() const override;

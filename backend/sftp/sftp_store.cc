@@ -810,27 +810,7 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, head(src.key));
     PutOptions put;
     put.metadata = options.replace_metadata ? *options.replace_metadata : current.metadata;
-    // New attributes of the directory itself (chmod, chown, touch): compared with what the
-    // caller saw, as for a file.
-    const bool in_place = src.key == dst && options.replace_metadata;
-    return PutDirectory(dst, dst_paths, 0, put.metadata, put, in_place ? &src.metadata : nullptr);
-  }
-  if (src.key == dst && options.replace_metadata) {
-    // New attributes only (chmod, touch): set in place, atomic on the server, no byte moved.
-    return WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
-      std::lock_guard<std::mutex> lock(KeyLock(src.key));
-      // A file the caller itself wrote or changed moments ago is not looked at first (as on
-      // S3): rsync's utimens and chmod of the file it just closed are one round trip each.
-      if (options.if_match_source && !src.etag.empty() && !options.source_known_current) {
-        OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, HeadOn(c, src.key));
-        if (current.etag != src.etag) {
-          return PreconditionFailedError("set attributes of " + src.key +
-                                         ": the file changed (version " + current.etag.value() +
-                                         ", expected " + src.etag.value() + ")");
-        }
-      }
-      return ApplyAttributes(c, src.key, src_paths.data, *options.replace_metadata, &src.metadata);
-    });
+    return PutDirectory(dst, dst_paths, 0, put.metadata, put);
   }
   OBJFS_ASSIGN_OR_RETURN(SftpSessionPool::Lease lease, pool_.Acquire());
   SftpConnection& c = *lease;
@@ -949,6 +929,34 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   ObjectInfo info = std::move(staged_info).value();
   info.etag = etag;
   return info;
+}
+
+Result<ObjectInfo> SftpStore::set_attributes(std::string_view key, const Metadata& metadata,
+                                             const SetAttributesOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  const ObjectInfo& expected = options.expected;
+  if (IsMarker(key)) {
+    // New attributes of the directory itself (chmod, chown, touch): compared with what the
+    // caller saw, as for a file. A directory that is gone is not made again.
+    OBJFS_RETURN_IF_ERROR(head(key).status());
+    PutOptions put;
+    put.metadata = metadata;
+    return PutDirectory(key, paths, 0, metadata, put, &expected.metadata);
+  }
+  return WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
+    std::lock_guard<std::mutex> lock(KeyLock(key));
+    // A file the caller itself wrote or changed moments ago is not looked at first (as on
+    // S3): rsync's utimens and chmod of the file it just closed are one round trip each.
+    if (!expected.etag.empty() && !options.source_known_current) {
+      OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, HeadOn(c, key));
+      if (current.etag != expected.etag) {
+        return PreconditionFailedError("set attributes of " + std::string(key) +
+                                       ": the file changed (version " + current.etag.value() +
+                                       ", expected " + expected.etag.value() + ")");
+      }
+    }
+    return ApplyAttributes(c, key, paths.data, metadata, &expected.metadata);
+  });
 }
 
 Status SftpStore::remove(std::string_view key) {
@@ -1119,7 +1127,6 @@ Capabilities SftpStore::capabilities() const {
   caps.server_side_copy = copy_data_;
   caps.native_etags = false;
   caps.native_rename = true;
-  caps.attributes_in_place = true;
   std::lock_guard<std::mutex> lock(server_mu_);
   caps.read_unit = ReadChunk(limits_);
   return caps;

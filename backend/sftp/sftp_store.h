@@ -84,6 +84,9 @@ class SftpStore : public ObjectStore {
                          const PutOptions& options) override;
   Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
                           const CopyOptions& options) override;
+  // SETSTAT of the file (LSETSTAT of a link): atomic on the server, no byte moved.
+  Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
+                                    const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   Status rename(std::string_view from, std::string_view to) override;

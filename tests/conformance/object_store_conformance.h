@@ -454,30 +454,110 @@ TEST_P(ObjectStoreConformance, CopyReplacesMetadata) {
   EXPECT_TRUE(*read == data);
 }
 
-TEST_P(ObjectStoreConformance, SelfCopyReplacesMetadataKeepsContent) {
+TEST_P(ObjectStoreConformance, SetAttributesReplacesMetadataKeepsContent) {
   const std::string data = Pattern(2000, 10);
   PutOptions options;
   options.metadata = {{"mode", "33188"}};
+  options.content_type = "application/x-test";
   OBJFS_CONFORMANCE_OK(Put("chmod-me", data, options));
   Result<ObjectInfo> src = store().head("chmod-me");
   OBJFS_CONFORMANCE_OK(src);
 
-  CopyOptions replace;
-  replace.replace_metadata = Metadata{{"mode", "33261"}, {"uid", "42"}};
-  Result<ObjectInfo> copied = store().copy(*src, "chmod-me", replace);
-  OBJFS_CONFORMANCE_OK(copied);
+  SetAttributesOptions set;
+  set.expected = *src;
+  const Metadata wanted{{"mode", "33261"}, {"uid", "42"}};
+  Result<ObjectInfo> changed = store().set_attributes("chmod-me", wanted, set);
+  OBJFS_CONFORMANCE_OK(changed);
+  EXPECT_EQ(changed->key, "chmod-me");
+  EXPECT_EQ(changed->size, data.size());
   if (native_etags()) {
-    EXPECT_EQ(copied->etag, src->etag);
+    EXPECT_EQ(changed->etag, src->etag) << "a plain-MD5 ETag stays: the bytes are the same";
   }
-  ExpectHonestETag(copied->etag, data);
+  ExpectHonestETag(changed->etag, data);
 
   Result<ObjectInfo> head = store().head("chmod-me");
   OBJFS_CONFORMANCE_OK(head);
-  ExpectWritten(*head, src->etag, data, Metadata{{"mode", "33261"}, {"uid", "42"}});
+  ExpectWritten(*head, src->etag, data, wanted);
   EXPECT_EQ(head->size, data.size());
+  if (stores_metadata()) {
+    EXPECT_EQ(head->content_type, "application/x-test") << "the content type stays";
+  }
   Result<std::string> read = ReadAll(store(), "chmod-me");
   OBJFS_CONFORMANCE_OK(read);
   EXPECT_TRUE(*read == data);
+
+  // Again from what the first call returned, with a new content type.
+  set.expected = *changed;
+  set.content_type = "text/x-replaced";
+  OBJFS_CONFORMANCE_OK(store().set_attributes("chmod-me", {{"mode", "33152"}}, set));
+  head = store().head("chmod-me");
+  OBJFS_CONFORMANCE_OK(head);
+  ExpectWritten(*head, src->etag, data, {{"mode", "33152"}});
+  if (stores_metadata()) {
+    EXPECT_EQ(head->content_type, "text/x-replaced");
+  }
+}
+
+TEST_P(ObjectStoreConformance, SetAttributesOfALargeObjectKeepsContent) {
+  const ConformanceBackend& backend = GetParam();
+  if (backend.copy_part_threshold == 0) GTEST_SKIP() << "no copy in parts";
+  const std::string data = Pattern(backend.copy_part_threshold + 1, 12);
+  PutOptions options;
+  options.metadata = {{"mode", "33188"}};
+  OBJFS_CONFORMANCE_OK(Put("big/chmod-me", data, options));
+  Result<ObjectInfo> src = store().head("big/chmod-me");
+  OBJFS_CONFORMANCE_OK(src);
+  SetAttributesOptions set;
+  set.expected = *src;
+  Result<ObjectInfo> changed = store().set_attributes("big/chmod-me", {{"mode", "33261"}}, set);
+  OBJFS_CONFORMANCE_OK(changed);
+  EXPECT_EQ(changed->size, data.size());
+  Result<ObjectInfo> head = store().head("big/chmod-me");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->etag, changed->etag);
+  EXPECT_EQ(head->size, data.size());
+  EXPECT_EQ(head->metadata.count("mode") ? head->metadata.at("mode") : "", "33261");
+  Result<std::string> read = ReadAll(store(), "big/chmod-me");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_TRUE(*read == data);
+}
+
+TEST_P(ObjectStoreConformance, SetAttributesOfAChangedObjectFails) {
+  PutOptions options;
+  options.metadata = {{"mode", "33188"}};
+  Result<ObjectInfo> old_version = Put("changing", "old content", options);
+  OBJFS_CONFORMANCE_OK(old_version);
+  OBJFS_CONFORMANCE_OK(Put("changing", "the new content", options));
+
+  SetAttributesOptions set;
+  set.expected = *old_version;
+  Result<ObjectInfo> changed = store().set_attributes("changing", {{"mode", "33152"}}, set);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_EQ(changed.status().code(), StatusCode::kPreconditionFailed)
+      << changed.status().ToString();
+  Result<ObjectInfo> head = store().head("changing");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->metadata.count("mode") ? head->metadata.at("mode") : "", "33188");
+  Result<std::string> read = ReadAll(store(), "changing");
+  OBJFS_CONFORMANCE_OK(read);
+  EXPECT_EQ(*read, "the new content");
+}
+
+TEST_P(ObjectStoreConformance, SetAttributesOfAMissingObjectIsNotFound) {
+  OBJFS_CONFORMANCE_OK(Put("gone", "bytes"));
+  Result<ObjectInfo> seen = store().head("gone");
+  OBJFS_CONFORMANCE_OK(seen);
+  OBJFS_CONFORMANCE_OK(store().remove("gone"));
+  for (bool known_etag : {true, false}) {
+    SCOPED_TRACE(known_etag ? "with the ETag seen" : "without an ETag");
+    SetAttributesOptions set;
+    set.expected = *seen;
+    if (!known_etag) set.expected.etag = ETag();
+    Result<ObjectInfo> changed = store().set_attributes("gone", {{"mode", "33152"}}, set);
+    ASSERT_FALSE(changed.ok());
+    EXPECT_EQ(changed.status().code(), StatusCode::kNotFound) << changed.status().ToString();
+    EXPECT_EQ(store().head("gone").status().code(), StatusCode::kNotFound);
+  }
 }
 
 TEST_P(ObjectStoreConformance, LargeCopy) {

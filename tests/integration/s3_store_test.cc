@@ -169,6 +169,47 @@ TEST_F(S3StoreTest, UploadPartCopyEqualsSource) {
   EXPECT_EQ(head->metadata["mode"], "33188");  // COPY semantics carried into the new upload
 }
 
+TEST_F(S3StoreTest, SetAttributesOfAnObjectKnownCurrentIsOneRequestAndStillChecked) {
+  S3StoreOptions o = OptionsFor(bucket_);
+  Metrics metrics;
+  o.metrics = &metrics;
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  Result<ObjectInfo> put = Put("attrs", "version one");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+
+  SetAttributesOptions known;
+  known.expected = *put;
+  known.source_known_current = true;
+  uint64_t before = metrics.http_requests.load();
+  Result<ObjectInfo> changed = store->set_attributes("attrs", {{"mode", "33152"}}, known);
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  EXPECT_EQ(metrics.http_requests.load() - before, 1u);  // the self-copy, no HEAD first
+  EXPECT_EQ(changed->etag, put->etag);
+  Result<ObjectInfo> head = store->head("attrs");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->metadata["mode"], "33152");
+
+  // Without the flag the object is checked first (RGW ignores x-amz-copy-source-if-match).
+  SetAttributesOptions checked;
+  checked.expected = *head;
+  before = metrics.http_requests.load();
+  ASSERT_TRUE(store->set_attributes("attrs", {{"mode", "33188"}}, checked).ok());
+  EXPECT_EQ(metrics.http_requests.load() - before, 2u);
+
+  // An object replaced after the caller saw it still fails, by the copy's resulting ETag.
+  ASSERT_TRUE(Put("attrs", "version two").ok());
+  Result<ObjectInfo> stale = store->set_attributes("attrs", {{"mode", "33261"}}, known);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed) << stale.status().ToString();
+  // ... and the checked way fails before it touched the object.
+  Result<std::string> content = ReadAll(*store, "attrs");
+  ASSERT_TRUE(content.ok());
+  EXPECT_EQ(*content, "version two");
+  EXPECT_EQ(store->set_attributes("attrs", {{"mode", "33261"}}, checked).status().code(),
+            StatusCode::kPreconditionFailed);
+}
+
 TEST_F(S3StoreTest, CopyOfASourceKnownCurrentIsOneRequestAndStillChecked) {
   S3StoreOptions o = OptionsFor(bucket_);
   Metrics metrics;

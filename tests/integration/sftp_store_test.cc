@@ -392,9 +392,10 @@ TEST_F(SftpStoreTest, NewAttributesOfAFileAreSetInPlace) {
   struct stat before {};
   ASSERT_EQ(::stat(path.c_str(), &before), 0);
   const uint64_t reads = metrics_.sftp_read_requests.load();
-  CopyOptions o;
-  o.replace_metadata = Metadata{{"mode", std::to_string(S_IFREG | 0600)}, {"mtime", "1000000000"}};
-  Result<ObjectInfo> changed = store_->copy(*put, "f", o);
+  SetAttributesOptions o;
+  o.expected = *put;
+  Metadata wanted{{"mode", std::to_string(S_IFREG | 0600)}, {"mtime", "1000000000"}};
+  Result<ObjectInfo> changed = store_->set_attributes("f", wanted, o);
   ASSERT_TRUE(changed.ok()) << changed.status().ToString();
   struct stat after {};
   ASSERT_EQ(::stat(path.c_str(), &after), 0);
@@ -405,14 +406,14 @@ TEST_F(SftpStoreTest, NewAttributesOfAFileAreSetInPlace) {
   EXPECT_EQ(changed->etag, VersionTag(300000, int64_t{1000000000} * 1000000000));
   EXPECT_EQ(ServerEntries(root_), (std::set<std::string>{"f"}));
   // The version the caller saw is checked first.
-  Result<ObjectInfo> stale = store_->copy(*put, "f", o);
+  Result<ObjectInfo> stale = store_->set_attributes("f", wanted, o);
   ASSERT_FALSE(stale.ok());
   EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed) << stale.status().ToString();
   // Unless the caller itself wrote it moments ago: then the attributes go straight to SETSTAT,
   // one round trip, without that check (here the caller's version is stale on purpose).
   o.source_known_current = true;
-  o.replace_metadata = Metadata{{"mode", std::to_string(S_IFREG | 0640)}, {"mtime", "1000000000"}};
-  Result<ObjectInfo> trusted = store_->copy(*put, "f", o);
+  wanted = Metadata{{"mode", std::to_string(S_IFREG | 0640)}, {"mtime", "1000000000"}};
+  Result<ObjectInfo> trusted = store_->set_attributes("f", wanted, o);
   ASSERT_TRUE(trusted.ok()) << trusted.status().ToString();
   ASSERT_EQ(::stat(path.c_str(), &after), 0);
   EXPECT_EQ(after.st_mode & 07777, 0640u);
@@ -488,10 +489,10 @@ TEST_F(SftpStoreTest, LinksAreMadeAndReadOnTheServer) {
 
   struct stat target_before {};
   ASSERT_EQ(::stat((fs::path(root_) / "d/target").c_str(), &target_before), 0);
-  CopyOptions touch;
-  touch.replace_metadata =
-      Metadata{{"mode", std::to_string(S_IFLNK | 0777)}, {"mtime", "1400000000"}};
-  Result<ObjectInfo> touched = store_->copy(*made, "d/link", touch);
+  SetAttributesOptions touch;
+  touch.expected = *made;
+  Result<ObjectInfo> touched = store_->set_attributes(
+      "d/link", Metadata{{"mode", std::to_string(S_IFLNK | 0777)}, {"mtime", "1400000000"}}, touch);
   ASSERT_TRUE(touched.ok()) << touched.status().ToString();
   struct stat link_st {
   }, target_after{};
@@ -665,12 +666,12 @@ TEST_F(SftpStoreTest, NothingButTheFilesAppearsOnTheServer) {
   ASSERT_TRUE(b.ok());
   ASSERT_TRUE(etags_->copy(*b, "d/e", CopyOptions{}).ok());
   ASSERT_TRUE(etags_->remove("d/b").ok());
-  // chmod, as the filesystem makes it: a self-copy with replaced metadata.
+  // chmod, as the filesystem makes it.
   Result<ObjectInfo> e = etags_->head("d/e");
   ASSERT_TRUE(e.ok());
-  CopyOptions chmod;
-  chmod.replace_metadata = Metadata{{"mode", "33261"}};
-  ASSERT_TRUE(etags_->copy(*e, "d/e", chmod).ok());
+  SetAttributesOptions chmod;
+  chmod.expected = *e;
+  ASSERT_TRUE(etags_->set_attributes("d/e", Metadata{{"mode", "33261"}}, chmod).ok());
   ASSERT_TRUE(etags_->ContentEtag("c").ok());
   ASSERT_TRUE(etags_->remove_many({"c"}).ok());
 

@@ -400,7 +400,7 @@ class ModelRun {
     if (config.sftp) {
       mo.native_etags = false;
       mo.native_rename = true;
-      mo.attributes_in_place = true;
+      mo.attributes_by_copy = false;
       mo.stores_owner = false;
     }
     memory_ = std::make_shared<MemoryStore>(mo);

@@ -743,10 +743,11 @@ TEST_F(FilesystemTest, ChmodChownUtimensAreSelfCopies) {
   uint64_t ino = LookupIno(kRootIno, "m");
   uint64_t puts = metrics_.put_requests.load();
   uint64_t copies = metrics_.copy_requests.load();
+  uint64_t sets = metrics_.set_attributes_requests.load();
   FileAttr attr;
   attr.mode = 0600;
   ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, attr, std::nullopt).ok());
-  EXPECT_EQ(metrics_.copy_requests.load(), copies + 1);
+  EXPECT_EQ(metrics_.set_attributes_requests.load(), sets + 1);
   attr.uid = 7;
   attr.gid = 8;
   ASSERT_TRUE(fs_->SetAttr(ino, kSetUid | kSetGid, attr, std::nullopt).ok());
@@ -754,7 +755,8 @@ TEST_F(FilesystemTest, ChmodChownUtimensAreSelfCopies) {
   auto e = fs_->SetAttr(ino, kSetMtime, attr, std::nullopt);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->attr.mtime_ns, attr.mtime_ns);
-  EXPECT_EQ(metrics_.copy_requests.load(), copies + 3);
+  EXPECT_EQ(metrics_.set_attributes_requests.load(), sets + 3);
+  EXPECT_EQ(metrics_.copy_requests.load(), copies);
   EXPECT_EQ(metrics_.put_requests.load(), puts);
   EXPECT_EQ(memory_->contents("m"), "data");
 
@@ -773,9 +775,9 @@ TEST_F(FilesystemTest, ChmodOfUnsavedFileRidesWithTheUpload) {
   ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("x")).ok());
   FileAttr attr;
   attr.mode = 0700;
-  uint64_t copies = metrics_.copy_requests.load();
+  uint64_t sets = metrics_.set_attributes_requests.load();
   ASSERT_TRUE(fs_->SetAttr(created->entry.attr.ino, kSetMode, attr, created->fh).ok());
-  EXPECT_EQ(metrics_.copy_requests.load(), copies);
+  EXPECT_EQ(metrics_.set_attributes_requests.load(), sets);
   ASSERT_TRUE(fs_->Release(created->fh).ok());
   auto head = memory_->head("pending");
   ASSERT_TRUE(head.ok());
@@ -1022,11 +1024,11 @@ TEST_F(FilesystemTest, ChmodOfARemovedOpenFileLeavesTheNewFileOfItsNameAlone) {
   ASSERT_TRUE(fh.ok());
   ASSERT_TRUE(fs_->Unlink(kRootIno, "f").ok());
   WriteFile(kRootIno, "f", "the new f");
-  const uint64_t copies = metrics_.copy_requests.load();
+  const uint64_t sets = metrics_.set_attributes_requests.load();
   FileAttr attr;
   attr.mode = 0600;
   (void)fs_->SetAttr(ino, kSetMode, attr, *fh);
-  EXPECT_EQ(metrics_.copy_requests.load(), copies);
+  EXPECT_EQ(metrics_.set_attributes_requests.load(), sets);
   auto head = memory_->head("f");
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(memory_->contents("f"), "the new f");
@@ -1083,7 +1085,7 @@ TEST_F(FilesystemTest, AttributesOfARemovedOpenFileAreNotTheNewFileOfItsName) {
   ASSERT_TRUE(fh.ok()) << fh.status().ToString();
   ASSERT_TRUE(fs_->Unlink(kRootIno, "f").ok());
   PutObject("f", "a new and longer file");
-  const uint64_t copies = metrics_.copy_requests.load();
+  const uint64_t sets = metrics_.set_attributes_requests.load();
   auto attr = fs_->GetAttr(ino);
   ASSERT_TRUE(attr.ok()) << attr.status().ToString();
   EXPECT_EQ(attr->attr.size, 3u) << "fstat shows the new file of that name";
@@ -1094,7 +1096,8 @@ TEST_F(FilesystemTest, AttributesOfARemovedOpenFileAreNotTheNewFileOfItsName) {
   EXPECT_EQ(changed->attr.mode & 07777, 0600u);
   EXPECT_EQ(changed->attr.size, 3u);
   EXPECT_EQ(fs_->GetAttr(ino)->attr.mode & 07777, 0600u);
-  EXPECT_EQ(metrics_.copy_requests.load(), copies) << "the new file of that name was changed";
+  EXPECT_EQ(metrics_.set_attributes_requests.load(), sets)
+      << "the new file of that name was changed";
   EXPECT_EQ(memory_->contents("f"), "a new and longer file");
   EXPECT_TRUE(fs_->Release(*fh).ok());
 }
@@ -1231,7 +1234,7 @@ class WritebackTest : public FilesystemTest {
 
   uint64_t Requests() const {
     return metrics_.put_requests.load() + metrics_.copy_requests.load() +
-           metrics_.remove_requests.load();
+           metrics_.set_attributes_requests.load() + metrics_.remove_requests.load();
   }
 };
 
@@ -2052,7 +2055,10 @@ class MetadataDelayTest : public FilesystemTest {
   }
 
   static std::string FileMode(uint32_t perms) { return std::to_string(S_IFREG | perms); }
-  uint64_t Copies() const { return metrics_.copy_requests.load(); }
+  // Copies on the server: real ones and self-copies for new attributes.
+  uint64_t Copies() const {
+    return metrics_.copy_requests.load() + metrics_.set_attributes_requests.load();
+  }
   // No staging file and no crash record is left in cache_dir.
   bool NothingRecorded() const { return std::filesystem::is_empty(options_.cache_dir); }
 };
@@ -2389,7 +2395,7 @@ TEST_F(MetadataDelayTest, AFailedCopyKeepsItForARetry) {
   PutObject("a", "x");
   uint64_t ino = LookupIno(kRootIno, "a");
   ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
-  faults_->FailNth(StoreOp::kCopy, 1, TransientError("503 SlowDown"));
+  faults_->FailNth(StoreOp::kSetAttributes, 1, TransientError("503 SlowDown"));
   clock_->Advance(std::chrono::seconds(2));
   EXPECT_FALSE(fs_->UploadDue().ok());
   EXPECT_EQ(StoredMode("a"), "");
@@ -2432,8 +2438,8 @@ TEST_F(MetadataDelayTest, AFailedRenameOntoAFileLeavesItsHeldChange) {
   PutObject("s", "source");
   ASSERT_NO_FATAL_FAILURE(Chmod(LookupIno(kRootIno, "t"), 0600));
   LookupIno(kRootIno, "s");
-  // The target's change goes first (copy 1); the rename's copy (2) fails.
-  faults_->FailNth(StoreOp::kCopy, 2, TransientError("503 SlowDown"));
+  // The target's change goes first (a self-copy); the rename's copy fails.
+  faults_->FailNth(StoreOp::kCopy, 1, TransientError("503 SlowDown"));
   EXPECT_FALSE(fs_->Rename(kRootIno, "s", kRootIno, "t", 0).ok());
   EXPECT_EQ(memory_->contents("t"), "target");
   EXPECT_EQ(StoredMode("t"), FileMode(0600));

@@ -56,7 +56,7 @@ ConformanceBackend SftpLikeMemoryBackend() {
             MemoryStoreOptions options;
             options.native_etags = false;
             options.native_rename = true;
-            options.attributes_in_place = true;
+            options.attributes_by_copy = false;
             options.stores_owner = false;
             return std::make_shared<MemoryStore>(options);
           },

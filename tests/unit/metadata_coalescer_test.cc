@@ -93,7 +93,7 @@ TEST_F(MetadataCoalescerTest, AReplacedObjectGetsTheChangeToo) {
   ObjectInfo object = Put("f", "old");
   auto held = coalescer_->Hold("f", object, false, {{"mode", "33152"}});
   ObjectInfo replaced = Put("f", "new!");
-  faults_->FailNth(StoreOp::kCopy, 1, PreconditionFailedError("changed"));
+  faults_->FailNth(StoreOp::kSetAttributes, 1, PreconditionFailedError("changed"));
   auto applied = coalescer_->Apply(*held, "f");
   ASSERT_TRUE(applied.ok()) << applied.status().ToString();
   EXPECT_EQ(applied->outcome, MetadataCoalescer::Outcome::kApplied);
@@ -122,7 +122,7 @@ TEST_F(MetadataCoalescerTest, ARemovedObjectDropsTheChange) {
 TEST_F(MetadataCoalescerTest, APermanentRefusalIsReportedNotRetried) {
   ObjectInfo object = Put("f", "data");
   auto held = coalescer_->Hold("f", object, true, {{"mode", "33152"}});
-  faults_->FailAll(StoreOp::kCopy,
+  faults_->FailAll(StoreOp::kSetAttributes,
                    Status(StatusCode::kInvalidArgument, "too large", "MetadataTooLarge"));
   auto applied = coalescer_->Apply(*held, "f");
   ASSERT_TRUE(applied.ok());
@@ -133,7 +133,7 @@ TEST_F(MetadataCoalescerTest, APermanentRefusalIsReportedNotRetried) {
 TEST_F(MetadataCoalescerTest, AFailureThatMayPassKeepsTheChange) {
   ObjectInfo object = Put("f", "data");
   auto held = coalescer_->Hold("f", object, true, {{"mode", "33152"}});
-  faults_->FailNth(StoreOp::kCopy, 1, TransientError("503 SlowDown"));
+  faults_->FailNth(StoreOp::kSetAttributes, 1, TransientError("503 SlowDown"));
   auto applied = coalescer_->Apply(*held, "f");
   EXPECT_FALSE(applied.ok());
   EXPECT_TRUE(held.has_value());

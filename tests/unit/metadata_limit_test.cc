@@ -137,7 +137,7 @@ class MetadataLimitTest : public ::testing::Test {
 TEST_F(MetadataLimitTest, SetxattrOverTheLimitIsE2bigAndChangesNothing) {
   Start(0, kDefaultMaxMetadata, /*delay=*/0);
   uint64_t ino = StoredFile();
-  const uint64_t copies = metrics_.copy_requests.load();
+  const uint64_t sets = metrics_.set_attributes_requests.load();
   const std::string etag = memory_->head("a")->etag.value();
 
   Status big = fs_->SetXattr(ino, "user.big", std::string(64 << 10, 'v'), 0);
@@ -145,7 +145,7 @@ TEST_F(MetadataLimitTest, SetxattrOverTheLimitIsE2bigAndChangesNothing) {
   EXPECT_EQ(ErrnoFromStatus(big), E2BIG) << big.ToString();
   Status just_over = fs_->SetXattr(ino, "user.big", std::string(2048, 'v'), 0);
   EXPECT_EQ(ErrnoFromStatus(just_over), E2BIG) << just_over.ToString();
-  EXPECT_EQ(metrics_.copy_requests.load(), copies);
+  EXPECT_EQ(metrics_.set_attributes_requests.load(), sets);
   EXPECT_EQ(memory_->head("a")->etag.value(), etag);
   EXPECT_TRUE(StoredXattrs().empty());
   EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, "user.big").status()), ENODATA);

@@ -138,6 +138,10 @@ class RecordingStore : public ObjectStore {
   Result<ObjectInfo> copy(const ObjectInfo&, std::string_view, const CopyOptions&) override {
     return UnsupportedError("copy");
   }
+  Result<ObjectInfo> set_attributes(std::string_view, const Metadata&,
+                                    const SetAttributesOptions&) override {
+    return UnsupportedError("set_attributes");
+  }
   Status remove(std::string_view) override { return UnsupportedError("remove"); }
   Status remove_many(const std::vector<std::string>&) override {
     return UnsupportedError("remove_many");

@@ -148,7 +148,7 @@ TEST_F(FaultInjectingStoreTest, EveryOperationKindCanFail) {
   Result<ObjectInfo> info = store_.head("k");
   ASSERT_TRUE(info.ok());
   for (StoreOp op : {StoreOp::kHead, StoreOp::kRead, StoreOp::kList, StoreOp::kPut, StoreOp::kCopy,
-                     StoreOp::kRemove, StoreOp::kRemoveMany}) {
+                     StoreOp::kRemove, StoreOp::kRemoveMany, StoreOp::kSetAttributes}) {
     store_.FailNth(op, 1, IoError("injected"));
   }
   std::string buf(4, '\0');
@@ -159,6 +159,11 @@ TEST_F(FaultInjectingStoreTest, EveryOperationKindCanFail) {
   EXPECT_EQ(store_.copy(*info, "k3", CopyOptions{}).status().code(), StatusCode::kIoError);
   EXPECT_EQ(store_.remove("k").code(), StatusCode::kIoError);
   EXPECT_EQ(store_.remove_many({"k"}).code(), StatusCode::kIoError);
+  SetAttributesOptions chmod;
+  chmod.expected = *info;
+  EXPECT_EQ(store_.set_attributes("k", Metadata{{"mode", "33216"}}, chmod).status().code(),
+            StatusCode::kIoError);
+  EXPECT_EQ(memory_->head("k")->metadata.count("mode"), 0u);
   EXPECT_EQ(memory_->object_count(), 1u);
   // Each rule fired once; the next calls pass through.
   EXPECT_TRUE(store_.copy(*info, "k3", CopyOptions{}).ok());
@@ -251,22 +256,42 @@ TEST(MetricsStoreTest, ClientSideCopiesAreNotServerCopies) {
 
 TEST(MetricsStoreTest, AttributesSetInPlaceAreNotServerCopies) {
   Metrics metrics;
-  auto memory = std::make_shared<MemoryStore>();
-  // Sets new attributes of a file in place, as SFTP's SETSTAT does.
-  MetricsStore store(std::make_shared<EditedCapabilitiesStore>(
-                         memory, [](Capabilities& caps) { caps.attributes_in_place = true; }),
-                     metrics);
+  MemoryStoreOptions options;
+  options.attributes_by_copy = false;  // as SFTP's SETSTAT
+  MetricsStore store(std::make_shared<MemoryStore>(options), metrics);
   Result<ObjectInfo> info = Put(store, "a", "data");
   ASSERT_TRUE(info.ok());
-  CopyOptions chmod;
-  chmod.replace_metadata = Metadata{{"mode", "33216"}};
-  ASSERT_TRUE(store.copy(*info, "a", chmod).ok());
+  SetAttributesOptions chmod;
+  chmod.expected = *info;
+  ASSERT_TRUE(store.set_attributes("a", Metadata{{"mode", "33216"}}, chmod).ok());
+  EXPECT_EQ(metrics.set_attributes_requests.load(), 1u);
+  EXPECT_EQ(metrics.copy_requests.load(), 0u);
   EXPECT_EQ(metrics.server_copies.load(), 0u);
   EXPECT_EQ(metrics.bytes_copied_on_server.load(), 0u);
   // A real copy on the same store still counts.
   ASSERT_TRUE(store.copy(*info, "b", CopyOptions{}).ok());
   EXPECT_EQ(metrics.server_copies.load(), 1u);
   EXPECT_EQ(metrics.bytes_copied_on_server.load(), 4u);
+}
+
+TEST(MetricsStoreTest, AttributesSetByASelfCopyAreServerCopies) {
+  Metrics metrics;
+  MetricsStore store(std::make_shared<MemoryStore>(), metrics);  // as S3
+  Result<ObjectInfo> info = Put(store, "a", "data");
+  ASSERT_TRUE(info.ok());
+  SetAttributesOptions chmod;
+  chmod.expected = *info;
+  ASSERT_TRUE(store.set_attributes("a", Metadata{{"mode", "33216"}}, chmod).ok());
+  EXPECT_EQ(metrics.set_attributes_requests.load(), 1u);
+  EXPECT_EQ(metrics.copy_requests.load(), 0u);
+  EXPECT_EQ(metrics.server_copies.load(), 1u);
+  EXPECT_EQ(metrics.bytes_copied_on_server.load(), 4u);
+  // A failed one counts as a failed request.
+  chmod.expected.etag = ETag::Parse("\"0123456789abcdef0123456789abcdef\"");
+  EXPECT_EQ(store.set_attributes("a", Metadata{}, chmod).status().code(),
+            StatusCode::kPreconditionFailed);
+  EXPECT_EQ(metrics.set_attributes_requests.load(), 2u);
+  EXPECT_EQ(metrics.failed_requests.load(), 1u);
 }
 
 // --- PrefixStore ---
