@@ -381,7 +381,7 @@ Result<Entry> Filesystem::GetAttr(uint64_t ino) {
   if (auto inode = inodes_.Find(ino)) {
     std::lock_guard<std::mutex> lock(inode->mu);
     if (auto attr = LocalAttrLocked(*inode, ino)) return MakeEntry(*attr, true);
-    if (inode->unlinked) {
+    if (inode->removed()) {
       // Removed while open: its old name may be another file's by now. It keeps the
       // attributes it had when it was removed (and what fchmod and the like changed since).
       FileAttr attr = inode->attr;

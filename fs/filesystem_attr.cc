@@ -39,7 +39,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
   if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
   std::lock_guard<std::mutex> lock(inode->mu);
-  if (inode->staged && inode->dirty) {
+  if (inode->unsaved()) {
     // The change rides along with the pending upload.
     FileAttr attr = inode->attr;
     Metadata extra = inode->extra_metadata;
@@ -82,7 +82,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
     }
     return attr;
   }
-  if (inode->pending_metadata && !inode->unlinked) {
+  if (inode->pending_metadata && !inode->removed()) {
     // An earlier change still waits: this one joins it.
     const FileAttr old_attr = inode->attr;
     const Metadata old_extra = inode->extra_metadata;
@@ -123,7 +123,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
     Bump(metrics_->metadata_deferred);
     return attr;
   }
-  if (inode->unlinked) {
+  if (inode->removed()) {
     // Removed while open: no object is this file's any more (its old name may be another
     // file's by now). Only the attributes its open handles see change.
     FileAttr attr = inode->attr;
@@ -148,7 +148,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
     // A staged copy here is clean (uploaded by close(2), kept until the kernel's asynchronous
     // RELEASE): it holds nothing the store lacks, so the change may wait as for a closed file,
     // and rsync's chmod racing that RELEASE still rides along with its rename.
-    if (!rec.is_dir && rec.has_object && !inode->unlinked && defer_metadata() &&
+    if (!rec.is_dir && rec.has_object && !inode->removed() && defer_metadata() &&
         DeferMetadataLocked(ino, *inode, key, rec, attr, extra, metadata)) {
       attr.ino = ino;
       attr.size = rec.size;
@@ -309,7 +309,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
         OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
       }
       std::lock_guard<std::mutex> lock(inode->mu);
-      if (inode->pending_metadata && !inode->unlinked && !(inode->dirty && inode->staged)) {
+      if (inode->pending_metadata && !inode->removed() && !inode->unsaved()) {
         OBJFS_RETURN_IF_ERROR(ApplyPendingMetadataLocked(*inode, key));
       }
     }

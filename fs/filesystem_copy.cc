@@ -46,7 +46,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       std::lock_guard<std::mutex> lock(in->inode->mu);
       // A source removed while open is no object either: its old name may hold another file's
       // by now. Its handle reads its own bytes below.
-      src_clean = !in->inode->dirty && !in->inode->unlinked;
+      src_clean = !in->inode->unsaved() && !in->inode->removed();
     }
     Inode& dst = *out->inode;
     std::unique_lock<std::mutex> dst_lock(dst.mu);
@@ -65,7 +65,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     }
     // (A destination removed while open is no object to copy to: its name may be another
     // file's by now, or nobody's.)
-    if (src_clean && dst_size == 0 && src.size > 0 && !dst.unlinked) {
+    if (src_clean && dst_size == 0 && src.size > 0 && !dst.removed()) {
       Metadata metadata = dst_extra;
       int64_t now = NowNs();
       SetPosixMetadata(dst_attr.mode, dst_attr.uid, dst_attr.gid, now, &metadata);

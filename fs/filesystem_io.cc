@@ -85,13 +85,13 @@ Status Filesystem::EnsureStagedLocked(Inode& inode, const std::string& key, cons
   inode.extra_metadata = std::move(extra);
   inode.staged = std::move(staged);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
+  if (!inode.removed()) inode.state = Inode::FileState::kCached;
   inode.has_local_data.store(true);
   return Status::Ok();
 }
 
 void Filesystem::DiscardLocked(Inode& inode) {
-  inode.unlinked = true;
-  inode.dirty = false;
+  inode.state = Inode::FileState::kRemoved;
   DropPendingMetadataLocked(inode);
   MetadataCoalescer::Forget(inode.carried);
   if (inode.open_handles.load() == 0) {
@@ -114,7 +114,7 @@ void Filesystem::DropStagingLocked(Inode& inode) {
   if (!inode.staged) return;
   inode.staged->Remove();
   inode.staged.reset();
-  inode.dirty = false;
+  if (!inode.removed()) inode.state = Inode::FileState::kStored;
   inode.has_local_data.store(inode.pending_metadata.has_value());
 }
 
@@ -233,7 +233,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
   // A writer's close or an fsync vouches for the data as it is: should objfs die during the
   // upload, the next mount uploads it. (Not synced first: the upload is what keeps it, and a
   // failed one syncs it below.) Any other upload only keeps an existing record current.
-  Status described = accept && !inode.unlinked
+  Status described = accept && !inode.removed()
                          ? inode.staged->MarkAccepted(key, metadata, /*sync=*/false)
                          : inode.staged->Describe(key, metadata);
   if (!described.ok()) {
@@ -254,7 +254,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
   }
   if (!result.ok()) {
     meta_cache_.Invalidate(key);
-    if (accept && !inode.unlinked) {
+    if (accept && !inode.removed()) {
       // Accepted all the same: kept for a retry, and uploaded by the next mount should objfs
       // die first.
       Status recorded = inode.staged->MarkAccepted(key, metadata);
@@ -267,7 +267,7 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
     }
     return result.status().WithContext("uploading " + key);
   }
-  inode.dirty = false;
+  if (inode.unsaved()) inode.state = Inode::FileState::kCached;
   inode.in_store = true;
   inode.uploaded_etag = result->etag;
   DropPendingMetadataLocked(inode);  // the upload carried it
@@ -296,13 +296,10 @@ Status Filesystem::UploadLocked(Inode& inode, const std::string& key, bool accep
 
 Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key, bool keep_content) {
   // (A file removed or replaced while open keeps writing to a copy nothing will upload.)
-  if (!inode.staged || inode.unlinked) {
-    inode.dirty = true;
-    return Status::Ok();
-  }
+  if (!inode.staged || inode.removed()) return Status::Ok();
   const std::optional<StagedFile::State> state = inode.staged->state();
   if (state == StagedFile::State::kWriting) {
-    inode.dirty = true;
+    inode.state = Inode::FileState::kUnsaved;
     return Status::Ok();
   }
   Metadata metadata = UploadMetadataLocked(inode);
@@ -339,15 +336,15 @@ Status Filesystem::MarkDirtyLocked(Inode& inode, const std::string& key, bool ke
   // aside, and the change, acknowledged already, still applies to the stored object.
   MetadataCoalescer::Carry(inode.pending_metadata, inode.carried);
   inode.has_local_data.store(true);
-  inode.dirty = true;
+  inode.state = Inode::FileState::kUnsaved;
   return Status::Ok();
 }
 
 Status Filesystem::FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata,
                               bool accept) {
   std::lock_guard<std::mutex> lock(inode->mu);
-  if (inode->unlinked) return Status::Ok();
-  const bool upload = inode->dirty && inode->staged;
+  if (inode->removed()) return Status::Ok();
+  const bool upload = inode->unsaved();
   if (!upload && !(with_metadata && inode->pending_metadata)) return Status::Ok();
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (upload) return UploadLocked(*inode, key, accept);
@@ -454,7 +451,9 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
       }
       inode->in_store = false;
     }
-    inode->unlinked = false;
+    if (inode->removed()) {
+      inode->state = inode->staged ? Inode::FileState::kCached : Inode::FileState::kStored;
+    }
     Status marked = MarkDirtyLocked(*inode, key);
     if (!marked.ok()) {
       inodes_.Forget(ino, 1);
@@ -592,7 +591,7 @@ uint64_t Filesystem::MakeRoomInStaging(const Inode* busy, uint64_t needed) {
     // Never waits for another inode's lock while holding `busy`'s.
     std::unique_lock<std::mutex> lock(inode->mu, std::try_to_lock);
     if (!lock.owns_lock()) return std::nullopt;
-    if (!inode->dirty || inode->unlinked || !inode->staged || inode->open_handles.load() > 0) {
+    if (!inode->unsaved() || inode->open_handles.load() > 0) {
       return std::nullopt;
     }
     auto key = KeyOf(ino);
@@ -638,7 +637,7 @@ Status Filesystem::Flush(uint64_t fh) {
   if (writeback()) {
     Inode& inode = *handle->inode;
     std::lock_guard<std::mutex> lock(inode.mu);
-    if (!inode.dirty || inode.unlinked || !inode.staged) return Status::Ok();
+    if (!inode.unsaved()) return Status::Ok();
     // (Without a crash record, on a full cache disk, this uploads at once.)
     return ReportedAtClose("close", handle->ino, DeferUploadLocked(handle->ino, inode));
   }
@@ -672,13 +671,13 @@ Status Filesystem::Release(uint64_t fh) {
     int remaining = inode.open_handles.fetch_sub(1) - 1;
     const bool writer = IsWritable(handle->flags);
     const int writers = writer ? inode.open_writers.fetch_sub(1) - 1 : inode.open_writers.load();
-    if (inode.unlinked) {
+    if (inode.removed()) {
       if (remaining == 0) DropStagingLocked(inode);
     } else if (!writer && (writers > 0 || queue_->Queued(handle->ino))) {
       // A reader's release: the writer's close or the queued upload decides (see Flush). A
       // clean copy kept only for open handles goes with the last of them.
-      if (remaining == 0 && !inode.dirty) DropStagingLocked(inode);
-    } else if (inode.dirty && inode.staged) {
+      if (remaining == 0 && !inode.unsaved()) DropStagingLocked(inode);
+    } else if (inode.unsaved()) {
       if (writeback()) {
         status = DeferUploadLocked(handle->ino, inode);
       } else {
@@ -717,7 +716,7 @@ Status Filesystem::FlushAll() {
     bool done = true;
     if (std::shared_ptr<Inode> inode = inodes_.Find(ino)) {
       std::lock_guard<std::mutex> lock(inode->mu);
-      done = inode->unlinked || !inode->dirty || !inode->staged;
+      done = !inode->unsaved();
     }
     if (done) recovery_.Done(ino);
   }
@@ -744,8 +743,8 @@ Status Filesystem::UploadDueFile(uint64_t ino) {
   Status status;
   {
     std::lock_guard<std::mutex> lock(inode->mu);
-    if (inode->unlinked) return Status::Ok();
-    if (inode->dirty && inode->staged) {
+    if (inode->removed()) return Status::Ok();
+    if (inode->unsaved()) {
       // Open again: its last release schedules it anew.
       if (inode->open_handles.load() > 0) return Status::Ok();
       auto key = KeyOf(ino);
@@ -796,7 +795,7 @@ bool Filesystem::AdoptLeftover(const StagedLeftover& left) {
     inode->attr = AttrFromRecord(ino, rec);
     inode->extra_metadata = WithoutPosixMetadata(left.metadata);
     inode->staged = std::move(*file);
-    inode->dirty = true;
+    inode->state = Inode::FileState::kUnsaved;
     // Whether the store has an older object there is not known: a rename before the upload
     // removes the old name, which costs nothing when there is none.
     inode->in_store = true;

@@ -88,7 +88,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
                                                   uint32_t flags) {
   {
     std::lock_guard<std::mutex> lock(inode->mu);
-    if (!inode->staged || !inode->dirty || inode->unlinked) return std::nullopt;
+    if (!inode->unsaved()) return std::nullopt;
     // Being written with no version a close accepted: a crash would upload nothing under the
     // new name, while the rename removes the stored version under the old one (and drops a
     // pending target). The store renames it instead, as without a window.
@@ -114,7 +114,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   auto restore_target = [&] {
     if (old_inode == nullptr) return;
     std::lock_guard<std::mutex> lock(old_inode->mu);
-    if (old_inode->staged && old_inode->dirty && !old_inode->unlinked) {
+    if (old_inode->unsaved()) {
       // Accepted: recorded and scheduled again; still being written: recorded as such.
       if (target_state == StagedFile::State::kAccepted) {
         (void)DeferUploadLocked(old, *old_inode);
@@ -136,7 +136,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   {
     std::lock_guard<std::mutex> lock(inode->mu);
     // Uploaded by the write-back thread meanwhile: rename it in the store.
-    if (inode->staged && inode->dirty && !inode->unlinked) {
+    if (inode->unsaved()) {
       Metadata metadata = inode->extra_metadata;
       SetPosixMetadata(inode->attr.mode, inode->attr.uid, inode->attr.gid, inode->attr.mtime_ns,
                        &metadata);
@@ -199,7 +199,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   MetaRecord source = src;
   if (inode != nullptr) {
     lock = std::unique_lock<std::mutex>(inode->mu);
-    if (inode->dirty && inode->staged) {
+    if (inode->unsaved()) {
       OBJFS_RETURN_IF_ERROR(UploadLocked(*inode, from, /*accept=*/false));
       OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));
     }

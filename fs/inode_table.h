@@ -33,8 +33,20 @@ struct Inode {
   // it: a crash then uploads this, never the half-written copy. Goes once `staged` is accepted
   // or uploaded in turn.
   std::unique_ptr<StagedFile> accepted_copy;
-  bool dirty = false;     // staged data or pending metadata differ from the stored object
-  bool unlinked = false;  // removed while open: unsaved data is discarded at release
+  // Where the file's content is. Moves: kStored -> kCached (EnsureStaged) -> kUnsaved (a
+  // write, truncate or O_TRUNC: MarkDirty) -> kCached (uploaded, kept for open handles) ->
+  // kStored (the staging file dropped); any -> kRemoved (unlinked or replaced while open),
+  // which only a new O_CREAT of the inode leaves.
+  enum class FileState {
+    kStored,   // nothing staged: the store's object is the file (a held change may wait)
+    kCached,   // `staged` holds what the store has: fetched for writing, or kept for handles
+    kUnsaved,  // `staged` holds data the store lacks: being written, or accepted and waiting
+    kRemoved,  // removed or replaced while open: nothing staged is ever uploaded
+  };
+  FileState state = FileState::kStored;
+  // `staged` holds data to upload.
+  bool unsaved() const { return state == FileState::kUnsaved; }
+  bool removed() const { return state == FileState::kRemoved; }
   // The store holds an object at this inode's key that its pending upload replaces (false for
   // a file created here and not uploaded yet): a rename of the unsaved file removes it.
   bool in_store = true;
