@@ -1026,13 +1026,16 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
         spec->schemes.end()) {
       continue;
     }
-    std::string schemes;
+    std::string message = "option '" + name + "' applies to ";
     for (size_t i = 0; i < spec->schemes.size(); ++i) {
-      if (i > 0) schemes += i + 1 == spec->schemes.size() ? " and " : ", ";
-      schemes += std::string(spec->schemes[i]) + "://";
+      if (i > 0) message += i + 1 == spec->schemes.size() ? " and " : ", ";
+      message += spec->schemes[i];
+      message += "://";
     }
-    return Invalid("option '" + name + "' applies to " + schemes + " URLs, not to " +
-                   out.url.scheme_name + "://");
+    message += " URLs, not to ";
+    message += out.url.scheme_name;
+    message += "://";
+    return Invalid(std::move(message));
   }
   if (out.url.scheme == UrlScheme::kSftp) {
     if (out.known_hosts.empty() && !env.home.empty()) {

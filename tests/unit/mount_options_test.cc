@@ -600,7 +600,7 @@ TEST(OptionSpecsTest, AddedSchemeAndItsOptions) {
                             .group = OptionSpec::Group::kScheme,
                             .meaning = "a flag"});
   const std::vector<SchemeSyntax> extra = {memory};
-  auto parse = [&](std::vector<std::string> args) {
+  auto parse = [&](const std::vector<std::string>& args) {
     return ParseMountOptions(args, TestEnvironment(), extra);
   };
 
@@ -615,7 +615,7 @@ TEST(OptionSpecsTest, AddedSchemeAndItsOptions) {
   EXPECT_EQ(parsed->fs.cache_dir.rfind("/home/u/.cache/objfs/memory-pool-x-", 0), 0u)
       << parsed->fs.cache_dir;
 
-  auto expect_error = [&](std::vector<std::string> args, const std::string& message) {
+  auto expect_error = [&](const std::vector<std::string>& args, const std::string& message) {
     Result<MountOptions> r = parse(args);
     ASSERT_FALSE(r.ok()) << ::testing::PrintToString(args);
     EXPECT_EQ(r.status().message(), message);
