@@ -24,7 +24,7 @@ MountEnvironment TestEnvironment() {
   return env;
 }
 
-Result<MountOptions> Parse(std::vector<std::string> args) {
+Result<MountOptions> Parse(const std::vector<std::string>& args) {
   return ParseMountOptions(args, TestEnvironment());
 }
 
@@ -36,7 +36,7 @@ MountOptions ParseWith(const std::string& options) {
 }
 
 // Expects the options to be refused with a message containing `text`.
-void ExpectError(std::vector<std::string> args, const std::string& text) {
+void ExpectError(const std::vector<std::string>& args, const std::string& text) {
   Result<MountOptions> parsed = Parse(args);
   ASSERT_FALSE(parsed.ok()) << "accepted: " << ::testing::PrintToString(args);
   EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
