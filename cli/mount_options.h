@@ -2,11 +2,17 @@
 //
 // Parsing is separate from main() so that every option, default and error message is unit
 // tested without mounting anything. The result says what to mount where and with which tuning;
-// main() turns it into store, filesystem and libfuse settings. Every error is one line meant to
-// be printed as "objfs: <message>".
+// cli/mount.h turns it into store, filesystem and libfuse settings. Every error is one line meant
+// to be printed as "objfs: <message>".
+//
+// Each -o option is declared once (OptionSpec, in mount_options.cc): its names, its value, the
+// URL schemes that accept it, how it is parsed and checked, its text and its default. The parser,
+// --help, the "applies to s3:// URLs" check and README.md's options table (--help-markdown, kept
+// identical by mount_options_test) all come from those declarations.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,12 +24,15 @@
 
 namespace objfs {
 
-enum class UrlScheme { kS3, kSftp };
+// kOther: a scheme a build of the command line added (SchemeSyntax), such as the tests' memory://.
+enum class UrlScheme { kS3, kSftp, kOther };
 
 // `s3://BUCKET[/PREFIX]` or `sftp://[USER@]HOST[:PORT]/PATH`, taken apart.
 struct MountUrl {
   UrlScheme scheme = UrlScheme::kS3;
-  std::string text;  // the URL as given
+  std::string scheme_name = "s3";  // "s3", "sftp", or the added scheme's name
+  std::string text;                // the URL as given
+  std::string rest;                // kOther: what follows "://"
 
   // s3://
   std::string bucket;
@@ -36,9 +45,50 @@ struct MountUrl {
   std::string path;  // absolute path on the server, starting with '/'
 };
 
+struct MountOptions;
+struct OptionState;  // what the options given so far need checked at the end (mount_options.cc)
+
+// One -o option, or several names sharing one meaning (the kernel's mount flags).
+struct OptionSpec {
+  enum class Value {
+    kNone,      // a flag: "name=..." is refused
+    kRequired,  // "name=VALUE" with a non-empty value
+    kAny,       // taken with or without a value (mount(8)'s own options)
+  };
+  enum class Group { kS3, kSftp, kFilesystem, kTimeouts, kMount, kScheme };
+
+  std::vector<std::string_view> names{};
+  Value value = Value::kNone;
+  std::string_view value_name{};  // "SIZE", "N", ...: shown after "name=" in the help
+  // The schemes whose URLs accept the option ("s3", "sftp"); empty: every scheme.
+  std::vector<std::string_view> schemes{};
+  Group group = Group::kFilesystem;
+  // What it does, for --help and README.md; `code` spans are shown without backticks in --help.
+  std::string_view meaning{};
+  std::string_view default_value{};  // empty: none worth saying
+  // The values accepted, when they are a fixed set; empty: any (checked by apply).
+  std::vector<std::string_view> choices{};
+  // Parses and applies the value; nullptr: the value (or "" for a flag) is stored in
+  // MountOptions::scheme_options under the first name.
+  Status (*apply)(std::string_view name, std::string_view value, MountOptions& out,
+                  OptionState& state) = nullptr;
+};
+
+// A URL scheme beyond s3:// and sftp://, added by a build of the command line (cli/mount.h): how
+// --help shows it and which options only it accepts.
+struct SchemeSyntax {
+  std::string name;           // "memory": URLs "memory://..."
+  std::string usage{};        // "memory://NAME"
+  std::string description{};  // one line for --help
+  std::vector<OptionSpec> options{};
+};
+
+// The options of the shipped command line, in the order --help and README.md list them.
+const std::vector<OptionSpec>& MountOptionSpecs();
+
 // Parses a mount URL. InvalidArgument with a one-line message when it is malformed or its
-// scheme is neither s3 nor sftp.
-Result<MountUrl> ParseMountUrl(std::string_view url);
+// scheme is neither s3 nor sftp nor one of `extra`.
+Result<MountUrl> ParseMountUrl(std::string_view url, const std::vector<SchemeSyntax>& extra = {});
 
 // Parses a byte count: decimal digits with an optional binary suffix K, M, G or T (any case,
 // optionally followed by "iB" or "B"): "4096", "64K", "1M", "2GiB". InvalidArgument otherwise.
@@ -47,8 +97,8 @@ Result<uint64_t> ParseSize(std::string_view text);
 inline constexpr double kDefaultRequestTimeout = 30;
 inline constexpr double kDefaultOperationTimeout = 120;
 
-// What the process is asked to do.
-enum class MountAction { kMount, kHelp, kVersion };
+// What the process is asked to do. kHelpMarkdown: print README.md's options table.
+enum class MountAction { kMount, kHelp, kVersion, kHelpMarkdown };
 
 struct MountOptions {
   MountAction action = MountAction::kMount;
@@ -109,6 +159,10 @@ struct MountOptions {
   bool unchecked_other_users = false;
   // direct_io: reads and writes bypass the kernel's page cache (FuseAdapterOptions::direct_io).
   bool direct_io = false;
+
+  // The options of an added scheme (SchemeSyntax::options) that have no apply function: name ->
+  // value ("" for a flag).
+  std::map<std::string, std::string> scheme_options;
 };
 
 // Seconds a mount lets a metadata change of a closed file wait for what follows it (rsync's
@@ -131,11 +185,15 @@ MountEnvironment CurrentMountEnvironment();
 // some-dir-<hash>"), a single path component.
 std::string MountCacheName(const MountUrl& url);
 
-// Parses the arguments after the program name.
+// Parses the arguments after the program name; URLs of the `extra` schemes are accepted too.
 Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
-                                       const MountEnvironment& env);
+                                       const MountEnvironment& env,
+                                       const std::vector<SchemeSyntax>& extra = {});
 
-// The text of --help.
-std::string MountUsage();
+// The text of --help, with the `extra` schemes and their options.
+std::string MountUsage(const std::vector<SchemeSyntax>& extra = {});
+
+// README.md's options table (Markdown), from MountOptionSpecs().
+std::string OptionsMarkdown();
 
 }  // namespace objfs

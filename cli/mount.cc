@@ -1,4 +1,4 @@
-// objfs: mounts an S3 bucket or an SFTP directory as a directory.
+// objfs: mounts an S3 bucket or an SFTP directory (or a test build's added scheme) as a directory.
 //
 // Everything that can be checked before mounting is checked first (arguments, mount point,
 // credentials, endpoint, bucket; for SFTP the host key, the login and the directory), each failure
@@ -7,6 +7,8 @@
 // background. On unmount, SIGTERM or SIGINT everything unsaved is uploaded before the process
 // exits; a failed upload makes the exit status non-zero.
 #define FUSE_USE_VERSION 314
+
+#include "cli/mount.h"
 
 #include <execinfo.h>
 #include <fcntl.h>
@@ -50,7 +52,6 @@
 #include "fs/filesystem.h"
 #include "fs/fuse_adapter.h"
 #include "fs/kernel_readahead.h"
-#include "fs/mount_options.h"
 #include "objfs_version.h"
 
 namespace objfs {
@@ -262,22 +263,22 @@ Status CheckCacheDirectory(const std::string& dir) {
 // in `records`) to `clear`, before this mount serves anything, and says what it did.
 void ClearDeadUploads(UploadRecords& records, std::string_view kind,
                       const std::function<Status(const OpenUploadRecord&)>& clear,
-                      const Reporter& reporter) {
+                      const std::function<void(const std::string&)>& log) {
   UploadRecords::ClearResult result = records.ClearLeftovers(clear);
   auto count = [kind](size_t n) {
     return std::to_string(n) + " " + std::string(kind) + (n == 1 ? "" : "s");
   };
   if (result.cleared != 0) {
-    reporter.Error("cleared " + count(result.cleared) + " left on the server by an earlier mount");
+    log("cleared " + count(result.cleared) + " left on the server by an earlier mount");
   }
   if (result.damaged != 0) {
-    reporter.Error("warning: dropped " + std::to_string(result.damaged) +
-                   " damaged notes of an earlier mount's uploads");
+    log("warning: dropped " + std::to_string(result.damaged) +
+        " damaged notes of an earlier mount's uploads");
   }
   if (result.failed != 0) {
-    reporter.Error("warning: " + count(result.failed) +
-                   " of an earlier mount not cleared (tried again at the next mount): " +
-                   result.first_error.message());
+    log("warning: " + count(result.failed) +
+        " of an earlier mount not cleared (tried again at the next mount): " +
+        result.first_error.message());
   }
 }
 
@@ -288,10 +289,11 @@ std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
 }
 
-Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics& metrics,
-                                            const std::shared_ptr<UploadRecords>& uploads,
-                                            const Reporter& reporter,
-                                            const std::function<void(const std::string&)>& log) {
+Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
+  const MountOptions& options = context.options;
+  Metrics& metrics = context.metrics;
+  const std::shared_ptr<UploadRecords>& uploads = context.uploads;
+  const std::function<void(const std::string&)>& log = context.log;
   s3::S3StoreOptions s3_options;
   s3_options.http.idle_timeout_s = WholeSeconds(options.request_timeout);
   s3_options.http.connect_timeout_ms =
@@ -318,7 +320,7 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metrics
   s3::S3Store* s3 = s3_store.get();
   ClearDeadUploads(
       *uploads, "multipart upload",
-      [s3](const OpenUploadRecord& r) { return s3->AbortUpload(r.name, r.upload_id); }, reporter);
+      [s3](const OpenUploadRecord& r) { return s3->AbortUpload(r.name, r.upload_id); }, log);
 
   std::shared_ptr<ObjectStore> store =
       std::make_shared<MetricsStore>(std::shared_ptr<ObjectStore>(std::move(s3_store)), metrics);
@@ -394,10 +396,11 @@ Result<std::string> ReadPasswordLine(const std::string& path) {
   return line;
 }
 
-Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metrics& metrics,
-                                              const std::shared_ptr<UploadRecords>& uploads,
-                                              const Reporter& reporter,
-                                              const std::function<void(const std::string&)>& log) {
+Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
+  const MountOptions& options = context.options;
+  Metrics& metrics = context.metrics;
+  const std::shared_ptr<UploadRecords>& uploads = context.uploads;
+  const std::function<void(const std::string&)>& log = context.log;
   sftp::SftpStoreOptions sftp_options;
   sftp_options.request_timeout = Millis(options.request_timeout);
   sftp_options.connect_timeout = std::min(
@@ -443,7 +446,7 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metri
   sftp::SftpStore* sftp = created->get();
   ClearDeadUploads(
       *uploads, "temporary upload file",
-      [sftp](const OpenUploadRecord& r) { return sftp->RemoveTemporary(r.name); }, reporter);
+      [sftp](const OpenUploadRecord& r) { return sftp->RemoveTemporary(r.name); }, log);
 
   // ---- The SFTP store stack, bottom to top: ----
   //   SftpStore -> MetricsStore -> ContentEtagStore -> Filesystem
@@ -479,7 +482,7 @@ std::vector<std::string> FuseArguments(const MountOptions& options,
   return args;
 }
 
-int Mount(const MountOptions& given_options) {
+int Mount(const MountOptions& given_options, const Scheme& scheme) {
   Reporter reporter;
   MountOptions options = given_options;
 
@@ -559,9 +562,8 @@ int Mount(const MountOptions& given_options) {
   const std::function<void(const std::string&)> log = [&reporter](const std::string& message) {
     reporter.Error(message);
   };
-  Result<std::shared_ptr<ObjectStore>> store =
-      options.url.scheme == UrlScheme::kSftp ? OpenSftp(options, metrics, uploads, reporter, log)
-                                             : OpenS3(options, metrics, uploads, reporter, log);
+  Result<std::shared_ptr<ObjectStore>> store = scheme.open(
+      StoreContext{.options = options, .metrics = metrics, .uploads = uploads, .log = log});
   if (!store.ok()) {
     reporter.Error(store.status().message());
     return 1;
@@ -679,27 +681,44 @@ int Mount(const MountOptions& given_options) {
 }
 
 }  // namespace
-}  // namespace objfs
 
-int main(int argc, char** argv) {
-  objfs::InstallCrashReporter();
-  objfs::KeepLargeBuffersMapped();
+std::vector<Scheme> StandardSchemes() {
+  return {{.syntax = {.name = "s3"}, .open = OpenS3},
+          {.syntax = {.name = "sftp"}, .open = OpenSftp}};
+}
+
+int RunObjfs(int argc, char** argv, const std::vector<Scheme>& schemes) {
+  InstallCrashReporter();
+  KeepLargeBuffersMapped();
+  std::vector<SchemeSyntax> extra;
+  for (const Scheme& scheme : schemes) {
+    if (scheme.syntax.name != "s3" && scheme.syntax.name != "sftp") extra.push_back(scheme.syntax);
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
-  objfs::Result<objfs::MountOptions> options =
-      objfs::ParseMountOptions(args, objfs::CurrentMountEnvironment());
+  Result<MountOptions> options = ParseMountOptions(args, CurrentMountEnvironment(), extra);
   if (!options.ok()) {
     std::fprintf(stderr, "objfs: %s\n", options.status().message().c_str());
     return 1;
   }
   switch (options->action) {
-    case objfs::MountAction::kHelp:
-      std::fputs(objfs::MountUsage().c_str(), stdout);
+    case MountAction::kHelp:
+      std::fputs(MountUsage(extra).c_str(), stdout);
       return 0;
-    case objfs::MountAction::kVersion:
+    case MountAction::kHelpMarkdown:
+      std::fputs(OptionsMarkdown().c_str(), stdout);
+      return 0;
+    case MountAction::kVersion:
       std::printf("objfs %s (libfuse %s)\n", OBJFS_VERSION, fuse_pkgversion());
       return 0;
-    case objfs::MountAction::kMount:
+    case MountAction::kMount:
       break;
   }
-  return objfs::Mount(*options);
+  for (const Scheme& scheme : schemes) {
+    if (scheme.syntax.name == options->url.scheme_name) return Mount(*options, scheme);
+  }
+  std::fprintf(stderr, "objfs: URL scheme '%s' is not built into this objfs\n",
+               options->url.scheme_name.c_str());
+  return 1;
 }
+
+}  // namespace objfs

@@ -1,0 +1,48 @@
+// Running objfs: from the command line's arguments to a served mount, for every URL scheme a
+// build of the command line knows.
+//
+// The shipped binary (cli/main.cc) knows s3:// and sftp:// (StandardSchemes). A build for tests
+// adds schemes of its own, such as memory:// over the in-memory store, and otherwise runs exactly
+// the same code, so that a mount of it through the kernel exercises everything but the network.
+// A scheme is its URL syntax and options (SchemeSyntax, parsed and checked like every other
+// option) and a factory that opens the ObjectStore the filesystem mounts.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/metrics.h"
+#include "backend/object_store.h"
+#include "backend/status.h"
+#include "cache/upload_records.h"
+#include "cli/mount_options.h"
+
+namespace objfs {
+
+// What a store factory gets. It runs after the cache directory exists and is locked, before the
+// kernel mount; an error it returns is printed as objfs's one-line error (exit status 1).
+struct StoreContext {
+  const MountOptions& options;
+  Metrics& metrics;
+  // Where the store notes the uploads the server holds until they complete, so that the next
+  // mount over the same cache directory can clear those a crash left.
+  std::shared_ptr<UploadRecords> uploads;
+  std::function<void(const std::string&)> log;  // one line to stderr, or syslog in the background
+};
+
+struct Scheme {
+  // For s3 and sftp only the name is used: their syntax and options are built in.
+  SchemeSyntax syntax;
+  std::function<Result<std::shared_ptr<ObjectStore>>(const StoreContext&)> open;
+};
+
+// s3:// and sftp://.
+std::vector<Scheme> StandardSchemes();
+
+// main(): parses `argv`, mounts and serves until unmounted; the exit status. `schemes` are the
+// URL schemes this build mounts, StandardSchemes() and any added to them.
+int RunObjfs(int argc, char** argv, const std::vector<Scheme>& schemes);
+
+}  // namespace objfs

@@ -1,0 +1,1197 @@
+#include "cli/mount_options.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "backend/s3/s3_store.h"
+#include "fs/object_metadata.h"
+
+namespace objfs {
+namespace {
+
+constexpr size_t kMinReadBuffer = 4096;
+// max_metadata: room for mode, owner and mtime at the least; at most what fits in HTTP headers
+// of any server.
+constexpr uint64_t kMinMaxMetadata = 256;
+constexpr uint64_t kMaxMaxMetadata = 1 << 20;
+
+Status Invalid(std::string message) { return InvalidArgumentError(std::move(message)); }
+
+// Splits "a,b,c" on commas; empty pieces are dropped.
+std::vector<std::string> SplitOptions(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    if (comma > start) out.emplace_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+Result<uint64_t> ParseUnsigned(std::string_view text, std::string_view what) {
+  if (text.empty()) return Invalid(std::string(what) + " needs a value");
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') {
+      return Invalid("bad value '" + std::string(text) + "' for " + std::string(what) +
+                     " (expected a non-negative integer)");
+    }
+    uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) {
+      return Invalid("value '" + std::string(text) + "' for " + std::string(what) +
+                     " is too large");
+    }
+    value = value * 10 + digit;
+  }
+  return value;
+}
+
+Result<uint64_t> ParseBounded(std::string_view text, std::string_view what, uint64_t min,
+                              uint64_t max) {
+  OBJFS_ASSIGN_OR_RETURN(uint64_t value, ParseUnsigned(text, what));
+  if (value < min || value > max) {
+    return Invalid(std::string(what) + "=" + std::string(text) + " is out of range (" +
+                   std::to_string(min) + ".." + std::to_string(max) + ")");
+  }
+  return value;
+}
+
+Result<uint64_t> ParseSizeOption(std::string_view text, std::string_view what, uint64_t min) {
+  if (text.empty()) return Invalid(std::string(what) + " needs a value");
+  Result<uint64_t> size = ParseSize(text);
+  if (!size.ok()) {
+    return Invalid("bad size '" + std::string(text) + "' for " + std::string(what) +
+                   " (expected e.g. 4096, 64K, 1M, 2G)");
+  }
+  if (*size < min) {
+    return Invalid(std::string(what) + "=" + std::string(text) + " is too small (minimum " +
+                   std::to_string(min) + " bytes)");
+  }
+  return *size;
+}
+
+// A size option bounded by S3's limits; `why` ends the message when it is out of range.
+Result<uint64_t> ParseS3Size(std::string_view text, std::string_view what, uint64_t min,
+                             uint64_t max, std::string_view why) {
+  OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(text, what, 1));
+  if (size < min || size > max) {
+    auto mib = [](uint64_t n) {
+      return n % (1 << 20) == 0 ? std::to_string(n >> 20) + "M" : std::to_string(n);
+    };
+    return Invalid(std::string(what) + "=" + std::string(text) + " is out of range (" + mib(min) +
+                   ".." + mib(max) + "): " + std::string(why));
+  }
+  return size;
+}
+
+Result<double> ParseSeconds(std::string_view text, std::string_view what) {
+  std::string copy(text);
+  if (copy.empty()) return Invalid(std::string(what) + " needs a value");
+  char* end = nullptr;
+  errno = 0;
+  double value = std::strtod(copy.c_str(), &end);
+  if (errno != 0 || end != copy.c_str() + copy.size() || !(value >= 0) || value > 1e9) {
+    return Invalid("bad value '" + copy + "' for " + std::string(what) +
+                   " (expected a non-negative number of seconds)");
+  }
+  return value;
+}
+
+Result<uint32_t> ParseOctalMask(std::string_view text) {
+  if (text.empty()) return Invalid("umask needs a value");
+  uint32_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '7') {
+      return Invalid("bad value '" + std::string(text) + "' for umask (expected octal, e.g. 022)");
+    }
+    value = value * 8 + static_cast<uint32_t>(c - '0');
+    if (value > 0777) return Invalid("umask=" + std::string(text) + " is out of range (0..0777)");
+  }
+  return value;
+}
+
+// `path` with a leading "~" or "~/" replaced by the home directory.
+Result<std::string> ExpandHome(std::string_view path, std::string_view what,
+                               const MountEnvironment& env) {
+  if (path != "~" && path.substr(0, 2) != "~/") return std::string(path);
+  if (env.home.empty()) {
+    return Invalid("cannot expand '~' in " + std::string(what) + "=" + std::string(path) +
+                   ": no home directory");
+  }
+  return env.home + std::string(path.substr(1));
+}
+
+}  // namespace
+
+// What the options given so far need checked once the URL (which may come after them) is known.
+struct OptionState {
+  const MountEnvironment& env;
+  bool cache_dir = false;
+  bool allow_other = false;
+  bool default_permissions = false;
+  bool no_default_permissions = false;
+  // Each option given that not every scheme accepts, in order: its name and its spec.
+  std::vector<std::pair<std::string, const OptionSpec*>> scheme_bound{};
+};
+
+namespace {
+
+using V = OptionSpec::Value;
+using G = OptionSpec::Group;
+
+// Appliers shared by several options; an option's own parsing is a lambda in its declaration.
+template <size_t FilesystemOptions::*field>
+Status FsSize(std::string_view name, std::string_view value, MountOptions& out, OptionState&) {
+  OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(value, name, kMinReadBuffer));
+  out.fs.*field = size;
+  return Status::Ok();
+}
+
+template <double FilesystemOptions::*field>
+Status FsSeconds(std::string_view name, std::string_view value, MountOptions& out, OptionState&) {
+  OBJFS_ASSIGN_OR_RETURN(out.fs.*field, ParseSeconds(value, name));
+  return Status::Ok();
+}
+
+template <double MountOptions::*field>
+Status Timeout(std::string_view name, std::string_view value, MountOptions& out, OptionState&) {
+  OBJFS_ASSIGN_OR_RETURN(double seconds, ParseSeconds(value, name));
+  if (seconds < 1 || seconds > 86400) {
+    return Invalid(std::string(name) + "=" + std::string(value) +
+                   " is out of range (1..86400 seconds)");
+  }
+  out.*field = seconds;
+  return Status::Ok();
+}
+
+template <uint32_t FilesystemOptions::*field>
+Status FsId(std::string_view name, std::string_view value, MountOptions& out, OptionState&) {
+  OBJFS_ASSIGN_OR_RETURN(uint64_t id, ParseBounded(value, name, 0, 0xfffffffeu));
+  out.fs.*field = static_cast<uint32_t>(id);
+  return Status::Ok();
+}
+
+template <std::string MountOptions::*field>
+Status Text(std::string_view, std::string_view value, MountOptions& out, OptionState&) {
+  out.*field = std::string(value);
+  return Status::Ok();
+}
+
+template <std::string MountOptions::*field>
+Status PathText(std::string_view name, std::string_view value, MountOptions& out,
+                OptionState& state) {
+  OBJFS_ASSIGN_OR_RETURN(out.*field, ExpandHome(value, name, state.env));
+  return Status::Ok();
+}
+
+// Handed to libfuse's mount as it is.
+Status FuseFlag(std::string_view name, std::string_view, MountOptions& out, OptionState&) {
+  out.fuse_options.emplace_back(name);
+  return Status::Ok();
+}
+
+Status Ignore(std::string_view, std::string_view, MountOptions&, OptionState&) {
+  return Status::Ok();
+}
+
+// The options of the shipped command line, in the order of --help and README.md.
+std::vector<OptionSpec> BuildOptionSpecs() {
+  const std::vector<std::string_view> s3 = {"s3"};
+  const std::vector<std::string_view> sftp = {"sftp"};
+  return {
+      // ---- S3 ----
+      {.names = {"endpoint"},
+       .value = V::kRequired,
+       .value_name = "URL",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "S3 endpoint, `http://` or `https://`; else `AWS_ENDPOINT_URL`",
+       .default_value = "AWS's regional endpoint",
+       .apply = Text<&MountOptions::endpoint>},
+      {.names = {"region"},
+       .value = V::kRequired,
+       .value_name = "NAME",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "SigV4 signing region; else `AWS_REGION` or `AWS_DEFAULT_REGION`",
+       .default_value = "us-east-1",
+       .apply = Text<&MountOptions::region>},
+      {.names = {"profile"},
+       .value = V::kRequired,
+       .value_name = "NAME",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "profile of the shared credentials file (`~/.aws/credentials`) to take the "
+                  "credentials from, as the AWS CLI's `--profile`",
+       .default_value = "`AWS_ACCESS_KEY_ID`, else that file's `AWS_PROFILE` or `default`",
+       .apply = Text<&MountOptions::profile>},
+      {.names = {"path_style"},
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "address the bucket in the path of each request",
+       .default_value = "for an IP address or `localhost`",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.addressing = s3::Addressing::kPath;
+             return Status::Ok();
+           }},
+      {.names = {"virtual_host"},
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "address the bucket in the host name of each request",
+       .default_value = "for other endpoints",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.addressing = s3::Addressing::kVirtualHost;
+             return Status::Ok();
+           }},
+      {.names = {"multipart_threshold"},
+       .value = V::kRequired,
+       .value_name = "SIZE",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "uploads above this are multipart (5M..5G, S3's limits, checked at mount)",
+       .default_value = "64M",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         // S3 refuses a single PUT above 5 GiB; below 5 MiB a multipart upload buys nothing.
+         OBJFS_ASSIGN_OR_RETURN(out.multipart_threshold,
+                                ParseS3Size(value, name, s3::kMinPartSize, s3::kMaxPartSize,
+                                            "a single PUT is at most 5 GiB"));
+         return Status::Ok();
+       }},
+      {.names = {"part_size"},
+       .value = V::kRequired,
+       .value_name = "SIZE",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "multipart part size (5M..5G). A file that would need more than 10,000 parts "
+                  "is sent in larger ones (the smallest whole MiB that fits, as the AWS CLI "
+                  "does); a write or truncate past 5 TiB, S3's largest object, fails with "
+                  "`EFBIG`",
+       .default_value = "16M",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.part_size,
+                                ParseS3Size(value, name, s3::kMinPartSize, s3::kMaxPartSize,
+                                            "S3 parts are 5 MiB to 5 GiB"));
+         return Status::Ok();
+       }},
+      {.names = {"copy_part_threshold"},
+       .value = V::kRequired,
+       .value_name = "SIZE",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "server-side copies above this use UploadPartCopy (at most 5G)",
+       .default_value = "5G",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(
+             out.copy_part_threshold,
+             ParseS3Size(value, name, 1, s3::kMaxPartSize, "a single CopyObject is at most 5 GiB"));
+         return Status::Ok();
+       }},
+      {.names = {"parallel_parts"},
+       .value = V::kRequired,
+       .value_name = "N",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "parts in flight per upload or copy (1..256)",
+       .default_value = "4",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 256));
+         out.parallel_parts = static_cast<int>(n);
+         return Status::Ok();
+       }},
+      {.names = {"max_metadata"},
+       .value = V::kRequired,
+       .value_name = "SIZE",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "the most user metadata a change may give an object: mode, owner, mtime and "
+                  "`user.` attributes together (256..1M); a `setfattr` over it fails with "
+                  "`E2BIG` or `ENOSPC`",
+       .default_value = "2048, AWS's limit",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(value, name, kMinMaxMetadata));
+         if (size > kMaxMaxMetadata) {
+           return Invalid("max_metadata=" + std::string(value) + " is too large (maximum " +
+                          std::to_string(kMaxMaxMetadata) + " bytes)");
+         }
+         out.fs.max_metadata = size;
+         return Status::Ok();
+       }},
+      {.names = {"listing_attrs"},
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "a listing HEADs no file. Listed files show their size and Last-Modified with "
+                  "the mount's default mode and owner, cached like exact attributes, until a "
+                  "lookup after `attr_timeout` reads their headers: goofys's and mountpoint-s3's "
+                  "trade-off, for buckets that s3fs and objfs did not write (`rsync -a` into "
+                  "such a mount sees Last-Modified, not the stored mtime)",
+       .default_value = "off",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.fs.listing_attrs = true;
+             return Status::Ok();
+           }},
+
+      // ---- SFTP ----
+      {.names = {"identity"},
+       .value = V::kRequired,
+       .value_name = "FILE",
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "private key to offer; repeat to offer several, in order",
+       .default_value = "ssh-agent (when `SSH_AUTH_SOCK` is set), then `~/.ssh/id_ed25519`, "
+                        "`id_ecdsa`, `id_rsa`",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState& state) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(std::string path, ExpandHome(value, name, state.env));
+         out.identity_files.push_back(std::move(path));
+         return Status::Ok();
+       }},
+      {.names = {"known_hosts"},
+       .value = V::kRequired,
+       .value_name = "FILE",
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "host keys the server's key is checked against",
+       .default_value = "`~/.ssh/known_hosts`",
+       .apply = PathText<&MountOptions::known_hosts>},
+      {.names = {"accept_new_host_key"},
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "add the key of a host that known_hosts does not list to it (trust on first "
+                  "use); a changed key is always refused",
+       .default_value = "off",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.accept_new_host_key = true;
+             return Status::Ok();
+           }},
+      {.names = {"sessions"},
+       .value = V::kRequired,
+       .value_name = "N",
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "SSH connections, i.e. requests served at once (1..64)",
+       .default_value = "4",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 64));
+         out.sessions = static_cast<int>(n);
+         return Status::Ok();
+       }},
+      {.names = {"password_file"},
+       .value = V::kRequired,
+       .value_name = "FILE",
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "log in with the password on FILE's first line when no key is accepted "
+                  "(password or keyboard-interactive authentication)",
+       .default_value = "none",
+       .apply = PathText<&MountOptions::password_file>},
+      {.names = {"password_stdin"},
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "the same with a password read as one line from standard input (without "
+                  "echo at a terminal) before objfs goes to the background",
+       .default_value = "off",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.password_stdin = true;
+             return Status::Ok();
+           }},
+      {.names = {"ciphers"},
+       .value = V::kRequired,
+       .value_name = "NAME[:NAME...]",
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "ciphers to offer, in order, colon-separated",
+       .default_value = "AES-GCM first on CPUs with AES instructions, else libssh's order",
+       .apply =
+           [](std::string_view, std::string_view value, MountOptions& out, OptionState&) {
+             // Colon-separated, since commas separate options.
+             out.ciphers = std::string(value);
+             for (char& c : out.ciphers) {
+               if (c == ':') c = ',';
+             }
+             return Status::Ok();
+           }},
+
+      // ---- The filesystem ----
+      {.names = {"cache_dir"},
+       .value = V::kRequired,
+       .value_name = "DIR",
+       .meaning = "where writes are staged; created `0700`, and refused unless it belongs to the "
+                  "mounting user and no one else can write it (nor a directory above it, but a "
+                  "sticky one such as `/tmp`), as ssh checks its keys",
+       .default_value = "a directory per URL under `$XDG_CACHE_HOME/objfs` or `~/.cache/objfs`",
+       .apply =
+           [](std::string_view, std::string_view value, MountOptions& out, OptionState& state) {
+             out.fs.cache_dir = std::string(value);
+             state.cache_dir = true;
+             return Status::Ok();
+           }},
+      {.names = {"read_buffer"},
+       .value = V::kRequired,
+       .value_name = "SIZE",
+       .meaning = "smallest backend read, at least 4K",
+       .default_value = "1M",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.fs.prefetch.read_buffer,
+                                ParseSizeOption(value, name, kMinReadBuffer));
+         return Status::Ok();
+       }},
+      {.names = {"max_readahead"},
+       .value = V::kRequired,
+       .value_name = "SIZE",
+       .meaning = "largest sequential read-ahead window, not below `read_buffer`",
+       .default_value = "64M",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.fs.prefetch.max_readahead,
+                                ParseSizeOption(value, name, kMinReadBuffer));
+         return Status::Ok();
+       }},
+      {.names = {"prefetch_memory"},
+       .value = V::kRequired,
+       .value_name = "SIZE",
+       .meaning = "read-ahead data of all open files together",
+       .default_value = "256M",
+       .apply = FsSize<&FilesystemOptions::prefetch_memory>},
+      {.names = {"io_threads"},
+       .value = V::kRequired,
+       .value_name = "N",
+       .meaning = "backend I/O threads fetching it (1..1024)",
+       .default_value = "8",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(uint64_t n, ParseBounded(value, name, 1, 1024));
+         out.fs.io_threads = static_cast<int>(n);
+         return Status::Ok();
+       }},
+      {.names = {"direct_io"},
+       .meaning = "bypass the kernel's page cache: large sequential reads cost one copy less, "
+                  "small reads a request each, and shared `mmap` of a file fails with `ENODEV`",
+       .default_value = "off",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.direct_io = true;
+             return Status::Ok();
+           }},
+      {.names = {"uid"},
+       .value = V::kRequired,
+       .value_name = "N",
+       .meaning = "owner of objects without owner metadata",
+       .default_value = "the caller",
+       .apply = FsId<&FilesystemOptions::uid>},
+      {.names = {"gid"},
+       .value = V::kRequired,
+       .value_name = "N",
+       .meaning = "group of objects without owner metadata",
+       .default_value = "the caller's",
+       .apply = FsId<&FilesystemOptions::gid>},
+      {.names = {"umask"},
+       .value = V::kRequired,
+       .value_name = "OCTAL",
+       .meaning = "applied to the permissions of objects without mode metadata",
+       .default_value = "022",
+       .apply = [](std::string_view, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.fs.umask, ParseOctalMask(value));
+         return Status::Ok();
+       }},
+      {.names = {"attr_timeout"},
+       .value = V::kRequired,
+       .value_name = "SECONDS",
+       .meaning = "how long attributes and names are cached",
+       .default_value = "1",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(double seconds, ParseSeconds(value, name));
+         out.fs.attr_timeout = seconds;
+         out.fs.entry_timeout = seconds;
+         return Status::Ok();
+       }},
+      {.names = {"negative_timeout"},
+       .value = V::kRequired,
+       .value_name = "SECONDS",
+       .meaning = "how long \"no such file\" answers (including a directory listing's) are "
+                  "cached",
+       .default_value = "1",
+       .apply = FsSeconds<&FilesystemOptions::negative_timeout>},
+      {.names = {"writeback"},
+       .value = V::kRequired,
+       .value_name = "SECONDS",
+       .meaning = "upload a closed file this long after it was closed instead of in `close`, so "
+                  "that renames and attribute changes right after (rsync) cost no requests; "
+                  "`fsync` and unmount still upload at once, and a crash leaves the data staged "
+                  "for the next mount",
+       .default_value = "0",
+       .apply = FsSeconds<&FilesystemOptions::writeback>},
+      {.names = {"metadata_delay"},
+       .value = V::kRequired,
+       .value_name = "SECONDS",
+       .meaning = "S3: how long a `chmod`, `chown`, `touch` or `setfattr` of a closed file may "
+                  "wait for a rename or upload to carry it instead of a copy of its own; `fsync` "
+                  "and unmount apply it at once, a crash at the next mount (0: a copy at once)",
+       .default_value = "1",
+       .apply = FsSeconds<&FilesystemOptions::metadata_delay>},
+      {.names = {"max_rename_objects"},
+       .value = V::kRequired,
+       .value_name = "N",
+       .meaning = "largest directory `mv`, in objects",
+       .default_value = "10000",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.fs.max_rename_objects,
+                                ParseBounded(value, name, 1, std::numeric_limits<uint32_t>::max()));
+         return Status::Ok();
+       }},
+      {.names = {"readdir_heads"},
+       .value = V::kRequired,
+       .value_name = "N",
+       .meaning = "files a listing HEADs for their metadata, a page of 1,000 names at a time, "
+                  "until it has shown N (`ls -l` then needs no lookup per name; later files are "
+                  "HEADed by the kernel's lookups; 0: never)",
+       .default_value = "10000",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.fs.readdir_heads, ParseBounded(value, name, 0, 1000000));
+         return Status::Ok();
+       }},
+
+      // ---- Bounded waits ----
+      {.names = {"request_timeout"},
+       .value = V::kRequired,
+       .value_name = "SECONDS",
+       .group = G::kTimeouts,
+       .meaning = "a request moving under 1 KiB/s (S3) or an SFTP connection receiving nothing "
+                  "for this long is abandoned and retried; server-side copies and completions "
+                  "may be silent for 300 s or more",
+       .default_value = "30",
+       .apply = Timeout<&MountOptions::request_timeout>},
+      {.names = {"operation_timeout"},
+       .value = V::kRequired,
+       .value_name = "SECONDS",
+       .group = G::kTimeouts,
+       .meaning = "one backend call's attempts and waits together: after this long it fails "
+                  "with `EIO` and the log says why; at unmount, the time what is left to upload "
+                  "gets in all",
+       .default_value = "120",
+       .apply = Timeout<&MountOptions::operation_timeout>},
+
+      // ---- FUSE and mount(8) ----
+      {.names = {"ro"},
+       .group = G::kMount,
+       .meaning = "a read-only mount",
+       .default_value = "off",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.fs.read_only = true;
+             out.fuse_options.emplace_back("ro");
+             return Status::Ok();
+           }},
+      {.names = {"allow_other"},
+       .group = G::kMount,
+       .meaning = "other users may use the mount; implies `default_permissions`, so the kernel "
+                  "checks the modes and owners the mount shows (objfs itself checks none)",
+       .default_value = "off",
+       .apply =
+           [](std::string_view name, std::string_view, MountOptions& out, OptionState& state) {
+             state.allow_other = true;
+             out.fuse_options.emplace_back(name);
+             return Status::Ok();
+           }},
+      {.names = {"default_permissions"},
+       .group = G::kMount,
+       .meaning = "the kernel checks the modes and owners the mount shows",
+       .default_value = "with `allow_other`",
+       .apply =
+           [](std::string_view name, std::string_view, MountOptions& out, OptionState& state) {
+             state.default_permissions = true;
+             out.fuse_options.emplace_back(name);
+             return Status::Ok();
+           }},
+      {.names = {"no_default_permissions"},
+       .group = G::kMount,
+       .meaning = "with `allow_other`: no permission is checked at all, every local user may "
+                  "read, change and remove every file (a warning says so at mount)",
+       .default_value = "off",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions&, OptionState& state) {
+             state.no_default_permissions = true;
+             return Status::Ok();
+           }},
+      {.names = {"auto_unmount"},
+       .group = G::kMount,
+       .meaning = "FUSE unmounts when objfs exits, even when it is killed (staged data stays in "
+                  "`cache_dir` for the next mount)",
+       .default_value = "off",
+       .apply = FuseFlag},
+      {.names = {"fsname"},
+       .value = V::kRequired,
+       .value_name = "NAME",
+       .group = G::kMount,
+       .meaning = "the source the mount table shows",
+       .default_value = "`objfs:URL`",
+       .apply =
+           [](std::string_view name, std::string_view value, MountOptions& out, OptionState&) {
+             out.fuse_options.push_back(std::string(name) + "=" + std::string(value));
+             out.has_fsname = true;
+             return Status::Ok();
+           }},
+      // Mount flags that libfuse (3.14) hands to the kernel.
+      {.names = {"rw", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "async", "dirsync",
+                 "atime", "noatime"},
+       .group = G::kMount,
+       .meaning = "kernel mount flags, passed through",
+       .apply =
+           [](std::string_view name, std::string_view, MountOptions& out, OptionState&) {
+             if (name == "rw") out.fs.read_only = false;
+             out.fuse_options.emplace_back(name);
+             return Status::Ok();
+           }},
+      // Access-time flags that libfuse 3.14 does not know. objfs keeps no access times, so they
+      // change nothing; accepted so that an fstab line or a habit does not make the mount fail.
+      {.names = {"relatime", "norelatime", "strictatime", "nostrictatime", "lazytime", "nolazytime",
+                 "diratime", "nodiratime"},
+       .group = G::kMount,
+       .meaning = "accepted and change nothing: objfs keeps no access times",
+       .apply = Ignore},
+      // Options of mount(8) and fstab that concern the mount command, not the filesystem.
+      {.names = {"auto", "noauto", "user", "nouser", "users", "_netdev", "nofail"},
+       .value = V::kAny,
+       .group = G::kMount,
+       .meaning = "read by mount(8) and systemd; accepted so that fstab entries work",
+       .apply = Ignore},
+      {.names = {"sync"},
+       .value = V::kAny,
+       .group = G::kMount,
+       .meaning = "refused: `close` and `fsync` already upload",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions&, OptionState&) {
+             // The kernel would send an fsync after every write(2), each uploading the whole file.
+             return Invalid(
+                 "option 'sync' is not supported: objfs uploads a file when it is closed or "
+                 "fsync'ed");
+           }},
+  };
+}
+
+// The declaration of option `name` among `specs`, or nullptr.
+const OptionSpec* FindOption(const std::vector<OptionSpec>& specs, std::string_view name) {
+  for (const OptionSpec& spec : specs) {
+    for (std::string_view n : spec.names) {
+      if (n == name) return &spec;
+    }
+  }
+  return nullptr;
+}
+
+Status ApplyOption(std::string_view opt, MountOptions& out, OptionState& state,
+                   const std::vector<SchemeSyntax>& extra) {
+  size_t eq = opt.find('=');
+  std::string_view name = opt.substr(0, eq);
+  std::string_view value = eq == std::string_view::npos ? std::string_view() : opt.substr(eq + 1);
+  bool has_value = eq != std::string_view::npos;
+
+  const OptionSpec* spec = FindOption(MountOptionSpecs(), name);
+  for (size_t i = 0; spec == nullptr && i < extra.size(); ++i) {
+    spec = FindOption(extra[i].options, name);
+  }
+  if (spec == nullptr)
+    return Invalid("unknown option '" + std::string(opt) + "' (see objfs --help)");
+  if (spec->value == V::kRequired && (!has_value || value.empty())) {
+    return Invalid("option '" + std::string(name) + "' needs a value (" + std::string(name) +
+                   "=...)");
+  }
+  if (spec->value == V::kNone && has_value) {
+    return Invalid("option '" + std::string(name) + "' takes no value");
+  }
+  if (!spec->choices.empty() &&
+      std::find(spec->choices.begin(), spec->choices.end(), value) == spec->choices.end()) {
+    std::string expected;
+    for (size_t i = 0; i < spec->choices.size(); ++i) {
+      if (i > 0) expected += i + 1 == spec->choices.size() ? " or " : ", ";
+      expected += std::string(spec->choices[i]);
+    }
+    return Invalid("bad value '" + std::string(value) + "' for " + std::string(name) +
+                   " (expected " + expected + ")");
+  }
+  if (!spec->schemes.empty()) state.scheme_bound.emplace_back(std::string(name), spec);
+  if (spec->apply == nullptr) {
+    out.scheme_options[std::string(spec->names[0])] = std::string(value);
+    return Status::Ok();
+  }
+  return spec->apply(name, value, out, state);
+}
+
+uint64_t Fnv1a64(std::string_view text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+// Refuses "." and ".." among the '/'-separated segments of `path`: on S3 they would be keys
+// named "..", on SFTP they would leave the directory the URL seems to name.
+Status CheckNoDotSegments(std::string_view path, std::string_view url) {
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view segment = path.substr(start, end - start);
+    if (segment == "." || segment == "..") {
+      return Invalid("URL '" + std::string(url) + "' has a '" + std::string(segment) +
+                     "' path component; name the directory without it");
+    }
+    start = end + 1;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& MountOptionSpecs() {
+  static const std::vector<OptionSpec> specs = BuildOptionSpecs();
+  return specs;
+}
+
+Result<MountUrl> ParseMountUrl(std::string_view url, const std::vector<SchemeSyntax>& extra) {
+  MountUrl out;
+  out.text = std::string(url);
+  size_t sep = url.find("://");
+  if (sep == std::string_view::npos) {
+    return Invalid("'" + std::string(url) +
+                   "' is not a URL (expected s3://BUCKET[/PREFIX] or sftp://[USER@]HOST/PATH)");
+  }
+  std::string_view scheme = url.substr(0, sep);
+  std::string_view rest = url.substr(sep + 3);
+  out.scheme_name = std::string(scheme);
+  if (scheme == "s3") {
+    out.scheme = UrlScheme::kS3;
+    size_t slash = rest.find('/');
+    out.bucket = std::string(rest.substr(0, slash));
+    if (out.bucket.empty()) return Invalid("URL '" + std::string(url) + "' names no bucket");
+    if (out.bucket.size() < 3 || out.bucket.size() > 63) {
+      return Invalid("bucket name '" + out.bucket + "' must be 3 to 63 characters long");
+    }
+    for (char c : out.bucket) {
+      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '.' || c == '_';
+      if (!ok) return Invalid("bucket name '" + out.bucket + "' contains '" + c + "'");
+    }
+    if (slash != std::string_view::npos) {
+      std::string_view prefix = rest.substr(slash + 1);
+      while (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
+      if (prefix.find("//") != std::string_view::npos || (!prefix.empty() && prefix[0] == '/')) {
+        return Invalid("prefix of URL '" + std::string(url) + "' has an empty path component");
+      }
+      OBJFS_RETURN_IF_ERROR(CheckNoDotSegments(prefix, url));
+      if (!prefix.empty()) out.prefix = std::string(prefix) + "/";
+    }
+    return out;
+  }
+  if (scheme == "sftp") {
+    out.scheme = UrlScheme::kSftp;
+    size_t slash = rest.find('/');
+    if (slash == std::string_view::npos) {
+      return Invalid("URL '" + std::string(url) + "' names no path (sftp://[USER@]HOST/PATH)");
+    }
+    std::string_view authority = rest.substr(0, slash);
+    out.path = std::string(rest.substr(slash));
+    {
+      // "/srv/data/" is "/srv/data"; "/" stays. Every other segment must name something.
+      std::string_view path = out.path;
+      while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+      if (path.size() > 1) {
+        if (path.find("//") != std::string_view::npos) {
+          return Invalid("path of URL '" + std::string(url) + "' has an empty path component");
+        }
+        OBJFS_RETURN_IF_ERROR(CheckNoDotSegments(path.substr(1), url));
+      }
+    }
+    size_t at = authority.rfind('@');
+    if (at != std::string_view::npos) {
+      out.user = std::string(authority.substr(0, at));
+      if (out.user.empty()) return Invalid("URL '" + std::string(url) + "' has an empty user");
+      authority = authority.substr(at + 1);
+    }
+    std::string_view host = authority;
+    if (!host.empty() && host[0] == '[') {  // [IPv6]:port
+      size_t close = host.find(']');
+      if (close == std::string_view::npos) {
+        return Invalid("URL '" + std::string(url) + "' has an unterminated '['");
+      }
+      out.host = std::string(host.substr(1, close - 1));
+      host = host.substr(close + 1);
+      if (!host.empty() && host[0] != ':') {
+        return Invalid("URL '" + std::string(url) + "' has junk after ']'");
+      }
+    } else {
+      size_t colon = host.find(':');
+      out.host = std::string(host.substr(0, colon));
+      host = colon == std::string_view::npos ? std::string_view() : host.substr(colon);
+    }
+    if (!host.empty()) {  // ":PORT"
+      Result<uint64_t> port = ParseBounded(host.substr(1), "port", 1, 65535);
+      if (!port.ok()) {
+        return Invalid("bad port '" + std::string(host.substr(1)) + "' in URL '" +
+                       std::string(url) + "'");
+      }
+      out.port = static_cast<int>(*port);
+    }
+    if (out.host.empty()) return Invalid("URL '" + std::string(url) + "' names no host");
+    return out;
+  }
+  std::string known = extra.empty() ? "s3:// or sftp://" : "s3://, sftp://";
+  for (size_t i = 0; i < extra.size(); ++i) {
+    known += (i + 1 == extra.size() ? " or " : ", ") + extra[i].name + "://";
+    if (scheme == extra[i].name) {
+      out.scheme = UrlScheme::kOther;
+      out.rest = std::string(rest);
+      if (out.rest.empty()) return Invalid("URL '" + std::string(url) + "' names nothing");
+      return out;
+    }
+  }
+  return Invalid("unsupported URL scheme '" + std::string(scheme) + "' (use " + known + ")");
+}
+
+Result<uint64_t> ParseSize(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) return Invalid("bad size '" + std::string(text) + "'");
+  OBJFS_ASSIGN_OR_RETURN(uint64_t value, ParseUnsigned(text.substr(0, digits), "size"));
+  std::string_view suffix = text.substr(digits);
+  int shift = 0;
+  if (!suffix.empty()) {
+    switch (suffix[0]) {
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      case 't':
+      case 'T':
+        shift = 40;
+        break;
+      default:
+        return Invalid("bad size '" + std::string(text) + "'");
+    }
+    std::string_view unit = suffix.substr(1);
+    if (!unit.empty() && unit != "B" && unit != "iB" && unit != "b" && unit != "ib") {
+      return Invalid("bad size '" + std::string(text) + "'");
+    }
+  }
+  if (shift > 0 && value > (std::numeric_limits<uint64_t>::max() >> shift)) {
+    return Invalid("size '" + std::string(text) + "' is too large");
+  }
+  return value << shift;
+}
+
+MountEnvironment CurrentMountEnvironment() {
+  MountEnvironment env;
+  env.uid = static_cast<uint32_t>(::getuid());
+  env.gid = static_cast<uint32_t>(::getgid());
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] == '/') {
+    env.home = home;
+  } else if (const passwd* pw = ::getpwuid(::getuid());
+             pw != nullptr && pw->pw_dir != nullptr && pw->pw_dir[0] == '/') {
+    env.home = pw->pw_dir;
+  }
+  if (xdg != nullptr && xdg[0] == '/') {
+    env.cache_root = std::string(xdg) + "/objfs";
+  } else if (!env.home.empty()) {
+    env.cache_root = env.home + "/.cache/objfs";
+  } else {
+    env.cache_root = "/tmp/objfs-" + std::to_string(env.uid);
+  }
+  return env;
+}
+
+std::string MountCacheName(const MountUrl& url) {
+  std::string canonical;
+  if (url.scheme == UrlScheme::kS3) {
+    canonical = "s3://" + url.bucket + "/" + url.prefix;
+  } else if (url.scheme == UrlScheme::kOther) {
+    canonical = url.scheme_name + "://" + url.rest;
+  } else {
+    canonical = "sftp://" + url.user + "@" + url.host + ":" + std::to_string(url.port) + url.path;
+  }
+  std::string readable;
+  for (char c : canonical.substr(canonical.find("://") + 3)) {
+    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '_';
+    if (readable.size() >= 64) break;
+    char out = keep ? c : '-';
+    if (out == '-' && (readable.empty() || readable.back() == '-')) continue;
+    readable += out;
+  }
+  while (!readable.empty() && readable.back() == '-') readable.pop_back();
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(Fnv1a64(canonical)));
+  return url.scheme_name + "-" + readable + "-" + std::string(hash, 12);
+}
+
+Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
+                                       const MountEnvironment& env,
+                                       const std::vector<SchemeSyntax>& extra) {
+  MountOptions out;
+  out.fs.metadata_delay = kDefaultMetadataDelay;
+  out.fs.uid = env.uid;
+  out.fs.gid = env.gid;
+  OptionState given{env};
+  std::vector<std::string> positional;
+  bool only_positional = false;
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (only_positional || arg.empty() || arg[0] != '-' || arg == "-") {
+      positional.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      only_positional = true;
+    } else if (arg == "-h" || arg == "--help") {
+      out.action = MountAction::kHelp;
+      return out;
+    } else if (arg == "-V" || arg == "--version") {
+      out.action = MountAction::kVersion;
+      return out;
+    } else if (arg == "--help-markdown") {
+      out.action = MountAction::kHelpMarkdown;
+      return out;
+    } else if (arg == "-f") {
+      out.foreground = true;
+    } else if (arg == "-d") {
+      out.debug = true;
+      out.foreground = true;
+    } else if (arg == "-o" || arg.rfind("-o", 0) == 0) {
+      std::string list;
+      if (arg == "-o") {
+        if (i + 1 >= args.size()) return Invalid("-o needs a list of options");
+        list = args[++i];
+      } else {
+        list = arg.substr(2);
+      }
+      for (const std::string& opt : SplitOptions(list)) {
+        OBJFS_RETURN_IF_ERROR(ApplyOption(opt, out, given, extra));
+      }
+    } else {
+      return Invalid("unknown argument '" + arg + "' (see objfs --help)");
+    }
+  }
+
+  if (positional.empty()) return Invalid("missing URL and mount point (see objfs --help)");
+  if (positional.size() == 1) return Invalid("missing mount point (see objfs --help)");
+  if (positional.size() > 2) {
+    return Invalid("unexpected argument '" + positional[2] + "' (see objfs --help)");
+  }
+  OBJFS_ASSIGN_OR_RETURN(out.url, ParseMountUrl(positional[0], extra));
+  out.mountpoint = positional[1];
+  if (out.mountpoint.empty()) return Invalid("the mount point is an empty string");
+
+  if (out.fs.prefetch.max_readahead < out.fs.prefetch.read_buffer) {
+    return Invalid("max_readahead (" + std::to_string(out.fs.prefetch.max_readahead) +
+                   ") must not be smaller than read_buffer (" +
+                   std::to_string(out.fs.prefetch.read_buffer) + ")");
+  }
+  for (const auto& [name, spec] : given.scheme_bound) {
+    if (std::find(spec->schemes.begin(), spec->schemes.end(), out.url.scheme_name) !=
+        spec->schemes.end()) {
+      continue;
+    }
+    std::string message = "option '" + name + "' applies to ";
+    for (size_t i = 0; i < spec->schemes.size(); ++i) {
+      if (i > 0) message += i + 1 == spec->schemes.size() ? " and " : ", ";
+      message += spec->schemes[i];
+      message += "://";
+    }
+    message += " URLs, not to ";
+    message += out.url.scheme_name;
+    message += "://";
+    return Invalid(std::move(message));
+  }
+  if (out.url.scheme == UrlScheme::kSftp) {
+    if (out.known_hosts.empty() && !env.home.empty()) {
+      out.known_hosts = env.home + "/.ssh/known_hosts";
+    }
+  } else if (out.url.scheme == UrlScheme::kS3) {
+    if (out.fs.max_metadata == 0) out.fs.max_metadata = kDefaultMaxMetadata;
+  }
+  if (given.default_permissions && given.no_default_permissions) {
+    return Invalid(
+        "options 'default_permissions' and 'no_default_permissions' contradict each other");
+  }
+  // Without default_permissions the kernel checks nothing for FUSE and objfs checks nothing
+  // either: with allow_other every local user could read and change every file.
+  if (given.allow_other && !given.default_permissions) {
+    if (given.no_default_permissions) {
+      out.unchecked_other_users = true;
+    } else {
+      out.fuse_options.emplace_back("default_permissions");
+    }
+  }
+  if (!given.cache_dir) out.fs.cache_dir = env.cache_root + "/" + MountCacheName(out.url);
+  return out;
+}
+
+namespace {
+
+constexpr size_t kHelpWidth = 80;
+constexpr size_t kHelpColumn = 28;  // where the meaning of an option starts
+
+// `text` without Markdown's backticks.
+std::string PlainText(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c != '`') out += c;
+  }
+  return out;
+}
+
+// Appends `text` to `out`, its words filled into lines of kHelpWidth columns: the first line
+// goes on from `column` (where `out` ends), the others start at `indent`.
+void AppendWrapped(std::string& out, std::string_view text, size_t column, size_t indent) {
+  size_t pos = 0;
+  bool first_word = true;
+  while (pos < text.size()) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view word = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (word.empty()) continue;
+    if (!first_word && column + 1 + word.size() > kHelpWidth) {
+      out += "\n" + std::string(indent, ' ');
+      column = indent;
+    } else if (!first_word) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    first_word = false;
+  }
+}
+
+// One entry of --help: `label` in the first column, `text` beside or under it.
+void AppendHelpEntry(std::string& out, std::string_view label, std::string_view text) {
+  out += "  ";
+  AppendWrapped(out, label, 2, 4);
+  size_t line_start = out.rfind('\n') + 1;
+  size_t column = out.size() - line_start;
+  if (column + 2 > kHelpColumn) {
+    out += "\n" + std::string(kHelpColumn, ' ');
+  } else {
+    out += std::string(kHelpColumn - column, ' ');
+  }
+  AppendWrapped(out, text, kHelpColumn, kHelpColumn);
+  out += "\n";
+}
+
+// "name=VALUE, other=VALUE" as --help shows an option's names; `code` puts each in backticks.
+std::string OptionLabel(const OptionSpec& spec, bool code) {
+  std::string label;
+  for (std::string_view name : spec.names) {
+    if (!label.empty()) label += ", ";
+    if (code) label += '`';
+    label += std::string(name);
+    if (spec.value == OptionSpec::Value::kRequired) label += "=" + std::string(spec.value_name);
+    if (code) label += '`';
+  }
+  return label;
+}
+
+void AppendOptionHelp(std::string& out, const OptionSpec& spec) {
+  std::string text = PlainText(spec.meaning);
+  if (!spec.default_value.empty()) text += " (default: " + PlainText(spec.default_value) + ")";
+  AppendHelpEntry(out, OptionLabel(spec, false), text);
+}
+
+}  // namespace
+
+std::string MountUsage(const std::vector<SchemeSyntax>& extra) {
+  std::string out = R"(usage: objfs URL MOUNTPOINT [-f] [-d] [-o OPTION[,OPTION...]]...
+
+Mounts an object store bucket (or an SFTP directory) as a directory.
+
+URL:
+)";
+  AppendHelpEntry(out, "s3://BUCKET[/PREFIX]", "the keys of BUCKET (under PREFIX/)");
+  AppendHelpEntry(out, "sftp://[USER@]HOST[:PORT]/PATH", "a directory on an SFTP server");
+  for (const SchemeSyntax& scheme : extra) AppendHelpEntry(out, scheme.usage, scheme.description);
+  out += "\nArguments:\n";
+  AppendHelpEntry(out, "-f", "stay in the foreground");
+  AppendHelpEntry(out, "-d", "print libfuse's debug output (implies -f)");
+  AppendHelpEntry(out, "-o OPTION[,OPTION...]", "the options below; repeatable");
+  AppendHelpEntry(out, "-h, --help", "print this help");
+  AppendHelpEntry(out, "-V, --version", "print the version");
+  AppendHelpEntry(out, "--help-markdown", "print the table of options of README.md");
+
+  using G = OptionSpec::Group;
+  const std::pair<G, std::string_view> groups[] = {
+      {G::kS3,
+       "S3 options (credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
+       "~/.aws/credentials; the endpoint and region also from AWS_ENDPOINT_URL and AWS_REGION):"},
+      {G::kSftp, "SFTP options (the user defaults to the caller's name, the port to 22):"},
+      {G::kFilesystem, "Filesystem options:"},
+      {G::kTimeouts, "Bounded waits (every scheme):"},
+      {G::kMount, "FUSE and mount options:"},
+  };
+  for (const auto& [group, heading] : groups) {
+    out += "\n";
+    AppendWrapped(out, heading, 0, 0);
+    out += "\n";
+    for (const OptionSpec& spec : MountOptionSpecs()) {
+      if (spec.group == group) AppendOptionHelp(out, spec);
+    }
+  }
+  for (const SchemeSyntax& scheme : extra) {
+    if (scheme.options.empty()) continue;
+    out += "\n" + scheme.name + ":// options:\n";
+    for (const OptionSpec& spec : scheme.options) AppendOptionHelp(out, spec);
+  }
+  out += "\nSIZE is a number of bytes with an optional K, M, G or T suffix (powers of 1024).\n";
+  return out;
+}
+
+std::string OptionsMarkdown() {
+  std::string out = "| option | URLs | meaning | default |\n|---|---|---|---|\n";
+  for (const OptionSpec& spec : MountOptionSpecs()) {
+    std::string schemes;
+    for (std::string_view scheme : spec.schemes) {
+      if (!schemes.empty()) schemes += ", ";
+      schemes += "`" + std::string(scheme) + "://`";
+    }
+    out += "| " + OptionLabel(spec, true) + " | " + (schemes.empty() ? "all" : schemes) + " | " +
+           std::string(spec.meaning) + " | " + std::string(spec.default_value) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace objfs
