@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "cli/mount_options.h"
+#include "fs/cli/mount_options.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
 

@@ -1,6 +1,6 @@
 // The objfs command line: URLs, every -o option, sizes, defaults, errors, help and version.
 
-#include "cli/mount_options.h"
+#include "fs/cli/mount_options.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 // exits; a failed upload makes the exit status non-zero.
 #define FUSE_USE_VERSION 314
 
-#include "cli/mount.h"
+#include "fs/cli/mount.h"
 
 #include <execinfo.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "cli/mount_options.h"
+#include "fs/cli/mount_options.h"
 
 #include <pwd.h>
 #include <unistd.h>

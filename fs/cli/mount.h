@@ -17,7 +17,7 @@
 #include "backend/object_store.h"
 #include "backend/status.h"
 #include "cache/upload_records.h"
-#include "cli/mount_options.h"
+#include "fs/cli/mount_options.h"
 
 namespace objfs {
 
