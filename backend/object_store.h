@@ -50,6 +50,10 @@ struct ListOptions {
   std::string continuation_token;  // from the previous page's Listing::next_token
   std::string start_after;
   int max_keys = 1000;
+  // The caller uses the listed objects' metadata (a directory listing for `ls -l`), which a
+  // wrapper that keeps it for S3 then fills in (cache/listing_attr_store.h). Stores whose
+  // listings carry metadata anyway (SFTP) ignore it.
+  bool want_metadata = false;
 };
 
 struct Listing {

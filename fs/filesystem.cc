@@ -19,7 +19,6 @@ namespace {
 
 constexpr size_t kMaxNameBytes = 255;
 constexpr uint64_t kDirectorySize = 4096;
-constexpr int64_t kNsPerSecond = 1000000000;
 // Files uploaded at once by the write-back thread and at unmount.
 constexpr size_t kUploadThreads = 4;
 // A lookup's listing of the parent directory reads one page of this many keys; a larger
@@ -245,16 +244,6 @@ Result<MetaRecord> Filesystem::Resolve(const std::string& key) {
     MetaRecord rec = RecordFromInfo(*head, false);
     rec.complete = true;
     meta_cache_.Put(key, rec);
-    // What a lookup HEADs is kept for the next mount's listings too (the files of a directory
-    // past readdir_heads are HEADed here): against the date a fresh listing showed, else the
-    // HEAD's own, in whole seconds.
-    if (hit.state == MetaCache::State::kPositive && !hit.record.is_dir &&
-        !hit.record.etag.empty()) {
-      KeepAttributes(key, hit.record.size, hit.record.etag, hit.record.mtime_ns,
-                     hit.record.mtime_ns % kNsPerSecond != 0, *head);
-    } else {
-      KeepAttributes(key, head->size, head->etag, head->mtime_ns, false, *head);
-    }
     return rec;
   }
   if (head.status().code() != StatusCode::kNotFound) return head.status();
@@ -438,9 +427,6 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
     size_t index;
     std::string key;
     uint64_t ino;
-    uint64_t size;  // as listed
-    ETag etag;
-    int64_t modified_ns;
   };
   std::vector<Incomplete> incomplete;
 
@@ -489,8 +475,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
     }
     if (!exact && !rec.is_dir) {
       // A listing without metadata leaves the LastModified as the record's mtime.
-      incomplete.push_back(
-          {out.size(), child, child_ino, listed.size, listed.etag, listed.mtime_ns});
+      incomplete.push_back({out.size(), child, child_ino});
     }
     out.push_back(DirEntry{name, MakeEntry(attr, exact)});
   };
@@ -500,6 +485,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
   list.delimiter = "/";
   list.max_keys = options_.list_page_keys > 0 ? options_.list_page_keys : 1000;
   list.continuation_token = cursor->token;
+  list.want_metadata = true;
   OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
   // Objects and common prefixes, merged in key order.
   size_t oi = 0;
@@ -508,7 +494,6 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
     if (pi == page.common_prefixes.size() ||
         (oi < page.objects.size() && page.objects[oi].key <= page.common_prefixes[pi])) {
       const ObjectInfo& obj = page.objects[oi++];
-      if (obj.mtime_ns % 1000000000 != 0) cursor->precise_dates = true;
       if (obj.key.size() < prefix.size() + 1) continue;  // the marker of this directory
       std::string name = obj.key.substr(prefix.size());
       const std::string sort_key = name;
@@ -518,8 +503,8 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
         is_dir = true;
       }
       MetaRecord rec = is_dir ? ImplicitDirRecord(obj.mtime_ns) : RecordFromInfo(obj, false);
-      // A listing with the objects' metadata (SFTP's READDIR) needs no HEAD per file; S3's has
-      // sizes and times only.
+      // A listing with the objects' metadata (SFTP's READDIR, or a store that kept what an
+      // earlier HEAD found) needs no HEAD per file; S3's has sizes and times only.
       rec.complete = !is_dir && obj.has_metadata;
       add(name, sort_key, rec);
     } else {
@@ -535,22 +520,6 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
   const bool last_page = page.next_token.empty();
   page = Listing{};
 
-  // Objects listed exactly as when an earlier HEAD (of this mount or another) saw them: that
-  // HEAD's metadata, from the cache directory.
-  if (options_.attr_db != nullptr) {
-    std::vector<Incomplete> unknown;
-    for (Incomplete& file : incomplete) {
-      std::optional<MetaRecord> kept =
-          KeptAttributes(file.key, file.size, file.etag, file.modified_ns);
-      if (!kept) {
-        unknown.push_back(std::move(file));
-        continue;
-      }
-      meta_cache_.Put(file.key, *kept);
-      out[file.index].entry = MakeEntry(AttrFromRecord(file.ino, *kept), true);
-    }
-    incomplete = std::move(unknown);
-  }
   // With listing_attrs, what the listing gave (and the mount's defaults for the rest) goes out
   // to be cached by the kernel; a lookup after the attribute timeout reads the headers.
   if (options_.listing_attrs) {
@@ -578,8 +547,6 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
       MetaRecord rec = RecordFromInfo(*head, false);
       rec.complete = true;
       meta_cache_.Put(incomplete[i].key, rec);
-      KeepAttributes(incomplete[i].key, incomplete[i].size, incomplete[i].etag,
-                     incomplete[i].modified_ns, cursor->precise_dates, *head);
       DirEntry& entry = out[incomplete[i].index];
       entry.entry = MakeEntry(AttrFromRecord(incomplete[i].ino, rec), true);
     }
@@ -608,69 +575,6 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
   cursor->recent_files.clear();
   cursor->done = true;
   return out;
-}
-
-namespace {
-int64_t WholeSeconds(int64_t ns) {
-  return ns >= 0 ? ns / kNsPerSecond : (ns - (kNsPerSecond - 1)) / kNsPerSecond;
-}
-}  // namespace
-
-std::optional<MetaRecord> Filesystem::KeptAttributes(const std::string& key, uint64_t size,
-                                                     const ETag& etag, int64_t listed_ns) {
-  if (etag.empty()) return std::nullopt;
-  Result<std::optional<ObjectMetaRecord>> kept = options_.attr_db->Get<ObjectMetaRecord>(key);
-  if (!kept.ok() || !kept->has_value()) return std::nullopt;
-  const ObjectMetaRecord& r = **kept;
-  // Any change of an S3 object, metadata included, rewrites it: a new LastModified. A record
-  // kept with a whole-second date (from a HEAD, or a listing without fractions) matches in whole
-  // seconds: KeepAttributes kept it only once that second was two seconds past.
-  const bool same_date = r.listed_ns % kNsPerSecond == 0
-                             ? WholeSeconds(r.listed_ns) == WholeSeconds(listed_ns)
-                             : r.listed_ns == listed_ns;
-  if (r.size != size || r.etag != etag || !same_date) return std::nullopt;
-  ObjectInfo info;
-  info.key = key;
-  info.size = r.size;
-  info.etag = r.etag;
-  info.mtime_ns = r.modified_ns;
-  info.metadata = r.metadata;
-  info.has_metadata = true;
-  MetaRecord rec = RecordFromInfo(info, false);
-  rec.complete = true;
-  Bump(metrics_->attrs_kept);
-  return rec;
-}
-
-void Filesystem::KeepAttributes(const std::string& key, uint64_t size, const ETag& etag,
-                                int64_t listed_ns, bool precise_dates, const ObjectInfo& head) {
-  if (options_.attr_db == nullptr || etag.empty()) return;
-  // With whole-second dates, a chmod (a self-copy: same size and ETag) later in the same second
-  // would list exactly as this: only objects older than that are kept.
-  constexpr int64_t kSameSecondNs = 2000000000;
-  // (A date that happens to fall on a whole second is matched as one: KeptAttributes.)
-  if ((!precise_dates || listed_ns % kNsPerSecond == 0) && NowNs() - listed_ns < kSameSecondNs) {
-    return;
-  }
-  // Only a HEAD of the object the listing showed (a HEAD's date has whole seconds).
-  if (head.size != size || head.etag != etag ||
-      WholeSeconds(head.mtime_ns) != WholeSeconds(listed_ns)) {
-    return;
-  }
-  ObjectMetaRecord r;
-  r.key = key;
-  r.size = size;
-  r.listed_ns = listed_ns;
-  r.modified_ns = head.mtime_ns;
-  r.metadata = head.metadata;
-  r.etag = etag;
-  (void)options_.attr_db->Put(r);  // a cache: a failed write costs a HEAD at the next mount
-}
-
-void Filesystem::ForgetAttributes(const std::string& key) {
-  if (options_.attr_db == nullptr) return;
-  Result<std::optional<ObjectMetaRecord>> kept = options_.attr_db->Get<ObjectMetaRecord>(key);
-  if (kept.ok() && kept->has_value()) (void)options_.attr_db->Remove<ObjectMetaRecord>(key);
 }
 
 Result<FsStats> Filesystem::StatFs() const {

@@ -51,7 +51,6 @@
 #include "cache/meta_cache.h"
 #include "cache/prefetcher.h"
 #include "cache/staging.h"
-#include "cache/store_db.h"
 #include "fs/file_attr.h"
 #include "fs/inode_table.h"
 #include "fs/metadata_coalescer.h"
@@ -124,10 +123,6 @@ struct FilesystemOptions {
   // ContentEtagStore; otherwise such a store's files show user.etag only when an upload or copy
   // of this mount gave their content MD5. Unused for stores with native ETags.
   ContentEtagStore* content_etags = nullptr;
-  // Where ReadDir keeps the metadata its HEADs found (ObjectMetaRecord), so that a later mount
-  // lists objects that the listing shows unchanged without a HEAD each. Null: not kept. For
-  // stores whose listings lack metadata (S3).
-  std::shared_ptr<StoreDb> attr_db;
 };
 
 // One name of a directory listing, with the attributes readdirplus returns.
@@ -145,7 +140,6 @@ struct DirCursor {
   std::string key;    // the directory's
   std::string token;  // continues the store's listing; empty before the first page
   size_t heads_left = 0;
-  bool precise_dates = false;  // a listed date had a fraction of a second
   uint64_t listing_ticket = 0;
   // Names for the metadata cache's record of the listing, while there are few enough to keep.
   std::vector<std::string> names;
@@ -254,8 +248,8 @@ class Filesystem {
 
   // Every name in directory `ino` (without "." and ".."), from all pages of a delimited
   // listing (ReadDirPage until done). A listing lacks the metadata objfs keeps in object
-  // headers, so the files without exact attributes in the metadata cache (or kept in
-  // options.attr_db) are HEADed in parallel on the I/O pool, page by page, until
+  // headers, so the files without exact attributes in the metadata cache (or in the listing:
+  // cache/listing_attr_store.h) are HEADed in parallel on the I/O pool, page by page, until
   // options.readdir_heads of them were; entries still without exact attributes (HEAD
   // failed, or too many) carry the listing's (size, Last-Modified as mtime, default mode and
   // owner) with timeouts of 0 so that the kernel asks Lookup/GetAttr before using them. Inode
@@ -439,16 +433,6 @@ class Filesystem {
   // Lists the directory holding `key` (one page) into the metadata cache and returns what the
   // listing says of `key`.
   Result<MetaCache::Listed> ListParent(const std::string& key);
-  // The attributes that options.attr_db kept for `key`, if the object is still as listed (size,
-  // ETag, LastModified).
-  std::optional<MetaRecord> KeptAttributes(const std::string& key, uint64_t size, const ETag& etag,
-                                           int64_t listed_ns);
-  // Keeps what `head` says of `key` in options.attr_db, if it is the object listed.
-  // `precise_dates`: the listing's dates have fractions of a second.
-  void KeepAttributes(const std::string& key, uint64_t size, const ETag& etag, int64_t listed_ns,
-                      bool precise_dates, const ObjectInfo& head);
-  // Drops what options.attr_db kept for `key` (removed or renamed by this mount).
-  void ForgetAttributes(const std::string& key);
   MetaRecord RootRecord() const;
   // A directory that exists only as a prefix of other keys.
   MetaRecord ImplicitDirRecord(int64_t mtime_ns) const;

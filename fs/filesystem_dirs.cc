@@ -126,7 +126,6 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
     }
   }
   meta_cache_.Invalidate(key);
-  ForgetAttributes(key);
   if (inode != nullptr && !inode->staged && rec.ok()) {
     // What fstat of a handle still open shows from now on.
     inode->attr = AttrFromRecord(ino, *rec);

@@ -261,7 +261,6 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     OBJFS_RETURN_IF_ERROR(store_->remove(from));
     if (fold) DropPendingMetadataLocked(*inode);
     meta_cache_.Invalidate(from);
-    ForgetAttributes(from);
     copied->size = source.size;
     copied->metadata = source.metadata;
     copied->has_metadata = true;

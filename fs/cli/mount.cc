@@ -47,6 +47,7 @@
 #include "backend/sftp/sftp_store.h"
 #include "cache/buffer_pool.h"
 #include "cache/content_etag_store.h"
+#include "cache/listing_attr_store.h"
 #include "cache/store_db.h"
 #include "cache/upload_records.h"
 #include "fs/filesystem.h"
@@ -626,17 +627,20 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   int exit_code = 0;
   FilesystemOptions logged_options = fs_options;
   logged_options.log = [&reporter](const std::string& message) { reporter.Error(message); };
+  std::shared_ptr<ObjectStore> served = *store;
   if (options.url.scheme == UrlScheme::kS3) {
-    // S3 listings lack metadata: what HEADs found is kept for the next mount. A cache only:
-    // without it, the mount HEADs as before.
+    // S3 listings lack metadata: what HEADs found is kept for the next mount, on top of the
+    // stack (keys as the filesystem names them). A cache only: without it, the mount HEADs
+    // as before.
     Result<StoreDb> db = StoreDb::Open(fs_options.cache_dir + "/db");
     if (db.ok()) {
-      logged_options.attr_db = std::make_shared<StoreDb>(std::move(db).value());
+      served = std::make_shared<ListingAttrStore>(
+          std::move(served), std::make_shared<StoreDb>(std::move(db).value()), &metrics);
     } else {
       reporter.Error("attributes are not kept between mounts: " + db.status().message());
     }
   }
-  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Create(*store, logged_options, &metrics);
+  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Create(served, logged_options, &metrics);
   if (!fs.ok()) {
     reporter.Error(fs.status().message());
     exit_code = 1;

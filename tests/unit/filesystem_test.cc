@@ -29,6 +29,7 @@
 #include "backend/fault_injecting_store.h"
 #include "backend/md5.h"
 #include "backend/metrics_store.h"
+#include "cache/listing_attr_store.h"
 #include "fs/errno_map.h"
 #include "fs/object_metadata.h"
 #include "gtest/gtest.h"
@@ -64,7 +65,8 @@ class FilesystemTest : public ::testing::Test {
   }
 
   std::unique_ptr<Filesystem> NewFilesystem() {
-    auto fs = Filesystem::Create(store_, options_, &metrics_, clock_);
+    auto fs = Filesystem::Create(kept_attrs_ ? kept_attrs_ : std::shared_ptr<ObjectStore>(store_),
+                                 options_, &metrics_, clock_);
     EXPECT_TRUE(fs.ok()) << fs.status().ToString();
     return std::move(fs).value();
   }
@@ -170,12 +172,27 @@ class FilesystemTest : public ::testing::Test {
     return e.ok() ? e->attr.ino : 0;
   }
 
+  // A new mount over S3's stack: the listing-attribute store on top (as fs/main.cc stacks it),
+  // its records read back from cache_dir.
+  void RemountKeepingAttributes() {
+    fs_.reset();
+    kept_attrs_.reset();
+    attr_db_.reset();
+    Result<StoreDb> db = StoreDb::Open(cache_dir_ + "/db");
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    attr_db_ = std::make_shared<StoreDb>(std::move(db).value());
+    kept_attrs_ = std::make_shared<ListingAttrStore>(store_, attr_db_, &metrics_);
+    fs_ = NewFilesystem();
+  }
+
   std::string cache_dir_;
   int crash_images_ = 0;
   Metrics metrics_;
   std::shared_ptr<MemoryStore> memory_;
   std::shared_ptr<FaultInjectingStore> faults_;
   std::shared_ptr<MetricsStore> store_;
+  std::shared_ptr<StoreDb> attr_db_;
+  std::shared_ptr<ListingAttrStore> kept_attrs_;  // set by RemountKeepingAttributes
   std::shared_ptr<FakeClock> clock_;
   FilesystemOptions options_;
   std::unique_ptr<Filesystem> fs_;
@@ -362,17 +379,7 @@ TEST_F(FilesystemTest, ListingAttrsListWithoutAHeadAndTheKernelCachesThem) {
 }
 
 TEST_F(FilesystemTest, ALaterMountListsObjectsUnchangedSinceAHeadWithoutOne) {
-  auto open_db = [&] {
-    options_.attr_db.reset();
-    Result<StoreDb> db = StoreDb::Open(cache_dir_ + "/db");
-    ASSERT_TRUE(db.ok()) << db.status().ToString();
-    options_.attr_db = std::make_shared<StoreDb>(std::move(db).value());
-  };
-  auto remount = [&] {
-    fs_.reset();
-    open_db();  // read back from disk
-    fs_ = NewFilesystem();
-  };
+  auto remount = [&] { RemountKeepingAttributes(); };
   auto mode_of = [](const std::vector<DirEntry>& list, const std::string& name) -> uint32_t {
     for (const DirEntry& e : list) {
       if (e.name == name) return e.entry.attr.mode & 07777;
@@ -419,14 +426,7 @@ TEST_F(FilesystemTest, ALaterMountListsObjectsUnchangedSinceAHeadWithoutOne) {
 }
 
 TEST_F(FilesystemTest, WholeSecondDatesAreKeptOnlyOnceTheirSecondHasPassed) {
-  auto remount = [&] {
-    fs_.reset();
-    options_.attr_db.reset();
-    Result<StoreDb> db = StoreDb::Open(cache_dir_ + "/db");
-    ASSERT_TRUE(db.ok()) << db.status().ToString();
-    options_.attr_db = std::make_shared<StoreDb>(std::move(db).value());
-    fs_ = NewFilesystem();
-  };
+  auto remount = [&] { RemountKeepingAttributes(); };
   // A store whose listings have whole seconds (AWS): a chmod later in the same second would
   // list exactly as the object the HEAD saw, so such a fresh object is not kept.
   PutObject("d/fresh", "x");
@@ -445,7 +445,7 @@ TEST_F(FilesystemTest, WholeSecondDatesAreKeptOnlyOnceTheirSecondHasPassed) {
 
   // Unlinked through the mount: its record goes too.
   ASSERT_TRUE(fs_->Unlink(LookupIno(kRootIno, "d"), "old").ok());
-  EXPECT_EQ(*options_.attr_db->Get<ObjectMetaRecord>("d/old"), std::nullopt);
+  EXPECT_EQ(*attr_db_->Get<ObjectMetaRecord>("d/old"), std::nullopt);
 }
 
 TEST_F(FilesystemTest, ReadDirFetchesMissingMetadataInOneParallelRound) {
@@ -547,18 +547,10 @@ TEST_F(FilesystemTest, ReadDirPageHoldsOnePageAtATime) {
 }
 
 // Files past readdir_heads are HEADed by the kernel's lookups, not the listing: those lookups
-// keep what they find as the listing's HEADs would, whether the listing's record is still fresh
-// (its exact date) or has expired (the HEAD's whole-second date), so the next mount lists every
-// file without a HEAD.
+// keep what they find as the listing's HEADs would, whether the metadata cache's record of the
+// listing is still fresh or has expired, so the next mount lists every file without a HEAD.
 TEST_F(FilesystemTest, LookupsPastReaddirHeadsKeepAttributesForTheNextMount) {
-  auto remount = [&] {
-    fs_.reset();
-    options_.attr_db.reset();
-    Result<StoreDb> db = StoreDb::Open(cache_dir_ + "/db");
-    ASSERT_TRUE(db.ok()) << db.status().ToString();
-    options_.attr_db = std::make_shared<StoreDb>(std::move(db).value());
-    fs_ = NewFilesystem();
-  };
+  auto remount = [&] { RemountKeepingAttributes(); };
   options_.readdir_heads = 2;
   constexpr int kFiles = 5;
   const int64_t old_ns = (static_cast<int64_t>(::time(nullptr)) - 60) * 1000000000 + 123456789;
