@@ -467,7 +467,9 @@ TEST_P(MountSuiteTest, RecursiveCpInAndBackOutThroughAFreshMount) {
     for (size_t pos = 0; pos < files.size();) {
       const size_t end = files.find('\n', pos);
       const std::string name = files.substr(pos, end - pos);
-      EXPECT_TRUE(OnServer("tree/" + name) == ReadLocal(tree + "/" + name)) << name;
+      std::string local_file = tree;
+      local_file += "/" + name;
+      EXPECT_TRUE(OnServer("tree/" + name) == ReadLocal(local_file)) << name;
       pos = end + 1;
     }
   }
@@ -761,13 +763,13 @@ TEST_P(MountSuiteTest, AppendOverwriteAndTruncateMatchALocalModel) {
   check("append");
 
   // Overwrite 3 blocks of 4 KiB in the middle.
-  std::string patch = PseudoRandomBytes(3 * 4096, 16);
+  std::string patch = PseudoRandomBytes(size_t{3} * 4096, 16);
   std::string patch_path = local.path() + "/patch";
   WriteFile(patch_path, patch);
   CommandResult dd = RunCommand({"dd", "if=" + patch_path, "of=" + file, "bs=4096", "seek=100",
                                  "conv=notrunc", "status=none"});
   ASSERT_EQ(dd.exit_code, 0) << dd.err;
-  model.replace(100 * 4096, patch.size(), patch);
+  model.replace(size_t{100} * 4096, patch.size(), patch);
   check("overwrite in the middle");
 
   CommandResult up = RunCommand({"truncate", "-s", "2000000", file});
