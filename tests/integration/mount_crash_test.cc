@@ -1,7 +1,8 @@
 // What the next mount publishes after objfs is killed (as by a crash or a power loss), on real
-// RGW and sshd mounts: only data that close(2), fsync(2) or the write-back window accepted.
-// Data a writer had not finished never replaces the complete object; it is set aside in the
-// cache directory's "unfinished/" and the log names it.
+// RGW mounts: only data that close(2), fsync(2) or the write-back window accepted. Data a
+// writer had not finished never replaces the complete object; it is set aside in the cache
+// directory's "unfinished/" and the log names it. (A write torn by a crash, on every backend:
+// mount_suite_test.cc.)
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -126,51 +127,6 @@ TEST(MountCrashTest, S3KilledWhileFetchingForAnAppendLeavesTheObjectWhole) {
   // Nothing was being written yet: nothing to set aside either.
   EXPECT_FALSE(fs::exists(mount->cache_dir() + "/unfinished"));
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
-}
-
-// A file written and never closed when objfs dies is not what its writer meant it to be: the
-// next mount keeps the complete object that was there, and sets the torn data aside. `remote`
-// reads the object as the server has it.
-template <typename Remote>
-void ExpectTornWriteIsSetAside(const std::string& url, Remote remote) {
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url);
-  ASSERT_TRUE(mount);
-  const std::string old_data = PseudoRandomBytes(8u << 20, 1);
-  WriteFile(mount->path() + "/doc", old_data);
-  ASSERT_EQ(Digest(remote("doc")), Digest(old_data));
-
-  const std::string torn = PseudoRandomBytes(3u << 20, 2);
-  int fd = ::open((mount->path() + "/doc").c_str(), O_WRONLY | O_TRUNC);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::write(fd, torn.data(), torn.size()), static_cast<ssize_t>(torn.size()));
-  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
-  ::close(fd);  // (fails: the mount is gone)
-
-  ASSERT_TRUE(mount->Restart());
-  EXPECT_EQ(Digest(remote("doc")), Digest(old_data));
-  EXPECT_EQ(Digest(ReadFile(mount->path() + "/doc")), Digest(old_data));
-  const std::string kept = OnlySetAsideFile(mount->cache_dir());
-  EXPECT_EQ(fs::path(kept).filename(), "doc");
-  EXPECT_EQ(Digest(ReadLocal(kept)), Digest(torn));
-  const std::string log = mount->log();
-  EXPECT_NE(log.find("doc was being written when objfs stopped"), std::string::npos) << log;
-  EXPECT_NE(log.find(kept), std::string::npos) << log;
-  EXPECT_EQ(mount->Stop(), 0) << mount->log();
-}
-
-TEST(MountCrashTest, S3KilledInTheMiddleOfAWriteKeepsTheOldObject) {
-  const std::string bucket = CreateTestBucket(TestName());
-  ExpectTornWriteIsSetAside(S3MountUrl(bucket), [&](const std::string& key) {
-    ScratchDir local;
-    if (!S3GetToFile(bucket, key, local.path() + "/object")) return std::string();
-    return ReadLocal(local.path() + "/object");
-  });
-}
-
-TEST(MountCrashTest, SftpKilledInTheMiddleOfAWriteKeepsTheOldFile) {
-  SftpTestDir dir = CreateSftpTestDir(TestName());
-  ExpectTornWriteIsSetAside(
-      dir.url, [&](const std::string& name) { return ReadLocal(dir.path + "/" + name); });
 }
 
 // What close accepted into the write-back window survives the crash, even while a writer is

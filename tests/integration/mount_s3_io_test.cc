@@ -1,6 +1,6 @@
-// Reading and writing file content through a real objfs mount on RGW: a large dd round trip,
-// random preads and how many backend reads a sequential read costs, and appends, overwrites in
-// the middle and truncates checked against a local model after remounts.
+// Reading and writing file content through a real objfs mount on RGW: how many backend reads
+// a sequential read costs, the kernel's read-ahead, direct_io, and a cache disk too small for a
+// file. (dd, random preads, appends and truncates on every backend: mount_suite_test.cc.)
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -25,73 +25,6 @@
 
 namespace objfs::testing {
 namespace {
-
-TEST(MountS3IoTest, DdOfALargeFileInAndBackOut) {
-  ScratchDir local;
-  ASSERT_FALSE(local.path().empty());
-  std::string source = local.path() + "/source";
-  CommandResult make = RunCommand({"dd", "if=/dev/urandom", "of=" + source, "bs=1M", "count=256",
-                                   "iflag=fullblock", "status=none"});
-  ASSERT_EQ(make.exit_code, 0) << make.err;
-  std::string md5 = Md5sum(source);
-  ASSERT_EQ(md5.size(), 32u);
-
-  std::string url = S3MountUrl(CreateTestBucket(TestName()));
-  {
-    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url);
-    ASSERT_TRUE(mount);
-    CommandResult in =
-        RunCommand({"dd", "if=" + source, "of=" + mount->path() + "/big", "bs=1M", "status=none"});
-    ASSERT_EQ(in.exit_code, 0) << in.err;
-    EXPECT_EQ(mount->Stop(), 0);
-  }
-  // A fresh mount with its own cache directory: the content can only come from the bucket.
-  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
-  ASSERT_TRUE(fresh);
-  struct stat st {};
-  ASSERT_EQ(::stat((fresh->path() + "/big").c_str(), &st), 0) << std::strerror(errno);
-  EXPECT_EQ(st.st_size, 256 << 20);
-  std::string back = local.path() + "/back";
-  CommandResult out =
-      RunCommand({"dd", "if=" + fresh->path() + "/big", "of=" + back, "bs=1M", "status=none"});
-  ASSERT_EQ(out.exit_code, 0) << out.err;
-  EXPECT_EQ(Md5sum(back), md5);
-}
-
-TEST(MountS3IoTest, RandomPreadsMatchTheOriginal) {
-  const size_t kSize = 20 << 20;
-  std::string data = PseudoRandomBytes(kSize, 11);
-  std::string url = S3MountUrl(CreateTestBucket(TestName()));
-  {
-    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url);
-    ASSERT_TRUE(mount);
-    WriteFile(mount->path() + "/random", data);
-    EXPECT_EQ(mount->Stop(), 0);
-  }
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url);
-  ASSERT_TRUE(mount);
-  int fd = ::open((mount->path() + "/random").c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  std::mt19937_64 random(12);
-  std::string buf;
-  int mismatches = 0;
-  for (int i = 0; i < 200; ++i) {
-    // Mostly small reads, some large, some reaching past the end of the file.
-    size_t length = (i % 10 == 0) ? random() % (2 << 20) + 1 : random() % 65536 + 1;
-    size_t offset = random() % (kSize + 4096);
-    buf.assign(length, '\0');
-    ssize_t n = ::pread(fd, buf.data(), length, static_cast<off_t>(offset));
-    size_t want = offset >= kSize ? 0 : std::min(length, kSize - offset);
-    ASSERT_EQ(n, static_cast<ssize_t>(want))
-        << "pread #" << i << " at " << offset << " of " << length << ": " << std::strerror(errno);
-    if (std::memcmp(buf.data(), data.data() + std::min(offset, kSize), want) != 0) {
-      ADD_FAILURE() << "pread #" << i << " at " << offset << " of " << length
-                    << " returned other bytes";
-      if (++mismatches > 5) break;
-    }
-  }
-  ::close(fd);
-}
 
 TEST(MountS3IoTest, SequentialReadIsServedByFewBackendReads) {
   const size_t kSize = 32 << 20;
@@ -192,61 +125,6 @@ TEST(MountS3IoTest, DirectIoBypassesThePageCache) {
   std::string after = GetXattr(mount->path(), "user.objfs.stats");
   EXPECT_EQ(StatsCounter(after, "kernel_reads") - StatsCounter(before, "kernel_reads"), 16)
       << after;
-}
-
-TEST(MountS3IoTest, AppendOverwriteAndTruncateMatchALocalModel) {
-  ScratchDir local;
-  ASSERT_FALSE(local.path().empty());
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())));
-  ASSERT_TRUE(mount);
-  std::string file = mount->path() + "/edited";
-  std::string model = PseudoRandomBytes(1 << 20, 14);
-  WriteFile(file, model);
-
-  auto check = [&](const std::string& step) {
-    SCOPED_TRACE(step);
-    ASSERT_TRUE(mount->Restart());
-    struct stat st {};
-    ASSERT_EQ(::stat(file.c_str(), &st), 0) << std::strerror(errno);
-    EXPECT_EQ(st.st_size, static_cast<off_t>(model.size()));
-    std::string got = ReadFile(file);
-    EXPECT_EQ(got.size(), model.size());
-    EXPECT_TRUE(got == model) << "content differs from the model";
-  };
-
-  // Append with the shell's >>.
-  std::string chunk = PseudoRandomBytes(100000, 15);
-  std::string chunk_path = local.path() + "/chunk";
-  WriteFile(chunk_path, chunk);
-  CommandResult append = RunCommand({"sh", "-c", "cat \"$0\" >> \"$1\"", chunk_path, file});
-  ASSERT_EQ(append.exit_code, 0) << append.err;
-  model += chunk;
-  check("append");
-
-  // Overwrite 3 blocks of 4 KiB in the middle.
-  std::string patch = PseudoRandomBytes(3 * 4096, 16);
-  std::string patch_path = local.path() + "/patch";
-  WriteFile(patch_path, patch);
-  CommandResult dd = RunCommand({"dd", "if=" + patch_path, "of=" + file, "bs=4096", "seek=100",
-                                 "conv=notrunc", "status=none"});
-  ASSERT_EQ(dd.exit_code, 0) << dd.err;
-  model.replace(100 * 4096, patch.size(), patch);
-  check("overwrite in the middle");
-
-  CommandResult up = RunCommand({"truncate", "-s", "2000000", file});
-  ASSERT_EQ(up.exit_code, 0) << up.err;
-  model.resize(2000000, '\0');
-  check("truncate up");
-
-  CommandResult down = RunCommand({"truncate", "-s", "12345", file});
-  ASSERT_EQ(down.exit_code, 0) << down.err;
-  model.resize(12345);
-  check("truncate down");
-
-  CommandResult zero = RunCommand({"truncate", "-s", "0", file});
-  ASSERT_EQ(zero.exit_code, 0) << zero.err;
-  model.clear();
-  check("truncate to zero");
 }
 
 // A cache disk (cache_dir) too small for a file: the write that does not fit fails with ENOSPC,

@@ -811,61 +811,6 @@ TEST(MountSftpErrorsTest, InFlightReadWhoseConnectionIsKilledSucceedsOnANewOne) 
   EXPECT_EQ(mount->Stop(), 0);
 }
 
-// A server that stops answering (sshd and its connection processes stopped): a read fails
-// with EIO within operation_timeout plus slack, the log says why, and the mount works again
-// once the server does.
-TEST(MountSftpErrorsTest, StalledServerGivesEioWithinTheBudget) {
-  PrivateSshd sshd;
-  ASSERT_TRUE(sshd.started());
-  const std::string data = PseudoRandomBytes(8 << 20, 62);
-  WriteFile(sshd.var("OBJFS_TEST_SFTP_ROOT") + "/big", data);
-  std::unique_ptr<ObjfsMount> mount =
-      sshd.Mount(",read_buffer=1M,max_readahead=1M,request_timeout=2,operation_timeout=5");
-  ASSERT_TRUE(mount);
-  const int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  std::string buf(1 << 20, '\0');
-  ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(buf.size()));
-
-  ASSERT_TRUE(sshd.StopAll());
-  // On a thread of its own, so that a read that does not end fails the test instead of hanging
-  // it: objfs is then killed, which ends the read.
-  const Clock::time_point start = Clock::now();
-  std::atomic<bool> done{false};
-  ssize_t n = 0;
-  int err = 0;
-  std::thread reader([&] {
-    n = ::pread(fd, buf.data(), buf.size(), 6 << 20);
-    err = errno;
-    done = true;
-  });
-  const bool in_time = WaitFor(5 + 10, [&] { return done.load(); });
-  const double took = SecondsSince(start);
-  if (!in_time) mount->KillAndWait(SIGKILL);
-  reader.join();
-  ASSERT_TRUE(sshd.StopAll(/*resume=*/true));
-  ASSERT_TRUE(in_time) << "the read still blocks after " << took << " s";
-  EXPECT_EQ(n, -1);
-  EXPECT_EQ(err, EIO) << std::strerror(err);
-  // The log says why: the call, or the login of a new connection for it, timed out, and the
-  // server counts as stalled. (Which of them a slow machine logs first depends on where in the
-  // login the deadline fell.)
-  const std::string log = mount->log();
-  EXPECT_TRUE(log.find("sent nothing for 2.0 s (request_timeout)") != std::string::npos ||
-              log.find(" timed out after 2.") != std::string::npos ||
-              log.find(" is not answering (") != std::string::npos)
-      << log;
-
-  // The server answers again: so does the mount, once request_timeout has passed since it
-  // last found the server stalled.
-  EXPECT_TRUE(WaitFor(30, [&] {
-    return ::pread(fd, buf.data(), buf.size(), 6 << 20) == static_cast<ssize_t>(buf.size());
-  })) << std::strerror(errno);
-  EXPECT_TRUE(buf == data.substr(6 << 20, buf.size()));
-  ::close(fd);
-  EXPECT_EQ(mount->Stop(), 0);
-}
-
 // The server's host key replaced while a mount is up: calls fail, and the log has one line
 // naming the host, saying the key changed and giving the new key's fingerprint.
 TEST(MountSftpErrorsTest, HostKeyChangedDuringAMountIsRefusedAndLogged) {

@@ -1,0 +1,998 @@
+// What a mount promises on every backend, run once per kind of remote (tests/fixtures/remote.h):
+// mounting and unmounting, data read back across remounts and reaching the server, cp (in, out,
+// within, recursive), rsync (and that a second rsync finds nothing to do), mv of files and
+// directories, a large dd round trip, random preads of a file another client wrote, appends,
+// overwrites and truncates, directories, symbolic links, mode, owner and mtime, the ETag and
+// statistics attributes, SIGTERM, umount and SIGKILL with staged data, and a cache directory in
+// use. Where the server can be inspected, every result is also checked there.
+//
+// Tests for what only one backend does (ETag kinds, host keys, metadata limits, multipart
+// uploads, listing attributes) stay in the mount_s3_* and mount_sftp* files.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "backend/etag.h"
+#include "backend/md5.h"
+#include "tests/fixtures/file_tools.h"
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/remote.h"
+#include "tests/fixtures/run_command.h"
+
+namespace objfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class MountSuiteTest : public ::testing::TestWithParam<RemoteKind> {
+ protected:
+  void SetUp() override {
+    remote_ = Remote::Create(GetParam(), TestName());
+    ASSERT_TRUE(remote_);
+  }
+
+  const Remote& remote() const { return *remote_; }
+  const RemoteCapabilities& can() const { return remote_->capabilities(); }
+
+  // The content of `path` on the server; "<missing: why>" (and a test failure) when it cannot
+  // be read.
+  std::string OnServer(const std::string& path) const {
+    Result<std::string> data = remote_->Read(path);
+    EXPECT_TRUE(data.ok()) << path << ": " << data.status().ToString();
+    return data.ok() ? std::move(data).value() : "<missing: " + data.status().ToString() + ">";
+  }
+
+  // The files on the server, one relative path a line, sorted.
+  std::string ServerFiles() const {
+    Result<std::vector<std::string>> files = remote_->ListFiles();
+    EXPECT_TRUE(files.ok()) << files.status().ToString();
+    std::string out;
+    if (files.ok()) {
+      for (const std::string& f : *files) out += f + "\n";
+    }
+    return out;
+  }
+
+  // The path of `path` on the server's file system (with can().posix_files).
+  std::string ServerPath(const std::string& path) const {
+    return remote_->local_root() + "/" + path;
+  }
+
+ private:
+  std::unique_ptr<Remote> remote_;
+};
+
+// "N bytes, MD5 ..." of `data`: what tests compare, so that a failure prints no megabytes.
+std::string Digest(std::string_view data) {
+  return std::to_string(data.size()) + " bytes, MD5 " + HexMd5(Md5Of(data));
+}
+
+// `stat -c FORMAT PATH` without the newline.
+std::string StatFormat(const std::string& format, const std::string& path) {
+  CommandResult r = RunCommand({"stat", "-c", format, path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (!r.out.empty() && r.out.back() == '\n') r.out.pop_back();
+  return r.out;
+}
+
+// The regular files under local directory `root`, one relative path a line, sorted.
+std::string LocalFiles(const std::string& root, const std::string& prefix = "") {
+  CommandResult r =
+      RunCommand({"sh", "-c", "cd \"$0\" && find . -type f -printf '%P\\n' | LC_ALL=C sort", root});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::string out;
+  size_t pos = 0;
+  while (pos < r.out.size()) {
+    size_t end = r.out.find('\n', pos);
+    out += prefix + r.out.substr(pos, end - pos) + "\n";
+    pos = end + 1;
+  }
+  return out;
+}
+
+// One line per entry under `root` (sorted): type, mode, owner, mtime in seconds (of
+// directories too, unless `directory_times` is false), relative path and, for a symbolic link,
+// its target.
+std::string TreeListing(const std::string& root, bool directory_times = true) {
+  const std::string script = directory_times
+                                 ? "find . -printf '%y %m %u:%g %Ts %P -> %l\\n'"
+                                 : "find . -type d -printf '%y %m %u:%g %P\\n'; "
+                                   "find . ! -type d -printf '%y %m %u:%g %Ts %P -> %l\\n'";
+  CommandResult r =
+      RunCommand({"sh", "-c", "cd \"$0\" && { " + script + "; } | LC_ALL=C sort", root});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.out;
+}
+
+// The mount options of the mount at `path` (the sixth field of /proc/self/mountinfo).
+std::string KernelMountOptions(const std::string& path) {
+  std::string mountinfo = ReadFile("/proc/self/mountinfo");
+  size_t pos = 0;
+  while (pos < mountinfo.size()) {
+    size_t end = mountinfo.find('\n', pos);
+    if (end == std::string::npos) end = mountinfo.size();
+    std::vector<std::string> fields;
+    std::string line = mountinfo.substr(pos, end - pos);
+    for (size_t at = 0; at <= line.size();) {
+      size_t space = line.find(' ', at);
+      if (space == std::string::npos) space = line.size();
+      fields.push_back(line.substr(at, space - at));
+      at = space + 1;
+    }
+    if (fields.size() > 5 && fields[4] == path) return fields[5];
+    pos = end + 1;
+  }
+  return "";
+}
+
+TEST_P(MountSuiteTest, MountsAndUnmounts) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  struct stat st {};
+  ASSERT_EQ(::stat(mount->path().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_TRUE(IsFuseMountPoint(mount->path()));
+  EXPECT_EQ(mount->Stop(), 0);
+  EXPECT_FALSE(IsFuseMountPoint(mount->path()));
+  EXPECT_FALSE(mount->running());
+}
+
+TEST_P(MountSuiteTest, WrittenFileIsReadBackAfterRemount) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  std::string data = PseudoRandomBytes(300000, 1);
+  WriteFile(mount->path() + "/written", data);
+  EXPECT_EQ(ReadFile(mount->path() + "/written"), data);
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(ReadFile(mount->path() + "/written"), data);
+  struct stat st {};
+  ASSERT_EQ(::stat((mount->path() + "/written").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("written")), Digest(data));
+  }
+}
+
+TEST_P(MountSuiteTest, CpInOutAndWithinTheMount) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  std::string source = local.path() + "/source";
+  WriteFile(source, PseudoRandomBytes(3 << 20, 1));
+  const std::string want = Digest(ReadLocal(source));
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  std::string in_mount = mount->path() + "/in";
+  std::string copy = mount->path() + "/copy";
+
+  CommandResult cp_in = RunCommand({"cp", source, in_mount});
+  ASSERT_EQ(cp_in.exit_code, 0) << cp_in.err;
+  ExpectSameContent(source, in_mount);
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("in")), want);  // closed: on the server
+  }
+
+  CommandResult cp_out = RunCommand({"cp", in_mount, local.path() + "/out"});
+  ASSERT_EQ(cp_out.exit_code, 0) << cp_out.err;
+  ExpectSameContent(source, local.path() + "/out");
+
+  // cp within the mount is copy_file_range: a server-side copy, no byte through this machine.
+  std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  CommandResult cp_within = RunCommand({"cp", in_mount, copy});
+  ASSERT_EQ(cp_within.exit_code, 0) << cp_within.err;
+  std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  for (const char* counter : {"bytes_read", "bytes_hashed", "bytes_written"}) {
+    ExpectCounterDelta(before, after, counter, 0);
+  }
+  if (StatsCounter(before, "sftp_read_requests") >= 0) {
+    ExpectCounterDelta(before, after, "sftp_read_requests", 0);
+  }
+  ExpectCounterDelta(before, after, "server_copies", 1);
+
+  std::string etag = GetXattr(in_mount, "user.etag");
+  EXPECT_EQ(etag.size(), 32u) << etag;
+  EXPECT_EQ(GetXattr(copy, "user.etag"), etag);
+  ExpectSameContent(source, copy);
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("copy")), want);
+  }
+
+  ASSERT_TRUE(mount->Restart());
+  ExpectSameContent(source, in_mount);
+  ExpectSameContent(source, copy);
+  EXPECT_EQ(GetXattr(copy, "user.etag"), etag);
+  // Nothing but the files themselves on the server.
+  if (can().server_access) {
+    EXPECT_EQ(ServerFiles(), "copy\nin\n");
+  }
+}
+
+TEST_P(MountSuiteTest, EtagAttributeIsTheMd5OfTheFile) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  std::string file = mount->path() + "/hashed";
+  WriteFile(file, PseudoRandomBytes(100000, 3));
+  std::string md5 = Md5File(file);
+  ASSERT_EQ(md5.size(), 32u);
+
+  CommandResult value = RunCommand({"getfattr", "--only-values", "-n", "user.etag", file});
+  ASSERT_EQ(value.exit_code, 0) << value.err;
+  EXPECT_EQ(value.out, md5);
+  EXPECT_EQ(GetXattr(file, "user.etag"), md5);
+
+  CommandResult dump = RunCommand({"getfattr", "-d", file});
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  EXPECT_NE(dump.out.find("user.etag=\"" + md5 + "\""), std::string::npos) << dump.out;
+}
+
+TEST_P(MountSuiteTest, StatsAttributeCountsRequests) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  int64_t puts_before = StatsCounter(before, "put_requests");
+  ASSERT_GE(puts_before, 0) << before;
+
+  WriteFile(mount->path() + "/counted", "some data");
+  CommandResult after =
+      RunCommand({"getfattr", "--only-values", "-n", "user.objfs.stats", mount->path()});
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_GE(StatsCounter(after.out, "put_requests"), puts_before + 1) << after.out;
+  EXPECT_GE(StatsCounter(after.out, "bytes_written"), 9) << after.out;
+
+  // The counters may grow between a size probe and the read that follows it (getfattr's two
+  // calls): the probe leaves room, so that the read never fails with ERANGE.
+  const ssize_t probed = ::getxattr(mount->path().c_str(), "user.objfs.stats", nullptr, 0);
+  ASSERT_GT(probed, 0) << std::strerror(errno);
+  WriteFile(mount->path() + "/more", std::string(123456, 'x'));  // counters gain digits
+  std::string value(static_cast<size_t>(probed), '\0');
+  const ssize_t got =
+      ::getxattr(mount->path().c_str(), "user.objfs.stats", value.data(), value.size());
+  ASSERT_GT(got, 0) << std::strerror(errno);
+  value.resize(static_cast<size_t>(got));
+  EXPECT_GE(StatsCounter(value, "bytes_written"), 123456 + 9) << value;
+}
+
+// mkdir, ls and rmdir; a directory stays when its last file goes (POSIX), rmdir refuses one
+// that is not empty (counted and logged), and on the server a directory made through the mount
+// is a plain empty directory with the mode asked for.
+TEST_P(MountSuiteTest, MkdirListRmdir) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  std::string dir = mount->path() + "/dir";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0750), 0) << std::strerror(errno);
+  if (can().posix_files) {
+    EXPECT_TRUE(fs::is_directory(ServerPath("dir")));
+    EXPECT_TRUE(fs::is_empty(ServerPath("dir")));
+    struct stat st {};
+    ASSERT_EQ(::stat(ServerPath("dir").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0750u);
+  }
+  WriteFile(dir + "/inner", "x");
+
+  CommandResult ls = RunCommand({"ls", "-1", mount->path()});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_EQ(ls.out, "dir\n");
+  CommandResult ls_inner = RunCommand({"ls", "-1", dir});
+  ASSERT_EQ(ls_inner.exit_code, 0) << ls_inner.err;
+  EXPECT_EQ(ls_inner.out, "inner\n");
+
+  EXPECT_NE(::rmdir(dir.c_str()), 0);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  // A failed reply is counted and logged with its path and reason; asking for a name that is
+  // not there is a routine answer, neither.
+  struct stat missing {};
+  EXPECT_NE(::stat((mount->path() + "/missing").c_str(), &missing), 0);
+  const std::string stats = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(stats, "failed_rmdir"), 1) << stats;
+  EXPECT_EQ(StatsCounter(stats, "failed_lookup"), 0) << stats;
+  EXPECT_NE(mount->log().find("rmdir /dir: ENOTEMPTY (Directory not empty): dir"),
+            std::string::npos)
+      << mount->log();
+  ASSERT_EQ(::unlink((dir + "/inner").c_str()), 0) << std::strerror(errno);
+  if (can().posix_files) {
+    EXPECT_TRUE(fs::is_directory(ServerPath("dir")));  // rm of the last file keeps it
+    EXPECT_TRUE(fs::is_empty(ServerPath("dir")));
+  }
+  ASSERT_TRUE(mount->Restart());
+  struct stat again {};
+  ASSERT_EQ(::stat(dir.c_str(), &again), 0) << std::strerror(errno);
+  EXPECT_TRUE(S_ISDIR(again.st_mode));
+
+  ASSERT_EQ(::rmdir(dir.c_str()), 0) << std::strerror(errno);
+  CommandResult ls_after = RunCommand({"ls", "-1A", mount->path()});
+  ASSERT_EQ(ls_after.exit_code, 0) << ls_after.err;
+  EXPECT_EQ(ls_after.out, "");
+  if (can().posix_files) {
+    EXPECT_FALSE(fs::exists(ServerPath("dir")));
+  }
+
+  ASSERT_TRUE(mount->Restart());
+  struct stat st {};
+  EXPECT_NE(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(errno, ENOENT);
+  if (can().server_access) {
+    EXPECT_EQ(ServerFiles(), "");
+  }
+}
+
+TEST_P(MountSuiteTest, RmdirOfANonEmptyDirectoryFails) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::mkdir((m + "/full").c_str(), 0755), 0) << std::strerror(errno);
+  WriteFile(m + "/full/keep", "kept");
+
+  CommandResult rmdir = RunCommand({"rmdir", m + "/full"});
+  EXPECT_NE(rmdir.exit_code, 0);
+  EXPECT_NE(rmdir.err.find("Directory not empty"), std::string::npos) << rmdir.err;
+  EXPECT_NE(::rmdir((m + "/full").c_str()), 0);
+  EXPECT_EQ(errno, ENOTEMPTY);
+
+  ASSERT_TRUE(mount->Restart());
+  struct stat st {};
+  ASSERT_EQ(::stat((m + "/full").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(ReadFile(m + "/full/keep"), "kept");
+  if (can().server_access) {
+    EXPECT_EQ(OnServer("full/keep"), "kept");
+  }
+}
+
+TEST_P(MountSuiteTest, SigtermUploadsAFileThatIsStillOpen) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  std::string data = PseudoRandomBytes(200000, 4);
+  std::string file = mount->path() + "/open-at-exit";
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+
+  EXPECT_EQ(mount->KillAndWait(SIGTERM), 0) << mount->log();
+  EXPECT_FALSE(IsFuseMountPoint(mount->path()));
+  ::close(fd);  // the mount is gone; this fails with ENOTCONN
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("open-at-exit")), Digest(data));
+  }
+
+  // A new mount with its own cache directory: the data can only come from the server.
+  std::unique_ptr<ObjfsMount> again = remote().Mount();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(ReadFile(again->path() + "/open-at-exit"), data);
+}
+
+TEST_P(MountSuiteTest, UmountUploadsWhatIsStagedAndObjfsExits) {
+  // Closed files wait, staged, for the unmount.
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
+  ASSERT_TRUE(mount);
+  std::string data = PseudoRandomBytes(300000, 7);
+  WriteFile(mount->path() + "/staged", data);
+  {
+    // Not on the server yet: a mount with a cache directory of its own does not see it.
+    std::unique_ptr<ObjfsMount> other = remote().Mount();
+    ASSERT_TRUE(other);
+    struct stat st {};
+    EXPECT_NE(::stat((other->path() + "/staged").c_str(), &st), 0);
+  }
+  if (can().server_access) {
+    EXPECT_EQ(ServerFiles(), "");
+  }
+
+  CommandResult umount = RunCommand({"umount", mount->path()});
+  ASSERT_EQ(umount.exit_code, 0) << umount.err;
+  EXPECT_FALSE(IsFuseMountPoint(mount->path()));
+  EXPECT_EQ(mount->WaitUntilExited(60), 0) << mount->log();
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("staged")), Digest(data));
+  }
+
+  std::unique_ptr<ObjfsMount> again = remote().Mount();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(ReadFile(again->path() + "/staged"), data);
+}
+
+TEST_P(MountSuiteTest, AutoUnmountAndKernelFlagsReachTheMount) {
+  std::unique_ptr<ObjfsMount> mount =
+      remote().Mount("auto_unmount,noatime,noexec,relatime,writeback=600");
+  ASSERT_TRUE(mount);
+  std::string flags = "," + KernelMountOptions(mount->path()) + ",";
+  EXPECT_NE(flags.find(",noatime,"), std::string::npos) << flags;
+  EXPECT_NE(flags.find(",noexec,"), std::string::npos) << flags;  // (nosuid is FUSE's default)
+  std::string data = PseudoRandomBytes(200000, 8);
+  WriteFile(mount->path() + "/staged", data);
+
+  // Killed outright, objfs cannot unmount: FUSE's auto_unmount does, instead of leaving a
+  // mount point that answers "Transport endpoint is not connected".
+  ASSERT_EQ(::kill(mount->pid(), SIGKILL), 0);
+  EXPECT_TRUE(WaitFor(30, [&] { return !IsFuseMountPoint(mount->path()); }));
+  EXPECT_EQ(mount->WaitUntilExited(60), 128 + SIGKILL);
+  // The staged data survived in the cache directory: the next mount of it uploads it.
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(ReadFile(mount->path() + "/staged"), data);
+}
+
+TEST_P(MountSuiteTest, ASecondMountOfTheSameCacheDirectoryIsRefused) {
+  ScratchDir temp;
+  ASSERT_FALSE(temp.path().empty());
+  ObjfsMount::Options options = remote().MountOptions();
+  options.cache_dir = temp.path() + "/shared-cache";
+  std::unique_ptr<ObjfsMount> first = ObjfsMount::Start(remote().url(), options);
+  ASSERT_TRUE(first);
+  std::string mnt = temp.path() + "/second";
+  ASSERT_TRUE(fs::create_directory(mnt));
+  ExpectMountFails(
+      {remote().url(), mnt, "-o", remote().server_options() + ",cache_dir=" + options.cache_dir},
+      remote().server_environment(), mnt,
+      "cache directory '" + options.cache_dir + "' is in use by another objfs mount");
+  EXPECT_EQ(first->Stop(), 0);
+}
+
+TEST_P(MountSuiteTest, RecursiveCpInAndBackOutThroughAFreshMount) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  std::string tree = local.path() + "/tree";
+  MakeTree(tree, 30);
+  {
+    std::unique_ptr<ObjfsMount> mount = remote().Mount();
+    ASSERT_TRUE(mount);
+    CommandResult cp_in = RunCommand({"cp", "-r", tree, mount->path() + "/"});
+    ASSERT_EQ(cp_in.exit_code, 0) << cp_in.err;
+    CommandResult diff_in = RunCommand({"diff", "-r", tree, mount->path() + "/tree"});
+    EXPECT_EQ(diff_in.exit_code, 0) << diff_in.out << diff_in.err;
+    EXPECT_EQ(mount->Stop(), 0);
+  }
+  // The server holds the files of the tree, nothing of objfs's own.
+  if (can().server_access) {
+    EXPECT_EQ(ServerFiles(), LocalFiles(tree, "tree/"));
+    const std::string files = LocalFiles(tree);
+    for (size_t pos = 0; pos < files.size();) {
+      const size_t end = files.find('\n', pos);
+      const std::string name = files.substr(pos, end - pos);
+      std::string local_file = tree;
+      local_file += "/" + name;
+      EXPECT_TRUE(OnServer("tree/" + name) == ReadLocal(local_file)) << name;
+      pos = end + 1;
+    }
+  }
+  if (can().posix_files) {
+    CommandResult diff = RunCommand({"diff", "-r", tree, ServerPath("tree")});
+    EXPECT_EQ(diff.exit_code, 0) << diff.out << diff.err;
+  }
+
+  // Out through a fresh mount with its own cache directory: everything comes from the server.
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  std::string back = local.path() + "/back";
+  CommandResult cp_out = RunCommand({"cp", "-r", fresh->path() + "/tree", back});
+  ASSERT_EQ(cp_out.exit_code, 0) << cp_out.err;
+  CommandResult diff_out = RunCommand({"diff", "-r", tree, back});
+  EXPECT_EQ(diff_out.exit_code, 0) << diff_out.out << diff_out.err;
+  CommandResult count = RunCommand({"find", back, "-type", "f"});
+  EXPECT_EQ(std::count(count.out.begin(), count.out.end(), '\n'), 30) << count.out;
+}
+
+TEST_P(MountSuiteTest, SecondRsyncTransfersNothing) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  std::string tree = local.path() + "/tree";
+  MakeTree(tree, 50);
+  ASSERT_EQ(::chmod((tree + "/a/file1").c_str(), 0600), 0);
+  if (can().directory_attributes_kept) {
+    ASSERT_EQ(::chmod((tree + "/d").c_str(), 0700), 0);
+  }
+  ASSERT_EQ(::lchown((tree + "/a/b/file2").c_str(), 1234, 5678), 0) << std::strerror(errno);
+  ASSERT_EQ(::symlink("b/file2", (tree + "/a/link").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::symlink("../f", (tree + "/d/dirlink").c_str()), 0) << std::strerror(errno);
+  std::vector<std::string> touch_old = {
+      "touch", "-h", "-d", "2005-06-07 08:09:10", tree + "/a/link", tree + "/a/b/file2"};
+  if (can().directory_attributes_kept) touch_old.push_back(tree + "/d/e with space");
+  CommandResult old_times = RunCommand(touch_old);
+  ASSERT_EQ(old_times.exit_code, 0) << old_times.err;
+  std::string want_listing = TreeListing(tree);
+  ASSERT_NE(want_listing.find("l 777 root:root 1118"), std::string::npos) << want_listing;
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  std::string target = mount->path() + "/synced";
+
+  std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  CommandResult first = RunCommand({"rsync", "-a", "--stats", tree + "/", target});
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_EQ(FilesTransferred(first.out), 50) << first.out;
+  std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  if (!can().metadata_in_place) {
+    // rsync sets each temporary file's times and mode and then renames it: the rename's copy
+    // carries both changes, so each file is one PUT and one copy (not three copies), also when
+    // a change reaches the daemon before the kernel's asynchronous release of the closed file.
+    EXPECT_GE(StatsCounter(after, "metadata_deferred") - StatsCounter(before, "metadata_deferred"),
+              100);
+    EXPECT_LT(StatsCounter(after, "copy_requests") - StatsCounter(before, "copy_requests"), 100);
+  }
+  EXPECT_EQ(TreeListing(target), want_listing);
+  CommandResult diff = RunCommand({"diff", "-r", tree, target});
+  EXPECT_EQ(diff.exit_code, 0) << diff.out << diff.err;
+
+  auto expect_nothing_to_do = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    CommandResult again =
+        RunCommand({"rsync", "-a", "--stats", "--itemize-changes", tree + "/", target});
+    ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+    EXPECT_EQ(FilesTransferred(again.out), 0) << again.out;
+    EXPECT_EQ(TreeListing(target), want_listing);
+    // --itemize-changes lists every file or directory whose content or attributes differ.
+    std::regex changed("^[<>ch.][fdL][^ ]* ", std::regex::multiline);
+    EXPECT_FALSE(std::regex_search(again.out, changed)) << again.out;
+    for (const char* name : {"/a/file1", "/d", "/a/b/c/file3", "/file0"}) {
+      struct stat want {};
+      struct stat got {};
+      ASSERT_EQ(::lstat((tree + name).c_str(), &want), 0);
+      ASSERT_EQ(::lstat((target + name).c_str(), &got), 0) << name << ": " << std::strerror(errno);
+      EXPECT_EQ(got.st_mode, want.st_mode) << name;
+      if (S_ISREG(want.st_mode)) {
+        EXPECT_EQ(got.st_mtime, want.st_mtime) << name;
+      }
+    }
+  };
+  expect_nothing_to_do("same mount");
+  ASSERT_TRUE(mount->Restart());
+  expect_nothing_to_do("after a remount");
+
+  // One changed file: rsync reads the old one as its basis and renames the new one over it.
+  WriteFile(tree + "/a/b/c/file3", PseudoRandomBytes(40000, 999));
+  CommandResult touch = RunCommand({"touch", "-d", "2010-01-01 00:00:00", tree + "/a/b/c/file3"});
+  ASSERT_EQ(touch.exit_code, 0) << touch.err;
+  want_listing = TreeListing(tree);
+  CommandResult update = RunCommand({"rsync", "-a", "--stats", tree + "/", target});
+  ASSERT_EQ(update.exit_code, 0) << update.out << update.err;
+  EXPECT_EQ(FilesTransferred(update.out), 1) << update.out;
+  CommandResult diff_update = RunCommand({"diff", "-r", tree, target});
+  EXPECT_EQ(diff_update.exit_code, 0) << diff_update.out << diff_update.err;
+  ASSERT_TRUE(mount->Restart());
+  expect_nothing_to_do("after an update and a remount");
+  CommandResult diff_after = RunCommand({"diff", "-r", tree, target});
+  EXPECT_EQ(diff_after.exit_code, 0) << diff_after.out << diff_after.err;
+
+  // Mode, owner, mtime and links reached the server's files.
+  if (can().posix_files) {
+    if (can().directory_attributes_kept) {
+      EXPECT_EQ(TreeListing(ServerPath("synced")), want_listing);
+    } else {
+      EXPECT_EQ(TreeListing(ServerPath("synced"), /*directory_times=*/false),
+                TreeListing(tree, /*directory_times=*/false));
+    }
+    CommandResult diff_server = RunCommand({"diff", "-r", tree, ServerPath("synced")});
+    EXPECT_EQ(diff_server.exit_code, 0) << diff_server.out << diff_server.err;
+  }
+}
+
+TEST_P(MountSuiteTest, MvOfAFileAndOfADirectory) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  std::string data = PseudoRandomBytes(300000, 7);
+  WriteFile(m + "/file", data);
+  std::string etag = GetXattr(m + "/file", "user.etag");
+  ASSERT_FALSE(etag.empty());
+
+  std::string before = GetXattr(m, "user.objfs.stats");
+  CommandResult mv = RunCommand({"mv", m + "/file", m + "/moved"});
+  ASSERT_EQ(mv.exit_code, 0) << mv.err;
+  std::string after = GetXattr(m, "user.objfs.stats");
+  if (can().native_rename) {
+    // mv is one rename on the server: no copy, nothing read or written.
+    ExpectCounterDelta(before, after, "rename_requests", 1);
+    for (const char* counter :
+         {"copy_requests", "bytes_read", "bytes_written", "remove_requests"}) {
+      ExpectCounterDelta(before, after, counter, 0);
+    }
+  }
+  struct stat st {};
+  EXPECT_NE(::stat((m + "/file").c_str(), &st), 0);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(ReadFile(m + "/moved"), data);
+  EXPECT_EQ(GetXattr(m + "/moved", "user.etag"), etag);
+
+  ASSERT_EQ(::mkdir((m + "/dir").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir((m + "/dir/sub").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir((m + "/dir/empty").c_str(), 0755), 0) << std::strerror(errno);
+  WriteFile(m + "/dir/one", "first");
+  WriteFile(m + "/dir/sub/two", "second");
+  before = GetXattr(m, "user.objfs.stats");
+  CommandResult mv_dir = RunCommand({"mv", m + "/dir", m + "/renamed"});
+  ASSERT_EQ(mv_dir.exit_code, 0) << mv_dir.err;
+  after = GetXattr(m, "user.objfs.stats");
+  if (can().native_rename) {
+    // The whole tree in one request too.
+    ExpectCounterDelta(before, after, "rename_requests", 1);
+    ExpectCounterDelta(before, after, "copy_requests", 0);
+  }
+
+  auto check = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    EXPECT_NE(::stat((m + "/dir").c_str(), &st), 0);
+    EXPECT_EQ(ReadFile(m + "/moved"), data);
+    EXPECT_EQ(ReadFile(m + "/renamed/one"), "first");
+    EXPECT_EQ(ReadFile(m + "/renamed/sub/two"), "second");
+    ASSERT_EQ(::stat((m + "/renamed/empty").c_str(), &st), 0) << std::strerror(errno);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    CommandResult ls = RunCommand({"ls", "-1A", m});
+    EXPECT_EQ(ls.out, "moved\nrenamed\n");
+    CommandResult find = RunCommand({"sh", "-c", "find \"$0\" | LC_ALL=C sort", m + "/renamed"});
+    EXPECT_EQ(find.out, m + "/renamed\n" + m + "/renamed/empty\n" + m + "/renamed/one\n" + m +
+                            "/renamed/sub\n" + m + "/renamed/sub/two\n");
+  };
+  check("same mount");
+  ASSERT_TRUE(mount->Restart());
+  check("after a remount");
+  EXPECT_EQ(GetXattr(m + "/moved", "user.etag"), etag);
+  // On the server: the new names only.
+  if (can().server_access) {
+    EXPECT_EQ(ServerFiles(), "moved\nrenamed/one\nrenamed/sub/two\n");
+    EXPECT_EQ(Digest(OnServer("moved")), Digest(data));
+  }
+  if (can().posix_files) {
+    EXPECT_FALSE(fs::exists(ServerPath("dir")));
+    EXPECT_TRUE(fs::is_directory(ServerPath("renamed/empty")));
+  }
+}
+
+TEST_P(MountSuiteTest, DdOfALargeFileInAndBackOut) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  std::string source = local.path() + "/source";
+  CommandResult make = RunCommand({"dd", "if=/dev/urandom", "of=" + source, "bs=1M", "count=256",
+                                   "iflag=fullblock", "status=none"});
+  ASSERT_EQ(make.exit_code, 0) << make.err;
+  std::string md5 = Md5sum(source);
+  ASSERT_EQ(md5.size(), 32u);
+
+  {
+    std::unique_ptr<ObjfsMount> mount = remote().Mount();
+    ASSERT_TRUE(mount);
+    CommandResult in =
+        RunCommand({"dd", "if=" + source, "of=" + mount->path() + "/big", "bs=1M", "status=none"});
+    ASSERT_EQ(in.exit_code, 0) << in.err;
+    EXPECT_EQ(mount->Stop(), 0);
+  }
+  if (can().posix_files) {
+    EXPECT_EQ(Md5sum(ServerPath("big")), md5) << "the file on the server";
+  } else if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("big")), std::to_string(256 << 20) + " bytes, MD5 " + md5)
+        << "the file on the server";
+  }
+  // A fresh mount with its own cache directory: the content can only come from the server.
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  struct stat st {};
+  ASSERT_EQ(::stat((fresh->path() + "/big").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, 256 << 20);
+  std::string back = local.path() + "/back";
+  CommandResult out =
+      RunCommand({"dd", "if=" + fresh->path() + "/big", "of=" + back, "bs=1M", "status=none"});
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_EQ(Md5sum(back), md5);
+}
+
+// Where the server can be written to, the file is written there directly, as another client
+// would: objfs reads files it did not write.
+TEST_P(MountSuiteTest, RandomPreadsMatchTheOriginal) {
+  const size_t kSize = 20 << 20;
+  std::string data = PseudoRandomBytes(kSize, 11);
+  if (can().server_access) {
+    Status written = remote().Write("random", data);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+  } else {
+    std::unique_ptr<ObjfsMount> writer = remote().Mount();
+    ASSERT_TRUE(writer);
+    WriteFile(writer->path() + "/random", data);
+    EXPECT_EQ(writer->Stop(), 0);
+  }
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  int fd = ::open((mount->path() + "/random").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::mt19937_64 random(12);
+  std::string buf;
+  int mismatches = 0;
+  for (int i = 0; i < 200; ++i) {
+    // Mostly small reads, some large, some reaching past the end of the file.
+    size_t length = (i % 10 == 0) ? random() % (2 << 20) + 1 : random() % 65536 + 1;
+    size_t offset = random() % (kSize + 4096);
+    buf.assign(length, '\0');
+    ssize_t n = ::pread(fd, buf.data(), length, static_cast<off_t>(offset));
+    size_t want = offset >= kSize ? 0 : std::min(length, kSize - offset);
+    ASSERT_EQ(n, static_cast<ssize_t>(want))
+        << "pread #" << i << " at " << offset << " of " << length << ": " << std::strerror(errno);
+    if (std::memcmp(buf.data(), data.data() + std::min(offset, kSize), want) != 0) {
+      ADD_FAILURE() << "pread #" << i << " at " << offset << " of " << length
+                    << " returned other bytes";
+      if (++mismatches > 5) break;
+    }
+  }
+  ::close(fd);
+}
+
+TEST_P(MountSuiteTest, AppendOverwriteAndTruncateMatchALocalModel) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  std::string file = mount->path() + "/edited";
+  std::string model = PseudoRandomBytes(1 << 20, 14);
+  WriteFile(file, model);
+
+  auto check = [&](const std::string& step) {
+    SCOPED_TRACE(step);
+    ASSERT_TRUE(mount->Restart());
+    struct stat st {};
+    ASSERT_EQ(::stat(file.c_str(), &st), 0) << std::strerror(errno);
+    EXPECT_EQ(st.st_size, static_cast<off_t>(model.size()));
+    std::string got = ReadFile(file);
+    EXPECT_EQ(got.size(), model.size());
+    EXPECT_TRUE(got == model) << "content differs from the model";
+    if (can().server_access) {
+      EXPECT_EQ(Digest(OnServer("edited")), Digest(model)) << "the server's file";
+    }
+  };
+
+  // Append with the shell's >>.
+  std::string chunk = PseudoRandomBytes(100000, 15);
+  std::string chunk_path = local.path() + "/chunk";
+  WriteFile(chunk_path, chunk);
+  CommandResult append = RunCommand({"sh", "-c", "cat \"$0\" >> \"$1\"", chunk_path, file});
+  ASSERT_EQ(append.exit_code, 0) << append.err;
+  model += chunk;
+  check("append");
+
+  // Overwrite 3 blocks of 4 KiB in the middle.
+  std::string patch = PseudoRandomBytes(size_t{3} * 4096, 16);
+  std::string patch_path = local.path() + "/patch";
+  WriteFile(patch_path, patch);
+  CommandResult dd = RunCommand({"dd", "if=" + patch_path, "of=" + file, "bs=4096", "seek=100",
+                                 "conv=notrunc", "status=none"});
+  ASSERT_EQ(dd.exit_code, 0) << dd.err;
+  model.replace(size_t{100} * 4096, patch.size(), patch);
+  check("overwrite in the middle");
+
+  CommandResult up = RunCommand({"truncate", "-s", "2000000", file});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  model.resize(2000000, '\0');
+  check("truncate up");
+
+  CommandResult down = RunCommand({"truncate", "-s", "12345", file});
+  ASSERT_EQ(down.exit_code, 0) << down.err;
+  model.resize(12345);
+  check("truncate down");
+
+  CommandResult zero = RunCommand({"truncate", "-s", "0", file});
+  ASSERT_EQ(zero.exit_code, 0) << zero.err;
+  model.clear();
+  check("truncate to zero");
+}
+
+TEST_P(MountSuiteTest, SymbolicLinks) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::mkdir((m + "/dir").c_str(), 0755), 0) << std::strerror(errno);
+  WriteFile(m + "/dir/target", "pointed at");
+  CommandResult ln = RunCommand({"ln", "-s", "dir/target", m + "/link"});
+  ASSERT_EQ(ln.exit_code, 0) << ln.err;
+  CommandResult ln_dir = RunCommand({"ln", "-s", "dir", m + "/dirlink"});
+  ASSERT_EQ(ln_dir.exit_code, 0) << ln_dir.err;
+
+  auto check = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    CommandResult readlink = RunCommand({"readlink", m + "/link"});
+    EXPECT_EQ(readlink.out, "dir/target\n") << readlink.err;
+    CommandResult cat = RunCommand({"cat", m + "/link"});
+    EXPECT_EQ(cat.out, "pointed at") << cat.err;
+    CommandResult cat_dir = RunCommand({"cat", m + "/dirlink/target"});
+    EXPECT_EQ(cat_dir.out, "pointed at") << cat_dir.err;
+    CommandResult ls = RunCommand({"ls", "-l", m});
+    ASSERT_EQ(ls.exit_code, 0) << ls.err;
+    EXPECT_NE(ls.out.find("\nl"), std::string::npos) << ls.out;
+    EXPECT_NE(ls.out.find(" link -> dir/target\n"), std::string::npos) << ls.out;
+    EXPECT_NE(ls.out.find(" dirlink -> dir\n"), std::string::npos) << ls.out;
+    struct stat st {};
+    ASSERT_EQ(::lstat((m + "/link").c_str(), &st), 0) << std::strerror(errno);
+    EXPECT_TRUE(S_ISLNK(st.st_mode));
+    EXPECT_EQ(st.st_size, 10);
+  };
+  check("same mount");
+  ASSERT_TRUE(mount->Restart());
+  check("after a remount");
+}
+
+// chmod, chown and touch of a file and a directory show at once, after a remount, in a fresh
+// mount and on the server; where the server changes a file's attributes in place, nothing is
+// copied for them.
+TEST_P(MountSuiteTest, ChmodChownAndTouchPersistAcrossRemount) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  WriteFile(m + "/file", "attributes");
+  ASSERT_EQ(::mkdir((m + "/dir").c_str(), 0755), 0) << std::strerror(errno);
+
+  std::string before = GetXattr(m, "user.objfs.stats");
+  for (const std::string& path : {m + "/file", m + "/dir"}) {
+    CommandResult chmod = RunCommand({"chmod", "640", path});
+    ASSERT_EQ(chmod.exit_code, 0) << chmod.err;
+    CommandResult chown = RunCommand({"chown", "1234:5678", path});
+    ASSERT_EQ(chown.exit_code, 0) << chown.err;
+    CommandResult touch = RunCommand({"touch", "-d", "2001-02-03 04:05:06", path});
+    ASSERT_EQ(touch.exit_code, 0) << touch.err;
+  }
+  if (can().metadata_in_place) {
+    // Set in place: the stats show no copy of the file.
+    std::string after = GetXattr(m, "user.objfs.stats");
+    ExpectCounterDelta(before, after, "server_copies", 0);
+    ExpectCounterDelta(before, after, "bytes_copied_on_server", 0);
+    ExpectCounterDelta(before, after, "bytes_read", 0);
+  }
+  CommandResult expected_time = RunCommand({"date", "-d", "2001-02-03 04:05:06", "+%s"});
+  ASSERT_EQ(expected_time.exit_code, 0);
+  std::string want = "640 1234 5678 " + expected_time.out.substr(0, expected_time.out.size() - 1);
+  EXPECT_EQ(StatFormat("%a %u %g %Y", m + "/file"), want);
+  EXPECT_EQ(StatFormat("%a %u %g %Y", m + "/dir"), want);
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(StatFormat("%a %u %g %Y", m + "/file"), want);
+  EXPECT_EQ(StatFormat("%a %u %g %Y", m + "/dir"), want);
+  EXPECT_EQ(ReadFile(m + "/file"), "attributes");
+  EXPECT_EQ(mount->Stop(), 0);
+
+  // A fresh mount with its own cache directory: the attributes come from the server.
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(StatFormat("%a %u %g %Y %s", fresh->path() + "/file"), want + " 10");
+  EXPECT_EQ(StatFormat("%a %u %g %Y", fresh->path() + "/dir"), want);
+  if (!can().posix_files) return;
+  EXPECT_EQ(StatFormat("%a %u %g %Y %s", ServerPath("file")), want + " 10");
+  EXPECT_EQ(StatFormat("%a %u %g %Y", ServerPath("dir")), want);
+
+  // And the other way: mode and mtime set on the server show through the mount.
+  WriteFile(ServerPath("server-made"), "from the server");
+  ASSERT_EQ(::chmod(ServerPath("server-made").c_str(), 0604), 0);
+  CommandResult touch = RunCommand({"touch", "-d", "@1000000000", ServerPath("server-made")});
+  ASSERT_EQ(touch.exit_code, 0) << touch.err;
+  // (Once the mount's "no such file" answers, cached for negative_timeout, have expired.)
+  const std::string made = fresh->path() + "/server-made";
+  struct stat made_st {};
+  EXPECT_TRUE(WaitFor(10, [&] { return ::stat(made.c_str(), &made_st) == 0; }));
+  EXPECT_EQ(StatFormat("%a %Y %s", made), "604 1000000000 15");
+}
+
+// A file written and never closed when objfs dies is not what its writer meant it to be: the
+// next mount keeps the complete file that was there, and sets the torn data aside.
+TEST_P(MountSuiteTest, KilledInTheMiddleOfAWriteKeepsTheOldFile) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string old_data = PseudoRandomBytes(8u << 20, 1);
+  WriteFile(mount->path() + "/doc", old_data);
+  if (can().server_access) {
+    ASSERT_EQ(Digest(OnServer("doc")), Digest(old_data));
+  }
+
+  const std::string torn = PseudoRandomBytes(3u << 20, 2);
+  int fd = ::open((mount->path() + "/doc").c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, torn.data(), torn.size()), static_cast<ssize_t>(torn.size()));
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+  ::close(fd);  // (fails: the mount is gone)
+
+  ASSERT_TRUE(mount->Restart());
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("doc")), Digest(old_data));
+  }
+  EXPECT_EQ(Digest(ReadFile(mount->path() + "/doc")), Digest(old_data));
+  std::vector<std::string> set_aside;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(mount->cache_dir() + "/unfinished", ec)) {
+    set_aside.push_back(e.path().string());
+  }
+  ASSERT_EQ(set_aside.size(), 1u) << "in " << mount->cache_dir() << "/unfinished";
+  const std::string kept = set_aside[0];
+  EXPECT_EQ(fs::path(kept).filename(), "doc");
+  EXPECT_EQ(Digest(ReadLocal(kept)), Digest(torn));
+  const std::string log = mount->log();
+  EXPECT_NE(log.find("doc was being written when objfs stopped"), std::string::npos) << log;
+  EXPECT_NE(log.find(kept), std::string::npos) << log;
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// A server that stops answering (nothing moves, as with SIGSTOP of the server and its
+// connection processes): a read that needs it fails with EIO within operation_timeout plus
+// slack, instead of hanging, the log says why, and the same mount reads the right bytes again
+// once the server answers.
+TEST_P(MountSuiteTest, AStoppedServerGivesEioWithinTheBudgetAndTheMountRecovers) {
+  std::unique_ptr<Remote> stoppable = Remote::Create(GetParam(), TestName(), {.stoppable = true});
+  ASSERT_TRUE(stoppable);
+  if (!stoppable->capabilities().stop_start || !stoppable->capabilities().server_access) {
+    GTEST_SKIP() << stoppable->name() << ": the server cannot be stopped or written from here";
+  }
+  const std::string data = PseudoRandomBytes(8 << 20, 62);
+  Status written = stoppable->Write("big", data);
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  std::unique_ptr<ObjfsMount> mount =
+      stoppable->Mount("read_buffer=1M,max_readahead=1M,request_timeout=2,operation_timeout=5");
+  ASSERT_TRUE(mount);
+  const int fd = ::open((mount->path() + "/big").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::string buf(1 << 20, '\0');
+  ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(buf.size()));
+
+  ASSERT_TRUE(stoppable->StopServer().ok());
+  // On a thread of its own, so that a read that does not end fails the test instead of hanging
+  // it: objfs is then killed, which ends the read.
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<bool> done{false};
+  ssize_t n = 0;
+  int err = 0;
+  std::thread reader([&] {
+    n = ::pread(fd, buf.data(), buf.size(), 6 << 20);
+    err = errno;
+    done = true;
+  });
+  const bool in_time = WaitFor(5 + 10, [&] { return done.load(); });
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!in_time) mount->KillAndWait(SIGKILL);
+  reader.join();
+  ASSERT_TRUE(stoppable->StartServer().ok());
+  ASSERT_TRUE(in_time) << "the read still blocks after " << took << " s";
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(err, EIO) << std::strerror(err);
+  // The log says why, in the words of the backend's client.
+  const std::string log = mount->log();
+  switch (stoppable->kind()) {
+    case RemoteKind::kRgw:
+      EXPECT_NE(log.find("GET " + stoppable->url() + "/big"), std::string::npos) << log;
+      EXPECT_NE(log.find("(operation_timeout); last error:"), std::string::npos) << log;
+      break;
+    case RemoteKind::kSshd:
+      // The call, or the login of a new connection for it, timed out, and the server counts as
+      // stalled. (Which of them a slow machine logs first depends on where in the login the
+      // deadline fell.)
+      EXPECT_TRUE(log.find("sent nothing for 2.0 s (request_timeout)") != std::string::npos ||
+                  log.find(" timed out after 2.") != std::string::npos ||
+                  log.find(" is not answering (") != std::string::npos)
+          << log;
+      break;
+  }
+
+  // The server answers again: so does the mount, once request_timeout has passed since it
+  // last found the server stalled.
+  EXPECT_TRUE(WaitFor(30, [&] {
+    return ::pread(fd, buf.data(), buf.size(), 6 << 20) == static_cast<ssize_t>(buf.size());
+  })) << std::strerror(errno);
+  EXPECT_TRUE(buf == data.substr(6 << 20, buf.size())) << "the read returned other bytes";
+  ::close(fd);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Remotes, MountSuiteTest, ::testing::ValuesIn(RemoteKinds()),
+                         [](const ::testing::TestParamInfo<RemoteKind>& info) {
+                           return RemoteKindName(info.param);
+                         });
+
+}  // namespace
+}  // namespace objfs::testing
