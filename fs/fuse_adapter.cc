@@ -469,7 +469,8 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->fh = reinterpret_cast<uint64_t>(dir.get());
     fi->keep_cache = 0;
     fi->cache_readdir = 0;
-    if (fuse_reply_open(req, fi) == 0) dir.release();
+    // The kernel has the handle now: releasedir deletes it.
+    if (fuse_reply_open(req, fi) == 0) static_cast<void>(dir.release());
   });
 }
 
