@@ -397,7 +397,8 @@ Result<std::string> ReadPasswordLine(const std::string& path) {
 Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metrics& metrics,
                                               const std::shared_ptr<UploadRecords>& uploads,
                                               const Reporter& reporter,
-                                              const std::function<void(const std::string&)>& log) {
+                                              const std::function<void(const std::string&)>& log,
+                                              sftp::SftpStore** sftp_store) {
   sftp::SftpStoreOptions sftp_options;
   sftp_options.request_timeout = Millis(options.request_timeout);
   sftp_options.connect_timeout = std::min(
@@ -441,6 +442,7 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const MountOptions& options, Metri
   }
   OBJFS_RETURN_IF_ERROR(checked);
   sftp::SftpStore* sftp = created->get();
+  *sftp_store = sftp;
   ClearDeadUploads(
       *uploads, "temporary upload file",
       [sftp](const OpenUploadRecord& r) { return sftp->RemoveTemporary(r.name); }, reporter);
@@ -559,9 +561,11 @@ int Mount(const MountOptions& given_options) {
   const std::function<void(const std::string&)> log = [&reporter](const std::string& message) {
     reporter.Error(message);
   };
+  sftp::SftpStore* sftp_store = nullptr;  // owned by `store`
   Result<std::shared_ptr<ObjectStore>> store =
-      options.url.scheme == UrlScheme::kSftp ? OpenSftp(options, metrics, uploads, reporter, log)
-                                             : OpenS3(options, metrics, uploads, reporter, log);
+      options.url.scheme == UrlScheme::kSftp
+          ? OpenSftp(options, metrics, uploads, reporter, log, &sftp_store)
+          : OpenS3(options, metrics, uploads, reporter, log);
   if (!store.ok()) {
     reporter.Error(store.status().message());
     return 1;
@@ -610,7 +614,9 @@ int Mount(const MountOptions& given_options) {
   }
 
   // Threads do not survive the fork of fuse_daemonize, so the filesystem (and its I/O pool)
-  // starts only in the process that will serve requests.
+  // starts only in the process that will serve requests, and the SFTP store's watchdog, which
+  // checking the server started, stops for the fork and starts again after it.
+  if (sftp_store != nullptr) sftp_store->StopThreads();
   if (fuse_daemonize(options.foreground ? 1 : 0) != 0) {
     reporter.Error("cannot go to the background");
     fuse_session_unmount(session);
@@ -620,6 +626,7 @@ int Mount(const MountOptions& given_options) {
     return 1;
   }
   reporter.set_daemon(!options.foreground);
+  if (sftp_store != nullptr) sftp_store->StartThreads();
 
   int exit_code = 0;
   FilesystemOptions logged_options = fs_options;

@@ -362,10 +362,21 @@ bool SftpConnection::healthy() const {
 
 SftpSessionPool::SftpSessionPool(SftpConnectOptions options, int size)
     : options_(std::move(options)), size_(std::max(1, size)) {
-  if (options_.request_timeout.count() > 0) watchdog_ = std::thread([this] { Watch(); });
+  StartWatchdog();
 }
 
-SftpSessionPool::~SftpSessionPool() {
+SftpSessionPool::~SftpSessionPool() { StopWatchdog(); }
+
+void SftpSessionPool::StartWatchdog() {
+  if (options_.request_timeout.count() <= 0 || watchdog_.joinable()) return;
+  {
+    MutexLock lock(&mu_);
+    stopping_ = false;
+  }
+  watchdog_ = std::thread([this] { Watch(); });
+}
+
+void SftpSessionPool::StopWatchdog() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;

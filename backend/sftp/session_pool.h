@@ -133,6 +133,13 @@ class SftpSessionPool {
   // Connections the watchdog has cut so far.
   int cut_connections() const { return cut_.load(); }
 
+  // The watchdog is a thread, and a fork(2) copies only the thread that calls it: a process
+  // that forks (to go to the background) stops the watchdog first, while no call is under
+  // way, and starts it again in the process that goes on. Without that the child would have
+  // no watchdog, and might inherit mu_ locked by it.
+  void StopWatchdog() EXCLUDES(mu_);
+  void StartWatchdog() EXCLUDES(mu_);
+
   // While it lives, the borrowed `connection` may receive nothing for `allowed` (when longer
   // than request_timeout) before the watchdog cuts it: a request the server works on before it
   // answers (a server-side copy, an fsync). The unmount's deadline (CapCallDeadlines) still

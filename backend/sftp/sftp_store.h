@@ -105,6 +105,10 @@ class SftpStore : public ObjectStore {
     MutexLock lock(&server_mu_);
     return limits_;
   }
+  // Before and after a fork(2): see SftpSessionPool::StopWatchdog.
+  void StopThreads() { pool_.StopWatchdog(); }
+  void StartThreads() { pool_.StartWatchdog(); }
+
   // The cipher the first connection negotiated.
   std::string cipher() const {
     MutexLock lock(&server_mu_);
