@@ -577,6 +577,7 @@ int Mount(const MountOptions& given_options) {
   FuseAdapter adapter(adapter_options);
   std::vector<std::string> fuse_arg_strings = FuseArguments(options, adapter_options);
   std::vector<char*> fuse_argv;
+  fuse_argv.reserve(fuse_arg_strings.size());
   for (std::string& arg : fuse_arg_strings) fuse_argv.push_back(arg.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fuse_argv.size()), fuse_argv.data());
   fuse_session* session = adapter.NewSession(&args);
