@@ -13,24 +13,24 @@ Status NotOk(Status status) {
 }  // namespace
 
 void FaultInjectingStore::FailNth(StoreOp op, int k, Status status) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   OpState& state = ops_[static_cast<size_t>(op)];
   state.pending.push_back({state.calls + k, NotOk(std::move(status))});
 }
 
 void FaultInjectingStore::FailAll(StoreOp op, Status status) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ops_[static_cast<size_t>(op)].fail_all = NotOk(std::move(status));
 }
 
 void FaultInjectingStore::BeforeNth(StoreOp op, int k, std::function<void()> hook) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   OpState& state = ops_[static_cast<size_t>(op)];
   state.hooks.push_back({state.calls + k, std::move(hook)});
 }
 
 void FaultInjectingStore::Clear() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (OpState& state : ops_) {
     state.pending.clear();
     state.hooks.clear();
@@ -39,7 +39,7 @@ void FaultInjectingStore::Clear() {
 }
 
 int FaultInjectingStore::calls(StoreOp op) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return ops_[static_cast<size_t>(op)].calls;
 }
 
@@ -47,7 +47,7 @@ Status FaultInjectingStore::Admit(StoreOp op) {
   std::function<void()> hook;
   Status status;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     OpState& state = ops_[static_cast<size_t>(op)];
     ++state.calls;
     for (auto it = state.hooks.begin(); it != state.hooks.end(); ++it) {

@@ -8,10 +8,10 @@
 #include <array>
 #include <cstddef>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <vector>
 
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 
 namespace objfs {
@@ -71,8 +71,8 @@ class FaultInjectingStore : public ForwardingStore {
   // Counts a call of kind `op`; returns the Status it must fail with, or ok to forward it.
   Status Admit(StoreOp op);
 
-  mutable std::mutex mu_;
-  std::array<OpState, kOpCount> ops_;
+  mutable Mutex mu_;  // lock 23 of fs/lock_order.h
+  std::array<OpState, kOpCount> ops_ GUARDED_BY(mu_);
 };
 
 }  // namespace objfs

@@ -66,7 +66,7 @@ BufferPool::Buffer BufferPool::Get(size_t size) {
     return Buffer(new (std::nothrow) std::byte[capacity], Deleter(nullptr, capacity));
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     // The smallest idle buffer that fits, unless it is over half as large again as asked.
     for (auto it = idle_.lower_bound(capacity);
          it != idle_.end() && it->first <= capacity + capacity / 2; ++it) {
@@ -85,7 +85,7 @@ BufferPool::Buffer BufferPool::Get(size_t size) {
 void BufferPool::SetKeepBytes(size_t keep_bytes) {
   std::vector<std::pair<std::byte*, size_t>> excess;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     keep_bytes_ = keep_bytes;
     for (auto it = idle_.rbegin(); it != idle_.rend() && idle_bytes_ > keep_bytes_; ++it) {
       while (!it->second.empty() && idle_bytes_ > keep_bytes_) {
@@ -99,7 +99,7 @@ void BufferPool::SetKeepBytes(size_t keep_bytes) {
 }
 
 size_t BufferPool::idle_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return idle_bytes_;
 }
 
@@ -107,7 +107,7 @@ void BufferPool::Put(std::byte* data, size_t capacity) {
   // Idle memory the kernel may take back under pressure; reused before that, it costs nothing.
   (void)::madvise(data, capacity, MADV_FREE);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (idle_bytes_ + capacity <= keep_bytes_) {
       idle_[capacity].push_back(data);
       idle_bytes_ += capacity;

@@ -14,8 +14,9 @@
 #include <cstddef>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
+
+#include "backend/mutex.h"
 
 namespace objfs {
 
@@ -58,11 +59,11 @@ class BufferPool {
  private:
   void Put(std::byte* data, size_t capacity);
 
-  mutable std::mutex mu_;
-  size_t keep_bytes_;  // guarded by mu_
-  // Guarded by mu_: idle buffers by capacity.
-  std::map<size_t, std::vector<std::byte*>> idle_;
-  size_t idle_bytes_ = 0;
+  mutable Mutex mu_;  // lock 19 of fs/lock_order.h
+  size_t keep_bytes_ GUARDED_BY(mu_);
+  // Idle buffers by capacity.
+  std::map<size_t, std::vector<std::byte*>> idle_ GUARDED_BY(mu_);
+  size_t idle_bytes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace objfs

@@ -39,7 +39,7 @@ ContentEtagStore::ContentEtagStore(std::shared_ptr<ObjectStore> inner, std::shar
 
 std::optional<ContentETagRecord> ContentEtagStore::ValidRecord(std::string_view key, uint64_t size,
                                                                int64_t mtime_ns) {
-  std::lock_guard<std::mutex> lock(records_mu_);
+  MutexLock lock(&records_mu_);
   Result<std::optional<ContentETagRecord>> record = db_->Get<ContentETagRecord>(key);
   if (!record.ok() || !record->has_value()) return std::nullopt;
   const ContentETagRecord& r = **record;
@@ -76,12 +76,12 @@ bool ContentEtagStore::Record(const std::string& key, uint64_t size, int64_t mti
   record.size = size;
   record.mtime_ns = mtime_ns;
   record.md5 = DigestOf(md5);
-  std::lock_guard<std::mutex> lock(records_mu_);
+  MutexLock lock(&records_mu_);
   return db_->Put(record).ok();
 }
 
 void ContentEtagStore::Forget(std::string_view key) {
-  std::lock_guard<std::mutex> lock(records_mu_);
+  MutexLock lock(&records_mu_);
   (void)db_->Remove<ContentETagRecord>(key);
 }
 
@@ -127,7 +127,7 @@ void ContentEtagStore::ShareWithCopies(const std::string& key, const ETag& versi
                                        const ETag& md5) {
   std::vector<Copy> copies;
   {
-    std::lock_guard<std::mutex> lock(copies_mu_);
+    MutexLock lock(&copies_mu_);
     auto [begin, end] = copies_.equal_range(key);
     for (auto it = begin; it != end; ++it) {
       if (it->second.version == version) copies.push_back(it->second);
@@ -179,7 +179,7 @@ Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_vie
   info.etag = VersionTag(info.size, info.mtime_ns);
   if (options.if_match_source && !inner_src.etag.empty() && src.key != key && !IsMarker(key)) {
     // The bytes of the version the copy checked, which nobody has hashed yet.
-    std::lock_guard<std::mutex> lock(copies_mu_);
+    MutexLock lock(&copies_mu_);
     // Only a hint: past the bound, the oldest knowledge goes (those files are hashed again).
     if (copies_.size() >= kMaxCopies) copies_.clear();
     copies_.emplace(key, Copy{info.etag, src.key, inner_src.etag});
@@ -230,7 +230,7 @@ Status ContentEtagStore::remove(std::string_view key) {
 }
 
 void ContentEtagStore::ForgetCopies(std::string_view key) {
-  std::lock_guard<std::mutex> lock(copies_mu_);
+  MutexLock lock(&copies_mu_);
   if (copies_.empty()) return;
   copies_.erase(std::string(key));
   for (auto it = copies_.begin(); it != copies_.end();) {
@@ -241,7 +241,7 @@ void ContentEtagStore::ForgetCopies(std::string_view key) {
 std::optional<ETag> ContentEtagStore::FromCopies(const std::string& key, const ETag& version) {
   std::vector<Copy> copies;
   {
-    std::lock_guard<std::mutex> lock(copies_mu_);
+    MutexLock lock(&copies_mu_);
     auto [begin, end] = copies_.equal_range(key);
     for (auto it = begin; it != end; ++it) {
       if (it->second.version == version) copies.push_back(it->second);
@@ -272,7 +272,7 @@ Status ContentEtagStore::rename(std::string_view from, std::string_view to) {
     ContentETagRecord moved = **record;
     moved.path = std::string(to);
     // Checked against the file's size and mtime whenever it is used, like any record.
-    std::lock_guard<std::mutex> lock(records_mu_);
+    MutexLock lock(&records_mu_);
     (void)db_->Put(moved);
   }
   return Status::Ok();
@@ -357,7 +357,7 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
     record.size = info.size;
     record.mtime_ns = info.mtime_ns;
     record.md5 = DigestOf(etag);
-    std::unique_lock<std::mutex> lock(records_mu_);
+    MutexLock lock(&records_mu_);
     // A put of the same version that recorded meanwhile knows best what it wrote.
     Result<std::optional<ContentETagRecord>> existing = db_->Get<ContentETagRecord>(key);
     if (existing.ok() && existing->has_value() && (*existing)->size == info.size &&
@@ -365,7 +365,7 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
       return ETag::FromMd5((*existing)->md5);
     }
     (void)db_->Put(record);
-    lock.unlock();
+    lock.Unlock();
     ShareWithCopies(record.path, version, etag);
     return etag;
   }

@@ -29,13 +29,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "backend/metrics.h"
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "cache/records.h"
 #include "cache/store_db.h"
@@ -114,10 +114,12 @@ class ContentEtagStore : public ForwardingStore {
   std::shared_ptr<StoreDb> db_;
   Metrics* metrics_;
   const int64_t racy_ns_;
-  // Serialises each read-check-write of a record against writes of the same key's record.
-  std::mutex records_mu_;
-  std::mutex copies_mu_;  // guards copies_
-  std::multimap<std::string, Copy> copies_;
+  // Serialises each read-check-write of a record against writes of the same key's record
+  // (the records are in db_, whose own lock is taken under this one). Lock 9 of
+  // fs/lock_order.h.
+  Mutex records_mu_;
+  Mutex copies_mu_;  // lock 13 of fs/lock_order.h
+  std::multimap<std::string, Copy> copies_ GUARDED_BY(copies_mu_);
 };
 
 }  // namespace objfs

@@ -12,27 +12,27 @@ IoPool::IoPool(size_t threads) {
 
 IoPool::~IoPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  work_ready_.notify_all();
+  work_ready_.SignalAll();
   for (std::thread& t : threads_) t.join();
 }
 
 void IoPool::Submit(std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(task));
   }
-  work_ready_.notify_one();
+  work_ready_.Signal();
 }
 
 void IoPool::RunWorker() {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock lock(mu_);
-      work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) work_ready_.Wait(&mu_);
       // When stopping, keep going until the queue is drained: nothing submitted is dropped.
       if (queue_.empty()) return;
       task = std::move(queue_.front());

@@ -5,17 +5,17 @@
 // an unbounded number of connections; work beyond the thread count waits in a FIFO queue.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "backend/mutex.h"
 
 namespace objfs {
 
@@ -49,10 +49,10 @@ class IoPool {
  private:
   void RunWorker();
 
-  std::mutex mu_;
-  std::condition_variable work_ready_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
+  Mutex mu_;  // lock 18 of fs/lock_order.h
+  CondVar work_ready_;
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

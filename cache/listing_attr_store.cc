@@ -30,7 +30,7 @@ ListingAttrStore::ListingAttrStore(std::shared_ptr<ObjectStore> inner, std::shar
       now_(now ? std::move(now) : NowFn(SystemNowNs)) {}
 
 uint64_t ListingAttrStore::Begin() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++in_flight_;
   return next_ticket_++;
 }
@@ -46,7 +46,7 @@ bool ListingAttrStore::WrittenSinceLocked(uint64_t ticket, std::string_view key)
 
 void ListingAttrStore::Written(std::string_view key) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = listed_.find(key); it != listed_.end()) listed_.erase(it);
     if (in_flight_ > 0) written_[std::string(key)] = next_ticket_++;
   }
@@ -104,7 +104,7 @@ Result<ObjectInfo> ListingAttrStore::head(std::string_view key) {
   bool from_listing = false;
   bool written = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     written = WrittenSinceLocked(ticket, key);
     EndLocked();
     if (auto it = listed_.find(key); it != listed_.end()) {
@@ -132,7 +132,7 @@ Result<Listing> ListingAttrStore::list(const ListOptions& options) {
   const uint64_t ticket = Begin();
   Result<Listing> result = ForwardingStore::list(options);
   if (!result.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     EndLocked();
     return result;
   }
@@ -145,7 +145,7 @@ Result<Listing> ListingAttrStore::list(const ListOptions& options) {
   // Written by this mount while the listing was under way: the listing may predate it.
   std::vector<bool> skip(result->objects.size(), false);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < result->objects.size(); ++i) {
       skip[i] = WrittenSinceLocked(ticket, result->objects[i].key);
     }
@@ -157,7 +157,7 @@ Result<Listing> ListingAttrStore::list(const ListOptions& options) {
     if (skip[i] || IsMarker(object.key) || object.has_metadata || object.etag.empty()) continue;
     if (!FillFromRecord(object)) unknown.push_back(i);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i : unknown) {
     const ObjectInfo& object = result->objects[i];
     if (WrittenSinceLocked(ticket, object.key)) continue;

@@ -27,12 +27,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "backend/metrics.h"
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "cache/store_db.h"
 
@@ -96,12 +96,12 @@ class ListingAttrStore : public ForwardingStore {
   // A listed date had a fraction of a second: this store's listings are precise.
   std::atomic<bool> precise_dates_{false};
 
-  std::mutex mu_;
-  uint64_t next_ticket_ = 0;
-  int in_flight_ = 0;  // listings and HEADs under way
+  Mutex mu_;  // lock 24 of fs/lock_order.h: a leaf
+  uint64_t next_ticket_ GUARDED_BY(mu_) = 0;
+  int in_flight_ GUARDED_BY(mu_) = 0;  // listings and HEADs under way
   // While any is under way: the keys written, with the ticket of the write.
-  std::map<std::string, uint64_t, std::less<>> written_;
-  std::map<std::string, Listed, std::less<>> listed_;
+  std::map<std::string, uint64_t, std::less<>> written_ GUARDED_BY(mu_);
+  std::map<std::string, Listed, std::less<>> listed_ GUARDED_BY(mu_);
 };
 
 }  // namespace objfs

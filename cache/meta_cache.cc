@@ -27,7 +27,7 @@ MetaCache::MetaCache(std::shared_ptr<Clock> clock, std::chrono::nanoseconds ttl,
 
 MetaCache::Hit MetaCache::Get(const std::string& key) const {
   Hit hit;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = slots_.find(key);
   if (it == slots_.end() || it->second.expires <= clock_->now()) return hit;
   if (it->second.negative) {
@@ -41,7 +41,7 @@ MetaCache::Hit MetaCache::Get(const std::string& key) const {
 
 void MetaCache::Put(const std::string& key, MetaRecord record) {
   auto now = clock_->now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   NoteChangeLocked(key);  // also when nothing is cached: listings must learn of the key
   if (ttl_.count() <= 0) return;
   if (slots_.size() >= sweep_at_) {
@@ -57,7 +57,7 @@ void MetaCache::Put(const std::string& key, MetaRecord record) {
 void MetaCache::PutNegative(const std::string& key) {
   if (negative_ttl_.count() <= 0) return;
   auto now = clock_->now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Slot& slot = slots_[key];
   slot.negative = true;
   slot.record = MetaRecord();
@@ -65,7 +65,7 @@ void MetaCache::PutNegative(const std::string& key) {
 }
 
 void MetaCache::Invalidate(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   slots_.erase(key);
   NoteChangeLocked(key);
 }
@@ -83,7 +83,7 @@ void MetaCache::NoteChangeLocked(const std::string& key) {
 }
 
 uint64_t MetaCache::ListingTicket() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return change_seq_;
 }
 
@@ -91,7 +91,7 @@ void MetaCache::PutListing(const std::string& dir, std::vector<std::string> name
                            uint64_t ticket) {
   if (negative_ttl_.count() <= 0) return;
   auto now = clock_->now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (cleared_seq_ > ticket) return;
   if (auto changed = dir_changes_.find(dir);
       changed != dir_changes_.end() && changed->second > ticket) {
@@ -110,7 +110,7 @@ void MetaCache::PutListing(const std::string& dir, std::vector<std::string> name
 MetaCache::Listed MetaCache::ListState(const std::string& key) const {
   if (key.empty()) return Listed::kMaybePresent;
   auto [dir, name] = SplitKey(key);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = listings_.find(dir);
   if (it == listings_.end() || it->second.expires <= clock_->now()) return Listed::kUnknown;
   if (!it->second.complete) return Listed::kTooLarge;
@@ -118,7 +118,7 @@ MetaCache::Listed MetaCache::ListState(const std::string& key) const {
 }
 
 void MetaCache::InvalidateTree(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::string prefix = key.empty() ? "" : key + "/";
   std::erase_if(slots_, [&](const auto& kv) {
     return kv.first == key || kv.first.compare(0, prefix.size(), prefix) == 0;
@@ -130,13 +130,13 @@ void MetaCache::InvalidateTree(const std::string& key) {
 }
 
 void MetaCache::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   slots_.clear();
   listings_.clear();
 }
 
 size_t MetaCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return slots_.size();
 }
 

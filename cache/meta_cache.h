@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "backend/etag.h"
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "cache/clock.h"
 
@@ -89,22 +89,22 @@ class MetaCache {
   std::shared_ptr<Clock> clock_;
   std::chrono::nanoseconds ttl_;
   std::chrono::nanoseconds negative_ttl_;
-  mutable std::mutex mu_;  // lock 5 of fs/lock_order.h
-  std::unordered_map<std::string, Slot> slots_;
-  size_t sweep_at_ = 4096;  // Put drops expired slots once there are this many
+  mutable Mutex mu_;  // lock 5 of fs/lock_order.h
+  std::unordered_map<std::string, Slot> slots_ GUARDED_BY(mu_);
+  size_t sweep_at_ GUARDED_BY(mu_) = 4096;  // Put drops expired slots once there are this many
   struct DirListing {
     bool complete = true;
     std::unordered_set<std::string> names;
     std::chrono::nanoseconds expires{0};
   };
-  // Adds the name of `key` to its directory's listing, if there is one. REQUIRES: mu_ held.
-  void NoteChangeLocked(const std::string& key);
-  std::unordered_map<std::string, DirListing> listings_;
+  // Adds the name of `key` to its directory's listing, if there is one.
+  void NoteChangeLocked(const std::string& key) REQUIRES(mu_);
+  std::unordered_map<std::string, DirListing> listings_ GUARDED_BY(mu_);
   // Change numbers: the last one of each directory, and the one at which that map was last
   // cleared (to bound it).
-  uint64_t change_seq_ = 0;
-  uint64_t cleared_seq_ = 0;
-  std::unordered_map<std::string, uint64_t> dir_changes_;
+  uint64_t change_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t cleared_seq_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<std::string, uint64_t> dir_changes_ GUARDED_BY(mu_);
 };
 
 }  // namespace objfs

@@ -1,13 +1,12 @@
 #include "cache/prefetcher.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "backend/mutex.h"
 #include "cache/buffer_pool.h"
 #include "cache/io_pool.h"
 #include "cache/read_budget.h"
@@ -79,42 +78,42 @@ struct Core {
   uint64_t AlignDown(uint64_t offset) const { return offset - offset % read_buffer; }
   uint64_t LengthAt(uint64_t pos) const { return std::min(read_buffer, size - pos); }
   // The length of a read-ahead fetch for the current window.
-  uint64_t AheadFetchLocked() const {
+  uint64_t AheadFetchLocked() const REQUIRES(mu) {
     const uint64_t want = std::min(window / kFetchesPerWindow, std::max(kMaxFetch, read_buffer));
     return std::max(read_buffer, AlignDown(want));
   }
   // The chunk holding byte `pos`, or null.
-  std::shared_ptr<Chunk> CoveringLocked(uint64_t pos) const;
+  std::shared_ptr<Chunk> CoveringLocked(uint64_t pos) const REQUIRES(mu);
   // Whether chunks hold (or are fetching) every byte of [offset, end).
-  bool HeldLocked(uint64_t offset, uint64_t end) const;
+  bool HeldLocked(uint64_t offset, uint64_t end) const REQUIRES(mu);
 
   // Whether a read at `offset` lands within the slack of the stream's furthest read.
-  bool NearStreamLocked(uint64_t offset) const;
+  bool NearStreamLocked(uint64_t offset) const REQUIRES(mu);
   // Records a read of [offset, end) and adapts the window. Returns whether it continues the
   // sequential stream.
-  bool NoteAccessLocked(uint64_t offset, uint64_t end);
+  bool NoteAccessLocked(uint64_t offset, uint64_t end) REQUIRES(mu);
   // Drops chunks that the read of [offset, end) shows to be no longer useful.
-  void DropUselessLocked(uint64_t offset, uint64_t end, bool sequential);
+  void DropUselessLocked(uint64_t offset, uint64_t end, bool sequential) REQUIRES(mu);
   // Creates chunks so that `window` bytes after `end` are fetched or being fetched, as far as
   // the budget allows, and appends them to `out` for the pool.
-  void ScheduleAheadLocked(uint64_t end, std::vector<std::shared_ptr<Chunk>>* out);
+  void ScheduleAheadLocked(uint64_t end, std::vector<std::shared_ptr<Chunk>>* out) REQUIRES(mu);
   // A new queued chunk holding bytes [pos, want_end) as far as the next chunk (and kMaxFetch)
   // allow, in whole buffers, in the map, charged even beyond the budget. There must be no chunk
   // holding `pos`.
-  std::shared_ptr<Chunk> NewNeededChunkLocked(uint64_t pos, uint64_t want_end);
-  void RetireLocked(const std::shared_ptr<Chunk>& chunk);
-  void EraseLocked(std::map<uint64_t, std::shared_ptr<Chunk>>::iterator it);
-  void ReleaseChargeLocked(Chunk& chunk);
-  void FinishLocked(const std::shared_ptr<Chunk>& chunk, Status status);
+  std::shared_ptr<Chunk> NewNeededChunkLocked(uint64_t pos, uint64_t want_end) REQUIRES(mu);
+  void RetireLocked(const std::shared_ptr<Chunk>& chunk) REQUIRES(mu);
+  void EraseLocked(std::map<uint64_t, std::shared_ptr<Chunk>>::iterator it) REQUIRES(mu);
+  void ReleaseChargeLocked(Chunk& chunk) REQUIRES(mu);
+  void FinishLocked(const std::shared_ptr<Chunk>& chunk, Status status) REQUIRES(mu);
 
   // One backend read into the chunk. Called without mu, by the thread that made it kRunning.
-  Status Fetch(Chunk& chunk);
+  Status Fetch(Chunk& chunk) EXCLUDES(mu);
   // The body of a pool task: fetches the chunk unless a reader claimed it or it was dropped.
-  void RunQueued(const std::shared_ptr<Chunk>& chunk);
+  void RunQueued(const std::shared_ptr<Chunk>& chunk) EXCLUDES(mu);
   // Waits until `chunk` (which holds byte `pos`) is ready, fetching it here if nobody has started
   // to, and fetching `pos` again once when it failed with a transient error or was dropped.
   // The chunk returned holds `pos`.
-  Result<std::shared_ptr<Chunk>> Await(std::shared_ptr<Chunk> chunk, uint64_t pos);
+  Result<std::shared_ptr<Chunk>> Await(std::shared_ptr<Chunk> chunk, uint64_t pos) EXCLUDES(mu);
 
   const std::shared_ptr<ObjectStore> store;
   const std::string key;
@@ -127,16 +126,16 @@ struct Core {
   // running fetches.
   ReadBudget& budget;
 
-  std::mutex mu;
-  std::condition_variable changed;  // a chunk left kQueued/kRunning, or `running` dropped
-  // Guarded by mu.
-  std::map<uint64_t, std::shared_ptr<Chunk>> chunks;  // by offset, each aligned to read_buffer
-  int running = 0;                                    // chunks in kRunning
-  bool have_last = false;                             // whether a read was seen yet
-  uint64_t last_end = 0;       // the end of the furthest read of the current stream
-  uint64_t window;             // bytes to keep fetched ahead of the stream
-  uint64_t prefetched_to = 0;  // chunks below this were already scheduled for the stream
-  Status stale;                // PreconditionFailed once the object changed underneath
+  Mutex mu;         // lock 10 of fs/lock_order.h
+  CondVar changed;  // a chunk left kQueued/kRunning, or `running` dropped
+  // By offset, each aligned to read_buffer.
+  std::map<uint64_t, std::shared_ptr<Chunk>> chunks GUARDED_BY(mu);
+  int running GUARDED_BY(mu) = 0;             // chunks in kRunning
+  bool have_last GUARDED_BY(mu) = false;      // whether a read was seen yet
+  uint64_t last_end GUARDED_BY(mu) = 0;       // the end of the furthest read of the current stream
+  uint64_t window GUARDED_BY(mu);             // bytes to keep fetched ahead of the stream
+  uint64_t prefetched_to GUARDED_BY(mu) = 0;  // chunks below this were already scheduled
+  Status stale GUARDED_BY(mu);  // PreconditionFailed once the object changed underneath
 };
 
 bool Core::NearStreamLocked(uint64_t offset) const {
@@ -239,7 +238,7 @@ void Core::RetireLocked(const std::shared_ptr<Chunk>& chunk) {
   chunk->retired = true;
   if (chunk->state == ChunkState::kQueued) {
     chunk->state = ChunkState::kAbandoned;
-    changed.notify_all();
+    changed.SignalAll();
   }
   // A running fetch still fills its buffer: it returns the charge when it finishes.
   if (chunk->state != ChunkState::kRunning) ReleaseChargeLocked(*chunk);
@@ -270,7 +269,7 @@ void Core::FinishLocked(const std::shared_ptr<Chunk>& chunk, Status status) {
     chunk->retired = true;
   }
   if (chunk->retired) ReleaseChargeLocked(*chunk);
-  changed.notify_all();
+  changed.SignalAll();
 }
 
 Status Core::Fetch(Chunk& chunk) {
@@ -288,30 +287,30 @@ Status Core::Fetch(Chunk& chunk) {
 
 void Core::RunQueued(const std::shared_ptr<Chunk>& chunk) {
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     if (chunk->state != ChunkState::kQueued) return;
     chunk->state = ChunkState::kRunning;
     ++running;
   }
   Status status = Fetch(*chunk);
-  std::lock_guard lock(mu);
+  MutexLock lock(&mu);
   FinishLocked(chunk, std::move(status));
 }
 
 Result<std::shared_ptr<Chunk>> Core::Await(std::shared_ptr<Chunk> chunk, uint64_t pos) {
   bool retried = false;
-  std::unique_lock lock(mu);
+  MutexLock lock(&mu);
   for (;;) {
     if (chunk->state == ChunkState::kQueued) {
       // Nobody has started it (the pool may be busy with other files): fetch it here.
       chunk->state = ChunkState::kRunning;
       ++running;
-      lock.unlock();
+      lock.Unlock();
       Status status = Fetch(*chunk);
-      lock.lock();
+      lock.Lock();
       FinishLocked(chunk, std::move(status));
     }
-    changed.wait(lock, [&] { return chunk->state != ChunkState::kRunning; });
+    while (chunk->state == ChunkState::kRunning) changed.Wait(&mu);
     if (chunk->state == ChunkState::kReady) return chunk;
     if (chunk->state == ChunkState::kFailed) {
       if (chunk->error.code() != StatusCode::kTransient || retried) return chunk->error;
@@ -341,11 +340,11 @@ Prefetcher::Prefetcher(std::shared_ptr<ObjectStore> store, std::string key, ETag
 
 Prefetcher::~Prefetcher() {
   Core& core = *state_->core;
-  std::unique_lock lock(core.mu);
+  MutexLock lock(&core.mu);
   while (!core.chunks.empty()) core.EraseLocked(core.chunks.begin());
   // Queued tasks are now no-ops; running fetches still write into their chunks and return
   // their charge to the budget, so wait for them.
-  core.changed.wait(lock, [&] { return core.running == 0; });
+  while (core.running != 0) core.changed.Wait(&core.mu);
 }
 
 Result<size_t> Prefetcher::Read(uint64_t offset, std::span<std::byte> buf) {
@@ -369,7 +368,7 @@ Result<size_t> Prefetcher::ReadSegments(uint64_t offset, size_t size,
   std::vector<std::shared_ptr<Chunk>> to_submit;  // chunks for the pool
   bool hit = true;
   {
-    std::lock_guard lock(core.mu);
+    MutexLock lock(&core.mu);
     if (!core.stale.ok()) return core.stale;
     // The kernel's read-ahead requests arrive out of order, by more than the slack when its
     // read-ahead is large. A read that chunks already hold, away from the stream, is served
@@ -424,7 +423,7 @@ Result<size_t> Prefetcher::ReadSegments(uint64_t offset, size_t size,
     if (next_part < parts.size() && parts[next_part]->offset <= pos) {
       want = std::move(parts[next_part++]);
     } else {
-      std::lock_guard lock(core.mu);
+      MutexLock lock(&core.mu);
       want = core.CoveringLocked(pos);
       if (want == nullptr) want = core.NewNeededChunkLocked(pos, end);
     }

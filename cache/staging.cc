@@ -348,7 +348,7 @@ bool StagedLeftover::publishable() const {
 }
 
 std::string StagingArea::NextBase() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return dir_ + "/" + std::to_string(::getpid()) + "-" + std::to_string(next_id_++);
 }
 

@@ -16,13 +16,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
 #include "cache/records.h"
@@ -181,8 +181,8 @@ class StagingArea {
   explicit StagingArea(std::string dir) : dir_(std::move(dir)) {}
 
   std::string dir_;
-  std::mutex mu_;  // lock 6 of fs/lock_order.h; guards next_id_
-  uint64_t next_id_ = 0;
+  Mutex mu_;  // lock 6 of fs/lock_order.h
+  uint64_t next_id_ GUARDED_BY(mu_) = 0;
 
   // A base name ("DIR/PID-N") no other file of this area uses yet.
   std::string NextBase();

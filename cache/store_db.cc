@@ -117,7 +117,7 @@ Result<std::unique_ptr<RecordTable<Record>>> RecordTable<Record>::Open(std::stri
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus("open", path, errno);
   std::unique_ptr<RecordTable> table(new RecordTable(std::move(path), options, fd));
-  std::lock_guard lock(table->mu_);
+  MutexLock lock(&table->mu_);
   OBJFS_RETURN_IF_ERROR(table->Replay());
   OBJFS_RETURN_IF_ERROR(table->CompactIfLarge());
   return table;
@@ -210,7 +210,7 @@ Status RecordTable<Record>::Put(const Record& record) {
   if (encoded_size > kMaxRecordBytes) {
     return InvalidArgumentError("record too large to store: " + Codec::Key(record));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = index_.find(std::string_view(Codec::Key(record)));
   if (it != index_.end() && it->second == record) return Status::Ok();
   const std::string frame =
@@ -229,7 +229,7 @@ Status RecordTable<Record>::Put(const Record& record) {
 
 template <typename Record>
 Result<std::optional<Record>> RecordTable<Record>::Get(std::string_view key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) return std::optional<Record>();
   return std::optional<Record>(it->second);
@@ -237,7 +237,7 @@ Result<std::optional<Record>> RecordTable<Record>::Get(std::string_view key) con
 
 template <typename Record>
 Status RecordTable<Record>::Remove(std::string_view key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) return Status::Ok();
   TombstoneRecord tombstone{Codec::kTag, std::string(key)};
@@ -254,7 +254,7 @@ Status RecordTable<Record>::Remove(std::string_view key) {
 
 template <typename Record>
 Status RecordTable<Record>::Compact() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return CompactLocked();
 }
 
@@ -312,13 +312,13 @@ Status RecordTable<Record>::CompactLocked() {
 
 template <typename Record>
 size_t RecordTable<Record>::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return index_.size();
 }
 
 template <typename Record>
 typename RecordTable<Record>::Stats RecordTable<Record>::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 

@@ -16,13 +16,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
 
+#include "backend/mutex.h"
 #include "backend/status.h"
 #include "cache/codec.h"
 #include "cache/records.h"
@@ -78,17 +78,17 @@ class RecordTable {
   using Index = std::unordered_map<std::string, Record, StringHash, std::equal_to<>>;
 
   RecordTable(std::string path, StoreDbOptions options, int fd);
-  Status Replay();
-  Status Append(const std::string& frame);
-  Status CompactIfLarge();
-  Status CompactLocked();
+  Status Replay() REQUIRES(mu_);
+  Status Append(const std::string& frame) REQUIRES(mu_);
+  Status CompactIfLarge() REQUIRES(mu_);
+  Status CompactLocked() REQUIRES(mu_);
 
   const std::string path_;
   const StoreDbOptions options_;
-  mutable std::mutex mu_;
-  int fd_;
-  Index index_;
-  Stats stats_;
+  mutable Mutex mu_;  // lock 14 of fs/lock_order.h
+  int fd_ GUARDED_BY(mu_);
+  Index index_ GUARDED_BY(mu_);
+  Stats stats_ GUARDED_BY(mu_);
 };
 
 extern template class RecordTable<ContentETagRecord>;

@@ -40,6 +40,7 @@ Result<std::unique_ptr<UploadRecords>> UploadRecords::Open(std::string dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError("cannot create " + dir + ": " + ec.message());
   std::unique_ptr<UploadRecords> records(new UploadRecords(std::move(dir)));
+  MutexLock lock(&records->mu_);  // not shared yet: only for the analysis
   for (std::filesystem::directory_iterator it(records->dir_, ec), end; !ec && it != end;
        it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -68,11 +69,11 @@ Status UploadRecords::Opened(std::string_view name, std::string_view upload_id) 
   OpenUploadCodec::Encode(record, bytes);
   uint64_t n;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     n = next_++;
   }
   OBJFS_RETURN_IF_ERROR(WriteFileAtomically(PathOf(n), bytes));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   open_[{std::move(record.name), std::move(record.upload_id)}] = n;
   return Status::Ok();
 }
@@ -80,7 +81,7 @@ Status UploadRecords::Opened(std::string_view name, std::string_view upload_id) 
 void UploadRecords::Closed(std::string_view name, std::string_view upload_id) {
   uint64_t n;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = open_.find({std::string(name), std::string(upload_id)});
     if (it == open_.end()) return;
     n = it->second;
@@ -93,7 +94,7 @@ UploadRecords::ClearResult UploadRecords::ClearLeftovers(
     const std::function<Status(const OpenUploadRecord&)>& clear) {
   std::vector<uint64_t> notes;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     notes.swap(leftovers_);
   }
   ClearResult result;
@@ -124,13 +125,13 @@ UploadRecords::ClearResult UploadRecords::ClearLeftovers(
     ++result.cleared;
     ::unlink(path.c_str());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   leftovers_ = std::move(kept);
   return result;
 }
 
 size_t UploadRecords::CountForTesting() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return leftovers_.size() + open_.size();
 }
 

@@ -20,11 +20,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backend/mutex.h"
 #include "backend/status.h"
 #include "backend/upload_journal.h"
 #include "cache/records.h"
@@ -57,10 +57,11 @@ class UploadRecords : public UploadJournal {
   std::string PathOf(uint64_t n) const;
 
   const std::string dir_;
-  mutable std::mutex mu_;
-  uint64_t next_ = 1;                                             // the number of the next note
-  std::vector<uint64_t> leftovers_;                               // notes found at Open
-  std::map<std::pair<std::string, std::string>, uint64_t> open_;  // (name, id) -> note number
+  mutable Mutex mu_;                                 // lock 15 of fs/lock_order.h
+  uint64_t next_ GUARDED_BY(mu_) = 1;                // the number of the next note
+  std::vector<uint64_t> leftovers_ GUARDED_BY(mu_);  // notes found at Open
+  // (name, id) -> note number
+  std::map<std::pair<std::string, std::string>, uint64_t> open_ GUARDED_BY(mu_);
 };
 
 }  // namespace objfs

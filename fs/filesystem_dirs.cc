@@ -58,14 +58,16 @@ Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
   list.prefix = marker;
   list.max_keys = 2;
   OBJFS_ASSIGN_OR_RETURN(Listing listing, store_->list(list));
+  uint64_t marker_bytes = 0;
   for (const ObjectInfo& obj : listing.objects) {
     if (obj.key != marker) return NotEmptyError(key + " is not empty");
-    // Another client's data stored under the marker's name: removing the directory would
-    // delete it.
-    if (obj.size != 0) {
-      return NotEmptyError(key + " is not empty: its object " + marker + " holds " +
-                           std::to_string(obj.size) + " bytes");
-    }
+    marker_bytes = obj.size;
+  }
+  // Another client's data stored under the marker's name: removing the directory would delete
+  // it.
+  if (marker_bytes != 0) {
+    return NotEmptyError(key + " is not empty: its object " + marker + " holds " +
+                         std::to_string(marker_bytes) + " bytes");
   }
   if (!listing.common_prefixes.empty()) return NotEmptyError(key + " is not empty");
   for (const auto& [ino, inode] : inodes_.WithLocalData(key)) {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/mutex.h"
 #include "fs/errno_map.h"
 #include "fs/xattr.h"
 
@@ -31,17 +32,18 @@ namespace {
 // the listing's i-th, held as entries[i - base].
 struct DirHandle {
   uint64_t ino = 0;
-  std::mutex mu;  // guards the fields below
-  DirCursor cursor;
-  uint64_t base = 0;  // the listing index of entries[0]
-  std::vector<DirEntry> entries;
-  bool served = false;  // a readdir has read from `entries` (rewinddir then re-lists)
+  Mutex mu;  // lock 0 of fs/lock_order.h
+  DirCursor cursor GUARDED_BY(mu);
+  uint64_t base GUARDED_BY(mu) = 0;  // the listing index of entries[0]
+  std::vector<DirEntry> entries GUARDED_BY(mu);
+  // A readdir has read from `entries` (rewinddir then re-lists).
+  bool served GUARDED_BY(mu) = false;
 };
 
 // Makes dir->entries hold listing index `index`, or leaves them past the end of the listing
 // (dir->cursor.done). A later index reads on; an earlier one than the page held lists again
 // from the start (seekdir back, or the kernel re-reading an earlier page).
-Status SeekDir(Filesystem& fs, DirHandle* dir, uint64_t index) {
+Status SeekDir(Filesystem& fs, DirHandle* dir, uint64_t index) REQUIRES(dir->mu) {
   if (index < dir->base) {
     dir->cursor = DirCursor{};
     dir->base = 0;
@@ -454,7 +456,12 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto dir = std::make_unique<DirHandle>();
     dir->ino = ino;
     // The first page now, so that a listing that fails fails opendir.
-    Status listed = SeekDir(FsOf(req), dir.get(), 0);
+    Status listed;
+    {
+      DirHandle* handle = dir.get();
+      MutexLock lock(&handle->mu);  // not shared yet: for the analysis
+      listed = SeekDir(FsOf(req), handle, 0);
+    }
     if (!listed.ok()) {
       ReplyStatus(req, listed);
       return;
@@ -462,7 +469,8 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->fh = reinterpret_cast<uint64_t>(dir.get());
     fi->keep_cache = 0;
     fi->cache_readdir = 0;
-    if (fuse_reply_open(req, fi) == 0) dir.release();
+    // The kernel has the handle now: releasedir deletes it.
+    if (fuse_reply_open(req, fi) == 0) static_cast<void>(dir.release());
   });
 }
 
@@ -473,9 +481,9 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
   auto* dir = reinterpret_cast<DirHandle*>(fi->fh);
   // Every reply is sent after the handle's lock is released: once the kernel has its answer it
   // may send releasedir, which deletes the handle (and its mutex) on another thread.
-  std::unique_lock<std::mutex> lock(dir->mu);
+  MutexLock lock(&dir->mu);
   if (off < 0) {
-    lock.unlock();
+    lock.Unlock();
     ReplyError(req, EINVAL, "negative offset");
     return;
   }
@@ -488,7 +496,7 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
   const uint64_t first = static_cast<uint64_t>(off);
   Status seek = SeekDir(fs, dir, first < 2 ? 0 : first - 2);
   if (!seek.ok()) {
-    lock.unlock();
+    lock.Unlock();
     ReplyStatus(req, seek);
     return;
   }
@@ -532,7 +540,7 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
     }
     used += needed;
   }
-  lock.unlock();
+  lock.Unlock();
   fuse_reply_buf(req, buf.data(), used);
 }
 
@@ -751,14 +759,14 @@ int FuseAdapter::Run(fuse_session* session) {
 }
 
 Status FuseAdapter::destroy_status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return destroy_status_;
 }
 
 void FuseAdapter::FlushAllOnDestroy() {
   if (fs_ == nullptr) return;
   Status status = fs_->FlushAll();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!status.ok() && destroy_status_.ok()) destroy_status_ = status;
 }
 

@@ -8,9 +8,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 
+#include "backend/mutex.h"
 #include "backend/status.h"
 #include "fs/filesystem.h"
 #include "fs/reply_log.h"
@@ -66,8 +66,8 @@ class FuseAdapter {
   FuseAdapterOptions options_;
   Filesystem* fs_ = nullptr;
   ReplyLog reply_log_;
-  mutable std::mutex mu_;  // guards destroy_status_
-  Status destroy_status_;
+  mutable Mutex mu_;  // lock 21 of fs/lock_order.h
+  Status destroy_status_ GUARDED_BY(mu_);
 };
 
 }  // namespace objfs

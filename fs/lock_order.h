@@ -2,6 +2,8 @@
 // threads of the FUSE loop can deadlock. A thread holding a lock may only take locks further
 // down this list; each lock's owner says which entry it is.
 //
+//   0. DirHandle::mu (fs/fuse_adapter.cc)  an open directory's listing; held while the
+//                         Filesystem reads the next page, so before all of the others.
 //   1. Inode::mu          per-inode state (staging file, unsaved data, pending metadata).
 //                         At most one at a time. MakeRoomInStaging (a full cache_dir), holding
 //                         one, only try-locks others: it never waits for a second.
@@ -15,4 +17,40 @@
 //
 // Backend calls (ObjectStore) are made with at most lock 1 and 2 held, never 3..6, so slow
 // network calls only ever block operations on the same inode.
+//
+// Below the Filesystem, in the stores, the wrappers and the caches they use:
+//
+//   8. SftpStore::KeyLock  the changes of one key (keys hashing alike share one); held across
+//                         calls to the server on a connection borrowed before it was taken.
+//                         At most one at a time.
+//   9. ContentEtagStore::records_mu_  a read-check-write of a content ETag record; takes 14.
+//  10. Core::mu (cache/prefetcher.cc)  one open file's read-ahead chunks. Never held across a
+//                         backend read or IoPool::Submit; dropping a chunk under it returns its
+//                         buffer to the BufferPool (19).
+//
+// The rest are leaves: nothing is locked while one is held.
+//
+//  11. SftpSessionPool::mu_  idle and borrowed connections, back-off state; the watchdog holds it
+//                         while it logs a cut connection, so the log sink must lock nothing here.
+//  12. SftpStore::server_mu_  what the first connection learnt about the server.
+//  13. ContentEtagStore::copies_mu_  the copies whose content MD5 is shared.
+//  14. RecordTable::mu_ (cache/store_db.h)  one persisted record table: its index and log.
+//  15. UploadRecords::mu_  the notes of uploads the server holds until completed.
+//  16. HttpClient::mu_   the idle curl handles.
+//  17. RunParts' mu (backend/s3/s3_store.cc)  the next part of a multipart transfer to hand out.
+//  18. IoPool::mu_       the queue of tasks; tasks run without it.
+//  19. BufferPool::mu_   idle read-ahead buffers.
+//  20. ReplyLog::mu_     the rate limit of failure lines.
+//  21. FuseAdapter::mu_  the status of the unmount's last flush.
+//  22. MemoryStore::mu_  the in-memory store of the unit tests.
+//  23. FaultInjectingStore::mu_  the failures the unit tests inject; hooks run without it.
+//  24. ListingAttrStore::mu_  the listings and HEADs under way, and the keys written meanwhile.
+//
+// The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
+// Counters (backend/metrics.h, ReadBudget) are atomics, never locks.
+//
+// Each of these mutexes is an objfs::Mutex (backend/mutex.h): the fields it guards say so with
+// GUARDED_BY and the helpers that expect it held with REQUIRES, and a clang build
+// (-Wthread-safety) checks them. The order itself is checked by this list and by review:
+// Clang's ACQUIRED_AFTER only relates mutexes of one class, and no two here nest within one.
 #pragma once

@@ -40,7 +40,7 @@ size_t ReplyLog::IndexOf(std::string_view op) {
 }
 
 bool ReplyLog::TakeToken(uint64_t* suppressed_before) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto now = now_();
   if (limits_.interval.count() > 0 && now > last_refill_) {
     const double earned = std::chrono::duration<double>(now - last_refill_) /

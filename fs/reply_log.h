@@ -14,10 +14,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "backend/mutex.h"
 
 namespace objfs {
 
@@ -65,10 +66,10 @@ class ReplyLog {
   Limits limits_;
   Now now_;
   std::array<std::atomic<uint64_t>, kOperations.size()> counts_{};
-  std::mutex mu_;  // guards the fields below
-  double tokens_;
-  std::chrono::steady_clock::time_point last_refill_;
-  uint64_t suppressed_ = 0;
+  Mutex mu_;  // lock 20 of fs/lock_order.h
+  double tokens_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_refill_ GUARDED_BY(mu_);
+  uint64_t suppressed_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace objfs

@@ -15,7 +15,7 @@ build_pkgs=(
   libboost-filesystem-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libpugixml-dev
-  clang-format clang-tidy
+  clang-format clang-tidy clang-14 libclang-rt-14-dev
 )
 test_pkgs=(
   openssh-server openssh-client

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs objfs's whole test suite on this machine, from nothing: installs the Debian packages it
-# needs, builds objfs twice (optimised, and with AddressSanitizer + UndefinedBehaviorSanitizer),
-# starts one throwaway Ceph RADOS Gateway and one OpenSSH sshd on 127.0.0.1 for the run, runs
-# every unit and integration test against both builds, and stops the servers by PID however the
-# run ends. Server logs of a failed run are kept and their place printed.
+# needs, checks formatting and clang-tidy, builds objfs three times (optimised; with
+# AddressSanitizer + UndefinedBehaviorSanitizer; with clang, its thread-safety analysis as errors
+# and ThreadSanitizer), starts one throwaway Ceph RADOS Gateway and one OpenSSH sshd on 127.0.0.1
+# for the run, runs every unit and integration test against the first two builds and the unit
+# and mount tests against the third, and stops the servers by PID however the run ends. Server
+# logs of a failed run are kept and their place printed.
 #
 # usage: tools/test.sh            (as root: it installs packages and mounts FUSE filesystems)
-# env:   OBJFS_TEST_SKIP_ASAN=1   run only the optimised build (quicker local iterations)
+# env:   OBJFS_TEST_SKIP_ASAN=1   skip the AddressSanitizer build (quicker local iterations)
+#        OBJFS_TEST_SKIP_TSAN=1   skip the ThreadSanitizer build
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,7 +17,9 @@ cd "$ROOT"
 JOBS=$(nproc)
 
 bash tools/install-deps.sh
-tools/lint.sh
+# clang-tidy reads the compile commands of the optimised build, which configuring writes.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+tools/lint.sh --tidy build
 
 RUN_DIR=$(mktemp -d /tmp/objfs-test.XXXXXX)
 STATUS=1
@@ -29,10 +34,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-build() {  # build DIR [cmake args...]
+build() {  # build DIR [cmake args...] [-- ninja targets...]
   local dir=$1; shift
-  cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
-  ninja -C "$dir" -j "$JOBS"
+  local args=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+  if [ $# -gt 0 ]; then shift; fi
+  cmake -S . -B "$dir" -G Ninja "${args[@]}" >/dev/null
+  ninja -C "$dir" -j "$JOBS" "$@"
 }
 
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -55,6 +63,28 @@ if [ "${OBJFS_TEST_SKIP_ASAN:-0}" != 1 ]; then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
   build build-asan -DCMAKE_BUILD_TYPE=Debug -DOBJFS_SANITIZE=ON -DOBJFS_BUILD_BENCHMARKS=OFF
   ctest --test-dir build-asan --output-on-failure --timeout 900 || rc=1
+fi
+if [ "${OBJFS_TEST_SKIP_TSAN:-0}" != 1 ]; then
+  # One clang build serves two checks: it compiles with -Wthread-safety as errors (the locking
+  # annotations, see fs/lock_order.h), and runs the tests labelled tsan (tests/CMakeLists.txt
+  # says which: the unit tests whose code runs on several threads, and the FUSE mount tests
+  # that drive the daemon's threads hardest, the mounted objfs included, OBJFS_BINARY being this
+  # build's) under ThreadSanitizer. Every test runs in the two builds above.
+  echo "== clang -Wthread-safety + ThreadSanitizer build =="
+  build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
+    -DCMAKE_CXX_COMPILER=clang++-14 -DOBJFS_TSAN=ON -DOBJFS_BUILD_BENCHMARKS=OFF \
+    -- tsan_tests
+  # Reports go to files as well as failing the process that made them: a mounted objfs that
+  # halts is seen by its test, and a report of any process is printed and fails the run.
+  mkdir -p "$RUN_DIR/tsan"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tools/tsan.supp:log_path=$RUN_DIR/tsan/report"
+  ctest --test-dir build-tsan --output-on-failure --timeout 900 -L tsan || rc=1
+  unset TSAN_OPTIONS
+  if compgen -G "$RUN_DIR/tsan/report.*" >/dev/null; then
+    echo "ThreadSanitizer reports:" >&2
+    cat "$RUN_DIR"/tsan/report.* >&2
+    rc=1
+  fi
 fi
 STATUS=$rc
 exit "$rc"

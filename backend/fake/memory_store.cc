@@ -68,7 +68,7 @@ ETag MemoryStore::CurrentETag(const Object& object) const {
 
 Result<ObjectInfo> MemoryStore::head(std::string_view key) {
   OBJFS_RETURN_IF_ERROR(CheckKey(key));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(key);
   if (it == objects_.end()) return NotFoundError("no object " + Quote(key));
   ObjectInfo info = it->second.info;
@@ -79,7 +79,7 @@ Result<ObjectInfo> MemoryStore::head(std::string_view key) {
 Result<size_t> MemoryStore::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
                                  const ETag* if_match) {
   OBJFS_RETURN_IF_ERROR(CheckKey(key));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(key);
   if (it == objects_.end()) return NotFoundError("no object " + Quote(key));
   const Object& object = it->second;
@@ -99,11 +99,11 @@ Result<Listing> MemoryStore::list(const ListOptions& options) {
   const std::string& prefix = options.prefix;
   const std::string& delimiter = options.delimiter;
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.lower_bound(prefix);
   // Positions `it` after `last` (and after its subtree when `skip_subtree`), unless the prefix
   // already starts later.
-  auto start_after = [&](std::string_view last, bool skip_subtree) {
+  auto start_after = [&](std::string_view last, bool skip_subtree) REQUIRES(mu_) {
     if (last < std::string_view(prefix)) return;
     it = objects_.upper_bound(last);
     while (skip_subtree && it != objects_.end() && it->first.starts_with(last)) ++it;
@@ -178,7 +178,7 @@ Result<ObjectInfo> MemoryStore::put(std::string_view key, const ByteSource& sour
   info.has_metadata = true;
   OBJFS_RETURN_IF_ERROR(CheckMetadata(info.metadata, options_.max_metadata));
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(key);
   if (options.if_none_match && it != objects_.end()) {
     return PreconditionFailedError("object " + Quote(key) + " already exists");
@@ -216,7 +216,7 @@ Result<ObjectInfo> MemoryStore::copy(const ObjectInfo& src, std::string_view dst
     OBJFS_RETURN_IF_ERROR(CheckMetadata(*options.replace_metadata, options_.max_metadata));
   }
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(src.key);
   if (it == objects_.end()) return NotFoundError("no copy source " + Quote(src.key));
   const Object& source = it->second;
@@ -266,7 +266,7 @@ Result<ObjectInfo> MemoryStore::set_attributes(std::string_view key, const Metad
   OBJFS_RETURN_IF_ERROR(CheckKey(key));
   OBJFS_RETURN_IF_ERROR(CheckMetadata(metadata, options_.max_metadata));
   const ETag& expected = options.expected.etag;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(key);
   if (it == objects_.end()) return NotFoundError("no object " + Quote(key));
   Object& object = it->second;
@@ -302,7 +302,7 @@ Result<ObjectInfo> MemoryStore::set_attributes(std::string_view key, const Metad
 
 Status MemoryStore::remove(std::string_view key) {
   OBJFS_RETURN_IF_ERROR(CheckKey(key));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(key);
   if (it != objects_.end()) objects_.erase(it);
   return Status::Ok();
@@ -310,7 +310,7 @@ Status MemoryStore::remove(std::string_view key) {
 
 Status MemoryStore::remove_many(const std::vector<std::string>& keys) {
   for (const std::string& key : keys) OBJFS_RETURN_IF_ERROR(CheckKey(key));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const std::string& key : keys) {
     auto it = objects_.find(key);
     if (it != objects_.end()) objects_.erase(it);
@@ -327,9 +327,9 @@ Status MemoryStore::rename(std::string_view from, std::string_view to) {
   }
   const std::string from_dir = std::string(from) + "/";
   const std::string to_dir = std::string(to) + "/";
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto file = objects_.find(from);
-  auto below = [&](const std::string& dir) {
+  auto below = [&](const std::string& dir) REQUIRES(mu_) {
     std::vector<std::string> keys;
     for (auto it = objects_.lower_bound(dir); it != objects_.end() && it->first.starts_with(dir);
          ++it) {
@@ -378,18 +378,18 @@ Capabilities MemoryStore::capabilities() const {
 }
 
 std::string MemoryStore::contents(std::string_view key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(key);
   return it == objects_.end() ? std::string() : it->second.data;
 }
 
 size_t MemoryStore::object_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return objects_.size();
 }
 
 void MemoryStore::set_mtime(std::string_view key, int64_t mtime_ns) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(key);
   if (it != objects_.end()) it->second.info.mtime_ns = mtime_ns;
 }

@@ -17,9 +17,9 @@
 
 #include <atomic>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 
 namespace objfs {
@@ -84,7 +84,7 @@ class MemoryStore : public ObjectStore {
 
   // A fresh mtime: the current time, or one ns past the last one given if the clock has not
   // moved, so that every write in this store has a distinct, increasing mtime.
-  int64_t NextMtimeLocked();
+  int64_t NextMtimeLocked() REQUIRES(mu_);
   // The ETag S3 gives an object of `data` written in parts of part_size (or in one piece when
   // `multipart` is false).
   ETag ETagOf(std::string_view data, bool multipart) const;
@@ -93,9 +93,9 @@ class MemoryStore : public ObjectStore {
   ETag CurrentETag(const Object& object) const;
 
   MemoryStoreOptions options_;
-  mutable std::mutex mu_;
-  std::map<std::string, Object, std::less<>> objects_;
-  int64_t last_mtime_ns_ = 0;
+  mutable Mutex mu_;  // lock 22 of fs/lock_order.h
+  std::map<std::string, Object, std::less<>> objects_ GUARDED_BY(mu_);
+  int64_t last_mtime_ns_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace objfs

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 namespace objfs::s3 {
 
@@ -324,7 +325,7 @@ HttpClient::~HttpClient() = default;
 
 std::unique_ptr<HttpClient::Handle> HttpClient::Acquire() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!idle_.empty()) {
       std::unique_ptr<Handle> handle = std::move(idle_.back());
       idle_.pop_back();
@@ -337,7 +338,7 @@ std::unique_ptr<HttpClient::Handle> HttpClient::Acquire() {
 void HttpClient::Release(std::unique_ptr<Handle> handle) {
   // Drops the options of the last request but keeps the handle's open connections.
   curl_easy_reset(handle->easy);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (idle_.size() < options_.max_idle_handles) idle_.push_back(std::move(handle));
   // Otherwise the handle and its connection close here.
 }
@@ -382,9 +383,17 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& request) {
 
   HeaderList headers;
   bool headers_ok = true;
+  std::string line;  // one buffer for every header line
   for (const auto& [name, value] : request.headers) {
+    line = name;
     // "Name;" is curl's way of sending a header with an empty value.
-    headers_ok &= headers.Append(value.empty() ? name + ";" : name + ": " + value);
+    if (value.empty()) {
+      line += ';';
+    } else {
+      line += ": ";
+      line += value;
+    }
+    headers_ok &= headers.Append(line);
   }
   // No "Expect: 100-continue" round trip before an upload.
   headers_ok &= headers.Append("Expect:");

@@ -10,13 +10,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
 
@@ -92,8 +92,8 @@ class HttpClient {
   void Release(std::unique_ptr<Handle> handle);
 
   HttpOptions options_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Handle>> idle_;
+  Mutex mu_;  // lock 16 of fs/lock_order.h
+  std::vector<std::unique_ptr<Handle>> idle_ GUARDED_BY(mu_);
 };
 
 }  // namespace objfs::s3

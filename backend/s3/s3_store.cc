@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "backend/base64.h"
 #include "backend/md5.h"
+#include "backend/mutex.h"
 #include "backend/s3/xml.h"
 
 namespace objfs::s3 {
@@ -482,20 +482,20 @@ Status S3Store::AbortUpload(std::string_view key, std::string_view upload_id) {
 // failure and returns it.
 template <typename PartFn>
 static Status RunParts(int count, int parallel, PartFn&& part) {
-  std::mutex mu;
+  Mutex mu;  // lock 17 of fs/lock_order.h; guards the two below
   int next = 0;
   Status first_error;
   auto worker = [&] {
     for (;;) {
       int index;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         if (next >= count || !first_error.ok()) return;
         index = next++;
       }
       Status st = part(index);
       if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         if (first_error.ok()) first_error = st;
       }
     }

@@ -362,15 +362,26 @@ bool SftpConnection::healthy() const {
 
 SftpSessionPool::SftpSessionPool(SftpConnectOptions options, int size)
     : options_(std::move(options)), size_(std::max(1, size)) {
-  if (options_.request_timeout.count() > 0) watchdog_ = std::thread([this] { Watch(); });
+  StartWatchdog();
 }
 
-SftpSessionPool::~SftpSessionPool() {
+SftpSessionPool::~SftpSessionPool() { StopWatchdog(); }
+
+void SftpSessionPool::StartWatchdog() {
+  if (options_.request_timeout.count() <= 0 || watchdog_.joinable()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
+    stopping_ = false;
+  }
+  watchdog_ = std::thread([this] { Watch(); });
+}
+
+void SftpSessionPool::StopWatchdog() {
+  {
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  watch_cv_.notify_all();
+  watch_cv_.SignalAll();
   if (watchdog_.joinable()) watchdog_.join();
 }
 
@@ -379,9 +390,9 @@ void SftpSessionPool::Watch() {
   const auto limit = options_.request_timeout;
   const auto interval = std::clamp<std::chrono::milliseconds>(
       limit / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    watch_cv_.wait_for(lock, interval);
+    watch_cv_.WaitFor(&mu_, interval);
     if (stopping_) break;
     const Clock::time_point now = Clock::now();
     const std::optional<DeadlineClock::time_point> unmount = CallDeadlineCap();
@@ -435,7 +446,7 @@ void SftpSessionPool::MarkStalledLocked(const std::string& why) {
 }
 
 void SftpSessionPool::SetWatched(SftpConnection* connection, bool watched) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (watched) {
     leased_[connection] = Watched{std::chrono::steady_clock::now(), /*logging_in=*/true};
   } else {
@@ -444,7 +455,7 @@ void SftpSessionPool::SetWatched(SftpConnection* connection, bool watched) {
 }
 
 void SftpSessionPool::AllowSilence(SftpConnection& connection, std::chrono::milliseconds allowed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = leased_.find(&connection);
   if (it != leased_.end()) it->second.silence_allowed = allowed;
 }
@@ -452,7 +463,7 @@ void SftpSessionPool::AllowSilence(SftpConnection& connection, std::chrono::mill
 void SftpSessionPool::DropIdle() {
   std::vector<std::unique_ptr<SftpConnection>> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     dropped.swap(idle_);
   }
   // Closed outside the lock.
@@ -466,15 +477,15 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
     std::optional<std::chrono::steady_clock::time_point> deadline) {
   std::chrono::steady_clock::time_point not_before;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto free = [&] { return !idle_.empty() || leased_or_connecting_ < size_; };
-    if (deadline) {
-      if (!cv_.wait_until(lock, *deadline, free)) {
+    MutexLock lock(&mu_);
+    while (idle_.empty() && leased_or_connecting_ >= size_) {
+      if (!deadline) {
+        cv_.Wait(&mu_);
+      } else if (!cv_.WaitUntil(&mu_, *deadline) && idle_.empty() &&
+                 leased_or_connecting_ >= size_) {
         return TimedOutError("no SFTP connection to " + HostPort(options_) +
                              " became free in time (operation_timeout)");
       }
-    } else {
-      cv_.wait(lock, free);
     }
     if (!idle_.empty()) {
       std::unique_ptr<SftpConnection> c = std::move(idle_.back());
@@ -498,10 +509,10 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
   Result<std::unique_ptr<SftpConnection>> c = SftpConnection::Connect(
       options_,
       [this](SftpConnection* connection, bool watched) { SetWatched(connection, watched); });
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!c.ok()) {
     --leased_or_connecting_;
-    cv_.notify_one();
+    cv_.Signal();
     Status status = c.status();
     if (status.code() == StatusCode::kPermissionDenied && ever_connected_) {
       const auto now = std::chrono::steady_clock::now();
@@ -550,11 +561,11 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
 }
 
 void SftpSessionPool::Release(std::unique_ptr<SftpConnection> connection) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   leased_.erase(connection.get());
   --leased_or_connecting_;
   if (connection->healthy()) idle_.push_back(std::move(connection));
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 }  // namespace objfs::sftp

@@ -20,16 +20,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backend/mutex.h"
 #include "backend/sftp/sftp_wire.h"
 #include "backend/status.h"
 
@@ -134,6 +133,13 @@ class SftpSessionPool {
   // Connections the watchdog has cut so far.
   int cut_connections() const { return cut_.load(); }
 
+  // The watchdog is a thread, and a fork(2) copies only the thread that calls it: a process
+  // that forks (to go to the background) stops the watchdog first, while no call is under
+  // way, and starts it again in the process that goes on. Without that the child would have
+  // no watchdog, and might inherit mu_ locked by it.
+  void StopWatchdog() EXCLUDES(mu_);
+  void StartWatchdog() EXCLUDES(mu_);
+
   // While it lives, the borrowed `connection` may receive nothing for `allowed` (when longer
   // than request_timeout) before the watchdog cuts it: a request the server works on before it
   // answers (a server-side copy, an fsync). The unmount's deadline (CapCallDeadlines) still
@@ -159,36 +165,36 @@ class SftpSessionPool {
  private:
   void Release(std::unique_ptr<SftpConnection> connection);
   void Watch();
-  // New connections fail at once with a Transient error for request_timeout (REQUIRES mu_).
-  void MarkStalledLocked(const std::string& why);
+  // New connections fail at once with a Transient error for request_timeout.
+  void MarkStalledLocked(const std::string& why) REQUIRES(mu_);
   // Adds `connection` to (or removes it from) the connections the watchdog looks after.
   void SetWatched(SftpConnection* connection, bool watched);
   void AllowSilence(SftpConnection& connection, std::chrono::milliseconds allowed);
 
   const SftpConnectOptions options_;
   const int size_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<SftpConnection>> idle_;
-  int leased_or_connecting_ = 0;
-  int consecutive_failures_ = 0;
-  std::chrono::steady_clock::time_point next_attempt_{};
+  Mutex mu_;  // lock 11 of fs/lock_order.h
+  CondVar cv_;
+  std::vector<std::unique_ptr<SftpConnection>> idle_ GUARDED_BY(mu_);
+  int leased_or_connecting_ GUARDED_BY(mu_) = 0;
+  int consecutive_failures_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point next_attempt_ GUARDED_BY(mu_){};
   // The last refusal of our credentials or of the host key, answered without connecting
   // until refused_until_.
   static constexpr std::chrono::seconds kRefusedRetryDelay{60};
-  Status refused_;
-  std::chrono::steady_clock::time_point refused_until_{};
+  Status refused_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point refused_until_ GUARDED_BY(mu_){};
   // A pool that has logged in before takes refusals within kRefusalGrace of the first one as a
   // hiccup (a server going down or restarting can refuse a login it would take a moment later):
   // they back off like transient errors. Later ones are held as above.
   static constexpr std::chrono::seconds kRefusalGrace{10};
-  bool ever_connected_ = false;
-  std::optional<std::chrono::steady_clock::time_point> first_refusal_;
-  std::string last_logged_refusal_;
+  bool ever_connected_ GUARDED_BY(mu_) = false;
+  std::optional<std::chrono::steady_clock::time_point> first_refusal_ GUARDED_BY(mu_);
+  std::string last_logged_refusal_ GUARDED_BY(mu_);
   // The server let a call or a login wait out its time: new connections are not tried until
   // stalled_until_.
-  Status stalled_;
-  std::chrono::steady_clock::time_point stalled_until_{};
+  Status stalled_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point stalled_until_ GUARDED_BY(mu_){};
   // What the watchdog looks after: borrowed connections, and connections logging in.
   struct Watched {
     std::chrono::steady_clock::time_point since;
@@ -196,10 +202,10 @@ class SftpSessionPool {
     // See SilenceAllowance; 0: request_timeout.
     std::chrono::milliseconds silence_allowed{0};
   };
-  std::map<SftpConnection*, Watched> leased_;
+  std::map<SftpConnection*, Watched> leased_ GUARDED_BY(mu_);
   std::atomic<int> cut_{0};
-  bool stopping_ = false;
-  std::condition_variable watch_cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  CondVar watch_cv_;
   std::thread watchdog_;
 };
 

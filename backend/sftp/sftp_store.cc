@@ -173,7 +173,7 @@ SftpStore::SftpStore(SftpStoreOptions options)
 Status SftpStore::CheckRoot() {
   return WithRetry([&](SftpConnection& c) -> Status {
     {
-      std::lock_guard<std::mutex> lock(server_mu_);
+      MutexLock lock(&server_mu_);
       if (!server_known_) {
         copy_data_ = options_.use_copy_data && c.wire().HasExtension("copy-data", "1");
         limits_ = c.wire().limits();
@@ -262,7 +262,7 @@ Result<SftpStore::KeyPaths> SftpStore::PathsOf(std::string_view key) const {
   return p;
 }
 
-std::mutex& SftpStore::KeyLock(std::string_view key) {
+Mutex& SftpStore::KeyLock(std::string_view key) {
   return key_locks_[std::hash<std::string_view>()(key) % key_locks_.size()];
 }
 
@@ -343,7 +343,7 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
     Result<SftpWire::Handle> handle = InternalError("unreachable");
     if (if_match != nullptr && !if_match->empty()) {
       // Open and check under the key's lock, so no commit of ours falls between.
-      std::lock_guard<std::mutex> lock(KeyLock(key));
+      MutexLock lock(&KeyLock(key));
       handle = wire.OpenFile(paths.data, kOpenRead, 0);
       if (!handle.ok()) return handle.status().WithContext(what);
       // The version of the file this handle reads, whatever is renamed over its name later.
@@ -660,7 +660,7 @@ Status SftpStore::Rename(SftpConnection& c, const std::string& from, const std::
 
 Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
                          const std::string& staged_data, const PutOptions& preconditions) {
-  std::lock_guard<std::mutex> lock(KeyLock(key));
+  MutexLock lock(&KeyLock(key));
   if (preconditions.if_none_match || preconditions.if_match) {
     Result<ObjectInfo> current = HeadOn(c, key);
     if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
@@ -702,7 +702,7 @@ Result<ObjectInfo> SftpStore::PutDirectory(std::string_view key, const KeyPaths&
                                 ": an SFTP directory cannot hold data (the key names a directory)");
   }
   return WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
-    std::lock_guard<std::mutex> lock(KeyLock(key));
+    MutexLock lock(&KeyLock(key));
     Result<ObjectInfo> current = HeadOn(c, key);
     if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
       return current.status();
@@ -824,7 +824,7 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   ObjectInfo current;
   SftpWire::Handle src_handle;
   {
-    std::lock_guard<std::mutex> lock(KeyLock(src.key));
+    MutexLock lock(&KeyLock(src.key));
     OBJFS_ASSIGN_OR_RETURN(current, HeadOn(c, src.key));
     if (options.if_match_source && !src.etag.empty() && current.etag != src.etag) {
       return PreconditionFailedError(what + ": the source changed (version " +
@@ -944,7 +944,7 @@ Result<ObjectInfo> SftpStore::set_attributes(std::string_view key, const Metadat
     return PutDirectory(key, paths, 0, metadata, put, &expected.metadata);
   }
   return WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
-    std::lock_guard<std::mutex> lock(KeyLock(key));
+    MutexLock lock(&KeyLock(key));
     // A file the caller itself wrote or changed moments ago is not looked at first (as on
     // S3): rsync's utimens and chmod of the file it just closed are one round trip each.
     if (!expected.etag.empty() && !options.source_known_current) {
@@ -962,7 +962,7 @@ Result<ObjectInfo> SftpStore::set_attributes(std::string_view key, const Metadat
 Status SftpStore::remove(std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
   return WithRetry([&](SftpConnection& c) -> Status {
-    std::lock_guard<std::mutex> lock(KeyLock(key));
+    MutexLock lock(&KeyLock(key));
     if (!IsMarker(key) && sftp_unlink(c.sftp(), paths.data.c_str()) != 0) {
       Status status = LibsshStatus(c, "remove " + std::string(key));
       if (status.code() != StatusCode::kNotFound) {
@@ -992,7 +992,7 @@ Result<ObjectInfo> SftpStore::symlink(std::string_view key, std::string_view tar
     return InvalidArgumentError("symlink " + std::string(key) + ": not a valid link target");
   }
   return WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
-    std::lock_guard<std::mutex> lock(KeyLock(key));
+    MutexLock lock(&KeyLock(key));
     OBJFS_RETURN_IF_ERROR(MakeDirs(c, paths.dir));
     // The server makes the link: any SFTP or shell user sees a link, and its owner and times
     // are the server's.
@@ -1057,7 +1057,7 @@ Status SftpStore::rename(std::string_view from, std::string_view to) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths src, PathsOf(from));
   OBJFS_ASSIGN_OR_RETURN(KeyPaths dst, PathsOf(to));
   return WithRetry([&](SftpConnection& c) -> Status {
-    std::lock_guard<std::mutex> lock(KeyLock(to));
+    MutexLock lock(&KeyLock(to));
     Status status = Rename(c, src.data, dst.data);
     if (!status.ok() && !c.healthy()) {
       return TransientError("rename " + std::string(from) + ": connection lost");
@@ -1124,10 +1124,10 @@ Status SftpStore::remove_many(const std::vector<std::string>& keys) {
 Capabilities SftpStore::capabilities() const {
   Capabilities caps;
   caps.scheme = "sftp";
-  caps.server_side_copy = copy_data_;
   caps.native_etags = false;
   caps.native_rename = true;
-  std::lock_guard<std::mutex> lock(server_mu_);
+  MutexLock lock(&server_mu_);
+  caps.server_side_copy = copy_data_;
   caps.read_unit = ReadChunk(limits_);
   return caps;
 }

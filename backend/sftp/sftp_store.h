@@ -23,13 +23,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "backend/metrics.h"
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "backend/sftp/session_pool.h"
 #include "backend/upload_journal.h"
@@ -104,10 +104,17 @@ class SftpStore : public ObjectStore {
   Status RemoveTemporary(const std::string& path);
 
   // The server's packet limits, as learnt from the first connection.
-  SftpLimits server_limits() const { return limits_; }
+  SftpLimits server_limits() const {
+    MutexLock lock(&server_mu_);
+    return limits_;
+  }
+  // Before and after a fork(2): see SftpSessionPool::StopWatchdog.
+  void StopThreads() { pool_.StopWatchdog(); }
+  void StartThreads() { pool_.StartWatchdog(); }
+
   // The cipher the first connection negotiated.
   std::string cipher() const {
-    std::lock_guard<std::mutex> lock(server_mu_);
+    MutexLock lock(&server_mu_);
     return cipher_;
   }
 
@@ -162,19 +169,21 @@ class SftpStore : public ObjectStore {
   // Removes the temporary file `path` after a failed upload, and its note once it is gone (a
   // broken connection leaves both: the next mount removes the file).
   void DropTemporary(SftpConnection& c, const std::string& path);
-  std::mutex& KeyLock(std::string_view key);
+  // Serialises the changes of one key (of the keys that hash alike): lock 8 of
+  // fs/lock_order.h, held across calls to the server.
+  Mutex& KeyLock(std::string_view key);
 
   SftpStoreOptions options_;  // root resolved by CheckRoot, then unchanged
   // False while Create checks the root: its error is the caller's to report.
   bool log_timeouts_ = true;
   SftpSessionPool pool_;
-  std::array<std::mutex, 64> key_locks_;
+  std::array<Mutex, 64> key_locks_;
   // Learnt from the first connection.
-  mutable std::mutex server_mu_;
-  bool server_known_ = false;
-  bool copy_data_ = false;
-  SftpLimits limits_;
-  std::string cipher_;
+  mutable Mutex server_mu_;  // lock 12 of fs/lock_order.h
+  bool server_known_ GUARDED_BY(server_mu_) = false;
+  bool copy_data_ GUARDED_BY(server_mu_) = false;
+  SftpLimits limits_ GUARDED_BY(server_mu_);
+  std::string cipher_ GUARDED_BY(server_mu_);
 };
 
 }  // namespace objfs::sftp

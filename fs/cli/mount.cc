@@ -445,6 +445,10 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
   }
   OBJFS_RETURN_IF_ERROR(checked);
   sftp::SftpStore* sftp = created->get();
+  if (context.stop_threads != nullptr) *context.stop_threads = [sftp] { sftp->StopThreads(); };
+  if (context.start_threads != nullptr) {
+    *context.start_threads = [sftp] { sftp->StartThreads(); };
+  }
   ClearDeadUploads(
       *uploads, "temporary upload file",
       [sftp](const OpenUploadRecord& r) { return sftp->RemoveTemporary(r.name); }, log);
@@ -563,8 +567,14 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   const std::function<void(const std::string&)> log = [&reporter](const std::string& message) {
     reporter.Error(message);
   };
-  Result<std::shared_ptr<ObjectStore>> store = scheme.open(
-      StoreContext{.options = options, .metrics = metrics, .uploads = uploads, .log = log});
+  std::function<void()> stop_threads, start_threads;
+  Result<std::shared_ptr<ObjectStore>> store =
+      scheme.open(StoreContext{.options = options,
+                               .metrics = metrics,
+                               .uploads = uploads,
+                               .log = log,
+                               .stop_threads = &stop_threads,
+                               .start_threads = &start_threads});
   if (!store.ok()) {
     reporter.Error(store.status().message());
     return 1;
@@ -576,6 +586,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   FuseAdapter adapter(adapter_options);
   std::vector<std::string> fuse_arg_strings = FuseArguments(options, adapter_options);
   std::vector<char*> fuse_argv;
+  fuse_argv.reserve(fuse_arg_strings.size());
   for (std::string& arg : fuse_arg_strings) fuse_argv.push_back(arg.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fuse_argv.size()), fuse_argv.data());
   fuse_session* session = adapter.NewSession(&args);
@@ -613,7 +624,9 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   }
 
   // Threads do not survive the fork of fuse_daemonize, so the filesystem (and its I/O pool)
-  // starts only in the process that will serve requests.
+  // starts only in the process that will serve requests, and the SFTP store's watchdog, which
+  // checking the server started, stops for the fork and starts again after it.
+  if (stop_threads) stop_threads();
   if (fuse_daemonize(options.foreground ? 1 : 0) != 0) {
     reporter.Error("cannot go to the background");
     fuse_session_unmount(session);
@@ -623,6 +636,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
     return 1;
   }
   reporter.set_daemon(!options.foreground);
+  if (start_threads) start_threads();
 
   int exit_code = 0;
   FilesystemOptions logged_options = fs_options;

@@ -30,6 +30,10 @@ struct StoreContext {
   // mount over the same cache directory can clear those a crash left.
   std::shared_ptr<UploadRecords> uploads;
   std::function<void(const std::string&)> log;  // one line to stderr, or syslog in the background
+  // Threads the store started (checking the server) do not survive the fork to the background:
+  // the store may set these to stop them before it and start them again after it.
+  std::function<void()>* stop_threads = nullptr;
+  std::function<void()>* start_threads = nullptr;
 };
 
 struct Scheme {
