@@ -619,6 +619,9 @@ Result<ObjectInfo> S3Store::set_attributes(std::string_view key, const Metadata&
 
 Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view dst,
                                        const CopyOptions& options) {
+  // New metadata replaces the old, Content-Type included: without one given, the object keeps
+  // its own, which the caller's `src` may not know (the HEAD below learns it).
+  std::string type_seen = src.content_type;
   // A plain-MD5 source known to be current skips this: a copy of other bytes shows in the
   // result's ETag (below). Other ETags could not tell.
   if (options.if_match_source && !src.etag.empty() &&
@@ -630,6 +633,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
       return PreconditionFailedError(What("COPY", src.key) + ": the source changed (ETag " +
                                      current.etag.value() + ", expected " + src.etag.value() + ")");
     }
+    if (type_seen.empty()) type_seen = current.content_type;
   }
   Request req;
   req.method = "PUT";
@@ -644,7 +648,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   if (options.replace_metadata) {
     req.headers.emplace_back("x-amz-metadata-directive", "REPLACE");
     AddMetadataHeaders(*options.replace_metadata, req.headers);
-    std::string type = options.content_type.value_or(src.content_type);
+    std::string type = options.content_type.value_or(type_seen);
     if (!type.empty()) req.headers.emplace_back("content-type", type);
   } else {
     req.headers.emplace_back("x-amz-metadata-directive", "COPY");
@@ -666,7 +670,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   info.mtime_ns = result->mtime_ns > 0 ? result->mtime_ns : NowNs();
   if (options.replace_metadata) {
     info.metadata = *options.replace_metadata;
-    info.content_type = options.content_type.value_or(src.content_type);
+    info.content_type = options.content_type.value_or(type_seen);
     info.has_metadata = true;
   } else {
     info.metadata = src.metadata;

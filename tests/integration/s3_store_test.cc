@@ -210,6 +210,26 @@ TEST_F(S3StoreTest, SetAttributesOfAnObjectKnownCurrentIsOneRequestAndStillCheck
             StatusCode::kPreconditionFailed);
 }
 
+// New metadata replaces the old under MetadataDirective REPLACE, Content-Type included: a
+// caller that does not know the object's type (the filesystem never tracks it) must not reset
+// another tool's text/html to the default.
+TEST_F(S3StoreTest, SetAttributesKeepsTheContentType) {
+  MemorySource src(std::string_view("<p>hello</p>"));
+  PutOptions put_options;
+  put_options.content_type = "text/html";
+  Result<ObjectInfo> put = store_->put("page.html", src, put_options);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  SetAttributesOptions set;
+  set.expected.key = "page.html";
+  set.expected.size = put->size;
+  set.expected.etag = put->etag;  // no content type: as Filesystem calls it
+  ASSERT_TRUE(store_->set_attributes("page.html", {{"mode", "33152"}}, set).ok());
+  Result<ObjectInfo> head = store_->head("page.html");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->metadata["mode"], "33152");
+  EXPECT_EQ(head->content_type, "text/html");
+}
+
 TEST_F(S3StoreTest, CopyOfASourceKnownCurrentIsOneRequestAndStillChecked) {
   S3StoreOptions o = OptionsFor(bucket_);
   Metrics metrics;
