@@ -106,7 +106,6 @@ Result<ObjectInfo> ListingAttrStore::head(std::string_view key) {
   {
     MutexLock lock(&mu_);
     written = WrittenSinceLocked(ticket, key);
-    EndLocked();
     if (auto it = listed_.find(key); it != listed_.end()) {
       // One HEAD per listing: the next listing shows the object again if it is still unknown.
       if (result.ok()) {
@@ -116,13 +115,26 @@ Result<ObjectInfo> ListingAttrStore::head(std::string_view key) {
       if (result.ok() || result.status().code() == StatusCode::kNotFound) listed_.erase(it);
     }
   }
-  if (!result.ok() || written || IsMarker(key)) return result;
+  if (!result.ok() || written || IsMarker(key)) {
+    MutexLock lock(&mu_);
+    EndLocked();
+    return result;
+  }
+  // Still counted as under way while it records: a write finishing meanwhile is noted, and
+  // either is seen below or removes the record itself after this wrote it.
   if (from_listing) {
     Keep(std::string(key), listed, precise_dates_.load(), *result);
   } else {
     // Against the HEAD's own date, in whole seconds.
     Keep(std::string(key), Listed{result->size, result->etag, result->mtime_ns}, false, *result);
   }
+  bool written_meanwhile = false;
+  {
+    MutexLock lock(&mu_);
+    written_meanwhile = WrittenSinceLocked(ticket, key);
+    EndLocked();
+  }
+  if (written_meanwhile) (void)db_->Remove<ObjectMetaRecord>(key);
   return result;
 }
 

@@ -78,9 +78,9 @@ class ListingAttrStore : public ForwardingStore {
   // Starts a listing or HEAD: its ticket, for WrittenSinceLocked.
   uint64_t Begin();
   // Ends a listing or HEAD; once none is under way, the writes noted for them are dropped.
-  void EndLocked();
+  void EndLocked() REQUIRES(mu_);
   // `key` was written since `ticket` was taken: what was seen may be the object before that.
-  bool WrittenSinceLocked(uint64_t ticket, std::string_view key) const;
+  bool WrittenSinceLocked(uint64_t ticket, std::string_view key) const REQUIRES(mu_);
   // `key` was written by this mount: its record and what listings showed of it go.
   void Written(std::string_view key);
 

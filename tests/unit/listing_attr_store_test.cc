@@ -167,6 +167,7 @@ TEST_F(ListingAttrStoreTest, APreciseListingDateMustMatchExactly) {
   PutObject("d/a", "aaa", {{"mode", "33152"}}, listed_ns);
   ASSERT_FALSE(Listed("d/a").has_metadata);
   ASSERT_TRUE(store_->head("d/a").ok());  // recorded against the listed date
+  ASSERT_TRUE(Recorded("d/a"));
   // The same second, another millisecond: a change within that second.
   memory_->set_mtime("d/a", listed_ns + 1'000'000);
   EXPECT_FALSE(Listed("d/a").has_metadata);
