@@ -709,7 +709,7 @@ Status Filesystem::FlushAll() {
     inos.push_back(ino);
     local.emplace(ino, std::move(inode));
   }
-  Status first = queue_->RunAll(inos, [&](uint64_t ino) { return FlushInode(ino, local[ino]); });
+  Status first = queue_->RunAll(inos, [&](uint64_t ino) { return FlushInode(ino, local.at(ino)); });
   // Files taken over from an earlier mount that this uploaded (or that were removed or
   // uploaded meanwhile) are done: the log says so when they were the last.
   for (uint64_t ino : recovery_.Pending()) {

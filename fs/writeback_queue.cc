@@ -32,20 +32,28 @@ void WritebackQueue::Stop() {
   if (thread.joinable()) thread.join();
 }
 
-void WritebackQueue::NotifyIfEarlier(bool was_empty) {
-  // Otherwise the thread already waits for a due time no later than the new one; a caller
-  // bringing a time forward notifies unconditionally.
-  if (was_empty) cv_.notify_one();
+std::optional<std::chrono::nanoseconds> WritebackQueue::EarliestLocked() const {
+  std::optional<std::chrono::nanoseconds> earliest;
+  for (const auto& [ino, due] : due_) {
+    if (!earliest || due < *earliest) earliest = due;
+  }
+  return earliest;
+}
+
+void WritebackQueue::NotifyIfEarlier(std::optional<std::chrono::nanoseconds> earliest,
+                                     std::chrono::nanoseconds due) {
+  // Otherwise the thread already waits for a due time no later than the new one.
+  if (!earliest || due < *earliest) cv_.notify_one();
 }
 
 void WritebackQueue::ScheduleUnlessQueued(uint64_t ino, std::chrono::nanoseconds due) {
-  bool was_empty;
+  std::optional<std::chrono::nanoseconds> earliest;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    was_empty = due_.empty();
+    earliest = EarliestLocked();
     due_.try_emplace(ino, due);
   }
-  NotifyIfEarlier(was_empty);
+  NotifyIfEarlier(earliest, due);
 }
 
 void WritebackQueue::ScheduleNoLaterThan(uint64_t ino, std::chrono::nanoseconds due) {
@@ -66,18 +74,24 @@ void WritebackQueue::ScheduleAt(uint64_t ino, std::chrono::nanoseconds due) {
 }
 
 void WritebackQueue::RetryLater(uint64_t ino) {
-  bool was_empty;
+  std::optional<std::chrono::nanoseconds> earliest;
+  const std::chrono::nanoseconds due = options_.clock->now() + options_.retry_delay;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    was_empty = due_.empty();
-    due_[ino] = options_.clock->now() + options_.retry_delay;
+    earliest = EarliestLocked();
+    due_[ino] = due;
   }
-  NotifyIfEarlier(was_empty);
+  NotifyIfEarlier(earliest, due);
 }
 
 bool WritebackQueue::Queued(uint64_t ino) const {
   std::lock_guard<std::mutex> lock(mu_);
   return due_.count(ino) > 0;
+}
+
+bool WritebackQueue::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return thread_.joinable();
 }
 
 size_t WritebackQueue::size() const {

@@ -72,6 +72,8 @@ class WritebackQueue {
   void RetryLater(uint64_t ino);
 
   bool Queued(uint64_t ino) const;
+  // The thread is running (Start was called, Stop was not).
+  bool running() const;
   size_t size() const;
 
   // Runs the work of every file due now, in parallel on the upload pool, and returns the first
@@ -92,7 +94,11 @@ class WritebackQueue {
 
  private:
   void Loop();
-  void NotifyIfEarlier(bool was_empty);
+  // Wakes the thread when `due` is earlier than everything queued before it (`earliest`).
+  void NotifyIfEarlier(std::optional<std::chrono::nanoseconds> earliest,
+                       std::chrono::nanoseconds due);
+  // The earliest due time queued, if any. REQUIRES: mu_ held.
+  std::optional<std::chrono::nanoseconds> EarliestLocked() const;
 
   Options options_;
   std::unique_ptr<IoPool> pool_;

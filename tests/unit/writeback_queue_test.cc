@@ -141,6 +141,7 @@ TEST_F(WritebackQueueTest, StopLeavesQueuedWorkQueued) {
   queue.ScheduleAt(4, clock_->now() + seconds(60));
   queue.Stop();
   queue.Start();  // a stopped queue stays stopped
+  EXPECT_FALSE(queue.running());
   clock_->Advance(seconds(60));
   EXPECT_TRUE(queue.Queued(4));
   EXPECT_TRUE(Ran().empty());
