@@ -156,8 +156,8 @@ int64_t ToEpochNs(int year, int month, int day, int hour, int minute, int second
                   int64_t offset_s) {
   if (month < 1 || month > 12 || day < 1 || day > DaysInMonth(year, month)) return -1;
   if (hour > 23 || minute > 59 || second > 60) return -1;
-  int64_t secs =
-      DaysFromCivil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second - offset_s;
+  int64_t secs = DaysFromCivil(year, month, day) * 86400 + int64_t{hour} * 3600 +
+                 int64_t{minute} * 60 + second - offset_s;
   constexpr int64_t kMaxSecs = std::numeric_limits<int64_t>::max() / 1'000'000'000 - 1;
   if (secs > kMaxSecs || secs < -kMaxSecs) return -1;
   return secs * 1'000'000'000 + nanos;
@@ -319,7 +319,7 @@ Result<Listing> ParseListObjectsV2(std::string_view body, bool url_encoded) {
                          LoadSuccessRoot(doc, body, {"ListBucketResult"}, kWhat));
   // A server that encoded the keys says so, even if it was not asked to.
   const bool decode = url_encoded || ChildText(root, "EncodingType") == "url";
-  auto name = [decode](std::string s) { return decode ? UrlDecode(s) : s; };
+  auto name = [decode](const std::string& s) { return decode ? UrlDecode(s) : s; };
   auto malformed = [&](const std::string& why) {
     return InternalError("malformed " + std::string(kWhat) + ": " + why);
   };
@@ -480,7 +480,7 @@ int64_t ParseIso8601(std::string_view s) {
     if (!TakeDigits(s, 2, oh) || !TakeChar(s, ':') || !TakeDigits(s, 2, om) || oh > 23 || om > 59) {
       return -1;
     }
-    offset_s = sign * (oh * 3600 + om * 60);
+    offset_s = sign * (int64_t{oh} * 3600 + int64_t{om} * 60);
   } else {
     return -1;
   }
