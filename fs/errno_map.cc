@@ -5,11 +5,11 @@
 
 namespace objfs {
 
-Status NoXattrError(std::string name) {
+Status NoXattrError(const std::string& name) {
   return Status(StatusCode::kNoAttribute, "no extended attribute " + name);
 }
 
-Status ReservedXattrError(std::string name) {
+Status ReservedXattrError(const std::string& name) {
   return Status(StatusCode::kNotPermitted, "extended attribute " + name + " is read-only");
 }
 

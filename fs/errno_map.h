@@ -16,9 +16,9 @@ namespace objfs {
 int ErrnoFromStatus(const Status& status);
 
 // NoAttribute (ENODATA): the object exists but has no attribute `name`.
-Status NoXattrError(std::string name);
+Status NoXattrError(const std::string& name);
 // NotPermitted (EPERM): `name` is maintained by objfs and cannot be changed.
-Status ReservedXattrError(std::string name);
+Status ReservedXattrError(const std::string& name);
 // FileTooLarge (EFBIG): a write or truncate past the largest object the store
 // can hold.
 Status FileTooLargeError(std::string message);
