@@ -76,8 +76,8 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
                            store_->capabilities().native_rename),
       options_(std::move(options)),
       metrics_(metrics),
-      clock_(clock),
-      meta_cache_(clock, Seconds(options_.attr_timeout), Seconds(options_.negative_timeout)),
+      clock_(std::move(clock)),
+      meta_cache_(clock_, Seconds(options_.attr_timeout), Seconds(options_.negative_timeout)),
       io_pool_(std::make_unique<IoPool>(
           static_cast<size_t>(options_.io_threads > 0 ? options_.io_threads : 1))),
       read_budget_(std::make_unique<ReadBudget>(options_.prefetch_memory)),
