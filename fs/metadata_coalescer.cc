@@ -16,7 +16,7 @@ namespace {
 // How far the server's clock may run ahead of this machine's before a held metadata change
 // left by a crash is taken to be older than the object's last change: 15 minutes, the most
 // S3 itself allows between a client's clock and the server's (SigV4 refuses more).
-constexpr int64_t kHeldChangeClockSlackNs = int64_t{15 * 60} * 1000000000;
+constexpr int64_t kHeldChangeClockSlackNs = int64_t{15} * 60 * 1000000000;
 
 }  // namespace
 
@@ -111,13 +111,14 @@ Result<MetadataCoalescer::Applied> MetadataCoalescer::Apply(HeldChange& held,
 }
 
 void MetadataCoalescer::Carry(std::optional<HeldChange>& held, CarriedChange& carried) {
-  if (held && held->record != nullptr) {
+  if (!held) return;
+  if (held->record != nullptr) {
     Forget(carried);
     carried.record = std::move(held->record);
     carried.etag = held->object.etag;
     carried.metadata = held->metadata;
   }
-  Forget(held);
+  held.reset();  // its record, if any, is `carried`'s now
 }
 
 void MetadataCoalescer::Forget(std::optional<HeldChange>& held) {
