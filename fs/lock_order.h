@@ -53,6 +53,7 @@
 // guards say so with GUARDED_BY and the helpers that expect it held with REQUIRES, and a clang
 // build (-Wthread-safety) checks them. Locks 1 to 7 (the Filesystem's, the inode table's and the
 // write-back queue's) are still std::mutex, their rules stated in comments ("REQUIRES: inode.mu
-// held") and checked by ThreadSanitizer only. The order itself is checked by this list and by review:
-// Clang's ACQUIRED_AFTER only relates mutexes of one class, and no two here nest within one.
+// held") and checked by ThreadSanitizer only. The order itself is checked by this list and by
+// review: Clang's ACQUIRED_AFTER only relates mutexes of one class, and no two here nest within
+// one.
 #pragma once
