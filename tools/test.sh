@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Runs objfs's whole test suite on this machine, from nothing: installs the Debian packages it
-# needs, checks formatting and clang-tidy, builds objfs three times (optimised; with
-# AddressSanitizer + UndefinedBehaviorSanitizer; with clang, its thread-safety analysis as errors
-# and ThreadSanitizer), starts one throwaway Ceph RADOS Gateway and one OpenSSH sshd on 127.0.0.1
-# for the run, runs every unit and integration test against the first two builds and the unit
-# and mount tests against the third, and stops the servers by PID however the run ends. Server
-# logs of a failed run are kept and their place printed.
+# needs, checks formatting and clang-tidy, builds objfs twice (optimised; with AddressSanitizer +
+# UndefinedBehaviorSanitizer), starts one throwaway Ceph RADOS Gateway and one OpenSSH sshd on
+# 127.0.0.1 for the run, runs every unit and integration test against both builds, and stops the
+# servers by PID however the run ends. Server logs of a failed run are kept and their place
+# printed. With OBJFS_TEST_TSAN=1 it also builds objfs with clang (its thread-safety analysis as
+# errors) and ThreadSanitizer and runs the threaded unit and mount tests in that build: about 6.5
+# minutes more on two cores, which CI's 45 minutes do not have room for today (a fresh run took
+# 40 min 15 s without it, 46 min 45 s with it).
 #
 # usage: tools/test.sh            (as root: it installs packages and mounts FUSE filesystems)
 # env:   OBJFS_TEST_SKIP_ASAN=1   skip the AddressSanitizer build (quicker local iterations)
-#        OBJFS_TEST_SKIP_TSAN=1   skip the ThreadSanitizer build
+#        OBJFS_TEST_TSAN=1        add the clang -Wthread-safety + ThreadSanitizer build
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -64,7 +66,7 @@ if [ "${OBJFS_TEST_SKIP_ASAN:-0}" != 1 ]; then
   build build-asan -DCMAKE_BUILD_TYPE=Debug -DOBJFS_SANITIZE=ON -DOBJFS_BUILD_BENCHMARKS=OFF
   ctest --test-dir build-asan --output-on-failure --timeout 900 || rc=1
 fi
-if [ "${OBJFS_TEST_SKIP_TSAN:-0}" != 1 ]; then
+if [ "${OBJFS_TEST_TSAN:-0}" = 1 ]; then
   # One clang build serves two checks: it compiles with -Wthread-safety as errors (the locking
   # annotations, see fs/lock_order.h), and runs the tests labelled tsan (tests/CMakeLists.txt
   # says which: the unit tests whose code runs on several threads, and the FUSE mount tests
