@@ -13,11 +13,16 @@
 #
 # usage: tools/bench-s3.sh [SIZE_MIB]   (as root; default 512)
 # env:   OBJFS_BENCH_READ_BUFFERS="4K 64K 1M 8M"  the objfs read_buffer rows
+#        OBJFS_BASELINE=PATH  another objfs binary, measured in the same rounds ("baseline" rows)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 SIZE_MIB=${1:-512}
+BASELINE=${OBJFS_BASELINE:-}
+if [ -n "$BASELINE" ] && [ ! -x "$BASELINE" ]; then
+  echo "OBJFS_BASELINE=$BASELINE is not an executable" >&2; exit 2
+fi
 
 bash tools/install-deps.sh >/dev/null
 for p in s3fs rclone; do
@@ -82,12 +87,14 @@ wait_mounted() {
   for _ in $(seq 300); do mountpoint -q "$MNT" && return 0; sleep 0.1; done
   echo "mount did not come up" >&2; return 1
 }
-mount_tool() {  # mount_tool NAME [objfs options]
-  case $1 in
-    objfs) build/objfs s3://bench "$MNT" -f -o "endpoint=$EP,cache_dir=$WORK/objfs-cache${2:+,$2}" &
+mount_tool() {  # mount_tool NAME [objfs options]; NAME baseline-X: tool X with $OBJFS_BASELINE
+  local bin=build/objfs tool=$1
+  case $tool in baseline-*) bin=$BASELINE; tool=${tool#baseline-} ;; esac
+  case $tool in
+    objfs) "$bin" s3://bench "$MNT" -f -o "endpoint=$EP,cache_dir=$WORK/objfs-cache${2:+,$2}" &
            PID=$! ;;
     # Uploads 5 s after the last close, like rclone's --vfs-write-back default.
-    objfs-writeback) build/objfs s3://bench "$MNT" -f \
+    objfs-writeback) "$bin" s3://bench "$MNT" -f \
                        -o "endpoint=$EP,cache_dir=$WORK/objfs-cache,writeback=5" & PID=$! ;;
     s3fs) s3fs bench "$MNT" -f -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd" \
             >/dev/null 2>&1 & PID=$! ;;
@@ -140,9 +147,11 @@ for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
   curl_read
   for rb in ${OBJFS_BENCH_READ_BUFFERS:-4K 64K 1M 8M}; do
     seq_read "objfs read_buffer=$rb" objfs "read_buffer=$rb"
+    [ -z "$BASELINE" ] || seq_read "baseline read_buffer=$rb" baseline-objfs "read_buffer=$rb"
   done
   # Without the page cache: one copy less per byte.
   seq_read "objfs -o direct_io" objfs direct_io
+  [ -z "$BASELINE" ] || seq_read "baseline -o direct_io" baseline-objfs direct_io
   seq_read "s3fs -o direct_io" s3fs-direct_io
   seq_read s3fs s3fs
   seq_read "rclone mount" rclone
@@ -166,7 +175,7 @@ timed() {  # timed LABEL TOOL COMMAND...
   awk -v t0="$t0" -v t1="$t1" -v t2="$t2" -v l="$label" -v tool="$tool" \
     'BEGIN { printf "| %s | %s | %.2f s (%.2f s to unmounted) | |\n", l, tool, t1 - t0, t2 - t0 }'
 }
-for tool in objfs s3fs rclone; do
+for tool in objfs ${BASELINE:+baseline-objfs} s3fs rclone; do
   timed "cp ${SIZE_MIB} MiB within the mount" "$tool" cp "$MNT/big.bin" "$MNT/copy-$tool.bin"
 done
 # Listings, in rounds like the reads: each round lists once on a fresh mount (for objfs an empty
@@ -183,17 +192,22 @@ list_sample() {  # list_sample LABEL TOOL [objfs options]
   awk -v t0="$t0" -v t1="$t1" -v l="$1" 'BEGIN { printf "%s|%.3f|\n", l, t1 - t0 }' >> "$LISTS"
 }
 for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
-  for tool in objfs s3fs rclone; do
-    [ "$tool" = objfs ] && rm -rf "$WORK/objfs-cache"
+  for tool in objfs ${BASELINE:+baseline-objfs} s3fs rclone; do
+    case $tool in *objfs) rm -rf "$WORK/objfs-cache" ;; esac
     list_sample "$tool, fresh mount" "$tool"
     list_sample "$tool, next mount" "$tool"
   done
   # No HEAD per file: the mount's default mode and owner for what the listing lacks.
   rm -rf "$WORK/objfs-cache"
   list_sample "objfs -o listing_attrs, fresh mount" objfs listing_attrs
+  if [ -n "$BASELINE" ]; then
+    rm -rf "$WORK/objfs-cache"
+    list_sample "baseline -o listing_attrs, fresh mount" baseline-objfs listing_attrs
+  fi
 done
 awk -F'|' -v what="ls -l of 1,000 objects" -v unit=s -f tools/bench-median.awk "$LISTS"
-for tool in objfs objfs-writeback s3fs rclone rclone-defaults; do
+for tool in objfs objfs-writeback ${BASELINE:+baseline-objfs baseline-objfs-writeback} s3fs rclone \
+    rclone-defaults; do
   timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
   # What actually reached the bucket once the daemon had exited.
   stored=$(env -u AWS_CA_BUNDLE rclone lsf "rgw:bench/rsync-$tool/" 2>/dev/null | wc -l || true)

@@ -10,11 +10,16 @@
 # Prints a Markdown table. Not a test: numbers, not assertions.
 #
 # usage: tools/bench-sftp.sh [SIZE_MIB]   (as root; default 512)
+# env:   OBJFS_BASELINE=PATH  another objfs binary, measured in the same rounds ("baseline" rows)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 SIZE_MIB=${1:-512}
+BASELINE=${OBJFS_BASELINE:-}
+if [ -n "$BASELINE" ] && [ ! -x "$BASELINE" ]; then
+  echo "OBJFS_BASELINE=$BASELINE is not an executable" >&2; exit 2
+fi
 
 bash tools/install-deps.sh >/dev/null
 dpkg-query -W -f='${Status}' sshfs 2>/dev/null | grep -q 'install ok installed' ||
@@ -57,13 +62,15 @@ wait_mounted() {
   for _ in $(seq 300); do mountpoint -q "$MNT" && return 0; sleep 0.1; done
   echo "mount did not come up" >&2; return 1
 }
-mount_tool() {  # mount_tool NAME
-  case $1 in
-    objfs) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
+mount_tool() {  # mount_tool NAME; NAME baseline-X: tool X with $OBJFS_BASELINE
+  local bin=build/objfs tool=$1
+  case $tool in baseline-*) bin=$BASELINE; tool=${tool#baseline-} ;; esac
+  case $tool in
+    objfs) "$bin" "sftp://$U@$H:$P$DATA" "$MNT" -f \
              -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache" & PID=$! ;;
-    objfs-direct_io) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
+    objfs-direct_io) "$bin" "sftp://$U@$H:$P$DATA" "$MNT" -f \
              -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache,direct_io" & PID=$! ;;
-    objfs-writeback) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
+    objfs-writeback) "$bin" "sftp://$U@$H:$P$DATA" "$MNT" -f \
              -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache,writeback=5" & PID=$! ;;
     sshfs) sshfs "$U@$H:$DATA" "$MNT" -f -p "$P" -o "IdentityFile=$KEY,UserKnownHostsFile=$KH" \
              -o StrictHostKeyChecking=yes >/dev/null 2>&1 & PID=$! ;;
@@ -121,7 +128,8 @@ for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
   echo "get $DATA/big.bin /dev/null" | sftp "${SSH_OPTS[@]}" -P "$P" -q -b - "$U@$H" > /dev/null
   t1=$(now)
   sample "sftp get" "$t0" "$t1"
-  for tool in objfs sshfs sshfs-aesgcm objfs-direct_io sshfs-aesgcm-direct_io; do
+  for tool in objfs ${BASELINE:+baseline-objfs} sshfs sshfs-aesgcm objfs-direct_io \
+      ${BASELINE:+baseline-objfs-direct_io} sshfs-aesgcm-direct_io; do
     if ! mount_tool "$tool"; then echo "$tool|did not mount|" >> "$READS"; unmount_all; continue; fi
     sync; echo 3 > /proc/sys/vm/drop_caches
     mapfile -t pids < <(client_pids "$tool" "$PID")
@@ -148,10 +156,10 @@ timed() {  # timed LABEL TOOL COMMAND...
   awk -v t0="$t0" -v t1="$t1" -v t2="$t2" -v l="$label" -v tool="$tool" \
     'BEGIN { printf "| %s | %s | %.2f s (%.2f s to unmounted) | |\n", l, tool, t1 - t0, t2 - t0 }'
 }
-for tool in objfs sshfs; do
+for tool in objfs ${BASELINE:+baseline-objfs} sshfs; do
   timed "cp ${SIZE_MIB} MiB within the mount" "$tool" cp "$MNT/big.bin" "$MNT/copy-$tool.bin"
 done
-for tool in objfs objfs-writeback sshfs; do
+for tool in objfs objfs-writeback ${BASELINE:+baseline-objfs baseline-objfs-writeback} sshfs; do
   timed "rsync -a of 300 x 8 KiB files" "$tool" rsync -a "$WORK/small/" "$MNT/rsync-$tool/"
   stored=$(find "$DATA/rsync-$tool" -type f 2>/dev/null | wc -l)
   echo "| files on the server after the rsync | $tool | $stored of 300 | |"
