@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Runs objfs's whole test suite on this machine, from nothing: installs the Debian packages it
-# needs, checks formatting and clang-tidy, builds objfs twice (optimised; with AddressSanitizer +
-# UndefinedBehaviorSanitizer), starts one throwaway Ceph RADOS Gateway and one OpenSSH sshd on
-# 127.0.0.1 for the run, runs every unit and integration test against both builds, and stops the
-# servers by PID however the run ends. Server logs of a failed run are kept and their place
-# printed. With OBJFS_TEST_TSAN=1 it also builds objfs with clang (its thread-safety analysis as
-# errors) and ThreadSanitizer and runs the threaded unit and mount tests in that build: about 6.5
-# minutes more on two cores, which CI's 45 minutes do not have room for today (a fresh run took
-# 40 min 15 s without it, 46 min 45 s with it).
+# needs, checks formatting and clang-tidy, builds objfs three times (optimised; with
+# AddressSanitizer + UndefinedBehaviorSanitizer; with clang, its thread-safety analysis as errors,
+# and ThreadSanitizer), starts one throwaway Ceph RADOS Gateway and one OpenSSH sshd on 127.0.0.1
+# for the run, runs every unit and integration test against the first two builds and the threaded
+# unit and mount tests against the third, and stops the servers by PID however the run ends.
+# Server logs of a failed run are kept and their place printed.
+#
+# The tests mostly wait on the servers, so the builds that come later, and clang-tidy, run in
+# the background at the lowest CPU priority while the tests of the build before run: one chain,
+# in this order, ASan build, TSan build, clang-tidy; each stage's output is printed when the
+# run gets to it. The tests keep the CPU when they want it (nice 19 against 0), and two cores
+# are busy throughout instead of idle while a mount waits on RGW.
 #
 # usage: tools/test.sh            (as root: it installs packages and mounts FUSE filesystems)
 # env:   OBJFS_TEST_SKIP_ASAN=1   skip the AddressSanitizer build (quicker local iterations)
-#        OBJFS_TEST_TSAN=1        add the clang -Wthread-safety + ThreadSanitizer build
+#        OBJFS_TEST_SKIP_TSAN=1   skip the ThreadSanitizer build
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,11 +25,17 @@ JOBS=$(nproc)
 bash tools/install-deps.sh
 # clang-tidy reads the compile commands of the optimised build, which configuring writes.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-tools/lint.sh --tidy build
+tools/lint.sh build
 
 RUN_DIR=$(mktemp -d /tmp/objfs-test.XXXXXX)
 STATUS=1
+CHAIN=
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
+  if [ -n "$CHAIN" ] && kill -0 "$CHAIN" 2>/dev/null; then
+    pkill -TERM -P "$CHAIN" 2>/dev/null || true
+    kill -TERM "$CHAIN" 2>/dev/null || true
+  fi
   tests/fixtures/sshd.sh stop "$RUN_DIR/sshd" >/dev/null 2>&1 || true
   tests/fixtures/rgw.sh stop "$RUN_DIR/rgw" >/dev/null 2>&1 || true
   if [ "$STATUS" -eq 0 ]; then
@@ -45,10 +55,22 @@ build() {  # build DIR [cmake args...] [-- ninja targets...]
   ninja -C "$dir" -j "$JOBS" "$@"
 }
 
+# The servers start while objfs builds: RGW spends its start-up waiting on its monitor and OSD.
+tests/fixtures/rgw.sh start "$RUN_DIR/rgw" > "$RUN_DIR/rgw-start.log" 2>&1 &
+RGW_START=$!
+tests/fixtures/sshd.sh start "$RUN_DIR/sshd" > "$RUN_DIR/sshd-start.log" 2>&1 &
+SSHD_START=$!
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-
-tests/fixtures/rgw.sh start "$RUN_DIR/rgw"
-tests/fixtures/sshd.sh start "$RUN_DIR/sshd"
+started() {  # started PID NAME: waits for a server's start, prints its output
+  if ! wait "$1"; then
+    cat "$RUN_DIR/$2-start.log" >&2
+    echo "the test $2 did not start" >&2
+    exit 1
+  fi
+  cat "$RUN_DIR/$2-start.log"
+}
+started "$RGW_START" rgw
+started "$SSHD_START" sshd
 set -a
 # shellcheck disable=SC1091
 . "$RUN_DIR/rgw/env"
@@ -56,37 +78,92 @@ set -a
 . "$RUN_DIR/sshd/env"
 set +a
 
+# The background chain. Each stage's exit status is written to a FIFO that this shell holds
+# open for reading and writing, so a stage never blocks on it; `await` reads them in order.
+mkfifo "$RUN_DIR/stages"
+exec 8<>"$RUN_DIR/stages"
+stage() {  # stage NAME COMMAND...: runs COMMAND into NAME.log, then reports NAME and its status
+  local name=$1 rc=0 t0=$SECONDS; shift
+  "$@" > "$RUN_DIR/$name.log" 2>&1 || rc=$?
+  echo "$name $rc $((SECONDS - t0))" >&8
+}
+await() {  # await NAME: waits for the stage, prints its output; fails if it failed
+  local name rc took
+  # The chain reports every stage it runs; if it died instead, say so rather than wait forever.
+  until read -r -t 60 name rc took <&8; do
+    if ! kill -0 "$CHAIN" 2>/dev/null && ! read -r -t 1 name rc took <&8; then
+      echo "the background builds stopped before $1 reported" >&2
+      exit 1
+    fi
+    [ -z "${name:-}" ] || break
+  done
+  if [ "$name" != "$1" ]; then echo "stage $name reported while waiting for $1" >&2; exit 1; fi
+  echo "== $1 (background, ${took} s) =="
+  if [ "$rc" -ne 0 ]; then
+    cat "$RUN_DIR/$1.log"
+    echo "$1 failed (exit $rc)" >&2
+    return 1
+  fi
+  # A build's warnings and its last step, not every step.
+  grep -v '^\[[0-9]*/[0-9]*\] ' "$RUN_DIR/$1.log" || true
+  tail -n 1 "$RUN_DIR/$1.log" | grep '^\[[0-9]*/[0-9]*\] ' || true
+}
+ASAN=1 TSAN=1
+[ "${OBJFS_TEST_SKIP_ASAN:-0}" != 1 ] || ASAN=0
+[ "${OBJFS_TEST_SKIP_TSAN:-0}" != 1 ] || TSAN=0
+(
+  renice -n 19 "$BASHPID" >/dev/null || true
+  if [ "$ASAN" = 1 ]; then
+    stage asan-build build build-asan -DCMAKE_BUILD_TYPE=Debug -DOBJFS_SANITIZE=ON \
+      -DOBJFS_BUILD_BENCHMARKS=OFF
+  fi
+  # One clang build serves two checks: it compiles with -Wthread-safety as errors (the locking
+  # annotations, see fs/lock_order.h), and runs the tests labelled tsan (tests/CMakeLists.txt
+  # says which: the unit tests whose code runs on several threads, and the FUSE mount tests
+  # that drive the daemon's threads hardest, the mounted objfs included, OBJFS_BINARY being this
+  # build's) under ThreadSanitizer. Every test runs in the two builds before.
+  if [ "$TSAN" = 1 ]; then
+    stage tsan-build build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DOBJFS_TSAN=ON \
+      -DOBJFS_BUILD_BENCHMARKS=OFF -- tsan_tests
+  fi
+  stage tidy tools/lint.sh --tidy build
+) &
+CHAIN=$!
+
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 rc=0
 echo "== optimised build =="
 ctest --test-dir build --output-on-failure --timeout 900 || rc=1
-if [ "${OBJFS_TEST_SKIP_ASAN:-0}" != 1 ]; then
-  echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
-  build build-asan -DCMAKE_BUILD_TYPE=Debug -DOBJFS_SANITIZE=ON -DOBJFS_BUILD_BENCHMARKS=OFF
-  ctest --test-dir build-asan --output-on-failure --timeout 900 || rc=1
-fi
-if [ "${OBJFS_TEST_TSAN:-0}" = 1 ]; then
-  # One clang build serves two checks: it compiles with -Wthread-safety as errors (the locking
-  # annotations, see fs/lock_order.h), and runs the tests labelled tsan (tests/CMakeLists.txt
-  # says which: the unit tests whose code runs on several threads, and the FUSE mount tests
-  # that drive the daemon's threads hardest, the mounted objfs included, OBJFS_BINARY being this
-  # build's) under ThreadSanitizer. Every test runs in the two builds above.
-  echo "== clang -Wthread-safety + ThreadSanitizer build =="
-  build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
-    -DCMAKE_CXX_COMPILER=clang++-14 -DOBJFS_TSAN=ON -DOBJFS_BUILD_BENCHMARKS=OFF \
-    -- tsan_tests
-  # Reports go to files as well as failing the process that made them: a mounted objfs that
-  # halts is seen by its test, and a report of any process is printed and fails the run.
-  mkdir -p "$RUN_DIR/tsan"
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tools/tsan.supp:log_path=$RUN_DIR/tsan/report"
-  ctest --test-dir build-tsan --output-on-failure --timeout 900 -L tsan || rc=1
-  unset TSAN_OPTIONS
-  if compgen -G "$RUN_DIR/tsan/report.*" >/dev/null; then
-    echo "ThreadSanitizer reports:" >&2
-    cat "$RUN_DIR"/tsan/report.* >&2
+if [ "$ASAN" = 1 ]; then
+  if await asan-build; then
+    echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
+    ctest --test-dir build-asan --output-on-failure --timeout 900 || rc=1
+  else
     rc=1
   fi
 fi
+if [ "$TSAN" = 1 ]; then
+  if await tsan-build; then
+    echo "== clang -Wthread-safety + ThreadSanitizer build =="
+    # Reports go to files as well as failing the process that made them: a mounted objfs that
+    # halts is seen by its test, and a report of any process is printed and fails the run.
+    mkdir -p "$RUN_DIR/tsan"
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tools/tsan.supp:log_path=$RUN_DIR/tsan/report"
+    ctest --test-dir build-tsan --output-on-failure --timeout 900 -L tsan || rc=1
+    unset TSAN_OPTIONS
+    if compgen -G "$RUN_DIR/tsan/report.*" >/dev/null; then
+      echo "ThreadSanitizer reports:" >&2
+      cat "$RUN_DIR"/tsan/report.* >&2
+      rc=1
+    fi
+  else
+    rc=1
+  fi
+fi
+await tidy || rc=1
+wait "$CHAIN" || true
+CHAIN=
 STATUS=$rc
 exit "$rc"
