@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <set>
 
@@ -18,7 +19,6 @@ namespace objfs {
 namespace {
 
 constexpr size_t kMaxNameBytes = 255;
-constexpr uint64_t kDirectorySize = 4096;
 // Files uploaded at once by the write-back thread and at unmount.
 constexpr size_t kUploadThreads = 4;
 // A lookup's listing of the parent directory reads one page of this many keys; a larger
@@ -56,12 +56,17 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
       new Filesystem(std::move(store), std::move(options), metrics, std::move(clock)));
   fs->staging_ = std::move(staging);
   Filesystem* raw = fs.get();
-  fs->coalescer_ = std::make_unique<MetadataCoalescer>(
-      raw->store_.get(), raw->staging_.get(), [raw](const std::string& line) { raw->Log(line); },
-      [raw](const std::string& key) { raw->meta_cache_.Invalidate(key); });
-  if ((fs->writeback() || fs->defer_metadata()) && fs->options_.writeback_thread) {
-    fs->queue_->Start();
-  }
+  FileWriter::Options writer;
+  writer.writeback = raw->options_.writeback;
+  // A store that changes attributes in place has no self-copies to save.
+  writer.hold_metadata = raw->attributes_in_place_ ? 0 : raw->options_.metadata_delay;
+  writer.read_buffer = raw->options_.prefetch.read_buffer;
+  writer.writeback_thread = raw->options_.writeback_thread;
+  writer.upload_threads = kUploadThreads;
+  writer.log = [raw](const std::string& line) { raw->Log(line); };
+  fs->writer_ = std::make_unique<FileWriter>(raw->store_.get(), raw->staging_.get(), &raw->inodes_,
+                                             &raw->meta_cache_, &raw->attrs_, raw->metrics_,
+                                             raw->clock_, std::move(writer));
   return fs;
 }
 
@@ -75,21 +80,15 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       attributes_in_place_(!store_->capabilities().attributes_by_copy ||
                            store_->capabilities().native_rename),
       options_(std::move(options)),
+      attrs_(AttrDefaults{options_.uid, options_.gid, options_.umask, options_.file_mode,
+                          options_.dir_mode}),
       metrics_(metrics),
       clock_(std::move(clock)),
       meta_cache_(clock_, Seconds(options_.attr_timeout), Seconds(options_.negative_timeout)),
       io_pool_(std::make_unique<IoPool>(
           static_cast<size_t>(options_.io_threads > 0 ? options_.io_threads : 1))),
       read_budget_(std::make_unique<ReadBudget>(options_.prefetch_memory)),
-      mount_time_ns_(NowNs()),
-      recovery_([this](const std::string& line) { Log(line); }) {
-  WritebackQueue::Options queue;
-  queue.clock = clock_;
-  queue.work = [this](uint64_t ino) { return UploadDueFile(ino); };
-  queue.done = [this](uint64_t ino) { recovery_.Done(ino); };
-  queue.upload_threads = kUploadThreads;
-  queue.retry_delay = Seconds(retry_seconds());
-  queue_ = std::make_unique<WritebackQueue>(std::move(queue));
+      mount_time_ns_(NowNs()) {
   // A store that splits each read into requests of a fixed size (SFTP: the server's max read
   // length, 255 KiB on OpenSSH) gets reads of whole multiples of it: a 1 MiB buffer would end in
   // a 4 KiB request each time, 10% more requests for nothing. Prefetch reads are multiples of
@@ -103,8 +102,16 @@ size_t EffectiveReadBuffer(size_t read_buffer, uint64_t unit) {
   return static_cast<size_t>(read_buffer / unit * unit);
 }
 
+void Filesystem::Log(const std::string& message) const {
+  if (options_.log) {
+    options_.log(message);
+  } else {
+    std::fprintf(stderr, "objfs: %s\n", message.c_str());
+  }
+}
+
 Filesystem::~Filesystem() {
-  queue_->Stop();  // its work calls into this object
+  if (writer_ != nullptr) writer_->Stop();  // its work reaches the inode table and the caches
   std::lock_guard<std::mutex> lock(handles_mu_);
   handles_.clear();  // prefetchers finish with the pool still alive
 }
@@ -166,53 +173,6 @@ uint64_t Filesystem::AddHandle(std::shared_ptr<Handle> handle) {
   uint64_t fh = next_fh_++;
   handles_.emplace(fh, std::move(handle));
   return fh;
-}
-
-MetaRecord Filesystem::RecordFromInfo(const ObjectInfo& info, bool is_dir) const {
-  MetaRecord rec;
-  PosixMetadata posix = ParsePosixMetadata(info.metadata);
-  if (posix.mode && S_ISDIR(*posix.mode)) is_dir = true;
-  rec.is_dir = is_dir;
-  rec.complete = info.has_metadata;
-  rec.has_object = true;
-  uint32_t type = is_dir ? S_IFDIR : S_IFREG;
-  uint32_t perms = (is_dir ? options_.dir_mode : options_.file_mode) & ~options_.umask & 07777;
-  if (posix.mode) {
-    uint32_t t = *posix.mode & S_IFMT;
-    if (is_dir) {
-      t = S_IFDIR;
-    } else if (t != S_IFREG && t != S_IFLNK) {
-      t = S_IFREG;
-    }
-    type = t;
-    perms = *posix.mode & 07777;
-  }
-  rec.mode = type | perms;
-  rec.uid = posix.uid.value_or(options_.uid);
-  rec.gid = posix.gid.value_or(options_.gid);
-  rec.size = is_dir ? 0 : info.size;
-  rec.mtime_ns = posix.mtime_ns.value_or(info.mtime_ns);
-  rec.etag = info.etag;
-  rec.metadata = info.metadata;
-  return rec;
-}
-
-MetaRecord Filesystem::RootRecord() const {
-  MetaRecord rec;
-  rec.is_dir = true;
-  rec.complete = true;
-  rec.has_object = false;
-  rec.mode = S_IFDIR | (options_.dir_mode & ~options_.umask & 07777);
-  rec.uid = options_.uid;
-  rec.gid = options_.gid;
-  rec.mtime_ns = mount_time_ns_;
-  return rec;
-}
-
-MetaRecord Filesystem::ImplicitDirRecord(int64_t mtime_ns) const {
-  MetaRecord rec = RootRecord();
-  rec.mtime_ns = mtime_ns;
-  return rec;
 }
 
 Result<MetaRecord> Filesystem::Resolve(const std::string& key) {
@@ -311,18 +271,6 @@ Result<MetaRecord> Filesystem::ResolveDirectory(const std::string& key) {
   }
   meta_cache_.Put(key, rec);
   return rec;
-}
-
-FileAttr Filesystem::AttrFromRecord(uint64_t ino, const MetaRecord& rec) const {
-  FileAttr attr;
-  attr.ino = ino;
-  attr.mode = rec.mode;
-  attr.uid = rec.uid;
-  attr.gid = rec.gid;
-  attr.size = rec.is_dir ? kDirectorySize : rec.size;
-  attr.mtime_ns = attr.ctime_ns = attr.atime_ns = rec.mtime_ns;
-  attr.nlink = rec.is_dir ? 2 : 1;
-  return attr;
 }
 
 Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {

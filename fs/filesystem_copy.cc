@@ -36,7 +36,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
   if (off_in == 0 && off_out == 0 && in->ino != out->ino) {
     // The source must be clean: upload its unsaved data first (a metadata change it waits
     // with is no matter: the copy gets the destination's).
-    OBJFS_RETURN_IF_ERROR(FlushInode(in->ino, in->inode, /*with_metadata=*/false));
+    OBJFS_RETURN_IF_ERROR(writer_->Flush(in->ino, in->inode, /*with_metadata=*/false));
     OBJFS_ASSIGN_OR_RETURN(std::string src_key, KeyOf(in->ino));
     OBJFS_ASSIGN_OR_RETURN(std::string dst_key, KeyOf(out->ino));
     OBJFS_ASSIGN_OR_RETURN(MetaRecord src, Resolve(src_key));
@@ -79,8 +79,8 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       if (!copied.ok()) return copied.status().WithContext("copying " + src_key);
       if (copied->etag == src.etag && src.etag.is_plain_md5()) Bump(metrics_->etags_reused);
       // The destination now is the copy: nothing of the (empty) staged file is to be uploaded.
-      DropStagingLocked(dst);
-      DropPendingMetadataLocked(dst);  // the copy carries it
+      writer_->DropStaging(dst);
+      writer_->ForgetHeldMetadata(dst);  // the copy carries it
       dst.uploaded_etag = copied->etag;
       ObjectInfo dst_info = *copied;
       dst_info.key = dst_key;

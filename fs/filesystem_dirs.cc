@@ -133,7 +133,7 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
     inode->attr = AttrFromRecord(ino, *rec);
     inode->extra_metadata = WithoutPosixMetadata(rec->metadata);
   }
-  if (inode != nullptr) DiscardLocked(*inode);
+  if (inode != nullptr) writer_->Discard(*inode);
   inodes_.Unbind(key);
   return Status::Ok();
 }

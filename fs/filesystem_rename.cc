@@ -26,7 +26,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
 
   // With a write-back window, a file not uploaded yet is renamed where it is: its pending upload
   // takes the new name (rsync's temporary files never reach the store).
-  if (writeback()) {
+  if (writer_->writeback()) {
     if (uint64_t ino = inodes_.InoOf(from)) {
       if (auto inode = inodes_.Get(ino)) {
         std::optional<Status> local = RenameLocalFile(from, to, inode, flags);
@@ -39,7 +39,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   // carries a pending metadata change too).
   if (uint64_t ino = inodes_.InoOf(from)) {
     if (auto inode = inodes_.Get(ino)) {
-      OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode, /*with_metadata=*/false));
+      OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode, /*with_metadata=*/false));
     }
   }
   // Both names as the cache knows them, like the lookups the kernel made just before (within
@@ -50,7 +50,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
 
   if (uint64_t ino = inodes_.InoOf(to)) {
     // A metadata change of the target goes too: should the rename fail, the target keeps it.
-    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
   }
   if (flags & kRenameNoReplace) meta_cache_.Invalidate(to);
   auto dst = Resolve(to);
@@ -117,7 +117,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
     if (old_inode->unsaved()) {
       // Accepted: recorded and scheduled again; still being written: recorded as such.
       if (target_state == StagedFile::State::kAccepted) {
-        (void)DeferUploadLocked(old, *old_inode);
+        (void)writer_->DeferUpload(old, *old_inode);
       } else {
         (void)old_inode->staged->Restore(target_state);
       }
@@ -152,7 +152,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
         // No record under the new name (the cache disk is full): the data goes up under the
         // old one now, and the store renames it.
         Log("uploading " + from + " before its rename: " + described.message());
-        failure = UploadLocked(*inode, from, /*accept=*/false);
+        failure = writer_->Upload(*inode, from, /*accept=*/false);
       } else if (inode->in_store && !(removed = store_->remove(from)).ok() &&
                  removed.code() != StatusCode::kNotFound) {
         (void)inode->staged->Describe(from, metadata);
@@ -177,7 +177,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   // Committed: the replaced target's data goes (its open handles keep reading it).
   if (old_inode != nullptr) {
     std::lock_guard<std::mutex> lock(old_inode->mu);
-    DiscardLocked(*old_inode);
+    writer_->Discard(*old_inode);
   }
   meta_cache_.Invalidate(to);
   meta_cache_.PutNegative(from);
@@ -190,7 +190,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   if (uint64_t old = inodes_.InoOf(to)) {
     if (auto inode = inodes_.Get(old)) {
       std::lock_guard<std::mutex> lock(inode->mu);
-      DiscardLocked(*inode);
+      writer_->Discard(*inode);
     }
   }
   uint64_t ino = inodes_.InoOf(from);
@@ -200,7 +200,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   if (inode != nullptr) {
     lock = std::unique_lock<std::mutex>(inode->mu);
     if (inode->unsaved()) {
-      OBJFS_RETURN_IF_ERROR(UploadLocked(*inode, from, /*accept=*/false));
+      OBJFS_RETURN_IF_ERROR(writer_->Upload(*inode, from, /*accept=*/false));
       OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));
     }
   }
@@ -243,7 +243,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     if (!copied.ok() && fold && IsPermanentRefusal(copied.status())) {
       // The held change is what the server refuses: the file moves with the metadata it has.
       source.metadata = inode->pending_metadata->object.metadata;
-      DropRefusedMetadataLocked(*inode, from, copied.status());
+      writer_->DropRefusedMetadata(*inode, from, copied.status());
       copy.replace_metadata.reset();
       ObjectInfo info;
       info.key = from;
@@ -259,7 +259,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     // that a failed removal leaves the source as the mount shows it. (A record outliving the
     // source meets no object of that ETag at the next mount.)
     OBJFS_RETURN_IF_ERROR(store_->remove(from));
-    if (fold) DropPendingMetadataLocked(*inode);
+    if (fold) writer_->ForgetHeldMetadata(*inode);
     meta_cache_.Invalidate(from);
     copied->size = source.size;
     copied->metadata = source.metadata;
@@ -279,7 +279,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
 Status Filesystem::RenameDirectory(const std::string& from, const std::string& to,
                                    const MetaRecord& src) {
   for (const auto& [ino, inode] : inodes_.WithLocalData(from)) {
-    OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
     inodes_.Forget(ino, 0);  // one the kernel forgot goes once it is clean
   }
   if (native_rename_) {
