@@ -346,6 +346,7 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
     if (!copy.ok()) {
       const uint64_t needed = keep_content ? inode.staged->size() : 0;
       OBJFS_RETURN_IF_ERROR(RetryWithRoom(copy.status(), &inode, needed, [&] {
+        inode.mu.AssertHeld();  // run by RetryWithRoom, under this call's lock
         copy = keep_content ? staging_->Clone(*inode.staged) : staging_->Create();
         return copy.status();
       }));
@@ -358,8 +359,10 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
   // to hold data the store lacks. The record carries the metadata the mount shows, a held
   // change included, whose own record then goes: replayed after the data, it would undo
   // changes made after it.
-  Status recorded = RetryWithRoom(inode.staged->MarkWriting(key, metadata), &inode, 4096,
-                                  [&] { return inode.staged->MarkWriting(key, metadata); });
+  Status recorded = RetryWithRoom(inode.staged->MarkWriting(key, metadata), &inode, 4096, [&] {
+    inode.mu.AssertHeld();  // run by RetryWithRoom, under this call's lock
+    return inode.staged->MarkWriting(key, metadata);
+  });
   if (!recorded.ok()) {
     if (inode.accepted_copy) {  // back as it was
       inode.staged->Remove();
@@ -467,7 +470,7 @@ Result<FileAttr> FileWriter::ChangeUnsavedMetadata(
 
 Status FileWriter::Flush(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata,
                          bool accept) {
-  std::lock_guard<std::mutex> lock(inode->mu);
+  MutexLock lock(&inode->mu);
   if (inode->removed()) return Status::Ok();
   const bool upload = inode->unsaved();
   if (!upload && !(with_metadata && inode->pending_metadata)) return Status::Ok();
@@ -520,20 +523,21 @@ uint64_t FileWriter::MakeRoom(const Inode* busy, uint64_t needed) {
     std::shared_ptr<Inode> inode = inodes_->Get(ino);
     if (inode == nullptr || inode.get() == busy) return std::nullopt;
     // Never waits for another inode's lock while holding `busy`'s.
-    std::unique_lock<std::mutex> lock(inode->mu, std::try_to_lock);
-    if (!lock.owns_lock()) return std::nullopt;
-    if (!inode->unsaved() || inode->open_handles.load() > 0) {
-      return std::nullopt;
-    }
+    if (!inode->mu.TryLock()) return std::nullopt;
+    std::optional<Result<uint64_t>> freed;
     auto key = KeyOf(ino);
-    if (!key.ok()) return std::nullopt;
-    const uint64_t size = inode->staged->size();
-    Status s = Upload(*inode, *key);
-    if (!s.ok()) {
-      NoteUploadFailure(s);  // the queue retries it
-      return s;
+    if (inode->unsaved() && inode->open_handles.load() == 0 && key.ok()) {
+      const uint64_t size = inode->staged->size();
+      Status s = Upload(*inode, *key);
+      if (s.ok()) {
+        freed = size;
+      } else {
+        NoteUploadFailure(s);  // the queue retries it
+        freed = s;
+      }
     }
-    return size;
+    inode->mu.Unlock();
+    return freed;
   };
   size_t uploaded = 0;
   const uint64_t freed = queue_->MakeRoom(needed, upload_early, &uploaded);
@@ -558,7 +562,7 @@ Status FileWriter::FlushAll() {
   for (uint64_t ino : recovery_.Pending()) {
     bool done = true;
     if (std::shared_ptr<Inode> inode = inodes_->Find(ino)) {
-      std::lock_guard<std::mutex> lock(inode->mu);
+      MutexLock lock(&inode->mu);
       done = !inode->unsaved();
     }
     if (done) recovery_.Done(ino);
@@ -577,7 +581,7 @@ Status FileWriter::UploadDueFile(uint64_t ino) {
   if (inode == nullptr) return Status::Ok();
   Status status;
   {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (inode->removed()) return Status::Ok();
     if (inode->unsaved()) {
       // Open again: its last release schedules it anew.
@@ -614,7 +618,7 @@ bool FileWriter::Adopt(const StagedLeftover& left) {
   const uint64_t ino = inodes_->Acquire(left.key, 0);
   std::shared_ptr<Inode> inode = inodes_->Get(ino);
   {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     inode->attr = ObjectAttrs::ToAttr(ino, rec);
     inode->extra_metadata = WithoutPosixMetadata(left.metadata);
     inode->staged = std::move(*file);

@@ -112,7 +112,7 @@ void Filesystem::Log(const std::string& message) const {
 
 Filesystem::~Filesystem() {
   if (writer_ != nullptr) writer_->Stop();  // its work reaches the inode table and the caches
-  std::lock_guard<std::mutex> lock(handles_mu_);
+  MutexLock lock(&handles_mu_);
   handles_.clear();  // prefetchers finish with the pool still alive
 }
 
@@ -157,7 +157,7 @@ Result<std::string> Filesystem::ChildKey(uint64_t parent, std::string_view name)
 }
 
 std::shared_ptr<Filesystem::Handle> Filesystem::FindHandle(uint64_t fh) {
-  std::lock_guard<std::mutex> lock(handles_mu_);
+  MutexLock lock(&handles_mu_);
   auto it = handles_.find(fh);
   return it == handles_.end() ? nullptr : it->second;
 }
@@ -169,7 +169,7 @@ void Filesystem::CountOpenLocked(Inode& inode, int flags) {
 
 uint64_t Filesystem::AddHandle(std::shared_ptr<Handle> handle) {
   metrics_->open_files.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(handles_mu_);
+  MutexLock lock(&handles_mu_);
   uint64_t fh = next_fh_++;
   handles_.emplace(fh, std::move(handle));
   return fh;
@@ -282,7 +282,7 @@ Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {
 }
 
 std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
-  std::lock_guard<std::mutex> lock(inode.mu);
+  MutexLock lock(&inode.mu);
   return LocalAttrLocked(inode, ino);
 }
 
@@ -316,7 +316,7 @@ void Filesystem::AddLookup(uint64_t ino) { inodes_.AddLookup(ino); }
 Result<Entry> Filesystem::GetAttr(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (auto inode = inodes_.Find(ino)) {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (auto attr = LocalAttrLocked(*inode, ino)) return MakeEntry(*attr, true);
     if (inode->removed()) {
       // Removed while open: its old name may be another file's by now. It keeps the

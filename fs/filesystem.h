@@ -34,7 +34,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -44,6 +43,7 @@
 #include <vector>
 
 #include "backend/metrics.h"
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
 #include "cache/clock.h"
@@ -408,17 +408,19 @@ class Filesystem {
  private:
   // An open file.
   struct Handle {
+    Handle(uint64_t ino, int flags, std::shared_ptr<Inode> inode, std::string read_key)
+        : ino(ino), flags(flags), inode(std::move(inode)), read_key(std::move(read_key)) {}
     uint64_t ino = 0;
     int flags = 0;
     std::shared_ptr<Inode> inode;
-    std::mutex mu;         // guards the fields below
-    std::string read_key;  // the key `prefetcher` reads
-    ObjectInfo read_info;  // the object as seen at open (or after a rename)
-    std::shared_ptr<Prefetcher> prefetcher;
+    Mutex mu;                             // lock 2 of fs/lock_order.h
+    std::string read_key GUARDED_BY(mu);  // the key `prefetcher` reads
+    ObjectInfo read_info GUARDED_BY(mu);  // the object as seen at open (or after a rename)
+    std::shared_ptr<Prefetcher> prefetcher GUARDED_BY(mu);
     // Set when CopyFileRange made this handle's file a server-side copy of another.
-    uint64_t copied_from_fh = 0;
-    uint64_t copied_size = 0;
-    uint64_t copied_reported = 0;
+    uint64_t copied_from_fh GUARDED_BY(mu) = 0;
+    uint64_t copied_size GUARDED_BY(mu) = 0;
+    uint64_t copied_reported GUARDED_BY(mu) = 0;
   };
 
   Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions options, Metrics* metrics,
@@ -443,7 +445,8 @@ class Filesystem {
   // Attributes of an inode with local (staged) state, or nullopt.
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
   // The same, for a caller holding inode.mu.
-  static std::optional<FileAttr> LocalAttrLocked(const Inode& inode, uint64_t ino);
+  static std::optional<FileAttr> LocalAttrLocked(const Inode& inode, uint64_t ino)
+      REQUIRES(inode.mu);
   MetaRecord RecordFromInfo(const ObjectInfo& info, bool is_dir) const {
     return attrs_.FromInfo(info, is_dir);
   }
@@ -482,16 +485,20 @@ class Filesystem {
   // Counts a handle of `inode` opened with `flags` as open (and writing), under inode.mu in the
   // same critical section that prepared it: a reader's release in between must not take a
   // writer's O_TRUNC for finished data. REQUIRES: inode.mu held.
-  static void CountOpenLocked(Inode& inode, int flags);
+  static void CountOpenLocked(Inode& inode, int flags) REQUIRES(inode.mu);
   // Registers a handle counted with CountOpenLocked; returns its number.
   uint64_t AddHandle(std::shared_ptr<Handle> handle);
 
   // filesystem_dirs.cc: Unlink of `key`, bound to `ino` (0: none) whose state `inode` (null:
   // none) the caller has locked.
-  Status UnlinkLocked(const std::string& key, uint64_t ino, Inode* inode);
+  // (`inode` may be null: its lock, held when it is not, is one the analysis cannot follow.)
+  Status UnlinkLocked(const std::string& key, uint64_t ino, Inode* inode) NO_THREAD_SAFETY_ANALYSIS;
 
   // filesystem_rename.cc
-  Status RenameFile(const std::string& from, const std::string& to, const MetaRecord& src);
+  // Holds the source's lock, when it has an inode, across the copy (OptionalInodeLock: outside
+  // the analysis).
+  Status RenameFile(const std::string& from, const std::string& to,
+                    const MetaRecord& src) NO_THREAD_SAFETY_ANALYSIS;
   Status RenameDirectory(const std::string& from, const std::string& to, const MetaRecord& src);
 
   // The ETag "user.etag" shows for the object `key` described by `rec` (a file): the store's
@@ -518,9 +525,9 @@ class Filesystem {
   std::unique_ptr<IoPool> io_pool_;
   std::unique_ptr<ReadBudget> read_budget_;
 
-  std::mutex handles_mu_;  // guards handles_ and next_fh_
-  std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_;
-  uint64_t next_fh_ = 1;
+  Mutex handles_mu_;  // lock 3 of fs/lock_order.h
+  std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_ GUARDED_BY(handles_mu_);
+  uint64_t next_fh_ GUARDED_BY(handles_mu_) = 1;
   std::atomic<uint64_t> skipped_names_{0};
   int64_t mount_time_ns_;  // the root's mtime
 

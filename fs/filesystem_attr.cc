@@ -38,7 +38,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
   if (key.empty()) return UnsupportedError("the root directory's attributes cannot be changed");
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
   if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
-  std::lock_guard<std::mutex> lock(inode->mu);
+  MutexLock lock(&inode->mu);
   // The change rides along with the pending upload.
   if (inode->unsaved()) return writer_->ChangeUnsavedMetadata(ino, *inode, key, mutate);
   if (inode->pending_metadata && !inode->removed()) {
@@ -142,7 +142,7 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, attr.size));
     std::shared_ptr<Inode> inode = inodes_.Get(ino);
     if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (!inode->staged) {
       OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
       if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
@@ -190,7 +190,7 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
 Result<Metadata> Filesystem::ExtraMetadata(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (std::shared_ptr<Inode> inode = inodes_.Get(ino)) {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (inode->staged || inode->pending_metadata) return inode->extra_metadata;
   }
   if (key.empty()) return Metadata();
@@ -237,7 +237,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
       if (writer_->writeback() && inode->open_handles.load() == 0) {
         OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
       }
-      std::lock_guard<std::mutex> lock(inode->mu);
+      MutexLock lock(&inode->mu);
       if (inode->pending_metadata && !inode->removed() && !inode->unsaved()) {
         OBJFS_RETURN_IF_ERROR(writer_->ApplyHeldMetadata(*inode, key));
       }

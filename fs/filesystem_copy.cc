@@ -23,7 +23,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
 
   // The kernel's follow-up calls for the rest of a range already copied on the server.
   {
-    std::lock_guard<std::mutex> lock(out->mu);
+    MutexLock lock(&out->mu);
     if (out->copied_from_fh == fh_in && off_in == off_out && off_in == out->copied_reported &&
         off_in <= out->copied_size) {
       uint64_t n = std::min(len, out->copied_size - off_in);
@@ -43,13 +43,13 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     if (src.is_dir) return Status(StatusCode::kIsDirectory, src_key + " is a directory");
     bool src_clean;
     {
-      std::lock_guard<std::mutex> lock(in->inode->mu);
+      MutexLock lock(&in->inode->mu);
       // A source removed while open is no object either: its old name may hold another file's
       // by now. Its handle reads its own bytes below.
       src_clean = !in->inode->unsaved() && !in->inode->removed();
     }
     Inode& dst = *out->inode;
-    std::unique_lock<std::mutex> dst_lock(dst.mu);
+    MutexLock dst_lock(&dst.mu);
     uint64_t dst_size;
     FileAttr dst_attr;
     Metadata dst_extra;
@@ -91,9 +91,9 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       rec.complete = true;
       rec.own_write = true;
       meta_cache_.Put(dst_key, rec);
-      dst_lock.unlock();
+      dst_lock.Unlock();
       uint64_t n = std::min(len, src.size);
-      std::lock_guard<std::mutex> lock(out->mu);
+      MutexLock lock(&out->mu);
       out->copied_from_fh = fh_in;
       out->copied_size = src.size;
       out->copied_reported = n;

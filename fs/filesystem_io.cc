@@ -32,13 +32,9 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
   if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
-  auto handle = std::make_shared<Handle>();
-  handle->ino = ino;
-  handle->flags = flags;
-  handle->inode = inode;
-  handle->read_key = key;
+  auto handle = std::make_shared<Handle>(ino, flags, inode, key);
   {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     // The self-copy that applies a pending metadata change keeps a plain-MD5 ETag but may give a
     // multipart object a new one, which would fail this handle's reads: apply it before.
     if (inode->pending_metadata && !inode->staged && !truncate &&
@@ -54,6 +50,7 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
         OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key));
         meta_cache_.Invalidate(key);
       } else {
+        MutexLock handle_lock(&handle->mu);  // unshared yet; the analysis asks for it
         handle->read_info = InfoFromRecord(key, rec);
       }
     } else if (truncate && inode->staged->size() > 0) {
@@ -102,14 +99,10 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
 
   uint64_t ino = inodes_.Acquire(key, 1);
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
-  auto handle = std::make_shared<Handle>();
-  handle->ino = ino;
-  handle->flags = flags;
-  handle->inode = inode;
-  handle->read_key = key;
+  auto handle = std::make_shared<Handle>(ino, flags, inode, key);
   FileAttr attr;
   {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (!inode->staged) {
       MetaRecord rec;
       rec.mode = S_IFREG | (mode & 07777);
@@ -144,7 +137,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
 }
 
 Result<std::shared_ptr<Prefetcher>> Filesystem::PrefetcherOf(Handle& handle) {
-  std::lock_guard<std::mutex> lock(handle.mu);
+  MutexLock lock(&handle.mu);
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle.ino));
   if (handle.prefetcher == nullptr || handle.read_key != key || handle.read_info.key != key) {
     if (handle.read_info.key != key || handle.read_info.etag.empty()) {
@@ -170,7 +163,7 @@ Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byt
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
   {
-    std::lock_guard<std::mutex> lock(handle->inode->mu);
+    MutexLock lock(&handle->inode->mu);
     if (handle->inode->staged) return handle->inode->staged->ReadAt(offset, buf);
   }
   return ReadFromStore(*handle, offset, buf);
@@ -182,7 +175,7 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
   {
-    std::lock_guard<std::mutex> lock(handle->inode->mu);
+    MutexLock lock(&handle->inode->mu);
     if (handle->inode->staged) {
       std::shared_ptr<std::byte[]> buf(new std::byte[size == 0 ? 1 : size]);
       OBJFS_ASSIGN_OR_RETURN(size_t n,
@@ -201,7 +194,7 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
   if (!IsWritable(handle->flags)) return InvalidArgumentError("handle not open for writing");
   Inode& inode = *handle->inode;
-  std::lock_guard<std::mutex> lock(inode.mu);
+  MutexLock lock(&inode.mu);
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle->ino));
   if (!inode.staged) {
     OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
@@ -212,8 +205,10 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
   OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, offset + data.size()));
   OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(inode, key));
   OBJFS_RETURN_IF_ERROR(
-      writer_->RetryWithRoom(inode.staged->WriteAt(offset, data), &inode, data.size(),
-                             [&] { return inode.staged->WriteAt(offset, data); }));
+      writer_->RetryWithRoom(inode.staged->WriteAt(offset, data), &inode, data.size(), [&] {
+        inode.mu.AssertHeld();  // run by RetryWithRoom, under our lock
+        return inode.staged->WriteAt(offset, data);
+      }));
   inode.attr.size = inode.staged->size();
   inode.attr.mtime_ns = NowNs();
   meta_cache_.Invalidate(key);
@@ -243,7 +238,7 @@ Status Filesystem::Flush(uint64_t fh) {
   }
   if (writer_->writeback()) {
     Inode& inode = *handle->inode;
-    std::lock_guard<std::mutex> lock(inode.mu);
+    MutexLock lock(&inode.mu);
     if (!inode.unsaved()) return Status::Ok();
     // (Without a crash record, on a full cache disk, this uploads at once.)
     return ReportedAtClose("close", handle->ino, writer_->DeferUpload(handle->ino, inode));
@@ -265,7 +260,7 @@ Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) {
 Status Filesystem::Release(uint64_t fh) {
   std::shared_ptr<Handle> handle;
   {
-    std::lock_guard<std::mutex> lock(handles_mu_);
+    MutexLock lock(&handles_mu_);
     auto it = handles_.find(fh);
     if (it == handles_.end()) return InvalidArgumentError("unknown file handle");
     handle = std::move(it->second);
@@ -274,7 +269,7 @@ Status Filesystem::Release(uint64_t fh) {
   Inode& inode = *handle->inode;
   Status status;
   {
-    std::lock_guard<std::mutex> lock(inode.mu);
+    MutexLock lock(&inode.mu);
     int remaining = inode.open_handles.fetch_sub(1) - 1;
     const bool writer = IsWritable(handle->flags);
     const int writers = writer ? inode.open_writers.fetch_sub(1) - 1 : inode.open_writers.load();
@@ -291,7 +286,7 @@ Status Filesystem::Release(uint64_t fh) {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(handle->mu);
+    MutexLock lock(&handle->mu);
     handle->prefetcher.reset();
   }
   // An inode the kernel already forgot goes once its last handle closes.

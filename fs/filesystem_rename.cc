@@ -87,7 +87,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
                                                   const std::shared_ptr<Inode>& inode,
                                                   uint32_t flags) {
   {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (!inode->unsaved()) return std::nullopt;
     // Being written with no version a close accepted: a crash would upload nothing under the
     // new name, while the rename removes the stored version under the old one (and drops a
@@ -113,7 +113,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   std::optional<StagedFile::State> target_state, target_copy_state;
   auto restore_target = [&] {
     if (old_inode == nullptr) return;
-    std::lock_guard<std::mutex> lock(old_inode->mu);
+    MutexLock lock(&old_inode->mu);
     if (old_inode->unsaved()) {
       // Accepted: recorded and scheduled again; still being written: recorded as such.
       if (target_state == StagedFile::State::kAccepted) {
@@ -125,7 +125,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
     }
   };
   if (old_inode != nullptr) {
-    std::lock_guard<std::mutex> lock(old_inode->mu);
+    MutexLock lock(&old_inode->mu);
     if (old_inode->staged) target_state = old_inode->staged->Orphan();
     if (old_inode->accepted_copy) target_copy_state = old_inode->accepted_copy->Orphan();
   }
@@ -134,7 +134,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   bool committed = false;
   Status failure;  // not committed and not left to the store either
   {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     // Uploaded by the write-back thread meanwhile: rename it in the store.
     if (inode->unsaved()) {
       Metadata metadata = inode->extra_metadata;
@@ -176,7 +176,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   }
   // Committed: the replaced target's data goes (its open handles keep reading it).
   if (old_inode != nullptr) {
-    std::lock_guard<std::mutex> lock(old_inode->mu);
+    MutexLock lock(&old_inode->mu);
     writer_->Discard(*old_inode);
   }
   meta_cache_.Invalidate(to);
@@ -189,16 +189,15 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   // A replaced target's open handles must not resurrect it at release.
   if (uint64_t old = inodes_.InoOf(to)) {
     if (auto inode = inodes_.Get(old)) {
-      std::lock_guard<std::mutex> lock(inode->mu);
+      MutexLock lock(&inode->mu);
       writer_->Discard(*inode);
     }
   }
   uint64_t ino = inodes_.InoOf(from);
   std::shared_ptr<Inode> inode = ino ? inodes_.Get(ino) : nullptr;
-  std::unique_lock<std::mutex> lock;
+  OptionalInodeLock lock(inode.get());
   MetaRecord source = src;
   if (inode != nullptr) {
-    lock = std::unique_lock<std::mutex>(inode->mu);
     if (inode->unsaved()) {
       OBJFS_RETURN_IF_ERROR(writer_->Upload(*inode, from, /*accept=*/false));
       OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));

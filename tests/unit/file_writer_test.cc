@@ -69,7 +69,7 @@ class FileWriterTest : public ::testing::Test {
       rec.mode = S_IFREG | 0644;
       rec.complete = true;
     }
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     EXPECT_TRUE(writer_->Stage(*inode, key, rec, !in_store).ok());
     if (!in_store) inode->in_store = false;
     return inode;
@@ -77,7 +77,7 @@ class FileWriterTest : public ::testing::Test {
 
   // Writes `data` at 0 the way Filesystem::Write does.
   Status Write(Inode& inode, const std::string& key, const std::string& data) {
-    std::lock_guard lock(inode.mu);
+    MutexLock lock(&inode.mu);
     OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(inode, key));
     OBJFS_RETURN_IF_ERROR(inode.staged->WriteAt(0, Bytes(data)));
     inode.attr.size = inode.staged->size();
@@ -110,7 +110,7 @@ class FileWriterTest : public ::testing::Test {
 TEST_F(FileWriterTest, StagingCopiesTheStoredObjectAndCachesIt) {
   Put("f", "stored");
   std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
-  std::lock_guard lock(inode->mu);
+  MutexLock lock(&inode->mu);
   EXPECT_EQ(inode->state, Inode::FileState::kCached);
   ASSERT_NE(inode->staged, nullptr);
   EXPECT_EQ(inode->staged->size(), 6u);
@@ -126,7 +126,7 @@ TEST_F(FileWriterTest, StagingFailsWhenTheObjectChangesWhileFetched) {
   Put("f", "new version, longer");  // another client, between the HEAD and the read
   const uint64_t ino = inodes_->Acquire("f", 1);
   std::shared_ptr<Inode> inode = inodes_->Get(ino);
-  std::lock_guard lock(inode->mu);
+  MutexLock lock(&inode->mu);
   Status staged = writer_->Stage(*inode, "f", rec, /*empty=*/false);
   EXPECT_FALSE(staged.ok());
   EXPECT_EQ(inode->staged, nullptr);  // no mix of two versions to write over
@@ -136,7 +136,10 @@ TEST_F(FileWriterTest, StagingFailsWhenTheObjectChangesWhileFetched) {
 TEST_F(FileWriterTest, AWriteMakesTheFileUnsavedWithAWritingRecord) {
   std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
   ASSERT_TRUE(Write(*inode, "f", "data").ok());
-  EXPECT_TRUE(inode->unsaved());
+  {
+    MutexLock lock(&inode->mu);
+    EXPECT_TRUE(inode->unsaved());
+  }
   std::vector<StagedLeftover> left = Leftovers();
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].key, "f");
@@ -147,7 +150,7 @@ TEST_F(FileWriterTest, AnUploadStoresTheDataAndRemovesItsOwnCrashRecord) {
   std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
   ASSERT_TRUE(Write(*inode, "f", "data").ok());
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     inode->attr.mode = S_IFREG | 0600;
     ASSERT_TRUE(writer_->Upload(*inode, "f").ok());
     EXPECT_EQ(inode->state, Inode::FileState::kStored);  // no open handle: the copy goes
@@ -169,7 +172,7 @@ TEST_F(FileWriterTest, AFailedUploadKeepsTheStagedDataAccepted) {
   ASSERT_TRUE(Write(*inode, "f", "data").ok());
   faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     EXPECT_FALSE(writer_->Upload(*inode, "f", /*accept=*/true).ok());
     EXPECT_TRUE(inode->unsaved());
     ASSERT_NE(inode->staged, nullptr);
@@ -190,7 +193,7 @@ TEST_F(FileWriterTest, AnUploadNotAcceptedLeavesNoAcceptedRecordOnFailure) {
   ASSERT_TRUE(Write(*inode, "f", "half").ok());
   faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     EXPECT_FALSE(writer_->Upload(*inode, "f", /*accept=*/false).ok());
   }
   std::vector<StagedLeftover> left = Leftovers();
@@ -204,7 +207,7 @@ TEST_F(FileWriterTest, ARemovedFileIsNeverUploaded) {
   ASSERT_TRUE(Write(*inode, "f", "data").ok());
   const uint64_t ino = inodes_->InoOf("f");
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     ASSERT_TRUE(writer_->DeferUpload(ino, *inode).ok());
     writer_->Discard(*inode);
     EXPECT_EQ(inode->state, Inode::FileState::kRemoved);
@@ -221,7 +224,7 @@ TEST_F(FileWriterTest, ARemovedFileStaysReadableForOpenHandlesWithoutARecord) {
   std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
   inode->open_handles.store(1);
   ASSERT_TRUE(Write(*inode, "f", "data").ok());
-  std::lock_guard lock(inode->mu);
+  MutexLock lock(&inode->mu);
   writer_->Discard(*inode);
   ASSERT_NE(inode->staged, nullptr);
   EXPECT_TRUE(Leftovers().empty());
@@ -237,7 +240,7 @@ TEST_F(FileWriterTest, TheWindowUploadsWhenDueAndNotBefore) {
   ASSERT_TRUE(Write(*inode, "f", "data").ok());
   const uint64_t ino = inodes_->InoOf("f");
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     ASSERT_TRUE(writer_->Close(ino, *inode).ok());
   }
   EXPECT_EQ(writer_->pending_uploads(), 1u);
@@ -254,7 +257,7 @@ TEST_F(FileWriterTest, AcceptedDataSurvivesACrashAndIsUploadedByTheNextMount) {
   std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
   ASSERT_TRUE(Write(*inode, "f", "closed").ok());
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
   }
   inode.reset();
@@ -285,12 +288,12 @@ TEST_F(FileWriterTest, AWriterAfterAcceptanceLeavesTheAcceptedVersionForACrash) 
   std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
   ASSERT_TRUE(Write(*inode, "f", "closed").ok());
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
   }
   ASSERT_TRUE(Write(*inode, "f", "HALF").ok());  // written again, not closed
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     ASSERT_NE(inode->accepted_copy, nullptr);
   }
   inode.reset();
@@ -306,7 +309,7 @@ TEST_F(FileWriterTest, OfTwoAcceptedVersionsTheNewerOneIsUploaded) {
   std::shared_ptr<Inode> older = Staged("f", /*in_store=*/false);
   ASSERT_TRUE(Write(*older, "f", "older").ok());
   {
-    std::lock_guard lock(older->mu);
+    MutexLock lock(&older->mu);
     ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *older).ok());
   }
   inodes_->Unbind("f");
@@ -315,10 +318,10 @@ TEST_F(FileWriterTest, OfTwoAcceptedVersionsTheNewerOneIsUploaded) {
   // The newer data file is modified later (mtime decides).
   struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
   {
-    std::lock_guard lock(newer->mu);
+    MutexLock lock(&newer->mu);
     ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *newer).ok());
     const std::string path = newer->staged->data_path();
-    std::lock_guard lock2(older->mu);
+    MutexLock lock2(&older->mu);
     struct timespec old_times[2] = {{1, 0}, {1, 0}};
     ASSERT_EQ(::utimensat(AT_FDCWD, older->staged->data_path().c_str(), old_times, 0), 0);
     ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
@@ -339,7 +342,7 @@ TEST_F(FileWriterTest, ARefusedMetadataChangeIsUploadedWithoutIt) {
   faults_->FailNth(StoreOp::kPut, 1,
                    Status(StatusCode::kInvalidArgument, "too large", "MetadataTooLarge"));
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     inode->extra_metadata["big"] = std::string(100, 'x');
     ASSERT_TRUE(writer_->Upload(*inode, "f").ok());
   }
@@ -362,7 +365,7 @@ TEST_F(FileWriterTest, AnUploadCarriesAHeldMetadataChangeAndDropsItsRecord) {
   MetaRecord rec = attrs_.FromInfo(*head, false);
   rec.complete = true;
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     FileAttr attr = ObjectAttrs::ToAttr(ino, rec);
     attr.mode = S_IFREG | 0600;
     Metadata metadata;
@@ -374,12 +377,12 @@ TEST_F(FileWriterTest, AnUploadCarriesAHeldMetadataChangeAndDropsItsRecord) {
   ASSERT_TRUE(held.ok());
   EXPECT_EQ(held->size(), 1u);
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     ASSERT_TRUE(writer_->Stage(*inode, "f", rec, /*empty=*/false).ok());
   }
   ASSERT_TRUE(Write(*inode, "f", "STORED").ok());
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     ASSERT_TRUE(writer_->Upload(*inode, "f").ok());
     EXPECT_FALSE(inode->pending_metadata.has_value());
   }
@@ -403,7 +406,7 @@ TEST_F(FileWriterTest, AHeldChangeIsAppliedWhenDue) {
   MetaRecord rec = attrs_.FromInfo(*head, false);
   rec.complete = true;
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(&inode->mu);
     FileAttr attr = ObjectAttrs::ToAttr(ino, rec);
     attr.uid = 42;
     Metadata metadata;
