@@ -21,9 +21,6 @@ namespace {
 constexpr size_t kMaxNameBytes = 255;
 // Files uploaded at once by the write-back thread and at unmount.
 constexpr size_t kUploadThreads = 4;
-// A lookup's listing of the parent directory reads one page of this many keys; a larger
-// directory is left to per-name requests.
-constexpr int kListParentKeys = 1000;
 // A directory listing with more names than this is not recorded in the metadata cache (which
 // would then answer lookups of absent names): memory stays bounded for huge directories.
 constexpr size_t kListingNamesKept = 10000;
@@ -88,7 +85,8 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       io_pool_(std::make_unique<IoPool>(
           static_cast<size_t>(options_.io_threads > 0 ? options_.io_threads : 1))),
       read_budget_(std::make_unique<ReadBudget>(options_.prefetch_memory)),
-      mount_time_ns_(NowNs()) {
+      mount_time_ns_(NowNs()),
+      resolver_(store_.get(), &meta_cache_, &attrs_, metrics_, mount_time_ns_) {
   // A store that splits each read into requests of a fixed size (SFTP: the server's max read
   // length, 255 KiB on OpenSSH) gets reads of whole multiples of it: a 1 MiB buffer would end in
   // a 4 KiB request each time, 10% more requests for nothing. Prefetch reads are multiples of
@@ -173,104 +171,6 @@ uint64_t Filesystem::AddHandle(std::shared_ptr<Handle> handle) {
   uint64_t fh = next_fh_++;
   handles_.emplace(fh, std::move(handle));
   return fh;
-}
-
-Result<MetaRecord> Filesystem::Resolve(const std::string& key) {
-  if (key.empty()) return RootRecord();
-  MetaCache::Hit hit = meta_cache_.Get(key);
-  if (hit.state == MetaCache::State::kNegative) {
-    Bump(metrics_->cache_hits);
-    return NotFoundError("no such file: " + key);
-  }
-  if (hit.state == MetaCache::State::kPositive) {
-    if (hit.record.complete) {
-      Bump(metrics_->cache_hits);
-      return hit.record;
-    }
-    if (hit.record.is_dir) {
-      Bump(metrics_->cache_misses);
-      return ResolveDirectory(key);
-    }
-  }
-  MetaCache::Listed listed = meta_cache_.ListState(key);
-  if (listed == MetaCache::Listed::kAbsent) {
-    Bump(metrics_->cache_hits);
-    meta_cache_.PutNegative(key);
-    return NotFoundError("no such file: " + key);
-  }
-  Bump(metrics_->cache_misses);
-  auto head = store_->head(key);
-  if (head.ok()) {
-    MetaRecord rec = RecordFromInfo(*head, false);
-    rec.complete = true;
-    meta_cache_.Put(key, rec);
-    return rec;
-  }
-  if (head.status().code() != StatusCode::kNotFound) return head.status();
-  if (listed == MetaCache::Listed::kUnknown) {
-    // Not a file. One listing of the parent directory tells whether it is a directory and,
-    // while it is fresh, answers the lookups of its other missing names without a request.
-    OBJFS_ASSIGN_OR_RETURN(listed, ListParent(key));
-    if (listed == MetaCache::Listed::kAbsent) {
-      meta_cache_.PutNegative(key);
-      return NotFoundError("no such file or directory: " + key);
-    }
-  }
-  return ResolveDirectory(key);
-}
-
-Result<MetaCache::Listed> Filesystem::ListParent(const std::string& key) {
-  size_t slash = key.rfind('/');
-  const std::string dir = slash == std::string::npos ? "" : key.substr(0, slash);
-  const std::string prefix = DirPrefix(dir);
-  ListOptions list;
-  list.prefix = prefix;
-  list.delimiter = "/";
-  list.max_keys = kListParentKeys;
-  const uint64_t ticket = meta_cache_.ListingTicket();
-  OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
-  std::vector<std::string> names;
-  names.reserve(page.objects.size() + page.common_prefixes.size());
-  for (const ObjectInfo& obj : page.objects) {
-    if (obj.key.size() <= prefix.size()) continue;  // the directory's own marker
-    std::string name = obj.key.substr(prefix.size());
-    if (name.back() == '/') name.pop_back();
-    names.push_back(std::move(name));
-  }
-  for (const std::string& cp : page.common_prefixes) {
-    if (cp.size() <= prefix.size() + 1) continue;
-    names.push_back(cp.substr(prefix.size(), cp.size() - prefix.size() - 1));
-  }
-  meta_cache_.PutListing(dir, std::move(names), page.next_token.empty(), ticket);
-  return meta_cache_.ListState(key);
-}
-
-Result<MetaRecord> Filesystem::ResolveDirectory(const std::string& key) {
-  ListOptions list;
-  list.prefix = key + "/";
-  list.max_keys = 1;
-  OBJFS_ASSIGN_OR_RETURN(Listing listing, store_->list(list));
-  if (listing.objects.empty() && listing.common_prefixes.empty()) {
-    meta_cache_.PutNegative(key);
-    return NotFoundError("no such file or directory: " + key);
-  }
-  MetaRecord rec;
-  if (!listing.objects.empty() && listing.objects.front().key == list.prefix) {
-    auto marker = store_->head(list.prefix);
-    if (marker.ok()) {
-      rec = RecordFromInfo(*marker, true);
-      rec.complete = true;
-    } else if (marker.status().code() != StatusCode::kNotFound) {
-      return marker.status();
-    } else {
-      rec = ImplicitDirRecord(listing.objects.front().mtime_ns);
-    }
-  } else {
-    rec = ImplicitDirRecord(listing.objects.empty() ? mount_time_ns_
-                                                    : listing.objects.front().mtime_ns);
-  }
-  meta_cache_.Put(key, rec);
-  return rec;
 }
 
 Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {

@@ -54,6 +54,7 @@
 #include "fs/file_attr.h"
 #include "fs/file_writer.h"
 #include "fs/inode_table.h"
+#include "fs/key_resolver.h"
 #include "fs/object_attrs.h"
 
 namespace objfs {
@@ -429,13 +430,10 @@ class Filesystem {
   // filesystem.cc: resolution and attributes.
   Result<std::string> ChildKey(uint64_t parent, std::string_view name);
   Result<std::string> KeyOf(uint64_t ino);
-  // The metadata of `key` (file, symlink or directory), from the cache when fresh and complete.
-  Result<MetaRecord> Resolve(const std::string& key);
-  Result<MetaRecord> ResolveDirectory(const std::string& key);
-  // Lists the directory holding `key` (one page) into the metadata cache and returns what the
-  // listing says of `key`.
-  Result<MetaCache::Listed> ListParent(const std::string& key);
-  MetaRecord RootRecord() const { return attrs_.ImplicitDir(mount_time_ns_); }
+  // The metadata of `key` (file, symlink or directory), from the cache when fresh and complete
+  // (fs/key_resolver.h).
+  Result<MetaRecord> Resolve(const std::string& key) { return resolver_.Resolve(key); }
+  MetaRecord RootRecord() const { return resolver_.Root(); }
   // A directory that exists only as a prefix of other keys.
   MetaRecord ImplicitDirRecord(int64_t mtime_ns) const { return attrs_.ImplicitDir(mtime_ns); }
   static FileAttr AttrFromRecord(uint64_t ino, const MetaRecord& rec) {
@@ -530,6 +528,7 @@ class Filesystem {
   uint64_t next_fh_ GUARDED_BY(handles_mu_) = 1;
   std::atomic<uint64_t> skipped_names_{0};
   int64_t mount_time_ns_;  // the root's mtime
+  KeyResolver resolver_;   // what a key is, through meta_cache_
 
   // Staging, uploads, held metadata changes and the write-back queue (fs/file_writer.h). Last:
   // destroyed (its thread stopped) before what its work reaches.
