@@ -21,18 +21,8 @@ namespace {
 constexpr size_t kMaxNameBytes = 255;
 // Files uploaded at once by the write-back thread and at unmount.
 constexpr size_t kUploadThreads = 4;
-// A directory listing with more names than this is not recorded in the metadata cache (which
-// would then answer lookups of absent names): memory stays bounded for huge directories.
-constexpr size_t kListingNamesKept = 10000;
-
 std::chrono::nanoseconds Seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
-}
-
-// A listing name that can be a file name: not empty, ".", ".." and without '/'.
-bool IsValidName(std::string_view name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
-         name.size() <= kMaxNameBytes;
 }
 
 std::string DirPrefix(const std::string& key) { return key.empty() ? "" : key + "/"; }
@@ -278,39 +268,25 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
   };
   std::vector<Incomplete> incomplete;
 
-  // `sort_key` is the name as the listing orders it: "name" for a file, "name/" for a directory.
-  auto add = [&](const std::string& name, const std::string& sort_key, const MetaRecord& listed) {
-    if (!IsValidName(name)) {
-      skipped_names_.fetch_add(1);
-      return;
-    }
-    // Keys come in order, so a name is repeated only by the same key (a marker object and its
-    // common prefix) or by a file "name" and a directory "name/" a few keys later.
-    std::erase_if(cursor->recent_files, [&](const std::string& file) {
-      return std::string_view(sort_key) > std::string_view(file + "/");
-    });
-    if (sort_key == cursor->last_sort_key) return;
-    cursor->last_sort_key = sort_key;
-    if (listed.is_dir && cursor->recent_files.count(name) > 0) return;
-    if (!listed.is_dir) cursor->recent_files.insert(name);
-    cursor->local_names.erase(name);
-    if (!cursor->names_overflow) {
-      if (cursor->names.size() < kListingNamesKept) {
-        cursor->names.push_back(name);
-      } else {
-        cursor->names_overflow = true;
-        cursor->names.clear();
-        cursor->names.shrink_to_fit();
-      }
-    }
-    std::string child = prefix + name;
-    MetaRecord rec = listed;
+  ListOptions list;
+  list.prefix = prefix;
+  list.delimiter = "/";
+  list.max_keys = options_.list_page_keys > 0 ? options_.list_page_keys : 1000;
+  list.continuation_token = cursor->token;
+  list.want_metadata = true;
+  OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
+  uint64_t skipped = 0;
+  // What each new name becomes: its inode, and the attributes the cache or the listing gives.
+  for (const ListedName& named :
+       NamesOfPage(page, prefix, attrs_, mount_time_ns_, cursor, &skipped)) {
+    std::string child = prefix + named.name;
+    MetaRecord rec = named.listed;
     MetaCache::Hit hit = meta_cache_.Get(child);
     if (hit.state == MetaCache::State::kPositive && hit.record.complete &&
-        hit.record.is_dir == listed.is_dir) {
+        hit.record.is_dir == named.listed.is_dir) {
       rec = hit.record;
     } else {
-      meta_cache_.Put(child, listed);
+      meta_cache_.Put(child, named.listed);
     }
     uint64_t child_ino = inodes_.Acquire(child, 0);
     FileAttr attr = AttrFromRecord(child_ino, rec);
@@ -325,45 +301,9 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
       // A listing without metadata leaves the LastModified as the record's mtime.
       incomplete.push_back({out.size(), child, child_ino});
     }
-    out.push_back(DirEntry{name, MakeEntry(attr, exact)});
-  };
-
-  ListOptions list;
-  list.prefix = prefix;
-  list.delimiter = "/";
-  list.max_keys = options_.list_page_keys > 0 ? options_.list_page_keys : 1000;
-  list.continuation_token = cursor->token;
-  list.want_metadata = true;
-  OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
-  // Objects and common prefixes, merged in key order.
-  size_t oi = 0;
-  size_t pi = 0;
-  while (oi < page.objects.size() || pi < page.common_prefixes.size()) {
-    if (pi == page.common_prefixes.size() ||
-        (oi < page.objects.size() && page.objects[oi].key <= page.common_prefixes[pi])) {
-      const ObjectInfo& obj = page.objects[oi++];
-      if (obj.key.size() < prefix.size() + 1) continue;  // the marker of this directory
-      std::string name = obj.key.substr(prefix.size());
-      const std::string sort_key = name;
-      bool is_dir = false;
-      if (name.back() == '/') {
-        name.pop_back();
-        is_dir = true;
-      }
-      MetaRecord rec = is_dir ? ImplicitDirRecord(obj.mtime_ns) : RecordFromInfo(obj, false);
-      // A listing with the objects' metadata (SFTP's READDIR, or a store that kept what an
-      // earlier HEAD found) needs no HEAD per file; S3's has sizes and times only.
-      rec.complete = !is_dir && obj.has_metadata;
-      add(name, sort_key, rec);
-    } else {
-      const std::string& cp = page.common_prefixes[pi++];
-      if (cp.size() <= prefix.size()) continue;
-      std::string name = cp.substr(prefix.size(), cp.size() - prefix.size() - 1);
-      MetaRecord rec = ImplicitDirRecord(mount_time_ns_);
-      rec.complete = false;
-      add(name, cp.substr(prefix.size()), rec);
-    }
+    out.push_back(DirEntry{named.name, MakeEntry(attr, exact)});
   }
+  skipped_names_.fetch_add(skipped);
   cursor->token = page.next_token;
   const bool last_page = page.next_token.empty();
   page = Listing{};

@@ -51,6 +51,7 @@
 #include "cache/meta_cache.h"
 #include "cache/prefetcher.h"
 #include "cache/staging.h"
+#include "fs/dir_listing.h"
 #include "fs/file_attr.h"
 #include "fs/file_writer.h"
 #include "fs/inode_table.h"
@@ -130,27 +131,6 @@ struct FilesystemOptions {
 struct DirEntry {
   std::string name;
   Entry entry;
-};
-
-// Where the listing of one open directory stands between ReadDirPage calls: the store's
-// continuation token and what it takes to give each name once without keeping every name.
-// Filled in by Filesystem; a caller makes a fresh one (or resets it to {}) to list from the start.
-struct DirCursor {
-  bool started = false;
-  bool done = false;  // every page, and the files only staged here, were returned
-  std::string key;    // the directory's
-  std::string token;  // continues the store's listing; empty before the first page
-  size_t heads_left = 0;
-  uint64_t listing_ticket = 0;
-  // Names for the metadata cache's record of the listing, while there are few enough to keep.
-  std::vector<std::string> names;
-  bool names_overflow = false;
-  // Listed file names that a later "name/" prefix (a directory of the same name) may repeat:
-  // each is dropped once the listing has passed "name/" in key order.
-  std::set<std::string, std::less<>> recent_files;
-  std::string last_sort_key;  // of the last listed name ("name" or "name/")
-  // Files staged here but not uploaded, given after the last page unless the listing had them.
-  std::set<std::string, std::less<>> local_names;
 };
 
 // What statfs reports.
