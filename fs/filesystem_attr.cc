@@ -198,18 +198,6 @@ Result<Metadata> Filesystem::ExtraMetadata(uint64_t ino) {
   return WithoutPosixMetadata(rec.metadata);
 }
 
-namespace {
-
-Result<XattrMap> XattrsOf(const Metadata& extra) {
-  auto it = extra.find(kXattrMetadata);
-  if (it == extra.end()) return XattrMap();
-  auto parsed = DecodeXattrs(it->second);
-  if (!parsed) return InternalError("malformed xattr metadata");
-  return *parsed;
-}
-
-}  // namespace
-
 Result<ETag> Filesystem::UserETag(const std::string& key, const MetaRecord& rec) {
   // A store's own ETag; or a content MD5 that an upload or copy of a store without them gave.
   if (native_etags_ || rec.etag.is_plain_md5()) return rec.etag;
@@ -255,10 +243,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
   }
   if (IsReservedXattr(name)) return NoXattrError(std::string(name));
   OBJFS_ASSIGN_OR_RETURN(Metadata extra, ExtraMetadata(ino));
-  OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
-  auto it = xattrs.find(std::string(name));
-  if (it == xattrs.end()) return NoXattrError(std::string(name));
-  return it->second;
+  return GetUserXattr(extra, std::string(name));
 }
 
 Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) {
@@ -294,26 +279,10 @@ Status Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   std::string n(name);
   std::string v(value);
   auto mutate = [&](FileAttr& attr, Metadata& extra) -> Status {
-    OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
-    bool exists = xattrs.count(n) > 0;
-    if ((flags & kXattrCreate) && exists) return AlreadyExistsError(n + " exists");
-    if ((flags & kXattrReplace) && !exists) return NoXattrError(n);
-    // An attribute that would not fit even as the object's only one is too large (E2BIG, as a
-    // local file system says of a value over its limit); one that fits alone but not with the
-    // others finds no room (ENOSPC, from MutateMetadata).
-    if (options_.max_metadata > 0) {
-      Metadata alone = extra;
-      alone[kXattrMetadata] = EncodeXattrs(XattrMap{{n, v}});
-      const size_t size = MetadataSize(FullMetadata(attr, alone));
-      if (size > options_.max_metadata) {
-        return XattrTooLargeError(
-            n + " would give the object " + std::to_string(size) +
-            " bytes of metadata, over max_metadata=" + std::to_string(options_.max_metadata));
-      }
-    }
-    xattrs[n] = v;
-    extra[kXattrMetadata] = EncodeXattrs(xattrs);
-    return Status::Ok();
+    // (One that fits alone but not with the object's other attributes finds no room: ENOSPC,
+    // from MutateMetadata.)
+    return SetUserXattr(n, v, (flags & kXattrCreate) != 0, (flags & kXattrReplace) != 0,
+                        options_.max_metadata, attr, &extra);
   };
   return MutateMetadata(ino, mutate).status();
 }
@@ -324,16 +293,7 @@ Status Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
   }
   if (!IsUserXattr(name)) return UnsupportedXattrError(name);
   std::string n(name);
-  auto mutate = [&](FileAttr&, Metadata& extra) -> Status {
-    OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
-    if (xattrs.erase(n) == 0) return NoXattrError(n);
-    if (xattrs.empty()) {
-      extra.erase(kXattrMetadata);
-    } else {
-      extra[kXattrMetadata] = EncodeXattrs(xattrs);
-    }
-    return Status::Ok();
-  };
+  auto mutate = [&](FileAttr&, Metadata& extra) -> Status { return RemoveUserXattr(n, &extra); };
   return MutateMetadata(ino, mutate).status();
 }
 
