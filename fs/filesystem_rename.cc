@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cache/io_pool.h"
+#include "fs/directory_move.h"
 #include "fs/filesystem.h"
 #include "fs/object_metadata.h"
 
@@ -289,47 +290,11 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
     inodes_.Rename(from, to, /*subtree=*/true);
     return Status::Ok();
   }
-  const std::string prefix = from + "/";
-  std::vector<ObjectInfo> objects;
-  ListOptions list;
-  list.prefix = prefix;
-  do {
-    OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
-    for (ObjectInfo& obj : page.objects) objects.push_back(std::move(obj));
-    if (objects.size() > options_.max_rename_objects) {
-      Status refused = InvalidArgumentError(
-          "cannot rename directory " + from + ": it has more than " +
-          std::to_string(options_.max_rename_objects) + " objects; raise -o max_rename_objects");
-      // mv can only say "Invalid argument": the log says why.
-      Log(refused.message());
-      return refused;
-    }
-    list.continuation_token = page.next_token;
-  } while (!list.continuation_token.empty());
-
-  // Copies run in parallel on the I/O pool; all must succeed before anything is deleted.
-  std::vector<std::future<Status>> copies;
-  copies.reserve(objects.size());
-  for (const ObjectInfo& obj : objects) {
-    std::string dst = to + "/" + obj.key.substr(prefix.size());
-    copies.push_back(io_pool_->Async(
-        [this, obj, dst]() -> Status { return store_->copy(obj, dst, CopyOptions()).status(); }));
-  }
-  Status first;
-  for (auto& f : copies) {
-    Status s = f.get();
-    if (!s.ok() && first.ok()) first = s;
-  }
-  meta_cache_.InvalidateTree(to);
-  if (!first.ok()) return first.WithContext("renaming " + from);
-  std::vector<std::string> old_keys;
-  old_keys.reserve(objects.size());
-  for (const ObjectInfo& obj : objects) old_keys.push_back(obj.key);
-  // With no marker listed (a directory implied by its keys, or a plain directory of a
-  // hierarchical store) the marker key still goes along: removing it is what removes such a
-  // directory there, and on an object store it is a no-op.
-  if (!src.has_object) old_keys.push_back(prefix);
-  if (!old_keys.empty()) OBJFS_RETURN_IF_ERROR(store_->remove_many(old_keys));
+  Status moved = MoveDirectoryObjects(*store_, *io_pool_, from, to, src.has_object,
+                                      options_.max_rename_objects,
+                                      [this](const std::string& line) { Log(line); });
+  meta_cache_.InvalidateTree(to);  // (copies may have landed even when one failed)
+  OBJFS_RETURN_IF_ERROR(moved);
   meta_cache_.InvalidateTree(from);
   inodes_.Rename(from, to, /*subtree=*/true);
   return Status::Ok();
