@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <set>
 
@@ -18,24 +19,10 @@ namespace objfs {
 namespace {
 
 constexpr size_t kMaxNameBytes = 255;
-constexpr uint64_t kDirectorySize = 4096;
 // Files uploaded at once by the write-back thread and at unmount.
 constexpr size_t kUploadThreads = 4;
-// A lookup's listing of the parent directory reads one page of this many keys; a larger
-// directory is left to per-name requests.
-constexpr int kListParentKeys = 1000;
-// A directory listing with more names than this is not recorded in the metadata cache (which
-// would then answer lookups of absent names): memory stays bounded for huge directories.
-constexpr size_t kListingNamesKept = 10000;
-
 std::chrono::nanoseconds Seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
-}
-
-// A listing name that can be a file name: not empty, ".", ".." and without '/'.
-bool IsValidName(std::string_view name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
-         name.size() <= kMaxNameBytes;
 }
 
 std::string DirPrefix(const std::string& key) { return key.empty() ? "" : key + "/"; }
@@ -56,12 +43,17 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
       new Filesystem(std::move(store), std::move(options), metrics, std::move(clock)));
   fs->staging_ = std::move(staging);
   Filesystem* raw = fs.get();
-  fs->coalescer_ = std::make_unique<MetadataCoalescer>(
-      raw->store_.get(), raw->staging_.get(), [raw](const std::string& line) { raw->Log(line); },
-      [raw](const std::string& key) { raw->meta_cache_.Invalidate(key); });
-  if ((fs->writeback() || fs->defer_metadata()) && fs->options_.writeback_thread) {
-    fs->queue_->Start();
-  }
+  FileWriter::Options writer;
+  writer.writeback = raw->options_.writeback;
+  // A store that changes attributes in place has no self-copies to save.
+  writer.hold_metadata = raw->attributes_in_place_ ? 0 : raw->options_.metadata_delay;
+  writer.read_buffer = raw->options_.prefetch.read_buffer;
+  writer.writeback_thread = raw->options_.writeback_thread;
+  writer.upload_threads = kUploadThreads;
+  writer.log = [raw](const std::string& line) { raw->Log(line); };
+  fs->writer_ = std::make_unique<FileWriter>(raw->store_.get(), raw->staging_.get(), &raw->inodes_,
+                                             &raw->meta_cache_, &raw->attrs_, raw->metrics_,
+                                             raw->clock_, std::move(writer));
   return fs;
 }
 
@@ -75,6 +67,8 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       attributes_in_place_(!store_->capabilities().attributes_by_copy ||
                            store_->capabilities().native_rename),
       options_(std::move(options)),
+      attrs_(AttrDefaults{options_.uid, options_.gid, options_.umask, options_.file_mode,
+                          options_.dir_mode}),
       metrics_(metrics),
       clock_(std::move(clock)),
       meta_cache_(clock_, Seconds(options_.attr_timeout), Seconds(options_.negative_timeout)),
@@ -82,14 +76,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
           static_cast<size_t>(options_.io_threads > 0 ? options_.io_threads : 1))),
       read_budget_(std::make_unique<ReadBudget>(options_.prefetch_memory)),
       mount_time_ns_(NowNs()),
-      recovery_([this](const std::string& line) { Log(line); }) {
-  WritebackQueue::Options queue;
-  queue.clock = clock_;
-  queue.work = [this](uint64_t ino) { return UploadDueFile(ino); };
-  queue.done = [this](uint64_t ino) { recovery_.Done(ino); };
-  queue.upload_threads = kUploadThreads;
-  queue.retry_delay = Seconds(retry_seconds());
-  queue_ = std::make_unique<WritebackQueue>(std::move(queue));
+      resolver_(store_.get(), &meta_cache_, &attrs_, metrics_, mount_time_ns_) {
   // A store that splits each read into requests of a fixed size (SFTP: the server's max read
   // length, 255 KiB on OpenSSH) gets reads of whole multiples of it: a 1 MiB buffer would end in
   // a 4 KiB request each time, 10% more requests for nothing. Prefetch reads are multiples of
@@ -103,9 +90,17 @@ size_t EffectiveReadBuffer(size_t read_buffer, uint64_t unit) {
   return static_cast<size_t>(read_buffer / unit * unit);
 }
 
+void Filesystem::Log(const std::string& message) const {
+  if (options_.log) {
+    options_.log(message);
+  } else {
+    std::fprintf(stderr, "objfs: %s\n", message.c_str());
+  }
+}
+
 Filesystem::~Filesystem() {
-  queue_->Stop();  // its work calls into this object
-  std::lock_guard<std::mutex> lock(handles_mu_);
+  if (writer_ != nullptr) writer_->Stop();  // its work reaches the inode table and the caches
+  MutexLock lock(&handles_mu_);
   handles_.clear();  // prefetchers finish with the pool still alive
 }
 
@@ -150,7 +145,7 @@ Result<std::string> Filesystem::ChildKey(uint64_t parent, std::string_view name)
 }
 
 std::shared_ptr<Filesystem::Handle> Filesystem::FindHandle(uint64_t fh) {
-  std::lock_guard<std::mutex> lock(handles_mu_);
+  MutexLock lock(&handles_mu_);
   auto it = handles_.find(fh);
   return it == handles_.end() ? nullptr : it->second;
 }
@@ -162,167 +157,10 @@ void Filesystem::CountOpenLocked(Inode& inode, int flags) {
 
 uint64_t Filesystem::AddHandle(std::shared_ptr<Handle> handle) {
   metrics_->open_files.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(handles_mu_);
+  MutexLock lock(&handles_mu_);
   uint64_t fh = next_fh_++;
   handles_.emplace(fh, std::move(handle));
   return fh;
-}
-
-MetaRecord Filesystem::RecordFromInfo(const ObjectInfo& info, bool is_dir) const {
-  MetaRecord rec;
-  PosixMetadata posix = ParsePosixMetadata(info.metadata);
-  if (posix.mode && S_ISDIR(*posix.mode)) is_dir = true;
-  rec.is_dir = is_dir;
-  rec.complete = info.has_metadata;
-  rec.has_object = true;
-  uint32_t type = is_dir ? S_IFDIR : S_IFREG;
-  uint32_t perms = (is_dir ? options_.dir_mode : options_.file_mode) & ~options_.umask & 07777;
-  if (posix.mode) {
-    uint32_t t = *posix.mode & S_IFMT;
-    if (is_dir) {
-      t = S_IFDIR;
-    } else if (t != S_IFREG && t != S_IFLNK) {
-      t = S_IFREG;
-    }
-    type = t;
-    perms = *posix.mode & 07777;
-  }
-  rec.mode = type | perms;
-  rec.uid = posix.uid.value_or(options_.uid);
-  rec.gid = posix.gid.value_or(options_.gid);
-  rec.size = is_dir ? 0 : info.size;
-  rec.mtime_ns = posix.mtime_ns.value_or(info.mtime_ns);
-  rec.etag = info.etag;
-  rec.metadata = info.metadata;
-  return rec;
-}
-
-MetaRecord Filesystem::RootRecord() const {
-  MetaRecord rec;
-  rec.is_dir = true;
-  rec.complete = true;
-  rec.has_object = false;
-  rec.mode = S_IFDIR | (options_.dir_mode & ~options_.umask & 07777);
-  rec.uid = options_.uid;
-  rec.gid = options_.gid;
-  rec.mtime_ns = mount_time_ns_;
-  return rec;
-}
-
-MetaRecord Filesystem::ImplicitDirRecord(int64_t mtime_ns) const {
-  MetaRecord rec = RootRecord();
-  rec.mtime_ns = mtime_ns;
-  return rec;
-}
-
-Result<MetaRecord> Filesystem::Resolve(const std::string& key) {
-  if (key.empty()) return RootRecord();
-  MetaCache::Hit hit = meta_cache_.Get(key);
-  if (hit.state == MetaCache::State::kNegative) {
-    Bump(metrics_->cache_hits);
-    return NotFoundError("no such file: " + key);
-  }
-  if (hit.state == MetaCache::State::kPositive) {
-    if (hit.record.complete) {
-      Bump(metrics_->cache_hits);
-      return hit.record;
-    }
-    if (hit.record.is_dir) {
-      Bump(metrics_->cache_misses);
-      return ResolveDirectory(key);
-    }
-  }
-  MetaCache::Listed listed = meta_cache_.ListState(key);
-  if (listed == MetaCache::Listed::kAbsent) {
-    Bump(metrics_->cache_hits);
-    meta_cache_.PutNegative(key);
-    return NotFoundError("no such file: " + key);
-  }
-  Bump(metrics_->cache_misses);
-  auto head = store_->head(key);
-  if (head.ok()) {
-    MetaRecord rec = RecordFromInfo(*head, false);
-    rec.complete = true;
-    meta_cache_.Put(key, rec);
-    return rec;
-  }
-  if (head.status().code() != StatusCode::kNotFound) return head.status();
-  if (listed == MetaCache::Listed::kUnknown) {
-    // Not a file. One listing of the parent directory tells whether it is a directory and,
-    // while it is fresh, answers the lookups of its other missing names without a request.
-    OBJFS_ASSIGN_OR_RETURN(listed, ListParent(key));
-    if (listed == MetaCache::Listed::kAbsent) {
-      meta_cache_.PutNegative(key);
-      return NotFoundError("no such file or directory: " + key);
-    }
-  }
-  return ResolveDirectory(key);
-}
-
-Result<MetaCache::Listed> Filesystem::ListParent(const std::string& key) {
-  size_t slash = key.rfind('/');
-  const std::string dir = slash == std::string::npos ? "" : key.substr(0, slash);
-  const std::string prefix = DirPrefix(dir);
-  ListOptions list;
-  list.prefix = prefix;
-  list.delimiter = "/";
-  list.max_keys = kListParentKeys;
-  const uint64_t ticket = meta_cache_.ListingTicket();
-  OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
-  std::vector<std::string> names;
-  names.reserve(page.objects.size() + page.common_prefixes.size());
-  for (const ObjectInfo& obj : page.objects) {
-    if (obj.key.size() <= prefix.size()) continue;  // the directory's own marker
-    std::string name = obj.key.substr(prefix.size());
-    if (name.back() == '/') name.pop_back();
-    names.push_back(std::move(name));
-  }
-  for (const std::string& cp : page.common_prefixes) {
-    if (cp.size() <= prefix.size() + 1) continue;
-    names.push_back(cp.substr(prefix.size(), cp.size() - prefix.size() - 1));
-  }
-  meta_cache_.PutListing(dir, std::move(names), page.next_token.empty(), ticket);
-  return meta_cache_.ListState(key);
-}
-
-Result<MetaRecord> Filesystem::ResolveDirectory(const std::string& key) {
-  ListOptions list;
-  list.prefix = key + "/";
-  list.max_keys = 1;
-  OBJFS_ASSIGN_OR_RETURN(Listing listing, store_->list(list));
-  if (listing.objects.empty() && listing.common_prefixes.empty()) {
-    meta_cache_.PutNegative(key);
-    return NotFoundError("no such file or directory: " + key);
-  }
-  MetaRecord rec;
-  if (!listing.objects.empty() && listing.objects.front().key == list.prefix) {
-    auto marker = store_->head(list.prefix);
-    if (marker.ok()) {
-      rec = RecordFromInfo(*marker, true);
-      rec.complete = true;
-    } else if (marker.status().code() != StatusCode::kNotFound) {
-      return marker.status();
-    } else {
-      rec = ImplicitDirRecord(listing.objects.front().mtime_ns);
-    }
-  } else {
-    rec = ImplicitDirRecord(listing.objects.empty() ? mount_time_ns_
-                                                    : listing.objects.front().mtime_ns);
-  }
-  meta_cache_.Put(key, rec);
-  return rec;
-}
-
-FileAttr Filesystem::AttrFromRecord(uint64_t ino, const MetaRecord& rec) const {
-  FileAttr attr;
-  attr.ino = ino;
-  attr.mode = rec.mode;
-  attr.uid = rec.uid;
-  attr.gid = rec.gid;
-  attr.size = rec.is_dir ? kDirectorySize : rec.size;
-  attr.mtime_ns = attr.ctime_ns = attr.atime_ns = rec.mtime_ns;
-  attr.nlink = rec.is_dir ? 2 : 1;
-  return attr;
 }
 
 Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {
@@ -334,7 +172,7 @@ Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {
 }
 
 std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
-  std::lock_guard<std::mutex> lock(inode.mu);
+  MutexLock lock(&inode.mu);
   return LocalAttrLocked(inode, ino);
 }
 
@@ -368,7 +206,7 @@ void Filesystem::AddLookup(uint64_t ino) { inodes_.AddLookup(ino); }
 Result<Entry> Filesystem::GetAttr(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (auto inode = inodes_.Find(ino)) {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (auto attr = LocalAttrLocked(*inode, ino)) return MakeEntry(*attr, true);
     if (inode->removed()) {
       // Removed while open: its old name may be another file's by now. It keeps the
@@ -430,39 +268,25 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
   };
   std::vector<Incomplete> incomplete;
 
-  // `sort_key` is the name as the listing orders it: "name" for a file, "name/" for a directory.
-  auto add = [&](const std::string& name, const std::string& sort_key, const MetaRecord& listed) {
-    if (!IsValidName(name)) {
-      skipped_names_.fetch_add(1);
-      return;
-    }
-    // Keys come in order, so a name is repeated only by the same key (a marker object and its
-    // common prefix) or by a file "name" and a directory "name/" a few keys later.
-    std::erase_if(cursor->recent_files, [&](const std::string& file) {
-      return std::string_view(sort_key) > std::string_view(file + "/");
-    });
-    if (sort_key == cursor->last_sort_key) return;
-    cursor->last_sort_key = sort_key;
-    if (listed.is_dir && cursor->recent_files.count(name) > 0) return;
-    if (!listed.is_dir) cursor->recent_files.insert(name);
-    cursor->local_names.erase(name);
-    if (!cursor->names_overflow) {
-      if (cursor->names.size() < kListingNamesKept) {
-        cursor->names.push_back(name);
-      } else {
-        cursor->names_overflow = true;
-        cursor->names.clear();
-        cursor->names.shrink_to_fit();
-      }
-    }
-    std::string child = prefix + name;
-    MetaRecord rec = listed;
+  ListOptions list;
+  list.prefix = prefix;
+  list.delimiter = "/";
+  list.max_keys = options_.list_page_keys > 0 ? options_.list_page_keys : 1000;
+  list.continuation_token = cursor->token;
+  list.want_metadata = true;
+  OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
+  uint64_t skipped = 0;
+  // What each new name becomes: its inode, and the attributes the cache or the listing gives.
+  for (const ListedName& named :
+       NamesOfPage(page, prefix, attrs_, mount_time_ns_, cursor, &skipped)) {
+    std::string child = prefix + named.name;
+    MetaRecord rec = named.listed;
     MetaCache::Hit hit = meta_cache_.Get(child);
     if (hit.state == MetaCache::State::kPositive && hit.record.complete &&
-        hit.record.is_dir == listed.is_dir) {
+        hit.record.is_dir == named.listed.is_dir) {
       rec = hit.record;
     } else {
-      meta_cache_.Put(child, listed);
+      meta_cache_.Put(child, named.listed);
     }
     uint64_t child_ino = inodes_.Acquire(child, 0);
     FileAttr attr = AttrFromRecord(child_ino, rec);
@@ -477,45 +301,9 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
       // A listing without metadata leaves the LastModified as the record's mtime.
       incomplete.push_back({out.size(), child, child_ino});
     }
-    out.push_back(DirEntry{name, MakeEntry(attr, exact)});
-  };
-
-  ListOptions list;
-  list.prefix = prefix;
-  list.delimiter = "/";
-  list.max_keys = options_.list_page_keys > 0 ? options_.list_page_keys : 1000;
-  list.continuation_token = cursor->token;
-  list.want_metadata = true;
-  OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
-  // Objects and common prefixes, merged in key order.
-  size_t oi = 0;
-  size_t pi = 0;
-  while (oi < page.objects.size() || pi < page.common_prefixes.size()) {
-    if (pi == page.common_prefixes.size() ||
-        (oi < page.objects.size() && page.objects[oi].key <= page.common_prefixes[pi])) {
-      const ObjectInfo& obj = page.objects[oi++];
-      if (obj.key.size() < prefix.size() + 1) continue;  // the marker of this directory
-      std::string name = obj.key.substr(prefix.size());
-      const std::string sort_key = name;
-      bool is_dir = false;
-      if (name.back() == '/') {
-        name.pop_back();
-        is_dir = true;
-      }
-      MetaRecord rec = is_dir ? ImplicitDirRecord(obj.mtime_ns) : RecordFromInfo(obj, false);
-      // A listing with the objects' metadata (SFTP's READDIR, or a store that kept what an
-      // earlier HEAD found) needs no HEAD per file; S3's has sizes and times only.
-      rec.complete = !is_dir && obj.has_metadata;
-      add(name, sort_key, rec);
-    } else {
-      const std::string& cp = page.common_prefixes[pi++];
-      if (cp.size() <= prefix.size()) continue;
-      std::string name = cp.substr(prefix.size(), cp.size() - prefix.size() - 1);
-      MetaRecord rec = ImplicitDirRecord(mount_time_ns_);
-      rec.complete = false;
-      add(name, cp.substr(prefix.size()), rec);
-    }
+    out.push_back(DirEntry{named.name, MakeEntry(attr, exact)});
   }
+  skipped_names_.fetch_add(skipped);
   cursor->token = page.next_token;
   const bool last_page = page.next_token.empty();
   page = Listing{};

@@ -34,7 +34,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -44,6 +43,7 @@
 #include <vector>
 
 #include "backend/metrics.h"
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
 #include "cache/clock.h"
@@ -51,10 +51,12 @@
 #include "cache/meta_cache.h"
 #include "cache/prefetcher.h"
 #include "cache/staging.h"
+#include "fs/dir_listing.h"
 #include "fs/file_attr.h"
+#include "fs/file_writer.h"
 #include "fs/inode_table.h"
-#include "fs/metadata_coalescer.h"
-#include "fs/writeback_queue.h"
+#include "fs/key_resolver.h"
+#include "fs/object_attrs.h"
 
 namespace objfs {
 
@@ -129,27 +131,6 @@ struct FilesystemOptions {
 struct DirEntry {
   std::string name;
   Entry entry;
-};
-
-// Where the listing of one open directory stands between ReadDirPage calls: the store's
-// continuation token and what it takes to give each name once without keeping every name.
-// Filled in by Filesystem; a caller makes a fresh one (or resets it to {}) to list from the start.
-struct DirCursor {
-  bool started = false;
-  bool done = false;  // every page, and the files only staged here, were returned
-  std::string key;    // the directory's
-  std::string token;  // continues the store's listing; empty before the first page
-  size_t heads_left = 0;
-  uint64_t listing_ticket = 0;
-  // Names for the metadata cache's record of the listing, while there are few enough to keep.
-  std::vector<std::string> names;
-  bool names_overflow = false;
-  // Listed file names that a later "name/" prefix (a directory of the same name) may repeat:
-  // each is dropped once the listing has passed "name/" in key order.
-  std::set<std::string, std::less<>> recent_files;
-  std::string last_sort_key;  // of the last listed name ("name" or "name/")
-  // Files staged here but not uploaded, given after the last page unless the listing had them.
-  std::set<std::string, std::less<>> local_names;
 };
 
 // What statfs reports.
@@ -373,7 +354,7 @@ class Filesystem {
 
   // Uploads the unsaved data of every inode (at unmount or SIGTERM). Returns the first error;
   // inodes that failed keep their staged data.
-  Status FlushAll();
+  Status FlushAll() { return writer_->FlushAll(); }
 
   // The key of inode `ino` ("" for the root): the path a log line names.
   Result<std::string> PathOf(uint64_t ino) { return KeyOf(ino); }
@@ -381,10 +362,10 @@ class Filesystem {
   // Uploads the files whose write-back window has passed (clock() time), in parallel; the
   // write-back thread calls it. Returns the first failure (such files stay staged and are
   // retried later). A no-op without a write-back window.
-  Status UploadDue();
+  Status UploadDue() { return writer_->UploadDue(); }
 
   // Files closed and waiting for their write-back upload.
-  size_t pending_uploads();
+  size_t pending_uploads() { return writer_->pending_uploads(); }
 
   // Takes over what a process that did not exit cleanly left in cache_dir. Each file a close,
   // fsync or write-back window had accepted becomes a closed file whose upload is pending: it
@@ -395,10 +376,10 @@ class Filesystem {
   // changes (metadata_delay) are applied to the objects they were made to before this returns.
   // Call once after Create, before serving requests; each mount needs a cache_dir of its own.
   // Returns the first failure (its records stay for the next try).
-  Status RecoverStaged();
+  Status RecoverStaged() { return writer_->RecoverStaged(); }
 
   // Files taken over by RecoverStaged whose upload has not finished yet.
-  size_t recovering_files();
+  size_t recovering_files() { return writer_->recovering_files(); }
 
   // Names skipped by ReadDir because they cannot be file names (see ReadDir).
   uint64_t skipped_names() const { return skipped_names_.load(); }
@@ -408,17 +389,19 @@ class Filesystem {
  private:
   // An open file.
   struct Handle {
+    Handle(uint64_t ino, int flags, std::shared_ptr<Inode> inode, std::string read_key)
+        : ino(ino), flags(flags), inode(std::move(inode)), read_key(std::move(read_key)) {}
     uint64_t ino = 0;
     int flags = 0;
     std::shared_ptr<Inode> inode;
-    std::mutex mu;         // guards the fields below
-    std::string read_key;  // the key `prefetcher` reads
-    ObjectInfo read_info;  // the object as seen at open (or after a rename)
-    std::shared_ptr<Prefetcher> prefetcher;
+    Mutex mu;                             // lock 2 of fs/lock_order.h
+    std::string read_key GUARDED_BY(mu);  // the key `prefetcher` reads
+    ObjectInfo read_info GUARDED_BY(mu);  // the object as seen at open (or after a rename)
+    std::shared_ptr<Prefetcher> prefetcher GUARDED_BY(mu);
     // Set when CopyFileRange made this handle's file a server-side copy of another.
-    uint64_t copied_from_fh = 0;
-    uint64_t copied_size = 0;
-    uint64_t copied_reported = 0;
+    uint64_t copied_from_fh GUARDED_BY(mu) = 0;
+    uint64_t copied_size GUARDED_BY(mu) = 0;
+    uint64_t copied_reported GUARDED_BY(mu) = 0;
   };
 
   Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions options, Metrics* metrics,
@@ -427,22 +410,24 @@ class Filesystem {
   // filesystem.cc: resolution and attributes.
   Result<std::string> ChildKey(uint64_t parent, std::string_view name);
   Result<std::string> KeyOf(uint64_t ino);
-  // The metadata of `key` (file, symlink or directory), from the cache when fresh and complete.
-  Result<MetaRecord> Resolve(const std::string& key);
-  Result<MetaRecord> ResolveDirectory(const std::string& key);
-  // Lists the directory holding `key` (one page) into the metadata cache and returns what the
-  // listing says of `key`.
-  Result<MetaCache::Listed> ListParent(const std::string& key);
-  MetaRecord RootRecord() const;
+  // The metadata of `key` (file, symlink or directory), from the cache when fresh and complete
+  // (fs/key_resolver.h).
+  Result<MetaRecord> Resolve(const std::string& key) { return resolver_.Resolve(key); }
+  MetaRecord RootRecord() const { return resolver_.Root(); }
   // A directory that exists only as a prefix of other keys.
-  MetaRecord ImplicitDirRecord(int64_t mtime_ns) const;
-  FileAttr AttrFromRecord(uint64_t ino, const MetaRecord& rec) const;
+  MetaRecord ImplicitDirRecord(int64_t mtime_ns) const { return attrs_.ImplicitDir(mtime_ns); }
+  static FileAttr AttrFromRecord(uint64_t ino, const MetaRecord& rec) {
+    return ObjectAttrs::ToAttr(ino, rec);
+  }
   Entry MakeEntry(const FileAttr& attr, bool exact) const;
   // Attributes of an inode with local (staged) state, or nullopt.
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
   // The same, for a caller holding inode.mu.
-  static std::optional<FileAttr> LocalAttrLocked(const Inode& inode, uint64_t ino);
-  MetaRecord RecordFromInfo(const ObjectInfo& info, bool is_dir) const;
+  static std::optional<FileAttr> LocalAttrLocked(const Inode& inode, uint64_t ino)
+      REQUIRES(inode.mu);
+  MetaRecord RecordFromInfo(const ObjectInfo& info, bool is_dir) const {
+    return attrs_.FromInfo(info, is_dir);
+  }
   Status CheckWritable() const;
   // EFBIG (FileTooLargeError) when `size` bytes exceed what the store can keep in one object:
   // refused at the write that goes past it, not at the upload after the last byte.
@@ -452,94 +437,12 @@ class Filesystem {
   std::shared_ptr<Handle> FindHandle(uint64_t fh);
   int64_t NowNs() const;
 
-  // filesystem_io.cc: staging and uploads. REQUIRES: inode.mu held.
-  // Gives `inode` a staging file holding the object described by `rec` (or nothing when
-  // `empty`), unless it has one.
-  Status EnsureStagedLocked(Inode& inode, const std::string& key, const MetaRecord& rec,
-                            bool empty);
-  // Uploads the staged data. `accept`: the caller is close, fsync, release, unmount or the
-  // write-back window, so that when the upload fails the data is recorded as accepted (a crash
-  // then uploads it at the next mount); a rename uploading a file still being written passes
-  // false.
-  Status UploadLocked(Inode& inode, const std::string& key, bool accept = true);
-  // The upload metadata of the staged file: its attributes and extra metadata.
-  static Metadata UploadMetadataLocked(const Inode& inode);
-  void DropStagingLocked(Inode& inode);
-  // The file was removed or replaced: its unsaved data is never to be uploaded. The staging
-  // file goes now, or (while handles are open) loses its sidecar and goes at the last release.
-  void DiscardLocked(Inode& inode);
-  // Uploads the inode's unsaved data; then, with `with_metadata`, applies a pending metadata
-  // change (a rename passes false: its copy carries the change).
-  // `accept`: the caller is a writer's close or an fsync, whose failed upload is recorded as
-  // accepted (UploadLocked); other callers (unmount, a rename, a copy's source) upload what the
-  // file holds now without vouching for a writer still at work.
-  Status FlushInode(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata = true,
-                    bool accept = false);
-  // Marks the staged copy of `inode` (named `key`) as being written, before a write changes
-  // it: its crash record says kWriting (set aside, never uploaded, by the next mount). A
-  // version a close accepted and not yet uploaded is first kept as inode.accepted_copy.
-  // `keep_content` false: the caller empties the file next (O_TRUNC, truncate to 0), so an
-  // accepted version is kept without copying it.
-  Status MarkDirtyLocked(Inode& inode, const std::string& key, bool keep_content = true);
+  // filesystem_io.cc
   // What close(2) or fsync(2) (`call`) returns for the failure `failed` of an upload or a held
   // metadata change: EIO whatever the server said (ENOSPC for a full disk or quota), since
   // errno cannot carry the reason; the reason goes to the log.
   Status ReportedAtClose(std::string_view call, uint64_t ino, Status failed);
-  // Applies inode.pending_metadata to the object `key` with a self-copy and forgets it. An
-  // object replaced elsewhere meanwhile gets the change too (last writer wins, as for bytes); one
-  // removed elsewhere drops it. REQUIRES: inode.mu held.
-  Status ApplyPendingMetadataLocked(Inode& inode, const std::string& key);
-  // The store refused the held change of `key` for good (`refusal`, IsPermanentRefusal): logs
-  // it once, forgets it and its crash record, and the inode shows the metadata the object
-  // has. REQUIRES: inode.mu held.
-  void DropRefusedMetadataLocked(Inode& inode, const std::string& key, const Status& refusal);
-  // The store refused `metadata` (`refusal`, IsPermanentRefusal) for a put of `source` to
-  // `key`: puts the data again with the metadata the server last accepted (the object's
-  // current metadata with `metadata`'s mode, owner and mtime; for a new object, only those)
-  // and logs the refused change once. On success `metadata` is what was stored; otherwise the
-  // refusal is returned (it was not about the metadata).
-  Result<ObjectInfo> PutWithAcceptedMetadata(const std::string& key, const ByteSource& source,
-                                             Metadata* metadata, const Status& refusal);
-  // Forgets inode.pending_metadata and its crash record (applied, carried by an upload or a
-  // copy, or moot). REQUIRES: inode.mu held.
-  void DropPendingMetadataLocked(Inode& inode);
-  // Holds a metadata change of the stored object `rec` for options.metadata_delay instead of a
-  // self-copy now; false when it cannot be held (no crash record: the cache disk is full).
-  // REQUIRES: inode.mu held.
-  bool DeferMetadataLocked(uint64_t ino, Inode& inode, const std::string& key,
-                           const MetaRecord& rec, const FileAttr& attr, const Metadata& extra,
-                           const Metadata& metadata);
-  bool defer_metadata() const { return options_.metadata_delay > 0 && !attributes_in_place_; }
-  // With a write-back window: records the staged file of a closed `inode` (sidecar) and
-  // schedules its upload. REQUIRES: inode.mu held.
-  Status DeferUploadLocked(uint64_t ino, Inode& inode);
-  // cache_dir is full: uploads closed files of the write-back window now, one after another
-  // until `needed` bytes of staging files are gone, skipping `busy` and files whose lock another
-  // request holds. Returns the bytes freed. REQUIRES: `busy`'s is the only Inode::mu held.
-  uint64_t MakeRoomInStaging(const Inode* busy, uint64_t needed);
-  // `status`, or, when it is a full cache_dir and MakeRoomInStaging freed something, `retry()`'s.
-  template <typename F>
-  Status RetryWithRoom(Status status, const Inode* busy, uint64_t needed, F retry) {
-    if (status.code() != StatusCode::kNoSpace || !writeback() ||
-        MakeRoomInStaging(busy, needed) == 0) {
-      return status;
-    }
-    return retry();
-  }
-  // A write-back upload failed: counted and logged.
-  void NoteUploadFailure(const Status& failure);
-  // Seconds before a failed background upload is tried again.
-  double retry_seconds() const { return std::max(options_.writeback, 10.0); }
-  // A write-back upload of `ino` failed: counted, logged, and due again after a delay.
-  void RetryUploadLater(uint64_t ino, const Status& failure);
-  // The upload (or held metadata change) of one file of the write-back queue; a failure is
-  // rescheduled. Ok also when there was nothing to do.
-  Status UploadDueFile(uint64_t ino);
-  // RecoverStaged: makes the publishable leftover `left` the staged, dirty data of its key's
-  // inode and schedules its upload now. False when its data cannot be reopened.
-  bool AdoptLeftover(const StagedLeftover& left);
   void Log(const std::string& message) const;
-  bool writeback() const { return options_.writeback > 0; }
   // Rename of a file whose data is pending upload: the staged file takes the new name.
   // nullopt when the file is not (or no longer) pending: the caller renames it in the store.
   std::optional<Status> RenameLocalFile(const std::string& from, const std::string& to,
@@ -560,16 +463,20 @@ class Filesystem {
   // Counts a handle of `inode` opened with `flags` as open (and writing), under inode.mu in the
   // same critical section that prepared it: a reader's release in between must not take a
   // writer's O_TRUNC for finished data. REQUIRES: inode.mu held.
-  static void CountOpenLocked(Inode& inode, int flags);
+  static void CountOpenLocked(Inode& inode, int flags) REQUIRES(inode.mu);
   // Registers a handle counted with CountOpenLocked; returns its number.
   uint64_t AddHandle(std::shared_ptr<Handle> handle);
 
   // filesystem_dirs.cc: Unlink of `key`, bound to `ino` (0: none) whose state `inode` (null:
   // none) the caller has locked.
-  Status UnlinkLocked(const std::string& key, uint64_t ino, Inode* inode);
+  // (`inode` may be null: its lock, held when it is not, is one the analysis cannot follow.)
+  Status UnlinkLocked(const std::string& key, uint64_t ino, Inode* inode) NO_THREAD_SAFETY_ANALYSIS;
 
   // filesystem_rename.cc
-  Status RenameFile(const std::string& from, const std::string& to, const MetaRecord& src);
+  // Holds the source's lock, when it has an inode, across the copy (OptionalInodeLock: outside
+  // the analysis).
+  Status RenameFile(const std::string& from, const std::string& to,
+                    const MetaRecord& src) NO_THREAD_SAFETY_ANALYSIS;
   Status RenameDirectory(const std::string& from, const std::string& to, const MetaRecord& src);
 
   // The ETag "user.etag" shows for the object `key` described by `rec` (a file): the store's
@@ -587,6 +494,7 @@ class Filesystem {
   // The owner of a new object asked for by `caller`.
   Owner NewOwner(const std::optional<Owner>& caller) const;
   FilesystemOptions options_;
+  ObjectAttrs attrs_;  // the records and attributes of objects, with options_'s defaults
   Metrics* metrics_;
   std::shared_ptr<Clock> clock_;
   MetaCache meta_cache_;
@@ -595,18 +503,16 @@ class Filesystem {
   std::unique_ptr<IoPool> io_pool_;
   std::unique_ptr<ReadBudget> read_budget_;
 
-  std::mutex handles_mu_;  // guards handles_ and next_fh_
-  std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_;
-  uint64_t next_fh_ = 1;
+  Mutex handles_mu_;  // lock 3 of fs/lock_order.h
+  std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_ GUARDED_BY(handles_mu_);
+  uint64_t next_fh_ GUARDED_BY(handles_mu_) = 1;
   std::atomic<uint64_t> skipped_names_{0};
   int64_t mount_time_ns_;  // the root's mtime
+  KeyResolver resolver_;   // what a key is, through meta_cache_
 
-  // Files whose upload or held metadata change waits for the background, and the thread that
-  // does it (fs/writeback_queue.h).
-  std::unique_ptr<WritebackQueue> queue_;
-  // Held metadata changes: how they reach the store, and their recovery.
-  std::unique_ptr<MetadataCoalescer> coalescer_;
-  RecoveryProgress recovery_;
+  // Staging, uploads, held metadata changes and the write-back queue (fs/file_writer.h). Last:
+  // destroyed (its thread stopped) before what its work reaches.
+  std::unique_ptr<FileWriter> writer_;
 };
 
 }  // namespace objfs

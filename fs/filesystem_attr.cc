@@ -38,89 +38,18 @@ Result<FileAttr> Filesystem::MutateMetadata(
   if (key.empty()) return UnsupportedError("the root directory's attributes cannot be changed");
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
   if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
-  std::lock_guard<std::mutex> lock(inode->mu);
-  if (inode->unsaved()) {
-    // The change rides along with the pending upload.
+  MutexLock lock(&inode->mu);
+  // The change rides along with the pending upload.
+  if (inode->unsaved()) return writer_->ChangeUnsavedMetadata(ino, *inode, key, mutate);
+  if (inode->pending_metadata && !inode->removed()) {
+    // An earlier change still waits: this one joins it.
     FileAttr attr = inode->attr;
     Metadata extra = inode->extra_metadata;
     OBJFS_RETURN_IF_ERROR(mutate(attr, extra));
-    inode->attr = attr;
-    inode->extra_metadata = std::move(extra);
+    const uint64_t size = inode->pending_metadata->object.size;
+    OBJFS_RETURN_IF_ERROR(writer_->JoinHeldMetadata(*inode, key, attr, extra));
     attr.ino = ino;
-    attr.size = inode->staged->size();
-    // A closed file in the write-back window: a crash must upload it with this change (which
-    // may upload it at once, and drop its staging file).
-    if (writeback() && inode->open_handles.load() == 0) {
-      OBJFS_RETURN_IF_ERROR(DeferUploadLocked(ino, *inode));
-    } else {
-      // A record there carries the change too (its state stays: a file still being written
-      // is not accepted by a chmod).
-      const Metadata metadata = UploadMetadataLocked(*inode);
-      Status described = inode->staged->Describe(key, metadata);
-      if (described.ok() && inode->accepted_copy) {
-        described = inode->accepted_copy->Describe(key, metadata);
-      }
-      if (described.ok() && inode->carried) {
-        // So does the record of a change held before the write, for the object as it was:
-        // its own metadata (its mtime, not the writer's) with this change too.
-        ObjectInfo held;
-        held.key = key;
-        held.metadata = inode->carried.metadata;
-        held.has_metadata = true;
-        FileAttr held_attr = AttrFromRecord(ino, RecordFromInfo(held, false));
-        Metadata held_extra = WithoutPosixMetadata(inode->carried.metadata);
-        described = mutate(held_attr, held_extra);
-        if (described.ok()) {
-          Metadata changed = std::move(held_extra);
-          SetPosixMetadata(held_attr.mode, held_attr.uid, held_attr.gid, held_attr.mtime_ns,
-                           &changed);
-          described = inode->carried.record->Describe(key, inode->carried.etag, changed);
-          if (described.ok()) inode->carried.metadata = std::move(changed);
-        }
-      }
-      if (!described.ok()) Log("a crash record of " + key + " is stale: " + described.message());
-    }
-    return attr;
-  }
-  if (inode->pending_metadata && !inode->removed()) {
-    // An earlier change still waits: this one joins it.
-    const FileAttr old_attr = inode->attr;
-    const Metadata old_extra = inode->extra_metadata;
-    FileAttr attr = old_attr;
-    Metadata extra = old_extra;
-    OBJFS_RETURN_IF_ERROR(mutate(attr, extra));
-    Metadata metadata = extra;
-    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
-    HeldChange& pending = *inode->pending_metadata;
-    ObjectInfo info = pending.object;
-    const bool own_write = pending.own_write;
-    inode->attr = attr;
-    inode->extra_metadata = extra;
-    attr.ino = ino;
-    attr.size = info.size;
-    Status recorded = coalescer_->Join(pending, key, metadata);
-    if (!recorded.ok()) {
-      // Without a crash record the change goes to the store now.
-      Log("changing the metadata of " + key + " at once: " + recorded.message());
-      Metadata previous = std::move(pending.metadata);
-      pending.metadata = metadata;
-      Status applied = ApplyPendingMetadataLocked(*inode, key);
-      if (!applied.ok()) {
-        if (inode->pending_metadata) inode->pending_metadata->metadata = std::move(previous);
-        inode->attr = old_attr;
-        inode->extra_metadata = old_extra;
-        return applied;
-      }
-      return attr;
-    }
-    info.key = key;
-    info.metadata = std::move(metadata);
-    info.has_metadata = true;
-    MetaRecord updated = RecordFromInfo(info, false);
-    updated.complete = true;
-    updated.own_write = own_write;
-    meta_cache_.Put(key, updated);
-    Bump(metrics_->metadata_deferred);
+    attr.size = size;
     return attr;
   }
   if (inode->removed()) {
@@ -148,8 +77,8 @@ Result<FileAttr> Filesystem::MutateMetadata(
     // A staged copy here is clean (uploaded by close(2), kept until the kernel's asynchronous
     // RELEASE): it holds nothing the store lacks, so the change may wait as for a closed file,
     // and rsync's chmod racing that RELEASE still rides along with its rename.
-    if (!rec.is_dir && rec.has_object && !inode->removed() && defer_metadata() &&
-        DeferMetadataLocked(ino, *inode, key, rec, attr, extra, metadata)) {
+    if (!rec.is_dir && rec.has_object && !inode->removed() && writer_->holds_metadata() &&
+        writer_->HoldMetadata(ino, *inode, key, rec, attr, extra, metadata)) {
       attr.ino = ino;
       attr.size = rec.size;
       return attr;
@@ -213,14 +142,14 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, attr.size));
     std::shared_ptr<Inode> inode = inodes_.Get(ino);
     if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (!inode->staged) {
       OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
       if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
       bool empty = attr.size == 0 || rec.size == 0;
-      OBJFS_RETURN_IF_ERROR(EnsureStagedLocked(*inode, key, rec, empty));
+      OBJFS_RETURN_IF_ERROR(writer_->Stage(*inode, key, rec, empty));
     }
-    OBJFS_RETURN_IF_ERROR(MarkDirtyLocked(*inode, key, /*keep_content=*/attr.size > 0));
+    OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key, /*keep_content=*/attr.size > 0));
     OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(attr.size));
     inode->attr.size = attr.size;
     inode->attr.mtime_ns = NowNs();
@@ -248,9 +177,9 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     if (inode != nullptr && inode->open_handles.load() == 0) {
       // truncate(2) returned: the new size is accepted, and retried in the background should
       // the upload fail, as after a close.
-      Status s = FlushInode(ino, inode, /*with_metadata=*/true, /*accept=*/true);
+      Status s = writer_->Flush(ino, inode, /*with_metadata=*/true, /*accept=*/true);
       if (!s.ok()) {
-        RetryUploadLater(ino, s);
+        writer_->RetryLater(ino, s);
         return s;
       }
     }
@@ -261,25 +190,13 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
 Result<Metadata> Filesystem::ExtraMetadata(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (std::shared_ptr<Inode> inode = inodes_.Get(ino)) {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (inode->staged || inode->pending_metadata) return inode->extra_metadata;
   }
   if (key.empty()) return Metadata();
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
   return WithoutPosixMetadata(rec.metadata);
 }
-
-namespace {
-
-Result<XattrMap> XattrsOf(const Metadata& extra) {
-  auto it = extra.find(kXattrMetadata);
-  if (it == extra.end()) return XattrMap();
-  auto parsed = DecodeXattrs(it->second);
-  if (!parsed) return InternalError("malformed xattr metadata");
-  return *parsed;
-}
-
-}  // namespace
 
 Result<ETag> Filesystem::UserETag(const std::string& key, const MetaRecord& rec) {
   // A store's own ETag; or a content MD5 that an upload or copy of a store without them gave.
@@ -305,12 +222,12 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
     // A closed file waiting in the write-back window has no ETag yet: asking for it uploads it.
     // A pending metadata change goes to the store first too: a self-copy may change the ETag.
     if (std::shared_ptr<Inode> inode = inodes_.Get(ino); inode != nullptr) {
-      if (writeback() && inode->open_handles.load() == 0) {
-        OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+      if (writer_->writeback() && inode->open_handles.load() == 0) {
+        OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
       }
-      std::lock_guard<std::mutex> lock(inode->mu);
+      MutexLock lock(&inode->mu);
       if (inode->pending_metadata && !inode->removed() && !inode->unsaved()) {
-        OBJFS_RETURN_IF_ERROR(ApplyPendingMetadataLocked(*inode, key));
+        OBJFS_RETURN_IF_ERROR(writer_->ApplyHeldMetadata(*inode, key));
       }
     }
     auto rec = Resolve(key);
@@ -326,10 +243,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
   }
   if (IsReservedXattr(name)) return NoXattrError(std::string(name));
   OBJFS_ASSIGN_OR_RETURN(Metadata extra, ExtraMetadata(ino));
-  OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
-  auto it = xattrs.find(std::string(name));
-  if (it == xattrs.end()) return NoXattrError(std::string(name));
-  return it->second;
+  return GetUserXattr(extra, std::string(name));
 }
 
 Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) {
@@ -365,26 +279,10 @@ Status Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   std::string n(name);
   std::string v(value);
   auto mutate = [&](FileAttr& attr, Metadata& extra) -> Status {
-    OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
-    bool exists = xattrs.count(n) > 0;
-    if ((flags & kXattrCreate) && exists) return AlreadyExistsError(n + " exists");
-    if ((flags & kXattrReplace) && !exists) return NoXattrError(n);
-    // An attribute that would not fit even as the object's only one is too large (E2BIG, as a
-    // local file system says of a value over its limit); one that fits alone but not with the
-    // others finds no room (ENOSPC, from MutateMetadata).
-    if (options_.max_metadata > 0) {
-      Metadata alone = extra;
-      alone[kXattrMetadata] = EncodeXattrs(XattrMap{{n, v}});
-      const size_t size = MetadataSize(FullMetadata(attr, alone));
-      if (size > options_.max_metadata) {
-        return XattrTooLargeError(
-            n + " would give the object " + std::to_string(size) +
-            " bytes of metadata, over max_metadata=" + std::to_string(options_.max_metadata));
-      }
-    }
-    xattrs[n] = v;
-    extra[kXattrMetadata] = EncodeXattrs(xattrs);
-    return Status::Ok();
+    // (One that fits alone but not with the object's other attributes finds no room: ENOSPC,
+    // from MutateMetadata.)
+    return SetUserXattr(n, v, (flags & kXattrCreate) != 0, (flags & kXattrReplace) != 0,
+                        options_.max_metadata, attr, &extra);
   };
   return MutateMetadata(ino, mutate).status();
 }
@@ -395,16 +293,7 @@ Status Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
   }
   if (!IsUserXattr(name)) return UnsupportedXattrError(name);
   std::string n(name);
-  auto mutate = [&](FileAttr&, Metadata& extra) -> Status {
-    OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
-    if (xattrs.erase(n) == 0) return NoXattrError(n);
-    if (xattrs.empty()) {
-      extra.erase(kXattrMetadata);
-    } else {
-      extra[kXattrMetadata] = EncodeXattrs(xattrs);
-    }
-    return Status::Ok();
-  };
+  auto mutate = [&](FileAttr&, Metadata& extra) -> Status { return RemoveUserXattr(n, &extra); };
   return MutateMetadata(ino, mutate).status();
 }
 

@@ -23,7 +23,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
 
   // The kernel's follow-up calls for the rest of a range already copied on the server.
   {
-    std::lock_guard<std::mutex> lock(out->mu);
+    MutexLock lock(&out->mu);
     if (out->copied_from_fh == fh_in && off_in == off_out && off_in == out->copied_reported &&
         off_in <= out->copied_size) {
       uint64_t n = std::min(len, out->copied_size - off_in);
@@ -36,20 +36,20 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
   if (off_in == 0 && off_out == 0 && in->ino != out->ino) {
     // The source must be clean: upload its unsaved data first (a metadata change it waits
     // with is no matter: the copy gets the destination's).
-    OBJFS_RETURN_IF_ERROR(FlushInode(in->ino, in->inode, /*with_metadata=*/false));
+    OBJFS_RETURN_IF_ERROR(writer_->Flush(in->ino, in->inode, /*with_metadata=*/false));
     OBJFS_ASSIGN_OR_RETURN(std::string src_key, KeyOf(in->ino));
     OBJFS_ASSIGN_OR_RETURN(std::string dst_key, KeyOf(out->ino));
     OBJFS_ASSIGN_OR_RETURN(MetaRecord src, Resolve(src_key));
     if (src.is_dir) return Status(StatusCode::kIsDirectory, src_key + " is a directory");
     bool src_clean;
     {
-      std::lock_guard<std::mutex> lock(in->inode->mu);
+      MutexLock lock(&in->inode->mu);
       // A source removed while open is no object either: its old name may hold another file's
       // by now. Its handle reads its own bytes below.
       src_clean = !in->inode->unsaved() && !in->inode->removed();
     }
     Inode& dst = *out->inode;
-    std::unique_lock<std::mutex> dst_lock(dst.mu);
+    MutexLock dst_lock(&dst.mu);
     uint64_t dst_size;
     FileAttr dst_attr;
     Metadata dst_extra;
@@ -79,8 +79,8 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       if (!copied.ok()) return copied.status().WithContext("copying " + src_key);
       if (copied->etag == src.etag && src.etag.is_plain_md5()) Bump(metrics_->etags_reused);
       // The destination now is the copy: nothing of the (empty) staged file is to be uploaded.
-      DropStagingLocked(dst);
-      DropPendingMetadataLocked(dst);  // the copy carries it
+      writer_->DropStaging(dst);
+      writer_->ForgetHeldMetadata(dst);  // the copy carries it
       dst.uploaded_etag = copied->etag;
       ObjectInfo dst_info = *copied;
       dst_info.key = dst_key;
@@ -91,9 +91,9 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       rec.complete = true;
       rec.own_write = true;
       meta_cache_.Put(dst_key, rec);
-      dst_lock.unlock();
+      dst_lock.Unlock();
       uint64_t n = std::min(len, src.size);
-      std::lock_guard<std::mutex> lock(out->mu);
+      MutexLock lock(&out->mu);
       out->copied_from_fh = fh_in;
       out->copied_size = src.size;
       out->copied_reported = n;

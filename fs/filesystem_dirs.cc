@@ -92,8 +92,7 @@ Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
     // An upload of the file holds its lock from start to end: the removal waits for it, or its
     // PUT, landing after the DELETE, would bring the file back; an upload after the removal
     // finds the inode unlinked.
-    std::unique_lock<std::mutex> lock;
-    if (inode != nullptr) lock = std::unique_lock<std::mutex>(inode->mu);
+    OptionalInodeLock lock(inode.get());
     if (inodes_.InoOf(key) != ino) continue;  // renamed or replaced while waiting for it
     return UnlinkLocked(key, ino, inode.get());
   }
@@ -133,7 +132,7 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
     inode->attr = AttrFromRecord(ino, *rec);
     inode->extra_metadata = WithoutPosixMetadata(rec->metadata);
   }
-  if (inode != nullptr) DiscardLocked(*inode);
+  if (inode != nullptr) writer_->Discard(*inode);
   inodes_.Unbind(key);
   return Status::Ok();
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cache/io_pool.h"
+#include "fs/directory_move.h"
 #include "fs/filesystem.h"
 #include "fs/object_metadata.h"
 
@@ -26,7 +27,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
 
   // With a write-back window, a file not uploaded yet is renamed where it is: its pending upload
   // takes the new name (rsync's temporary files never reach the store).
-  if (writeback()) {
+  if (writer_->writeback()) {
     if (uint64_t ino = inodes_.InoOf(from)) {
       if (auto inode = inodes_.Get(ino)) {
         std::optional<Status> local = RenameLocalFile(from, to, inode, flags);
@@ -39,7 +40,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   // carries a pending metadata change too).
   if (uint64_t ino = inodes_.InoOf(from)) {
     if (auto inode = inodes_.Get(ino)) {
-      OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode, /*with_metadata=*/false));
+      OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode, /*with_metadata=*/false));
     }
   }
   // Both names as the cache knows them, like the lookups the kernel made just before (within
@@ -50,7 +51,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
 
   if (uint64_t ino = inodes_.InoOf(to)) {
     // A metadata change of the target goes too: should the rename fail, the target keeps it.
-    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
   }
   if (flags & kRenameNoReplace) meta_cache_.Invalidate(to);
   auto dst = Resolve(to);
@@ -87,7 +88,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
                                                   const std::shared_ptr<Inode>& inode,
                                                   uint32_t flags) {
   {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     if (!inode->unsaved()) return std::nullopt;
     // Being written with no version a close accepted: a crash would upload nothing under the
     // new name, while the rename removes the stored version under the old one (and drops a
@@ -113,11 +114,11 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   std::optional<StagedFile::State> target_state, target_copy_state;
   auto restore_target = [&] {
     if (old_inode == nullptr) return;
-    std::lock_guard<std::mutex> lock(old_inode->mu);
+    MutexLock lock(&old_inode->mu);
     if (old_inode->unsaved()) {
       // Accepted: recorded and scheduled again; still being written: recorded as such.
       if (target_state == StagedFile::State::kAccepted) {
-        (void)DeferUploadLocked(old, *old_inode);
+        (void)writer_->DeferUpload(old, *old_inode);
       } else {
         (void)old_inode->staged->Restore(target_state);
       }
@@ -125,7 +126,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
     }
   };
   if (old_inode != nullptr) {
-    std::lock_guard<std::mutex> lock(old_inode->mu);
+    MutexLock lock(&old_inode->mu);
     if (old_inode->staged) target_state = old_inode->staged->Orphan();
     if (old_inode->accepted_copy) target_copy_state = old_inode->accepted_copy->Orphan();
   }
@@ -134,7 +135,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   bool committed = false;
   Status failure;  // not committed and not left to the store either
   {
-    std::lock_guard<std::mutex> lock(inode->mu);
+    MutexLock lock(&inode->mu);
     // Uploaded by the write-back thread meanwhile: rename it in the store.
     if (inode->unsaved()) {
       Metadata metadata = inode->extra_metadata;
@@ -152,7 +153,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
         // No record under the new name (the cache disk is full): the data goes up under the
         // old one now, and the store renames it.
         Log("uploading " + from + " before its rename: " + described.message());
-        failure = UploadLocked(*inode, from, /*accept=*/false);
+        failure = writer_->Upload(*inode, from, /*accept=*/false);
       } else if (inode->in_store && !(removed = store_->remove(from)).ok() &&
                  removed.code() != StatusCode::kNotFound) {
         (void)inode->staged->Describe(from, metadata);
@@ -176,8 +177,8 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   }
   // Committed: the replaced target's data goes (its open handles keep reading it).
   if (old_inode != nullptr) {
-    std::lock_guard<std::mutex> lock(old_inode->mu);
-    DiscardLocked(*old_inode);
+    MutexLock lock(&old_inode->mu);
+    writer_->Discard(*old_inode);
   }
   meta_cache_.Invalidate(to);
   meta_cache_.PutNegative(from);
@@ -189,18 +190,17 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   // A replaced target's open handles must not resurrect it at release.
   if (uint64_t old = inodes_.InoOf(to)) {
     if (auto inode = inodes_.Get(old)) {
-      std::lock_guard<std::mutex> lock(inode->mu);
-      DiscardLocked(*inode);
+      MutexLock lock(&inode->mu);
+      writer_->Discard(*inode);
     }
   }
   uint64_t ino = inodes_.InoOf(from);
   std::shared_ptr<Inode> inode = ino ? inodes_.Get(ino) : nullptr;
-  std::unique_lock<std::mutex> lock;
+  OptionalInodeLock lock(inode.get());
   MetaRecord source = src;
   if (inode != nullptr) {
-    lock = std::unique_lock<std::mutex>(inode->mu);
     if (inode->unsaved()) {
-      OBJFS_RETURN_IF_ERROR(UploadLocked(*inode, from, /*accept=*/false));
+      OBJFS_RETURN_IF_ERROR(writer_->Upload(*inode, from, /*accept=*/false));
       OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));
     }
   }
@@ -243,7 +243,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     if (!copied.ok() && fold && IsPermanentRefusal(copied.status())) {
       // The held change is what the server refuses: the file moves with the metadata it has.
       source.metadata = inode->pending_metadata->object.metadata;
-      DropRefusedMetadataLocked(*inode, from, copied.status());
+      writer_->DropRefusedMetadata(*inode, from, copied.status());
       copy.replace_metadata.reset();
       ObjectInfo info;
       info.key = from;
@@ -259,7 +259,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     // that a failed removal leaves the source as the mount shows it. (A record outliving the
     // source meets no object of that ETag at the next mount.)
     OBJFS_RETURN_IF_ERROR(store_->remove(from));
-    if (fold) DropPendingMetadataLocked(*inode);
+    if (fold) writer_->ForgetHeldMetadata(*inode);
     meta_cache_.Invalidate(from);
     copied->size = source.size;
     copied->metadata = source.metadata;
@@ -279,7 +279,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
 Status Filesystem::RenameDirectory(const std::string& from, const std::string& to,
                                    const MetaRecord& src) {
   for (const auto& [ino, inode] : inodes_.WithLocalData(from)) {
-    OBJFS_RETURN_IF_ERROR(FlushInode(ino, inode));
+    OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
     inodes_.Forget(ino, 0);  // one the kernel forgot goes once it is clean
   }
   if (native_rename_) {
@@ -290,47 +290,11 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
     inodes_.Rename(from, to, /*subtree=*/true);
     return Status::Ok();
   }
-  const std::string prefix = from + "/";
-  std::vector<ObjectInfo> objects;
-  ListOptions list;
-  list.prefix = prefix;
-  do {
-    OBJFS_ASSIGN_OR_RETURN(Listing page, store_->list(list));
-    for (ObjectInfo& obj : page.objects) objects.push_back(std::move(obj));
-    if (objects.size() > options_.max_rename_objects) {
-      Status refused = InvalidArgumentError(
-          "cannot rename directory " + from + ": it has more than " +
-          std::to_string(options_.max_rename_objects) + " objects; raise -o max_rename_objects");
-      // mv can only say "Invalid argument": the log says why.
-      Log(refused.message());
-      return refused;
-    }
-    list.continuation_token = page.next_token;
-  } while (!list.continuation_token.empty());
-
-  // Copies run in parallel on the I/O pool; all must succeed before anything is deleted.
-  std::vector<std::future<Status>> copies;
-  copies.reserve(objects.size());
-  for (const ObjectInfo& obj : objects) {
-    std::string dst = to + "/" + obj.key.substr(prefix.size());
-    copies.push_back(io_pool_->Async(
-        [this, obj, dst]() -> Status { return store_->copy(obj, dst, CopyOptions()).status(); }));
-  }
-  Status first;
-  for (auto& f : copies) {
-    Status s = f.get();
-    if (!s.ok() && first.ok()) first = s;
-  }
-  meta_cache_.InvalidateTree(to);
-  if (!first.ok()) return first.WithContext("renaming " + from);
-  std::vector<std::string> old_keys;
-  old_keys.reserve(objects.size());
-  for (const ObjectInfo& obj : objects) old_keys.push_back(obj.key);
-  // With no marker listed (a directory implied by its keys, or a plain directory of a
-  // hierarchical store) the marker key still goes along: removing it is what removes such a
-  // directory there, and on an object store it is a no-op.
-  if (!src.has_object) old_keys.push_back(prefix);
-  if (!old_keys.empty()) OBJFS_RETURN_IF_ERROR(store_->remove_many(old_keys));
+  Status moved = MoveDirectoryObjects(*store_, *io_pool_, from, to, src.has_object,
+                                      options_.max_rename_objects,
+                                      [this](const std::string& line) { Log(line); });
+  meta_cache_.InvalidateTree(to);  // (copies may have landed even when one failed)
+  OBJFS_RETURN_IF_ERROR(moved);
   meta_cache_.InvalidateTree(from);
   inodes_.Rename(from, to, /*subtree=*/true);
   return Status::Ok();

@@ -22,7 +22,7 @@ InodeTable::InodeTable() {
 }
 
 uint64_t InodeTable::Acquire(const std::string& key, uint64_t lookups) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_key_.find(key);
   if (it != by_key_.end()) {
     slots_[it->second].lookups += lookups;
@@ -38,7 +38,7 @@ uint64_t InodeTable::Acquire(const std::string& key, uint64_t lookups) {
 }
 
 bool InodeTable::AddLookup(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = slots_.find(ino);
   if (it == slots_.end()) return false;
   ++it->second.lookups;
@@ -47,7 +47,7 @@ bool InodeTable::AddLookup(uint64_t ino) {
 
 void InodeTable::Forget(uint64_t ino, uint64_t n) {
   if (ino == kRootIno) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = slots_.find(ino);
   if (it == slots_.end()) return;
   it->second.lookups = it->second.lookups > n ? it->second.lookups - n : 0;
@@ -70,20 +70,20 @@ void InodeTable::MaybeEraseLocked(uint64_t ino) {
 }
 
 std::optional<std::string> InodeTable::KeyOf(uint64_t ino) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = slots_.find(ino);
   if (it == slots_.end()) return std::nullopt;
   return it->second.key;
 }
 
 uint64_t InodeTable::InoOf(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_key_.find(key);
   return it == by_key_.end() ? 0 : it->second;
 }
 
 std::shared_ptr<Inode> InodeTable::Get(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = slots_.find(ino);
   if (it == slots_.end()) return nullptr;
   if (it->second.inode == nullptr) it->second.inode = std::make_shared<Inode>();
@@ -91,13 +91,13 @@ std::shared_ptr<Inode> InodeTable::Get(uint64_t ino) {
 }
 
 std::shared_ptr<Inode> InodeTable::Find(uint64_t ino) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = slots_.find(ino);
   return it == slots_.end() ? nullptr : it->second.inode;
 }
 
 void InodeTable::Rename(const std::string& from, const std::string& to, bool subtree) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::pair<std::string, uint64_t>> moves;
   if (subtree) {
     for (const auto& [key, ino] : by_key_) {
@@ -124,7 +124,7 @@ void InodeTable::Rename(const std::string& from, const std::string& to, bool sub
 }
 
 void InodeTable::Unbind(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_key_.find(key);
   if (it == by_key_.end() || it->second == kRootIno) return;
   uint64_t ino = it->second;
@@ -135,7 +135,7 @@ void InodeTable::Unbind(const std::string& key) {
 
 std::vector<std::pair<uint64_t, std::shared_ptr<Inode>>> InodeTable::WithLocalData(
     const std::string& prefix) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::pair<uint64_t, std::shared_ptr<Inode>>> out;
   for (const auto& [ino, slot] : slots_) {
     if (slot.inode != nullptr && slot.inode->has_local_data.load() && IsUnder(slot.key, prefix)) {
@@ -146,7 +146,7 @@ std::vector<std::pair<uint64_t, std::shared_ptr<Inode>>> InodeTable::WithLocalDa
 }
 
 size_t InodeTable::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return slots_.size();
 }
 

@@ -5,8 +5,8 @@
 //   0. DirHandle::mu (fs/fuse_adapter.cc)  an open directory's listing; held while the
 //                         Filesystem reads the next page, so before all of the others.
 //   1. Inode::mu          per-inode state (staging file, unsaved data, pending metadata).
-//                         At most one at a time. MakeRoomInStaging (a full cache_dir), holding
-//                         one, only try-locks others: it never waits for a second.
+//                         At most one at a time. FileWriter::MakeRoom (a full cache_dir),
+//                         holding one, only try-locks others: it never waits for a second.
 //   2. Filesystem::Handle::mu   per-open-file state (its Prefetcher, copy bookkeeping).
 //   3. Filesystem::handles_mu_  the handle map; held only to find, add or erase a handle.
 //   4. InodeTable::mu_    ino <-> key maps and lookup counts.
@@ -49,11 +49,13 @@
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.
 //
-// Each of these mutexes from 8 on, and 0, is an objfs::Mutex (backend/mutex.h): the fields it
-// guards say so with GUARDED_BY and the helpers that expect it held with REQUIRES, and a clang
-// build (-Wthread-safety) checks them. Locks 1 to 7 (the Filesystem's, the inode table's and the
-// write-back queue's) are still std::mutex, their rules stated in comments ("REQUIRES: inode.mu
-// held") and checked by ThreadSanitizer only. The order itself is checked by this list and by
-// review: Clang's ACQUIRED_AFTER only relates mutexes of one class, and no two here nest within
-// one.
+// Every one of these mutexes is an objfs::Mutex (backend/mutex.h): the fields it guards say so
+// with GUARDED_BY and the helpers that expect it held with REQUIRES (FileWriter's methods that
+// take an Inode&, the *Locked helpers), and a clang build (-Wthread-safety) checks them. Where
+// the analysis cannot follow the code, the escape is as narrow as it gets and says why: an
+// inode that may be absent is locked with OptionalInodeLock (fs/inode_table.h) by the two
+// functions that opt out (Filesystem::UnlinkLocked, RenameFile), and a callback that runs under
+// its caller's lock (RetryWithRoom's retry) asserts it (Mutex::AssertHeld). The order itself is
+// checked by this list and by review: Clang's ACQUIRED_AFTER only relates mutexes of one class,
+// and no two here nest within one.
 #pragma once

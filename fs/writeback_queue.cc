@@ -16,7 +16,7 @@ WritebackQueue::WritebackQueue(Options options)
 WritebackQueue::~WritebackQueue() { Stop(); }
 
 void WritebackQueue::Start() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (thread_.joinable() || stop_) return;
   thread_ = std::thread([this] { Loop(); });
 }
@@ -24,11 +24,11 @@ void WritebackQueue::Start() {
 void WritebackQueue::Stop() {
   std::thread thread;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
     thread = std::move(thread_);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread.joinable()) thread.join();
 }
 
@@ -43,13 +43,13 @@ std::optional<std::chrono::nanoseconds> WritebackQueue::EarliestLocked() const {
 void WritebackQueue::NotifyIfEarlier(std::optional<std::chrono::nanoseconds> earliest,
                                      std::chrono::nanoseconds due) {
   // Otherwise the thread already waits for a due time no later than the new one.
-  if (!earliest || due < *earliest) cv_.notify_one();
+  if (!earliest || due < *earliest) cv_.Signal();
 }
 
 void WritebackQueue::ScheduleUnlessQueued(uint64_t ino, std::chrono::nanoseconds due) {
   std::optional<std::chrono::nanoseconds> earliest;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     earliest = EarliestLocked();
     due_.try_emplace(ino, due);
   }
@@ -58,26 +58,26 @@ void WritebackQueue::ScheduleUnlessQueued(uint64_t ino, std::chrono::nanoseconds
 
 void WritebackQueue::ScheduleNoLaterThan(uint64_t ino, std::chrono::nanoseconds due) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto [it, added] = due_.try_emplace(ino, due);
     if (!added && due < it->second) it->second = due;
   }
-  cv_.notify_one();  // the thread may wait for a later time
+  cv_.Signal();  // the thread may wait for a later time
 }
 
 void WritebackQueue::ScheduleAt(uint64_t ino, std::chrono::nanoseconds due) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     due_[ino] = due;
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void WritebackQueue::RetryLater(uint64_t ino) {
   std::optional<std::chrono::nanoseconds> earliest;
   const std::chrono::nanoseconds due = options_.clock->now() + options_.retry_delay;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     earliest = EarliestLocked();
     due_[ino] = due;
   }
@@ -85,17 +85,17 @@ void WritebackQueue::RetryLater(uint64_t ino) {
 }
 
 bool WritebackQueue::Queued(uint64_t ino) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return due_.count(ino) > 0;
 }
 
 bool WritebackQueue::running() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return thread_.joinable();
 }
 
 size_t WritebackQueue::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return due_.size();
 }
 
@@ -116,7 +116,7 @@ Status WritebackQueue::RunDue() {
   std::vector<uint64_t> due;
   const std::chrono::nanoseconds now = options_.clock->now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = due_.begin(); it != due_.end();) {
       if (it->second <= now) {
         due.push_back(it->first);
@@ -138,7 +138,7 @@ uint64_t WritebackQueue::MakeRoom(
     size_t* uploaded) {
   std::vector<uint64_t> queued;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [ino, due] : due_) queued.push_back(ino);
   }
   needed = std::max<uint64_t>(needed, 1);
@@ -160,7 +160,7 @@ uint64_t WritebackQueue::MakeRoom(
 }
 
 void WritebackQueue::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stop_) {
     std::chrono::nanoseconds wait = std::chrono::seconds(1);
     if (!due_.empty()) {
@@ -168,22 +168,22 @@ void WritebackQueue::Loop() {
       for (const auto& [ino, due] : due_) wait = std::min(wait, due - now);
     }
     if (wait > std::chrono::nanoseconds::zero()) {
-      cv_.wait_for(lock, wait);
+      cv_.WaitFor(&mu_, wait);
       continue;
     }
-    lock.unlock();
+    lock.Unlock();
     (void)RunDue();  // the work logs and reschedules its own failures
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void RecoveryProgress::Begin() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   adopting_ = true;
 }
 
 void RecoveryProgress::Add(uint64_t ino, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pending_.insert(ino);
   ++files_;
   bytes_ += bytes;
@@ -191,7 +191,7 @@ void RecoveryProgress::Add(uint64_t ino, uint64_t bytes) {
 
 void RecoveryProgress::End() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     adopting_ = false;
   }
   MaybeLog();  // all of them may be uploaded already
@@ -199,24 +199,24 @@ void RecoveryProgress::End() {
 
 void RecoveryProgress::Done(uint64_t ino) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (pending_.erase(ino) == 0) return;
   }
   MaybeLog();
 }
 
 std::vector<uint64_t> RecoveryProgress::Pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return {pending_.begin(), pending_.end()};
 }
 
 size_t RecoveryProgress::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return pending_.size();
 }
 
 uint64_t RecoveryProgress::bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return bytes_;
 }
 
@@ -224,7 +224,7 @@ void RecoveryProgress::MaybeLog() {
   size_t files = 0;
   uint64_t bytes = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // The write-back thread may upload the first files taken over before the last is: the line
     // waits for all of them.
     if (adopting_ || !pending_.empty() || files_ == 0 || logged_) return;

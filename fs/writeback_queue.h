@@ -13,20 +13,19 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backend/mutex.h"
 #include "backend/status.h"
 #include "cache/clock.h"
 
@@ -98,15 +97,16 @@ class WritebackQueue {
   void NotifyIfEarlier(std::optional<std::chrono::nanoseconds> earliest,
                        std::chrono::nanoseconds due);
   // The earliest due time queued, if any. REQUIRES: mu_ held.
-  std::optional<std::chrono::nanoseconds> EarliestLocked() const;
+  std::optional<std::chrono::nanoseconds> EarliestLocked() const REQUIRES(mu_);
 
   Options options_;
   std::unique_ptr<IoPool> pool_;
-  mutable std::mutex mu_;  // lock 7 of fs/lock_order.h: a leaf
-  std::condition_variable cv_;
-  std::map<uint64_t, std::chrono::nanoseconds> due_;  // inode -> due time (clock time)
-  bool stop_ = false;
-  std::thread thread_;
+  mutable Mutex mu_;  // lock 7 of fs/lock_order.h: a leaf
+  CondVar cv_;
+  // inode -> due time (clock time)
+  std::map<uint64_t, std::chrono::nanoseconds> due_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::thread thread_ GUARDED_BY(mu_);
 };
 
 // What a mount's recovery took over from an earlier one, and the one "recovered N files" line
@@ -132,12 +132,12 @@ class RecoveryProgress {
   void MaybeLog();
 
   std::function<void(const std::string&)> log_;
-  mutable std::mutex mu_;  // a leaf, like the queue's
-  std::set<uint64_t> pending_;
-  size_t files_ = 0;
-  uint64_t bytes_ = 0;
-  bool adopting_ = false;
-  bool logged_ = false;
+  mutable Mutex mu_;  // lock 7 of fs/lock_order.h: a leaf, like the queue's
+  std::set<uint64_t> pending_ GUARDED_BY(mu_);
+  size_t files_ GUARDED_BY(mu_) = 0;
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  bool adopting_ GUARDED_BY(mu_) = false;
+  bool logged_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace objfs

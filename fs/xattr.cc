@@ -4,6 +4,8 @@
 #include <span>
 
 #include "backend/base64.h"
+#include "fs/errno_map.h"
+#include "fs/object_metadata.h"
 
 namespace objfs {
 
@@ -170,6 +172,54 @@ std::optional<std::string> DecodeBase64(std::string_view text) {
     if (text[i] != '=') return std::nullopt;
   }
   return out;
+}
+
+Result<XattrMap> XattrsOf(const Metadata& extra) {
+  auto it = extra.find(kXattrMetadata);
+  if (it == extra.end()) return XattrMap();
+  auto parsed = DecodeXattrs(it->second);
+  if (!parsed) return InternalError("malformed xattr metadata");
+  return *parsed;
+}
+
+Result<std::string> GetUserXattr(const Metadata& extra, const std::string& name) {
+  OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(extra));
+  auto it = xattrs.find(name);
+  if (it == xattrs.end()) return NoXattrError(name);
+  return it->second;
+}
+
+Status SetUserXattr(const std::string& name, const std::string& value, bool create, bool replace,
+                    size_t max_metadata, const FileAttr& attr, Metadata* extra) {
+  OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(*extra));
+  bool exists = xattrs.count(name) > 0;
+  if (create && exists) return AlreadyExistsError(name + " exists");
+  if (replace && !exists) return NoXattrError(name);
+  if (max_metadata > 0) {
+    Metadata alone = *extra;
+    alone[kXattrMetadata] = EncodeXattrs(XattrMap{{name, value}});
+    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &alone);
+    const size_t size = MetadataSize(alone);
+    if (size > max_metadata) {
+      return XattrTooLargeError(
+          name + " would give the object " + std::to_string(size) +
+          " bytes of metadata, over max_metadata=" + std::to_string(max_metadata));
+    }
+  }
+  xattrs[name] = value;
+  (*extra)[kXattrMetadata] = EncodeXattrs(xattrs);
+  return Status::Ok();
+}
+
+Status RemoveUserXattr(const std::string& name, Metadata* extra) {
+  OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(*extra));
+  if (xattrs.erase(name) == 0) return NoXattrError(name);
+  if (xattrs.empty()) {
+    extra->erase(kXattrMetadata);
+  } else {
+    (*extra)[kXattrMetadata] = EncodeXattrs(xattrs);
+  }
+  return Status::Ok();
 }
 
 }  // namespace objfs

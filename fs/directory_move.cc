@@ -1,0 +1,56 @@
+#include "fs/directory_move.h"
+
+#include <future>
+#include <utility>
+#include <vector>
+
+#include "cache/io_pool.h"
+
+namespace objfs {
+
+Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string& from,
+                            const std::string& to, bool has_marker, size_t max_objects,
+                            const std::function<void(const std::string&)>& log) {
+  const std::string prefix = from + "/";
+  std::vector<ObjectInfo> objects;
+  ListOptions list;
+  list.prefix = prefix;
+  do {
+    OBJFS_ASSIGN_OR_RETURN(Listing page, store.list(list));
+    for (ObjectInfo& obj : page.objects) objects.push_back(std::move(obj));
+    if (objects.size() > max_objects) {
+      Status refused = InvalidArgumentError("cannot rename directory " + from +
+                                            ": it has more than " + std::to_string(max_objects) +
+                                            " objects; raise -o max_rename_objects");
+      log(refused.message());
+      return refused;
+    }
+    list.continuation_token = page.next_token;
+  } while (!list.continuation_token.empty());
+
+  // Copies run in parallel on the I/O pool; all must succeed before anything is deleted.
+  std::vector<std::future<Status>> copies;
+  copies.reserve(objects.size());
+  for (const ObjectInfo& obj : objects) {
+    std::string dst = to + "/" + obj.key.substr(prefix.size());
+    copies.push_back(pool.Async(
+        [&store, obj, dst]() -> Status { return store.copy(obj, dst, CopyOptions()).status(); }));
+  }
+  Status first;
+  for (auto& f : copies) {
+    Status s = f.get();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  if (!first.ok()) return first.WithContext("renaming " + from);
+  std::vector<std::string> old_keys;
+  old_keys.reserve(objects.size());
+  for (const ObjectInfo& obj : objects) old_keys.push_back(obj.key);
+  // With no marker listed (a directory implied by its keys, or a plain directory of a
+  // hierarchical store) the marker key still goes along: removing it is what removes such a
+  // directory there, and on an object store it is a no-op.
+  if (!has_marker) old_keys.push_back(prefix);
+  if (!old_keys.empty()) OBJFS_RETURN_IF_ERROR(store.remove_many(old_keys));
+  return Status::Ok();
+}
+
+}  // namespace objfs

@@ -1,0 +1,712 @@
+#include "fs/file_writer.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fs/object_metadata.h"
+
+namespace objfs {
+
+namespace {
+
+std::chrono::nanoseconds Seconds(double s) {
+  return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
+}
+
+int64_t ModifiedNs(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
+FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* inodes,
+                       MetaCache* meta_cache, const ObjectAttrs* attrs, Metrics* metrics,
+                       std::shared_ptr<Clock> clock, Options options)
+    : store_(store),
+      staging_(staging),
+      inodes_(inodes),
+      meta_cache_(meta_cache),
+      attrs_(attrs),
+      metrics_(metrics),
+      clock_(std::move(clock)),
+      options_(std::move(options)),
+      coalescer_(
+          store_, staging_, [this](const std::string& line) { Log(line); },
+          [this](const std::string& key) { meta_cache_->Invalidate(key); }),
+      recovery_([this](const std::string& line) { Log(line); }) {
+  WritebackQueue::Options queue;
+  queue.clock = clock_;
+  queue.work = [this](uint64_t ino) { return UploadDueFile(ino); };
+  queue.done = [this](uint64_t ino) { recovery_.Done(ino); };
+  queue.upload_threads = options_.upload_threads;
+  queue.retry_delay = Seconds(retry_seconds());
+  queue_ = std::make_unique<WritebackQueue>(std::move(queue));
+  if ((writeback() || holds_metadata()) && options_.writeback_thread) queue_->Start();
+}
+
+FileWriter::~FileWriter() { queue_->Stop(); }
+
+void FileWriter::Stop() { queue_->Stop(); }
+
+bool FileWriter::Queued(uint64_t ino) const { return queue_->Queued(ino); }
+
+Result<std::string> FileWriter::KeyOf(uint64_t ino) const {
+  auto key = inodes_->KeyOf(ino);
+  if (!key) return NotFoundError("unknown inode " + std::to_string(ino));
+  return *key;
+}
+
+void FileWriter::Log(const std::string& message) const {
+  if (options_.log) {
+    options_.log(message);
+  } else {
+    std::fprintf(stderr, "objfs: %s\n", message.c_str());
+  }
+}
+
+Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord& rec, bool empty) {
+  if (inode.staged) return Status::Ok();
+  FileAttr attr = ObjectAttrs::ToAttr(0, rec);
+  Metadata extra = WithoutPosixMetadata(rec.metadata);
+  if (inode.pending_metadata) {
+    // A metadata change not in the store yet: the upload carries it.
+    attr.mode = inode.attr.mode;
+    attr.uid = inode.attr.uid;
+    attr.gid = inode.attr.gid;
+    attr.mtime_ns = inode.attr.mtime_ns;
+    extra = inode.extra_metadata;
+  }
+  // No crash record yet: until a write changes it, the copy is only the stored object (a crash
+  // in the middle of fetching it must never upload a prefix over the whole).
+  auto created = staging_->Create();
+  if (!created.ok()) {
+    OBJFS_RETURN_IF_ERROR(RetryWithRoom(created.status(), &inode, empty ? 0 : rec.size, [&] {
+      created = staging_->Create();
+      return created.status();
+    }));
+  }
+  std::unique_ptr<StagedFile> staged = std::move(*created);
+  if (!empty && rec.size > 0) {
+    // The object's current content, in read_buffer-sized reads.
+    std::vector<std::byte> buf(std::max<size_t>(options_.read_buffer, 4096));
+    uint64_t offset = 0;
+    while (offset < rec.size) {
+      auto n = store_->read(key, offset, buf, rec.etag.empty() ? nullptr : &rec.etag);
+      if (!n.ok()) {
+        staged->Remove();
+        return n.status().WithContext("fetching " + key + " for writing");
+      }
+      if (*n == 0) break;
+      const std::span<const std::byte> piece(buf.data(), *n);
+      Status s = RetryWithRoom(staged->WriteAt(offset, piece), &inode, rec.size - offset,
+                               [&] { return staged->WriteAt(offset, piece); });
+      if (!s.ok()) {
+        staged->Remove();
+        return s;
+      }
+      offset += *n;
+    }
+  }
+  attr.size = staged->size();
+  inode.attr = attr;
+  inode.extra_metadata = std::move(extra);
+  inode.staged = std::move(staged);
+  inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
+  if (!inode.removed()) inode.state = Inode::FileState::kCached;
+  inode.has_local_data.store(true);
+  return Status::Ok();
+}
+
+void FileWriter::Discard(Inode& inode) {
+  inode.state = Inode::FileState::kRemoved;
+  ForgetHeldMetadata(inode);
+  MetadataCoalescer::Forget(inode.carried);
+  if (inode.open_handles.load() == 0) {
+    DropStaging(inode);
+  } else if (inode.staged) {
+    inode.staged->Orphan();  // open handles keep the data; a crash must not upload it
+    if (inode.accepted_copy) {
+      inode.accepted_copy->Remove();
+      inode.accepted_copy.reset();
+    }
+  }
+}
+
+void FileWriter::DropStaging(Inode& inode) {
+  MetadataCoalescer::Forget(inode.carried);
+  if (inode.accepted_copy) {
+    inode.accepted_copy->Remove();
+    inode.accepted_copy.reset();
+  }
+  if (!inode.staged) return;
+  inode.staged->Remove();
+  inode.staged.reset();
+  if (!inode.removed()) inode.state = Inode::FileState::kStored;
+  inode.has_local_data.store(inode.pending_metadata.has_value());
+}
+
+void FileWriter::ForgetHeldMetadata(Inode& inode) {
+  MetadataCoalescer::Forget(inode.pending_metadata);
+  inode.has_local_data.store(inode.staged != nullptr);
+}
+
+bool FileWriter::HoldMetadata(uint64_t ino, Inode& inode, const std::string& key,
+                              const MetaRecord& rec, const FileAttr& attr, const Metadata& extra,
+                              const Metadata& metadata) {
+  std::optional<HeldChange> held =
+      coalescer_.Hold(key, InfoFromRecord(key, rec), rec.own_write, metadata);
+  if (!held) return false;
+  inode.pending_metadata = std::move(held);
+  inode.attr = attr;
+  inode.extra_metadata = extra;
+  inode.has_local_data.store(true);
+
+  ObjectInfo info = inode.pending_metadata->object;
+  info.metadata = metadata;
+  info.has_metadata = true;
+  MetaRecord updated = attrs_->FromInfo(info, false);
+  updated.complete = true;
+  updated.own_write = rec.own_write;
+  meta_cache_->Put(key, updated);
+  Bump(metrics_->metadata_deferred);
+
+  auto due =
+      clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.hold_metadata * 1e9));
+  // An upload due later (a write-back window, a retry) must not hold the change back.
+  queue_->ScheduleNoLaterThan(ino, due);
+  return true;
+}
+
+Status FileWriter::ApplyHeldMetadata(Inode& inode, const std::string& key) {
+  if (!inode.pending_metadata) return Status::Ok();
+  OBJFS_ASSIGN_OR_RETURN(MetadataCoalescer::Applied applied,
+                         coalescer_.Apply(*inode.pending_metadata, key));
+  switch (applied.outcome) {
+    case MetadataCoalescer::Outcome::kRefused:
+      DropRefusedMetadata(inode, key, applied.reason);
+      return Status::Ok();
+    case MetadataCoalescer::Outcome::kGone:
+      ForgetHeldMetadata(inode);
+      return Status::Ok();
+    case MetadataCoalescer::Outcome::kApplied:
+      break;
+  }
+  MetaRecord updated = attrs_->FromInfo(applied.info, false);
+  updated.complete = true;
+  updated.own_write = true;
+  meta_cache_->Put(key, updated);
+  inode.uploaded_etag = applied.info.etag;
+  ForgetHeldMetadata(inode);
+  return Status::Ok();
+}
+
+void FileWriter::DropRefusedMetadata(Inode& inode, const std::string& key, const Status& refusal) {
+  if (inode.pending_metadata) {
+    const HeldChange& pending = *inode.pending_metadata;
+    Log("dropping a metadata change of " + key + " (" +
+        ChangedMetadataNames(pending.object.metadata, pending.metadata) +
+        "): the server refuses it for good (" + refusal.ToString() +
+        "); the object keeps the metadata it has");
+  }
+  if (inode.pending_metadata && inode.pending_metadata->object.has_metadata) {
+    // What the store holds, for a staged copy kept for open handles.
+    const ObjectInfo& object = inode.pending_metadata->object;
+    const FileAttr stored = ObjectAttrs::ToAttr(0, attrs_->FromInfo(object, false));
+    inode.attr.mode = stored.mode;
+    inode.attr.uid = stored.uid;
+    inode.attr.gid = stored.gid;
+    inode.attr.mtime_ns = stored.mtime_ns;
+    inode.extra_metadata = WithoutPosixMetadata(object.metadata);
+  }
+  meta_cache_->Invalidate(key);
+  ForgetHeldMetadata(inode);
+}
+
+Result<ObjectInfo> FileWriter::PutWithAcceptedMetadata(const std::string& key,
+                                                       const ByteSource& source, Metadata* metadata,
+                                                       const Status& refusal) {
+  Metadata accepted;
+  Result<ObjectInfo> stored = store_->head(key);
+  if (stored.ok()) {
+    accepted = WithoutPosixMetadata(stored->metadata);
+  } else if (stored.status().code() != StatusCode::kNotFound) {
+    return refusal;
+  }
+  for (const char* name : {kModeMetadata, kUidMetadata, kGidMetadata, kMtimeMetadata}) {
+    auto it = metadata->find(name);
+    if (it != metadata->end()) accepted[name] = it->second;
+  }
+  if (accepted == *metadata) return refusal;  // it was not the metadata the server refused
+  PutOptions put;
+  put.metadata = accepted;
+  Result<ObjectInfo> result = store_->put(key, source, put);
+  if (!result.ok()) return IsPermanentRefusal(result.status()) ? refusal : result.status();
+  Log("uploaded " + key + " without its metadata change (" +
+      ChangedMetadataNames(accepted, *metadata) + "), which the server refuses for good (" +
+      refusal.ToString() + "): the object keeps the metadata the server last accepted");
+  *metadata = std::move(accepted);
+  return result;
+}
+
+Metadata FileWriter::UploadMetadata(const Inode& inode) {
+  Metadata metadata = inode.extra_metadata;
+  SetPosixMetadata(inode.attr.mode, inode.attr.uid, inode.attr.gid, inode.attr.mtime_ns, &metadata);
+  return metadata;
+}
+
+Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
+  Metadata metadata = UploadMetadata(inode);
+  // A writer's close or an fsync vouches for the data as it is: should objfs die during the
+  // upload, the next mount uploads it. (Not synced first: the upload is what keeps it, and a
+  // failed one syncs it below.) Any other upload only keeps an existing record current.
+  Status described = accept && !inode.removed()
+                         ? inode.staged->MarkAccepted(key, metadata, /*sync=*/false)
+                         : inode.staged->Describe(key, metadata);
+  if (!described.ok()) {
+    Log("uploading " + key + " with a stale crash record: " + described.message());
+  } else if (accept) {
+    MetadataCoalescer::Forget(inode.carried);  // the accepted record carries the change
+    if (inode.accepted_copy) {                 // superseded by this version
+      inode.accepted_copy->Remove();
+      inode.accepted_copy.reset();
+    }
+  }
+  PutOptions put;
+  put.metadata = metadata;
+  auto result = store_->put(key, inode.staged->Source(), put);
+  if (!result.ok() && IsPermanentRefusal(result.status())) {
+    result = PutWithAcceptedMetadata(key, inode.staged->Source(), &metadata, result.status());
+    if (result.ok()) inode.extra_metadata = WithoutPosixMetadata(metadata);
+  }
+  if (!result.ok()) {
+    meta_cache_->Invalidate(key);
+    if (accept && !inode.removed()) {
+      // Accepted all the same: kept for a retry, and uploaded by the next mount should objfs
+      // die first.
+      Status recorded = inode.staged->MarkAccepted(key, metadata);
+      if (recorded.ok()) MetadataCoalescer::Forget(inode.carried);
+      if (recorded.ok() && inode.accepted_copy) {
+        inode.accepted_copy->Remove();
+        inode.accepted_copy.reset();
+      }
+      if (!recorded.ok()) Log("no crash record for " + key + ": " + recorded.message());
+    }
+    return result.status().WithContext("uploading " + key);
+  }
+  if (inode.unsaved()) inode.state = Inode::FileState::kCached;
+  inode.in_store = true;
+  inode.uploaded_etag = result->etag;
+  ForgetHeldMetadata(inode);  // the upload carried it
+  MetadataCoalescer::Forget(inode.carried);
+  if (inode.accepted_copy) {  // an older version: the store has a newer one now
+    inode.accepted_copy->Remove();
+    inode.accepted_copy.reset();
+  }
+  ObjectInfo info = *result;
+  info.size = inode.staged->size();
+  info.metadata = metadata;
+  info.has_metadata = true;
+  MetaRecord rec = attrs_->FromInfo(info, false);
+  rec.complete = true;
+  rec.own_write = true;
+  meta_cache_->Put(key, rec);
+  if (inode.open_handles.load() == 0) {
+    DropStaging(inode);
+  } else {
+    // Kept for the open handles, but the store has it: a crash must not upload it again, over
+    // whatever changed since (a held chmod applied, another client's write).
+    inode.staged->Orphan();
+  }
+  return Status::Ok();
+}
+
+Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_content) {
+  // (A file removed or replaced while open keeps writing to a copy nothing will upload.)
+  if (!inode.staged || inode.removed()) return Status::Ok();
+  const std::optional<StagedFile::State> state = inode.staged->state();
+  if (state == StagedFile::State::kWriting) {
+    inode.state = Inode::FileState::kUnsaved;
+    return Status::Ok();
+  }
+  Metadata metadata = UploadMetadata(inode);
+  if (state == StagedFile::State::kAccepted) {
+    // Accepted and not uploaded yet: that version stays as it is, with its record, and the
+    // writer changes a copy, so that a crash uploads what was closed, never a mix. (An empty
+    // one, when the writer empties the file anyway.)
+    auto copy = keep_content ? staging_->Clone(*inode.staged) : staging_->Create();
+    if (!copy.ok()) {
+      const uint64_t needed = keep_content ? inode.staged->size() : 0;
+      OBJFS_RETURN_IF_ERROR(RetryWithRoom(copy.status(), &inode, needed, [&] {
+        inode.mu.AssertHeld();  // run by RetryWithRoom, under this call's lock
+        copy = keep_content ? staging_->Clone(*inode.staged) : staging_->Create();
+        return copy.status();
+      }));
+    }
+    if (inode.accepted_copy) inode.accepted_copy->Remove();
+    inode.accepted_copy = std::move(inode.staged);
+    inode.staged = std::move(*copy);
+  }
+  // A clean copy has no crash record (a fetched object, or one the upload removed); it is about
+  // to hold data the store lacks. The record carries the metadata the mount shows, a held
+  // change included, whose own record then goes: replayed after the data, it would undo
+  // changes made after it.
+  Status recorded = RetryWithRoom(inode.staged->MarkWriting(key, metadata), &inode, 4096, [&] {
+    inode.mu.AssertHeld();  // run by RetryWithRoom, under this call's lock
+    return inode.staged->MarkWriting(key, metadata);
+  });
+  if (!recorded.ok()) {
+    if (inode.accepted_copy) {  // back as it was
+      inode.staged->Remove();
+      inode.staged = std::move(inode.accepted_copy);
+    }
+    return recorded;
+  }
+  // ... but its own record stays until this data is accepted: a crash before that sets the data
+  // aside, and the change, acknowledged already, still applies to the stored object.
+  MetadataCoalescer::Carry(inode.pending_metadata, inode.carried);
+  inode.has_local_data.store(true);
+  inode.state = Inode::FileState::kUnsaved;
+  return Status::Ok();
+}
+
+Status FileWriter::Close(uint64_t ino, Inode& inode) {
+  if (writeback()) return DeferUpload(ino, inode);
+  auto key = KeyOf(ino);
+  Status status = key.ok() ? Upload(inode, *key) : key.status();
+  // close(2) reported the failure; the data stays staged and is tried again in the background
+  // (and at unmount at the latest).
+  if (!status.ok()) RetryLater(ino, status);
+  return status;
+}
+
+Status FileWriter::JoinHeldMetadata(Inode& inode, const std::string& key, const FileAttr& attr,
+                                    const Metadata& extra) {
+  const FileAttr old_attr = inode.attr;
+  const Metadata old_extra = inode.extra_metadata;
+  Metadata metadata = extra;
+  SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
+  HeldChange& pending = *inode.pending_metadata;
+  ObjectInfo info = pending.object;
+  const bool own_write = pending.own_write;
+  inode.attr = attr;
+  inode.extra_metadata = extra;
+  Status recorded = coalescer_.Join(pending, key, metadata);
+  if (!recorded.ok()) {
+    // Without a crash record the change goes to the store now.
+    Log("changing the metadata of " + key + " at once: " + recorded.message());
+    Metadata previous = std::move(pending.metadata);
+    pending.metadata = metadata;
+    Status applied = ApplyHeldMetadata(inode, key);
+    if (!applied.ok()) {
+      if (inode.pending_metadata) inode.pending_metadata->metadata = std::move(previous);
+      inode.attr = old_attr;
+      inode.extra_metadata = old_extra;
+    }
+    return applied;
+  }
+  info.key = key;
+  info.metadata = std::move(metadata);
+  info.has_metadata = true;
+  MetaRecord updated = attrs_->FromInfo(info, false);
+  updated.complete = true;
+  updated.own_write = own_write;
+  meta_cache_->Put(key, updated);
+  Bump(metrics_->metadata_deferred);
+  return Status::Ok();
+}
+
+Result<FileAttr> FileWriter::ChangeUnsavedMetadata(
+    uint64_t ino, Inode& inode, const std::string& key,
+    const std::function<Status(FileAttr&, Metadata&)>& change) {
+  FileAttr attr = inode.attr;
+  Metadata extra = inode.extra_metadata;
+  OBJFS_RETURN_IF_ERROR(change(attr, extra));
+  inode.attr = attr;
+  inode.extra_metadata = std::move(extra);
+  attr.ino = ino;
+  attr.size = inode.staged->size();
+  // A closed file in the write-back window: a crash must upload it with this change (which
+  // may upload it at once, and drop its staging file).
+  if (writeback() && inode.open_handles.load() == 0) {
+    OBJFS_RETURN_IF_ERROR(DeferUpload(ino, inode));
+    return attr;
+  }
+  // A record there carries the change too (its state stays: a file still being written
+  // is not accepted by a chmod).
+  const Metadata metadata = UploadMetadata(inode);
+  Status described = inode.staged->Describe(key, metadata);
+  if (described.ok() && inode.accepted_copy) {
+    described = inode.accepted_copy->Describe(key, metadata);
+  }
+  if (described.ok() && inode.carried) {
+    // So does the record of a change held before the write, for the object as it was:
+    // its own metadata (its mtime, not the writer's) with this change too.
+    ObjectInfo held;
+    held.key = key;
+    held.metadata = inode.carried.metadata;
+    held.has_metadata = true;
+    FileAttr held_attr = ObjectAttrs::ToAttr(ino, attrs_->FromInfo(held, false));
+    Metadata held_extra = WithoutPosixMetadata(inode.carried.metadata);
+    described = change(held_attr, held_extra);
+    if (described.ok()) {
+      Metadata changed = std::move(held_extra);
+      SetPosixMetadata(held_attr.mode, held_attr.uid, held_attr.gid, held_attr.mtime_ns, &changed);
+      described = inode.carried.record->Describe(key, inode.carried.etag, changed);
+      if (described.ok()) inode.carried.metadata = std::move(changed);
+    }
+  }
+  if (!described.ok()) Log("a crash record of " + key + " is stale: " + described.message());
+  return attr;
+}
+
+Status FileWriter::Flush(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata,
+                         bool accept) {
+  MutexLock lock(&inode->mu);
+  if (inode->removed()) return Status::Ok();
+  const bool upload = inode->unsaved();
+  if (!upload && !(with_metadata && inode->pending_metadata)) return Status::Ok();
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  if (upload) return Upload(*inode, key, accept);
+  return ApplyHeldMetadata(*inode, key);
+}
+
+Status FileWriter::DeferUpload(uint64_t ino, Inode& inode) {
+  auto key = KeyOf(ino);
+  if (!key.ok()) return key.status();
+  const Metadata metadata = UploadMetadata(inode);
+  // The record names what a crash before the upload must still upload at the next mount; the
+  // data is on disk first, so that after a power loss no record describes lost data. (As with a
+  // local file, only fsync, which uploads, makes the data safe from a power loss.)
+  Status recorded = inode.staged->MarkAccepted(*key, metadata);
+  if (recorded.ok()) MetadataCoalescer::Forget(inode.carried);  // this record carries the change
+  if (recorded.ok() && inode.accepted_copy) {                   // superseded by this version
+    inode.accepted_copy->Remove();
+    inode.accepted_copy.reset();
+  }
+  if (!recorded.ok()) {
+    // Without that record (the cache disk is full) the window would hold data a crash loses:
+    // upload it now, as without a window.
+    Log("uploading " + *key + " at close: " + recorded.message());
+    Status uploaded = Upload(inode, *key);
+    if (!uploaded.ok()) RetryLater(ino, uploaded);
+    return uploaded;
+  }
+  auto due =
+      clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(options_.writeback * 1e9));
+  queue_->ScheduleUnlessQueued(ino, due);  // an earlier close's schedule stands
+  return Status::Ok();
+}
+
+void FileWriter::NoteUploadFailure(const Status& failure) {
+  Bump(metrics_->writeback_failures);
+  char when[64];
+  std::snprintf(when, sizeof(when), "; kept in cache_dir, retrying in %.0f s", retry_seconds());
+  Log(failure.ToString() + when);
+}
+
+void FileWriter::RetryLater(uint64_t ino, const Status& failure) {
+  NoteUploadFailure(failure);
+  queue_->RetryLater(ino);
+}
+
+uint64_t FileWriter::MakeRoom(const Inode* busy, uint64_t needed) {
+  auto upload_early = [&](uint64_t ino) -> std::optional<Result<uint64_t>> {
+    std::shared_ptr<Inode> inode = inodes_->Get(ino);
+    if (inode == nullptr || inode.get() == busy) return std::nullopt;
+    // Never waits for another inode's lock while holding `busy`'s.
+    if (!inode->mu.TryLock()) return std::nullopt;
+    std::optional<Result<uint64_t>> freed;
+    auto key = KeyOf(ino);
+    if (inode->unsaved() && inode->open_handles.load() == 0 && key.ok()) {
+      const uint64_t size = inode->staged->size();
+      Status s = Upload(*inode, *key);
+      if (s.ok()) {
+        freed = size;
+      } else {
+        NoteUploadFailure(s);  // the queue retries it
+        freed = s;
+      }
+    }
+    inode->mu.Unlock();
+    return freed;
+  };
+  size_t uploaded = 0;
+  const uint64_t freed = queue_->MakeRoom(needed, upload_early, &uploaded);
+  if (uploaded > 0) {
+    Log("cache_dir is full: uploaded " + std::to_string(uploaded) +
+        " file(s) of the write-back window early");
+  }
+  return freed;
+}
+
+Status FileWriter::FlushAll() {
+  // In parallel: at unmount a write-back window may have left many small files to upload.
+  std::unordered_map<uint64_t, std::shared_ptr<Inode>> local;
+  std::vector<uint64_t> inos;
+  for (auto& [ino, inode] : inodes_->WithLocalData("")) {
+    inos.push_back(ino);
+    local.emplace(ino, std::move(inode));
+  }
+  Status first = queue_->RunAll(inos, [&](uint64_t ino) { return Flush(ino, local.at(ino)); });
+  // Files taken over from an earlier mount that this uploaded (or that were removed or
+  // uploaded meanwhile) are done: the log says so when they were the last.
+  for (uint64_t ino : recovery_.Pending()) {
+    bool done = true;
+    if (std::shared_ptr<Inode> inode = inodes_->Find(ino)) {
+      MutexLock lock(&inode->mu);
+      done = !inode->unsaved();
+    }
+    if (done) recovery_.Done(ino);
+  }
+  return first;
+}
+
+Status FileWriter::UploadDue() {
+  // (Without a write-back window or held metadata changes, the queue holds only the files
+  // RecoverStaged took over and failed uploads to retry.)
+  return queue_->RunDue();
+}
+
+Status FileWriter::UploadDueFile(uint64_t ino) {
+  std::shared_ptr<Inode> inode = inodes_->Get(ino);
+  if (inode == nullptr) return Status::Ok();
+  Status status;
+  {
+    MutexLock lock(&inode->mu);
+    if (inode->removed()) return Status::Ok();
+    if (inode->unsaved()) {
+      // Open again: its last release schedules it anew.
+      if (inode->open_handles.load() > 0) return Status::Ok();
+      auto key = KeyOf(ino);
+      status = key.ok() ? Upload(*inode, *key) : key.status();
+    } else if (inode->pending_metadata) {
+      auto key = KeyOf(ino);
+      status = key.ok() ? ApplyHeldMetadata(*inode, *key) : key.status();
+    } else {
+      return Status::Ok();  // clean: uploaded, renamed or removed meanwhile
+    }
+    if (!status.ok()) RetryLater(ino, status);
+  }
+  inodes_->Forget(ino, 0);  // an inode the kernel forgot goes once it is clean
+  return status;
+}
+
+bool FileWriter::Adopt(const StagedLeftover& left) {
+  Result<std::unique_ptr<StagedFile>> file = staging_->Adopt(left);
+  if (!file.ok()) {
+    Log("staged data of " + left.key + " stays in " + left.data_path +
+        " for the next mount: " + file.status().message());
+    return false;
+  }
+  const uint64_t size = (*file)->size();
+  ObjectInfo info;
+  info.key = left.key;
+  info.size = size;
+  info.metadata = left.metadata;
+  info.has_metadata = true;
+  info.mtime_ns = ModifiedNs(left.data_path);  // when the metadata names no mtime
+  const MetaRecord rec = attrs_->FromInfo(info, false);
+  const uint64_t ino = inodes_->Acquire(left.key, 0);
+  std::shared_ptr<Inode> inode = inodes_->Get(ino);
+  {
+    MutexLock lock(&inode->mu);
+    inode->attr = ObjectAttrs::ToAttr(ino, rec);
+    inode->extra_metadata = WithoutPosixMetadata(left.metadata);
+    inode->staged = std::move(*file);
+    inode->state = Inode::FileState::kUnsaved;
+    // Whether the store has an older object there is not known: a rename before the upload
+    // removes the old name, which costs nothing when there is none.
+    inode->in_store = true;
+    inode->has_local_data.store(true);
+  }
+  meta_cache_->Invalidate(left.key);
+  recovery_.Add(ino, size);
+  queue_->ScheduleAt(ino, clock_->now());  // due at once, window or not
+  return true;
+}
+
+Status FileWriter::RecoverStaged() {
+  std::vector<std::string> unreadable;
+  OBJFS_ASSIGN_OR_RETURN(auto leftovers, staging_->Leftovers(&unreadable));
+  for (const std::string& data_path : unreadable) {
+    Log("staged data " + data_path +
+        " is not uploaded: the record naming its object is damaged; the data is left there");
+  }
+  // Kept for the user to look at, never uploaded.
+  auto set_aside = [this](const StagedLeftover& left, const std::string& why) {
+    struct stat st;
+    const uint64_t bytes =
+        ::stat(left.data_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    Result<std::string> kept = staging_->SetAside(left);
+    if (!kept.ok()) {
+      Log("unfinished data of " + left.key + " stays in " + left.data_path + ": " +
+          kept.status().message());
+      return;
+    }
+    Log(left.key + why + ": not uploaded; its " + std::to_string(bytes) + " bytes are in " + *kept);
+  };
+  Status first;
+  // The files to take over, one per key: should two accepted versions name the same key, the
+  // newer one is the file.
+  std::map<std::string, size_t> adopt;
+  for (size_t i = 0; i < leftovers.size(); ++i) {
+    const StagedLeftover& left = leftovers[i];
+    if (!left.publishable()) {
+      // Written and never closed or synced (or cut short since): not what its writer meant the
+      // file to be, so it never replaces the object.
+      set_aside(left,
+                " was being written when objfs stopped, and no close or fsync had accepted it");
+      continue;
+    }
+    auto [it, inserted] = adopt.try_emplace(left.key, i);
+    if (inserted) continue;
+    size_t older = i;
+    if (ModifiedNs(left.data_path) > ModifiedNs(leftovers[it->second].data_path)) {
+      older = it->second;
+      it->second = i;
+    }
+    set_aside(leftovers[older], " has a newer accepted version");
+  }
+  // Metadata changes that had not reached the store, applied here rather than in the
+  // background: they move no data (a HEAD and a self-copy each, and only the changes of the
+  // last metadata_delay seconds), and until then nothing would show them. The uploads of the
+  // files taken over below carry their own metadata.
+  Status held = coalescer_.Recover();
+  if (!held.ok() && first.ok()) first = held;
+  // Staged copies no record names were already in the store, or belonged to removed files.
+  size_t unrecorded = 0;
+  Result<uint64_t> freed = staging_->RemoveUnrecorded(&unrecorded);
+  if (freed.ok() && unrecorded > 0) {
+    Log("removed " + std::to_string(unrecorded) + " staged copies (" + std::to_string(*freed) +
+        " bytes) that an earlier mount had already uploaded or whose files were removed");
+  }
+  // The accepted files are served from cache_dir at once and uploaded in the background: a
+  // large backlog would otherwise keep the mount from answering for as long as it uploads.
+  size_t adopted = 0;
+  recovery_.Begin();
+  for (const auto& [key, index] : adopt) {
+    if (Adopt(leftovers[index])) ++adopted;
+  }
+  if (adopted > 0) {
+    Log("uploading " + std::to_string(adopted) + " files (" + std::to_string(recovery_.bytes()) +
+        " bytes) left by an earlier mount in the background");
+    if (options_.writeback_thread) queue_->Start();
+  }
+  recovery_.End();  // logs at once when all of them are uploaded already
+  return first;
+}
+
+size_t FileWriter::recovering_files() const { return recovery_.pending(); }
+
+size_t FileWriter::pending_uploads() const { return queue_->size(); }
+
+}  // namespace objfs

@@ -1,0 +1,207 @@
+// The write side of a mount's files: staging a file for writing, marking it dirty, uploading it,
+// holding its metadata changes, and taking over what a crash left in cache_dir.
+//
+// Filesystem decides what a POSIX call means (which file, which handle, which errno); this part
+// decides what that does to one file's local state and to the store. Its methods are the moves
+// of Inode::FileState: Stage (kStored -> kCached), MarkDirty (-> kUnsaved), Upload and
+// DeferUpload (kUnsaved -> kCached/kStored, now or after the write-back window), DropStaging
+// (kCached -> kStored) and Discard (any -> kRemoved). Around them it owns the crash records of the
+// staged files (cache/staging.h), the held metadata changes (fs/metadata_coalescer.h), the
+// write-back queue and its thread (fs/writeback_queue.h), and the recovery of an earlier mount's
+// leftovers. What it must keep whole: data that close, fsync or the write-back window accepted
+// is uploaded or stays staged with a record naming it; data no close accepted is never uploaded
+// over the object; a removed file is never uploaded.
+//
+// Threading: the methods that take an Inode& expect its mutex held (REQUIRES); the rest take the
+// locks they need. Lock order: fs/lock_order.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/metrics.h"
+#include "backend/object_store.h"
+#include "backend/status.h"
+#include "cache/clock.h"
+#include "cache/meta_cache.h"
+#include "cache/staging.h"
+#include "fs/inode_table.h"
+#include "fs/metadata_coalescer.h"
+#include "fs/object_attrs.h"
+#include "fs/writeback_queue.h"
+
+namespace objfs {
+
+class FileWriter {
+ public:
+  struct Options {
+    // Seconds between the close that leaves a file unsaved and its upload (0: close uploads);
+    // FilesystemOptions::writeback.
+    double writeback = 0;
+    // Seconds a metadata change of a closed file may be held (0: never held). 0 for a store that
+    // changes attributes in place.
+    double hold_metadata = 0;
+    // Bytes per read when an object is fetched for writing.
+    size_t read_buffer = 1 << 20;
+    // Runs the write-back thread (tests that drive UploadDue themselves turn it off).
+    bool writeback_thread = true;
+    // Files uploaded at once by the write-back thread and FlushAll.
+    size_t upload_threads = 4;
+    // One line per problem found in the background.
+    std::function<void(const std::string&)> log;
+  };
+
+  // Every pointer must outlive this. Starts the write-back thread when there is a window or a
+  // metadata delay (and options.writeback_thread).
+  FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* inodes, MetaCache* meta_cache,
+             const ObjectAttrs* attrs, Metrics* metrics, std::shared_ptr<Clock> clock,
+             Options options);
+  ~FileWriter();  // stops the write-back thread
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+
+  // ---- One file's transitions; REQUIRES: inode.mu held ----
+
+  // kStored -> kCached: gives `inode` a staging file holding the object `key` described by
+  // `rec` (or nothing when `empty`), unless it has one. A held metadata change rides along.
+  Status Stage(Inode& inode, const std::string& key, const MetaRecord& rec, bool empty)
+      REQUIRES(inode.mu);
+  // -> kUnsaved: the staged copy is about to be written: its crash record says kWriting (set
+  // aside, never uploaded, by the next mount). A version a close accepted and not uploaded yet
+  // is first kept as inode.accepted_copy. `keep_content` false: the caller empties the file next
+  // (O_TRUNC, truncate to 0), so an accepted version is kept without copying it.
+  Status MarkDirty(Inode& inode, const std::string& key, bool keep_content = true)
+      REQUIRES(inode.mu);
+  // kUnsaved -> kCached (open handles) or kStored: uploads the staged data with the metadata the
+  // mount shows. `accept`: the caller is close, fsync, release, unmount or the write-back window,
+  // so that when the upload fails the data is recorded as accepted (a crash then uploads it at
+  // the next mount); a rename uploading a file still being written passes false.
+  Status Upload(Inode& inode, const std::string& key, bool accept = true) REQUIRES(inode.mu);
+  // With a write-back window: accepts the staged file of a closed `inode` (its record) and
+  // schedules its upload; without a record (a full cache disk), uploads it now.
+  Status DeferUpload(uint64_t ino, Inode& inode) REQUIRES(inode.mu);
+  // The last writer's release of unsaved data: deferred with a window, else uploaded now and,
+  // should that fail (close(2) reported it), retried in the background.
+  Status Close(uint64_t ino, Inode& inode) REQUIRES(inode.mu);
+  // kCached -> kStored: the staging file (and any accepted copy, carried record) goes.
+  void DropStaging(Inode& inode) REQUIRES(inode.mu);
+  // Any -> kRemoved: the file was removed or replaced; its unsaved data is never to be uploaded.
+  // The staging file goes now, or (while handles are open) loses its record and goes at the last
+  // release.
+  void Discard(Inode& inode) REQUIRES(inode.mu);
+  // The upload metadata of the staged file: its attributes and extra metadata.
+  static Metadata UploadMetadata(const Inode& inode) REQUIRES(inode.mu);
+
+  // Uploads the inode's unsaved data (Upload with `accept`); then, with `with_metadata`, applies
+  // a held metadata change. Takes inode.mu.
+  Status Flush(uint64_t ino, const std::shared_ptr<Inode>& inode, bool with_metadata = true,
+               bool accept = false);
+
+  // ---- Metadata changes of a file; REQUIRES: inode.mu held ----
+
+  // Holds a metadata change of the stored object `rec` for options.hold_metadata instead of a
+  // self-copy now; false when it cannot be held (no crash record: the cache disk is full).
+  bool HoldMetadata(uint64_t ino, Inode& inode, const std::string& key, const MetaRecord& rec,
+                    const FileAttr& attr, const Metadata& extra, const Metadata& metadata)
+      REQUIRES(inode.mu);
+  // A later change (the inode's attributes become `attr` and `extra`) joins the held one. Without
+  // a crash record for it the change goes to the store now; on failure the inode is as it was.
+  Status JoinHeldMetadata(Inode& inode, const std::string& key, const FileAttr& attr,
+                          const Metadata& extra) REQUIRES(inode.mu);
+  // Applies inode.pending_metadata to the object `key` with a self-copy and forgets it. An object
+  // replaced elsewhere meanwhile gets the change too (last writer wins, as for bytes); one
+  // removed elsewhere drops it.
+  Status ApplyHeldMetadata(Inode& inode, const std::string& key) REQUIRES(inode.mu);
+  // The store refused the held change of `key` for good (`refusal`, IsPermanentRefusal): logs
+  // it once, forgets it and its crash record, and the inode shows the metadata the object has.
+  void DropRefusedMetadata(Inode& inode, const std::string& key, const Status& refusal)
+      REQUIRES(inode.mu);
+  // Forgets inode.pending_metadata and its crash record (applied, carried by an upload or a
+  // copy, or moot).
+  void ForgetHeldMetadata(Inode& inode) REQUIRES(inode.mu);
+  // A metadata change (`change`, which may refuse) of a file with unsaved data: it rides along
+  // with the pending upload, and every crash record of the file (the staged data, an accepted
+  // copy, a change held before the write) carries it. A closed file of the write-back window is
+  // accepted again (DeferUpload). Returns the new attributes.
+  Result<FileAttr> ChangeUnsavedMetadata(uint64_t ino, Inode& inode, const std::string& key,
+                                         const std::function<Status(FileAttr&, Metadata&)>& change)
+      REQUIRES(inode.mu);
+
+  // ---- Room in cache_dir ----
+
+  // `status`, or, when it is a full cache_dir and uploading closed files of the write-back window
+  // early freed something, `retry()`'s. `busy`'s must be the only Inode::mu held.
+  template <typename F>
+  Status RetryWithRoom(Status status, const Inode* busy, uint64_t needed, F retry) {
+    if (status.code() != StatusCode::kNoSpace || !writeback() || MakeRoom(busy, needed) == 0) {
+      return status;
+    }
+    return retry();
+  }
+
+  // ---- The background ----
+
+  // A background upload of `ino` failed: counted, logged, and due again after a delay.
+  void RetryLater(uint64_t ino, const Status& failure);
+  // Uploads the files whose write-back window has passed, in parallel; the first failure.
+  Status UploadDue();
+  // Uploads the unsaved data and applies the held changes of every inode; the first error.
+  Status FlushAll();
+  // Filesystem::RecoverStaged.
+  Status RecoverStaged();
+  // `ino`'s upload or held change waits in the queue.
+  bool Queued(uint64_t ino) const;
+  size_t pending_uploads() const;
+  size_t recovering_files() const;
+  // Stops the write-back thread (its work reaches the inode table and the metadata cache).
+  void Stop();
+
+  bool writeback() const { return options_.writeback > 0; }
+  bool holds_metadata() const { return options_.hold_metadata > 0; }
+
+ private:
+  Result<std::string> KeyOf(uint64_t ino) const;
+  void Log(const std::string& message) const;
+  // The store refused `metadata` (`refusal`, IsPermanentRefusal) for a put of `source` to
+  // `key`: puts the data again with the metadata the server last accepted (the object's
+  // current metadata with `metadata`'s mode, owner and mtime; for a new object, only those)
+  // and logs the refused change once. On success `metadata` is what was stored; otherwise the
+  // refusal is returned (it was not about the metadata).
+  Result<ObjectInfo> PutWithAcceptedMetadata(const std::string& key, const ByteSource& source,
+                                             Metadata* metadata, const Status& refusal);
+  // cache_dir is full: uploads closed files of the write-back window now, one after another
+  // until `needed` bytes of staging files are gone, skipping `busy` and files whose lock another
+  // request holds. Returns the bytes freed.
+  uint64_t MakeRoom(const Inode* busy, uint64_t needed);
+  // A write-back upload failed: counted and logged.
+  void NoteUploadFailure(const Status& failure);
+  // Seconds before a failed background upload is tried again.
+  double retry_seconds() const { return std::max(options_.writeback, 10.0); }
+  // The upload (or held metadata change) of one file of the write-back queue; a failure is
+  // rescheduled. Ok also when there was nothing to do.
+  Status UploadDueFile(uint64_t ino);
+  // RecoverStaged: makes the publishable leftover `left` the staged, dirty data of its key's
+  // inode and schedules its upload now. False when its data cannot be reopened.
+  bool Adopt(const StagedLeftover& left);
+
+  ObjectStore* store_;
+  StagingArea* staging_;
+  InodeTable* inodes_;
+  MetaCache* meta_cache_;
+  const ObjectAttrs* attrs_;
+  Metrics* metrics_;
+  std::shared_ptr<Clock> clock_;
+  Options options_;
+  // Held metadata changes: how they reach the store, and their recovery.
+  MetadataCoalescer coalescer_;
+  RecoveryProgress recovery_;
+  // Files whose upload or held metadata change waits for the background, and the thread that
+  // does it. Last: destroyed (its thread stopped) first.
+  std::unique_ptr<WritebackQueue> queue_;
+};
+
+}  // namespace objfs

@@ -1,0 +1,427 @@
+// The write side of a file apart from Filesystem: staging, marking dirty, uploading, accepting
+// for the write-back window, removing, held metadata changes and the recovery of what a crash
+// left, over the in-memory store. One test per rule the part must keep.
+#include "fs/file_writer.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/fake/memory_store.h"
+#include "backend/fault_injecting_store.h"
+#include "fs/object_metadata.h"
+
+namespace objfs {
+namespace {
+
+std::span<const std::byte> Bytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+class FileWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/objfs-file-writer-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    Mount();
+  }
+  void TearDown() override {
+    writer_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A mount over the same cache_dir; what the previous one left there stays (a crash).
+  void Mount(double writeback = 0, double hold_metadata = 0) {
+    writer_.reset();
+    inodes_ = std::make_unique<InodeTable>();
+    meta_cache_ =
+        std::make_unique<MetaCache>(clock_, std::chrono::seconds(1), std::chrono::seconds(1));
+    auto staging = StagingArea::Open(dir_ + "/staging");
+    ASSERT_TRUE(staging.ok());
+    staging_ = std::move(*staging);
+    FileWriter::Options options;
+    options.writeback = writeback;
+    options.hold_metadata = hold_metadata;
+    options.writeback_thread = false;
+    options.log = [this](const std::string& line) { log_.push_back(line); };
+    writer_ = std::make_unique<FileWriter>(faults_.get(), staging_.get(), inodes_.get(),
+                                           meta_cache_.get(), &attrs_, &metrics_, clock_, options);
+  }
+
+  // The inode of `key`, with a staged copy of the stored object (or an empty new file).
+  std::shared_ptr<Inode> Staged(const std::string& key, bool in_store) {
+    const uint64_t ino = inodes_->Acquire(key, 1);
+    std::shared_ptr<Inode> inode = inodes_->Get(ino);
+    MetaRecord rec;
+    if (in_store) {
+      auto head = memory_->head(key);
+      EXPECT_TRUE(head.ok());
+      rec = attrs_.FromInfo(*head, false);
+      rec.complete = true;
+    } else {
+      rec.mode = S_IFREG | 0644;
+      rec.complete = true;
+    }
+    MutexLock lock(&inode->mu);
+    EXPECT_TRUE(writer_->Stage(*inode, key, rec, !in_store).ok());
+    if (!in_store) inode->in_store = false;
+    return inode;
+  }
+
+  // Writes `data` at 0 the way Filesystem::Write does.
+  Status Write(Inode& inode, const std::string& key, const std::string& data) {
+    MutexLock lock(&inode.mu);
+    OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(inode, key));
+    OBJFS_RETURN_IF_ERROR(inode.staged->WriteAt(0, Bytes(data)));
+    inode.attr.size = inode.staged->size();
+    return Status::Ok();
+  }
+
+  std::vector<StagedLeftover> Leftovers() {
+    auto left = staging_->Leftovers();
+    EXPECT_TRUE(left.ok());
+    return left.ok() ? *left : std::vector<StagedLeftover>{};
+  }
+
+  void Put(const std::string& key, const std::string& data) {
+    ASSERT_TRUE(memory_->put(key, MemorySource(data), {}).ok());
+  }
+
+  std::string dir_;
+  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
+  std::shared_ptr<MemoryStore> memory_ = std::make_shared<MemoryStore>();
+  std::shared_ptr<FaultInjectingStore> faults_ = std::make_shared<FaultInjectingStore>(memory_);
+  ObjectAttrs attrs_{AttrDefaults{}};
+  Metrics metrics_;
+  std::unique_ptr<InodeTable> inodes_;
+  std::unique_ptr<MetaCache> meta_cache_;
+  std::unique_ptr<StagingArea> staging_;
+  std::unique_ptr<FileWriter> writer_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(FileWriterTest, StagingCopiesTheStoredObjectAndCachesIt) {
+  Put("f", "stored");
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  MutexLock lock(&inode->mu);
+  EXPECT_EQ(inode->state, Inode::FileState::kCached);
+  ASSERT_NE(inode->staged, nullptr);
+  EXPECT_EQ(inode->staged->size(), 6u);
+  // A clean copy has no crash record: a crash never uploads a fetched copy.
+  EXPECT_TRUE(Leftovers().empty());
+}
+
+TEST_F(FileWriterTest, StagingFailsWhenTheObjectChangesWhileFetched) {
+  Put("f", "old version");
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  MetaRecord rec = attrs_.FromInfo(*head, false);
+  Put("f", "new version, longer");  // another client, between the HEAD and the read
+  const uint64_t ino = inodes_->Acquire("f", 1);
+  std::shared_ptr<Inode> inode = inodes_->Get(ino);
+  MutexLock lock(&inode->mu);
+  Status staged = writer_->Stage(*inode, "f", rec, /*empty=*/false);
+  EXPECT_FALSE(staged.ok());
+  EXPECT_EQ(inode->staged, nullptr);  // no mix of two versions to write over
+  EXPECT_EQ(inode->state, Inode::FileState::kStored);
+}
+
+TEST_F(FileWriterTest, AWriteMakesTheFileUnsavedWithAWritingRecord) {
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*inode, "f", "data").ok());
+  {
+    MutexLock lock(&inode->mu);
+    EXPECT_TRUE(inode->unsaved());
+  }
+  std::vector<StagedLeftover> left = Leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].key, "f");
+  EXPECT_FALSE(left[0].publishable());  // no close accepted it
+}
+
+TEST_F(FileWriterTest, AnUploadStoresTheDataAndRemovesItsOwnCrashRecord) {
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*inode, "f", "data").ok());
+  {
+    MutexLock lock(&inode->mu);
+    inode->attr.mode = S_IFREG | 0600;
+    ASSERT_TRUE(writer_->Upload(*inode, "f").ok());
+    EXPECT_EQ(inode->state, Inode::FileState::kStored);  // no open handle: the copy goes
+    EXPECT_EQ(inode->staged, nullptr);
+  }
+  EXPECT_EQ(memory_->contents("f"), "data");
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(ParsePosixMetadata(head->metadata).mode, S_IFREG | 0600u);
+  EXPECT_TRUE(Leftovers().empty());
+  // The metadata cache knows the object as this mount's own write.
+  MetaCache::Hit hit = meta_cache_->Get("f");
+  EXPECT_EQ(hit.state, MetaCache::State::kPositive);
+  EXPECT_TRUE(hit.record.own_write);
+}
+
+TEST_F(FileWriterTest, AFailedUploadKeepsTheStagedDataAccepted) {
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*inode, "f", "data").ok());
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
+  {
+    MutexLock lock(&inode->mu);
+    EXPECT_FALSE(writer_->Upload(*inode, "f", /*accept=*/true).ok());
+    EXPECT_TRUE(inode->unsaved());
+    ASSERT_NE(inode->staged, nullptr);
+  }
+  EXPECT_FALSE(memory_->head("f").ok());
+  std::vector<StagedLeftover> left = Leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_TRUE(left[0].publishable());  // the next mount uploads it
+  // A retry uploads it.
+  ASSERT_TRUE(writer_->Flush(inodes_->InoOf("f"), inode).ok());
+  EXPECT_EQ(memory_->contents("f"), "data");
+  EXPECT_TRUE(Leftovers().empty());
+}
+
+TEST_F(FileWriterTest, AnUploadNotAcceptedLeavesNoAcceptedRecordOnFailure) {
+  // A rename uploading a file still being written must not vouch for it.
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*inode, "f", "half").ok());
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
+  {
+    MutexLock lock(&inode->mu);
+    EXPECT_FALSE(writer_->Upload(*inode, "f", /*accept=*/false).ok());
+  }
+  std::vector<StagedLeftover> left = Leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_FALSE(left[0].publishable());
+}
+
+TEST_F(FileWriterTest, ARemovedFileIsNeverUploaded) {
+  Mount(/*writeback=*/5);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*inode, "f", "data").ok());
+  const uint64_t ino = inodes_->InoOf("f");
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->DeferUpload(ino, *inode).ok());
+    writer_->Discard(*inode);
+    EXPECT_EQ(inode->state, Inode::FileState::kRemoved);
+    EXPECT_EQ(inode->staged, nullptr);
+  }
+  clock_->Advance(std::chrono::seconds(10));
+  EXPECT_TRUE(writer_->UploadDue().ok());
+  EXPECT_TRUE(writer_->FlushAll().ok());
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), 0);
+  EXPECT_TRUE(Leftovers().empty());  // nor by the next mount
+}
+
+TEST_F(FileWriterTest, ARemovedFileStaysReadableForOpenHandlesWithoutARecord) {
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
+  inode->open_handles.store(1);
+  ASSERT_TRUE(Write(*inode, "f", "data").ok());
+  MutexLock lock(&inode->mu);
+  writer_->Discard(*inode);
+  ASSERT_NE(inode->staged, nullptr);
+  EXPECT_TRUE(Leftovers().empty());
+  // Writes after the removal change the copy only.
+  EXPECT_TRUE(writer_->MarkDirty(*inode, "f").ok());
+  EXPECT_EQ(inode->state, Inode::FileState::kRemoved);
+  EXPECT_TRUE(Leftovers().empty());
+}
+
+TEST_F(FileWriterTest, TheWindowUploadsWhenDueAndNotBefore) {
+  Mount(/*writeback=*/5);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*inode, "f", "data").ok());
+  const uint64_t ino = inodes_->InoOf("f");
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->Close(ino, *inode).ok());
+  }
+  EXPECT_EQ(writer_->pending_uploads(), 1u);
+  EXPECT_TRUE(writer_->UploadDue().ok());
+  EXPECT_FALSE(memory_->head("f").ok());
+  clock_->Advance(std::chrono::seconds(6));
+  EXPECT_TRUE(writer_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("f"), "data");
+  EXPECT_EQ(writer_->pending_uploads(), 0u);
+}
+
+TEST_F(FileWriterTest, AcceptedDataSurvivesACrashAndIsUploadedByTheNextMount) {
+  Mount(/*writeback=*/60);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*inode, "f", "closed").ok());
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
+  }
+  inode.reset();
+  Mount();  // the crash: nothing uploaded
+  EXPECT_FALSE(memory_->head("f").ok());
+  ASSERT_TRUE(writer_->RecoverStaged().ok());
+  EXPECT_EQ(writer_->recovering_files(), 1u);
+  ASSERT_TRUE(writer_->UploadDue().ok());  // due at once, without a window
+  EXPECT_EQ(memory_->contents("f"), "closed");
+  EXPECT_EQ(writer_->recovering_files(), 0u);
+  EXPECT_TRUE(Leftovers().empty());
+}
+
+TEST_F(FileWriterTest, DataNoCloseAcceptedIsSetAsideNotUploaded) {
+  Put("f", "stored");
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  ASSERT_TRUE(Write(*inode, "f", "HALF").ok());
+  inode.reset();
+  Mount();
+  ASSERT_TRUE(writer_->RecoverStaged().ok());
+  ASSERT_TRUE(writer_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), 0);
+}
+
+TEST_F(FileWriterTest, AWriterAfterAcceptanceLeavesTheAcceptedVersionForACrash) {
+  Mount(/*writeback=*/60);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*inode, "f", "closed").ok());
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
+  }
+  ASSERT_TRUE(Write(*inode, "f", "HALF").ok());  // written again, not closed
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_NE(inode->accepted_copy, nullptr);
+  }
+  inode.reset();
+  Mount();
+  ASSERT_TRUE(writer_->RecoverStaged().ok());
+  ASSERT_TRUE(writer_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("f"), "closed");  // never the mix
+}
+
+TEST_F(FileWriterTest, OfTwoAcceptedVersionsTheNewerOneIsUploaded) {
+  Mount(/*writeback=*/60);
+  // Two inodes of one key: the file was replaced while its first version waited.
+  std::shared_ptr<Inode> older = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*older, "f", "older").ok());
+  {
+    MutexLock lock(&older->mu);
+    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *older).ok());
+  }
+  inodes_->Unbind("f");
+  std::shared_ptr<Inode> newer = Staged("f", /*in_store=*/false);
+  ASSERT_TRUE(Write(*newer, "f", "newer").ok());
+  // The newer data file is modified later (mtime decides).
+  struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
+  {
+    MutexLock lock(&newer->mu);
+    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *newer).ok());
+    const std::string path = newer->staged->data_path();
+    MutexLock lock2(&older->mu);
+    struct timespec old_times[2] = {{1, 0}, {1, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, older->staged->data_path().c_str(), old_times, 0), 0);
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  }
+  older.reset();
+  newer.reset();
+  Mount();
+  ASSERT_TRUE(writer_->RecoverStaged().ok());
+  ASSERT_TRUE(writer_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("f"), "newer");
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), 1);
+}
+
+TEST_F(FileWriterTest, ARefusedMetadataChangeIsUploadedWithoutIt) {
+  Put("f", "stored");
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  ASSERT_TRUE(Write(*inode, "f", "new data").ok());
+  faults_->FailNth(StoreOp::kPut, 1,
+                   Status(StatusCode::kInvalidArgument, "too large", "MetadataTooLarge"));
+  {
+    MutexLock lock(&inode->mu);
+    inode->extra_metadata["big"] = std::string(100, 'x');
+    ASSERT_TRUE(writer_->Upload(*inode, "f").ok());
+  }
+  EXPECT_EQ(memory_->contents("f"), "new data");
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->metadata.count("big"), 0u);
+  ASSERT_FALSE(log_.empty());
+  EXPECT_NE(log_.back().find("without its metadata change (big)"), std::string::npos)
+      << log_.back();
+}
+
+TEST_F(FileWriterTest, AnUploadCarriesAHeldMetadataChangeAndDropsItsRecord) {
+  Mount(/*writeback=*/0, /*hold_metadata=*/30);
+  Put("f", "stored");
+  const uint64_t ino = inodes_->Acquire("f", 1);
+  std::shared_ptr<Inode> inode = inodes_->Get(ino);
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  MetaRecord rec = attrs_.FromInfo(*head, false);
+  rec.complete = true;
+  {
+    MutexLock lock(&inode->mu);
+    FileAttr attr = ObjectAttrs::ToAttr(ino, rec);
+    attr.mode = S_IFREG | 0600;
+    Metadata metadata;
+    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
+    ASSERT_TRUE(writer_->HoldMetadata(ino, *inode, "f", rec, attr, {}, metadata));
+  }
+  EXPECT_EQ(faults_->calls(StoreOp::kSetAttributes), 0);
+  auto held = staging_->AttrsLeftovers();
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->size(), 1u);
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->Stage(*inode, "f", rec, /*empty=*/false).ok());
+  }
+  ASSERT_TRUE(Write(*inode, "f", "STORED").ok());
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->Upload(*inode, "f").ok());
+    EXPECT_FALSE(inode->pending_metadata.has_value());
+  }
+  head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(memory_->contents("f"), "STORED");
+  EXPECT_EQ(ParsePosixMetadata(head->metadata).mode, S_IFREG | 0600u);
+  EXPECT_EQ(faults_->calls(StoreOp::kSetAttributes), 0);  // no self-copy
+  held = staging_->AttrsLeftovers();
+  ASSERT_TRUE(held.ok());
+  EXPECT_TRUE(held->empty());
+}
+
+TEST_F(FileWriterTest, AHeldChangeIsAppliedWhenDue) {
+  Mount(/*writeback=*/0, /*hold_metadata=*/30);
+  Put("f", "stored");
+  const uint64_t ino = inodes_->Acquire("f", 1);
+  std::shared_ptr<Inode> inode = inodes_->Get(ino);
+  auto head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  MetaRecord rec = attrs_.FromInfo(*head, false);
+  rec.complete = true;
+  {
+    MutexLock lock(&inode->mu);
+    FileAttr attr = ObjectAttrs::ToAttr(ino, rec);
+    attr.uid = 42;
+    Metadata metadata;
+    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
+    ASSERT_TRUE(writer_->HoldMetadata(ino, *inode, "f", rec, attr, {}, metadata));
+  }
+  ASSERT_TRUE(writer_->UploadDue().ok());
+  EXPECT_EQ(faults_->calls(StoreOp::kSetAttributes), 0);
+  clock_->Advance(std::chrono::seconds(31));
+  ASSERT_TRUE(writer_->UploadDue().ok());
+  head = memory_->head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(ParsePosixMetadata(head->metadata).uid, 42u);
+  EXPECT_EQ(memory_->contents("f"), "stored");
+}
+
+}  // namespace
+}  // namespace objfs
