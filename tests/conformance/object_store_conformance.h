@@ -1181,6 +1181,34 @@ TEST_P(ObjectStoreConformance, UploadOverAReplacedBaseFails) {
   }
 }
 
+TEST_P(ObjectStoreConformance, UploadTakesMetadataGivenOnlyAtCompletion) {
+  // A file streamed while written learns its final attributes (its mtime) at close.
+  UploadOptions options;
+  options.metadata = {{"mode", "33152"}};
+  Result<std::unique_ptr<Upload>> upload = store().start_upload("late/meta", options);
+  OBJFS_CONFORMANCE_OK(upload);
+  OBJFS_CONFORMANCE_OK(Write(**upload, 0, "attributes come last"));
+  PutOptions put;
+  put.metadata = {{"mode", "33188"}, {"mtime", "1700000000"}};
+  put.content_type = "text/plain";
+  Result<ObjectInfo> done = (*upload)->complete(20, put);
+  OBJFS_CONFORMANCE_OK(done);
+  Result<ObjectInfo> head = store().head("late/meta");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->metadata["mode"], "33188");
+  EXPECT_EQ(head->metadata["mtime"], "1700000000");
+  if (stores_metadata()) {
+    EXPECT_EQ(head->metadata, put.metadata);
+    EXPECT_EQ(head->content_type, "text/plain");
+  }
+  if (native_etags()) {
+    EXPECT_EQ(head->etag, done->etag);
+  }
+  Result<std::string> back = ReadAll(store(), "late/meta");
+  OBJFS_CONFORMANCE_OK(back);
+  EXPECT_EQ(*back, "attributes come last");
+}
+
 TEST_P(ObjectStoreConformance, UploadIfNoneMatch) {
   UploadOptions options;
   options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
