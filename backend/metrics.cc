@@ -18,6 +18,7 @@ std::string Metrics::ToText() const {
   line("set_attributes_requests", set_attributes_requests);
   line("remove_requests", remove_requests);
   line("rename_requests", rename_requests);
+  line("upload_requests", upload_requests);
   line("failed_requests", failed_requests);
   line("bytes_read", bytes_read);
   line("bytes_written", bytes_written);

@@ -22,6 +22,10 @@ struct Metrics {
   std::atomic<uint64_t> set_attributes_requests{0};
   std::atomic<uint64_t> remove_requests{0};
   std::atomic<uint64_t> rename_requests{0};
+  // Upload sessions (ObjectStore::start_upload): their starts, completions and aborts. Their
+  // parts count as put_requests (written, in bytes_written) and copy_requests (copied on the
+  // server, in bytes_copied_on_server).
+  std::atomic<uint64_t> upload_requests{0};
   std::atomic<uint64_t> failed_requests{0};
 
   std::atomic<uint64_t> bytes_read{0};     // bytes read from the backend

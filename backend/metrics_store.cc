@@ -102,4 +102,64 @@ Status MetricsStore::remove_many(const std::vector<std::string>& keys) {
   return status;
 }
 
+namespace {
+
+class MetricsUpload : public ForwardingUpload {
+ public:
+  MetricsUpload(std::unique_ptr<Upload> target, Metrics& metrics)
+      : ForwardingUpload(std::move(target)), metrics_(metrics) {}
+
+  Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
+               uint64_t length) override {
+    Bump(metrics_.put_requests);
+    Status status = ForwardingUpload::write(offset, source, source_offset, length);
+    Count(status);
+    if (status.ok()) Bump(metrics_.bytes_written, length);
+    return status;
+  }
+  Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+              uint64_t length) override {
+    Bump(metrics_.copy_requests);
+    Status status = ForwardingUpload::copy(offset, base, base_offset, length);
+    Count(status);
+    if (status.ok()) Bump(metrics_.bytes_copied_on_server, length);
+    return status;
+  }
+  Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
+    done_ = true;
+    Bump(metrics_.upload_requests);
+    Result<ObjectInfo> result = ForwardingUpload::complete(size, options);
+    Count(result.status());
+    return result;
+  }
+  Status abort() override {
+    if (done_) return Status::Ok();
+    done_ = true;
+    Bump(metrics_.upload_requests);
+    Status status = ForwardingUpload::abort();
+    Count(status);
+    return status;
+  }
+
+ private:
+  void Count(const Status& status) {
+    if (!status.ok() && status.code() != StatusCode::kNotFound) Bump(metrics_.failed_requests);
+  }
+
+  Metrics& metrics_;
+  bool done_ = false;  // complete() or abort() came (once, after the parts: see Upload)
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Upload>> MetricsStore::start_upload(std::string_view key,
+                                                           const UploadOptions& options) {
+  Bump(metrics_.upload_requests);
+  Result<std::unique_ptr<Upload>> result = ForwardingStore::start_upload(key, options);
+  CountOutcome(result.status());
+  if (!result.ok()) return result.status();
+  return std::unique_ptr<Upload>(
+      std::make_unique<MetricsUpload>(std::move(result).value(), metrics_));
+}
+
 }  // namespace objfs

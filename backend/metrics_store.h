@@ -32,6 +32,10 @@ class MetricsStore : public ForwardingStore {
   Result<ObjectInfo> symlink(std::string_view key, std::string_view target,
                              const PutOptions& options) override;
   Result<std::string> read_link(std::string_view key) override;
+  // Its start, complete() and abort() count as upload_requests; write() as a put, copy() as a
+  // copy, with their bytes.
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override;
 
  private:
   // Counts a failure when `status` is not ok.

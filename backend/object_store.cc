@@ -46,6 +46,11 @@ Result<StoreSpace> ObjectStore::space() {
   return UnsupportedError(describe() + " has no capacity to report");
 }
 
+Result<std::unique_ptr<Upload>> ObjectStore::start_upload(std::string_view key,
+                                                          const UploadOptions& /*options*/) {
+  return UnsupportedError("cannot upload " + std::string(key) + " in pieces to " + describe());
+}
+
 Result<std::string> ReadAll(ObjectStore& store, std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store.head(key));
   std::string out(info.size, '\0');

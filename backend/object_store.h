@@ -165,6 +165,121 @@ struct Capabilities {
   uint64_t read_unit = 0;
   // The largest object put() can store (S3: 5 TiB); 0: no limit.
   uint64_t max_object_size = 0;
+  // start_upload() gives upload sessions (Upload, below); false: it is Unsupported.
+  bool upload_sessions = false;
+  // Upload::copy() copies ranges of an existing object on the server (S3 UploadPartCopy, SFTP
+  // copy-data); false: it is Unsupported, and an edit is uploaded whole.
+  bool copy_ranges = false;
+  // The part layout of upload sessions (S3: every part but the last at least 5 MiB, at most
+  // 10,000 parts; SFTP: any range, 0s). Upload::part_size() already respects them.
+  uint64_t min_part_size = 0;
+  uint64_t max_parts = 0;
+};
+
+struct UploadOptions {
+  // The size the object is expected to reach (0: unknown); with the store's limits it chooses
+  // the part size, so that a file of this size fits in the parts a store allows. A streaming
+  // writer passes what it knows (the size being copied, or 0) and may exceed it: the layout
+  // then holds Upload::max_size() bytes.
+  uint64_t size_hint = 0;
+  // The part size wanted (0: the store's own); raised to the store's minimum and to what
+  // size_hint needs. An edit asks for a size that divides the base's unchanged ranges well, so
+  // that whole parts of it can be copied.
+  uint64_t part_size = 0;
+  // The metadata and content type the object will have, when known: S3 gives them to the
+  // multipart upload as it starts, and a complete() with other ones then costs a server-side
+  // self-copy (set_attributes) after the object became visible with these.
+  Metadata metadata;
+  std::string content_type;
+};
+
+// One object being put together on the server from pieces, made visible under its key only by
+// complete(): S3 a multipart upload, SFTP a temporary file renamed into place, MemoryStore a
+// buffer. It serves (a) a file streamed while it is still being written, its parts sent in
+// parallel, each read from a ByteSource (the staged file: memory stays bounded), and (b) an
+// edit of an existing object assembled from server-side copies of its unchanged ranges and
+// uploads of the changed ones.
+//
+// Layout: part i is the range [i * part_size(), (i + 1) * part_size()) of the new object. With
+// whole_parts() (S3) every write() or copy() is one whole part: `offset` a multiple of
+// part_size() and `length` part_size(), except for the part that ends the object, which is
+// shorter (a part holding both changed and unchanged bytes is uploaded whole, the unchanged
+// ones read from the base by the caller). Without whole_parts() (SFTP, MemoryStore) a call may
+// cover any range; part_size() is then only a good unit of work.
+//
+// Failures: a failed write() or copy() leaves the upload usable and may be repeated (a
+// repeated range replaces what was there). complete() checks that the calls that succeeded
+// cover [0, size) (InvalidArgument otherwise; on S3 the part that ends the object must end
+// exactly at `size`, parts past it are dropped); a failed complete() aborts the upload, and
+// the object under the key is then unchanged. Nothing is ever visible under the key before
+// complete() succeeds: a crash leaves the old object, and the server-side leftovers are noted
+// in the store's UploadJournal (upload_journal.h) until complete() or abort() removes them.
+//
+// Threads: write() and copy() may run in parallel, for distinct ranges. complete() and abort()
+// come after every write() and copy() has returned, once; abort() is idempotent and a no-op
+// after complete(). An Upload destroyed without complete() is aborted. It must not outlive the
+// store that made it.
+class Upload {
+ public:
+  virtual ~Upload() = default;
+
+  // The key the object is put under.
+  virtual const std::string& key() const = 0;
+  virtual uint64_t part_size() const = 0;
+  // Each write() and copy() must be a whole part (S3); false: any range.
+  virtual bool whole_parts() const = 0;
+  // The largest object the layout can hold (S3: part_size() * 10,000); 0: no limit.
+  virtual uint64_t max_size() const = 0;
+
+  // Stores `length` bytes of `source`, read from `source_offset`, as [offset, offset + length)
+  // of the new object. The source is read by this call only (hashed and sent in pieces).
+  virtual Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
+                       uint64_t length) = 0;
+  // Copies [base_offset, base_offset + length) of the object `base` (its key, size and ETag are
+  // used) to [offset, offset + length) on the server, no byte through this machine. With an
+  // ETag in `base`, fails with PreconditionFailed when the base is no longer that version, now
+  // or (for servers that do not check it on each copy) at complete(). Unsupported unless
+  // capabilities().copy_ranges.
+  virtual Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+                      uint64_t length) = 0;
+  // Makes the object of `size` bytes visible under key(), with options' metadata and content
+  // type (on S3 at the cost of a self-copy when they are not UploadOptions'), if
+  // options.if_match / if_none_match hold as for put(). Returns the new object's info:
+  // S3 its "-N" ETag (checked against the parts' MD5s where the server names it); a store that
+  // computes content MD5s (SFTP) returns one only when it hashed every byte of the object in
+  // order, and the object's version otherwise.
+  virtual Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) = 0;
+  // Drops what the server holds of the upload (S3 AbortMultipartUpload, SFTP removes the
+  // temporary file). A failure leaves the leftover noted in the journal.
+  virtual Status abort() = 0;
+};
+
+// Forwards every call to another upload: the wrappers' uploads derive from it.
+class ForwardingUpload : public Upload {
+ public:
+  explicit ForwardingUpload(std::unique_ptr<Upload> target) : target_(std::move(target)) {}
+
+  const std::string& key() const override { return target_->key(); }
+  uint64_t part_size() const override { return target_->part_size(); }
+  bool whole_parts() const override { return target_->whole_parts(); }
+  uint64_t max_size() const override { return target_->max_size(); }
+  Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
+               uint64_t length) override {
+    return target_->write(offset, source, source_offset, length);
+  }
+  Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+              uint64_t length) override {
+    return target_->copy(offset, base, base_offset, length);
+  }
+  Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
+    return target_->complete(size, options);
+  }
+  Status abort() override { return target_->abort(); }
+
+  Upload& target() { return *target_; }
+
+ private:
+  std::unique_ptr<Upload> target_;
 };
 
 class ObjectStore {
@@ -226,6 +341,11 @@ class ObjectStore {
   // object store has no meaningful capacity.
   virtual Result<StoreSpace> space();
 
+  // Starts putting `key` together from pieces (see Upload). Unsupported by default
+  // (capabilities().upload_sessions false).
+  virtual Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                                       const UploadOptions& options);
+
   virtual Capabilities capabilities() const = 0;
 
   // Where this store points, for messages: "s3://bucket/prefix at http://127.0.0.1:8000".
@@ -269,6 +389,10 @@ class ForwardingStore : public ObjectStore {
   }
   Result<std::string> read_link(std::string_view key) override { return target_->read_link(key); }
   Result<StoreSpace> space() override { return target_->space(); }
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override {
+    return target_->start_upload(key, options);
+  }
   Capabilities capabilities() const override { return target_->capabilities(); }
   std::string describe() const override { return target_->describe(); }
 

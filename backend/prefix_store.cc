@@ -106,4 +106,34 @@ std::string PrefixStore::describe() const {
   return ForwardingStore::describe() + " under prefix \"" + prefix_ + "\"";
 }
 
+class PrefixStore::PrefixUpload : public ForwardingUpload {
+ public:
+  PrefixUpload(std::unique_ptr<Upload> target, const PrefixStore* store, std::string key)
+      : ForwardingUpload(std::move(target)), store_(store), key_(std::move(key)) {}
+
+  const std::string& key() const override { return key_; }
+  Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+              uint64_t length) override {
+    ObjectInfo mapped = base;
+    OBJFS_ASSIGN_OR_RETURN(mapped.key, store_->Map(base.key));
+    return ForwardingUpload::copy(offset, mapped, base_offset, length);
+  }
+  Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
+    return store_->UnmapInfo(ForwardingUpload::complete(size, options));
+  }
+
+ private:
+  const PrefixStore* store_;
+  const std::string key_;  // without the prefix
+};
+
+Result<std::unique_ptr<Upload>> PrefixStore::start_upload(std::string_view key,
+                                                          const UploadOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<Upload> upload,
+                         ForwardingStore::start_upload(full, options));
+  return std::unique_ptr<Upload>(
+      std::make_unique<PrefixUpload>(std::move(upload), this, std::string(key)));
+}
+
 }  // namespace objfs

@@ -35,6 +35,9 @@ class PrefixStore : public ForwardingStore {
   Result<ObjectInfo> symlink(std::string_view key, std::string_view target,
                              const PutOptions& options) override;
   Result<std::string> read_link(std::string_view key) override;
+  // The session's key, its bases' keys and its result are mapped as for put() and copy().
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override;
   std::string describe() const override;
 
  private:
@@ -43,6 +46,8 @@ class PrefixStore : public ForwardingStore {
   // The key without prefix_; Internal when the target returned a key outside the prefix.
   Result<std::string> Unmap(std::string_view full_key) const;
   Result<ObjectInfo> UnmapInfo(Result<ObjectInfo> result) const;
+
+  class PrefixUpload;
 
   std::string prefix_;
 };

@@ -123,6 +123,51 @@ Result<ObjectInfo> ContentEtagStore::put(std::string_view key, const ByteSource&
   return info;
 }
 
+class ContentEtagStore::Session : public ForwardingUpload {
+ public:
+  Session(std::unique_ptr<Upload> target, ContentEtagStore* store)
+      : ForwardingUpload(std::move(target)), store_(store) {}
+
+  Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+              uint64_t length) override {
+    ObjectInfo inner = base;
+    if (base.etag.is_plain_md5()) {
+      OBJFS_ASSIGN_OR_RETURN(inner.etag, store_->InnerETag(base.key, base.etag, "copy"));
+    }
+    return ForwardingUpload::copy(offset, inner, base_offset, length);
+  }
+
+  Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
+    const std::string key = this->key();
+    store_->ForgetCopies(key);
+    PutOptions inner = options;
+    if (options.if_match) {
+      Result<ETag> version = store_->InnerETag(key, *options.if_match, "complete");
+      if (!version.ok()) {
+        (void)abort();
+        return version.status();
+      }
+      inner.if_match = *version;
+    }
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, ForwardingUpload::complete(size, inner));
+    if (info.etag.is_plain_md5() && store_->Record(key, info.size, info.mtime_ns, info.etag)) {
+      return info;
+    }
+    store_->Forget(key);
+    info.etag = VersionTag(info.size, info.mtime_ns);
+    return info;
+  }
+
+ private:
+  ContentEtagStore* store_;
+};
+
+Result<std::unique_ptr<Upload>> ContentEtagStore::start_upload(std::string_view key,
+                                                               const UploadOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<Upload> upload, inner_->start_upload(key, options));
+  return std::unique_ptr<Upload>(std::make_unique<Session>(std::move(upload), this));
+}
+
 void ContentEtagStore::ShareWithCopies(const std::string& key, const ETag& version,
                                        const ETag& md5) {
   std::vector<Copy> copies;

@@ -10,6 +10,7 @@
 //   serves the other too while both keep their versions: the bytes are hashed once;
 // - set_attributes() keeps the bytes: the MD5 known for the version it changed is recorded for
 //   the version it leaves;
+// - an upload session's complete() records the MD5 its inner session computed, if any;
 // - remove() / remove_many() drop the records;
 // - head() and list() report the recorded MD5 as the ETag when the record still matches the
 //   object, and the inner store's version (backend/object_version.h) otherwise; a record that no
@@ -73,6 +74,11 @@ class ContentEtagStore : public ForwardingStore {
   // Moves the record of a file along with it (rename keeps size and mtime). Records of the
   // files in a renamed directory are not moved: those files are hashed again when asked.
   Status rename(std::string_view from, std::string_view to) override;
+  // An MD5 as a copied base's ETag is translated to the version it was recorded for, as for
+  // copy(); complete() records the MD5 the inner session computed (it hashed every byte in
+  // order), and reports the object's version otherwise: an edit's MD5 is never guessed.
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override;
 
   // The MD5 of the content of `key`: from its record when that still matches the object,
   // else computed by reading the object in reads of kHashReadBytes (counted in
@@ -80,6 +86,8 @@ class ContentEtagStore : public ForwardingStore {
   Result<ETag> ContentEtag(std::string_view key);
 
  private:
+  class Session;
+
   // The record of `key` if it describes an object of this size and mtime; a record that does
   // not is removed.
   std::optional<ContentETagRecord> ValidRecord(std::string_view key, uint64_t size,

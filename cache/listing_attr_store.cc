@@ -188,6 +188,27 @@ Result<ObjectInfo> ListingAttrStore::put(std::string_view key, const ByteSource&
   return result;
 }
 
+class ListingAttrStore::Session : public ForwardingUpload {
+ public:
+  Session(std::unique_ptr<Upload> target, ListingAttrStore* store)
+      : ForwardingUpload(std::move(target)), store_(store) {}
+  Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
+    Result<ObjectInfo> result = ForwardingUpload::complete(size, options);
+    store_->Written(key());
+    return result;
+  }
+
+ private:
+  ListingAttrStore* store_;
+};
+
+Result<std::unique_ptr<Upload>> ListingAttrStore::start_upload(std::string_view key,
+                                                               const UploadOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<Upload> upload,
+                         ForwardingStore::start_upload(key, options));
+  return std::unique_ptr<Upload>(std::make_unique<Session>(std::move(upload), this));
+}
+
 Result<ObjectInfo> ListingAttrStore::copy(const ObjectInfo& src, std::string_view dst,
                                           const CopyOptions& options) {
   Result<ObjectInfo> result = ForwardingStore::copy(src, dst, options);

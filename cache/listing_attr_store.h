@@ -16,9 +16,10 @@
 //   cannot tell a chmod (a self-copy: same size and ETag) later in that second, so an object
 //   with such a date is recorded only once its second is two seconds past. A store whose
 //   listings have fractions of seconds (RGW) is recognised by the first such date listed;
-// - put(), copy(), set_attributes(), symlink(), remove(), remove_many() and rename() forget the
-//   records of the keys they write, and a listing or HEAD that was under way meanwhile records
-//   nothing of those keys: what it saw may be the object before the write.
+// - put(), copy(), set_attributes(), symlink(), remove(), remove_many(), rename() and upload
+//   sessions' complete() forget the records of the keys they write, and a listing or HEAD that was
+//   under way meanwhile records nothing of those keys: what it saw may be the object before the
+//   write.
 // A record is a hint: one that cannot be written costs a HEAD at the next mount.
 #pragma once
 
@@ -66,8 +67,13 @@ class ListingAttrStore : public ForwardingStore {
   Status rename(std::string_view from, std::string_view to) override;
   Result<ObjectInfo> symlink(std::string_view key, std::string_view target,
                              const PutOptions& options) override;
+  // Its complete() forgets the record of the key, as put() does.
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override;
 
  private:
+  class Session;
+
   // A file as a listing showed it.
   struct Listed {
     uint64_t size = 0;

@@ -6,6 +6,7 @@
 
 #include "backend/md5.h"
 #include "backend/object_version.h"
+#include "backend/upload_ranges.h"
 
 namespace objfs {
 namespace {
@@ -58,6 +59,15 @@ ETag MemoryStore::ETagOf(std::string_view data, bool multipart) const {
   for (size_t offset = 0; offset < data.size(); offset += options_.part_size) {
     parts.push_back(Md5Of(data.substr(offset, options_.part_size)));
   }
+  return MultipartETag(parts);
+}
+
+ETag MemoryStore::PartsETag(std::string_view data, uint64_t part_size) {
+  std::vector<Md5Digest> parts;
+  for (size_t offset = 0; offset < data.size(); offset += part_size) {
+    parts.push_back(Md5Of(data.substr(offset, part_size)));
+  }
+  if (parts.empty()) parts.push_back(Md5Of(std::string_view()));  // one empty part
   return MultipartETag(parts);
 }
 
@@ -363,6 +373,173 @@ Status MemoryStore::rename(std::string_view from, std::string_view to) {
   return Status::Ok();
 }
 
+// A session's pieces gather in a buffer that becomes the object at complete(): nothing shows
+// under the key before. With native ETags it takes whole parts, as S3 does.
+class MemoryStore::MemoryUpload : public Upload {
+ public:
+  MemoryUpload(MemoryStore* store, std::string key, uint64_t part_size, bool whole_parts)
+      : store_(store), key_(std::move(key)), part_size_(part_size), whole_parts_(whole_parts) {
+    ++store_->uploads_in_progress_;
+  }
+  ~MemoryUpload() override { (void)abort(); }
+
+  const std::string& key() const override { return key_; }
+  uint64_t part_size() const override { return part_size_; }
+  bool whole_parts() const override { return whole_parts_; }
+  uint64_t max_size() const override { return whole_parts_ ? part_size_ * kMaxParts : 0; }
+
+  Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
+               uint64_t length) override {
+    OBJFS_RETURN_IF_ERROR(CheckRange(offset, length));
+    std::string bytes(length, '\0');
+    uint64_t done = 0;
+    while (done < length) {
+      std::span<std::byte> buf(reinterpret_cast<std::byte*>(bytes.data()) + done, length - done);
+      OBJFS_ASSIGN_OR_RETURN(size_t n, source.read_at(source_offset + done, buf));
+      if (n == 0) return IoError("upload source of " + Quote(key_) + " ended early");
+      done += n;
+    }
+    return Place(offset, bytes);
+  }
+
+  Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+              uint64_t length) override {
+    if (!store_->options_.copy_ranges) {
+      return UnsupportedError("copy of a range into " + Quote(key_) + ": the store has none");
+    }
+    OBJFS_RETURN_IF_ERROR(CheckRange(offset, length));
+    std::string bytes;
+    {
+      MutexLock lock(&store_->mu_);
+      auto it = store_->objects_.find(base.key);
+      if (it == store_->objects_.end()) return NotFoundError("no copy source " + Quote(base.key));
+      const ETag current = store_->CurrentETag(it->second);
+      if (!base.etag.empty() && current != base.etag) {
+        return PreconditionFailedError("copy source " + Quote(base.key) + " has ETag " +
+                                       current.value() + ", not " + base.etag.value());
+      }
+      if (base_offset + length > it->second.data.size()) {
+        return InvalidArgumentError("copy of bytes past the end of " + Quote(base.key));
+      }
+      bytes = it->second.data.substr(base_offset, length);
+    }
+    return Place(offset, bytes);
+  }
+
+  Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
+    std::string data;
+    {
+      MutexLock lock(&mu_);
+      if (finished_) return InvalidArgumentError("upload of " + Quote(key_) + " is finished");
+      finished_ = true;  // a failed complete() aborts
+      --store_->uploads_in_progress_;
+      std::string pieces = std::move(data_);
+      if (whole_parts_) {
+        const uint64_t count = (size + part_size_ - 1) / part_size_;
+        for (uint64_t i = 0; i < count; ++i) {
+          auto part = parts_.find(i);
+          const uint64_t want = std::min(part_size_, size - i * part_size_);
+          if (part == parts_.end() || part->second != want) {
+            return InvalidArgumentError("complete " + Quote(key_) + ": part " +
+                                        std::to_string(i + 1) + " of " + std::to_string(want) +
+                                        " bytes was not uploaded");
+          }
+        }
+      } else if (!covered_.Covers(size)) {
+        return InvalidArgumentError("complete " + Quote(key_) + ": nothing was written at " +
+                                    std::to_string(covered_.FirstGap(size)));
+      }
+      pieces.resize(size);
+      data = std::move(pieces);
+    }
+    OBJFS_RETURN_IF_ERROR(CheckMetadata(options.metadata, store_->options_.max_metadata));
+    ObjectInfo info;
+    info.key = key_;
+    info.size = size;
+    if (store_->options_.native_etags) info.etag = PartsETag(data, part_size_);
+    info.content_type =
+        options.content_type.empty() ? std::string(kDefaultContentType) : options.content_type;
+    info.metadata = options.metadata;
+    info.has_metadata = true;
+    MutexLock lock(&store_->mu_);
+    auto it = store_->objects_.find(key_);
+    if (options.if_none_match && it != store_->objects_.end()) {
+      return PreconditionFailedError("object " + Quote(key_) + " already exists");
+    }
+    if (options.if_match.has_value() &&
+        (it == store_->objects_.end() || store_->CurrentETag(it->second) != *options.if_match)) {
+      return PreconditionFailedError("object " + Quote(key_) + " does not have ETag " +
+                                     options.if_match->value());
+    }
+    info.mtime_ns = store_->NextMtimeLocked();
+    Object& object = store_->objects_[key_];
+    object.data = std::move(data);
+    object.info = info;
+    // Without native ETags, the version: this store hashed nothing in order (as SFTP's).
+    info.etag = store_->CurrentETag(object);
+    return info;
+  }
+
+  Status abort() override {
+    MutexLock lock(&mu_);
+    if (finished_) return Status::Ok();
+    finished_ = true;
+    --store_->uploads_in_progress_;
+    data_.clear();
+    return Status::Ok();
+  }
+
+ private:
+  static constexpr uint64_t kMaxParts = 10000;
+
+  Status CheckRange(uint64_t offset, uint64_t length) const {
+    if (length == 0) return InvalidArgumentError("an empty range of " + Quote(key_));
+    if (whole_parts_ &&
+        (offset % part_size_ != 0 || length > part_size_ || offset / part_size_ >= kMaxParts)) {
+      return InvalidArgumentError("range " + std::to_string(offset) + "+" + std::to_string(length) +
+                                  " of " + Quote(key_) + " is not one part of " +
+                                  std::to_string(part_size_) + " bytes");
+    }
+    return Status::Ok();
+  }
+
+  Status Place(uint64_t offset, const std::string& bytes) {
+    MutexLock lock(&mu_);
+    if (finished_) return InvalidArgumentError("upload of " + Quote(key_) + " is finished");
+    if (data_.size() < offset + bytes.size()) data_.resize(offset + bytes.size());
+    data_.replace(offset, bytes.size(), bytes);
+    covered_.Add(offset, offset + bytes.size());
+    if (whole_parts_) parts_[offset / part_size_] = bytes.size();
+    return Status::Ok();
+  }
+
+  MemoryStore* store_;
+  const std::string key_;
+  const uint64_t part_size_;
+  const bool whole_parts_;
+  Mutex mu_;  // a leaf, as the store's mu_ (lock 22): never held with it
+  bool finished_ GUARDED_BY(mu_) = false;
+  std::string data_ GUARDED_BY(mu_);
+  UploadRanges covered_ GUARDED_BY(mu_);
+  std::map<uint64_t, uint64_t> parts_ GUARDED_BY(mu_);  // part index -> bytes (whole parts)
+};
+
+Result<std::unique_ptr<Upload>> MemoryStore::start_upload(std::string_view key,
+                                                          const UploadOptions& options) {
+  if (!options_.upload_sessions) return ObjectStore::start_upload(key, options);
+  OBJFS_RETURN_IF_ERROR(CheckKey(key));
+  const bool whole_parts = options_.native_etags;
+  uint64_t part_size = options.part_size != 0 ? options.part_size : options_.part_size;
+  if (part_size == 0) part_size = 5 << 20;
+  if (whole_parts) {
+    part_size = std::max<uint64_t>(part_size, options_.part_size);
+    // Enough parts for the hint, as S3 allows them.
+    while (options.size_hint > part_size * 10000) part_size *= 2;
+  }
+  return std::unique_ptr<Upload>(
+      std::make_unique<MemoryUpload>(this, std::string(key), part_size, whole_parts));
+}
+
 Capabilities MemoryStore::capabilities() const {
   Capabilities caps;
   caps.scheme = "fake";
@@ -374,6 +551,12 @@ Capabilities MemoryStore::capabilities() const {
   caps.native_rename = options_.native_rename;
   caps.attributes_by_copy = options_.attributes_by_copy;
   caps.stores_owner = options_.stores_owner;
+  caps.upload_sessions = options_.upload_sessions;
+  caps.copy_ranges = options_.upload_sessions && options_.copy_ranges;
+  if (options_.native_etags) {
+    caps.min_part_size = options_.part_size;
+    caps.max_parts = 10000;
+  }
   return caps;
 }
 

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "backend/mutex.h"
@@ -48,6 +49,12 @@ struct MemoryStoreOptions {
   // Reported in capabilities(): puts keep the "uid" and "gid" they are given (S3); SFTP's
   // server decides who owns a new file.
   bool stores_owner = true;
+  // start_upload() gives sessions (false: Unsupported, as on a store without them), and their
+  // copy() copies ranges of existing objects (false: Unsupported, as on an SFTP server without
+  // copy-data). With native ETags a session takes whole parts only, as S3 does, and its object
+  // gets the "-N" ETag of those parts.
+  bool upload_sessions = true;
+  bool copy_ranges = true;
 };
 
 class MemoryStore : public ObjectStore {
@@ -67,6 +74,8 @@ class MemoryStore : public ObjectStore {
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   Status rename(std::string_view from, std::string_view to) override;
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override;
   Capabilities capabilities() const override;
   std::string describe() const override { return "memory://"; }
 
@@ -75,8 +84,11 @@ class MemoryStore : public ObjectStore {
   size_t object_count() const;
   // Sets the stored mtime of `key` (ns), as if written at that time.
   void set_mtime(std::string_view key, int64_t mtime_ns);
+  // Upload sessions started and neither completed nor aborted yet (S3 would list them).
+  int uploads_in_progress() const { return uploads_in_progress_.load(); }
 
  private:
+  class MemoryUpload;
   struct Object {
     std::string data;
     ObjectInfo info;
@@ -88,6 +100,8 @@ class MemoryStore : public ObjectStore {
   // The ETag S3 gives an object of `data` written in parts of part_size (or in one piece when
   // `multipart` is false).
   ETag ETagOf(std::string_view data, bool multipart) const;
+  // The "-N" ETag of `data` uploaded in parts of `part_size`.
+  static ETag PartsETag(std::string_view data, uint64_t part_size);
   // The ETag head() and list() report and If-Match is checked against: the object's ETag, or
   // its version without native ETags.
   ETag CurrentETag(const Object& object) const;
@@ -96,6 +110,7 @@ class MemoryStore : public ObjectStore {
   mutable Mutex mu_;  // lock 22 of fs/lock_order.h
   std::map<std::string, Object, std::less<>> objects_ GUARDED_BY(mu_);
   int64_t last_mtime_ns_ GUARDED_BY(mu_) = 0;
+  std::atomic<int> uploads_in_progress_{0};
 };
 
 }  // namespace objfs

@@ -188,6 +188,10 @@ Capabilities S3Store::capabilities() const {
   c.attributes_by_copy = true;
   c.stores_owner = true;
   c.max_object_size = kMaxObjectSize;
+  c.upload_sessions = true;
+  c.copy_ranges = true;
+  c.min_part_size = kMinPartSize;
+  c.max_parts = kMaxParts;
   return c;
 }
 
@@ -597,6 +601,273 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   info.metadata = options.metadata;
   info.has_metadata = true;
   return info;
+}
+
+// A multipart upload whose parts the caller hands in (see Upload in object_store.h).
+class S3Store::Session : public Upload {
+ public:
+  Session(S3Store* store, std::string key, uint64_t part_size, std::string upload_id,
+          const UploadOptions& started)
+      : store_(store),
+        key_(std::move(key)),
+        part_size_(part_size),
+        upload_id_(std::move(upload_id)),
+        started_(started) {}
+  ~Session() override { (void)abort(); }
+
+  const std::string& key() const override { return key_; }
+  uint64_t part_size() const override { return part_size_; }
+  bool whole_parts() const override { return true; }
+  uint64_t max_size() const override { return std::min(kMaxObjectSize, part_size_ * kMaxParts); }
+
+  Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
+               uint64_t length) override {
+    OBJFS_ASSIGN_OR_RETURN(int index, PartOf(offset, length));
+    return SendPart(index, source, source_offset, length);
+  }
+
+  Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+              uint64_t length) override {
+    OBJFS_ASSIGN_OR_RETURN(int index, PartOf(offset, length));
+    const std::string what = store_->What("UploadPartCopy", base.key) + " to " + key_;
+    if (base_offset + length > base.size) {
+      return InvalidArgumentError(what + ": bytes past the end of the base");
+    }
+    if (!base.etag.empty()) OBJFS_RETURN_IF_ERROR(CheckBase(base, what, /*again=*/false));
+    Request req;
+    req.method = "PUT";
+    req.key = key_;
+    req.what = what;
+    req.server_works = true;
+    req.server_bytes = length;
+    req.query.emplace_back("partNumber", std::to_string(index + 1));
+    req.query.emplace_back("uploadId", upload_id_);
+    req.headers.emplace_back("x-amz-copy-source", store_->endpoint_.CopySource(base.key));
+    req.headers.emplace_back(
+        "x-amz-copy-source-range",
+        "bytes=" + std::to_string(base_offset) + "-" + std::to_string(base_offset + length - 1));
+    if (!base.etag.empty()) {
+      req.headers.emplace_back("x-amz-copy-source-if-match", base.etag.quoted());
+    }
+    OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, store_->Execute(req));
+    Result<CopyResult> result = ParseCopyResult(resp.body);
+    if (!result.ok()) return result.status().WithContext(req.what);
+    MutexLock lock(&mu_);
+    parts_[index] = Part{length, result->etag, DigestOf(result->etag)};
+    return Status::Ok();
+  }
+
+  Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
+    std::vector<std::pair<int, ETag>> parts;
+    std::vector<Md5Digest> digests;
+    bool digests_known = true;
+    std::map<std::string, ETag> bases;
+    {
+      MutexLock lock(&mu_);
+      if (finished_) return InvalidArgumentError(store_->What("complete", key_) + ": finished");
+      finished_ = true;  // completed now, or aborted
+      bases = bases_;
+      const uint64_t count = (size + part_size_ - 1) / part_size_;
+      for (uint64_t i = 0; i < count; ++i) {
+        auto part = parts_.find(static_cast<int>(i));
+        const uint64_t want = std::min(part_size_, size - i * part_size_);
+        if (part == parts_.end() || part->second.length != want) {
+          Status missing = InvalidArgumentError(store_->What("CompleteMultipartUpload", key_) +
+                                                ": part " + std::to_string(i + 1) + " of " +
+                                                std::to_string(want) + " bytes was not uploaded");
+          lock.Unlock();
+          (void)store_->AbortUpload(key_, upload_id_);
+          return missing;
+        }
+        parts.emplace_back(static_cast<int>(i + 1), part->second.etag);
+        if (part->second.digest) {
+          digests.push_back(*part->second.digest);
+        } else {
+          digests_known = false;
+        }
+      }
+    }
+    Result<ObjectInfo> info = Finish(size, options, parts, digests, digests_known, bases);
+    // NoSuchUpload once the upload completed (and only its metadata failed): nothing to drop.
+    if (!info.ok()) (void)store_->AbortUpload(key_, upload_id_);
+    return info;
+  }
+
+  Status abort() override {
+    {
+      MutexLock lock(&mu_);
+      if (finished_) return Status::Ok();
+      finished_ = true;
+    }
+    return store_->AbortUpload(key_, upload_id_);
+  }
+
+ private:
+  struct Part {
+    uint64_t length = 0;
+    ETag etag;
+    std::optional<Md5Digest> digest;  // known for uploaded parts and plain-MD5 copies
+  };
+
+  // The part index of a whole-part range.
+  Result<int> PartOf(uint64_t offset, uint64_t length) const {
+    if (length == 0 || offset % part_size_ != 0 || length > part_size_ ||
+        offset / part_size_ >= static_cast<uint64_t>(kMaxParts)) {
+      return InvalidArgumentError(store_->What("UploadPart", key_) + ": bytes " +
+                                  std::to_string(offset) + "+" + std::to_string(length) +
+                                  " are not one part of " + std::to_string(part_size_));
+    }
+    return static_cast<int>(offset / part_size_);
+  }
+
+  Status SendPart(int index, const ByteSource& source, uint64_t source_offset, uint64_t length) {
+    // Hashed, then sent, straight from the source, as PutMultipart does.
+    OBJFS_ASSIGN_OR_RETURN(Md5Digest digest,
+                           Md5OfSource(source, source_offset, length, store_->metrics_));
+    Request req;
+    req.method = "PUT";
+    req.key = key_;
+    req.what = store_->What("UploadPart", key_);
+    req.query.emplace_back("partNumber", std::to_string(index + 1));
+    req.query.emplace_back("uploadId", upload_id_);
+    req.headers.emplace_back("content-md5", ContentMd5(digest));
+    req.body_source = &source;
+    req.body_offset = source_offset;
+    req.body_size = length;
+    OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, store_->Execute(req));
+    ETag got;
+    if (const std::string* v = resp.header("etag")) got = ETag::Parse(*v);
+    const ETag expected = ETag::FromMd5(digest);
+    if (got.is_plain_md5() && got != expected) {
+      return InternalError(req.what + ": part " + std::to_string(index + 1) +
+                           " ETag does not match its MD5");
+    }
+    MutexLock lock(&mu_);
+    parts_[index] = Part{length, expected, digest};
+    return Status::Ok();
+  }
+
+  // Checks that the base still has its ETag: before its first copy, and (`again`) before the
+  // upload completes. Servers that ignore x-amz-copy-source-if-match (RGW) would otherwise copy
+  // a replaced base's bytes unnoticed.
+  Status CheckBase(const ObjectInfo& base, const std::string& what, bool again) {
+    if (!again) {
+      MutexLock lock(&mu_);
+      auto seen = bases_.find(base.key);
+      if (seen != bases_.end() && seen->second == base.etag) return Status::Ok();
+    }
+    Result<ObjectInfo> current = store_->head(base.key);
+    if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
+      return current.status().WithContext(what);
+    }
+    if (!current.ok() || current->etag != base.etag) {
+      return PreconditionFailedError(what + ": the base changed (ETag " +
+                                     (current.ok() ? current->etag.value() : "none") +
+                                     ", expected " + base.etag.value() + ")");
+    }
+    if (!again) {
+      MutexLock lock(&mu_);
+      bases_.emplace(base.key, base.etag);
+    }
+    return Status::Ok();
+  }
+
+  Result<ObjectInfo> Finish(uint64_t size, const PutOptions& options,
+                            std::vector<std::pair<int, ETag>>& parts,
+                            std::vector<Md5Digest>& digests, bool digests_known,
+                            const std::map<std::string, ETag>& bases) {
+    const std::string what = store_->What("CompleteMultipartUpload", key_);
+    if (parts.empty()) {
+      // S3 needs one part: an empty object is one empty part.
+      MemorySource empty(std::string_view{});
+      OBJFS_RETURN_IF_ERROR(SendPart(0, empty, 0, 0));
+      parts.emplace_back(1, ETag::FromMd5(Md5Of(std::string_view{})));
+      digests.push_back(Md5Of(std::string_view{}));
+    }
+    for (const auto& [base_key, etag] : bases) {
+      ObjectInfo base;
+      base.key = base_key;
+      base.etag = etag;
+      OBJFS_RETURN_IF_ERROR(CheckBase(base, what, /*again=*/true));
+    }
+    if (options.if_match || options.if_none_match) {
+      // Conditional completion is not available everywhere: checked first, as put() does.
+      Result<ObjectInfo> current = store_->head(key_);
+      if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
+        return current.status();
+      }
+      if (options.if_none_match && current.ok()) {
+        return PreconditionFailedError(what + ": object exists");
+      }
+      if (options.if_match && (!current.ok() || current->etag != *options.if_match)) {
+        return PreconditionFailedError(what + ": object changed");
+      }
+    }
+    HeaderList conditions;
+    if (options.if_match) conditions.emplace_back("if-match", options.if_match->quoted());
+    if (options.if_none_match) conditions.emplace_back("if-none-match", "*");
+    OBJFS_ASSIGN_OR_RETURN(ETag etag,
+                           store_->CompleteMultipart(key_, upload_id_, parts, conditions, size));
+    if (digests_known) {
+      const ETag expected = MultipartETag(digests);
+      if (etag.is_multipart() && etag != expected) {
+        return InternalError(what + ": the server's ETag " + etag.value() +
+                             " does not match the parts sent " + expected.value());
+      }
+      if (etag.empty()) etag = expected;
+    }
+    if (etag.empty()) {
+      OBJFS_ASSIGN_OR_RETURN(ObjectInfo now, store_->head(key_));
+      etag = now.etag;
+    }
+    ObjectInfo info;
+    info.key = key_;
+    info.size = size;
+    info.etag = etag;
+    info.mtime_ns = NowNs();
+    info.content_type = started_.content_type;
+    info.metadata = started_.metadata;
+    info.has_metadata = true;
+    if (options.metadata == started_.metadata && options.content_type == started_.content_type) {
+      return info;
+    }
+    // Metadata belongs to CreateMultipartUpload, which came before it was known: a self-copy
+    // gives the object its final metadata.
+    SetAttributesOptions attributes;
+    attributes.expected = info;
+    attributes.content_type = options.content_type;
+    attributes.source_known_current = true;
+    return store_->set_attributes(key_, options.metadata, attributes);
+  }
+
+  S3Store* store_;
+  const std::string key_;
+  const uint64_t part_size_;
+  const std::string upload_id_;
+  const UploadOptions started_;  // the metadata and content type the upload was created with
+  Mutex mu_;                     // a leaf, as RunParts' (lock 17): guards the three below
+  bool finished_ GUARDED_BY(mu_) = false;
+  std::map<int, Part> parts_ GUARDED_BY(mu_);
+  std::map<std::string, ETag> bases_ GUARDED_BY(mu_);  // bases checked, by key
+};
+
+Result<std::unique_ptr<Upload>> S3Store::start_upload(std::string_view key,
+                                                      const UploadOptions& options) {
+  if (options.size_hint > kMaxObjectSize) {
+    return Status(StatusCode::kFileTooLarge,
+                  What("CreateMultipartUpload", key) + ": " + std::to_string(options.size_hint) +
+                      " bytes; S3 objects are at most 5 TiB",
+                  "EntityTooLarge");
+  }
+  uint64_t part_size = options.part_size != 0 ? options.part_size : options_.part_size;
+  part_size = std::clamp(part_size, kMinPartSize, kMaxPartSize);
+  part_size = ChoosePartSize(options.size_hint, part_size);
+  HeaderList headers;
+  if (!options.content_type.empty()) headers.emplace_back("content-type", options.content_type);
+  AddMetadataHeaders(options.metadata, headers);
+  OBJFS_ASSIGN_OR_RETURN(std::string upload_id, InitiateMultipart(key, headers));
+  return std::unique_ptr<Upload>(
+      std::make_unique<Session>(this, std::string(key), part_size, std::move(upload_id), options));
 }
 
 Result<ObjectInfo> S3Store::copy(const ObjectInfo& src, std::string_view dst,

@@ -93,6 +93,12 @@ class S3Store : public ObjectStore {
                                     const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
   Status remove_many(const std::vector<std::string>& keys) override;
+  // A multipart upload: write() is UploadPart, copy() UploadPartCopy of a range (with
+  // x-amz-copy-source-if-match, and the base HEADed before its first copy and again before
+  // CompleteMultipartUpload, for servers that ignore the condition), complete()
+  // CompleteMultipartUpload, noted in the journal from creation to completion or abort.
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override;
   Capabilities capabilities() const override;
   std::string describe() const override;
 
@@ -106,6 +112,7 @@ class S3Store : public ObjectStore {
 
  private:
   struct Request;
+  class Session;
   explicit S3Store(S3StoreOptions options, S3Endpoint endpoint);
 
   // Signs, sends and retries one request; a non-2xx reply becomes a Status.

@@ -15,6 +15,7 @@
 #include "backend/md5.h"
 #include "backend/object_version.h"
 #include "backend/retry.h"
+#include "backend/upload_ranges.h"
 
 namespace objfs::sftp {
 namespace {
@@ -797,6 +798,244 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
   return info;
 }
 
+// An upload session over a temporary file (see Upload in object_store.h). Each call borrows a
+// connection of its own and opens the file there, so that calls run in parallel.
+class SftpStore::Session : public Upload {
+ public:
+  Session(SftpStore* store, std::string key, KeyPaths paths, std::string staged, uint64_t part_size)
+      : store_(store),
+        key_(std::move(key)),
+        paths_(std::move(paths)),
+        staged_(std::move(staged)),
+        part_size_(part_size) {}
+  ~Session() override { (void)abort(); }
+
+  const std::string& key() const override { return key_; }
+  uint64_t part_size() const override { return part_size_; }
+  bool whole_parts() const override { return false; }
+  uint64_t max_size() const override { return 0; }
+
+  Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
+               uint64_t length) override {
+    const std::string what = "write " + key_;
+    if (length == 0) return InvalidArgumentError(what + ": an empty range");
+    OBJFS_RETURN_IF_ERROR(CheckOpen(what));
+    // A repeated write (after a broken connection) rewrites the same bytes.
+    Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
+      SftpWire& wire = c.wire();
+      OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, wire.OpenFile(staged_, kOpenWrite, 0));
+      const size_t block = std::max<uint64_t>(wire.limits().max_write, 4096) *
+                           static_cast<size_t>(std::max(1, store_->options_.requests_in_flight));
+      std::vector<std::byte> buf(std::min<uint64_t>(block, length));
+      Status st;
+      for (uint64_t done = 0; done < length && st.ok();) {
+        const size_t want = std::min<uint64_t>(buf.size(), length - done);
+        Result<size_t> n = source.read_at(source_offset + done, std::span(buf.data(), want));
+        if (!n.ok()) {
+          st = n.status();
+          break;
+        }
+        if (*n == 0) {
+          st = IoError(what + ": the source ended early");
+          break;
+        }
+        std::span<const std::byte> data(buf.data(), *n);
+        Hash(offset + done, data);
+        st = wire.WriteAll(handle, offset + done, data, store_->options_.requests_in_flight);
+        done += *n;
+      }
+      Status closed = wire.Close(handle);
+      return st.ok() ? closed : st;
+    });
+    if (!status.ok()) return status.WithContext(what);
+    MutexLock lock(&mu_);
+    covered_.Add(offset, offset + length);
+    extent_ = std::max(extent_, offset + length);
+    return Status::Ok();
+  }
+
+  Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+              uint64_t length) override {
+    const std::string what = "copy " + base.key + " into " + key_;
+    if (length == 0) return InvalidArgumentError(what + ": an empty range");
+    if (!store_->capabilities().copy_ranges) {
+      return UnsupportedError(what + ": the server has no copy-data");
+    }
+    OBJFS_RETURN_IF_ERROR(CheckOpen(what));
+    OBJFS_ASSIGN_OR_RETURN(KeyPaths base_paths, store_->PathsOf(base.key));
+    {
+      MutexLock lock(&mu_);
+      md5_valid_ = false;  // bytes this machine never saw
+    }
+    Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
+      SftpWire& wire = c.wire();
+      OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle from, wire.OpenFile(base_paths.data, kOpenRead, 0));
+      Result<SftpWire::Handle> to = wire.OpenFile(staged_, kOpenWrite, 0);
+      if (!to.ok()) {
+        (void)wire.Close(from);
+        return to.status();
+      }
+      // The version of the very file open as `from`, before and after the copy: objfs replaces
+      // files by renaming others onto them, so the bytes copied are that version's.
+      auto check = [&]() -> Status {
+        OBJFS_ASSIGN_OR_RETURN(SftpWire::FileAttrs a, wire.Fstat(from));
+        if (!base.etag.empty() && VersionOf(a.size, a.mtime_s) != base.etag) {
+          return PreconditionFailedError(what + ": the base changed (version " +
+                                         VersionOf(a.size, a.mtime_s).value() + ", expected " +
+                                         base.etag.value() + ")");
+        }
+        if (base_offset + length > a.size) {
+          return InvalidArgumentError(what + ": bytes past the end of the base");
+        }
+        return Status::Ok();
+      };
+      Status st = check();
+      if (st.ok()) {
+        SftpSessionPool::SilenceAllowance copying(
+            store_->pool_, c, ServerWorkSilence(store_->options_.request_timeout, length));
+        st = wire.CopyData(from, base_offset, length, *to, offset);
+      }
+      if (st.ok()) st = check();
+      Status closed_to = wire.Close(*to);
+      Status closed_from = wire.Close(from);
+      if (!st.ok()) return st;
+      return closed_to.ok() ? closed_from : closed_to;
+    });
+    if (!status.ok()) return status.WithContext(what);
+    MutexLock lock(&mu_);
+    covered_.Add(offset, offset + length);
+    extent_ = std::max(extent_, offset + length);
+    return Status::Ok();
+  }
+
+  Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
+    const std::string what = "complete " + key_;
+    uint64_t extent = 0;
+    std::optional<ETag> md5;
+    {
+      MutexLock lock(&mu_);
+      if (finished_) return InvalidArgumentError(what + ": the upload is finished");
+      finished_ = true;  // completed now, or the temporary file is removed
+      if (!covered_.Covers(size)) {
+        Status gap = InvalidArgumentError(what + ": nothing was written at " +
+                                          std::to_string(covered_.FirstGap(size)));
+        lock.Unlock();
+        (void)Drop();
+        return gap;
+      }
+      extent = extent_;
+      if (md5_valid_ && hashed_ == size) md5 = ETag::FromMd5(md5_.Final());
+    }
+    Result<ObjectInfo> info = store_->WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
+      SftpWire& wire = c.wire();
+      OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, wire.OpenFile(staged_, kOpenWrite, 0));
+      if (extent > size) {
+        if (Status cut = wire.Truncate(handle, size); !cut.ok()) {
+          (void)wire.Close(handle);
+          return cut;
+        }
+      }
+      OBJFS_ASSIGN_OR_RETURN(ObjectInfo staged, store_->FinishStaged(c, handle, key_, staged_,
+                                                                     options.metadata, size));
+      OBJFS_RETURN_IF_ERROR(store_->Commit(c, key_, paths_, staged_, options));
+      return staged;
+    });
+    if (!info.ok()) {
+      (void)Drop();
+      return info.status().WithContext(what);
+    }
+    if (store_->options_.journal != nullptr) store_->options_.journal->Closed(staged_, "");
+    // The MD5 of exactly the bytes written, when all of them passed here in order; else the
+    // version (ContentEtagStore hashes the file when asked).
+    if (md5) info->etag = *md5;
+    return info;
+  }
+
+  Status abort() override {
+    {
+      MutexLock lock(&mu_);
+      if (finished_) return Status::Ok();
+      finished_ = true;
+    }
+    return Drop();
+  }
+
+ private:
+  Status CheckOpen(const std::string& what) {
+    MutexLock lock(&mu_);
+    if (finished_) return InvalidArgumentError(what + ": the upload is finished");
+    return Status::Ok();
+  }
+
+  // Feeds bytes about to be written at `offset` to the running MD5 when they continue it.
+  void Hash(uint64_t offset, std::span<const std::byte> data) {
+    MutexLock lock(&mu_);
+    if (!md5_valid_) return;
+    if (offset != hashed_) {
+      md5_valid_ = false;  // out of order, or written twice: the MD5 stays unknown
+      return;
+    }
+    md5_.Update(data);
+    hashed_ += data.size();
+    if (store_->options_.metrics != nullptr)
+      Bump(store_->options_.metrics->bytes_hashed, data.size());
+  }
+
+  // Removes the temporary file, and its note once it is gone.
+  Status Drop() {
+    Status removed = store_->RemoveTemporary(staged_);
+    if (removed.ok() && store_->options_.journal != nullptr) {
+      store_->options_.journal->Closed(staged_, "");
+    }
+    return removed;
+  }
+
+  SftpStore* store_;
+  const std::string key_;
+  const KeyPaths paths_;
+  const std::string staged_;
+  const uint64_t part_size_;
+  Mutex mu_;  // a leaf, as the session pool's (lock 11): guards the fields below
+  bool finished_ GUARDED_BY(mu_) = false;
+  UploadRanges covered_ GUARDED_BY(mu_);
+  uint64_t extent_ GUARDED_BY(mu_) = 0;  // the end of the furthest range written
+  Md5 md5_ GUARDED_BY(mu_);
+  uint64_t hashed_ GUARDED_BY(mu_) = 0;
+  bool md5_valid_ GUARDED_BY(mu_) = true;
+};
+
+Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,
+                                                        const UploadOptions& options) {
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  if (IsMarker(key)) {
+    return InvalidArgumentError("upload " + std::string(key) + ": a directory holds no data");
+  }
+  const std::string what = "upload " + std::string(key);
+  const std::string staged = TempName(paths.dir);
+  OBJFS_RETURN_IF_ERROR(NoteTemporary(staged, what));
+  Status created = WithRetry([&](SftpConnection& c) -> Status {
+    SftpWire& wire = c.wire();
+    const uint32_t create = kOpenWrite | kOpenCreate | kOpenTruncate;
+    Result<SftpWire::Handle> handle = wire.OpenFile(staged, create, 0600);
+    if (!handle.ok() && handle.status().code() == StatusCode::kNotFound) {
+      OBJFS_RETURN_IF_ERROR(MakeDirs(c, paths.dir));
+      handle = wire.OpenFile(staged, create, 0600);
+    }
+    if (!handle.ok()) return handle.status();
+    return wire.Close(*handle);
+  });
+  if (!created.ok()) {
+    if (RemoveTemporary(staged).ok() && options_.journal != nullptr) {
+      options_.journal->Closed(staged, "");
+    }
+    return created.WithContext(what);
+  }
+  constexpr uint64_t kDefaultPartSize = 8 << 20;
+  const uint64_t part_size = options.part_size != 0 ? options.part_size : kDefaultPartSize;
+  return std::unique_ptr<Upload>(
+      std::make_unique<Session>(this, std::string(key), std::move(paths), staged, part_size));
+}
+
 Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
                                    const CopyOptions& options) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths src_paths, PathsOf(src.key));
@@ -1128,6 +1367,8 @@ Capabilities SftpStore::capabilities() const {
   caps.native_rename = true;
   MutexLock lock(&server_mu_);
   caps.server_side_copy = copy_data_;
+  caps.upload_sessions = true;
+  caps.copy_ranges = copy_data_;
   caps.read_unit = ReadChunk(limits_);
   return caps;
 }

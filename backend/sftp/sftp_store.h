@@ -96,6 +96,11 @@ class SftpStore : public ObjectStore {
   Result<std::string> read_link(std::string_view key) override;
   // statvfs@openssh.com of the root; Unsupported when the server lacks it.
   Result<StoreSpace> space() override;
+  // A temporary file, as put() makes it, filled by pipelined WRITEs of ranges and by copy-data
+  // of ranges of existing files (checked against the base's version on the handle copied
+  // from), cut to its final size, fsynced and renamed into place by complete().
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override;
   Capabilities capabilities() const override;
   std::string describe() const override;
 
@@ -120,6 +125,7 @@ class SftpStore : public ObjectStore {
 
  private:
   explicit SftpStore(SftpStoreOptions options);
+  class Session;
 
   // The paths on the server that hold `key`.
   struct KeyPaths {

@@ -553,6 +553,14 @@ Status SftpWire::PosixRename(std::string_view from, std::string_view to) {
   return StatusOf(reply, "rename " + std::string(from) + " to " + std::string(to));
 }
 
+Status SftpWire::Truncate(const Handle& handle, uint64_t size) {
+  std::string body = StringBody(handle);
+  PutU32(body, kAttrSize);
+  PutU64(body, size);
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpFsetstat, body));
+  return StatusOf(reply, "truncate");
+}
+
 Status SftpWire::CopyData(const Handle& from, uint64_t from_offset, uint64_t length,
                           const Handle& to, uint64_t to_offset) {
   std::string body;

@@ -101,6 +101,8 @@ class SftpWire {
   Result<FileAttrs> SetStat(std::string_view path, const NewAttrs& attrs);
   // lsetstat@openssh.com `attrs` on the link `path` itself and LSTAT it, in one round trip.
   Result<FileAttrs> LSetStat(std::string_view path, const NewAttrs& attrs);
+  // FSETSTAT of the size alone: cuts (or extends) the file open as `handle` to `size` bytes.
+  Status Truncate(const Handle& handle, uint64_t size);
   // posix-rename@openssh.com: replaces `to` atomically.
   Status PosixRename(std::string_view from, std::string_view to);
   // copy-data: copies `length` bytes (0: to the end) of `from` at `from_offset` into `to` at

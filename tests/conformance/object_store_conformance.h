@@ -915,4 +915,325 @@ TEST_P(ObjectStoreConformance, RenameWhereTheStoreHasIt) {
   EXPECT_EQ(store().rename("ren/missing", "ren/x").code(), StatusCode::kNotFound);
 }
 
+// Upload sessions (Upload in backend/object_store.h). Their parts are as small as the store
+// allows: 5 MiB on S3, 1 MiB elsewhere.
+inline Status Write(Upload& upload, uint64_t offset, std::string_view data) {
+  MemorySource source(data);
+  return upload.write(offset, source, 0, data.size());
+}
+
+// The MD5s of `data` cut in parts of `part_size`: the "-N" ETag S3 gives it.
+inline ETag PartsETag(std::string_view data, uint64_t part_size) {
+  std::vector<Md5Digest> parts;
+  for (size_t at = 0; at < data.size(); at += part_size) {
+    parts.push_back(Md5Of(data.substr(at, part_size)));
+  }
+  return MultipartETag(parts);
+}
+
+TEST_P(ObjectStoreConformance, UploadSessionsAreAnnounced) {
+  const Capabilities caps = store().capabilities();
+  ASSERT_TRUE(caps.upload_sessions);
+  if (caps.copy_ranges) {
+    EXPECT_TRUE(caps.server_side_copy);
+  }
+}
+
+TEST_P(ObjectStoreConformance, UploadPartsOutOfOrderAndInParallel) {
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  options.metadata = {{"mode", "33188"}};
+  options.content_type = "application/x-parts";
+  Result<std::unique_ptr<Upload>> upload = store().start_upload("up/streamed", options);
+  OBJFS_CONFORMANCE_OK(upload);
+  Upload& session = **upload;
+  EXPECT_EQ(session.key(), "up/streamed");
+  const uint64_t part = session.part_size();
+  ASSERT_GE(part, options.part_size);
+  const std::string data = Pattern(3 * part + 1000, 21);
+  const int parts = static_cast<int>(Ceil(data.size(), part));
+  MemorySource source(data);
+  // The last part first, then the others on three threads.
+  OBJFS_CONFORMANCE_OK(session.write((parts - 1) * part, source, (parts - 1) * part,
+                                     data.size() - (parts - 1) * part));
+  std::atomic<int> failures{0};
+  ParallelFor(parts - 1, 3, [&](int i) {
+    const int index = parts - 2 - i;
+    Status st = session.write(index * part, source, index * part, part);
+    if (!st.ok()) {
+      ++failures;
+      ADD_FAILURE() << st.ToString();
+    }
+  });
+  ASSERT_EQ(failures.load(), 0);
+  // Nothing under the key until complete().
+  EXPECT_EQ(store().head("up/streamed").status().code(), StatusCode::kNotFound);
+  for (const std::string& key : ListKeys("up/")) EXPECT_TRUE(key.ends_with('/')) << key;
+
+  PutOptions put;
+  put.metadata = options.metadata;
+  put.content_type = options.content_type;
+  Result<ObjectInfo> done = session.complete(data.size(), put);
+  OBJFS_CONFORMANCE_OK(done);
+  EXPECT_EQ(done->key, "up/streamed");
+  EXPECT_EQ(done->size, data.size());
+  if (native_etags()) {
+    // The server's "-N" ETag, of the parts as they were cut.
+    EXPECT_EQ(done->etag, PartsETag(data, part));
+    EXPECT_EQ(done->etag.parts(), static_cast<size_t>(parts));
+    Result<ObjectInfo> head = store().head("up/streamed");
+    OBJFS_CONFORMANCE_OK(head);
+    EXPECT_EQ(head->etag, done->etag);
+    if (stores_metadata()) {
+      EXPECT_EQ(head->metadata, put.metadata);
+      EXPECT_EQ(head->content_type, put.content_type);
+    }
+  } else {
+    // Written out of order: no MD5 was computed, and none may be guessed.
+    ExpectHonestETag(done->etag, data);
+  }
+  Result<std::string> back = ReadAll(store(), "up/streamed");
+  OBJFS_CONFORMANCE_OK(back);
+  EXPECT_TRUE(*back == data);
+  // Finished: abort is a no-op, and the object stays.
+  OBJFS_CONFORMANCE_OK(session.abort());
+  EXPECT_TRUE(store().head("up/streamed").ok());
+}
+
+TEST_P(ObjectStoreConformance, UploadInOrderHasAnHonestETag) {
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  Result<std::unique_ptr<Upload>> upload = store().start_upload("up/ordered", options);
+  OBJFS_CONFORMANCE_OK(upload);
+  const uint64_t part = (*upload)->part_size();
+  const std::string data = Pattern(2 * part + 10, 22);
+  MemorySource source(data);
+  for (uint64_t at = 0; at < data.size(); at += part) {
+    OBJFS_CONFORMANCE_OK(
+        (*upload)->write(at, source, at, std::min<uint64_t>(part, data.size() - at)));
+  }
+  Result<ObjectInfo> done = (*upload)->complete(data.size(), PutOptions{});
+  OBJFS_CONFORMANCE_OK(done);
+  ExpectHonestETag(done->etag, data);
+  Result<ObjectInfo> head = store().head("up/ordered");
+  OBJFS_CONFORMANCE_OK(head);
+  ExpectHonestETag(head->etag, data);
+  if (native_etags()) {
+    EXPECT_EQ(head->etag, done->etag);
+  }
+}
+
+TEST_P(ObjectStoreConformance, UploadAssemblesAnEdit) {
+  if (!store().capabilities().copy_ranges) GTEST_SKIP() << "no server-side copy of ranges";
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  Result<std::unique_ptr<Upload>> upload = store().start_upload("edit/file", options);
+  OBJFS_CONFORMANCE_OK(upload);
+  Upload& session = **upload;
+  const uint64_t part = session.part_size();
+  // The old object: three parts and a bit (multipart on S3 as well).
+  const std::string old_data = Pattern(3 * part + 500, 23);
+  OBJFS_CONFORMANCE_OK(Put("edit/file", old_data));
+  Result<ObjectInfo> base = store().head("edit/file");
+  OBJFS_CONFORMANCE_OK(base);
+
+  // Part 1 changes in its middle, part 3 (the old tail) gets 1000 bytes appended.
+  std::string new_data = old_data;
+  const std::string patch = Pattern(4096, 24);
+  new_data.replace(part + 100, patch.size(), patch);
+  new_data += Pattern(1000, 25);
+  OBJFS_CONFORMANCE_OK(session.copy(0, *base, 0, part));
+  OBJFS_CONFORMANCE_OK(session.copy(2 * part, *base, 2 * part, part));
+  OBJFS_CONFORMANCE_OK(Write(session, part, std::string_view(new_data).substr(part, part)));
+  OBJFS_CONFORMANCE_OK(Write(session, 3 * part, std::string_view(new_data).substr(3 * part)));
+  // The old object is still what readers see.
+  Result<std::string> meanwhile = ReadAll(store(), "edit/file");
+  OBJFS_CONFORMANCE_OK(meanwhile);
+  EXPECT_TRUE(*meanwhile == old_data);
+
+  PutOptions put;
+  put.if_match = base->etag;
+  Result<ObjectInfo> done = session.complete(new_data.size(), put);
+  OBJFS_CONFORMANCE_OK(done);
+  EXPECT_EQ(done->size, new_data.size());
+  if (native_etags()) {
+    EXPECT_EQ(done->etag, PartsETag(new_data, part));
+  } else {
+    // Bytes copied on the server were never hashed here: no MD5 to report.
+    EXPECT_FALSE(done->etag.is_plain_md5()) << done->etag.value();
+  }
+  Result<std::string> back = ReadAll(store(), "edit/file");
+  OBJFS_CONFORMANCE_OK(back);
+  EXPECT_TRUE(*back == new_data);
+  Result<ObjectInfo> head = store().head("edit/file");
+  OBJFS_CONFORMANCE_OK(head);
+  ExpectHonestETag(head->etag, new_data);
+
+  // A shorter object: its first part copied, and half of the second.
+  Result<ObjectInfo> edited = store().head("edit/file");
+  OBJFS_CONFORMANCE_OK(edited);
+  Result<std::unique_ptr<Upload>> shorter = store().start_upload("edit/file", options);
+  OBJFS_CONFORMANCE_OK(shorter);
+  const std::string short_data = new_data.substr(0, part + part / 2);
+  OBJFS_CONFORMANCE_OK((*shorter)->copy(0, *edited, 0, part));
+  if ((*shorter)->whole_parts()) {
+    // The part that ends the object is uploaded whole.
+    OBJFS_CONFORMANCE_OK(Write(**shorter, part, std::string_view(short_data).substr(part)));
+  } else {
+    // Any range: the rest copied too, past the new end, which complete() cuts off.
+    OBJFS_CONFORMANCE_OK((*shorter)->copy(part, *edited, part, 2 * part));
+  }
+  put.if_match = edited->etag;
+  Result<ObjectInfo> cut = (*shorter)->complete(short_data.size(), put);
+  OBJFS_CONFORMANCE_OK(cut);
+  EXPECT_EQ(cut->size, short_data.size());
+  Result<std::string> short_back = ReadAll(store(), "edit/file");
+  OBJFS_CONFORMANCE_OK(short_back);
+  EXPECT_TRUE(*short_back == short_data);
+}
+
+TEST_P(ObjectStoreConformance, UploadWithAGapDoesNotComplete) {
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  Result<std::unique_ptr<Upload>> upload = store().start_upload("up/gap", options);
+  OBJFS_CONFORMANCE_OK(upload);
+  const uint64_t part = (*upload)->part_size();
+  const std::string data = Pattern(2 * part + 1, 26);
+  MemorySource source(data);
+  OBJFS_CONFORMANCE_OK((*upload)->write(0, source, 0, part));
+  OBJFS_CONFORMANCE_OK((*upload)->write(2 * part, source, 2 * part, 1));
+  Result<ObjectInfo> done = (*upload)->complete(data.size(), PutOptions{});
+  ASSERT_FALSE(done.ok());
+  EXPECT_EQ(done.status().code(), StatusCode::kInvalidArgument) << done.status().ToString();
+  EXPECT_EQ(store().head("up/gap").status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(ObjectStoreConformance, UploadAbortedLeavesNothing) {
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  {
+    Result<std::unique_ptr<Upload>> upload = store().start_upload("gone/aborted", options);
+    OBJFS_CONFORMANCE_OK(upload);
+    const std::string data = Pattern((*upload)->part_size(), 27);
+    MemorySource source(data);
+    OBJFS_CONFORMANCE_OK((*upload)->write(0, source, 0, data.size()));
+    OBJFS_CONFORMANCE_OK((*upload)->abort());
+    OBJFS_CONFORMANCE_OK((*upload)->abort());  // idempotent
+    EXPECT_FALSE((*upload)->complete(data.size(), PutOptions{}).ok());
+  }
+  {
+    // Destroyed without complete(): aborted too.
+    Result<std::unique_ptr<Upload>> upload = store().start_upload("gone/dropped", options);
+    OBJFS_CONFORMANCE_OK(upload);
+    OBJFS_CONFORMANCE_OK(Write(**upload, 0, "some bytes"));
+  }
+  EXPECT_EQ(store().head("gone/aborted").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store().head("gone/dropped").status().code(), StatusCode::kNotFound);
+  ExpectNothingListed();
+}
+
+TEST_P(ObjectStoreConformance, UploadOverAReplacedBaseFails) {
+  if (!store().capabilities().copy_ranges) GTEST_SKIP() << "no server-side copy of ranges";
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  const uint64_t part = options.part_size;
+  const std::string old_data = Pattern(2 * part, 28);
+  // Another size: a version (SFTP: size and whole-second mtime) must tell them apart.
+  const std::string other_data = Pattern(2 * part + 3, 29);
+  OBJFS_CONFORMANCE_OK(Put("base/file", old_data));
+  Result<ObjectInfo> base = store().head("base/file");
+  OBJFS_CONFORMANCE_OK(base);
+
+  // Replaced before the copy: the copy fails (or, at the latest, complete()).
+  {
+    Result<std::unique_ptr<Upload>> upload = store().start_upload("base/file", options);
+    OBJFS_CONFORMANCE_OK(upload);
+    ASSERT_EQ((*upload)->part_size(), part);
+    OBJFS_CONFORMANCE_OK(Put("base/file", other_data));
+    Status copied = (*upload)->copy(0, *base, 0, part);
+    Status written = Write(**upload, part, std::string_view(old_data).substr(part));
+    OBJFS_CONFORMANCE_OK(written);
+    Result<ObjectInfo> done =
+        copied.ok() ? (*upload)->complete(2 * part, PutOptions{}) : Result<ObjectInfo>(copied);
+    ASSERT_FALSE(done.ok());
+    EXPECT_EQ(done.status().code(), StatusCode::kPreconditionFailed) << done.status().ToString();
+    Result<std::string> now = ReadAll(store(), "base/file");
+    OBJFS_CONFORMANCE_OK(now);
+    EXPECT_TRUE(*now == other_data);
+  }
+  // Replaced after the copy: complete() with If-Match on the base fails.
+  {
+    Result<ObjectInfo> current = store().head("base/file");
+    OBJFS_CONFORMANCE_OK(current);
+    Result<std::unique_ptr<Upload>> upload = store().start_upload("base/file", options);
+    OBJFS_CONFORMANCE_OK(upload);
+    OBJFS_CONFORMANCE_OK((*upload)->copy(0, *current, 0, part));
+    OBJFS_CONFORMANCE_OK(Write(**upload, part, "the new tail"));
+    OBJFS_CONFORMANCE_OK(Put("base/file", old_data));
+    PutOptions put;
+    put.if_match = current->etag;
+    Result<ObjectInfo> done = (*upload)->complete(part + 12, put);
+    ASSERT_FALSE(done.ok());
+    EXPECT_EQ(done.status().code(), StatusCode::kPreconditionFailed) << done.status().ToString();
+    Result<std::string> now = ReadAll(store(), "base/file");
+    OBJFS_CONFORMANCE_OK(now);
+    EXPECT_TRUE(*now == old_data);
+  }
+}
+
+TEST_P(ObjectStoreConformance, UploadTakesMetadataGivenOnlyAtCompletion) {
+  // A file streamed while written learns its final attributes (its mtime) at close.
+  UploadOptions options;
+  options.metadata = {{"mode", "33152"}};
+  Result<std::unique_ptr<Upload>> upload = store().start_upload("late/meta", options);
+  OBJFS_CONFORMANCE_OK(upload);
+  OBJFS_CONFORMANCE_OK(Write(**upload, 0, "attributes come last"));
+  PutOptions put;
+  put.metadata = {{"mode", "33188"}, {"mtime", "1700000000"}};
+  put.content_type = "text/plain";
+  Result<ObjectInfo> done = (*upload)->complete(20, put);
+  OBJFS_CONFORMANCE_OK(done);
+  Result<ObjectInfo> head = store().head("late/meta");
+  OBJFS_CONFORMANCE_OK(head);
+  EXPECT_EQ(head->metadata["mode"], "33188");
+  EXPECT_EQ(head->metadata["mtime"], "1700000000");
+  if (stores_metadata()) {
+    EXPECT_EQ(head->metadata, put.metadata);
+    EXPECT_EQ(head->content_type, "text/plain");
+  }
+  if (native_etags()) {
+    EXPECT_EQ(head->etag, done->etag);
+  }
+  Result<std::string> back = ReadAll(store(), "late/meta");
+  OBJFS_CONFORMANCE_OK(back);
+  EXPECT_EQ(*back, "attributes come last");
+}
+
+TEST_P(ObjectStoreConformance, UploadIfNoneMatch) {
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  OBJFS_CONFORMANCE_OK(Put("excl/taken", "first"));
+  PutOptions exclusive;
+  exclusive.if_none_match = true;
+  Result<std::unique_ptr<Upload>> taken = store().start_upload("excl/taken", options);
+  OBJFS_CONFORMANCE_OK(taken);
+  OBJFS_CONFORMANCE_OK(Write(**taken, 0, "second"));
+  Result<ObjectInfo> refused = (*taken)->complete(6, exclusive);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().code() == StatusCode::kPreconditionFailed ||
+              refused.status().code() == StatusCode::kAlreadyExists)
+      << refused.status().ToString();
+  Result<std::string> kept = ReadAll(store(), "excl/taken");
+  OBJFS_CONFORMANCE_OK(kept);
+  EXPECT_EQ(*kept, "first");
+
+  Result<std::unique_ptr<Upload>> fresh = store().start_upload("excl/fresh", options);
+  OBJFS_CONFORMANCE_OK(fresh);
+  OBJFS_CONFORMANCE_OK(Write(**fresh, 0, "new"));
+  OBJFS_CONFORMANCE_OK((*fresh)->complete(3, exclusive));
+  Result<std::string> made = ReadAll(store(), "excl/fresh");
+  OBJFS_CONFORMANCE_OK(made);
+  EXPECT_EQ(*made, "new");
+}
+
 }  // namespace objfs

@@ -6,12 +6,18 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "backend/md5.h"
+#include "backend/metrics_store.h"
+#include "backend/upload_journal.h"
 #include "tests/conformance/object_store_conformance.h"
 #include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/free_port.h"
+#include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
 
 namespace objfs {
@@ -567,6 +573,169 @@ TEST(S3EndpointConfig, BadEndpointsAreRejectedInOneLine) {
     EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(store.status().ToString().find('\n'), std::string::npos);
   }
+}
+
+// What a store tells its journal, in order: "opened KEY ID", "closed KEY ID".
+class RecordingJournal : public UploadJournal {
+ public:
+  Status Opened(std::string_view name, std::string_view upload_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back("opened " + std::string(name) + " " + std::string(upload_id));
+    return Status::Ok();
+  }
+  void Closed(std::string_view name, std::string_view upload_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back("closed " + std::string(name) + " " + std::string(upload_id));
+  }
+  std::vector<std::string> events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> events_;
+};
+
+// The UploadIds ListMultipartUploads shows under `prefix` in `bucket`.
+std::vector<std::string> ListedUploadIds(const std::string& bucket, const std::string& prefix) {
+  const testing::S3TestServer& server = testing::SharedS3Server();
+  std::vector<std::string> argv = testing::SignedCurlArgs(server, "");
+  // curl signs the query as written: a '/' goes encoded, as SigV4 canonicalises it.
+  std::string encoded;
+  for (char c : prefix) encoded += c == '/' ? std::string("%2F") : std::string(1, c);
+  argv.push_back(server.endpoint + "/" + bucket + "?prefix=" + encoded + "&uploads=");
+  testing::CommandResult r = testing::RunCommand(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ListMultipartUploadsResult"), std::string::npos) << r.out;
+  std::vector<std::string> ids;
+  const std::string open = "<UploadId>", close = "</UploadId>";
+  for (size_t at = r.out.find(open); at != std::string::npos; at = r.out.find(open, at)) {
+    at += open.size();
+    ids.push_back(r.out.substr(at, r.out.find(close, at) - at));
+  }
+  return ids;
+}
+
+TEST_F(S3StoreTest, UploadSessionIsJournaledAndAbortLeavesNoUpload) {
+  auto journal = std::make_shared<RecordingJournal>();
+  S3StoreOptions o = OptionsFor(bucket_);
+  o.journal = journal;
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+
+  Result<std::unique_ptr<Upload>> aborted = store->start_upload("j/aborted", UploadOptions{});
+  ASSERT_TRUE(aborted.ok()) << aborted.status().ToString();
+  MemorySource bytes(std::string_view("a short last part"));
+  ASSERT_TRUE((*aborted)->write(0, bytes, 0, bytes.size()).ok());
+  std::vector<std::string> listed = ListedUploadIds(bucket_, "j/aborted");
+  ASSERT_EQ(listed.size(), 1u);
+  ASSERT_EQ(journal->events().size(), 1u);
+  EXPECT_EQ(journal->events()[0], "opened j/aborted " + listed[0]);
+  ASSERT_TRUE((*aborted)->abort().ok());
+  EXPECT_TRUE(ListedUploadIds(bucket_, "j/aborted").empty());
+  ASSERT_EQ(journal->events().size(), 2u);
+  EXPECT_EQ(journal->events()[1], "closed j/aborted " + listed[0]);
+
+  {
+    // Dropped without complete(): aborted as well.
+    Result<std::unique_ptr<Upload>> dropped = store->start_upload("j/dropped", UploadOptions{});
+    ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+    ASSERT_EQ(ListedUploadIds(bucket_, "j/dropped").size(), 1u);
+  }
+  EXPECT_TRUE(ListedUploadIds(bucket_, "j/dropped").empty());
+
+  Result<std::unique_ptr<Upload>> done = store->start_upload("j/done", UploadOptions{});
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_TRUE((*done)->write(0, bytes, 0, bytes.size()).ok());
+  listed = ListedUploadIds(bucket_, "j/done");
+  ASSERT_EQ(listed.size(), 1u);
+  ASSERT_TRUE((*done)->complete(bytes.size(), PutOptions{}).ok());
+  EXPECT_TRUE(ListedUploadIds(bucket_, "j/done").empty());
+  const std::vector<std::string> events = journal->events();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[events.size() - 2], "opened j/done " + listed[0]);
+  EXPECT_EQ(events.back(), "closed j/done " + listed[0]);
+  Result<std::string> back = ReadAll(*store, "j/done");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, "a short last part");
+}
+
+TEST_F(S3StoreTest, AppendingOneMiBToA64MiBObjectMovesOneMiB) {
+  Metrics s3_metrics;
+  S3StoreOptions o = OptionsFor(bucket_);
+  o.metrics = &s3_metrics;
+  auto s3 = MakeStore(o);
+  ASSERT_NE(s3, nullptr);
+  const uint64_t kMiB = 1 << 20;
+  const std::string old_data = Pattern(64 * kMiB, 40);
+  MemorySource old_source(old_data);
+  Result<ObjectInfo> base = s3->put("big", old_source, PutOptions{});
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+
+  Metrics metrics;
+  MetricsStore store(s3, metrics);
+  const uint64_t hashed = s3_metrics.bytes_hashed.load();
+  UploadOptions options;
+  options.part_size = 8 * kMiB;  // divides the old object: every old byte is a whole copied part
+  Result<std::unique_ptr<Upload>> upload = store.start_upload("big", options);
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  ASSERT_EQ((*upload)->part_size(), 8 * kMiB);
+  std::vector<std::thread> copies;
+  std::atomic<int> failed{0};
+  for (int i = 0; i < 8; ++i) {
+    copies.emplace_back([&, i] {
+      if (!(*upload)->copy(i * 8 * kMiB, *base, i * 8 * kMiB, 8 * kMiB).ok()) ++failed;
+    });
+  }
+  for (std::thread& t : copies) t.join();
+  ASSERT_EQ(failed.load(), 0);
+  const std::string tail = Pattern(kMiB, 41);
+  MemorySource tail_source(tail);
+  ASSERT_TRUE((*upload)->write(64 * kMiB, tail_source, 0, kMiB).ok());
+  PutOptions put;
+  put.if_match = base->etag;
+  Result<ObjectInfo> done = (*upload)->complete(65 * kMiB, put);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+
+  // Through this machine: the new MiB, sent and hashed once; nothing read.
+  EXPECT_EQ(metrics.bytes_written.load(), kMiB);
+  EXPECT_EQ(metrics.bytes_read.load(), 0u);
+  EXPECT_EQ(s3_metrics.bytes_hashed.load() - hashed, kMiB);
+  EXPECT_EQ(metrics.bytes_copied_on_server.load(), 64 * kMiB);
+  EXPECT_EQ(metrics.copy_requests.load(), 8u);
+  EXPECT_EQ(metrics.put_requests.load(), 1u);
+  EXPECT_EQ(metrics.upload_requests.load(), 2u);  // start and complete
+  EXPECT_EQ(done->etag.parts(), 9u);
+
+  const std::string new_data = old_data + tail;
+  std::vector<Md5Digest> parts;
+  for (uint64_t at = 0; at < new_data.size(); at += 8 * kMiB) {
+    parts.push_back(Md5Of(std::string_view(new_data).substr(at, 8 * kMiB)));
+  }
+  EXPECT_EQ(done->etag, MultipartETag(parts));
+  Result<std::string> back = ReadAll(*s3, "big");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == new_data);
+}
+
+TEST_F(S3StoreTest, BaseReplacedAfterItsCopyFailsTheCompletion) {
+  // RGW ignores x-amz-copy-source-if-match: the base is looked at again before completing.
+  const std::string old_data = Pattern(kPart, 42);
+  Result<ObjectInfo> base = Put("base", old_data);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  Result<std::unique_ptr<Upload>> upload = store_->start_upload("edited", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  ASSERT_EQ((*upload)->part_size(), kPart);
+  ASSERT_TRUE((*upload)->copy(0, *base, 0, kPart).ok());
+  MemorySource tail(std::string_view("appended"));
+  ASSERT_TRUE((*upload)->write(kPart, tail, 0, tail.size()).ok());
+  ASSERT_TRUE(Put("base", Pattern(kPart, 43)).ok());
+  Result<ObjectInfo> done = (*upload)->complete(kPart + tail.size(), PutOptions{});
+  ASSERT_FALSE(done.ok());
+  EXPECT_EQ(done.status().code(), StatusCode::kPreconditionFailed) << done.status().ToString();
+  EXPECT_EQ(store_->head("edited").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(ListedUploadIds(bucket_, "edited").empty());
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -31,7 +32,9 @@
 
 #include "backend/md5.h"
 #include "backend/metrics.h"
+#include "backend/metrics_store.h"
 #include "backend/object_version.h"
+#include "backend/upload_journal.h"
 #include "cache/content_etag_store.h"
 #include "cache/store_db.h"
 #include "tests/conformance/object_store_conformance.h"
@@ -977,6 +980,154 @@ TEST(SftpSessionPoolTest, WatchdogNeverCutsAnotherFileThatGotTheSocketsNumber) {
   EXPECT_EQ(::send(peer_fd, "y", 1, MSG_NOSIGNAL), 1) << std::strerror(errno);
   EXPECT_EQ(::recv(other, &got, 1, 0), 1);
   EXPECT_EQ(got, 'y');
+}
+
+// What a store tells its journal, in order: "opened NAME", "closed NAME".
+class RecordingJournal : public UploadJournal {
+ public:
+  Status Opened(std::string_view name, std::string_view /*upload_id*/) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back("opened " + std::string(name));
+    return Status::Ok();
+  }
+  void Closed(std::string_view name, std::string_view /*upload_id*/) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back("closed " + std::string(name));
+  }
+  std::vector<std::string> events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> events_;
+};
+
+// The uploads' temporary files under `root`, by path.
+std::vector<std::string> TemporaryFiles(const std::string& root) {
+  std::vector<std::string> found;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (entry.path().filename().string().rfind(".objfs-tmp-", 0) == 0) {
+      found.push_back(entry.path().string());
+    }
+  }
+  return found;
+}
+
+TEST_F(SftpStoreTest, UploadSessionKeepsItsTemporaryFileNotedUntilItIsRenamedOrRemoved) {
+  auto journal = std::make_shared<RecordingJournal>();
+  SftpStoreOptions o = OptionsFor(root_);
+  o.journal = journal;
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  MemorySource bytes(std::string_view("streamed bytes"));
+
+  Result<std::unique_ptr<Upload>> done = store->start_upload("j/done", UploadOptions{});
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_TRUE((*done)->write(0, bytes, 0, bytes.size()).ok());
+  std::vector<std::string> temporary = TemporaryFiles(root_);
+  ASSERT_EQ(temporary.size(), 1u);
+  EXPECT_EQ(ReadLocalFile(temporary[0]), "streamed bytes");
+  EXPECT_FALSE(fs::exists(fs::path(root_) / "j/done"));
+  ASSERT_EQ(journal->events(), std::vector<std::string>{"opened " + temporary[0]});
+  Result<ObjectInfo> info = (*done)->complete(bytes.size(), PutOptions{});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  // Hashed in order as it went: its MD5.
+  EXPECT_EQ(info->etag, ETag::FromMd5(Md5Of("streamed bytes")));
+  EXPECT_EQ(ReadLocalFile(fs::path(root_) / "j/done"), "streamed bytes");
+  EXPECT_TRUE(TemporaryFiles(root_).empty());
+  EXPECT_EQ(journal->events(),
+            (std::vector<std::string>{"opened " + temporary[0], "closed " + temporary[0]}));
+
+  Result<std::unique_ptr<Upload>> aborted = store->start_upload("j/aborted", UploadOptions{});
+  ASSERT_TRUE(aborted.ok()) << aborted.status().ToString();
+  ASSERT_TRUE((*aborted)->write(0, bytes, 0, bytes.size()).ok());
+  temporary = TemporaryFiles(root_);
+  ASSERT_EQ(temporary.size(), 1u);
+  ASSERT_TRUE((*aborted)->abort().ok());
+  EXPECT_TRUE(TemporaryFiles(root_).empty());
+  EXPECT_FALSE(fs::exists(fs::path(root_) / "j/aborted"));
+  std::vector<std::string> events = journal->events();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[2], "opened " + temporary[0]);
+  EXPECT_EQ(events[3], "closed " + temporary[0]);
+  {
+    // Dropped without complete(): removed as well.
+    Result<std::unique_ptr<Upload>> dropped = store->start_upload("j/dropped", UploadOptions{});
+    ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+    ASSERT_EQ(TemporaryFiles(root_).size(), 1u);
+  }
+  EXPECT_TRUE(TemporaryFiles(root_).empty());
+}
+
+TEST_F(SftpStoreTest, AppendingOneMiBToA64MiBFileMovesOneMiB) {
+  ASSERT_TRUE(store_->capabilities().copy_ranges);
+  const uint64_t kMiB = 1 << 20;
+  const std::string old_data = Pattern(64 * kMiB, 44);
+  ASSERT_TRUE(Put("big", old_data).ok());
+  Result<ObjectInfo> base = store_->head("big");
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+
+  Metrics counted_metrics;
+  MetricsStore store(store_, counted_metrics);
+  const uint64_t hashed = metrics_.bytes_hashed.load();
+  const uint64_t reads = metrics_.sftp_read_requests.load();
+  Result<std::unique_ptr<Upload>> upload = store.start_upload("big", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  ASSERT_TRUE((*upload)->copy(0, *base, 0, 64 * kMiB).ok());
+  const std::string tail = Pattern(kMiB, 45);
+  MemorySource tail_source(tail);
+  ASSERT_TRUE((*upload)->write(64 * kMiB, tail_source, 0, kMiB).ok());
+  PutOptions put;
+  put.if_match = base->etag;
+  Result<ObjectInfo> done = (*upload)->complete(65 * kMiB, put);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  // The old bytes never came here: no MD5 of the whole could be computed, so none is given.
+  EXPECT_TRUE(IsVersionTag(done->etag)) << done->etag.value();
+  EXPECT_EQ(counted_metrics.bytes_written.load(), kMiB);
+  EXPECT_EQ(counted_metrics.bytes_read.load(), 0u);
+  EXPECT_EQ(counted_metrics.bytes_copied_on_server.load(), 64 * kMiB);
+  EXPECT_EQ(metrics_.sftp_read_requests.load(), reads);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "big") == old_data + tail);
+  EXPECT_TRUE(TemporaryFiles(root_).empty());
+}
+
+TEST_F(SftpStoreTest, UploadSessionUnderContentEtagsRecordsOnlyAComputedMd5) {
+  OpenContentEtags();
+  const std::string data = Pattern(3 << 20, 46);
+  MemorySource source(data);
+  // In order: the MD5 computed on the way is recorded.
+  Result<std::unique_ptr<Upload>> ordered = etags_->start_upload("md5/ordered", UploadOptions{});
+  ASSERT_TRUE(ordered.ok()) << ordered.status().ToString();
+  ASSERT_TRUE((*ordered)->write(0, source, 0, data.size()).ok());
+  Result<ObjectInfo> done = (*ordered)->complete(data.size(), PutOptions{});
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->etag, ETag::FromMd5(Md5Of(data)));
+  Result<ObjectInfo> head = etags_->head("md5/ordered");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->etag, ETag::FromMd5(Md5Of(data)));
+
+  // An edit copying from it with its MD5 as the base's ETag: the MD5 is translated to the
+  // version, and the new file gets no MD5 until one is computed from its bytes.
+  Result<std::unique_ptr<Upload>> edit = etags_->start_upload("md5/ordered", UploadOptions{});
+  ASSERT_TRUE(edit.ok()) << edit.status().ToString();
+  ASSERT_TRUE((*edit)->copy(0, *head, 0, 1 << 20).ok());
+  MemorySource patch(std::string_view("patched"));
+  ASSERT_TRUE((*edit)->write(1 << 20, patch, 0, patch.size()).ok());
+  PutOptions put;
+  put.if_match = head->etag;
+  Result<ObjectInfo> edited = (*edit)->complete((1 << 20) + patch.size(), put);
+  ASSERT_TRUE(edited.ok()) << edited.status().ToString();
+  EXPECT_TRUE(IsVersionTag(edited->etag)) << edited->etag.value();
+  Result<ObjectInfo> after = etags_->head("md5/ordered");
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(IsVersionTag(after->etag)) << after->etag.value();
+  const std::string expected = data.substr(0, 1 << 20) + "patched";
+  Result<ETag> md5 = etags_->ContentEtag("md5/ordered");
+  ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+  EXPECT_EQ(*md5, ETag::FromMd5(Md5Of(expected)));
 }
 
 }  // namespace

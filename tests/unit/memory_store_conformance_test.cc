@@ -190,5 +190,50 @@ TEST_F(MemoryStoreTest, ListingPageEndingOnCommonPrefixResumesAfterIt) {
   EXPECT_FALSE(second->truncated());
 }
 
+// As S3 would list them: a session the caller aborts, drops or completes is gone.
+TEST_F(MemoryStoreTest, UploadSessionsInProgressEndWithAbortDropAndComplete) {
+  MemorySource bytes(std::string_view("bytes"));
+  Result<std::unique_ptr<Upload>> aborted = store_.start_upload("a", UploadOptions{});
+  ASSERT_TRUE(aborted.ok());
+  ASSERT_TRUE((*aborted)->write(0, bytes, 0, bytes.size()).ok());
+  {
+    Result<std::unique_ptr<Upload>> dropped = store_.start_upload("b", UploadOptions{});
+    ASSERT_TRUE(dropped.ok());
+    EXPECT_EQ(store_.uploads_in_progress(), 2);
+  }
+  EXPECT_EQ(store_.uploads_in_progress(), 1);
+  ASSERT_TRUE((*aborted)->abort().ok());
+  EXPECT_EQ(store_.uploads_in_progress(), 0);
+  Result<std::unique_ptr<Upload>> done = store_.start_upload("c", UploadOptions{});
+  ASSERT_TRUE(done.ok());
+  ASSERT_TRUE((*done)->write(0, bytes, 0, bytes.size()).ok());
+  EXPECT_EQ(store_.uploads_in_progress(), 1);
+  ASSERT_TRUE((*done)->complete(bytes.size(), PutOptions{}).ok());
+  EXPECT_EQ(store_.uploads_in_progress(), 0);
+  EXPECT_EQ(store_.contents("c"), "bytes");
+  EXPECT_EQ(store_.object_count(), 1u);
+}
+
+// A store without sessions or without copies of ranges says so, and refuses them plainly.
+TEST(MemoryStoreUploadTest, SessionsAndRangeCopiesCanBeTurnedOff) {
+  MemoryStoreOptions without_sessions;
+  without_sessions.upload_sessions = false;
+  MemoryStore plain(without_sessions);
+  EXPECT_FALSE(plain.capabilities().upload_sessions);
+  EXPECT_EQ(plain.start_upload("k", UploadOptions{}).status().code(), StatusCode::kUnsupported);
+
+  MemoryStoreOptions without_copies;
+  without_copies.copy_ranges = false;
+  MemoryStore store(without_copies);
+  EXPECT_TRUE(store.capabilities().upload_sessions);
+  EXPECT_FALSE(store.capabilities().copy_ranges);
+  MemorySource bytes(std::string_view("base"));
+  Result<ObjectInfo> base = store.put("base", bytes, PutOptions{});
+  ASSERT_TRUE(base.ok());
+  Result<std::unique_ptr<Upload>> upload = store.start_upload("k", UploadOptions{});
+  ASSERT_TRUE(upload.ok());
+  EXPECT_EQ((*upload)->copy(0, *base, 0, 4).code(), StatusCode::kUnsupported);
+}
+
 }  // namespace
 }  // namespace objfs
