@@ -45,6 +45,9 @@
 //  22. MemoryStore::mu_  the in-memory store of the unit tests.
 //  23. FaultInjectingStore::mu_  the failures the unit tests inject; hooks run without it.
 //  24. ListingAttrStore::mu_  the listings and HEADs under way, and the keys written meanwhile.
+//  25. S3Store::Session::mu_, SftpStore::Session::mu_, MemoryStore::MemoryUpload::mu_  one upload
+//                         session's parts or ranges and whether it has finished
+//                         (backend/object_store.h's Upload); never held across a server call.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

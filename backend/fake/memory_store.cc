@@ -517,7 +517,7 @@ class MemoryStore::MemoryUpload : public Upload {
   const std::string key_;
   const uint64_t part_size_;
   const bool whole_parts_;
-  Mutex mu_;  // a leaf, as the store's mu_ (lock 22): never held with it
+  Mutex mu_;  // lock 25 of fs/lock_order.h: never held with the store's (22)
   bool finished_ GUARDED_BY(mu_) = false;
   std::string data_ GUARDED_BY(mu_);
   UploadRanges covered_ GUARDED_BY(mu_);

@@ -845,7 +845,7 @@ class S3Store::Session : public Upload {
   const uint64_t part_size_;
   const std::string upload_id_;
   const UploadOptions started_;  // the metadata and content type the upload was created with
-  Mutex mu_;                     // a leaf, as RunParts' (lock 17): guards the three below
+  Mutex mu_;                     // lock 25 of fs/lock_order.h: guards the two below
   bool finished_ GUARDED_BY(mu_) = false;
   std::map<int, Part> parts_ GUARDED_BY(mu_);
   std::map<std::string, ETag> bases_ GUARDED_BY(mu_);  // bases checked, by key

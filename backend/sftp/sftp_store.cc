@@ -995,7 +995,7 @@ class SftpStore::Session : public Upload {
   const KeyPaths paths_;
   const std::string staged_;
   const uint64_t part_size_;
-  Mutex mu_;  // a leaf, as the session pool's (lock 11): guards the fields below
+  Mutex mu_;  // lock 25 of fs/lock_order.h: guards the fields below
   bool finished_ GUARDED_BY(mu_) = false;
   UploadRanges covered_ GUARDED_BY(mu_);
   uint64_t extent_ GUARDED_BY(mu_) = 0;  // the end of the furthest range written
