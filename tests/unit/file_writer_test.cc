@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +93,29 @@ class FileWriterTest : public ::testing::Test {
 
   void Put(const std::string& key, const std::string& data) {
     ASSERT_TRUE(memory_->put(key, MemorySource(data), {}).ok());
+  }
+
+  // Holds a change of the stored object `key`'s attributes (made by `change`) the way
+  // Filesystem::SetAttr does; its record is returned.
+  struct Held {
+    std::shared_ptr<Inode> inode;
+    MetaRecord rec;
+  };
+  Held Hold(const std::string& key, const std::function<void(FileAttr&)>& change) {
+    const uint64_t ino = inodes_->Acquire(key, 1);
+    Held held{inodes_->Get(ino), {}};
+    auto head = memory_->head(key);
+    EXPECT_TRUE(head.ok());
+    if (!head.ok()) return held;
+    held.rec = attrs_.FromInfo(*head, false);
+    held.rec.complete = true;
+    MutexLock lock(&held.inode->mu);
+    FileAttr attr = ObjectAttrs::ToAttr(ino, held.rec);
+    change(attr);
+    Metadata metadata;
+    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
+    EXPECT_TRUE(writer_->HoldMetadata(ino, *held.inode, key, held.rec, attr, {}, metadata));
+    return held;
   }
 
   std::string dir_;
@@ -358,20 +382,8 @@ TEST_F(FileWriterTest, ARefusedMetadataChangeIsUploadedWithoutIt) {
 TEST_F(FileWriterTest, AnUploadCarriesAHeldMetadataChangeAndDropsItsRecord) {
   Mount(/*writeback=*/0, /*hold_metadata=*/30);
   Put("f", "stored");
-  const uint64_t ino = inodes_->Acquire("f", 1);
-  std::shared_ptr<Inode> inode = inodes_->Get(ino);
-  auto head = memory_->head("f");
-  ASSERT_TRUE(head.ok());
-  MetaRecord rec = attrs_.FromInfo(*head, false);
-  rec.complete = true;
-  {
-    MutexLock lock(&inode->mu);
-    FileAttr attr = ObjectAttrs::ToAttr(ino, rec);
-    attr.mode = S_IFREG | 0600;
-    Metadata metadata;
-    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
-    ASSERT_TRUE(writer_->HoldMetadata(ino, *inode, "f", rec, attr, {}, metadata));
-  }
+  auto [inode, rec] = Hold("f", [](FileAttr& attr) { attr.mode = S_IFREG | 0600; });
+  ASSERT_TRUE(inode);
   EXPECT_EQ(faults_->calls(StoreOp::kSetAttributes), 0);
   auto held = staging_->AttrsLeftovers();
   ASSERT_TRUE(held.ok());
@@ -386,7 +398,7 @@ TEST_F(FileWriterTest, AnUploadCarriesAHeldMetadataChangeAndDropsItsRecord) {
     ASSERT_TRUE(writer_->Upload(*inode, "f").ok());
     EXPECT_FALSE(inode->pending_metadata.has_value());
   }
-  head = memory_->head("f");
+  auto head = memory_->head("f");
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(memory_->contents("f"), "STORED");
   EXPECT_EQ(ParsePosixMetadata(head->metadata).mode, S_IFREG | 0600u);
@@ -399,25 +411,12 @@ TEST_F(FileWriterTest, AnUploadCarriesAHeldMetadataChangeAndDropsItsRecord) {
 TEST_F(FileWriterTest, AHeldChangeIsAppliedWhenDue) {
   Mount(/*writeback=*/0, /*hold_metadata=*/30);
   Put("f", "stored");
-  const uint64_t ino = inodes_->Acquire("f", 1);
-  std::shared_ptr<Inode> inode = inodes_->Get(ino);
-  auto head = memory_->head("f");
-  ASSERT_TRUE(head.ok());
-  MetaRecord rec = attrs_.FromInfo(*head, false);
-  rec.complete = true;
-  {
-    MutexLock lock(&inode->mu);
-    FileAttr attr = ObjectAttrs::ToAttr(ino, rec);
-    attr.uid = 42;
-    Metadata metadata;
-    SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &metadata);
-    ASSERT_TRUE(writer_->HoldMetadata(ino, *inode, "f", rec, attr, {}, metadata));
-  }
+  ASSERT_TRUE(Hold("f", [](FileAttr& attr) { attr.uid = 42; }).inode);
   ASSERT_TRUE(writer_->UploadDue().ok());
   EXPECT_EQ(faults_->calls(StoreOp::kSetAttributes), 0);
   clock_->Advance(std::chrono::seconds(31));
   ASSERT_TRUE(writer_->UploadDue().ok());
-  head = memory_->head("f");
+  auto head = memory_->head("f");
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(ParsePosixMetadata(head->metadata).uid, 42u);
   EXPECT_EQ(memory_->contents("f"), "stored");
