@@ -27,6 +27,7 @@
 #include <memory>
 #include <ostream>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -1106,6 +1107,74 @@ TEST_P(ObjectStoreConformance, UploadWithAGapDoesNotComplete) {
   ASSERT_FALSE(done.ok());
   EXPECT_EQ(done.status().code(), StatusCode::kInvalidArgument) << done.status().ToString();
   EXPECT_EQ(store().head("up/gap").status().code(), StatusCode::kNotFound);
+}
+
+// A size whose part count overflows uint64 must be refused, never completed as something else
+// (S3 and the fake's whole parts compute (size + part_size - 1) / part_size).
+TEST_P(ObjectStoreConformance, UploadCompleteOfAnOverflowingSizeIsRefused) {
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  Result<std::unique_ptr<Upload>> upload = store().start_upload("up/huge", options);
+  OBJFS_CONFORMANCE_OK(upload);
+  const uint64_t part = (*upload)->part_size();
+  const std::string data = Pattern(part, 41);
+  MemorySource source(data);
+  OBJFS_CONFORMANCE_OK((*upload)->write(0, source, 0, part));
+  Result<ObjectInfo> done = (*upload)->complete(UINT64_MAX, PutOptions{});
+  EXPECT_FALSE(done.ok()) << "completed an object of " << (done.ok() ? done->size : 0) << " bytes";
+  EXPECT_EQ(store().head("up/huge").status().code(), StatusCode::kNotFound);
+}
+
+// A range whose end overflows uint64 is refused, never wrapped.
+TEST_P(ObjectStoreConformance, UploadRangeOverflowingUint64IsRefused) {
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  Result<std::unique_ptr<Upload>> upload = store().start_upload("up/wrap", options);
+  OBJFS_CONFORMANCE_OK(upload);
+  const std::string data = "four";
+  MemorySource source(data);
+  EXPECT_FALSE((*upload)->write(UINT64_MAX - 1, source, 0, data.size()).ok());
+  OBJFS_CONFORMANCE_OK((*upload)->abort());
+}
+
+// Reads succeed at the range's first offset only: a write of a long range fails after its first
+// block reached the server.
+class FailsAfterFirstRead : public ByteSource {
+ public:
+  explicit FailsAfterFirstRead(uint64_t first) : first_(first) {}
+  uint64_t size() const override { return UINT64_MAX / 2; }
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const override {
+    if (offset != first_) return IoError("the source fails at " + std::to_string(offset));
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = std::byte{'x'};
+    return buf.size();
+  }
+
+ private:
+  const uint64_t first_;
+};
+
+// Object_store.h: a failed write() leaves the upload usable. A write past the final size that
+// failed part-way must not keep complete() from making the object of the size asked for.
+TEST_P(ObjectStoreConformance, UploadCompletesAfterAFailedWritePastItsEnd) {
+  UploadOptions options;
+  options.part_size = std::max<uint64_t>(store().capabilities().min_part_size, 1 << 20);
+  Result<std::unique_ptr<Upload>> upload = store().start_upload("up/cut", options);
+  OBJFS_CONFORMANCE_OK(upload);
+  const uint64_t part = (*upload)->part_size();
+  const std::string data = Pattern(part, 42);
+  MemorySource source(data);
+  OBJFS_CONFORMANCE_OK((*upload)->write(0, source, 0, part));
+  if (!(*upload)->whole_parts()) {
+    FailsAfterFirstRead failing(part);
+    // 64 MiB: more than one block of the store's writes.
+    (void)(*upload)->write(part, failing, part, 64 << 20);  // fails on SFTP after a block
+  }
+  Result<ObjectInfo> done = (*upload)->complete(part, PutOptions{});
+  OBJFS_CONFORMANCE_OK(done);
+  EXPECT_EQ(done->size, part);
+  Result<std::string> back = ReadAll(store(), "up/cut");
+  OBJFS_CONFORMANCE_OK(back);
+  EXPECT_TRUE(*back == data);
 }
 
 TEST_P(ObjectStoreConformance, UploadAbortedLeavesNothing) {
