@@ -418,7 +418,7 @@ class MemoryStore::MemoryUpload : public Upload {
         return PreconditionFailedError("copy source " + Quote(base.key) + " has ETag " +
                                        current.value() + ", not " + base.etag.value());
       }
-      if (base_offset + length > it->second.data.size()) {
+      if (base_offset > it->second.data.size() || length > it->second.data.size() - base_offset) {
         return InvalidArgumentError("copy of bytes past the end of " + Quote(base.key));
       }
       bytes = it->second.data.substr(base_offset, length);
@@ -434,6 +434,10 @@ class MemoryStore::MemoryUpload : public Upload {
       finished_ = true;  // a failed complete() aborts
       --store_->uploads_in_progress_;
       std::string pieces = std::move(data_);
+      if (whole_parts_ && size > max_size()) {
+        return InvalidArgumentError("complete " + Quote(key_) + ": " + std::to_string(size) +
+                                    " bytes do not fit in the upload's parts");
+      }
       if (whole_parts_) {
         const uint64_t count = (size + part_size_ - 1) / part_size_;
         for (uint64_t i = 0; i < count; ++i) {
@@ -494,6 +498,9 @@ class MemoryStore::MemoryUpload : public Upload {
 
   Status CheckRange(uint64_t offset, uint64_t length) const {
     if (length == 0) return InvalidArgumentError("an empty range of " + Quote(key_));
+    if (offset > UINT64_MAX - length) {
+      return InvalidArgumentError("a range of " + Quote(key_) + " past 2^64");
+    }
     if (whole_parts_ &&
         (offset % part_size_ != 0 || length > part_size_ || offset / part_size_ >= kMaxParts)) {
       return InvalidArgumentError("range " + std::to_string(offset) + "+" + std::to_string(length) +

@@ -667,6 +667,14 @@ class S3Store::Session : public Upload {
       if (finished_) return InvalidArgumentError(store_->What("complete", key_) + ": finished");
       finished_ = true;  // completed now, or aborted
       bases = bases_;
+      if (size > max_size()) {
+        Status too_large =
+            InvalidArgumentError(store_->What("CompleteMultipartUpload", key_) + ": " +
+                                 std::to_string(size) + " bytes do not fit in the upload's parts");
+        lock.Unlock();
+        (void)store_->AbortUpload(key_, upload_id_);
+        return too_large;
+      }
       const uint64_t count = (size + part_size_ - 1) / part_size_;
       for (uint64_t i = 0; i < count; ++i) {
         auto part = parts_.find(static_cast<int>(i));

@@ -820,6 +820,7 @@ class SftpStore::Session : public Upload {
     const std::string what = "write " + key_;
     if (length == 0) return InvalidArgumentError(what + ": an empty range");
     OBJFS_RETURN_IF_ERROR(CheckOpen(what));
+    OBJFS_RETURN_IF_ERROR(NoteExtent(what, offset, length));
     // A repeated write (after a broken connection) rewrites the same bytes.
     Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
       SftpWire& wire = c.wire();
@@ -850,7 +851,6 @@ class SftpStore::Session : public Upload {
     if (!status.ok()) return status.WithContext(what);
     MutexLock lock(&mu_);
     covered_.Add(offset, offset + length);
-    extent_ = std::max(extent_, offset + length);
     return Status::Ok();
   }
 
@@ -862,6 +862,7 @@ class SftpStore::Session : public Upload {
       return UnsupportedError(what + ": the server has no copy-data");
     }
     OBJFS_RETURN_IF_ERROR(CheckOpen(what));
+    OBJFS_RETURN_IF_ERROR(NoteExtent(what, offset, length));
     OBJFS_ASSIGN_OR_RETURN(KeyPaths base_paths, store_->PathsOf(base.key));
     {
       MutexLock lock(&mu_);
@@ -904,7 +905,6 @@ class SftpStore::Session : public Upload {
     if (!status.ok()) return status.WithContext(what);
     MutexLock lock(&mu_);
     covered_.Add(offset, offset + length);
-    extent_ = std::max(extent_, offset + length);
     return Status::Ok();
   }
 
@@ -961,6 +961,15 @@ class SftpStore::Session : public Upload {
   }
 
  private:
+  // The end of the range a call is about to send: a call that fails part-way may leave bytes
+  // there, which complete() cuts. A range past uint64 is refused.
+  Status NoteExtent(const std::string& what, uint64_t offset, uint64_t length) {
+    if (offset > UINT64_MAX - length) return InvalidArgumentError(what + ": a range past 2^64");
+    MutexLock lock(&mu_);
+    extent_ = std::max(extent_, offset + length);
+    return Status::Ok();
+  }
+
   Status CheckOpen(const std::string& what) {
     MutexLock lock(&mu_);
     if (finished_) return InvalidArgumentError(what + ": the upload is finished");
@@ -998,7 +1007,7 @@ class SftpStore::Session : public Upload {
   Mutex mu_;  // lock 25 of fs/lock_order.h: guards the fields below
   bool finished_ GUARDED_BY(mu_) = false;
   UploadRanges covered_ GUARDED_BY(mu_);
-  uint64_t extent_ GUARDED_BY(mu_) = 0;  // the end of the furthest range written
+  uint64_t extent_ GUARDED_BY(mu_) = 0;  // the end of the furthest range sent, or tried
   Md5 md5_ GUARDED_BY(mu_);
   uint64_t hashed_ GUARDED_BY(mu_) = 0;
   bool md5_valid_ GUARDED_BY(mu_) = true;
