@@ -30,12 +30,31 @@ tools/lint.sh build
 RUN_DIR=$(mktemp -d /tmp/objfs-test.XXXXXX)
 STATUS=1
 CHAIN=
+RGW_START=
+SSHD_START=
+# shellcheck disable=SC2317  # run by the EXIT trap
+tree_of() {  # tree_of PID: PID and all its descendants, parents first
+  local child
+  echo "$1"
+  for child in $(pgrep -P "$1" 2>/dev/null); do tree_of "$child"; done
+}
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
+  # The whole chain: ninja's compilers, lint.sh's xargs and clang-tidy (a background job of a
+  # script ignores SIGINT, so an interrupted run leaves them to this). Stopped first, so that
+  # none starts another process meanwhile.
   if [ -n "$CHAIN" ] && kill -0 "$CHAIN" 2>/dev/null; then
-    pkill -TERM -P "$CHAIN" 2>/dev/null || true
-    kill -TERM "$CHAIN" 2>/dev/null || true
+    local tree
+    tree=$(tree_of "$CHAIN")
+    # shellcheck disable=SC2086
+    kill -STOP $tree 2>/dev/null || true
+    # shellcheck disable=SC2086
+    kill -TERM $tree 2>/dev/null || true
+    # shellcheck disable=SC2086
+    kill -CONT $tree 2>/dev/null || true
   fi
+  # A server still starting would start after its stop below: its start ends first.
+  for pid in $RGW_START $SSHD_START; do wait "$pid" 2>/dev/null || true; done
   tests/fixtures/sshd.sh stop "$RUN_DIR/sshd" >/dev/null 2>&1 || true
   tests/fixtures/rgw.sh stop "$RUN_DIR/rgw" >/dev/null 2>&1 || true
   if [ "$STATUS" -eq 0 ]; then
@@ -51,7 +70,8 @@ build() {  # build DIR [cmake args...] [-- ninja targets...]
   local args=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
   if [ $# -gt 0 ]; then shift; fi
-  cmake -S . -B "$dir" -G Ninja "${args[@]}" >/dev/null
+  # (Explicit: a stage runs this where set -e does not apply.)
+  cmake -S . -B "$dir" -G Ninja "${args[@]}" >/dev/null || return
   ninja -C "$dir" -j "$JOBS" "$@"
 }
 
