@@ -210,10 +210,15 @@ struct UploadOptions {
 // Failures: a failed write() or copy() leaves the upload usable and may be repeated (a
 // repeated range replaces what was there). complete() checks that the calls that succeeded
 // cover [0, size) (InvalidArgument otherwise; on S3 the part that ends the object must end
-// exactly at `size`, parts past it are dropped); a failed complete() aborts the upload, and
-// the object under the key is then unchanged. Nothing is ever visible under the key before
-// complete() succeeds: a crash leaves the old object, and the server-side leftovers are noted
-// in the store's UploadJournal (upload_journal.h) until complete() or abort() removes them.
+// exactly at `size`, parts past it are dropped); a failed complete() aborts the upload.
+// Usually the object under the key is then unchanged, but not always: the step that publishes
+// it (S3 CompleteMultipartUpload, SFTP posix-rename) may have taken effect with its reply lost,
+// or a step after it failed (S3: the metadata self-copy, the -N ETag check). A caller that
+// retries with if_match must therefore expect PreconditionFailed against its own object, and
+// HEAD the key before taking the failure as the last word. Nothing is ever visible under the
+// key before complete() publishes it: a crash leaves the old object, and the server-side leftovers
+// are noted in the store's UploadJournal (upload_journal.h) until complete() or abort() removes
+// them.
 //
 // Threads: write() and copy() may run in parallel, for distinct ranges. complete() and abort()
 // come after every write() and copy() has returned, once; abort() is idempotent and a no-op
