@@ -564,42 +564,51 @@ TEST_F(PrefetcherTest, FilesStreamedTogetherShareOneBudget) {
   BudgetPeak peak;
   RecordPeakAtEachRead(budget, peak);
   constexpr int kFiles = 6;
-  std::vector<std::unique_ptr<Prefetcher>> files;
-  for (int f = 0; f < kFiles; ++f) {
-    files.push_back(std::make_unique<Prefetcher>(
-        store_, kKey, store_->etag(), source_.size(),
-        PrefetchOptions{.read_buffer = buffer, .max_readahead = 16 * kMiB}, pool_, budget,
-        &metrics_));
-  }
-  std::vector<std::thread> readers;
-  std::vector<std::string> errors(kFiles);
-  for (int f = 0; f < kFiles; ++f) {
-    readers.emplace_back([&, f] {
-      std::vector<std::byte> buf(128 * kKiB);
-      for (uint64_t off = 0; off < source_.size(); off += buf.size()) {
-        const size_t n = std::min<uint64_t>(buf.size(), source_.size() - off);
-        Result<size_t> got = files[f]->Read(off, std::span(buf.data(), buf.size()));
-        if (!got.ok() || *got != n || std::memcmp(buf.data(), source_.data() + off, n) != 0) {
-          errors[f] = "wrong read at " + std::to_string(off);
-          return;
-        }
-      }
-    });
-  }
-  std::set<std::thread::id> reader_ids;
-  for (std::thread& t : readers) {
-    reader_ids.insert(t.get_id());
-    t.join();
-  }
-  for (int f = 0; f < kFiles; ++f) EXPECT_EQ(errors[f], "") << "file " << f;
-  // Each file may go over by the one buffer its own read needs, never by read-ahead.
-  EXPECT_LE(peak.bytes, budget.limit() + kFiles * buffer);
-  // There was read-ahead: backend reads made by the pool, not by a reader.
+  // Whether the pool gets to read ahead before six readers catch up depends on the scheduler
+  // (a loaded machine, a sanitizer build): a round without read-ahead shows nothing about the
+  // budget, so it is repeated, up to 5 rounds. Every round must keep within the budget.
   size_t ahead = 0;
-  for (const auto& call : store_->calls()) ahead += reader_ids.count(call.thread) == 0;
-  EXPECT_GT(ahead, 0u);
-  files.clear();
-  EXPECT_EQ(budget.in_use(), 0u);
+  for (int round = 0; round < 5 && ahead == 0; ++round) {
+    std::vector<std::unique_ptr<Prefetcher>> files;
+    for (int f = 0; f < kFiles; ++f) {
+      files.push_back(std::make_unique<Prefetcher>(
+          store_, kKey, store_->etag(), source_.size(),
+          PrefetchOptions{.read_buffer = buffer, .max_readahead = 16 * kMiB}, pool_, budget,
+          &metrics_));
+    }
+    const size_t calls_before = store_->calls().size();
+    std::vector<std::thread> readers;
+    std::vector<std::string> errors(kFiles);
+    for (int f = 0; f < kFiles; ++f) {
+      readers.emplace_back([&, f] {
+        std::vector<std::byte> buf(128 * kKiB);
+        for (uint64_t off = 0; off < source_.size(); off += buf.size()) {
+          const size_t n = std::min<uint64_t>(buf.size(), source_.size() - off);
+          Result<size_t> got = files[f]->Read(off, std::span(buf.data(), buf.size()));
+          if (!got.ok() || *got != n || std::memcmp(buf.data(), source_.data() + off, n) != 0) {
+            errors[f] = "wrong read at " + std::to_string(off);
+            return;
+          }
+        }
+      });
+    }
+    std::set<std::thread::id> reader_ids;
+    for (std::thread& t : readers) {
+      reader_ids.insert(t.get_id());
+      t.join();
+    }
+    for (int f = 0; f < kFiles; ++f) EXPECT_EQ(errors[f], "") << "file " << f;
+    // Each file may go over by the one buffer its own read needs, never by read-ahead.
+    EXPECT_LE(peak.bytes, budget.limit() + kFiles * buffer);
+    // Read-ahead: backend reads made by the pool, not by a reader.
+    const auto calls = store_->calls();
+    for (size_t i = calls_before; i < calls.size(); ++i) {
+      ahead += reader_ids.count(calls[i].thread) == 0;
+    }
+    files.clear();
+    EXPECT_EQ(budget.in_use(), 0u);
+  }
+  EXPECT_GT(ahead, 0u) << "no read-ahead in 5 rounds";
 }
 
 TEST_F(PrefetcherTest, ConcurrentReadersOfDisjointRangesGetTheirBytes) {
