@@ -23,8 +23,14 @@ cd "$ROOT"
 JOBS=$(nproc)
 
 bash tools/install-deps.sh
+# The three builds keep line tables only (-g1): backtraces and sanitizer reports still name file
+# and line (gdb's local variables need a -g build), and gcc -O2 compiles a third faster. The tests'
+# common headers are precompiled once per build (OBJFS_TEST_PCH), about 4 s of CPU less per test.
+# On two cores, both took the builds' CPU time by a third.
+OPTIMISED=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+  -DOBJFS_TEST_PCH=ON)
 # clang-tidy reads the compile commands of the optimised build, which configuring writes.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -G Ninja "${OPTIMISED[@]}" >/dev/null
 tools/lint.sh build
 
 RUN_DIR=$(mktemp -d /tmp/objfs-test.XXXXXX)
@@ -80,7 +86,7 @@ tests/fixtures/rgw.sh start "$RUN_DIR/rgw" > "$RUN_DIR/rgw-start.log" 2>&1 &
 RGW_START=$!
 tests/fixtures/sshd.sh start "$RUN_DIR/sshd" > "$RUN_DIR/sshd-start.log" 2>&1 &
 SSHD_START=$!
-build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+build build "${OPTIMISED[@]}"
 started() {  # started PID NAME: waits for a server's start, prints its output
   if ! wait "$1"; then
     cat "$RUN_DIR/$2-start.log" >&2
@@ -134,8 +140,8 @@ ASAN=1 TSAN=1
 (
   renice -n 19 "$BASHPID" >/dev/null || true
   if [ "$ASAN" = 1 ]; then
-    stage asan-build build build-asan -DCMAKE_BUILD_TYPE=Debug -DOBJFS_SANITIZE=ON \
-      -DOBJFS_BUILD_BENCHMARKS=OFF
+    stage asan-build build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+      -DOBJFS_TEST_PCH=ON -DOBJFS_SANITIZE=ON -DOBJFS_BUILD_BENCHMARKS=OFF
   fi
   # One clang build serves two checks: it compiles with -Wthread-safety as errors (the locking
   # annotations, see fs/lock_order.h), and runs the tests labelled tsan (tests/CMakeLists.txt
@@ -143,7 +149,7 @@ ASAN=1 TSAN=1
   # that drive the daemon's threads hardest, the mounted objfs included, OBJFS_BINARY being this
   # build's) under ThreadSanitizer. Every test runs in the two builds before.
   if [ "$TSAN" = 1 ]; then
-    stage tsan-build build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    stage tsan-build build build-tsan "${OPTIMISED[@]}" \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DOBJFS_TSAN=ON \
       -DOBJFS_BUILD_BENCHMARKS=OFF -- tsan_tests
   fi
