@@ -151,6 +151,7 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     }
     OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key, /*keep_content=*/attr.size > 0));
     OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(attr.size));
+    writer_->Truncated(*inode, attr.size);
     inode->attr.size = attr.size;
     inode->attr.mtime_ns = NowNs();
     meta_cache_.Invalidate(key);

@@ -56,6 +56,7 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
     } else if (truncate && inode->staged->size() > 0) {
       OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key, /*keep_content=*/false));
       OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(0));
+      writer_->Truncated(*inode, 0);
       inode->attr.size = 0;
       inode->attr.mtime_ns = NowNs();
       meta_cache_.Invalidate(key);
@@ -209,6 +210,7 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
         inode.mu.AssertHeld();  // run by RetryWithRoom, under our lock
         return inode.staged->WriteAt(offset, data);
       }));
+  writer_->Wrote(inode, key, offset, data.size());
   inode.attr.size = inode.staged->size();
   inode.attr.mtime_ns = NowNs();
   meta_cache_.Invalidate(key);

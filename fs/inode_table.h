@@ -21,6 +21,8 @@
 
 namespace objfs {
 
+class StreamedUpload;
+
 // Per-inode state. Its mutex is lock 1 of fs/lock_order.h; every field below it is guarded by
 // it except the atomics.
 struct Inode {
@@ -50,6 +52,11 @@ struct Inode {
   // The store holds an object at this inode's key that its pending upload replaces (false for
   // a file created here and not uploaded yet): a rename of the unsaved file removes it.
   bool in_store GUARDED_BY(mu) = true;
+  // The upload that runs while the file is written (fs/streamed_upload.h), and whether one may
+  // start: the data being written began empty here (a new file, O_TRUNC, truncate to 0) and no
+  // upload of it was given up yet.
+  std::shared_ptr<StreamedUpload> stream GUARDED_BY(mu);
+  bool may_stream GUARDED_BY(mu) = false;
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.
   FileAttr attr GUARDED_BY(mu);

@@ -989,6 +989,148 @@ TEST_P(MountSuiteTest, AStoppedServerGivesEioWithinTheBudgetAndTheMountRecovers)
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// ---- Files streamed while they are written (fs/streamed_upload.h) ----
+
+// Writes all of `data` at `offset` of `fd` in 1 MiB writes.
+void WriteAllAt(int fd, std::string_view data, uint64_t offset) {
+  for (size_t done = 0; done < data.size();) {
+    const size_t n = std::min<size_t>(1 << 20, data.size() - done);
+    const ssize_t w = ::pwrite(fd, data.data() + done, n, static_cast<off_t>(offset + done));
+    ASSERT_GT(w, 0) << std::strerror(errno);
+    done += static_cast<size_t>(w);
+  }
+}
+
+// The mount's streamed_parts counter.
+int64_t StreamedParts(const std::string& mount) {
+  return StatsCounter(GetXattr(mount, "user.objfs.stats"), "streamed_parts");
+}
+
+TEST_P(MountSuiteTest, ASequentialWriteSendsItsPartsBeforeClose) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string data = PseudoRandomBytes(64 << 20, 70);
+  const int fd = ::open((m + "/streamed").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  WriteAllAt(fd, data, 0);
+  // Still open: the parts the writer passed go up meanwhile (16 MiB parts on S3, 8 on SFTP).
+  EXPECT_TRUE(WaitFor(60, [&] { return StreamedParts(m) >= 3; }))
+      << GetXattr(m, "user.objfs.stats");
+  if (can().server_access) {
+    EXPECT_FALSE(remote().Read("streamed").ok()) << "visible on the server before close";
+  }
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  const std::string stats = GetXattr(m, "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(stats, "streamed_fallbacks"), 0) << stats << mount->log();
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("streamed")), Digest(data));
+  }
+  if (can().native_etags) {
+    // The upload's own "-N" ETag, no self-copy after it.
+    EXPECT_NE(GetXattr(m + "/streamed", "user.etag").find('-'), std::string::npos);
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(m + "/streamed")), Digest(data));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+TEST_P(MountSuiteTest, AStreamedFileWrittenBackIntoASentPartAndTruncatedIsStoredAsWritten) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  std::string model = PseudoRandomBytes(48 << 20, 71);
+  const int fd = ::open((m + "/edited").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  WriteAllAt(fd, model, 0);
+  ASSERT_TRUE(WaitFor(60, [&] { return StreamedParts(m) >= 2; }))
+      << GetXattr(m, "user.objfs.stats");
+  // Back into the first part, sent already.
+  const std::string patch = PseudoRandomBytes(4096, 72);
+  WriteAllAt(fd, patch, (1 << 20) + 5);
+  model.replace((1 << 20) + 5, patch.size(), patch);
+  // Cut in the middle of a part, then grown again.
+  const size_t cut = (20 << 20) + 123;
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(cut)), 0) << std::strerror(errno);
+  model.resize(cut);
+  const std::string tail = PseudoRandomBytes(16 << 20, 73);
+  WriteAllAt(fd, tail, cut);
+  model += tail;
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("edited")), Digest(model));
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(m + "/edited")), Digest(model));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+TEST_P(MountSuiteTest, TwoHandlesWritingOneStreamedFile) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string data = PseudoRandomBytes(48 << 20, 74);
+  const size_t half = data.size() / 2;
+  const int first = ::open((m + "/shared").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(first, 0) << std::strerror(errno);
+  const int second = ::open((m + "/shared").c_str(), O_WRONLY);
+  ASSERT_GE(second, 0) << std::strerror(errno);
+  // In turns, 1 MiB each: the first handle the front half, the second the back half.
+  for (size_t at = 0; at < half; at += 1 << 20) {
+    WriteAllAt(first, std::string_view(data).substr(at, 1 << 20), at);
+    WriteAllAt(second, std::string_view(data).substr(half + at, 1 << 20), half + at);
+  }
+  ASSERT_EQ(::close(first), 0) << std::strerror(errno);
+  ASSERT_EQ(::close(second), 0) << std::strerror(errno);
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("shared")), Digest(data));
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(m + "/shared")), Digest(data));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// The server stops answering while a file streams: close fails with EIO, the data stays
+// staged, and an fsync once the server is back stores all of it.
+TEST_P(MountSuiteTest, AStreamedWriteThroughAnOutageIsStoredByAnFsyncAfterIt) {
+  std::unique_ptr<Remote> stoppable = Remote::Create(GetParam(), TestName(), {.stoppable = true});
+  ASSERT_TRUE(stoppable);
+  if (!stoppable->capabilities().stop_start || !stoppable->capabilities().server_access) {
+    GTEST_SKIP() << stoppable->name() << ": the server cannot be stopped or read from here";
+  }
+  std::unique_ptr<ObjfsMount> mount = stoppable->Mount("request_timeout=2,operation_timeout=5");
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string data = PseudoRandomBytes(48 << 20, 75);
+  const int fd = ::open((m + "/outage").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const int syncer = ::open((m + "/outage").c_str(), O_RDONLY);
+  ASSERT_GE(syncer, 0) << std::strerror(errno);
+  WriteAllAt(fd, std::string_view(data).substr(0, 24 << 20), 0);
+  ASSERT_TRUE(WaitFor(60, [&] { return StreamedParts(m) >= 1; }))
+      << GetXattr(m, "user.objfs.stats");
+  ASSERT_TRUE(stoppable->StopServer().ok());
+  // Writes go on without the server: they only stage.
+  WriteAllAt(fd, std::string_view(data).substr(24 << 20), 24 << 20);
+  const auto start = std::chrono::steady_clock::now();
+  const int closed = ::close(fd);
+  const int close_errno = errno;
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(stoppable->StartServer().ok());
+  EXPECT_EQ(closed, -1);
+  EXPECT_EQ(close_errno, EIO) << std::strerror(close_errno);
+  EXPECT_LT(took, 60) << "close waited for the server";
+  EXPECT_TRUE(WaitFor(60, [&] { return ::fsync(syncer) == 0; })) << std::strerror(errno);
+  ::close(syncer);
+  Result<std::string> stored = stoppable->Read("outage");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(Digest(*stored), Digest(data));
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(m + "/outage")), Digest(data));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Remotes, MountSuiteTest, ::testing::ValuesIn(RemoteKinds()),
                          [](const ::testing::TestParamInfo<RemoteKind>& info) {
                            return RemoteKindName(info.param);
