@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -147,6 +148,8 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
 
 void FileWriter::Discard(Inode& inode) {
   GiveUpStream(inode, "", std::nullopt, Status::Ok());  // nothing of it is ever to be stored
+  inode.base.reset();
+  inode.touched.Clear();
   inode.state = Inode::FileState::kRemoved;
   ForgetHeldMetadata(inode);
   MetadataCoalescer::Forget(inode.carried);
@@ -164,6 +167,8 @@ void FileWriter::Discard(Inode& inode) {
 void FileWriter::DropStaging(Inode& inode) {
   GiveUpStream(inode, "", std::nullopt, Status::Ok());
   inode.may_stream = false;
+  inode.base.reset();
+  inode.touched.Clear();
   MetadataCoalescer::Forget(inode.carried);
   if (inode.accepted_copy) {
     inode.accepted_copy->Remove();
@@ -305,6 +310,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   // Streamed while it was written: what is left of its parts, and completed. Otherwise (or
   // when that was given up) the whole file.
   std::optional<Result<ObjectInfo>> streamed = FinishStream(inode, key, &metadata);
+  if (!streamed) streamed = UploadEdit(inode, key, metadata);
   PutOptions put;
   put.metadata = metadata;
   auto result = streamed ? std::move(*streamed) : store_->put(key, inode.staged->Source(), put);
@@ -331,6 +337,14 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   inode.in_store = true;
   inode.may_stream = false;  // further writes edit a stored object
   inode.uploaded_etag = result->etag;
+  inode.touched.Clear();
+  inode.base.reset();
+  if (!result->etag.empty()) {
+    inode.base = ObjectInfo{};
+    inode.base->key = key;
+    inode.base->size = inode.staged->size();
+    inode.base->etag = result->etag;
+  }
   ForgetHeldMetadata(inode);  // the upload carried it
   MetadataCoalescer::Forget(inode.carried);
   if (inode.accepted_copy) {  // an older version: the store has a newer one now
@@ -407,12 +421,14 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
   MetadataCoalescer::Carry(inode.pending_metadata, inode.carried);
   inode.has_local_data.store(true);
   inode.state = Inode::FileState::kUnsaved;
-  // Written from empty: its parts may go up while it is written.
+  // Written from empty: its parts may go up while it is written (and none is the base's).
   inode.may_stream = !keep_content || inode.staged->size() == 0;
+  if (!keep_content) inode.touched.Add(0, UINT64_MAX);
   return Status::Ok();
 }
 
 void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, uint64_t length) {
+  if (inode.base) inode.touched.Add(offset, length);
   if (!inode.staged || !inode.unsaved()) return;
   const uint64_t size = inode.staged->size();
   if (inode.stream) {
@@ -454,8 +470,78 @@ void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, ui
 }
 
 void FileWriter::Truncated(Inode& inode, uint64_t size) {
+  // What lies past the new end is not the base's any more, should the file grow again.
+  if (inode.base) inode.touched.Add(size, UINT64_MAX);
   if (inode.stream) inode.stream->Truncated(size);
   if (size == 0 && inode.unsaved()) inode.may_stream = true;
+}
+
+void FileWriter::NoteBase(Inode& inode, const std::string& key, const MetaRecord& rec) {
+  inode.touched.Clear();
+  inode.base.reset();
+  if (rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
+}
+
+std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std::string& key,
+                                                         const Metadata& metadata) {
+  if (!inode.base || inode.base->key != key || stream_pool_ == nullptr) return std::nullopt;
+  // (Asked now: SFTP learns whether the server copies ranges at its first connection.)
+  const Capabilities caps = store_->capabilities();
+  if (!caps.copy_ranges) return std::nullopt;
+  const ObjectInfo base = *inode.base;
+  const uint64_t size = inode.staged->size();
+  const uint64_t part =
+      caps.part_size > 0 ? std::max(caps.part_size, caps.min_part_size) : kDefaultStreamPart;
+  // Worth it only when a whole part of the base is left as it was.
+  bool copies = false;
+  for (uint64_t offset = 0; offset + part <= std::min(size, base.size) && !copies; offset += part) {
+    copies = !inode.touched.Overlaps(offset, part);
+  }
+  if (!copies) return std::nullopt;
+  UploadOptions options;
+  options.size_hint = size;
+  options.part_size = part;
+  options.metadata = metadata;
+  Result<std::unique_ptr<objfs::Upload>> started = store_->start_upload(key, options);
+  if (!started.ok()) {
+    Bump(metrics_->streamed_fallbacks);
+    GiveUpStream(inode, key, Fallback::kEditFailed, started.status());
+    return std::nullopt;
+  }
+  objfs::Upload& upload = **started;
+  const uint64_t part_size = upload.part_size();
+  const FileSource source = inode.staged->Source();
+  // Copies of the untouched parts and uploads of the touched ones, a few at a time.
+  std::vector<std::future<Status>> parts;
+  Status failed;
+  for (uint64_t offset = 0; offset < size && failed.ok(); offset += part_size) {
+    const uint64_t length = std::min(part_size, size - offset);
+    const bool copy = offset + length <= base.size && !inode.touched.Overlaps(offset, length);
+    if (!copy) failed = FetchStaged(inode, key, offset, length);
+    if (!failed.ok()) break;
+    parts.push_back(stream_pool_->Async([&upload, &source, &base, offset, length, copy] {
+      return copy ? upload.copy(offset, base, offset, length)
+                  : upload.write(offset, source, offset, length);
+    }));
+  }
+  for (std::future<Status>& done : parts) {
+    Status s = done.get();
+    if (failed.ok() && !s.ok()) failed = s;
+  }
+  if (failed.ok()) {
+    PutOptions put;
+    put.metadata = metadata;
+    // No if_match: the base is the key's own object and the last writer wins; a base changed
+    // meanwhile fails its copies (PreconditionFailed), and then the whole file goes up.
+    Result<ObjectInfo> done = upload.complete(size, put);
+    if (done.ok()) return done;
+    failed = done.status();
+  } else {
+    (void)upload.abort();
+  }
+  Bump(metrics_->streamed_fallbacks);
+  GiveUpStream(inode, key, Fallback::kEditFailed, failed);
+  return std::nullopt;
 }
 
 Status FileWriter::FetchStaged(Inode& /*inode*/, const std::string& /*key*/, uint64_t /*offset*/,
@@ -477,13 +563,13 @@ void FileWriter::GiveUpStream(Inode& inode, const std::string& key, std::optiona
   const char* reason = "";
   switch (*why) {
     case Fallback::kNotStarted:
-      reason = "its upload could not start";
+      reason = "its streamed upload could not start";
       break;
     case Fallback::kPartFailed:
-      reason = "a part failed";
+      reason = "a part of its streamed upload failed";
       break;
     case Fallback::kCompleteFailed:
-      reason = "completing its upload failed";
+      reason = "completing its streamed upload failed";
       break;
     case Fallback::kRenamed:
       reason = "it was renamed while its parts went up";
@@ -491,10 +577,13 @@ void FileWriter::GiveUpStream(Inode& inode, const std::string& key, std::optiona
     case Fallback::kReplaced:
       reason = "it was written again after its close";
       break;
+    case Fallback::kEditFailed:
+      reason = "copying its unchanged parts on the server failed";
+      break;
     case Fallback::kCount:
       break;
   }
-  Log("uploading " + key + " whole at close instead of streaming its parts: " + reason +
+  Log("uploading " + key + " whole: " + reason +
       (detail.ok() ? "" : " (" + detail.ToString() + ")") +
       "; later files given up for this reason are not logged");
 }

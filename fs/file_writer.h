@@ -112,6 +112,9 @@ class FileWriter {
       REQUIRES(inode.mu);
   // The staged file was truncated to `size` (after MarkDirty).
   void Truncated(Inode& inode, uint64_t size) REQUIRES(inode.mu);
+  // The staged file was just staged from the stored object `rec` of `key` (Stage): a close
+  // after writes that touched only some parts copies the others from it on the server.
+  void NoteBase(Inode& inode, const std::string& key, const MetaRecord& rec) REQUIRES(inode.mu);
   // Makes [offset, offset + length) of the staged file hold the file's bytes (before it is
   // uploaded from there).
   Status FetchStaged(Inode& inode, const std::string& key, uint64_t offset, uint64_t length)
@@ -210,7 +213,15 @@ class FileWriter {
   bool Adopt(const StagedLeftover& left);
 
   // Why a streamed upload was given up for a whole put at close: each is logged once.
-  enum class Fallback { kNotStarted, kPartFailed, kCompleteFailed, kRenamed, kReplaced, kCount };
+  enum class Fallback {
+    kNotStarted,
+    kPartFailed,
+    kCompleteFailed,
+    kRenamed,
+    kReplaced,
+    kEditFailed,
+    kCount
+  };
   // Drops inode.stream (aborted once its parts in flight return); with a reason, logs it once.
   void GiveUpStream(Inode& inode, const std::string& key, std::optional<Fallback> why,
                     const Status& detail) REQUIRES(inode.mu);
@@ -218,6 +229,13 @@ class FileWriter {
   // given up (the caller then puts the file whole).
   std::optional<Result<ObjectInfo>> FinishStream(Inode& inode, const std::string& key,
                                                  Metadata* metadata) REQUIRES(inode.mu);
+
+  // Upload's way for an edit of inode.base under its own key, with the store's copy_ranges:
+  // the parts no write touched are copied from the base on the server, the others uploaded
+  // from the staged file. Nullopt when that is not worth it or was given up (the caller then
+  // puts the file whole).
+  std::optional<Result<ObjectInfo>> UploadEdit(Inode& inode, const std::string& key,
+                                               const Metadata& metadata) REQUIRES(inode.mu);
 
   ObjectStore* store_;
   StagingArea* staging_;

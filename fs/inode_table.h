@@ -18,10 +18,9 @@
 #include "cache/staging.h"
 #include "fs/file_attr.h"
 #include "fs/metadata_coalescer.h"
+#include "fs/streamed_upload.h"
 
 namespace objfs {
-
-class StreamedUpload;
 
 // Per-inode state. Its mutex is lock 1 of fs/lock_order.h; every field below it is guarded by
 // it except the atomics.
@@ -57,6 +56,11 @@ struct Inode {
   // upload of it was given up yet.
   std::shared_ptr<StreamedUpload> stream GUARDED_BY(mu);
   bool may_stream GUARDED_BY(mu) = false;
+  // The stored object the staged file was staged from or last uploaded as (its key, size and
+  // ETag), and the ranges written since: a close copies the untouched parts of it on the
+  // server. Unset when there is none (a new or emptied file).
+  std::optional<ObjectInfo> base GUARDED_BY(mu);
+  TouchedRanges touched GUARDED_BY(mu);
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.
   FileAttr attr GUARDED_BY(mu);

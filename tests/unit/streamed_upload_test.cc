@@ -117,6 +117,12 @@ class GatedUpload : public ForwardingUpload {
     OBJFS_RETURN_IF_ERROR(gate_->Enter());
     return ForwardingUpload::write(offset, source, source_offset, length);
   }
+  Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+              uint64_t length) override {
+    ++copies;
+    return ForwardingUpload::copy(offset, base, base_offset, length);
+  }
+  static inline std::atomic<int> copies{0};
 
  private:
   Gate* gate_;
@@ -323,9 +329,29 @@ TEST_F(StreamedUploadTest, AnAbandonedUploadIsAbortedAfterItsPartsInFlight) {
   EXPECT_EQ(memory_->object_count(), 0u);
 }
 
+TEST(TouchedRangesTest, MergesRangesAndFindsOverlaps) {
+  TouchedRanges touched;
+  EXPECT_FALSE(touched.Overlaps(0, UINT64_MAX));
+  touched.Add(10, 5);  // [10, 15)
+  touched.Add(20, 5);  // [20, 25)
+  EXPECT_FALSE(touched.Overlaps(0, 10));
+  EXPECT_TRUE(touched.Overlaps(0, 11));
+  EXPECT_FALSE(touched.Overlaps(15, 5));
+  EXPECT_TRUE(touched.Overlaps(14, 1));
+  EXPECT_TRUE(touched.Overlaps(24, 100));
+  EXPECT_FALSE(touched.Overlaps(25, 100));
+  touched.Add(15, 5);  // joins both
+  EXPECT_TRUE(touched.Overlaps(17, 1));
+  touched.Add(100, UINT64_MAX);  // to the end
+  EXPECT_TRUE(touched.Overlaps(UINT64_MAX - 1, 1));
+  EXPECT_FALSE(touched.Overlaps(30, 70));
+  touched.Clear();
+  EXPECT_TRUE(touched.empty());
+}
+
 // FileWriter's side: when a file streams, and the fallback to a whole put.
 class FileWriterStreamTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     char tmpl[] = "/tmp/objfs-writer-stream-test-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
@@ -449,7 +475,7 @@ TEST_F(FileWriterStreamTest, AFailedPartFallsBackToAWholePutLoggedOnce) {
   const std::vector<std::string> log = Log();
   EXPECT_EQ(std::count_if(log.begin(), log.end(),
                           [](const std::string& l) {
-                            return l.find("instead of streaming its parts: a part failed") !=
+                            return l.find("whole: a part of its streamed upload failed") !=
                                    std::string::npos;
                           }),
             1)
@@ -489,6 +515,62 @@ TEST_F(FileWriterStreamTest, TruncateToZeroLetsAnEditedFileStream) {
   EXPECT_NE(inode->stream, nullptr);
   ASSERT_TRUE(writer_->Upload(*inode, "t").ok());
   EXPECT_TRUE(memory_->contents("t") == data);
+}
+
+// A stored object staged for writing (as Filesystem::Write does), its base noted.
+std::shared_ptr<Inode> StageStored(FileWriterStreamTest& t, const std::string& key) {
+  std::shared_ptr<Inode> inode = t.inodes_.Get(t.inodes_.Acquire(key, 1));
+  MutexLock lock(&inode->mu);
+  auto head = t.memory_->head(key);
+  EXPECT_TRUE(head.ok());
+  MetaRecord rec = t.attrs_.FromInfo(*head, false);
+  EXPECT_TRUE(t.writer_->Stage(*inode, key, rec, /*empty=*/false).ok());
+  t.writer_->NoteBase(*inode, key, rec);
+  inode->open_handles.fetch_add(1);
+  return inode;
+}
+
+TEST_F(FileWriterStreamTest, AnEditCopiesTheUntouchedPartsOfItsBase) {
+  std::string model = Pattern(kPart * 6, 'u');
+  ASSERT_TRUE(memory_->put("edit", MemorySource(model), {}).ok());
+  std::shared_ptr<Inode> inode = StageStored(*this, "edit");
+  GatedUpload::copies = 0;
+  const int writes_before = gate_.writes();
+  Write(*inode, "edit", kPart * 2 + 100, "patch");  // part 2
+  model.replace(kPart * 2 + 100, 5, "patch");
+  const std::string tail = Pattern(kPart / 2, 'v');
+  Write(*inode, "edit", kPart * 6, tail);  // a new, short part 6
+  model += tail;
+  MutexLock lock(&inode->mu);
+  EXPECT_EQ(inode->stream, nullptr) << "an edit streamed";
+  ASSERT_TRUE(writer_->Upload(*inode, "edit").ok());
+  EXPECT_TRUE(memory_->contents("edit") == model);
+  EXPECT_EQ(GatedUpload::copies.load(), 5) << "parts 0, 1, 3, 4 and 5 are the base's";
+  EXPECT_EQ(gate_.writes() - writes_before, 2) << "only parts 2 and 6 were written";
+  EXPECT_EQ(inode->uploaded_etag, PartsETag(model));
+  // Edited again (kept for the open handle): the new object is the base.
+  ASSERT_TRUE(writer_->MarkDirty(*inode, "edit").ok());
+  ASSERT_TRUE(inode->staged->WriteAt(0, Bytes("front")).ok());
+  writer_->Wrote(*inode, "edit", 0, 5);
+  model.replace(0, 5, "front");
+  ASSERT_TRUE(writer_->Upload(*inode, "edit").ok());
+  EXPECT_TRUE(memory_->contents("edit") == model);
+  EXPECT_EQ(GatedUpload::copies.load(), 5 + 6);
+}
+
+TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedMeanwhileIsPutWhole) {
+  std::string model = Pattern(kPart * 4, 'w');
+  ASSERT_TRUE(memory_->put("raced", MemorySource(model), {}).ok());
+  std::shared_ptr<Inode> inode = StageStored(*this, "raced");
+  Write(*inode, "raced", 10, "mine");
+  model.replace(10, 4, "mine");
+  // Another client replaces the object: the last writer, this close, wins with its own bytes.
+  ASSERT_TRUE(memory_->put("raced", MemorySource(Pattern(kPart * 4, 'x')), {}).ok());
+  MutexLock lock(&inode->mu);
+  ASSERT_TRUE(writer_->Upload(*inode, "raced").ok());
+  EXPECT_TRUE(memory_->contents("raced") == model) << "parts of the other client's object mixed in";
+  EXPECT_EQ(metrics_.streamed_fallbacks.load(), 1u);
+  EXPECT_TRUE(Eventually([&] { return memory_->uploads_in_progress() == 0; }));
 }
 
 }  // namespace
