@@ -1131,6 +1131,76 @@ TEST_P(MountSuiteTest, AStreamedWriteThroughAnOutageIsStoredByAnFsyncAfterIt) {
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// A 1 MiB append to a large file and a 4 KiB patch in its middle: where the server copies
+// ranges (S3; SFTP with copy-data), close copies the unchanged parts from the stored object and
+// uploads only the parts that changed.
+TEST_P(MountSuiteTest, AnAppendAndAPatchOfALargeFileUploadOnlyTheChangedParts) {
+  // 5 MiB parts on S3 (the smallest it copies), SFTP's own 8 MiB elsewhere.
+  const uint64_t part = can().native_etags ? 5 << 20 : 8 << 20;
+  std::string model = PseudoRandomBytes(60 << 20, 80);
+  if (can().server_access) {
+    Status written = remote().Write("large", model);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+  } else {
+    std::unique_ptr<ObjfsMount> writer = remote().Mount();
+    ASSERT_TRUE(writer);
+    WriteFile(writer->path() + "/large", model);
+    EXPECT_EQ(writer->Stop(), 0);
+  }
+  std::unique_ptr<ObjfsMount> mount = remote().Mount(can().native_etags ? "part_size=5M" : "");
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string file = m + "/large";
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+
+  struct Step {
+    std::string name;
+    std::string command;
+    uint64_t changed;  // bytes of the parts that changed
+  };
+  const std::string chunk = PseudoRandomBytes(1 << 20, 81);
+  WriteFile(local.path() + "/chunk", chunk);
+  const std::string patch = PseudoRandomBytes(4096, 82);
+  WriteFile(local.path() + "/patch", patch);
+  const uint64_t patch_at = (30 << 20) + 8192;
+  for (const Step& step :
+       {Step{"append", "cat \"$0/chunk\" >> \"$1\"", (60 << 20) % part + (1 << 20)},
+        Step{"patch",
+             "dd if=\"$0/patch\" of=\"$1\" bs=4096 seek=" + std::to_string(patch_at / 4096) +
+                 " conv=notrunc status=none",
+             part}}) {
+    SCOPED_TRACE(step.name);
+    const std::string before = GetXattr(m, "user.objfs.stats");
+    CommandResult r = RunCommand({"sh", "-c", step.command, local.path(), file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (step.name == "append") {
+      model += chunk;
+    } else {
+      model.replace(patch_at, patch.size(), patch);
+    }
+    const std::string after = GetXattr(m, "user.objfs.stats");
+    const int64_t copies =
+        StatsCounter(after, "copy_requests") - StatsCounter(before, "copy_requests");
+    const int64_t written =
+        StatsCounter(after, "bytes_written") - StatsCounter(before, "bytes_written");
+    if (can().native_etags) {
+      EXPECT_GE(copies, 10) << after;
+      EXPECT_NE(GetXattr(file, "user.etag").find('-'), std::string::npos);
+    }
+    if (copies > 0) {
+      // The changed part(s) only, not the 60 MiB.
+      EXPECT_LE(written, static_cast<int64_t>(step.changed) + (64 << 10)) << after;
+    }
+    if (can().server_access) {
+      EXPECT_EQ(Digest(OnServer("large")), Digest(model));
+    }
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(file)), Digest(model));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Remotes, MountSuiteTest, ::testing::ValuesIn(RemoteKinds()),
                          [](const ::testing::TestParamInfo<RemoteKind>& info) {
                            return RemoteKindName(info.param);
