@@ -457,6 +457,8 @@ void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, ui
   options.started_ns = NowNs();
   UploadOptions upload;
   upload.metadata = options.metadata;
+  upload.part_size = threshold;  // what the store makes of it, without a size hint
+  if (caps_.min_part_size > 0) upload.part_size = std::max(upload.part_size, caps_.min_part_size);
   Result<std::shared_ptr<StreamedUpload>> started =
       StreamedUpload::Start(*store_, key, inode.staged->data_path(), upload, options);
   if (!started.ok()) {

@@ -43,31 +43,61 @@ Result<std::shared_ptr<StreamedUpload>> StreamedUpload::Start(ObjectStore& store
                                                               const std::string& data_path,
                                                               const UploadOptions& upload,
                                                               const Options& options) {
+  if (upload.part_size == 0) return InvalidArgumentError("a streamed upload needs a part size");
   const int fd = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return Status(StatusCode::kIoError, "opening " + data_path + ": " + std::strerror(errno));
   }
-  Result<std::unique_ptr<Upload>> started = store.start_upload(key, upload);
-  if (!started.ok()) {
-    ::close(fd);
-    return started.status();
-  }
-  return std::make_shared<StreamedUpload>(std::move(*started), fd, options);
+  auto stream = std::make_shared<StreamedUpload>(key, upload.part_size, fd, options);
+  options.pool->Submit([stream, &store, upload] { stream->Begin(store, upload); });
+  return stream;
 }
 
 StreamedUpload::StreamedUpload(std::unique_ptr<Upload> upload, int fd, Options options)
-    : upload_(std::move(upload)),
+    : key_(upload->key()),
       fd_(fd),
       options_(std::move(options)),
-      part_size_(std::max<uint64_t>(upload_->part_size(), 1)) {}
+      part_size_(std::max<uint64_t>(upload->part_size(), 1)) {
+  MutexLock lock(&mu_);
+  upload_ = std::move(upload);
+  started_ = true;
+}
 
-StreamedUpload::~StreamedUpload() {
-  bool completed;
+StreamedUpload::StreamedUpload(std::string key, uint64_t part_size, int fd, Options options)
+    : key_(std::move(key)),
+      fd_(fd),
+      options_(std::move(options)),
+      part_size_(std::max<uint64_t>(part_size, 1)) {}
+
+void StreamedUpload::Begin(ObjectStore& store, const UploadOptions& upload) {
+  Result<std::unique_ptr<Upload>> started = store.start_upload(key_, upload);
+  std::vector<uint64_t> start;
   {
     MutexLock lock(&mu_);
-    completed = completed_;
+    started_ = true;
+    if (!started.ok()) {
+      failure_ = started.status().WithContext("starting the upload");
+    } else {
+      upload_ = std::move(*started);
+      if (upload_->part_size() != part_size_) {
+        failure_ = Status(StatusCode::kInternal, "the store chose parts of " +
+                                                     std::to_string(upload_->part_size()) +
+                                                     " bytes, not " + std::to_string(part_size_));
+      }
+    }
+    start = TakeStartableLocked();
+    changed_.SignalAll();
   }
-  if (!completed) (void)upload_->abort();  // a failure leaves it in the store's journal
+  StartParts(start);
+}
+
+StreamedUpload::~StreamedUpload() {
+  Upload* abort = nullptr;
+  {
+    MutexLock lock(&mu_);
+    if (!completed_) abort = upload_.get();
+  }
+  if (abort != nullptr) (void)abort->abort();  // a failure leaves it in the store's journal
   ::close(fd_);
 }
 
@@ -130,7 +160,7 @@ void StreamedUpload::Truncated(uint64_t size) {
 
 std::vector<uint64_t> StreamedUpload::TakeStartableLocked() {
   std::vector<uint64_t> start;
-  if (abandoned_ || !failure_.ok()) return start;
+  if (abandoned_ || !started_ || !failure_.ok()) return start;
   const size_t bound = std::max<size_t>(options_.max_in_flight, 1);
   for (auto& [index, state] : parts_) {
     if (in_flight_ >= bound) break;
@@ -151,15 +181,17 @@ void StreamedUpload::StartParts(const std::vector<uint64_t>& indices) {
 
 void StreamedUpload::RunPart(uint64_t index) {
   uint64_t length = 0;
+  Upload* upload = nullptr;
   {
     MutexLock lock(&mu_);
     if (!abandoned_) length = PartLength(index, size_);
+    upload = upload_.get();  // started: parts start only then
   }
   Status sent;
   if (length > 0) {
     const uint64_t offset = index * part_size_;
     FileSource source(fd_, offset + length);
-    sent = upload_->write(offset, source, offset, length);
+    sent = upload->write(offset, source, offset, length);
   }
   std::vector<uint64_t> start;
   {
@@ -196,7 +228,7 @@ Result<ObjectInfo> StreamedUpload::Finish(uint64_t size, const PutOptions& optio
     if (abandoned_ || completed_) {
       return Status(StatusCode::kInvalidArgument, "upload of " + key() + " already finished");
     }
-    while (in_flight_ > 0) changed_.Wait(&mu_);
+    while (!started_ || in_flight_ > 0) changed_.Wait(&mu_);
     if (!failure_.ok()) return failure_;
     if (upload_->max_size() != 0 && size > upload_->max_size()) {
       return Status(StatusCode::kInvalidArgument,
@@ -227,7 +259,12 @@ Result<ObjectInfo> StreamedUpload::Finish(uint64_t size, const PutOptions& optio
     while (pending()) changed_.Wait(&mu_);
     if (!failure_.ok()) return failure_;
   }
-  Result<ObjectInfo> done = upload_->complete(size, options);
+  Upload* upload = nullptr;
+  {
+    MutexLock lock(&mu_);
+    upload = upload_.get();
+  }
+  Result<ObjectInfo> done = upload->complete(size, options);
   MutexLock lock(&mu_);
   // A failed complete() aborted the upload itself.
   completed_ = true;

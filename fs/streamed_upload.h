@@ -69,21 +69,25 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload> {
     int64_t started_ns = 0;
   };
 
-  // Starts the upload of `key` and opens `data_path` (the staged file) for reading: the parts
-  // read through their own descriptor, which outlives a staged file removed meanwhile.
+  // Opens `data_path` (the staged file) for reading, the parts' own descriptor, which outlives
+  // a staged file removed meanwhile; and starts the upload of `key` in parts of
+  // upload.part_size (required) on the pool, so that the writer never waits for it. A store
+  // that starts it with another part size fails it (failure()).
   static Result<std::shared_ptr<StreamedUpload>> Start(ObjectStore& store, const std::string& key,
                                                        const std::string& data_path,
                                                        const UploadOptions& upload,
                                                        const Options& options);
   // Over an upload already started; takes `fd` (closed by the destructor).
   StreamedUpload(std::unique_ptr<Upload> upload, int fd, Options options);
+  // Not started yet: Start's.
+  StreamedUpload(std::string key, uint64_t part_size, int fd, Options options);
   // Aborts the upload unless it completed (after the last part in flight: they hold a
   // reference).
   ~StreamedUpload();
   StreamedUpload(const StreamedUpload&) = delete;
   StreamedUpload& operator=(const StreamedUpload&) = delete;
 
-  const std::string& key() const { return upload_->key(); }
+  const std::string& key() const { return key_; }
   uint64_t part_size() const { return part_size_; }
   const Metadata& metadata() const { return options_.metadata; }
   int64_t started_ns() const { return options_.started_ns; }
@@ -116,13 +120,19 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload> {
   void RunPart(uint64_t index);
   uint64_t PartLength(uint64_t index, uint64_t size) const;
 
-  const std::unique_ptr<Upload> upload_;
+  // Start's work on the pool: the upload, or the failure.
+  void Begin(ObjectStore& store, const UploadOptions& upload);
+
+  const std::string key_;
   const int fd_;
   const Options options_;
   const uint64_t part_size_;
 
   mutable Mutex mu_;  // lock 26 of fs/lock_order.h: a leaf
-  CondVar changed_;   // a part left flight
+  CondVar changed_;   // a part left flight, or the upload started
+  // Set once, under mu_, when the upload started (read without mu_ only after `started_`).
+  std::unique_ptr<Upload> upload_ GUARDED_BY(mu_);
+  bool started_ GUARDED_BY(mu_) = false;  // started, or failed to (failure_)
   std::map<uint64_t, PartState> parts_ GUARDED_BY(mu_);
   // Parts below this are ready (the file reaches their end), each with a state.
   uint64_t ready_parts_ GUARDED_BY(mu_) = 0;
