@@ -1131,6 +1131,34 @@ TEST_P(MountSuiteTest, AStreamedWriteThroughAnOutageIsStoredByAnFsyncAfterIt) {
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// rsync into a write-back window: its temporary file streams while it is written, and the
+// rename before the upload completes it under the temporary name and moves it on the server:
+// one upload, under the final name only.
+TEST_P(MountSuiteTest, RsyncOfALargeFileIntoTheWriteBackWindowIsOneUpload) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string data = PseudoRandomBytes(40 << 20, 83);
+  WriteFile(local.path() + "/large", data);
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  CommandResult r = RunCommand({"rsync", "-a", local.path() + "/large", m + "/"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Closed and renamed, its parts still go up in the window.
+  EXPECT_TRUE(WaitFor(60, [&] { return StreamedParts(m) >= 2; }))
+      << GetXattr(m, "user.objfs.stats");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(mount->log().find(" whole: "), std::string::npos) << mount->log();
+  if (can().server_access) {
+    EXPECT_EQ(ServerFiles(), "large\n");
+    EXPECT_EQ(Digest(OnServer("large")), Digest(data));
+  }
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(Digest(ReadFile(fresh->path() + "/large")), Digest(data));
+  EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
+}
+
 // A 1 MiB append to a large file and a 4 KiB patch in its middle: where the server copies
 // ranges (S3; SFTP with copy-data), close copies the unchanged parts from the stored object and
 // uploads only the parts that changed.
