@@ -19,6 +19,8 @@ std::string Metrics::ToText() const {
   line("remove_requests", remove_requests);
   line("rename_requests", rename_requests);
   line("upload_requests", upload_requests);
+  line("streamed_parts", streamed_parts);
+  line("streamed_fallbacks", streamed_fallbacks);
   line("failed_requests", failed_requests);
   line("bytes_read", bytes_read);
   line("bytes_written", bytes_written);

@@ -26,6 +26,10 @@ struct Metrics {
   // parts count as put_requests (written, in bytes_written) and copy_requests (copied on the
   // server, in bytes_copied_on_server).
   std::atomic<uint64_t> upload_requests{0};
+  // Parts of files being written that went up before their close (fs/streamed_upload.h), and
+  // the streamed uploads given up for a whole put at close.
+  std::atomic<uint64_t> streamed_parts{0};
+  std::atomic<uint64_t> streamed_fallbacks{0};
   std::atomic<uint64_t> failed_requests{0};
 
   std::atomic<uint64_t> bytes_read{0};     // bytes read from the backend

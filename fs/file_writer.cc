@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "cache/io_pool.h"
 #include "fs/object_metadata.h"
 
 namespace objfs {
@@ -18,6 +20,15 @@ namespace {
 
 std::chrono::nanoseconds Seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
+}
+
+// The part size a file must reach before its parts stream, for a store that names none.
+constexpr uint64_t kDefaultStreamPart = 8 << 20;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 int64_t ModifiedNs(const std::string& path) {
@@ -42,7 +53,11 @@ FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* ino
       coalescer_(
           store_, staging_, [this](const std::string& line) { Log(line); },
           [this](const std::string& key) { meta_cache_->Invalidate(key); }),
-      recovery_([this](const std::string& line) { Log(line); }) {
+      recovery_([this](const std::string& line) { Log(line); }),
+      caps_(store_->capabilities()) {
+  if (options_.stream_parts_in_flight > 0 && caps_.upload_sessions) {
+    stream_pool_ = std::make_unique<IoPool>(std::max<size_t>(options_.stream_threads, 1));
+  }
   WritebackQueue::Options queue;
   queue.clock = clock_;
   queue.work = [this](uint64_t ino) { return UploadDueFile(ino); };
@@ -53,7 +68,12 @@ FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* ino
   if ((writeback() || holds_metadata()) && options_.writeback_thread) queue_->Start();
 }
 
-FileWriter::~FileWriter() { queue_->Stop(); }
+FileWriter::~FileWriter() {
+  queue_->Stop();
+  // Parts still queued run (and return) before the pool goes; their uploads are aborted with
+  // the last reference.
+  stream_pool_.reset();
+}
 
 void FileWriter::Stop() { queue_->Stop(); }
 
@@ -127,6 +147,9 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
 }
 
 void FileWriter::Discard(Inode& inode) {
+  GiveUpStream(inode, "", std::nullopt, Status::Ok());  // nothing of it is ever to be stored
+  inode.base.reset();
+  inode.touched.Clear();
   inode.state = Inode::FileState::kRemoved;
   ForgetHeldMetadata(inode);
   MetadataCoalescer::Forget(inode.carried);
@@ -142,6 +165,10 @@ void FileWriter::Discard(Inode& inode) {
 }
 
 void FileWriter::DropStaging(Inode& inode) {
+  GiveUpStream(inode, "", std::nullopt, Status::Ok());
+  inode.may_stream = false;
+  inode.base.reset();
+  inode.touched.Clear();
   MetadataCoalescer::Forget(inode.carried);
   if (inode.accepted_copy) {
     inode.accepted_copy->Remove();
@@ -280,9 +307,13 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
       inode.accepted_copy.reset();
     }
   }
+  // Streamed while it was written: what is left of its parts, and completed. Otherwise (or
+  // when that was given up) the whole file.
+  std::optional<Result<ObjectInfo>> streamed = FinishStream(inode, key, &metadata);
+  if (!streamed) streamed = UploadEdit(inode, key, metadata);
   PutOptions put;
   put.metadata = metadata;
-  auto result = store_->put(key, inode.staged->Source(), put);
+  auto result = streamed ? std::move(*streamed) : store_->put(key, inode.staged->Source(), put);
   if (!result.ok() && IsPermanentRefusal(result.status())) {
     result = PutWithAcceptedMetadata(key, inode.staged->Source(), &metadata, result.status());
     if (result.ok()) inode.extra_metadata = WithoutPosixMetadata(metadata);
@@ -304,7 +335,16 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   }
   if (inode.unsaved()) inode.state = Inode::FileState::kCached;
   inode.in_store = true;
+  inode.may_stream = false;  // further writes edit a stored object
   inode.uploaded_etag = result->etag;
+  inode.touched.Clear();
+  inode.base.reset();
+  if (!result->etag.empty()) {
+    inode.base = ObjectInfo{};
+    inode.base->key = key;
+    inode.base->size = inode.staged->size();
+    inode.base->etag = result->etag;
+  }
   ForgetHeldMetadata(inode);  // the upload carried it
   MetadataCoalescer::Forget(inode.carried);
   if (inode.accepted_copy) {  // an older version: the store has a newer one now
@@ -338,6 +378,12 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
     return Status::Ok();
   }
   Metadata metadata = UploadMetadata(inode);
+  // The accepted version's streamed upload would complete data that is about to change (and
+  // reads the copy about to be set aside); emptied anyway, the file may stream anew.
+  if (inode.stream) {
+    GiveUpStream(inode, key, keep_content ? std::optional(Fallback::kReplaced) : std::nullopt,
+                 Status::Ok());
+  }
   if (state == StagedFile::State::kAccepted) {
     // Accepted and not uploaded yet: that version stays as it is, with its record, and the
     // writer changes a copy, so that a crash uploads what was closed, never a mix. (An empty
@@ -375,7 +421,239 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
   MetadataCoalescer::Carry(inode.pending_metadata, inode.carried);
   inode.has_local_data.store(true);
   inode.state = Inode::FileState::kUnsaved;
+  // Written from empty: its parts may go up while it is written (and none is the base's).
+  inode.may_stream = !keep_content || inode.staged->size() == 0;
+  if (!keep_content) inode.touched.Add(0, UINT64_MAX);
   return Status::Ok();
+}
+
+void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, uint64_t length) {
+  if (inode.base) inode.touched.Add(offset, length);
+  if (!inode.staged || !inode.unsaved()) return;
+  const uint64_t size = inode.staged->size();
+  if (inode.stream) {
+    Status failed = inode.stream->failure();
+    if (!failed.ok()) {
+      GiveUpStream(inode, key, Fallback::kPartFailed, failed);
+      return;
+    }
+    inode.stream->Wrote(offset, length, size);
+    return;
+  }
+  if (!inode.may_stream || stream_pool_ == nullptr) return;
+  // Small files keep the one put at close.
+  const uint64_t threshold =
+      caps_.part_size > 0 ? std::max(caps_.part_size, caps_.min_part_size) : kDefaultStreamPart;
+  if (size < threshold) return;
+  StreamedUpload::Options options;
+  options.max_in_flight = options_.stream_parts_in_flight;
+  options.pool = stream_pool_.get();
+  options.metrics = metrics_;
+  options.metadata = UploadMetadata(inode);
+  // A store that sets metadata by a self-copy after the upload starts without the mtime the
+  // writes keep moving: the object's Last-Modified, its completion, then stands for it
+  // (FinishStream).
+  if (caps_.attributes_by_copy) options.metadata.erase(kMtimeMetadata);
+  options.started_ns = NowNs();
+  UploadOptions upload;
+  upload.metadata = options.metadata;
+  upload.part_size = threshold;  // what the store makes of it, without a size hint
+  if (caps_.min_part_size > 0) upload.part_size = std::max(upload.part_size, caps_.min_part_size);
+  Result<std::shared_ptr<StreamedUpload>> started =
+      StreamedUpload::Start(*store_, key, inode.staged->data_path(), upload, options);
+  if (!started.ok()) {
+    inode.may_stream = false;
+    Bump(metrics_->streamed_fallbacks);
+    GiveUpStream(inode, key, Fallback::kNotStarted, started.status());
+    return;
+  }
+  inode.stream = std::move(*started);
+  inode.stream->Wrote(0, 0, size);
+}
+
+void FileWriter::Truncated(Inode& inode, uint64_t size) {
+  // What lies past the new end is not the base's any more, should the file grow again.
+  if (inode.base) inode.touched.Add(size, UINT64_MAX);
+  if (inode.stream) inode.stream->Truncated(size);
+  if (size == 0 && inode.unsaved()) inode.may_stream = true;
+}
+
+void FileWriter::NoteBase(Inode& inode, const std::string& key, const MetaRecord& rec) {
+  inode.touched.Clear();
+  inode.base.reset();
+  if (rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
+}
+
+std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std::string& key,
+                                                         const Metadata& metadata) {
+  if (!inode.base || inode.base->key != key || stream_pool_ == nullptr) return std::nullopt;
+  // (Asked now: SFTP learns whether the server copies ranges at its first connection.)
+  const Capabilities caps = store_->capabilities();
+  if (!caps.copy_ranges) return std::nullopt;
+  const ObjectInfo base = *inode.base;
+  const uint64_t size = inode.staged->size();
+  const uint64_t part =
+      caps.part_size > 0 ? std::max(caps.part_size, caps.min_part_size) : kDefaultStreamPart;
+  // Worth it only when a whole part of the base is left as it was.
+  bool copies = false;
+  for (uint64_t offset = 0; offset + part <= std::min(size, base.size) && !copies; offset += part) {
+    copies = !inode.touched.Overlaps(offset, part);
+  }
+  if (!copies) return std::nullopt;
+  UploadOptions options;
+  options.size_hint = size;
+  options.part_size = part;
+  options.metadata = metadata;
+  Result<std::unique_ptr<objfs::Upload>> started = store_->start_upload(key, options);
+  if (!started.ok()) {
+    Bump(metrics_->streamed_fallbacks);
+    GiveUpStream(inode, key, Fallback::kEditFailed, started.status());
+    return std::nullopt;
+  }
+  objfs::Upload& upload = **started;
+  const uint64_t part_size = upload.part_size();
+  const FileSource source = inode.staged->Source();
+  // Copies of the untouched parts and uploads of the touched ones, a few at a time.
+  std::vector<std::future<Status>> parts;
+  Status failed;
+  for (uint64_t offset = 0; offset < size && failed.ok(); offset += part_size) {
+    const uint64_t length = std::min(part_size, size - offset);
+    const bool copy = offset + length <= base.size && !inode.touched.Overlaps(offset, length);
+    if (!copy) failed = FetchStaged(inode, key, offset, length);
+    if (!failed.ok()) break;
+    parts.push_back(stream_pool_->Async([&upload, &source, &base, offset, length, copy] {
+      return copy ? upload.copy(offset, base, offset, length)
+                  : upload.write(offset, source, offset, length);
+    }));
+  }
+  for (std::future<Status>& done : parts) {
+    Status s = done.get();
+    if (failed.ok() && !s.ok()) failed = s;
+  }
+  if (failed.ok()) {
+    PutOptions put;
+    put.metadata = metadata;
+    // No if_match: the base is the key's own object and the last writer wins; a base changed
+    // meanwhile fails its copies (PreconditionFailed), and then the whole file goes up.
+    Result<ObjectInfo> done = upload.complete(size, put);
+    if (done.ok()) return done;
+    failed = done.status();
+  } else {
+    (void)upload.abort();
+  }
+  Bump(metrics_->streamed_fallbacks);
+  GiveUpStream(inode, key, Fallback::kEditFailed, failed);
+  return std::nullopt;
+}
+
+Status FileWriter::FetchStaged(Inode& /*inode*/, const std::string& /*key*/, uint64_t /*offset*/,
+                               uint64_t /*length*/) {
+  return Status::Ok();  // the staged file holds the whole file
+}
+
+void FileWriter::GiveUpStream(Inode& inode, const std::string& key, std::optional<Fallback> why,
+                              const Status& detail) {
+  if (inode.stream) {
+    inode.stream->Abandon();  // aborted once its parts in flight return
+    inode.stream.reset();
+    if (why) Bump(metrics_->streamed_fallbacks);
+  }
+  if (!why) return;
+  inode.may_stream = false;
+  std::atomic<bool>& logged = fallback_logged_[static_cast<size_t>(*why)];
+  if (logged.exchange(true)) return;
+  const char* reason = "";
+  switch (*why) {
+    case Fallback::kNotStarted:
+      reason = "its streamed upload could not start";
+      break;
+    case Fallback::kPartFailed:
+      reason = "a part of its streamed upload failed";
+      break;
+    case Fallback::kCompleteFailed:
+      reason = "completing its streamed upload failed";
+      break;
+    case Fallback::kRenamed:
+      reason = "it was renamed while its parts went up";
+      break;
+    case Fallback::kReplaced:
+      reason = "it was written again after its close";
+      break;
+    case Fallback::kEditFailed:
+      reason = "copying its unchanged parts on the server failed";
+      break;
+    case Fallback::kCount:
+      break;
+  }
+  Log("uploading " + key + " whole: " + reason +
+      (detail.ok() ? "" : " (" + detail.ToString() + ")") +
+      "; later files given up for this reason are not logged");
+}
+
+std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const std::string& key,
+                                                           Metadata* metadata) {
+  if (!inode.stream) return std::nullopt;
+  const std::shared_ptr<StreamedUpload> stream = inode.stream;
+  const uint64_t size = inode.staged->size();
+  if (size < stream->part_size()) {  // cut back to a small file: one put
+    GiveUpStream(inode, key, std::nullopt, Status::Ok());
+    return std::nullopt;
+  }
+  PutOptions put;
+  put.metadata = *metadata;
+  bool without_mtime = false;
+  if (caps_.attributes_by_copy) {
+    // Only the writes' mtime changed since the start: the object's Last-Modified stands for it,
+    // rather than a self-copy of the whole object (an mtime set before the start, by utimens,
+    // is kept at that cost).
+    Metadata rest = *metadata;
+    rest.erase(kMtimeMetadata);
+    if (rest == stream->metadata() && inode.attr.mtime_ns >= stream->started_ns()) {
+      put.metadata = std::move(rest);
+      without_mtime = true;
+    }
+  }
+  const std::string streamed_key = stream->key();
+  if (streamed_key != key && !caps_.native_rename && !caps_.server_side_copy) {
+    GiveUpStream(inode, key, Fallback::kRenamed, Status::Ok());
+    return std::nullopt;
+  }
+  Result<ObjectInfo> done = stream->Finish(size, put);
+  const Status part_failure = stream->failure();
+  GiveUpStream(inode, key, std::nullopt, Status::Ok());
+  if (!done.ok()) {
+    if (part_failure.ok()) {
+      GiveUpStream(inode, key, Fallback::kCompleteFailed, done.status());
+    } else {
+      GiveUpStream(inode, key, Fallback::kPartFailed, part_failure);
+    }
+    Bump(metrics_->streamed_fallbacks);
+    return std::nullopt;
+  }
+  if (streamed_key != key) {
+    // Renamed in the write-back window (rsync's temporary file): completed under the name it
+    // had, then moved on the server.
+    Status moved;
+    if (caps_.native_rename) {
+      moved = store_->rename(streamed_key, key);
+      if (moved.ok()) done->key = key;
+    } else {
+      Result<ObjectInfo> copied = store_->copy(*done, key, CopyOptions{});
+      moved = copied.status();
+      if (copied.ok()) {
+        moved = store_->remove(streamed_key);
+        done = std::move(copied);
+      }
+    }
+    if (!moved.ok()) {
+      (void)store_->remove(streamed_key);
+      GiveUpStream(inode, key, Fallback::kRenamed, moved);
+      Bump(metrics_->streamed_fallbacks);
+      return std::nullopt;
+    }
+  }
+  if (without_mtime) *metadata = std::move(put.metadata);
+  return done;
 }
 
 Status FileWriter::Close(uint64_t ino, Inode& inode) {

@@ -16,6 +16,8 @@
 // locks they need. Lock order: fs/lock_order.h.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -32,9 +34,12 @@
 #include "fs/inode_table.h"
 #include "fs/metadata_coalescer.h"
 #include "fs/object_attrs.h"
+#include "fs/streamed_upload.h"
 #include "fs/writeback_queue.h"
 
 namespace objfs {
+
+class IoPool;
 
 class FileWriter {
  public:
@@ -51,6 +56,11 @@ class FileWriter {
     bool writeback_thread = true;
     // Files uploaded at once by the write-back thread and FlushAll.
     size_t upload_threads = 4;
+    // Parts of one file being written sent at once while it is written (fs/streamed_upload.h);
+    // 0: files go up whole at close.
+    size_t stream_parts_in_flight = 4;
+    // Threads sending those parts, for all files.
+    size_t stream_threads = 4;
     // One line per problem found in the background.
     std::function<void(const std::string&)> log;
   };
@@ -95,6 +105,20 @@ class FileWriter {
   void Discard(Inode& inode) REQUIRES(inode.mu);
   // The upload metadata of the staged file: its attributes and extra metadata.
   static Metadata UploadMetadata(const Inode& inode) REQUIRES(inode.mu);
+  // A writer wrote [offset, offset + length) of the staged file of `key` (after MarkDirty): a
+  // file written from empty here that grows past one part starts an upload of its parts while
+  // it is written (fs/streamed_upload.h). Never waits for the network.
+  void Wrote(Inode& inode, const std::string& key, uint64_t offset, uint64_t length)
+      REQUIRES(inode.mu);
+  // The staged file was truncated to `size` (after MarkDirty).
+  void Truncated(Inode& inode, uint64_t size) REQUIRES(inode.mu);
+  // The staged file was just staged from the stored object `rec` of `key` (Stage): a close
+  // after writes that touched only some parts copies the others from it on the server.
+  void NoteBase(Inode& inode, const std::string& key, const MetaRecord& rec) REQUIRES(inode.mu);
+  // Makes [offset, offset + length) of the staged file hold the file's bytes (before it is
+  // uploaded from there).
+  Status FetchStaged(Inode& inode, const std::string& key, uint64_t offset, uint64_t length)
+      REQUIRES(inode.mu);
 
   // Uploads the inode's unsaved data (Upload with `accept`); then, with `with_metadata`, applies
   // a held metadata change. Takes inode.mu.
@@ -188,6 +212,31 @@ class FileWriter {
   // inode and schedules its upload now. False when its data cannot be reopened.
   bool Adopt(const StagedLeftover& left);
 
+  // Why a streamed upload was given up for a whole put at close: each is logged once.
+  enum class Fallback {
+    kNotStarted,
+    kPartFailed,
+    kCompleteFailed,
+    kRenamed,
+    kReplaced,
+    kEditFailed,
+    kCount
+  };
+  // Drops inode.stream (aborted once its parts in flight return); with a reason, logs it once.
+  void GiveUpStream(Inode& inode, const std::string& key, std::optional<Fallback> why,
+                    const Status& detail) REQUIRES(inode.mu);
+  // Upload's way through inode.stream: its result, or nullopt when there is none or it was
+  // given up (the caller then puts the file whole).
+  std::optional<Result<ObjectInfo>> FinishStream(Inode& inode, const std::string& key,
+                                                 Metadata* metadata) REQUIRES(inode.mu);
+
+  // Upload's way for an edit of inode.base under its own key, with the store's copy_ranges:
+  // the parts no write touched are copied from the base on the server, the others uploaded
+  // from the staged file. Nullopt when that is not worth it or was given up (the caller then
+  // puts the file whole).
+  std::optional<Result<ObjectInfo>> UploadEdit(Inode& inode, const std::string& key,
+                                               const Metadata& metadata) REQUIRES(inode.mu);
+
   ObjectStore* store_;
   StagingArea* staging_;
   InodeTable* inodes_;
@@ -199,6 +248,10 @@ class FileWriter {
   // Held metadata changes: how they reach the store, and their recovery.
   MetadataCoalescer coalescer_;
   RecoveryProgress recovery_;
+  // What the store offers for streamed uploads, and the threads that send their parts.
+  const Capabilities caps_;
+  std::unique_ptr<IoPool> stream_pool_;
+  std::array<std::atomic<bool>, static_cast<size_t>(Fallback::kCount)> fallback_logged_{};
   // Files whose upload or held metadata change waits for the background, and the thread that
   // does it. Last: destroyed (its thread stopped) first.
   std::unique_ptr<WritebackQueue> queue_;

@@ -148,9 +148,11 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
       if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
       bool empty = attr.size == 0 || rec.size == 0;
       OBJFS_RETURN_IF_ERROR(writer_->Stage(*inode, key, rec, empty));
+      if (!empty) writer_->NoteBase(*inode, key, rec);
     }
     OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key, /*keep_content=*/attr.size > 0));
     OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(attr.size));
+    writer_->Truncated(*inode, attr.size);
     inode->attr.size = attr.size;
     inode->attr.mtime_ns = NowNs();
     meta_cache_.Invalidate(key);

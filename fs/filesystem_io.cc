@@ -56,6 +56,7 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
     } else if (truncate && inode->staged->size() > 0) {
       OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key, /*keep_content=*/false));
       OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(0));
+      writer_->Truncated(*inode, 0);
       inode->attr.size = 0;
       inode->attr.mtime_ns = NowNs();
       meta_cache_.Invalidate(key);
@@ -200,6 +201,7 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
     OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
     if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
     OBJFS_RETURN_IF_ERROR(writer_->Stage(inode, key, rec, /*empty=*/rec.size == 0));
+    writer_->NoteBase(inode, key, rec);
   }
   if (handle->flags & O_APPEND) offset = inode.staged->size();
   OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, offset + data.size()));
@@ -209,6 +211,7 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
         inode.mu.AssertHeld();  // run by RetryWithRoom, under our lock
         return inode.staged->WriteAt(offset, data);
       }));
+  writer_->Wrote(inode, key, offset, data.size());
   inode.attr.size = inode.staged->size();
   inode.attr.mtime_ns = NowNs();
   meta_cache_.Invalidate(key);

@@ -18,6 +18,7 @@
 #include "cache/staging.h"
 #include "fs/file_attr.h"
 #include "fs/metadata_coalescer.h"
+#include "fs/streamed_upload.h"
 
 namespace objfs {
 
@@ -50,6 +51,16 @@ struct Inode {
   // The store holds an object at this inode's key that its pending upload replaces (false for
   // a file created here and not uploaded yet): a rename of the unsaved file removes it.
   bool in_store GUARDED_BY(mu) = true;
+  // The upload that runs while the file is written (fs/streamed_upload.h), and whether one may
+  // start: the data being written began empty here (a new file, O_TRUNC, truncate to 0) and no
+  // upload of it was given up yet.
+  std::shared_ptr<StreamedUpload> stream GUARDED_BY(mu);
+  bool may_stream GUARDED_BY(mu) = false;
+  // The stored object the staged file was staged from or last uploaded as (its key, size and
+  // ETag), and the ranges written since: a close copies the untouched parts of it on the
+  // server. Unset when there is none (a new or emptied file).
+  std::optional<ObjectInfo> base GUARDED_BY(mu);
+  TouchedRanges touched GUARDED_BY(mu);
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.
   FileAttr attr GUARDED_BY(mu);

@@ -48,6 +48,9 @@
 //  25. S3Store::Session::mu_, SftpStore::Session::mu_, MemoryStore::MemoryUpload::mu_  one upload
 //                         session's parts or ranges and whether it has finished
 //                         (backend/object_store.h's Upload); never held across a server call.
+//  26. StreamedUpload::mu_ (fs/streamed_upload.h)  the parts of a file streamed while it is
+//                         written; taken under Inode::mu, never held across a server call or
+//                         IoPool::Submit.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

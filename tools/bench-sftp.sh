@@ -6,7 +6,9 @@
 #     both ciphers and `sftp get`), with the client's CPU seconds per GiB read: the median of
 #     OBJFS_BENCH_ROUNDS rounds (default 3) that each read once with every tool;
 #   - `cp` of that file within the mount (objfs uses the server's copy-data);
-#   - `rsync -a` of 300 files of 8 KiB into the mount.
+#   - `rsync -a` of 300 files of 8 KiB into the mount;
+#   - `cp` of a SIZE_MIB file into the mount, close included (objfs uploads parts while cp
+#     writes), against sshfs and `ssh cat > file` with the AES-GCM cipher objfs prefers.
 # Prints a Markdown table. Not a test: numbers, not assertions.
 #
 # usage: tools/bench-sftp.sh [SIZE_MIB]   (as root; default 512)
@@ -164,3 +166,30 @@ for tool in objfs objfs-writeback ${BASELINE:+baseline-objfs baseline-objfs-writ
   stored=$(find "$DATA/rsync-$tool" -type f 2>/dev/null | wc -l)
   echo "| files on the server after the rsync | $tool | $stored of 300 | |"
 done
+
+# Writes: cp into the mount, close included, in alternating rounds; `ssh cat > file` with the
+# cipher objfs prefers is the ceiling.
+head -c $((SIZE_MIB << 20)) /dev/urandom > "$WORK/src.bin"
+WRITES=$WORK/writes.txt
+: > "$WRITES"
+for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
+  t0=$(now)
+  ssh "${SSH_OPTS[@]}" -c aes128-gcm@openssh.com -p "$P" "$U@$H" "cat > $DATA/in-ssh.bin" \
+    < "$WORK/src.bin"
+  t1=$(now)
+  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
+    'BEGIN { printf "ssh cat > file, aes128-gcm (ceiling)|%.0f|\n", s / (t1 - t0) }' >> "$WRITES"
+  rm -f "$DATA/in-ssh.bin"
+  for tool in objfs ${BASELINE:+baseline-objfs} sshfs sshfs-aesgcm; do
+    if ! mount_tool "$tool"; then echo "$tool|did not mount|" >> "$WRITES"; unmount_all; continue; fi
+    t0=$(now)
+    cp "$WORK/src.bin" "$MNT/in-$tool.bin" || echo "$tool|cp failed|" >> "$WRITES"
+    t1=$(now)
+    unmount_all
+    awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v l="$tool" \
+      'BEGIN { printf "%s|%.0f|\n", l, s / (t1 - t0) }' >> "$WRITES"
+    rm -f "$DATA/in-$tool.bin"
+  done
+done
+awk -F'|' -v what="cp $SIZE_MIB MiB into the mount, close included" -v unit=MiB/s \
+  -f tools/bench-median.awk "$WRITES"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Measures writing one large file into the mount, close included (dd ... conv=fsync: the data
-# is in the bucket when dd returns), on a throwaway Ceph RGW, in rounds that alternate:
-#   - objfs (multipart upload of the staged file at fsync/close);
+# is in the bucket when dd returns; and `cp`, whose close returns once the object is stored),
+# on a throwaway Ceph RGW, in rounds that alternate:
+#   - objfs (parts uploaded while the file is written, the rest at fsync/close);
 #   - optionally a second objfs binary, OBJFS_BASELINE=PATH, to compare two builds;
-#   - s3fs, the peer.
+#   - s3fs, the peer;
+#   - for cp, a single-stream `curl -T` PUT of the same file, the ceiling.
 # Reports the median MiB/s with its range, and the daemon's peak resident memory (VmHWM) in
 # MiB: the median over the rounds. Each written object is deleted before the next round, so the
 # memstore OSD holds one at a time. Not a test: numbers, not assertions.
@@ -60,13 +62,41 @@ write_sample() {  # write_sample LABEL TOOL
   awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v l="$1" -v kb="$peak" \
     'BEGIN { printf "%s|%.0f|%.0f\n", l, s / (t1 - t0), kb / 1024 }' >> "$SAMPLES"
 }
+CP_SAMPLES=$WORK/cp-samples.txt
+: > "$CP_SAMPLES"
+cp_sample() {  # cp_sample LABEL TOOL: cp into the mount (close included), or curl's PUT
+  local t0 t1 peak=0
+  if [ "$2" = curl ]; then
+    t0=$(now)
+    s3curl -T "$WORK/src.bin" "$EP/bench/copied.bin" >/dev/null ||
+      { echo "$1|curl failed|" >> "$CP_SAMPLES"; return; }
+    t1=$(now)
+  else
+    if ! mount_tool "$2"; then echo "$1|did not mount|" >> "$CP_SAMPLES"; unmount_all; return; fi
+    t0=$(now)
+    cp "$WORK/src.bin" "$MNT/copied.bin" ||
+      { echo "$1|cp failed|" >> "$CP_SAMPLES"; unmount_all; return; }
+    t1=$(now)
+    peak=$(awk '/^VmHWM:/ {print $2}' "/proc/$PID/status")
+    unmount_all
+  fi
+  s3curl -X DELETE "$EP/bench/copied.bin" >/dev/null
+  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v l="$1" -v kb="$peak" \
+    'BEGIN { printf "%s|%.0f|%.0f\n", l, s / (t1 - t0), kb / 1024 }' >> "$CP_SAMPLES"
+}
 for _ in $(seq "$ROUNDS"); do
   write_sample objfs objfs
   [ -n "$BASELINE" ] && write_sample "objfs baseline ($BASELINE)" baseline
   write_sample s3fs s3fs
+  cp_sample objfs objfs
+  [ -n "$BASELINE" ] && cp_sample "objfs baseline ($BASELINE)" baseline
+  cp_sample s3fs s3fs
+  cp_sample "curl PUT, one stream (ceiling)" curl
 done
 echo "| what | tool | MiB/s (median, range, runs) | peak RSS MiB (median) |"
 echo "|---|---|---|---|"
 # bench-median.awk's third column is "CPU s/GiB"; here it carries the peak RSS in MiB.
 awk -F'|' -v what="write $SIZE_MIB MiB, fsync included" -v unit=MiB/s -f tools/bench-median.awk \
   "$SAMPLES"
+awk -F'|' -v what="cp $SIZE_MIB MiB, close included" -v unit=MiB/s -f tools/bench-median.awk \
+  "$CP_SAMPLES"

@@ -989,6 +989,246 @@ TEST_P(MountSuiteTest, AStoppedServerGivesEioWithinTheBudgetAndTheMountRecovers)
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// ---- Files streamed while they are written (fs/streamed_upload.h) ----
+
+// Writes all of `data` at `offset` of `fd` in 1 MiB writes.
+void WriteAllAt(int fd, std::string_view data, uint64_t offset) {
+  for (size_t done = 0; done < data.size();) {
+    const size_t n = std::min<size_t>(1 << 20, data.size() - done);
+    const ssize_t w = ::pwrite(fd, data.data() + done, n, static_cast<off_t>(offset + done));
+    ASSERT_GT(w, 0) << std::strerror(errno);
+    done += static_cast<size_t>(w);
+  }
+}
+
+// The mount's streamed_parts counter.
+int64_t StreamedParts(const std::string& mount) {
+  return StatsCounter(GetXattr(mount, "user.objfs.stats"), "streamed_parts");
+}
+
+TEST_P(MountSuiteTest, ASequentialWriteSendsItsPartsBeforeClose) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string data = PseudoRandomBytes(64 << 20, 70);
+  const int fd = ::open((m + "/streamed").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  WriteAllAt(fd, data, 0);
+  // Still open: the parts the writer passed go up meanwhile (16 MiB parts on S3, 8 on SFTP).
+  EXPECT_TRUE(WaitFor(60, [&] { return StreamedParts(m) >= 3; }))
+      << GetXattr(m, "user.objfs.stats");
+  if (can().server_access) {
+    EXPECT_FALSE(remote().Read("streamed").ok()) << "visible on the server before close";
+  }
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  const std::string stats = GetXattr(m, "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(stats, "streamed_fallbacks"), 0) << stats << mount->log();
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("streamed")), Digest(data));
+  }
+  if (can().native_etags) {
+    // The upload's own "-N" ETag, no self-copy after it.
+    EXPECT_NE(GetXattr(m + "/streamed", "user.etag").find('-'), std::string::npos);
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(m + "/streamed")), Digest(data));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+TEST_P(MountSuiteTest, AStreamedFileWrittenBackIntoASentPartAndTruncatedIsStoredAsWritten) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  std::string model = PseudoRandomBytes(48 << 20, 71);
+  const int fd = ::open((m + "/edited").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  WriteAllAt(fd, model, 0);
+  ASSERT_TRUE(WaitFor(60, [&] { return StreamedParts(m) >= 2; }))
+      << GetXattr(m, "user.objfs.stats");
+  // Back into the first part, sent already.
+  const std::string patch = PseudoRandomBytes(4096, 72);
+  WriteAllAt(fd, patch, (1 << 20) + 5);
+  model.replace((1 << 20) + 5, patch.size(), patch);
+  // Cut in the middle of a part, then grown again.
+  const size_t cut = (20 << 20) + 123;
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(cut)), 0) << std::strerror(errno);
+  model.resize(cut);
+  const std::string tail = PseudoRandomBytes(16 << 20, 73);
+  WriteAllAt(fd, tail, cut);
+  model += tail;
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("edited")), Digest(model));
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(m + "/edited")), Digest(model));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+TEST_P(MountSuiteTest, TwoHandlesWritingOneStreamedFile) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string data = PseudoRandomBytes(48 << 20, 74);
+  const size_t half = data.size() / 2;
+  const int first = ::open((m + "/shared").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(first, 0) << std::strerror(errno);
+  const int second = ::open((m + "/shared").c_str(), O_WRONLY);
+  ASSERT_GE(second, 0) << std::strerror(errno);
+  // In turns, 1 MiB each: the first handle the front half, the second the back half.
+  for (size_t at = 0; at < half; at += 1 << 20) {
+    WriteAllAt(first, std::string_view(data).substr(at, 1 << 20), at);
+    WriteAllAt(second, std::string_view(data).substr(half + at, 1 << 20), half + at);
+  }
+  ASSERT_EQ(::close(first), 0) << std::strerror(errno);
+  ASSERT_EQ(::close(second), 0) << std::strerror(errno);
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("shared")), Digest(data));
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(m + "/shared")), Digest(data));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// The server stops answering while a file streams: close fails with EIO, the data stays
+// staged, and an fsync once the server is back stores all of it.
+TEST_P(MountSuiteTest, AStreamedWriteThroughAnOutageIsStoredByAnFsyncAfterIt) {
+  std::unique_ptr<Remote> stoppable = Remote::Create(GetParam(), TestName(), {.stoppable = true});
+  ASSERT_TRUE(stoppable);
+  if (!stoppable->capabilities().stop_start || !stoppable->capabilities().server_access) {
+    GTEST_SKIP() << stoppable->name() << ": the server cannot be stopped or read from here";
+  }
+  std::unique_ptr<ObjfsMount> mount = stoppable->Mount("request_timeout=2,operation_timeout=5");
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string data = PseudoRandomBytes(48 << 20, 75);
+  const int fd = ::open((m + "/outage").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const int syncer = ::open((m + "/outage").c_str(), O_RDONLY);
+  ASSERT_GE(syncer, 0) << std::strerror(errno);
+  WriteAllAt(fd, std::string_view(data).substr(0, 24 << 20), 0);
+  ASSERT_TRUE(WaitFor(60, [&] { return StreamedParts(m) >= 1; }))
+      << GetXattr(m, "user.objfs.stats");
+  ASSERT_TRUE(stoppable->StopServer().ok());
+  // Writes go on without the server: they only stage.
+  WriteAllAt(fd, std::string_view(data).substr(24 << 20), 24 << 20);
+  const auto start = std::chrono::steady_clock::now();
+  const int closed = ::close(fd);
+  const int close_errno = errno;
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(stoppable->StartServer().ok());
+  EXPECT_EQ(closed, -1);
+  EXPECT_EQ(close_errno, EIO) << std::strerror(close_errno);
+  EXPECT_LT(took, 60) << "close waited for the server";
+  EXPECT_TRUE(WaitFor(60, [&] { return ::fsync(syncer) == 0; })) << std::strerror(errno);
+  ::close(syncer);
+  Result<std::string> stored = stoppable->Read("outage");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(Digest(*stored), Digest(data));
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(m + "/outage")), Digest(data));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// rsync into a write-back window: its temporary file streams while it is written, and the
+// rename before the upload completes it under the temporary name and moves it on the server:
+// one upload, under the final name only.
+TEST_P(MountSuiteTest, RsyncOfALargeFileIntoTheWriteBackWindowIsOneUpload) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string data = PseudoRandomBytes(40 << 20, 83);
+  WriteFile(local.path() + "/large", data);
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  CommandResult r = RunCommand({"rsync", "-a", local.path() + "/large", m + "/"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Closed and renamed, its parts still go up in the window.
+  EXPECT_TRUE(WaitFor(60, [&] { return StreamedParts(m) >= 2; }))
+      << GetXattr(m, "user.objfs.stats");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(mount->log().find(" whole: "), std::string::npos) << mount->log();
+  if (can().server_access) {
+    EXPECT_EQ(ServerFiles(), "large\n");
+    EXPECT_EQ(Digest(OnServer("large")), Digest(data));
+  }
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(Digest(ReadFile(fresh->path() + "/large")), Digest(data));
+  EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
+}
+
+// A 1 MiB append to a large file and a 4 KiB patch in its middle: where the server copies
+// ranges (S3; SFTP with copy-data), close copies the unchanged parts from the stored object and
+// uploads only the parts that changed.
+TEST_P(MountSuiteTest, AnAppendAndAPatchOfALargeFileUploadOnlyTheChangedParts) {
+  // 5 MiB parts on S3 (the smallest it copies), SFTP's own 8 MiB elsewhere.
+  const uint64_t part = can().native_etags ? 5 << 20 : 8 << 20;
+  std::string model = PseudoRandomBytes(60 << 20, 80);
+  if (can().server_access) {
+    Status written = remote().Write("large", model);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+  } else {
+    std::unique_ptr<ObjfsMount> writer = remote().Mount();
+    ASSERT_TRUE(writer);
+    WriteFile(writer->path() + "/large", model);
+    EXPECT_EQ(writer->Stop(), 0);
+  }
+  std::unique_ptr<ObjfsMount> mount = remote().Mount(can().native_etags ? "part_size=5M" : "");
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string file = m + "/large";
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+
+  struct Step {
+    std::string name;
+    std::string command;
+    uint64_t changed;  // bytes of the parts that changed
+  };
+  const std::string chunk = PseudoRandomBytes(1 << 20, 81);
+  WriteFile(local.path() + "/chunk", chunk);
+  const std::string patch = PseudoRandomBytes(4096, 82);
+  WriteFile(local.path() + "/patch", patch);
+  const uint64_t patch_at = (30 << 20) + 8192;
+  for (const Step& step :
+       {Step{"append", "cat \"$0/chunk\" >> \"$1\"", (60 << 20) % part + (1 << 20)},
+        Step{"patch",
+             "dd if=\"$0/patch\" of=\"$1\" bs=4096 seek=" + std::to_string(patch_at / 4096) +
+                 " conv=notrunc status=none",
+             part}}) {
+    SCOPED_TRACE(step.name);
+    const std::string before = GetXattr(m, "user.objfs.stats");
+    CommandResult r = RunCommand({"sh", "-c", step.command, local.path(), file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (step.name == "append") {
+      model += chunk;
+    } else {
+      model.replace(patch_at, patch.size(), patch);
+    }
+    const std::string after = GetXattr(m, "user.objfs.stats");
+    const int64_t copies =
+        StatsCounter(after, "copy_requests") - StatsCounter(before, "copy_requests");
+    const int64_t written =
+        StatsCounter(after, "bytes_written") - StatsCounter(before, "bytes_written");
+    if (can().native_etags) {
+      EXPECT_GE(copies, 10) << after;
+      EXPECT_NE(GetXattr(file, "user.etag").find('-'), std::string::npos);
+    }
+    if (copies > 0) {
+      // The changed part(s) only, not the 60 MiB.
+      EXPECT_LE(written, static_cast<int64_t>(step.changed) + (64 << 10)) << after;
+    }
+    if (can().server_access) {
+      EXPECT_EQ(Digest(OnServer("large")), Digest(model));
+    }
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(file)), Digest(model));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Remotes, MountSuiteTest, ::testing::ValuesIn(RemoteKinds()),
                          [](const ::testing::TestParamInfo<RemoteKind>& info) {
                            return RemoteKindName(info.param);
