@@ -180,8 +180,8 @@ TEST_F(FileWriterTest, AReadFailsWhenTheObjectWasReplacedSinceItWasStaged) {
 TEST_F(FileWriterTest, AnAppendFetchesNothingOfTheObject) {
   const std::string object = Pattern(64 << 20, 1);
   Put("f", object);
-  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
   const int reads_before = faults_->calls(StoreOp::kRead);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
   const std::string tail = Pattern(1 << 20, 2);
   {
     MutexLock lock(&inode->mu);
