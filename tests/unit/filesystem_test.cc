@@ -1230,6 +1230,26 @@ class WritebackTest : public FilesystemTest {
   }
 };
 
+// A stored file changed and closed into the window, then renamed: the rename removes the old
+// name's object, which the staged file was staged from and still lacks most of. Its bytes are
+// fetched before they go; the upload under the new name is whole.
+TEST_F(WritebackTest, ARenameBeforeTheUploadKeepsTheBytesOfTheRemovedObject) {
+  const std::string stored = std::string(200 << 10, 's');  // more than one read_buffer
+  PutObject("a", stored);
+  auto fh = fs_->Open(LookupIno(kRootIno, "a"), O_WRONLY);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 100, Bytes("changed")).ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "a", kRootIno, "b", 0).ok());
+  EXPECT_FALSE(memory_->head("a").ok());
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  std::string expected = stored;
+  expected.replace(100, 7, "changed");
+  EXPECT_TRUE(memory_->contents("b") == expected);
+}
+
 TEST_F(WritebackTest, RsyncPatternCostsOnePutOfTheFinalName) {
   // rsync: write a temporary file, close it, set its times and mode, rename it into place.
   uint64_t before = Requests();
