@@ -184,10 +184,9 @@ Status FileWriter::FillFromBase(StagedFile& staged, const Inode* busy, const std
         if (code != StatusCode::kPreconditionFailed && code != StatusCode::kNotFound) {
           return n.status().WithContext("fetching " + key + " for writing");
         }
-        const std::string why = "the unwritten bytes of " + key + " at " + std::to_string(at) +
-                                " cannot be fetched: " + base +
-                                " changed or was removed on the server since " + key +
-                                " was opened for writing (" + n.status().message() + ")";
+        std::string why = "the unwritten bytes of " + key + " at " + std::to_string(at);
+        why += " cannot be fetched: " + base + " changed or was removed on the server since ";
+        why += key + " was opened for writing (" + n.status().message() + ")";
         Log(why);
         if (base_changed != nullptr) *base_changed = true;
         return IoError(why);
