@@ -412,13 +412,18 @@ Result<ObjectMetaRecord> ObjectMetaCodec::Decode(std::string_view in) {
 // ---- StagedUploadCodec --------------------------------------------------------------------
 
 namespace {
-// key length, metadata count (and state, size from version 3).
+// key length, metadata count (and state, size from version 3; base key length, base ETag kind
+// and text length, base size, base limit, extent count from version 4).
 constexpr size_t kStagedUploadV2FixedBody = kStringBytes + 4;
-constexpr size_t kStagedUploadFixedBody = kStagedUploadV2FixedBody + 1 + 8;
+constexpr size_t kStagedUploadV3FixedBody = kStagedUploadV2FixedBody + 1 + 8;
+constexpr size_t kStagedUploadFixedBody =
+    kStagedUploadV3FixedBody + kStringBytes + 1 + kStringBytes + 8 + 8 + 4;
 }  // namespace
 
 size_t StagedUploadCodec::EncodedSize(const StagedUploadRecord& record) {
-  return kFramingBytes + kStringBytes + record.key.size() + 1 + 8 + MetadataBytes(record.metadata);
+  return kFramingBytes + kStringBytes + record.key.size() + 1 + 8 + MetadataBytes(record.metadata) +
+         kStringBytes + record.base_key.size() + ETagBytes(record.base_etag) + 8 + 8 + 4 +
+         record.present.size() * 16;
 }
 
 void StagedUploadCodec::Encode(const StagedUploadRecord& record, std::string& out) {
@@ -427,15 +432,29 @@ void StagedUploadCodec::Encode(const StagedUploadRecord& record, std::string& ou
   w.U8(static_cast<uint8_t>(record.state));
   w.U64(record.size);
   WriteMetadata(w, record.metadata);
+  w.String(record.base_key);
+  WriteETag(w, record.base_etag);
+  w.U64(record.base_size);
+  w.U64(record.base_limit);
+  w.U32(static_cast<uint32_t>(record.present.size()));
+  for (const auto& [start, end] : record.present) {
+    w.U64(start);
+    w.U64(end);
+  }
   w.Seal();
 }
 
 Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
   static constexpr char kType[] = "staged upload";
-  const bool v2 = in.size() > 1 && static_cast<uint8_t>(in[1]) == 2;
+  const uint8_t version = in.size() > 1 ? static_cast<uint8_t>(in[1]) : 0;
+  const bool v2 = version == 2;
+  const bool v3 = version == 3;
   std::string_view body;
-  if (Status s = CheckEnvelope(in, kTag, v2 ? 2 : kVersion,
-                               v2 ? kStagedUploadV2FixedBody : kStagedUploadFixedBody, kType, body);
+  if (Status s = CheckEnvelope(in, kTag, v2 || v3 ? version : kVersion,
+                               v2   ? kStagedUploadV2FixedBody
+                               : v3 ? kStagedUploadV3FixedBody
+                                    : kStagedUploadFixedBody,
+                               kType, body);
       !s.ok()) {
     return s;
   }
@@ -451,6 +470,27 @@ Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
     record.state = static_cast<StagedUploadRecord::State>(state);
   }
   OBJFS_RETURN_IF_ERROR(ReadMetadata(r, kType, record.metadata));
+  if (!v2 && !v3) {
+    if (!r.String(record.base_key)) return Corrupt(kType, "length past the end");
+    OBJFS_RETURN_IF_ERROR(ReadETag(r, kType, record.base_etag));
+    uint32_t count = 0;
+    if (!r.U64(record.base_size) || !r.U64(record.base_limit) || !r.U32(count)) {
+      return Corrupt(kType, "length past the end");
+    }
+    if (count > r.left() / 16) return Corrupt(kType, "extent count past the end");
+    if (record.base_limit > record.base_size) return Corrupt(kType, "base limit past its size");
+    record.present.reserve(count);
+    uint64_t last_end = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      uint64_t start = 0, end = 0;
+      if (!r.U64(start) || !r.U64(end)) return Corrupt(kType, "length past the end");
+      if (start >= end || (i > 0 && start <= last_end)) {
+        return Corrupt(kType, "extents out of order");
+      }
+      last_end = end;
+      record.present.emplace_back(start, end);
+    }
+  }
   if (r.left() != 0) return Corrupt(kType, "trailing bytes");
   return record;
 }

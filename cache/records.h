@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/etag.h"
 
@@ -56,14 +58,31 @@ struct ObjectMetaRecord {
 // cache_dir and named in the log instead: a crash must never replace a complete object with a
 // torn one. Records of objfs before 0.3 (version 2, and the text form) did not say which they
 // were, and are treated as kWriting.
+//
+// A sparse staging file (version 4) also names its base: the object it was staged from (key,
+// ETag, size), `base_limit` (the base's bytes at or past it are not the file's any more: it was
+// truncated there since) and the ranges of the data file that hold the file's bytes (`present`:
+// fetched or written). The bytes below base_limit outside them are the base's, fetched from it
+// (with its ETag as if-match) before the data can be uploaded. No base_key: the data is whole.
 struct StagedUploadRecord {
   enum class State : uint8_t { kWriting = 0, kAccepted = 1 };
   std::string key;
   std::map<std::string, std::string> metadata;
   State state = State::kWriting;
-  uint64_t size = 0;  // the data's size when accepted (0 while kWriting)
+  uint64_t size = 0;       // the data's size when accepted (0 while kWriting)
+  std::string base_key{};  // empty: not sparse
+  ETag base_etag{};
+  uint64_t base_size = 0;
+  uint64_t base_limit = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> present{};  // [start, end), in order, disjoint
 
-  bool operator==(const StagedUploadRecord&) const = default;
+  bool operator==(const StagedUploadRecord& other) const {
+    return key == other.key && metadata == other.metadata && state == other.state &&
+           size == other.size && base_key == other.base_key &&
+           base_etag.kind() == other.base_etag.kind() && base_etag == other.base_etag &&
+           base_size == other.base_size && base_limit == other.base_limit &&
+           present == other.present;
+  }
 };
 
 // A metadata change (chmod, chown, utimens, setxattr) of a stored object that is held back

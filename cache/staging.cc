@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -152,6 +153,10 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
     done += static_cast<size_t>(n);
   }
   size_ = std::max<uint64_t>(size_, offset + data.size());
+  if (has_base()) {
+    present_.Add(offset, data.size());
+    ForgetBaseIfWhole();
+  }
   return Status::Ok();
 }
 
@@ -161,14 +166,75 @@ Status StagedFile::Truncate(uint64_t size) {
     return ErrnoStatus("truncate", data_path_, errno);
   }
   size_ = size;
+  if (has_base()) {
+    // The base's bytes from here on are cut off: what grows back is zeros.
+    base_limit_ = std::min(base_limit_, size);
+    present_.TrimFrom(size);
+    ForgetBaseIfWhole();
+  }
   return Status::Ok();
+}
+
+Status StagedFile::SetBase(std::string_view key, const ETag& etag, uint64_t size) {
+  // A hole of the object's size: the file system allocates only what is fetched or written.
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+    return ErrnoStatus("truncate", data_path_, errno);
+  }
+  size_ = size;
+  base_key_ = std::string(key);
+  base_etag_ = etag;
+  base_size_ = size;
+  base_limit_ = size;
+  present_.Clear();
+  ForgetBaseIfWhole();
+  return Status::Ok();
+}
+
+void StagedFile::Rebase(std::string_view key, const ETag& etag) {
+  if (!has_base()) return;
+  base_key_ = std::string(key);
+  base_etag_ = etag;
+  base_size_ = size_;
+}
+
+std::vector<ExtentSet::Range> StagedFile::MissingBase(uint64_t offset, uint64_t length) const {
+  if (!has_base() || offset >= base_limit_) return {};
+  return present_.Missing(offset, std::min(length, base_limit_ - offset));
+}
+
+Status StagedFile::FillBase(uint64_t offset, std::span<const std::byte> data) {
+  for (const ExtentSet::Range& r : MissingBase(offset, data.size())) {
+    const std::span<const std::byte> piece = data.subspan(r.start - offset, r.end - r.start);
+    size_t done = 0;
+    while (done < piece.size()) {
+      ssize_t n = ::pwrite(fd_, piece.data() + done, piece.size() - done,
+                           static_cast<off_t>(r.start + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        // Within the file's size: nothing to cut back; the range stays missing.
+        return ErrnoStatus("write", data_path_, errno);
+      }
+      done += static_cast<size_t>(n);
+    }
+    synced_ = false;
+    present_.Add(r.start, r.end - r.start);
+  }
+  ForgetBaseIfWhole();
+  return Status::Ok();
+}
+
+void StagedFile::ForgetBaseIfWhole() {
+  if (!has_base() || !present_.Covers(0, base_limit_)) return;
+  base_key_.clear();
+  base_etag_ = ETag();
+  base_size_ = 0;
+  base_limit_ = 0;
+  present_.Clear();
 }
 
 Status StagedFile::WriteRecord(std::string_view key, const Metadata& metadata, State state) {
   std::string bytes;
-  StagedUploadCodec::Encode(
-      StagedUploadRecord{std::string(key), metadata, state, state == State::kAccepted ? size_ : 0},
-      bytes);
+  StagedUploadCodec::Encode(RecordOf(key, metadata, state), bytes);
   // Each rewrite is a new file renamed into place; close, release and rename of a file in a
   // write-back window describe it again, mostly with nothing changed.
   if (bytes != described_) {
@@ -179,6 +245,21 @@ Status StagedFile::WriteRecord(std::string_view key, const Metadata& metadata, S
   if (key_ != key) key_ = std::string(key);
   if (metadata_ != metadata) metadata_ = metadata;
   return Status::Ok();
+}
+
+StagedUploadRecord StagedFile::RecordOf(std::string_view key, const Metadata& metadata,
+                                        State state) const {
+  StagedUploadRecord record{std::string(key), metadata, state,
+                            state == State::kAccepted ? size_ : 0};
+  if (has_base()) {
+    record.base_key = base_key_;
+    record.base_etag = base_etag_;
+    record.base_size = base_size_;
+    record.base_limit = base_limit_;
+    record.present.reserve(present_.range_count());
+    for (const ExtentSet::Range& r : present_.Ranges()) record.present.emplace_back(r.start, r.end);
+  }
+  return record;
 }
 
 Status StagedFile::MarkWriting(std::string_view key, const Metadata& metadata) {
@@ -252,18 +333,28 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Create() {
 Result<std::unique_ptr<StagedFile>> StagingArea::Clone(const StagedFile& from) {
   OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<StagedFile> copy, Create());
   // A reflink costs no space on file systems that have them (btrfs, XFS); elsewhere the kernel
-  // copies without the bytes passing through this process.
+  // copies without the bytes passing through this process: of a sparse file only the ranges
+  // that hold its bytes (the rest is the base's, a hole, or zeros past base_limit).
   bool done = ::ioctl(copy->fd_, FICLONE, from.fd_) == 0;
   if (!done) {
-    loff_t in = 0, out = 0;
-    while (static_cast<uint64_t>(in) < from.size_) {
-      ssize_t n = ::copy_file_range(from.fd_, &in, copy->fd_, &out,
-                                    static_cast<size_t>(from.size_ - static_cast<uint64_t>(in)), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        int err = n < 0 ? errno : EIO;
-        copy->Remove();
-        return ErrnoStatus("copy into", copy->data_path_, err);
+    std::vector<ExtentSet::Range> ranges;
+    if (from.has_base()) {
+      ranges = from.present_.Ranges();
+    } else {
+      ranges.push_back(ExtentSet::Range{0, from.size_});
+    }
+    for (const ExtentSet::Range& r : ranges) {
+      const uint64_t end = std::min(r.end, from.size_);
+      loff_t in = static_cast<loff_t>(r.start), out = static_cast<loff_t>(r.start);
+      while (static_cast<uint64_t>(in) < end) {
+        ssize_t n = ::copy_file_range(from.fd_, &in, copy->fd_, &out,
+                                      static_cast<size_t>(end - static_cast<uint64_t>(in)), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          int err = n < 0 ? errno : EIO;
+          copy->Remove();
+          return ErrnoStatus("copy into", copy->data_path_, err);
+        }
       }
     }
   }
@@ -275,6 +366,11 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Clone(const StagedFile& from) {
   }
   copy->size_ = from.size_;
   copy->synced_ = false;
+  copy->base_key_ = from.base_key_;
+  copy->base_etag_ = from.base_etag_;
+  copy->base_size_ = from.base_size_;
+  copy->base_limit_ = from.base_limit_;
+  copy->present_ = from.present_;
   return copy;
 }
 
@@ -330,11 +426,15 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Adopt(const StagedLeftover& lef
   }
   std::unique_ptr<StagedFile> file(
       new StagedFile(fd, left.data_path, left.meta_path, static_cast<uint64_t>(st.st_size)));
+  if (!left.base_key.empty()) {
+    file->base_key_ = left.base_key;
+    file->base_etag_ = left.base_etag;
+    file->base_size_ = left.base_size;
+    file->base_limit_ = std::min(left.base_limit, file->size_);
+    file->present_ = left.present;
+  }
   // The record on disk says this already; WriteRecord rewrites it only once something changes.
-  StagedUploadCodec::Encode(
-      StagedUploadRecord{left.key, left.metadata, left.state,
-                         left.state == StagedFile::State::kAccepted ? file->size_ : 0},
-      file->described_);
+  StagedUploadCodec::Encode(file->RecordOf(left.key, left.metadata, left.state), file->described_);
   file->state_ = left.state;
   file->key_ = left.key;
   file->metadata_ = left.metadata;
@@ -463,6 +563,11 @@ Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
             left.metadata = std::move(record->metadata);
             left.state = record->state;
             left.size = record->size;
+            left.base_key = std::move(record->base_key);
+            left.base_etag = std::move(record->base_etag);
+            left.base_size = record->base_size;
+            left.base_limit = record->base_limit;
+            for (const auto& [start, end] : record->present) left.present.Add(start, end - start);
             decoded = true;
           }
         } else {

@@ -10,6 +10,14 @@
 //   it in the log, but never uploads it, since no close or fsync vouched for it;
 // - kAccepted once close(2), fsync(2) or the write-back window accepted it (MarkAccepted, after
 //   the data is on disk): the next mount uploads it (Leftovers()).
+//
+// A file staged from a stored object is sparse: it has a base (that object's key, ETag and
+// size) and starts as a hole of the object's size. Only what a read or an upload needs is
+// fetched into it (FillBase); `present` says which ranges hold the file's bytes (fetched or
+// written). Bytes at or past base_limit (the smallest size the file was truncated to since it
+// was staged) are not the base's: zeros or written bytes. So a byte is known locally when it is
+// present or at or past base_limit; the others are the base's, and the record names the base
+// and the ranges so that a crash can still complete the data from it.
 #pragma once
 
 #include <atomic>
@@ -25,6 +33,7 @@
 #include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
+#include "cache/extent_set.h"
 #include "cache/records.h"
 
 namespace objfs {
@@ -62,8 +71,30 @@ class StagedFile {
   // The state of the record; nullopt when there is none.
   std::optional<State> state() const { return state_; }
   // A source over the current content, for ObjectStore::put. Valid while this file lives and
-  // is not written.
+  // is not written. Only whole when no base bytes are missing (MissingBase).
   FileSource Source() const { return FileSource(fd_, size_); }
+
+  // ---- Sparse files (see the top of this file) ----
+
+  // Makes this (new, empty) file a hole of `size` bytes whose content is the object `key` with
+  // ETag `etag` (the base), none of it fetched yet.
+  Status SetBase(std::string_view key, const ETag& etag, uint64_t size);
+  // The store now holds this file's content as the object `key` with ETag `etag` (an upload
+  // that copied the bytes still missing here on the server): they are that object's from now on.
+  void Rebase(std::string_view key, const ETag& etag);
+  // Some bytes are still the base's and not local.
+  bool has_base() const { return !base_key_.empty(); }
+  const std::string& base_key() const { return base_key_; }
+  const ETag& base_etag() const { return base_etag_; }
+  uint64_t base_size() const { return base_size_; }
+  uint64_t base_limit() const { return base_limit_; }
+  const ExtentSet& present() const { return present_; }
+  // The sub-ranges of [offset, offset+length) whose bytes are the base's and not local yet.
+  std::vector<ExtentSet::Range> MissingBase(uint64_t offset, uint64_t length) const;
+  // Stores `data`, the base's bytes at `offset`, where they are still missing (never over a
+  // written byte), and counts them as present. Once nothing is missing the file forgets its
+  // base.
+  Status FillBase(uint64_t offset, std::span<const std::byte> data);
   // Deletes the data file and its sidecar (after a successful upload).
   void Remove();
   // Deletes only the sidecar, so that a crash leaves nothing to upload: for data that must no
@@ -87,8 +118,17 @@ class StagedFile {
   std::optional<State> state_;  // the sidecar's state; nullopt: no sidecar
   std::string key_;             // what the sidecar says (or said, before Orphan())
   Metadata metadata_;
+  std::string base_key_;  // empty: the file holds all of its bytes
+  ETag base_etag_;
+  uint64_t base_size_ = 0;
+  uint64_t base_limit_ = 0;
+  ExtentSet present_;
+
+  // Forgets the base once every byte below base_limit is present.
+  void ForgetBaseIfWhole();
 
   Status WriteRecord(std::string_view key, const Metadata& metadata, State state);
+  StagedUploadRecord RecordOf(std::string_view key, const Metadata& metadata, State state) const;
 };
 
 // A metadata change (chmod, chown, utimens, setxattr) of a stored object that is not applied to
@@ -132,6 +172,12 @@ struct StagedLeftover {
   std::string meta_path;
   StagedUploadRecord::State state = StagedUploadRecord::State::kWriting;
   uint64_t size = 0;  // accepted size (kAccepted)
+  // A sparse file's base and the ranges it held (see the top of this file); no base_key: whole.
+  std::string base_key;
+  ETag base_etag;
+  uint64_t base_size = 0;
+  uint64_t base_limit = 0;
+  ExtentSet present;
   // The data is what its writer's close, fsync or write-back window accepted, whole: the next
   // mount may upload it. Otherwise it is set aside (SetAside).
   bool publishable() const;
@@ -145,15 +191,16 @@ class StagingArea {
   // A new, empty staging file, without a record (see the top of this file).
   Result<std::unique_ptr<StagedFile>> Create();
   // A new staging file holding the same bytes as `from` (a reflink where the file system has
-  // them, else copied in the kernel), without a record: the version a close accepted stays
-  // intact while a writer changes the copy.
+  // them, else copied in the kernel: only its present ranges when it is sparse), with the same
+  // base, without a record: the version a close accepted stays intact while a writer changes the
+  // copy.
   Result<std::unique_ptr<StagedFile>> Clone(const StagedFile& from);
   // Moves the data of a leftover that must not be uploaded into "unfinished/" under a name made
   // from its key, deletes its record, and returns the new path.
   Result<std::string> SetAside(const StagedLeftover& left) const;
   // Reopens the data of a publishable leftover as a staging file that keeps its record (key,
-  // metadata, state kAccepted): the next mount serves and uploads it like a file closed and not
-  // uploaded yet.
+  // metadata, state kAccepted, base and present ranges): the next mount serves and uploads it
+  // like a file closed and not uploaded yet.
   Result<std::unique_ptr<StagedFile>> Adopt(const StagedLeftover& left) const;
 
   // Staging files left by an earlier process, with a readable sidecar. The data files whose

@@ -1,5 +1,6 @@
 #include "fs/file_writer.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,6 +36,25 @@ int64_t ModifiedNs(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// " [start, end)" for each range of the file at `path` that holds data (not a hole), as the file
+// system reports them (to its block size).
+std::string DataRanges(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return " (unknown ranges)";
+  off_t at = 0;
+  for (int n = 0; n < 64; ++n) {
+    const off_t data = ::lseek(fd, at, SEEK_DATA);
+    if (data < 0) break;
+    const off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole <= data) break;
+    out += " [" + std::to_string(data) + ", " + std::to_string(hole) + ")";
+    at = hole;
+  }
+  ::close(fd);
+  return out.empty() ? " (no ranges)" : out;
 }
 
 }  // namespace
@@ -116,24 +136,14 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   }
   std::unique_ptr<StagedFile> staged = std::move(*created);
   if (!empty && rec.size > 0) {
-    // The object's current content, in read_buffer-sized reads.
-    std::vector<std::byte> buf(std::max<size_t>(options_.read_buffer, 4096));
-    uint64_t offset = 0;
-    while (offset < rec.size) {
-      auto n = store_->read(key, offset, buf, rec.etag.empty() ? nullptr : &rec.etag);
-      if (!n.ok()) {
-        staged->Remove();
-        return n.status().WithContext("fetching " + key + " for writing");
-      }
-      if (*n == 0) break;
-      const std::span<const std::byte> piece(buf.data(), *n);
-      Status s = RetryWithRoom(staged->WriteAt(offset, piece), &inode, rec.size - offset,
-                               [&] { return staged->WriteAt(offset, piece); });
-      if (!s.ok()) {
-        staged->Remove();
-        return s;
-      }
-      offset += *n;
+    // A hole of the object's size: reads and the upload fetch what they need (FetchStaged),
+    // by the object's ETag, so that another client's newer object never mixes in.
+    Status based = staged->SetBase(key, rec.etag, rec.size);
+    // Without an ETag a later fetch could not tell a replaced object: the whole of it now.
+    if (based.ok() && rec.etag.empty()) based = FillFromBase(*staged, &inode, key, 0, rec.size);
+    if (!based.ok()) {
+      staged->Remove();
+      return based.WithContext("staging " + key + " for writing");
     }
   }
   attr.size = staged->size();
@@ -146,7 +156,72 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   return Status::Ok();
 }
 
+Status FileWriter::FetchStaged(Inode& inode, const std::string& key, uint64_t offset,
+                               uint64_t length) {
+  if (!inode.staged) return Status::Ok();
+  return FillFromBase(*inode.staged, &inode, key, offset, length);
+}
+
+Status FileWriter::FetchAllStaged(Inode& inode, const std::string& key) {
+  if (inode.staged) OBJFS_RETURN_IF_ERROR(FetchStaged(inode, key, 0, inode.staged->size()));
+  if (inode.accepted_copy) {
+    OBJFS_RETURN_IF_ERROR(
+        FillFromBase(*inode.accepted_copy, &inode, key, 0, inode.accepted_copy->size()));
+  }
+  return Status::Ok();
+}
+
+void FileWriter::KeepStagedReadable(Inode& inode) {
+  if (!inode.staged || !inode.staged->has_base() || inode.open_handles.load() == 0) return;
+  const std::string base = inode.staged->base_key();
+  Status fetched = FillFromBase(*inode.staged, &inode, base, 0, inode.staged->size());
+  if (!fetched.ok()) Log("an open file of " + base + " stays incomplete: " + fetched.message());
+}
+
+Status FileWriter::FillFromBase(StagedFile& staged, const Inode* busy, const std::string& key,
+                                uint64_t offset, uint64_t length, bool* base_changed) {
+  const std::vector<ExtentSet::Range> missing = staged.MissingBase(offset, length);
+  if (missing.empty()) return Status::Ok();
+  // Whole blocks of read_buffer, aligned to it: a small read or write never turns into a small
+  // backend call, and neighbouring reads find their block fetched.
+  const uint64_t block = std::max<uint64_t>(options_.read_buffer, 4096);
+  std::vector<std::byte> buf(block);
+  const std::string base = staged.base_key();  // copies: FillBase forgets them once whole
+  const ETag etag = staged.base_etag();
+  const uint64_t limit = staged.base_limit();
+  uint64_t fetched_to = 0;  // the blocks below were fetched by this call
+  for (const ExtentSet::Range& range : missing) {
+    for (uint64_t at = std::max(range.start / block * block, fetched_to); at < range.end;
+         at += block) {
+      const uint64_t want = std::min(block, limit - at);
+      auto n = store_->read(base, at, std::span(buf.data(), want), etag.empty() ? nullptr : &etag);
+      if (n.ok() && *n < want) {
+        n = PreconditionFailedError("read " + base + ": shorter than the " +
+                                    std::to_string(staged.base_size()) + " bytes staged");
+      }
+      if (!n.ok()) {
+        const StatusCode code = n.status().code();
+        if (code != StatusCode::kPreconditionFailed && code != StatusCode::kNotFound) {
+          return n.status().WithContext("fetching " + key + " for writing");
+        }
+        std::string why = "the unwritten bytes of " + key + " at " + std::to_string(at);
+        why += " cannot be fetched: " + base + " changed or was removed on the server since ";
+        why += key + " was opened for writing (" + n.status().message() + ")";
+        Log(why);
+        if (base_changed != nullptr) *base_changed = true;
+        return IoError(why);
+      }
+      const std::span<const std::byte> piece(buf.data(), want);
+      OBJFS_RETURN_IF_ERROR(RetryWithRoom(staged.FillBase(at, piece), busy, want,
+                                          [&] { return staged.FillBase(at, piece); }));
+      fetched_to = at + block;
+    }
+  }
+  return Status::Ok();
+}
+
 void FileWriter::Discard(Inode& inode) {
+  KeepStagedReadable(inode);  // (the object may be gone already: then logged)
   GiveUpStream(inode, "", std::nullopt, Status::Ok());  // nothing of it is ever to be stored
   inode.base.reset();
   inode.touched.Clear();
@@ -313,7 +388,16 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   if (!streamed) streamed = UploadEdit(inode, key, metadata);
   PutOptions put;
   put.metadata = metadata;
-  auto result = streamed ? std::move(*streamed) : store_->put(key, inode.staged->Source(), put);
+  // A whole put needs every byte here: what a sparse file still lacks is fetched first (a
+  // failure is the upload's, below).
+  Result<ObjectInfo> result = ObjectInfo{};
+  if (streamed) {
+    result = std::move(*streamed);
+  } else if (Status fetched = FetchStaged(inode, key, 0, inode.staged->size()); fetched.ok()) {
+    result = store_->put(key, inode.staged->Source(), put);
+  } else {
+    result = fetched;
+  }
   if (!result.ok() && IsPermanentRefusal(result.status())) {
     result = PutWithAcceptedMetadata(key, inode.staged->Source(), &metadata, result.status());
     if (result.ok()) inode.extra_metadata = WithoutPosixMetadata(metadata);
@@ -345,6 +429,8 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     inode.base->size = inode.staged->size();
     inode.base->etag = result->etag;
   }
+  // Bytes an edit copied on the server and never fetched are the new object's now.
+  if (inode.staged->has_base()) inode.staged->Rebase(key, result->etag);
   ForgetHeldMetadata(inode);  // the upload carried it
   MetadataCoalescer::Forget(inode.carried);
   if (inode.accepted_copy) {  // an older version: the store has a newer one now
@@ -544,11 +630,6 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
   Bump(metrics_->streamed_fallbacks);
   GiveUpStream(inode, key, Fallback::kEditFailed, failed);
   return std::nullopt;
-}
-
-Status FileWriter::FetchStaged(Inode& /*inode*/, const std::string& /*key*/, uint64_t /*offset*/,
-                               uint64_t /*length*/) {
-  return Status::Ok();  // the staged file holds the whole file
 }
 
 void FileWriter::GiveUpStream(Inode& inode, const std::string& key, std::optional<Fallback> why,
@@ -878,8 +959,24 @@ Status FileWriter::UploadDueFile(uint64_t ino) {
   return status;
 }
 
-bool FileWriter::Adopt(const StagedLeftover& left) {
+bool FileWriter::Adopt(
+    const StagedLeftover& left,
+    const std::function<void(const StagedLeftover&, const std::string&)>& set_aside) {
   Result<std::unique_ptr<StagedFile>> file = staging_->Adopt(left);
+  if (file.ok() && (*file)->has_base()) {
+    // A sparse file: the bytes it lacks are its base's, fetched now by the base's ETag (a
+    // changed base would mix another client's bytes into what the close accepted).
+    bool base_changed = false;
+    Status filled = FillFromBase(**file, nullptr, left.key, 0, (*file)->size(), &base_changed);
+    if (base_changed) {
+      file->reset();
+      set_aside(left, " was accepted by a close, but " + left.base_key +
+                          ", which its unwritten bytes were to come from, changed or was "
+                          "removed on the server since, so it cannot be completed");
+      return false;
+    }
+    if (!filled.ok()) file = filled;
+  }
   if (!file.ok()) {
     Log("staged data of " + left.key + " stays in " + left.data_path +
         " for the next mount: " + file.status().message());
@@ -930,7 +1027,16 @@ Status FileWriter::RecoverStaged() {
           kept.status().message());
       return;
     }
-    Log(left.key + why + ": not uploaded; its " + std::to_string(bytes) + " bytes are in " + *kept);
+    std::string sparse;
+    if (!left.base_key.empty()) {
+      // Only some ranges hold its bytes; the rest was never fetched from the object it was
+      // staged from and is a hole (zeros) in the file set aside. The file system knows which
+      // (the record of a file still being written predates its last writes).
+      sparse = " (staged sparse from " + left.base_key + ": only" + DataRanges(*kept) +
+               " hold written or fetched bytes, the rest is a hole)";
+    }
+    Log(left.key + why + ": not uploaded; its " + std::to_string(bytes) + " bytes are in " + *kept +
+        sparse);
   };
   Status first;
   // The files to take over, one per key: should two accepted versions name the same key, the
@@ -972,7 +1078,7 @@ Status FileWriter::RecoverStaged() {
   size_t adopted = 0;
   recovery_.Begin();
   for (const auto& [key, index] : adopt) {
-    if (Adopt(leftovers[index])) ++adopted;
+    if (Adopt(leftovers[index], set_aside)) ++adopted;
   }
   if (adopted > 0) {
     Log("uploading " + std::to_string(adopted) + " files (" + std::to_string(recovery_.bytes()) +

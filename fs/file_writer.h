@@ -78,8 +78,22 @@ class FileWriter {
 
   // kStored -> kCached: gives `inode` a staging file holding the object `key` described by
   // `rec` (or nothing when `empty`), unless it has one. A held metadata change rides along.
+  // Nothing is fetched yet: the file is sparse, with the object as its base (cache/staging.h),
+  // unless the object has no ETag to fetch it by later.
   Status Stage(Inode& inode, const std::string& key, const MetaRecord& rec, bool empty)
       REQUIRES(inode.mu);
+  // Makes [offset, offset+length) of the staged file hold the file's bytes
+  // (fetches what is still the base's, in bulk reads of read_buffer aligned to it, never over a
+  // written byte). The base replaced or removed on the server since: an I/O error, logged.
+  Status FetchStaged(Inode& inode, const std::string& key, uint64_t offset, uint64_t length)
+      REQUIRES(inode.mu);
+  // Every byte of the staged file and of an accepted copy is local: before this mount removes
+  // or replaces the object they were staged from.
+  Status FetchAllStaged(Inode& inode, const std::string& key) REQUIRES(inode.mu);
+  // This mount is about to remove, replace or rename the object `inode`'s staged file was
+  // staged from: while handles are open, what the file lacks is fetched first, so that they
+  // keep reading it. A failure is logged (those bytes then read as EIO).
+  void KeepStagedReadable(Inode& inode) REQUIRES(inode.mu);
   // -> kUnsaved: the staged copy is about to be written: its crash record says kWriting (set
   // aside, never uploaded, by the next mount). A version a close accepted and not uploaded yet
   // is first kept as inode.accepted_copy. `keep_content` false: the caller empties the file next
@@ -115,10 +129,6 @@ class FileWriter {
   // The staged file was just staged from the stored object `rec` of `key` (Stage): a close
   // after writes that touched only some parts copies the others from it on the server.
   void NoteBase(Inode& inode, const std::string& key, const MetaRecord& rec) REQUIRES(inode.mu);
-  // Makes [offset, offset + length) of the staged file hold the file's bytes (before it is
-  // uploaded from there).
-  Status FetchStaged(Inode& inode, const std::string& key, uint64_t offset, uint64_t length)
-      REQUIRES(inode.mu);
 
   // Uploads the inode's unsaved data (Upload with `accept`); then, with `with_metadata`, applies
   // a held metadata change. Takes inode.mu.
@@ -208,9 +218,16 @@ class FileWriter {
   // The upload (or held metadata change) of one file of the write-back queue; a failure is
   // rescheduled. Ok also when there was nothing to do.
   Status UploadDueFile(uint64_t ino);
+  // Fetches the base bytes of [offset, offset+length) that `staged` lacks (FetchStaged);
+  // `busy` is the inode whose lock is held, if any. `base_changed` (if given) is set when the
+  // failure is the base's, replaced or removed on the server.
+  Status FillFromBase(StagedFile& staged, const Inode* busy, const std::string& key,
+                      uint64_t offset, uint64_t length, bool* base_changed = nullptr);
   // RecoverStaged: makes the publishable leftover `left` the staged, dirty data of its key's
-  // inode and schedules its upload now. False when its data cannot be reopened.
-  bool Adopt(const StagedLeftover& left);
+  // inode and schedules its upload now; a sparse one is completed from its base first, and set
+  // aside (`set_aside`) when the base changed. False when it is not taken over.
+  bool Adopt(const StagedLeftover& left,
+             const std::function<void(const StagedLeftover&, const std::string&)>& set_aside);
 
   // Why a streamed upload was given up for a whole put at close: each is logged once.
   enum class Fallback {

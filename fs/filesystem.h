@@ -448,6 +448,10 @@ class Filesystem {
   std::optional<Status> RenameLocalFile(const std::string& from, const std::string& to,
                                         const std::shared_ptr<Inode>& inode, uint32_t flags);
   Result<size_t> ReadFromStore(Handle& handle, uint64_t offset, std::span<std::byte> buf);
+  // The part [offset, offset+size) of the staged file of `inode` (`ino`) that a read returns
+  // holds the file's bytes (a sparse file fetches it).
+  Status FetchStagedRange(uint64_t ino, Inode& inode, uint64_t offset, size_t size)
+      REQUIRES(inode.mu);
   // The handle's prefetcher, made (or remade after a rename) for its current key.
   Result<std::shared_ptr<Prefetcher>> PrefetcherOf(Handle& handle);
 

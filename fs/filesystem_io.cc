@@ -160,12 +160,25 @@ Result<size_t> Filesystem::ReadFromStore(Handle& handle, uint64_t offset,
   return prefetcher->Read(offset, buf);
 }
 
+Status Filesystem::FetchStagedRange(uint64_t ino, Inode& inode, uint64_t offset, size_t size) {
+  if (!inode.staged->has_base()) return Status::Ok();
+  const uint64_t size_now = inode.staged->size();
+  if (offset >= size_now) return Status::Ok();
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  return writer_->FetchStaged(inode, key, offset, std::min<uint64_t>(size, size_now - offset));
+}
+
 Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byte> buf) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
   {
-    MutexLock lock(&handle->inode->mu);
-    if (handle->inode->staged) return handle->inode->staged->ReadAt(offset, buf);
+    Inode& inode = *handle->inode;
+    MutexLock lock(&inode.mu);
+    if (inode.staged) {
+      // A sparse staged file fetches the part read (in read_buffer blocks) first.
+      OBJFS_RETURN_IF_ERROR(FetchStagedRange(handle->ino, inode, offset, buf.size()));
+      return inode.staged->ReadAt(offset, buf);
+    }
   }
   return ReadFromStore(*handle, offset, buf);
 }
@@ -176,11 +189,12 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
   {
-    MutexLock lock(&handle->inode->mu);
-    if (handle->inode->staged) {
+    Inode& inode = *handle->inode;
+    MutexLock lock(&inode.mu);
+    if (inode.staged) {
+      OBJFS_RETURN_IF_ERROR(FetchStagedRange(handle->ino, inode, offset, size));
       std::shared_ptr<std::byte[]> buf(new std::byte[size == 0 ? 1 : size]);
-      OBJFS_ASSIGN_OR_RETURN(size_t n,
-                             handle->inode->staged->ReadAt(offset, std::span(buf.get(), size)));
+      OBJFS_ASSIGN_OR_RETURN(size_t n, inode.staged->ReadAt(offset, std::span(buf.get(), size)));
       if (n > 0) out->push_back(ReadSegment{buf, buf.get(), n});
       return n;
     }

@@ -143,13 +143,18 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
                        &metadata);
       // The record first: from now on a crash uploads the data under its new name. (So does
       // an accepted version kept while the file is written again.)
-      Status described = inode->staged->Describe(to, metadata);
-      if (described.ok() && inode->accepted_copy) {
+      // The object the staged data was staged from goes with the old name: what of it the
+      // data still lacks is fetched first.
+      const Status fetched = writer_->FetchAllStaged(*inode, from);
+      Status described = fetched.ok() ? inode->staged->Describe(to, metadata) : Status::Ok();
+      if (fetched.ok() && described.ok() && inode->accepted_copy) {
         described = inode->accepted_copy->Describe(to, metadata);
         if (!described.ok()) (void)inode->staged->Describe(from, metadata);
       }
       Status removed;
-      if (!described.ok()) {
+      if (!fetched.ok()) {
+        failure = fetched.WithContext("renaming " + from);
+      } else if (!described.ok()) {
         // No record under the new name (the cache disk is full): the data goes up under the
         // old one now, and the store renames it.
         Log("uploading " + from + " before its rename: " + described.message());
@@ -203,6 +208,8 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       OBJFS_RETURN_IF_ERROR(writer_->Upload(*inode, from, /*accept=*/false));
       OBJFS_ASSIGN_OR_RETURN(source, Resolve(from));
     }
+    // A staged copy kept for open handles: its object moves away from the key it came from.
+    writer_->KeepStagedReadable(*inode);
   }
   // A metadata change still pending rides along with the copy, instead of a self-copy first.
   // (Stores with a native rename set attributes in place and never hold one.)

@@ -71,14 +71,16 @@ std::string Digest(const std::string& data) {
   return std::to_string(data.size()) + " bytes, MD5 " + Md5sum(path);
 }
 
-// A staging file under `cache_dir` with more than 0 and fewer than `size` bytes: an object of
-// `size` bytes is being fetched into it.
-bool FetchInProgress(const std::string& cache_dir, uintmax_t size) {
+// A staging file under `cache_dir` holding more than `least` and fewer than `size` bytes on
+// disk: an object of `size` bytes is being fetched into it (staging files are sparse).
+bool FetchInProgress(const std::string& cache_dir, uintmax_t least, uintmax_t size) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(cache_dir, ec)) {
     if (e.path().extension() != ".data") continue;
-    uintmax_t n = fs::file_size(e.path(), ec);
-    if (!ec && n > 0 && n < size) return true;
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) != 0) continue;
+    const auto held = static_cast<uintmax_t>(st.st_blocks) * 512;
+    if (held > least && held < size) return true;
   }
   return false;
 }
@@ -95,10 +97,12 @@ std::string OnlySetAsideFile(const std::string& cache_dir) {
   return files.size() == 1 ? files[0] : "";
 }
 
-// Appending to a large object fetches it into cache_dir first. A crash in the middle of that
-// fetch once made the next mount upload the part fetched so far over the object (123 MB of a
-// GiB was left). Now the fetched copy has no crash record until a write changes it.
-TEST(MountCrashTest, S3KilledWhileFetchingForAnAppendLeavesTheObjectWhole) {
+// Appending to a large object once fetched it into cache_dir at the open, and a crash in the
+// middle of that made the next mount upload the part fetched so far over the object (123 MB of
+// a GiB was left). Now the open fetches nothing; the close that uploads the file fetches what it
+// lacks, after accepting it. A crash in the middle of that fetch: the next mount completes the
+// file from the object and uploads it whole, never a prefix.
+TEST(MountCrashTest, S3KilledWhileTheCloseFetchesAnAppendedFileUploadsItWhole) {
   const std::string bucket = CreateTestBucket(TestName());
   ObjfsMount::Options options;
   options.extra_options = "read_buffer=256K";  // many reads: a fetch long enough to catch
@@ -107,24 +111,30 @@ TEST(MountCrashTest, S3KilledWhileFetchingForAnAppendLeavesTheObjectWhole) {
   constexpr size_t kSize = 96u << 20;
   const std::string data = PseudoRandomBytes(kSize, 14);
   WriteFile(mount->path() + "/big.log", data);
-  const std::string md5 = Md5sum(mount->path() + "/big.log");
+  const std::string md5 = Digest(data + "x\n");
 
-  // `echo x >> big.log`, which blocks in the kernel until objfs has fetched the object.
+  // `echo x >> big.log`, whose close blocks in the kernel until objfs has uploaded the file.
   const std::string target = mount->path() + "/big.log";
   std::thread append([target] { RunCommand({"sh", "-c", "echo x >> '" + target + "'"}); });
   const bool caught = WaitFor(
-      60, [&] { return FetchInProgress(mount->cache_dir(), kSize); }, std::chrono::milliseconds(1));
+      60, [&] { return FetchInProgress(mount->cache_dir(), 1u << 20, kSize); },
+      std::chrono::milliseconds(1));
   EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
   append.join();
   ASSERT_TRUE(caught) << "no fetch seen in " << mount->cache_dir();
 
   ASSERT_TRUE(mount->Restart());
+  // Completed and uploaded in the background after the restart.
   ScratchDir local;
-  ASSERT_TRUE(S3GetToFile(bucket, "big.log", local.path() + "/server"));
-  EXPECT_EQ(fs::file_size(local.path() + "/server"), kSize);
-  EXPECT_EQ(Md5sum(local.path() + "/server"), md5);
-  EXPECT_EQ(Md5sum(mount->path() + "/big.log"), md5);
-  // Nothing was being written yet: nothing to set aside either.
+  const std::string server = local.path() + "/server";
+  EXPECT_TRUE(WaitFor(120, [&] {
+    std::error_code ec;
+    return S3Fetch(bucket, "big.log", server) && fs::file_size(server, ec) == kSize + 2;
+  })) << mount->log();
+  ASSERT_TRUE(S3GetToFile(bucket, "big.log", server));
+  EXPECT_EQ(Digest(ReadLocal(server)), md5);
+  EXPECT_EQ(Digest(ReadLocal(mount->path() + "/big.log")), md5);
+  // The close had accepted it: nothing to set aside.
   EXPECT_FALSE(fs::exists(mount->cache_dir() + "/unfinished"));
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }

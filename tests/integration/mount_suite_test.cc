@@ -730,6 +730,97 @@ TEST_P(MountSuiteTest, RandomPreadsMatchTheOriginal) {
   ::close(fd);
 }
 
+// The object `name` holding `data` on the server, written there as another client would (or,
+// without server access, through a mount of its own).
+void PutOnServer(const Remote& remote, const std::string& name, const std::string& data) {
+  if (remote.capabilities().server_access) {
+    Status written = remote.Write(name, data);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+    return;
+  }
+  std::unique_ptr<ObjfsMount> writer = remote.Mount();
+  ASSERT_TRUE(writer);
+  WriteFile(writer->path() + "/" + name, data);
+  EXPECT_EQ(writer->Stop(), 0);
+}
+
+// Opening an existing file for writing downloads nothing of it: `>>` of 1 MiB onto a 64 MiB
+// object and a 4 KiB `dd conv=notrunc` into its middle read at most a few read_buffers from the
+// store (until the upload, here held back by the write-back window); the file reads back byte
+// for byte, on the server after the unmount uploads it, and through a fresh mount.
+TEST_P(MountSuiteTest, WritingIntoALargeFileFetchesOnlyWhatItNeeds) {
+  const size_t kSize = 64 << 20;
+  const size_t kPatchAt = (32 << 20) + 8192;
+  const std::string data = PseudoRandomBytes(kSize, 21);
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "big", data));
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string tail = PseudoRandomBytes(1 << 20, 22);
+  const std::string patch = PseudoRandomBytes(4096, 23);
+  WriteFile(local.path() + "/tail", tail);
+  WriteFile(local.path() + "/patch", patch);
+  std::string expected = data + tail;
+  expected.replace(kPatchAt, patch.size(), patch);
+
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600,read_buffer=1M");
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/big";
+  const std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  CommandResult append =
+      RunCommand({"sh", "-c", "cat \"$0\" >> \"$1\"", local.path() + "/tail", path});
+  ASSERT_EQ(append.exit_code, 0) << append.err;
+  CommandResult dd =
+      RunCommand({"dd", "if=" + local.path() + "/patch", "of=" + path, "bs=4096",
+                  "seek=" + std::to_string(kPatchAt / 4096), "conv=notrunc", "status=none"});
+  ASSERT_EQ(dd.exit_code, 0) << dd.err;
+  const std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_LE(StatsCounter(after, "bytes_read") - StatsCounter(before, "bytes_read"), 4 << 20)
+      << "writing into the file downloaded it: " << after;
+  EXPECT_EQ(StatFormat("%s", path), std::to_string(expected.size()));
+  EXPECT_EQ(Digest(ReadFile(path)), Digest(expected));  // read through the mount
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();          // the unmount uploads it
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("big")), Digest(expected));
+  }
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(Digest(ReadFile(fresh->path() + "/big")), Digest(expected));
+}
+
+// kill -9 while a sparse file waits in the write-back window after its close accepted it: the
+// next mount completes it from the object it was staged from and uploads it.
+TEST_P(MountSuiteTest, AKilledMountUploadsAnAcceptedSparseFileAtTheNextMount) {
+  const std::string data = PseudoRandomBytes(8 << 20, 24);
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "f", data));
+  const std::string tail = PseudoRandomBytes(100000, 25);
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/f";
+  {
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(fd, tail.data(), tail.size()), static_cast<ssize_t>(tail.size()));
+    ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  }
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("f")), Digest(data));  // not uploaded before the kill
+  }
+  ASSERT_TRUE(mount->Restart());
+  const std::string expected = data + tail;
+  if (can().server_access) {
+    EXPECT_TRUE(WaitFor(60, [&] {
+      Result<std::string> now = remote().Read("f");
+      return now.ok() && *now == expected;
+    })) << mount->log();
+  }
+  EXPECT_EQ(Digest(ReadFile(path)), Digest(expected));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(Digest(ReadFile(fresh->path() + "/f")), Digest(expected));
+}
+
 TEST_P(MountSuiteTest, AppendOverwriteAndTruncateMatchALocalModel) {
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());

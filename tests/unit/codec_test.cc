@@ -79,6 +79,12 @@ StagedUploadRecord SampleStagedUpload(bool with_metadata) {
   r.key = "logs/app.log";
   if (with_metadata) {
     r.metadata = {{"mode", "33188"}, {"mtime", "1700000000.5"}, {"xattr", "{\"user.k\":\"dg==\"}"}};
+    // ... and a sparse file's base.
+    r.base_key = "logs/app.log";
+    r.base_etag = ETag::Parse("0123456789abcdef0123456789abcdef-2");
+    r.base_size = 64 << 20;
+    r.base_limit = 64 << 20;
+    r.present = {{0, 1 << 20}, {64 << 20, (64 << 20) + 4096}};
   }
   return r;
 }
@@ -360,6 +366,52 @@ TEST(StagedUploadCodecTest, RejectsTheFirstVersionAndMetadataOutOfOrder) {
   ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(swapped)).status(), "out of order");
 }
 
+// What version 4 appends to a record without a base: an empty key, an ETag of kind none with
+// an empty text, base size, base limit and an extent count of zero.
+constexpr size_t kNoBaseBytes = 4 + 1 + 4 + 8 + 8 + 4;
+
+// Version 4 names the object a sparse staging file was staged from and the ranges it holds.
+TEST(StagedUploadCodecTest, CarriesTheBaseOfASparseFile) {
+  StagedUploadRecord sparse{"k", {{"mode", "33188"}}, StagedUploadRecord::State::kAccepted, 70};
+  sparse.base_key = "old/name";
+  sparse.base_etag = ETag::Parse("0123456789abcdef0123456789abcdef");
+  sparse.base_size = 64;
+  sparse.base_limit = 60;
+  sparse.present = {{0, 4}, {10, 12}, {60, 70}};
+  std::string bytes = Encoded<StagedUploadCodec>(sparse);
+  EXPECT_EQ(bytes.size(), StagedUploadCodec::EncodedSize(sparse));
+  auto decoded = DecodeExact<StagedUploadCodec>(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, sparse);
+
+  // The extents: in order, disjoint and not empty, or the record is not trusted.
+  const size_t extents_at = bytes.size() - 4 - 3 * 16;
+  std::string overlapping = bytes;
+  overlapping[extents_at + 16] = 3;  // the second starts at 3, inside the first
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(overlapping)).status(), "out of order");
+  std::string empty_extent = bytes;
+  empty_extent[extents_at + 8] = 0;  // [0, 0)
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(empty_extent)).status(), "out of order");
+  std::string past_size = bytes;
+  past_size[extents_at - 4 - 8] = 65;  // base limit 65 of a 64-byte base
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(past_size)).status(), "past its size");
+  std::string too_many = bytes;
+  too_many[extents_at - 4] = 4;  // four extents, three there
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(too_many)).status(), "past the end");
+}
+
+// Version 3 records (objfs before sparse staging) decode as whole data.
+TEST(StagedUploadCodecTest, ReadsVersionThreeAsWholeData) {
+  StagedUploadRecord accepted{"k", {{"mode", "33188"}}, StagedUploadRecord::State::kAccepted, 42};
+  std::string v3 = Encoded<StagedUploadCodec>(accepted);
+  v3.erase(v3.size() - 4 - kNoBaseBytes, kNoBaseBytes);
+  v3[1] = 3;
+  auto old = DecodeExact<StagedUploadCodec>(Reseal(v3));
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(*old, accepted);
+  EXPECT_TRUE(old->base_key.empty());
+}
+
 // Version 3 says whether a close accepted the data, and its size then. Version 2 records still
 // decode, as data being written: they did not say.
 TEST(StagedUploadCodecTest, CarriesStateAndSizeAndReadsVersionTwo) {
@@ -370,6 +422,7 @@ TEST(StagedUploadCodecTest, CarriesStateAndSizeAndReadsVersionTwo) {
 
   // A version 2 record as objfs 0.2 wrote it: tag, version, key, metadata, CRC.
   std::string v2 = Encoded<StagedUploadCodec>(accepted);
+  v2.erase(v2.size() - 4 - kNoBaseBytes, kNoBaseBytes);
   v2.erase(2 + 4 + accepted.key.size(), 1 + 8);
   v2[1] = 2;
   auto old = DecodeExact<StagedUploadCodec>(Reseal(v2));

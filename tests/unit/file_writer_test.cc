@@ -16,6 +16,7 @@
 
 #include "backend/fake/memory_store.h"
 #include "backend/fault_injecting_store.h"
+#include "fs/errno_map.h"
 #include "fs/object_metadata.h"
 
 namespace objfs {
@@ -23,6 +24,17 @@ namespace {
 
 std::span<const std::byte> Bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+// `size` bytes that differ from one position (and `seed`) to the next.
+std::string Pattern(size_t size, uint32_t seed) {
+  std::string s(size, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < size; ++i) {
+    x = x * 1103515245u + 12345u;
+    s[i] = static_cast<char>(x >> 24);
+  }
+  return s;
 }
 
 class FileWriterTest : public ::testing::Test {
@@ -142,19 +154,94 @@ TEST_F(FileWriterTest, StagingCopiesTheStoredObjectAndCachesIt) {
   EXPECT_TRUE(Leftovers().empty());
 }
 
-TEST_F(FileWriterTest, StagingFailsWhenTheObjectChangesWhileFetched) {
+// Another client replaces the object after it was staged: its bytes are never mixed with the
+// older object's. The read of a range not fetched yet fails (EIO), and the log says why.
+TEST_F(FileWriterTest, AReadFailsWhenTheObjectWasReplacedSinceItWasStaged) {
   Put("f", "old version");
   auto head = memory_->head("f");
   ASSERT_TRUE(head.ok());
   MetaRecord rec = attrs_.FromInfo(*head, false);
-  Put("f", "new version, longer");  // another client, between the HEAD and the read
   const uint64_t ino = inodes_->Acquire("f", 1);
   std::shared_ptr<Inode> inode = inodes_->Get(ino);
   MutexLock lock(&inode->mu);
-  Status staged = writer_->Stage(*inode, "f", rec, /*empty=*/false);
-  EXPECT_FALSE(staged.ok());
-  EXPECT_EQ(inode->staged, nullptr);  // no mix of two versions to write over
-  EXPECT_EQ(inode->state, Inode::FileState::kStored);
+  ASSERT_TRUE(writer_->Stage(*inode, "f", rec, /*empty=*/false).ok());
+  Put("f", "new version, longer");  // another client, after the open
+  Status fetched = writer_->FetchStaged(*inode, "f", 0, 4);
+  EXPECT_EQ(fetched.code(), StatusCode::kIoError) << fetched.ToString();
+  EXPECT_EQ(ErrnoFromStatus(fetched), EIO);
+  ASSERT_EQ(log_.size(), 1u);
+  EXPECT_NE(log_[0].find("changed or was removed on the server"), std::string::npos) << log_[0];
+  ASSERT_NE(inode->staged, nullptr);
+  EXPECT_TRUE(inode->staged->present().empty());  // nothing of the new object came in
+}
+
+// An existing file opened for writing is not downloaded: a 1 MiB append to a 64 MiB object
+// reads at most one read_buffer of it before its upload.
+TEST_F(FileWriterTest, AnAppendFetchesNothingOfTheObject) {
+  const std::string object = Pattern(64 << 20, 1);
+  Put("f", object);
+  const int reads_before = faults_->calls(StoreOp::kRead);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  const std::string tail = Pattern(1 << 20, 2);
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
+    ASSERT_TRUE(inode->staged->WriteAt(object.size(), Bytes(tail)).ok());
+    inode->attr.size = inode->staged->size();
+    EXPECT_LE(faults_->calls(StoreOp::kRead) - reads_before, 1);
+    // On disk: a hole where the object's bytes are, the appended MiB only.
+    struct stat st;
+    ASSERT_EQ(::stat(inode->staged->data_path().c_str(), &st), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), object.size() + tail.size());
+    EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, uint64_t{4} << 20);
+    // The upload completes it from the object (until uploads copy unchanged parts on the
+    // server).
+    ASSERT_TRUE(writer_->Upload(*inode, "f").ok());
+  }
+  EXPECT_TRUE(memory_->contents("f") == object + tail);
+}
+
+// A read of a range not fetched yet fetches only that range, rounded out to read_buffer.
+TEST_F(FileWriterTest, AReadFetchesOnlyTheRangeRead) {
+  const std::string object = Pattern(16 << 20, 3);
+  Put("f", object);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  MutexLock lock(&inode->mu);
+  const int reads_before = faults_->calls(StoreOp::kRead);
+  const uint64_t offset = (10 << 20) + 5;
+  ASSERT_TRUE(writer_->FetchStaged(*inode, "f", offset, 100).ok());
+  EXPECT_EQ(faults_->calls(StoreOp::kRead) - reads_before, 1);
+  EXPECT_EQ(inode->staged->present().Ranges(),
+            (std::vector<ExtentSet::Range>{{10 << 20, 11 << 20}}));
+  std::string got(100, '\0');
+  auto n = inode->staged->ReadAt(offset, std::as_writable_bytes(std::span(got)));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(got, object.substr(offset, 100));
+  // Fetched once: a read of the same block asks the store for nothing.
+  ASSERT_TRUE(writer_->FetchStaged(*inode, "f", 10 << 20, 1 << 20).ok());
+  EXPECT_EQ(faults_->calls(StoreOp::kRead) - reads_before, 1);
+}
+
+// A fetch after a write fills only around the written bytes; a truncate cuts the object off
+// where it went, so that growing the file again shows zeros, not the object.
+TEST_F(FileWriterTest, AFetchNeverOverwritesWrittenBytesNorUndoesATruncate) {
+  const std::string object = Pattern(3 << 20, 4);
+  Put("f", object);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  MutexLock lock(&inode->mu);
+  ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
+  ASSERT_TRUE(inode->staged->WriteAt(100, Bytes("WRITTEN")).ok());
+  ASSERT_TRUE(inode->staged->Truncate(2 << 20).ok());
+  ASSERT_TRUE(inode->staged->Truncate((2 << 20) + 10).ok());
+  ASSERT_TRUE(writer_->FetchStaged(*inode, "f", 0, inode->staged->size()).ok());
+  EXPECT_FALSE(inode->staged->has_base());  // whole now
+  std::string expected = object.substr(0, 2 << 20) + std::string(10, '\0');
+  expected.replace(100, 7, "WRITTEN");
+  std::string got(expected.size(), '\0');
+  auto n = inode->staged->ReadAt(0, std::as_writable_bytes(std::span(got)));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, expected.size());
+  EXPECT_TRUE(got == expected);
 }
 
 TEST_F(FileWriterTest, AWriteMakesTheFileUnsavedWithAWritingRecord) {
@@ -357,6 +444,65 @@ TEST_F(FileWriterTest, OfTwoAcceptedVersionsTheNewerOneIsUploaded) {
   ASSERT_TRUE(writer_->UploadDue().ok());
   EXPECT_EQ(memory_->contents("f"), "newer");
   EXPECT_EQ(faults_->calls(StoreOp::kPut), 1);
+}
+
+// A sparse file accepted by a close and left by a crash: the next mount completes it from the
+// object it was staged from and uploads it whole.
+TEST_F(FileWriterTest, ASparseAcceptedLeftoverIsCompletedFromItsBase) {
+  Mount(/*writeback=*/60);
+  const std::string object = Pattern(3 << 20, 5);
+  Put("f", object);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
+    ASSERT_TRUE(inode->staged->WriteAt(1 << 20, Bytes("hello")).ok());
+    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
+    ASSERT_TRUE(inode->staged->has_base());
+  }
+  inode.reset();
+  Mount();  // the crash: nothing uploaded
+  std::vector<StagedLeftover> left = Leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].base_key, "f");
+  EXPECT_EQ(left[0].present.Ranges(), (std::vector<ExtentSet::Range>{{1 << 20, (1 << 20) + 5}}));
+  ASSERT_TRUE(writer_->RecoverStaged().ok());
+  ASSERT_TRUE(writer_->UploadDue().ok());
+  std::string expected = object;
+  expected.replace(1 << 20, 5, "hello");
+  EXPECT_TRUE(memory_->contents("f") == expected);
+  EXPECT_TRUE(Leftovers().empty());
+}
+
+// ... and when another client replaced that object meanwhile, the leftover cannot be
+// completed: it is set aside, never uploaded, and the log says which ranges it holds.
+TEST_F(FileWriterTest, ASparseLeftoverWhoseBaseChangedIsSetAside) {
+  Mount(/*writeback=*/60);
+  Put("f", Pattern(3 << 20, 6));
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
+    ASSERT_TRUE(inode->staged->WriteAt(1 << 20, Bytes("hello")).ok());
+    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
+  }
+  inode.reset();
+  Mount();
+  Put("f", "another client's");
+  log_.clear();
+  ASSERT_TRUE(writer_->RecoverStaged().ok());
+  ASSERT_TRUE(writer_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("f"), "another client's");
+  EXPECT_EQ(writer_->recovering_files(), 0u);
+  EXPECT_TRUE(Leftovers().empty());
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/staging/unfinished/f"));
+  bool said = false;
+  for (const std::string& line : log_) {
+    // The written block, as the file system reports it: the rest is a hole.
+    said = said || (line.find("cannot be completed") != std::string::npos &&
+                    line.find("only [1048576, ") != std::string::npos);
+  }
+  EXPECT_TRUE(said) << ::testing::PrintToString(log_);
 }
 
 TEST_F(FileWriterTest, ARefusedMetadataChangeIsUploadedWithoutIt) {

@@ -1230,6 +1230,26 @@ class WritebackTest : public FilesystemTest {
   }
 };
 
+// A stored file changed and closed into the window, then renamed: the rename removes the old
+// name's object, which the staged file was staged from and still lacks most of. Its bytes are
+// fetched before they go; the upload under the new name is whole.
+TEST_F(WritebackTest, ARenameBeforeTheUploadKeepsTheBytesOfTheRemovedObject) {
+  const std::string stored = std::string(200 << 10, 's');  // more than one read_buffer
+  PutObject("a", stored);
+  auto fh = fs_->Open(LookupIno(kRootIno, "a"), O_WRONLY);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 100, Bytes("changed")).ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "a", kRootIno, "b", 0).ok());
+  EXPECT_FALSE(memory_->head("a").ok());
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  std::string expected = stored;
+  expected.replace(100, 7, "changed");
+  EXPECT_TRUE(memory_->contents("b") == expected);
+}
+
 TEST_F(WritebackTest, RsyncPatternCostsOnePutOfTheFinalName) {
   // rsync: write a temporary file, close it, set its times and mode, rename it into place.
   uint64_t before = Requests();
@@ -1800,9 +1820,12 @@ TEST_F(BackgroundRecoveryTest, AWriteBeforeTheUploadIsWhatReachesTheStore) {
 
 // ---- What a crash may publish: only what close, fsync or the write-back window accepted ----
 
-// Opening an existing object for writing fetches it into a staging file first. A crash in the
-// middle of that fetch once uploaded the prefix fetched so far over the whole object.
-TEST_F(FilesystemTest, ACrashWhileFetchingForWritingPublishesNothing) {
+// Opening an existing object for writing fetches nothing of it: the close that uploads it
+// fetches what the file lacks. (When open fetched the whole object, a crash in the middle of
+// that once uploaded the prefix fetched so far over the whole object.) A crash in the middle of
+// the close's fetch: the close accepted the data, so the next mount completes it from the
+// object and uploads it whole.
+TEST_F(FilesystemTest, ACrashWhileFetchingForTheUploadPublishesTheWholeFile) {
   const std::string whole = std::string(300 << 10, 'w');  // five reads of 64 KiB
   PutObject("big.log", whole);
   uint64_t ino = LookupIno(kRootIno, "big.log");
@@ -1811,16 +1834,17 @@ TEST_F(FilesystemTest, ACrashWhileFetchingForWritingPublishesNothing) {
   auto fh = fs_->Open(ino, O_WRONLY | O_APPEND);
   ASSERT_TRUE(fh.ok());
   ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("x")).ok());
+  EXPECT_TRUE(image.empty());                               // nothing fetched for the append
+  faults_->FailAll(StoreOp::kPut, TransientError("down"));  // the crash: no upload
+  EXPECT_FALSE(fs_->Release(*fh).ok());
+  faults_->Clear();
   ASSERT_FALSE(image.empty());
-  RecoverImage(image);
   EXPECT_EQ(memory_->contents("big.log"), whole);
-  EXPECT_TRUE(SetAside(image).empty());  // only a copy of the object: nothing to keep
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  RecoverImage(image);
   EXPECT_EQ(memory_->contents("big.log"), whole + "x");
+  EXPECT_TRUE(SetAside(image).empty());
 }
 
-// Written and never closed: a local file system would not replace the complete old file with
-// the torn new one either. The data is kept aside for the user, and the log says where.
 TEST_F(FilesystemTest, ACrashBeforeCloseKeepsTheOldObjectAndSetsTheNewDataAside) {
   PutObject("doc", "the complete old content");
   uint64_t ino = LookupIno(kRootIno, "doc");
@@ -2325,7 +2349,9 @@ TEST_F(MetadataDelayTest, AHeldChangeSurvivesACrashWhileTheFileIsWrittenAgain) {
   RecoverImage(image);
   EXPECT_EQ(memory_->contents("f"), "stored");  // the unfinished data is set aside
   EXPECT_EQ(StoredMode("f"), FileMode(0640));
-  EXPECT_EQ(SetAside(image), (std::map<std::string, std::string>{{"f", "torned"}}));
+  // (Staged sparse: of the object, only what was written is there; the rest is a hole.)
+  EXPECT_EQ(SetAside(image),
+            (std::map<std::string, std::string>{{"f", std::string("torn\0\0", 6)}}));
 
   // Once close accepts the data, its record carries the change: no other is left.
   ASSERT_TRUE(fs_->Release(*fh).ok());

@@ -439,6 +439,62 @@ TEST_F(StagingTest, ACloneHasTheSameBytesAndNoRecord) {
   EXPECT_EQ(ReadFile((*file)->data_path()), std::string("accepted version\0\0\0\0", 20));
 }
 
+// A sparse file: a hole of its base's size; writes and fetched bytes are present, a truncate
+// cuts the base off; its record carries all of that, and the next mount reads it back.
+TEST_F(StagingTest, ASparseFileRecordsItsBaseAndWhatItHolds) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  auto file = (*area)->Create();
+  ASSERT_TRUE(file.ok());
+  StagedFile& f = **file;
+  const ETag etag = ETag::Parse("0123456789abcdef0123456789abcdef");
+  ASSERT_TRUE(f.SetBase("base/key", etag, 1000).ok());
+  EXPECT_EQ(f.size(), 1000u);
+  EXPECT_EQ(f.MissingBase(0, 1000), (std::vector<ExtentSet::Range>{{0, 1000}}));
+  ASSERT_TRUE(f.WriteAt(100, Bytes("written")).ok());
+  // A fetch fills around the written bytes, never over them.
+  ASSERT_TRUE(f.FillBase(96, Bytes("bbbbBBBBBBBbbbb")).ok());
+  EXPECT_EQ(ReadFile(f.data_path()).substr(96, 15), "bbbbwrittenbbbb");
+  ASSERT_TRUE(f.Truncate(900).ok());
+  ASSERT_TRUE(f.WriteAt(950, Bytes("end")).ok());
+  EXPECT_EQ(f.base_limit(), 900u);
+  EXPECT_EQ(f.MissingBase(0, 2000), (std::vector<ExtentSet::Range>{{0, 96}, {111, 900}}));
+  ASSERT_TRUE(f.MarkAccepted("k", {{"mode", "33188"}}).ok());
+
+  auto left = (*area)->Leftovers();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  const StagedLeftover& l = (*left)[0];
+  EXPECT_EQ(l.base_key, "base/key");
+  EXPECT_EQ(l.base_etag, etag);
+  EXPECT_EQ(l.base_size, 1000u);
+  EXPECT_EQ(l.base_limit, 900u);
+  EXPECT_EQ(l.present, f.present());
+  EXPECT_TRUE(l.publishable());
+  auto adopted = (*area)->Adopt(l);
+  ASSERT_TRUE(adopted.ok());
+  EXPECT_EQ((*adopted)->base_key(), "base/key");
+  EXPECT_EQ((*adopted)->base_limit(), 900u);
+  EXPECT_EQ((*adopted)->MissingBase(0, 2000), f.MissingBase(0, 2000));
+
+  // A clone carries the base and what is present; only that is copied.
+  auto copy = (*area)->Clone(f);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ((*copy)->size(), 953u);
+  EXPECT_EQ((*copy)->base_key(), "base/key");
+  EXPECT_EQ((*copy)->base_etag(), etag);
+  EXPECT_EQ((*copy)->base_limit(), 900u);
+  EXPECT_EQ((*copy)->present(), f.present());
+  EXPECT_EQ(ReadFile((*copy)->data_path()).substr(96, 15), "bbbbwrittenbbbb");
+  EXPECT_EQ(ReadFile((*copy)->data_path()).substr(950), "end");
+
+  // Once everything below base_limit is there, the file forgets its base.
+  ASSERT_TRUE(f.FillBase(0, Bytes(std::string(900, 'z'))).ok());
+  EXPECT_FALSE(f.has_base());
+  EXPECT_TRUE(f.MissingBase(0, 2000).empty());
+  EXPECT_EQ(ReadFile(f.data_path()).substr(92, 23), "zzzzbbbbwrittenbbbbzzzz");
+}
+
 TEST_F(StagingTest, SetAsideMovesTheDataUnderItsKeysName) {
   auto area = StagingArea::Open(dir_);
   ASSERT_TRUE(area.ok());

@@ -562,6 +562,10 @@ TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedMeanwhileIsPutWhole) {
   std::string model = Pattern(kPart * 4, 'w');
   ASSERT_TRUE(memory_->put("raced", MemorySource(model), {}).ok());
   std::shared_ptr<Inode> inode = StageStored(*this, "raced");
+  {
+    MutexLock lock(&inode->mu);  // a reader read it all: every byte is local
+    ASSERT_TRUE(writer_->FetchStaged(*inode, "raced", 0, kPart * 4).ok());
+  }
   Write(*inode, "raced", 10, "mine");
   model.replace(10, 4, "mine");
   // Another client replaces the object: the last writer, this close, wins with its own bytes.
@@ -570,6 +574,24 @@ TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedMeanwhileIsPutWhole) {
   ASSERT_TRUE(writer_->Upload(*inode, "raced").ok());
   EXPECT_TRUE(memory_->contents("raced") == model) << "parts of the other client's object mixed in";
   EXPECT_EQ(metrics_.streamed_fallbacks.load(), 1u);
+  EXPECT_TRUE(Eventually([&] { return memory_->uploads_in_progress() == 0; }));
+}
+
+TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedBeforeItsBytesWereFetchedFailsAndStaysStaged) {
+  ASSERT_TRUE(memory_->put("gone", MemorySource(Pattern(kPart * 4, 'w')), {}).ok());
+  std::shared_ptr<Inode> inode = StageStored(*this, "gone");
+  Write(*inode, "gone", 10, "mine");
+  // Another client replaces the object before the bytes around "mine" were ever fetched: they
+  // exist nowhere any more, so the close cannot make the file whole.
+  const std::string theirs = Pattern(kPart * 4, 'x');
+  ASSERT_TRUE(memory_->put("gone", MemorySource(theirs), {}).ok());
+  MutexLock lock(&inode->mu);
+  Status uploaded = writer_->Upload(*inode, "gone");
+  EXPECT_EQ(uploaded.code(), StatusCode::kIoError) << uploaded.ToString();
+  EXPECT_TRUE(memory_->contents("gone") == theirs) << "a mix was stored";
+  EXPECT_TRUE(inode->unsaved()) << "the written bytes were dropped";
+  ASSERT_NE(inode->staged, nullptr);
+  EXPECT_EQ(inode->staged->state(), StagedFile::State::kAccepted);
   EXPECT_TRUE(Eventually([&] { return memory_->uploads_in_progress() == 0; }));
 }
 

@@ -71,7 +71,17 @@ std::map<std::string, std::string> MetadataOf(size_t i) {
 
 std::vector<StagedUploadRecord> StagedUploadRecords() {
   std::vector<StagedUploadRecord> v;
-  for (size_t i = 0; i < kRecords; ++i) v.push_back({PathOf(i).substr(1), MetadataOf(i)});
+  for (size_t i = 0; i < kRecords; ++i) {
+    StagedUploadRecord r{PathOf(i).substr(1), MetadataOf(i)};
+    if (i % 2 == 0) {  // a sparse file: its base and the ranges written or fetched
+      r.base_key = r.key;
+      r.base_etag = ETag::FromMd5(Md5Of(i));
+      r.base_size = uint64_t{64} << 20;
+      r.base_limit = r.base_size;
+      r.present = {{0, 1 << 20}, {r.base_size, r.base_size + 4096}};
+    }
+    v.push_back(std::move(r));
+  }
   return v;
 }
 
@@ -234,6 +244,16 @@ void GenericEncode(const StagedUploadRecord& r, std::string& out) {
   PutField(out, "type", "staged_upload");
   PutField(out, "key", r.key);
   for (const auto& [name, value] : r.metadata) PutField(out, "meta." + name, value);
+  if (r.base_key.empty()) return;
+  PutField(out, "base_key", r.base_key);
+  PutField(out, "base_etag", r.base_etag.value());
+  PutField(out, "base_size", std::to_string(r.base_size));
+  PutField(out, "base_limit", std::to_string(r.base_limit));
+  std::string present;
+  for (const auto& [start, end] : r.present) {
+    present += std::to_string(start) + "-" + std::to_string(end) + ",";
+  }
+  PutField(out, "present", present);
 }
 
 bool GenericDecode(std::string_view in, StagedUploadRecord& r) {
@@ -242,6 +262,24 @@ bool GenericDecode(std::string_view in, StagedUploadRecord& r) {
     return false;
   }
   GetMetadata(f, r.metadata);
+  if (!GetString(f, "base_key", r.base_key)) return true;
+  r.base_etag = ETag::Parse(f["base_etag"]);
+  if (!GetInt(f, "base_size", r.base_size) || !GetInt(f, "base_limit", r.base_limit)) {
+    return false;
+  }
+  std::string_view present = f["present"];
+  while (!present.empty()) {
+    const size_t dash = present.find('-');
+    const size_t comma = present.find(',');
+    if (dash == std::string_view::npos || comma == std::string_view::npos || comma < dash) {
+      return false;
+    }
+    uint64_t start = 0, end = 0;
+    std::from_chars(present.data(), present.data() + dash, start);
+    std::from_chars(present.data() + dash + 1, present.data() + comma, end);
+    r.present.emplace_back(start, end);
+    present.remove_prefix(comma + 1);
+  }
   return true;
 }
 
