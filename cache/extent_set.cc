@@ -67,6 +67,14 @@ bool ExtentSet::Covers(uint64_t offset, uint64_t length) const {
   return it->first <= offset && it->second >= EndOf(offset, length);
 }
 
+bool ExtentSet::Overlaps(uint64_t offset, uint64_t length) const {
+  if (length == 0) return false;
+  auto it =
+      ranges_.lower_bound(EndOf(offset, length));  // the first range starting at or past the end
+  if (it == ranges_.begin()) return false;
+  return std::prev(it)->second > offset;
+}
+
 std::vector<ExtentSet::Range> ExtentSet::Missing(uint64_t offset, uint64_t length) const {
   std::vector<Range> out;
   if (length == 0) return out;

@@ -31,6 +31,8 @@ class ExtentSet {
   void TrimFrom(uint64_t offset);
   // Every byte of [offset, offset+length) is in the set (true for length 0).
   bool Covers(uint64_t offset, uint64_t length) const;
+  // Some byte of [offset, offset+length) is in the set (false for length 0).
+  bool Overlaps(uint64_t offset, uint64_t length) const;
   // The sub-ranges of [offset, offset+length) that are not in the set, in order.
   std::vector<Range> Missing(uint64_t offset, uint64_t length) const;
   // The ranges of the set, in order.

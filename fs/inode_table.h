@@ -15,6 +15,7 @@
 
 #include "backend/mutex.h"
 #include "backend/object_store.h"
+#include "cache/extent_set.h"
 #include "cache/staging.h"
 #include "fs/file_attr.h"
 #include "fs/metadata_coalescer.h"
@@ -60,7 +61,7 @@ struct Inode {
   // ETag), and the ranges written since: a close copies the untouched parts of it on the
   // server. Unset when there is none (a new or emptied file).
   std::optional<ObjectInfo> base GUARDED_BY(mu);
-  TouchedRanges touched GUARDED_BY(mu);
+  ExtentSet touched GUARDED_BY(mu);
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.
   FileAttr attr GUARDED_BY(mu);

@@ -15,29 +15,6 @@
 
 namespace objfs {
 
-void TouchedRanges::Add(uint64_t offset, uint64_t length) {
-  if (length == 0) return;
-  uint64_t start = offset;
-  uint64_t end = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
-  // Merge with every range that overlaps or touches [start, end).
-  auto it = ranges_.upper_bound(start);
-  if (it != ranges_.begin() && std::prev(it)->second >= start) --it;
-  while (it != ranges_.end() && it->first <= end) {
-    start = std::min(start, it->first);
-    end = std::max(end, it->second);
-    it = ranges_.erase(it);
-  }
-  ranges_.emplace(start, end);
-}
-
-bool TouchedRanges::Overlaps(uint64_t offset, uint64_t length) const {
-  if (length == 0) return false;
-  const uint64_t end = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
-  auto it = ranges_.lower_bound(end);  // the first range starting at or past the end
-  if (it == ranges_.begin()) return false;
-  return std::prev(it)->second > offset;
-}
-
 Result<std::shared_ptr<StreamedUpload>> StreamedUpload::Start(ObjectStore& store,
                                                               const std::string& key,
                                                               const std::string& data_path,

@@ -39,22 +39,6 @@ namespace objfs {
 
 class IoPool;
 
-// The byte ranges of a staged file written since it was staged from its base object (or since
-// its last upload), so that a close can copy the parts nobody touched from the base on the
-// server (FileWriter::Upload) instead of uploading them.
-class TouchedRanges {
- public:
-  // [offset, offset + length) was written (or cut: pass the rest of the file).
-  void Add(uint64_t offset, uint64_t length);
-  // Whether any byte of [offset, offset + length) was.
-  bool Overlaps(uint64_t offset, uint64_t length) const;
-  void Clear() { ranges_.clear(); }
-  bool empty() const { return ranges_.empty(); }
-
- private:
-  std::map<uint64_t, uint64_t> ranges_;  // start -> end, disjoint and not adjacent
-};
-
 class StreamedUpload : public std::enable_shared_from_this<StreamedUpload> {
  public:
   enum class PartState { kQueued, kInFlight, kInFlightChanged, kSent, kChanged };

@@ -329,26 +329,6 @@ TEST_F(StreamedUploadTest, AnAbandonedUploadIsAbortedAfterItsPartsInFlight) {
   EXPECT_EQ(memory_->object_count(), 0u);
 }
 
-TEST(TouchedRangesTest, MergesRangesAndFindsOverlaps) {
-  TouchedRanges touched;
-  EXPECT_FALSE(touched.Overlaps(0, UINT64_MAX));
-  touched.Add(10, 5);  // [10, 15)
-  touched.Add(20, 5);  // [20, 25)
-  EXPECT_FALSE(touched.Overlaps(0, 10));
-  EXPECT_TRUE(touched.Overlaps(0, 11));
-  EXPECT_FALSE(touched.Overlaps(15, 5));
-  EXPECT_TRUE(touched.Overlaps(14, 1));
-  EXPECT_TRUE(touched.Overlaps(24, 100));
-  EXPECT_FALSE(touched.Overlaps(25, 100));
-  touched.Add(15, 5);  // joins both
-  EXPECT_TRUE(touched.Overlaps(17, 1));
-  touched.Add(100, UINT64_MAX);  // to the end
-  EXPECT_TRUE(touched.Overlaps(UINT64_MAX - 1, 1));
-  EXPECT_FALSE(touched.Overlaps(30, 70));
-  touched.Clear();
-  EXPECT_TRUE(touched.empty());
-}
-
 // FileWriter's side: when a file streams, and the fallback to a whole put.
 class FileWriterStreamTest : public ::testing::Test {
  public:
