@@ -99,23 +99,32 @@ std::string OnlySetAsideFile(const std::string& cache_dir) {
 
 // Appending to a large object once fetched it into cache_dir at the open, and a crash in the
 // middle of that made the next mount upload the part fetched so far over the object (123 MB of
-// a GiB was left). Now the open fetches nothing; the close that uploads the file fetches what it
-// lacks, after accepting it. A crash in the middle of that fetch: the next mount completes the
-// file from the object and uploads it whole, never a prefix.
-TEST(MountCrashTest, S3KilledWhileTheCloseFetchesAnAppendedFileUploadsItWhole) {
+// a GiB was left). Now the open fetches nothing, and a close copies the parts no write touched
+// on the server; when every part was touched (a byte in each MiB here), the close puts the file
+// whole and fetches what it lacks first, after accepting it. A crash in the middle of that
+// fetch: the next mount completes the file from the object and uploads it whole, never a prefix.
+TEST(MountCrashTest, S3KilledWhileTheCloseFetchesAnEditedFileUploadsItWhole) {
   const std::string bucket = CreateTestBucket(TestName());
   ObjfsMount::Options options;
   options.extra_options = "read_buffer=256K";  // many reads: a fetch long enough to catch
   std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
   ASSERT_TRUE(mount);
   constexpr size_t kSize = 96u << 20;
-  const std::string data = PseudoRandomBytes(kSize, 14);
+  std::string data = PseudoRandomBytes(kSize, 14);
   WriteFile(mount->path() + "/big.log", data);
+  for (size_t at = 0; at < kSize; at += 1u << 20) data[at] = 'y';
   const std::string md5 = Digest(data + "x\n");
 
-  // `echo x >> big.log`, whose close blocks in the kernel until objfs has uploaded the file.
+  // A byte into each MiB and "x\n" at the end; the close blocks in the kernel until objfs has
+  // uploaded the file.
   const std::string target = mount->path() + "/big.log";
-  std::thread append([target] { RunCommand({"sh", "-c", "echo x >> '" + target + "'"}); });
+  std::thread append([target] {
+    const int fd = ::open(target.c_str(), O_WRONLY);
+    if (fd < 0) return;
+    for (size_t at = 0; at < kSize; at += 1u << 20) (void)!::pwrite(fd, "y", 1, at);
+    (void)!::pwrite(fd, "x\n", 2, kSize);
+    ::close(fd);
+  });
   const bool caught = WaitFor(
       60, [&] { return FetchInProgress(mount->cache_dir(), 1u << 20, kSize); },
       std::chrono::milliseconds(1));
