@@ -1287,6 +1287,24 @@ TEST_F(WritebackTest, RsyncPatternCostsOnePutOfTheFinalName) {
   EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
 }
 
+// A large file written from empty streams its parts under the name it had; renamed in the
+// window (rsync's temporary file), another file then takes that name before the upload. The
+// streamed upload must not complete over that file, nor remove it when it moves to the new name.
+TEST_F(WritebackTest, AStreamedFileRenamedInTheWindowLeavesTheFileNowAtItsOldName) {
+  PutObject("c", "the file that moved to .t");
+  const std::string big = std::string((5 << 20) + (1 << 20), 'b');  // past one 5 MiB part
+  WriteAndClose(".t", big);
+  ASSERT_TRUE(fs_->Rename(kRootIno, ".t", kRootIno, "b", 0).ok());
+  Status moved = fs_->Rename(kRootIno, "c", kRootIno, ".t", 0);
+  ASSERT_TRUE(moved.ok()) << moved.ToString();
+  ASSERT_EQ(memory_->contents(".t"), "the file that moved to .t");
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_TRUE(memory_->contents("b") == big);
+  ASSERT_TRUE(memory_->head(".t").ok()) << ".t was removed by the upload of b";
+  EXPECT_EQ(memory_->contents(".t"), "the file that moved to .t");
+}
+
 TEST_F(WritebackTest, RenameOfAnEditedStoredFileRemovesTheOldName) {
   PutObject("old", "v1");
   uint64_t ino = LookupIno(kRootIno, "old");
