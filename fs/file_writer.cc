@@ -699,6 +699,9 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
     GiveUpStream(inode, key, Fallback::kRenamed, Status::Ok());
     return std::nullopt;
   }
+  // Renamed meanwhile: the rename removed the old name's object, and whatever holds that name
+  // now (a file created or moved there since) is another file, never completed over.
+  if (streamed_key != key) put.if_none_match = true;
   Result<ObjectInfo> done = stream->Finish(size, put);
   const Status part_failure = stream->failure();
   GiveUpStream(inode, key, std::nullopt, Status::Ok());
