@@ -923,6 +923,36 @@ TEST_F(FilesystemTest, RenameDirectoryMovesEveryObject) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "old").status().code(), StatusCode::kNotFound);
 }
 
+// A large file edited in place and fsynced while open: the upload copies its untouched parts on
+// the server, so its staged copy still lacks them and would fetch them from the object under the
+// directory's old name. After the directory's rename its handle still reads every byte, and a
+// later write and close upload the file under the new name.
+TEST_F(FilesystemTest, AnEditedFileOpenInARenamedDirectoryStaysReadableAndUploadable) {
+  std::string data((11 << 20), '\0');  // more than two 5 MiB parts
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>('a' + (i / 4096) % 26);
+  PutObject("d/", "");
+  PutObject("d/f", data);
+  const uint64_t ino = LookupIno(LookupIno(kRootIno, "d"), "f");
+  auto fh = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("X")).ok());
+  ASSERT_TRUE(fs_->Fsync(*fh, false).ok());
+  data[0] = 'X';
+  ASSERT_EQ(memory_->contents("d/f"), data);
+  Status moved = fs_->Rename(kRootIno, "d", kRootIno, "e", 0);
+  ASSERT_TRUE(moved.ok()) << moved.ToString();
+  std::string got(4096, '\0');
+  auto n = fs_->Read(*fh, 6 << 20, std::as_writable_bytes(std::span(got.data(), got.size())));
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(got == data.substr(6 << 20, 4096));
+  ASSERT_TRUE(fs_->Write(*fh, 1, Bytes("Y")).ok());
+  Status closed = fs_->Flush(*fh);
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  data[1] = 'Y';
+  EXPECT_TRUE(memory_->contents("e/f") == data);
+}
+
 TEST_F(FilesystemTest, RenameDirectoryAboveTheLimitIsRefused) {
   options_.max_rename_objects = 5;
   std::vector<std::string> logged;
