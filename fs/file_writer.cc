@@ -570,6 +570,10 @@ void FileWriter::NoteBase(Inode& inode, const std::string& key, const MetaRecord
   if (rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
 }
 
+void FileWriter::Retagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to) {
+  if (inode.base && inode.base->key == key && inode.base->etag == from) inode.base->etag = to;
+}
+
 std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std::string& key,
                                                          const Metadata& metadata) {
   if (!inode.base || inode.base->key != key || stream_pool_ == nullptr) return std::nullopt;
