@@ -1335,6 +1335,28 @@ TEST_F(WritebackTest, AStreamedFileRenamedInTheWindowLeavesTheFileNowAtItsOldNam
   EXPECT_EQ(memory_->contents(".t"), "the file that moved to .t");
 }
 
+// A large file streams its parts while written; before the upload completes, its mtime is set
+// to a time after the stream started (touch -d, a clock ahead of this one). The object's
+// Last-Modified does not stand for that mtime: the object carries it.
+TEST_F(WritebackTest, AStreamedFileKeepsAnMtimeSetAfterItsStreamStarted) {
+  const std::string big = std::string((5 << 20) + (1 << 20), 'm');  // past one 5 MiB part
+  const uint64_t ino = WriteAndClose("m", big);
+  FileAttr attr;
+  attr.mtime_ns = (std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count() +
+                   86400) *
+                  int64_t{1000000000};  // tomorrow, whole seconds
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMtime, attr, std::nullopt).ok());
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  ASSERT_TRUE(memory_->contents("m") == big);
+  auto head = memory_->head("m");
+  ASSERT_TRUE(head.ok());
+  ASSERT_TRUE(head->metadata.count("mtime")) << "the set mtime is not stored";
+  EXPECT_EQ(ParseMtime(head->metadata.at("mtime")), attr.mtime_ns);
+}
+
 TEST_F(WritebackTest, RenameOfAnEditedStoredFileRemovesTheOldName) {
   PutObject("old", "v1");
   uint64_t ino = LookupIno(kRootIno, "old");
