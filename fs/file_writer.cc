@@ -693,7 +693,9 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
     // is kept at that cost).
     Metadata rest = *metadata;
     rest.erase(kMtimeMetadata);
-    if (rest == stream->metadata() && inode.attr.mtime_ns >= stream->started_ns()) {
+    // (An mtime ahead of now was set, touch -d or another machine's clock: it is kept.)
+    if (rest == stream->metadata() && inode.attr.mtime_ns >= stream->started_ns() &&
+        inode.attr.mtime_ns <= NowNs()) {
       put.metadata = std::move(rest);
       without_mtime = true;
     }
