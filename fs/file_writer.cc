@@ -570,6 +570,10 @@ void FileWriter::NoteBase(Inode& inode, const std::string& key, const MetaRecord
   if (rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
 }
 
+void FileWriter::Retagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to) {
+  if (inode.base && inode.base->key == key && inode.base->etag == from) inode.base->etag = to;
+}
+
 std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std::string& key,
                                                          const Metadata& metadata) {
   if (!inode.base || inode.base->key != key || stream_pool_ == nullptr) return std::nullopt;
@@ -689,7 +693,9 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
     // is kept at that cost).
     Metadata rest = *metadata;
     rest.erase(kMtimeMetadata);
-    if (rest == stream->metadata() && inode.attr.mtime_ns >= stream->started_ns()) {
+    // (An mtime ahead of now was set, touch -d or another machine's clock: it is kept.)
+    if (rest == stream->metadata() && inode.attr.mtime_ns >= stream->started_ns() &&
+        inode.attr.mtime_ns <= NowNs()) {
       put.metadata = std::move(rest);
       without_mtime = true;
     }
@@ -699,6 +705,9 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
     GiveUpStream(inode, key, Fallback::kRenamed, Status::Ok());
     return std::nullopt;
   }
+  // Renamed meanwhile: the rename removed the old name's object, and whatever holds that name
+  // now (a file created or moved there since) is another file, never completed over.
+  if (streamed_key != key) put.if_none_match = true;
   Result<ObjectInfo> done = stream->Finish(size, put);
   const Status part_failure = stream->failure();
   GiveUpStream(inode, key, std::nullopt, Status::Ok());

@@ -129,6 +129,10 @@ class FileWriter {
   // The staged file was just staged from the stored object `rec` of `key` (Stage): a close
   // after writes that touched only some parts copies the others from it on the server.
   void NoteBase(Inode& inode, const std::string& key, const MetaRecord& rec) REQUIRES(inode.mu);
+  // The stored object `key` kept its bytes but its ETag went from `from` to `to` (a metadata
+  // change): an edit based on it copies from it by the new one.
+  void Retagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to)
+      REQUIRES(inode.mu);
 
   // Uploads the inode's unsaved data (Upload with `accept`); then, with `with_metadata`, applies
   // a held metadata change. Takes inode.mu.

@@ -128,6 +128,16 @@ Result<FileAttr> Filesystem::MutateMetadata(
       inode->attr.gid = attr.gid;
       inode->attr.mtime_ns = attr.mtime_ns;
       inode->extra_metadata = extra;
+      // The change kept the bytes of the version the copy is based on but may have given it a
+      // new ETag (a self-copy, SFTP's new mtime): what the copy still lacks is fetched by that
+      // one, and an edit copies from it. (Never after another client's version: its ETag is
+      // not the base's.)
+      if (!rec.is_dir && !info.etag.empty() && info.etag != rec.etag) {
+        if (inode->staged->base_key() == key && inode->staged->base_etag() == rec.etag) {
+          inode->staged->Rebase(key, info.etag);
+        }
+        writer_->Retagged(*inode, key, rec.etag, info.etag);
+      }
     }
     if (!rec.is_dir) inode->uploaded_etag = info.etag;
     return AttrFromRecord(ino, updated);

@@ -287,6 +287,12 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
                                    const MetaRecord& src) {
   for (const auto& [ino, inode] : inodes_.WithLocalData(from)) {
     OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
+    {
+      // A staged copy kept for open handles may still lack bytes of the object it was staged
+      // from (or uploaded as), which moves away from its key: fetched first, as for a file.
+      MutexLock lock(&inode->mu);
+      writer_->KeepStagedReadable(*inode);
+    }
     inodes_.Forget(ino, 0);  // one the kernel forgot goes once it is clean
   }
   if (native_rename_) {

@@ -1320,6 +1320,66 @@ TEST_P(MountSuiteTest, AnAppendAndAPatchOfALargeFileUploadOnlyTheChangedParts) {
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// rsync's pattern with another file moved to the temporary name in the write-back window: the
+// large file streamed its parts under that name, and completes only where nothing took it.
+TEST_P(MountSuiteTest, AFileMovedToAStreamedFilesOldNameInTheWindowIsKept) {
+  const std::string data = PseudoRandomBytes(20 << 20, 84);
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  WriteFile(m + "/.large.tmp", data);
+  CommandResult r = RunCommand({"sh", "-c",
+                                "mv \"$0/.large.tmp\" \"$0/large\" && echo other > \"$0/other\" && "
+                                "mv \"$0/other\" \"$0/.large.tmp\"",
+                                m});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  if (can().server_access) {
+    EXPECT_EQ(ServerFiles(), ".large.tmp\nlarge\n");
+    EXPECT_EQ(OnServer(".large.tmp"), "other\n");
+    EXPECT_EQ(Digest(OnServer("large")), Digest(data));
+  }
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(ReadFile(fresh->path() + "/.large.tmp"), "other\n");
+  EXPECT_EQ(Digest(ReadFile(fresh->path() + "/large")), Digest(data));
+  EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
+}
+
+// An edit fsynced while open copies the untouched parts on the server, and the open file keeps
+// fetching them from the new object. touch changes that object's version (SFTP: its mtime) but
+// not its bytes: the handle still reads them, and its next close uploads.
+TEST_P(MountSuiteTest, AnOpenEditedFileTouchedAfterItsFsyncStaysReadableAndIsStored) {
+  std::string model = PseudoRandomBytes(24 << 20, 85);
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "f", model));
+  std::unique_ptr<ObjfsMount> mount = remote().Mount(can().native_etags ? "part_size=5M" : "");
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/f";
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(fd, "X", 1, 0), 1) << std::strerror(errno);
+  EXPECT_EQ(::fsync(fd), 0) << std::strerror(errno);
+  model[0] = 'X';
+  CommandResult touched = RunCommand({"touch", "-m", "-d", "@1500000000", path});
+  EXPECT_EQ(touched.exit_code, 0) << touched.err;
+  std::string got(1 << 20, '\0');
+  const off_t at = 17 << 20;
+  EXPECT_EQ(::pread(fd, got.data(), got.size(), at), static_cast<ssize_t>(got.size()))
+      << std::strerror(errno);
+  EXPECT_EQ(Digest(got), Digest(std::string_view(model).substr(at, got.size())));
+  ASSERT_EQ(::pwrite(fd, "Y", 1, 1), 1) << std::strerror(errno);
+  model[1] = 'Y';
+  EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("f")), Digest(model));
+  }
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(Digest(ReadFile(fresh->path() + "/f")), Digest(model));
+  EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Remotes, MountSuiteTest, ::testing::ValuesIn(RemoteKinds()),
                          [](const ::testing::TestParamInfo<RemoteKind>& info) {
                            return RemoteKindName(info.param);

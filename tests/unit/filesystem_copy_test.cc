@@ -327,6 +327,37 @@ class FilesystemContentEtagTest : public ::testing::Test {
   std::unique_ptr<Filesystem> fs_;
 };
 
+// An edit fsynced while open copies its untouched parts on the server; the staged copy kept for
+// the handle fetches them later by the new object's version. A touch of the file changes that
+// version (SFTP's is its size and mtime) but not its bytes: the handle still reads them all,
+// and a later close still uploads.
+TEST_F(FilesystemContentEtagTest, AnOpenEditedFileStaysReadableAfterATouch) {
+  std::string data = PatternOf(11 << 20);  // more than two 5 MiB parts
+  ASSERT_TRUE(memory_->put("f", MemorySource(data), PutOptions()).ok());
+  const uint64_t ino = LookupIno("f");
+  auto fh = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("X")).ok());
+  ASSERT_TRUE(fs_->Fsync(*fh, false).ok());
+  data[0] = 'X';
+  ASSERT_TRUE(memory_->contents("f") == data);
+  FileAttr attr;
+  attr.mtime_ns = int64_t{1500000000} * 1000000000;
+  auto touched = fs_->SetAttr(ino, kSetMtime, attr, std::nullopt);
+  ASSERT_TRUE(touched.ok()) << touched.status().ToString();
+  std::string got(4096, '\0');
+  auto n = fs_->Read(*fh, 6 << 20, std::as_writable_bytes(std::span(got.data(), got.size())));
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(got == data.substr(6 << 20, 4096));
+  // A later write's close uploads the file (its untouched bytes come from the touched object).
+  ASSERT_TRUE(fs_->Write(*fh, 1, Bytes("Y")).ok());
+  Status closed = fs_->Flush(*fh);
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  data[1] = 'Y';
+  EXPECT_TRUE(memory_->contents("f") == data);
+}
+
 TEST_F(FilesystemContentEtagTest, EtagOfAFileWrittenElsewhereIsHashedOnceThenRecorded) {
   const std::string data = PatternOf(100000);
   ASSERT_TRUE(memory_->put("outside", MemorySource(data), PutOptions()).ok());

@@ -923,6 +923,36 @@ TEST_F(FilesystemTest, RenameDirectoryMovesEveryObject) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "old").status().code(), StatusCode::kNotFound);
 }
 
+// A large file edited in place and fsynced while open: the upload copies its untouched parts on
+// the server, so its staged copy still lacks them and would fetch them from the object under the
+// directory's old name. After the directory's rename its handle still reads every byte, and a
+// later write and close upload the file under the new name.
+TEST_F(FilesystemTest, AnEditedFileOpenInARenamedDirectoryStaysReadableAndUploadable) {
+  std::string data((11 << 20), '\0');  // more than two 5 MiB parts
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>('a' + (i / 4096) % 26);
+  PutObject("d/", "");
+  PutObject("d/f", data);
+  const uint64_t ino = LookupIno(LookupIno(kRootIno, "d"), "f");
+  auto fh = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("X")).ok());
+  ASSERT_TRUE(fs_->Fsync(*fh, false).ok());
+  data[0] = 'X';
+  ASSERT_EQ(memory_->contents("d/f"), data);
+  Status moved = fs_->Rename(kRootIno, "d", kRootIno, "e", 0);
+  ASSERT_TRUE(moved.ok()) << moved.ToString();
+  std::string got(4096, '\0');
+  auto n = fs_->Read(*fh, 6 << 20, std::as_writable_bytes(std::span(got.data(), got.size())));
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(got == data.substr(6 << 20, 4096));
+  ASSERT_TRUE(fs_->Write(*fh, 1, Bytes("Y")).ok());
+  Status closed = fs_->Flush(*fh);
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  data[1] = 'Y';
+  EXPECT_TRUE(memory_->contents("e/f") == data);
+}
+
 TEST_F(FilesystemTest, RenameDirectoryAboveTheLimitIsRefused) {
   options_.max_rename_objects = 5;
   std::vector<std::string> logged;
@@ -1285,6 +1315,46 @@ TEST_F(WritebackTest, RsyncPatternCostsOnePutOfTheFinalName) {
   EXPECT_FALSE(memory_->head(".f.XXXXXX").ok());
   EXPECT_EQ(fs_->pending_uploads(), 0u);
   EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
+}
+
+// A large file written from empty streams its parts under the name it had; renamed in the
+// window (rsync's temporary file), another file then takes that name before the upload. The
+// streamed upload must not complete over that file, nor remove it when it moves to the new name.
+TEST_F(WritebackTest, AStreamedFileRenamedInTheWindowLeavesTheFileNowAtItsOldName) {
+  PutObject("c", "the file that moved to .t");
+  const std::string big = std::string((5 << 20) + (1 << 20), 'b');  // past one 5 MiB part
+  WriteAndClose(".t", big);
+  ASSERT_TRUE(fs_->Rename(kRootIno, ".t", kRootIno, "b", 0).ok());
+  Status moved = fs_->Rename(kRootIno, "c", kRootIno, ".t", 0);
+  ASSERT_TRUE(moved.ok()) << moved.ToString();
+  ASSERT_EQ(memory_->contents(".t"), "the file that moved to .t");
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_TRUE(memory_->contents("b") == big);
+  ASSERT_TRUE(memory_->head(".t").ok()) << ".t was removed by the upload of b";
+  EXPECT_EQ(memory_->contents(".t"), "the file that moved to .t");
+}
+
+// A large file streams its parts while written; before the upload completes, its mtime is set
+// to a time after the stream started (touch -d, a clock ahead of this one). The object's
+// Last-Modified does not stand for that mtime: the object carries it.
+TEST_F(WritebackTest, AStreamedFileKeepsAnMtimeSetAfterItsStreamStarted) {
+  const std::string big = std::string((5 << 20) + (1 << 20), 'm');  // past one 5 MiB part
+  const uint64_t ino = WriteAndClose("m", big);
+  FileAttr attr;
+  attr.mtime_ns = (std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count() +
+                   86400) *
+                  int64_t{1000000000};  // tomorrow, whole seconds
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMtime, attr, std::nullopt).ok());
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  ASSERT_TRUE(memory_->contents("m") == big);
+  auto head = memory_->head("m");
+  ASSERT_TRUE(head.ok());
+  ASSERT_TRUE(head->metadata.count("mtime")) << "the set mtime is not stored";
+  EXPECT_EQ(ParseMtime(head->metadata.at("mtime")), attr.mtime_ns);
 }
 
 TEST_F(WritebackTest, RenameOfAnEditedStoredFileRemovesTheOldName) {
