@@ -150,6 +150,11 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   inode.attr = attr;
   inode.extra_metadata = std::move(extra);
   inode.staged = std::move(staged);
+  // The edit's base: a close after writes that touched only some parts copies the others from
+  // it on the server (UploadEdit).
+  inode.touched.Clear();
+  inode.base.reset();
+  if (!empty && rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
   if (!inode.removed()) inode.state = Inode::FileState::kCached;
   inode.has_local_data.store(true);
@@ -564,13 +569,10 @@ void FileWriter::Truncated(Inode& inode, uint64_t size) {
   if (size == 0 && inode.unsaved()) inode.may_stream = true;
 }
 
-void FileWriter::NoteBase(Inode& inode, const std::string& key, const MetaRecord& rec) {
-  inode.touched.Clear();
-  inode.base.reset();
-  if (rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
-}
-
 void FileWriter::Retagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to) {
+  if (inode.staged && inode.staged->base_key() == key && inode.staged->base_etag() == from) {
+    inode.staged->Rebase(key, to);
+  }
   if (inode.base && inode.base->key == key && inode.base->etag == from) inode.base->etag = to;
 }
 
@@ -720,6 +722,13 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
     Bump(metrics_->streamed_fallbacks);
     return std::nullopt;
   }
+      return Result<ObjectInfo>(failure);
+    }
+    GiveUpStream(inode, key, part_failure.ok() ? Fallback::kCompleteFailed : Fallback::kPartFailed,
+                 failure);
+    return std::nullopt;
+  }
+  GiveUpStream(inode, key, std::nullopt, Status::Ok());
   if (streamed_key != key) {
     // Renamed in the write-back window (rsync's temporary file): completed under the name it
     // had, then moved on the server.

@@ -126,11 +126,9 @@ class FileWriter {
       REQUIRES(inode.mu);
   // The staged file was truncated to `size` (after MarkDirty).
   void Truncated(Inode& inode, uint64_t size) REQUIRES(inode.mu);
-  // The staged file was just staged from the stored object `rec` of `key` (Stage): a close
-  // after writes that touched only some parts copies the others from it on the server.
-  void NoteBase(Inode& inode, const std::string& key, const MetaRecord& rec) REQUIRES(inode.mu);
   // The stored object `key` kept its bytes but its ETag went from `from` to `to` (a metadata
-  // change): an edit based on it copies from it by the new one.
+  // change): the staged file fetches what it lacks, and an edit copies, by the new one. (Never
+  // after another client's version: its ETag is not `from`.)
   void Retagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to)
       REQUIRES(inode.mu);
 

@@ -133,9 +133,6 @@ Result<FileAttr> Filesystem::MutateMetadata(
       // one, and an edit copies from it. (Never after another client's version: its ETag is
       // not the base's.)
       if (!rec.is_dir && !info.etag.empty() && info.etag != rec.etag) {
-        if (inode->staged->base_key() == key && inode->staged->base_etag() == rec.etag) {
-          inode->staged->Rebase(key, info.etag);
-        }
         writer_->Retagged(*inode, key, rec.etag, info.etag);
       }
     }
@@ -158,7 +155,6 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
       if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
       bool empty = attr.size == 0 || rec.size == 0;
       OBJFS_RETURN_IF_ERROR(writer_->Stage(*inode, key, rec, empty));
-      if (!empty) writer_->NoteBase(*inode, key, rec);
     }
     OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key, /*keep_content=*/attr.size > 0));
     OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(attr.size));

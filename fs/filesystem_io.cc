@@ -215,7 +215,6 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
     OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
     if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
     OBJFS_RETURN_IF_ERROR(writer_->Stage(inode, key, rec, /*empty=*/rec.size == 0));
-    writer_->NoteBase(inode, key, rec);
   }
   if (handle->flags & O_APPEND) offset = inode.staged->size();
   OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, offset + data.size()));

@@ -497,7 +497,7 @@ TEST_F(FileWriterStreamTest, TruncateToZeroLetsAnEditedFileStream) {
   EXPECT_TRUE(memory_->contents("t") == data);
 }
 
-// A stored object staged for writing (as Filesystem::Write does), its base noted.
+// A stored object staged for writing (as Filesystem::Write does), its base noted by Stage.
 std::shared_ptr<Inode> StageStored(FileWriterStreamTest& t, const std::string& key) {
   std::shared_ptr<Inode> inode = t.inodes_.Get(t.inodes_.Acquire(key, 1));
   MutexLock lock(&inode->mu);
@@ -505,7 +505,6 @@ std::shared_ptr<Inode> StageStored(FileWriterStreamTest& t, const std::string& k
   EXPECT_TRUE(head.ok());
   MetaRecord rec = t.attrs_.FromInfo(*head, false);
   EXPECT_TRUE(t.writer_->Stage(*inode, key, rec, /*empty=*/false).ok());
-  t.writer_->NoteBase(*inode, key, rec);
   inode->open_handles.fetch_add(1);
   return inode;
 }
