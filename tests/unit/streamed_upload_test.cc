@@ -71,9 +71,10 @@ class Gate {
     open_ = true;
     cv_.SignalAll();
   }
-  void FailWrites(bool fail) {
+  void FailWrites(bool fail, StatusCode code = StatusCode::kIoError) {
     MutexLock lock(&mu_);
     fail_ = fail;
+    fail_code_ = code;
   }
   Status Enter() {
     MutexLock lock(&mu_);
@@ -82,7 +83,7 @@ class Gate {
     while (!open_) cv_.Wait(&mu_);
     --running_;
     ++writes_;
-    if (fail_) return Status(StatusCode::kIoError, "injected part failure");
+    if (fail_) return Status(fail_code_, "injected part failure");
     return Status::Ok();
   }
   int running() const {
@@ -103,6 +104,7 @@ class Gate {
   CondVar cv_;
   bool open_ GUARDED_BY(mu_) = true;
   bool fail_ GUARDED_BY(mu_) = false;
+  StatusCode fail_code_ GUARDED_BY(mu_) = StatusCode::kIoError;
   int running_ GUARDED_BY(mu_) = 0;
   int max_running_ GUARDED_BY(mu_) = 0;
   int writes_ GUARDED_BY(mu_) = 0;
@@ -460,6 +462,31 @@ TEST_F(FileWriterStreamTest, AFailedPartFallsBackToAWholePutLoggedOnce) {
                           }),
             1)
       << "logged per file, not once";
+  EXPECT_TRUE(Eventually([&] { return memory_->uploads_in_progress() == 0; }));
+}
+
+// A part that timed out: the server did not answer within operation_timeout, and a whole put
+// now would wait as long again. The close reports it at once; the data stays staged and
+// accepted, and the next try (the background's) puts it whole.
+TEST_F(FileWriterStreamTest, APartThatTimedOutFailsTheCloseWithoutAWholePut) {
+  gate_.FailWrites(true, StatusCode::kTimedOut);
+  std::shared_ptr<Inode> inode = Create("slow");
+  const std::string data = Pattern(kPart * 3, 's');
+  Write(*inode, "slow", 0, data);
+  ASSERT_TRUE(Eventually([&] {
+    MutexLock lock(&inode->mu);
+    return inode->stream != nullptr && !inode->stream->failure().ok();
+  }));
+  MutexLock lock(&inode->mu);
+  Status closed = writer_->Upload(*inode, "slow");
+  EXPECT_EQ(closed.code(), StatusCode::kTimedOut) << closed.ToString();
+  EXPECT_FALSE(memory_->head("slow").ok()) << "put whole after the server timed out";
+  EXPECT_TRUE(inode->unsaved());
+  EXPECT_EQ(inode->staged->state(), StagedFile::State::kAccepted);
+  // The server answers again: the retry puts the file whole.
+  gate_.FailWrites(false);
+  ASSERT_TRUE(writer_->Upload(*inode, "slow").ok());
+  EXPECT_TRUE(memory_->contents("slow") == data);
   EXPECT_TRUE(Eventually([&] { return memory_->uploads_in_progress() == 0; }));
 }
 
