@@ -712,16 +712,12 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
   if (streamed_key != key) put.if_none_match = true;
   Result<ObjectInfo> done = stream->Finish(size, put);
   const Status part_failure = stream->failure();
-  GiveUpStream(inode, key, std::nullopt, Status::Ok());
   if (!done.ok()) {
-    if (part_failure.ok()) {
-      GiveUpStream(inode, key, Fallback::kCompleteFailed, done.status());
-    } else {
-      GiveUpStream(inode, key, Fallback::kPartFailed, part_failure);
-    }
-    Bump(metrics_->streamed_fallbacks);
-    return std::nullopt;
-  }
+    const Status& failure = part_failure.ok() ? done.status() : part_failure;
+    if (failure.code() == StatusCode::kTimedOut) {
+      // The server did not answer within operation_timeout: a whole put now would wait as long
+      // again. The close reports it; the data stays accepted and the retry puts it whole.
+      GiveUpStream(inode, key, std::nullopt, Status::Ok());
       return Result<ObjectInfo>(failure);
     }
     GiveUpStream(inode, key, part_failure.ok() ? Fallback::kCompleteFailed : Fallback::kPartFailed,
