@@ -86,6 +86,27 @@ class Gate {
     if (fail_) return Status(fail_code_, "injected part failure");
     return Status::Ok();
   }
+  // While held, an upload's abort waits (at most kAbortHold) as one to a stopped server would.
+  void HoldAborts(bool hold) {
+    MutexLock lock(&mu_);
+    hold_aborts_ = hold;
+    cv_.SignalAll();
+  }
+  void EnterAbort() {
+    MutexLock lock(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + kAbortHold;
+    while (hold_aborts_) {
+      if (!cv_.WaitUntil(&mu_, deadline)) {
+        ++aborts_held_out_;
+        return;
+      }
+    }
+  }
+  // Aborts that waited out the hold: what waited for them waited for a stopped server.
+  int aborts_held_out() const {
+    MutexLock lock(&mu_);
+    return aborts_held_out_;
+  }
   int running() const {
     MutexLock lock(&mu_);
     return running_;
@@ -108,6 +129,9 @@ class Gate {
   int running_ GUARDED_BY(mu_) = 0;
   int max_running_ GUARDED_BY(mu_) = 0;
   int writes_ GUARDED_BY(mu_) = 0;
+  bool hold_aborts_ GUARDED_BY(mu_) = false;
+  int aborts_held_out_ GUARDED_BY(mu_) = 0;
+  static constexpr std::chrono::seconds kAbortHold{20};
 };
 
 class GatedUpload : public ForwardingUpload {
@@ -123,6 +147,10 @@ class GatedUpload : public ForwardingUpload {
               uint64_t length) override {
     ++copies;
     return ForwardingUpload::copy(offset, base, base_offset, length);
+  }
+  Status abort() override {
+    gate_->EnterAbort();
+    return ForwardingUpload::abort();
   }
   static inline std::atomic<int> copies{0};
 
@@ -478,7 +506,11 @@ TEST_F(FileWriterStreamTest, APartThatTimedOutFailsTheCloseWithoutAWholePut) {
     return inode->stream != nullptr && !inode->stream->failure().ok();
   }));
   MutexLock lock(&inode->mu);
+  // Nor does it wait for the abort of the upload, which would wait as long too.
+  gate_.HoldAborts(true);
   Status closed = writer_->Upload(*inode, "slow");
+  EXPECT_EQ(gate_.aborts_held_out(), 0) << "the close waited for the upload's abort";
+  gate_.HoldAborts(false);
   EXPECT_EQ(closed.code(), StatusCode::kTimedOut) << closed.ToString();
   EXPECT_FALSE(memory_->head("slow").ok()) << "put whole after the server timed out";
   EXPECT_TRUE(inode->unsaved());
