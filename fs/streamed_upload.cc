@@ -49,6 +49,7 @@ StreamedUpload::StreamedUpload(std::string key, uint64_t part_size, int fd, Opti
 void StreamedUpload::Begin(ObjectStore& store, const UploadOptions& upload) {
   Result<std::unique_ptr<Upload>> started = store.start_upload(key_, upload);
   std::vector<uint64_t> start;
+  bool abort = false;
   {
     MutexLock lock(&mu_);
     started_ = true;
@@ -63,19 +64,38 @@ void StreamedUpload::Begin(ObjectStore& store, const UploadOptions& upload) {
       }
     }
     start = TakeStartableLocked();
+    abort = TakeAbortLocked();
     changed_.SignalAll();
   }
   StartParts(start);
+  if (abort) RunAbort();
 }
 
 StreamedUpload::~StreamedUpload() {
   Upload* abort = nullptr;
   {
     MutexLock lock(&mu_);
-    if (!completed_) abort = upload_.get();
+    if (!completed_ && !aborting_) abort = upload_.get();
   }
   if (abort != nullptr) (void)abort->abort();  // a failure leaves it in the store's journal
   ::close(fd_);
+}
+
+bool StreamedUpload::TakeAbortLocked() {
+  if (!abandoned_ || completed_ || aborting_ || !started_ || in_flight_ > 0 || !upload_) {
+    return false;
+  }
+  aborting_ = true;
+  return true;
+}
+
+void StreamedUpload::RunAbort() {
+  Upload* upload = nullptr;
+  {
+    MutexLock lock(&mu_);
+    upload = upload_.get();
+  }
+  (void)upload->abort();  // a failure leaves it in the store's journal
 }
 
 uint64_t StreamedUpload::PartLength(uint64_t index, uint64_t size) const {
@@ -159,6 +179,7 @@ void StreamedUpload::StartParts(const std::vector<uint64_t>& indices) {
 void StreamedUpload::RunPart(uint64_t index) {
   uint64_t length = 0;
   Upload* upload = nullptr;
+  bool abort = false;
   {
     MutexLock lock(&mu_);
     if (!abandoned_) length = PartLength(index, size_);
@@ -193,9 +214,11 @@ void StreamedUpload::RunPart(uint64_t index) {
       }
     }
     start = TakeStartableLocked();
+    abort = TakeAbortLocked();
     changed_.SignalAll();
   }
   StartParts(start);
+  if (abort) RunAbort();
 }
 
 Result<ObjectInfo> StreamedUpload::Finish(uint64_t size, const PutOptions& options) {
@@ -249,8 +272,16 @@ Result<ObjectInfo> StreamedUpload::Finish(uint64_t size, const PutOptions& optio
 }
 
 void StreamedUpload::Abandon() {
-  MutexLock lock(&mu_);
-  abandoned_ = true;
+  bool abort = false;
+  {
+    MutexLock lock(&mu_);
+    abandoned_ = true;
+    abort = TakeAbortLocked();
+  }
+  // On the pool: an abort waits for the server like any request, and an owner may give up on
+  // an upload because that server stopped answering (a part timed out): its close must not
+  // wait operation_timeout once more.
+  if (abort) options_.pool->Submit([self = shared_from_this()] { self->RunAbort(); });
 }
 
 Status StreamedUpload::failure() const {

@@ -65,8 +65,7 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload> {
   StreamedUpload(std::unique_ptr<Upload> upload, int fd, Options options);
   // Not started yet: Start's.
   StreamedUpload(std::string key, uint64_t part_size, int fd, Options options);
-  // Aborts the upload unless it completed (after the last part in flight: they hold a
-  // reference).
+  // Aborts the upload unless it completed or Abandon's abort ran.
   ~StreamedUpload();
   StreamedUpload(const StreamedUpload&) = delete;
   StreamedUpload& operator=(const StreamedUpload&) = delete;
@@ -86,7 +85,8 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload> {
   // Waits for the parts in flight, sends every part of [0, size) not on the server as the file
   // has it now (in parallel, within the bound), then completes the object. Once.
   Result<ObjectInfo> Finish(uint64_t size, const PutOptions& options);
-  // No part starts any more; the upload is aborted when the last reference goes.
+  // No part starts any more; the upload is aborted on the pool once no part is in flight (or
+  // by the destructor, of an upload never abandoned nor completed). Never waits for it.
   void Abandon();
 
   // The first failure of a part (Ok while none failed).
@@ -103,6 +103,11 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload> {
   void StartParts(const std::vector<uint64_t>& indices);
   void RunPart(uint64_t index);
   uint64_t PartLength(uint64_t index, uint64_t size) const;
+
+  // True once, when the upload is abandoned, started, idle and neither completed nor aborted:
+  // the caller then runs RunAbort (on the pool).
+  bool TakeAbortLocked() REQUIRES(mu_);
+  void RunAbort();
 
   // Start's work on the pool: the upload, or the failure.
   void Begin(ObjectStore& store, const UploadOptions& upload);
@@ -126,6 +131,7 @@ class StreamedUpload : public std::enable_shared_from_this<StreamedUpload> {
   bool abandoned_ GUARDED_BY(mu_) = false;
   bool finishing_ GUARDED_BY(mu_) = false;  // Finish sends changed and last parts too
   bool completed_ GUARDED_BY(mu_) = false;
+  bool aborting_ GUARDED_BY(mu_) = false;  // the abort ran, or is on its way
   Status failure_ GUARDED_BY(mu_);
   uint64_t streamed_ GUARDED_BY(mu_) = 0;
 };
