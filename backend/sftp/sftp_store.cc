@@ -9,6 +9,7 @@
 #include <cmath>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <random>
 #include <utility>
 
@@ -827,11 +828,13 @@ class SftpStore::Session : public Upload {
       OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, wire.OpenFile(staged_, kOpenWrite, 0));
       const size_t block = std::max<uint64_t>(wire.limits().max_write, 4096) *
                            static_cast<size_t>(std::max(1, store_->options_.requests_in_flight));
-      std::vector<std::byte> buf(std::min<uint64_t>(block, length));
+      // Not zeroed: every byte sent is read into it first.
+      const size_t buf_size = std::min<uint64_t>(block, length);
+      std::unique_ptr<std::byte[]> buf = std::make_unique_for_overwrite<std::byte[]>(buf_size);
       Status st;
       for (uint64_t done = 0; done < length && st.ok();) {
-        const size_t want = std::min<uint64_t>(buf.size(), length - done);
-        Result<size_t> n = source.read_at(source_offset + done, std::span(buf.data(), want));
+        const size_t want = std::min<uint64_t>(buf_size, length - done);
+        Result<size_t> n = source.read_at(source_offset + done, std::span(buf.get(), want));
         if (!n.ok()) {
           st = n.status();
           break;
@@ -840,7 +843,7 @@ class SftpStore::Session : public Upload {
           st = IoError(what + ": the source ended early");
           break;
         }
-        std::span<const std::byte> data(buf.data(), *n);
+        std::span<const std::byte> data(buf.get(), *n);
         Hash(offset + done, data);
         st = wire.WriteAll(handle, offset + done, data, store_->options_.requests_in_flight);
         done += *n;

@@ -194,13 +194,22 @@ Status SftpWire::Broken(std::string message) {
 }
 
 Status SftpWire::Send(uint8_t type, uint32_t id, std::string_view body) {
-  if (!healthy_) return TransientError("SFTP channel is broken");
-  std::string header;
-  PutU32(header, static_cast<uint32_t>(body.size() + 5));
-  header.push_back(static_cast<char>(type));
-  PutU32(header, id);
-  std::string packet = header;
+  std::string packet = StartPacket(type, id, body.size());
   packet.append(body);
+  return SendPacket(packet);
+}
+
+std::string SftpWire::StartPacket(uint8_t type, uint32_t id, size_t body_size) {
+  std::string packet;
+  packet.reserve(9 + body_size);
+  PutU32(packet, static_cast<uint32_t>(body_size + 5));
+  packet.push_back(static_cast<char>(type));
+  PutU32(packet, id);
+  return packet;
+}
+
+Status SftpWire::SendPacket(std::string_view packet) {
+  if (!healthy_) return TransientError("SFTP channel is broken");
   size_t done = 0;
   while (done < packet.size()) {
     int n = ssh_channel_write(channel_, packet.data() + done,
@@ -527,13 +536,13 @@ Status SftpWire::WriteAll(const Handle& handle, uint64_t offset, std::span<const
     if (sent < data.size() && first_error.ok() &&
         outstanding.size() < static_cast<size_t>(std::max(1, in_flight))) {
       size_t n = std::min(chunk, data.size() - sent);
-      std::string body;
-      body.reserve(handle.size() + n + 16);
-      PutString(body, handle);
-      PutU64(body, offset + sent);
-      PutString(body, std::string_view(reinterpret_cast<const char*>(data.data()) + sent, n));
       uint32_t id = next_id_++;
-      OBJFS_RETURN_IF_ERROR(Send(kFxpWrite, id, body));
+      // Framed as it is built: the data is copied once, into the packet.
+      std::string packet = StartPacket(kFxpWrite, id, 4 + handle.size() + 8 + 4 + n);
+      PutString(packet, handle);
+      PutU64(packet, offset + sent);
+      PutString(packet, std::string_view(reinterpret_cast<const char*>(data.data()) + sent, n));
+      OBJFS_RETURN_IF_ERROR(SendPacket(packet));
       outstanding.push_back(id);
       sent += n;
       continue;

@@ -123,6 +123,10 @@ class SftpWire {
   };
 
   Status Send(uint8_t type, uint32_t id, std::string_view body);
+  // A packet's length, type and id, with room reserved for a body of `body_size` bytes that
+  // the caller appends; SendPacket sends it whole.
+  static std::string StartPacket(uint8_t type, uint32_t id, size_t body_size);
+  Status SendPacket(std::string_view packet);
   Result<Reply> Receive();
   struct ReadResult {
     size_t bytes = 0;         // read from the start without a gap
