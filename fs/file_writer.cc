@@ -576,6 +576,50 @@ void FileWriter::Retagged(Inode& inode, const std::string& key, const ETag& from
   if (inode.base && inode.base->key == key && inode.base->etag == from) inode.base->etag = to;
 }
 
+std::vector<EditPiece> EditPieces(const ExtentSet& touched, uint64_t base_size, uint64_t size,
+                                  uint64_t part, bool whole_parts) {
+  std::vector<EditPiece> pieces;
+  part = std::max<uint64_t>(part, 1);
+  if (whole_parts) {
+    for (uint64_t offset = 0; offset < size; offset += part) {
+      const uint64_t length = std::min(part, size - offset);
+      pieces.push_back(
+          {offset, length, offset + length <= base_size && !touched.Overlaps(offset, length)});
+    }
+    return pieces;
+  }
+  // The ranges to upload: what was touched, and what lies past the base, with short gaps
+  // between them filled.
+  ExtentSet upload = touched;
+  if (size > base_size) upload.Add(base_size, size - base_size);
+  upload.TrimFrom(size);
+  std::vector<ExtentSet::Range> ranges;
+  for (const ExtentSet::Range& r : upload.Ranges()) {
+    if (!ranges.empty() && r.start - ranges.back().end < kMinEditCopy) {
+      ranges.back().end = r.end;
+    } else {
+      ranges.push_back(r);
+    }
+  }
+  // And short untouched stretches at either end.
+  if (!ranges.empty() && ranges.front().start < kMinEditCopy) ranges.front().start = 0;
+  if (!ranges.empty() && size - ranges.back().end < kMinEditCopy) ranges.back().end = size;
+  auto add = [&](uint64_t start, uint64_t end, bool copy) {
+    const uint64_t piece = copy ? std::max(kEditCopyPiece, part) : part;
+    for (uint64_t offset = start; offset < end; offset += piece) {
+      pieces.push_back({offset, std::min(piece, end - offset), copy});
+    }
+  };
+  uint64_t at = 0;
+  for (const ExtentSet::Range& r : ranges) {
+    add(at, r.start, /*copy=*/true);
+    add(r.start, r.end, /*copy=*/false);
+    at = r.end;
+  }
+  add(at, size, /*copy=*/true);  // within the base: past it everything is uploaded
+  return pieces;
+}
+
 std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std::string& key,
                                                          const Metadata& metadata) {
   if (!inode.base || inode.base->key != key || stream_pool_ == nullptr) return std::nullopt;
@@ -603,14 +647,16 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
     return std::nullopt;
   }
   objfs::Upload& upload = **started;
-  const uint64_t part_size = upload.part_size();
+  const std::vector<EditPiece> pieces =
+      EditPieces(inode.touched, base.size, size, upload.part_size(), upload.whole_parts());
   const FileSource source = inode.staged->Source();
-  // Copies of the untouched parts and uploads of the touched ones, a few at a time.
+  // Copies of the untouched ranges and uploads of the others, a few at a time.
   std::vector<std::future<Status>> parts;
   Status failed;
-  for (uint64_t offset = 0; offset < size && failed.ok(); offset += part_size) {
-    const uint64_t length = std::min(part_size, size - offset);
-    const bool copy = offset + length <= base.size && !inode.touched.Overlaps(offset, length);
+  for (const EditPiece& piece : pieces) {
+    const uint64_t offset = piece.offset;
+    const uint64_t length = piece.length;
+    const bool copy = piece.copy;
     if (!copy) failed = FetchStaged(inode, key, offset, length);
     if (!failed.ok()) break;
     parts.push_back(stream_pool_->Async([&upload, &source, &base, offset, length, copy] {
@@ -631,7 +677,15 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
     if (done.ok()) return done;
     failed = done.status();
   } else {
-    (void)upload.abort();
+    // Aborted on the pool: an abort waits for the server like any request.
+    stream_pool_->Submit([abandoned = std::shared_ptr<objfs::Upload>(std::move(*started))] {
+      (void)abandoned->abort();
+    });
+  }
+  if (failed.code() == StatusCode::kTimedOut) {
+    // The server did not answer within operation_timeout: a whole put now would wait as long
+    // again. The close reports it; the data stays accepted and the retry puts it.
+    return Result<ObjectInfo>(failed);
   }
   Bump(metrics_->streamed_fallbacks);
   GiveUpStream(inode, key, Fallback::kEditFailed, failed);

@@ -24,11 +24,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/metrics.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
 #include "cache/clock.h"
+#include "cache/extent_set.h"
 #include "cache/meta_cache.h"
 #include "cache/staging.h"
 #include "fs/inode_table.h"
@@ -40,6 +42,30 @@
 namespace objfs {
 
 class IoPool;
+
+// One piece of an edited file assembled on the server (FileWriter's close of an edit): bytes
+// [offset, offset + length) of the new object, copied from the same range of the base or
+// uploaded from the staged file.
+struct EditPiece {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool copy = false;
+  bool operator==(const EditPiece&) const = default;
+};
+
+// The pieces of a file of `size` bytes edited from a base of `base_size`, where `touched`
+// holds what changed since (writes; a truncate adds everything past its size), in order and
+// covering [0, size):
+// - whole_parts (S3): one piece per part of `part` bytes, copied when the base has all of it
+//   untouched, else uploaded whole;
+// - otherwise (SFTP): only the touched ranges (and what lies past the base) are uploaded, in
+//   pieces of at most `part`; untouched ranges shorter than kMinEditCopy between them are
+//   uploaded with them (a copy costs round trips), the others copied in pieces of at most
+//   kEditCopyPiece.
+inline constexpr uint64_t kMinEditCopy = 256 << 10;
+inline constexpr uint64_t kEditCopyPiece = 64 << 20;
+std::vector<EditPiece> EditPieces(const ExtentSet& touched, uint64_t base_size, uint64_t size,
+                                  uint64_t part, bool whole_parts);
 
 class FileWriter {
  public:

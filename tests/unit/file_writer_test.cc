@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -566,6 +567,76 @@ TEST_F(FileWriterTest, AHeldChangeIsAppliedWhenDue) {
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(ParsePosixMetadata(head->metadata).uid, 42u);
   EXPECT_EQ(memory_->contents("f"), "stored");
+}
+
+// ---- EditPieces: the layout of an edit assembled on the server ----
+
+constexpr uint64_t kMiB = 1 << 20;
+
+}  // namespace
+
+void PrintTo(const EditPiece& piece, std::ostream* out) {
+  *out << (piece.copy ? "copy " : "upload ") << piece.offset << "+" << piece.length;
+}
+
+namespace {
+
+ExtentSet Touched(std::initializer_list<std::pair<uint64_t, uint64_t>> ranges) {
+  ExtentSet set;
+  for (auto [offset, length] : ranges) set.Add(offset, length);
+  return set;
+}
+
+TEST(EditPiecesTest, WholePartsCopyEachUntouchedPartAndUploadTheOthersWhole) {
+  const std::vector<EditPiece> want = {
+      {0, 16 * kMiB, true}, {16 * kMiB, 16 * kMiB, false}, {32 * kMiB, 8 * kMiB, true}};
+  EXPECT_EQ(EditPieces(Touched({{20 * kMiB, 1}}), 40 * kMiB, 40 * kMiB, 16 * kMiB, true), want);
+}
+
+TEST(EditPiecesTest, AnyRangeUploadsOnlyWhatWasWritten) {
+  // 4 KiB written into the middle of 100 MiB: the rest is copied, in pieces of 64 MiB at most.
+  const uint64_t at = 50 * kMiB;
+  const std::vector<EditPiece> want = {
+      {0, at, true}, {at, 4096, false}, {at + 4096, 50 * kMiB - 4096, true}};
+  EXPECT_EQ(EditPieces(Touched({{at, 4096}}), 100 * kMiB, 100 * kMiB, 8 * kMiB, false), want);
+}
+
+TEST(EditPiecesTest, AnAppendCopiesTheBaseAndUploadsTheTail) {
+  std::vector<EditPiece> want;
+  for (uint64_t offset = 0; offset < 512 * kMiB; offset += kEditCopyPiece) {
+    want.push_back({offset, kEditCopyPiece, true});
+  }
+  want.push_back({512 * kMiB, kMiB, false});
+  EXPECT_EQ(EditPieces(Touched({{512 * kMiB, kMiB}}), 512 * kMiB, 513 * kMiB, 8 * kMiB, false),
+            want);
+  // Bytes past the base are uploaded even where no write touched them (an extending truncate).
+  EXPECT_EQ(EditPieces(ExtentSet(), 16 * kMiB, 17 * kMiB, 8 * kMiB, false),
+            (std::vector<EditPiece>{{0, 16 * kMiB, true}, {16 * kMiB, kMiB, false}}));
+}
+
+TEST(EditPiecesTest, ShortUntouchedGapsAreUploadedWithTheirNeighbours) {
+  const uint64_t at = 10 * kMiB;
+  // Two writes 100 KiB apart, one near the start, one near the end: four uploads would need
+  // three copies of less than kMinEditCopy between them.
+  const ExtentSet touched =
+      Touched({{100 << 10, 10}, {at, 10}, {at + (100 << 10), 10}, {20 * kMiB - (100 << 10), 10}});
+  const std::vector<EditPiece> want = {{0, (100 << 10) + 10, false},
+                                       {(100 << 10) + 10, at - (100 << 10) - 10, true},
+                                       {at, (100 << 10) + 10, false},
+                                       {at + (100 << 10) + 10, 10 * kMiB - (200 << 10) - 10, true},
+                                       {20 * kMiB - (100 << 10), 100 << 10, false}};
+  EXPECT_EQ(EditPieces(touched, 20 * kMiB, 20 * kMiB, 8 * kMiB, false), want);
+}
+
+TEST(EditPiecesTest, ATruncatedFileCopiesOnlyUpToItsNewSize) {
+  ExtentSet touched;
+  touched.Add(30 * kMiB, UINT64_MAX - 30 * kMiB);  // as a truncate to 30 MiB notes it
+  EXPECT_EQ(EditPieces(touched, 100 * kMiB, 30 * kMiB, 8 * kMiB, false),
+            (std::vector<EditPiece>{{0, 30 * kMiB, true}}));
+  // Grown back to 40 MiB since: the bytes past 30 MiB are the file's own, not the base's.
+  EXPECT_EQ(EditPieces(touched, 100 * kMiB, 40 * kMiB, 8 * kMiB, false),
+            (std::vector<EditPiece>{
+                {0, 30 * kMiB, true}, {30 * kMiB, 8 * kMiB, false}, {38 * kMiB, 2 * kMiB, false}}));
 }
 
 }  // namespace
