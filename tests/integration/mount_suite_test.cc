@@ -1222,6 +1222,63 @@ TEST_P(MountSuiteTest, AStreamedWriteThroughAnOutageIsStoredByAnFsyncAfterIt) {
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// The uploads the server holds uncompleted (S3 multipart uploads, SFTP temporary files), one a
+// line; "<unknown: why>" (and a test failure) when they cannot be listed.
+std::string UploadsOnServer(const Remote& remote) {
+  Result<std::vector<std::string>> uploads = remote.UploadsInProgress();
+  EXPECT_TRUE(uploads.ok()) << uploads.status().ToString();
+  if (!uploads.ok()) return "<unknown: " + uploads.status().ToString() + ">";
+  std::string out;
+  for (const std::string& u : *uploads) out += u + "\n";
+  return out;
+}
+
+// kill -9 halfway through a 256 MiB rewrite of an existing file, its parts streaming: the
+// server keeps the old file byte for byte, the upload the daemon left there is cleared by the
+// next mount, and the unclosed data is set aside in cache_dir/unfinished, never uploaded.
+TEST_P(MountSuiteTest, KilledInTheMiddleOfAStreamedRewriteKeepsTheOldFileAndLeavesNoUpload) {
+  const std::string old_data = PseudoRandomBytes(24 << 20, 90);
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "big", old_data));
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  // The first half of the new 256 MiB: 8 parts of 16 MiB on S3, 16 of 8 MiB on SFTP.
+  const std::string torn = PseudoRandomBytes(128 << 20, 91);
+  const int fd = ::open((m + "/big").c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  WriteAllAt(fd, torn, 0);
+  EXPECT_TRUE(WaitFor(60, [&] { return StreamedParts(m) >= 2; }))
+      << GetXattr(m, "user.objfs.stats");
+  // (No command runs until the kill: a child process inherits `fd`, and its exec closes it,
+  // which the kernel tells objfs as a flush, a close that uploads.)
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+  ::close(fd);  // (fails: the mount is gone)
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("big")), Digest(old_data));
+    // The killed daemon could not clear its upload: the next mount must.
+    EXPECT_NE(UploadsOnServer(remote()), "") << "no upload left by the killed daemon";
+  }
+
+  ASSERT_TRUE(mount->Restart());
+  const std::string log = mount->log();
+  EXPECT_NE(log.find("cleared 1 "), std::string::npos) << log;
+  EXPECT_NE(log.find("big was being written when objfs stopped"), std::string::npos) << log;
+  const std::string kept = mount->cache_dir() + "/unfinished/big";
+  EXPECT_NE(log.find(kept), std::string::npos) << log;
+  EXPECT_EQ(Digest(ReadLocal(kept)), Digest(torn));
+  EXPECT_EQ(Digest(ReadFile(m + "/big")), Digest(old_data));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  if (can().server_access) {
+    EXPECT_EQ(UploadsOnServer(remote()), "");
+    EXPECT_EQ(ServerFiles(), "big\n");
+    EXPECT_EQ(Digest(OnServer("big")), Digest(old_data));
+  }
+  std::unique_ptr<ObjfsMount> fresh = remote().Mount();
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(Digest(ReadFile(fresh->path() + "/big")), Digest(old_data));
+  EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
+}
+
 // rsync into a write-back window: its temporary file streams while it is written, and the
 // rename before the upload completes it under the temporary name and moves it on the server:
 // one upload, under the final name only.
