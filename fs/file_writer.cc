@@ -641,6 +641,12 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
   options.part_size = part;
   options.metadata = metadata;
   Result<std::unique_ptr<objfs::Upload>> started = store_->start_upload(key, options);
+  if (!started.ok() && started.status().code() == StatusCode::kTimedOut) {
+    // The server did not answer within operation_timeout: a whole put would fetch what the
+    // file lacks and wait as long again. The close reports it; the data stays accepted and the
+    // retry tries the edit again.
+    return Result<ObjectInfo>(started.status());
+  }
   if (!started.ok()) {
     Bump(metrics_->streamed_fallbacks);
     GiveUpStream(inode, key, Fallback::kEditFailed, started.status());

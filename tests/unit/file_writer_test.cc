@@ -65,7 +65,7 @@ class FileWriterTest : public ::testing::Test {
     options.hold_metadata = hold_metadata;
     options.writeback_thread = false;
     options.log = [this](const std::string& line) { log_.push_back(line); };
-    writer_ = std::make_unique<FileWriter>(faults_.get(), staging_.get(), inodes_.get(),
+    writer_ = std::make_unique<FileWriter>(store_.get(), staging_.get(), inodes_.get(),
                                            meta_cache_.get(), &attrs_, &metrics_, clock_, options);
   }
 
@@ -135,6 +135,8 @@ class FileWriterTest : public ::testing::Test {
   std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
   std::shared_ptr<MemoryStore> memory_ = std::make_shared<MemoryStore>();
   std::shared_ptr<FaultInjectingStore> faults_ = std::make_shared<FaultInjectingStore>(memory_);
+  // What the writer of the next Mount() uses.
+  std::shared_ptr<ObjectStore> store_ = faults_;
   ObjectAttrs attrs_{AttrDefaults{}};
   Metrics metrics_;
   std::unique_ptr<InodeTable> inodes_;
@@ -297,6 +299,66 @@ TEST_F(FileWriterTest, AFailedUploadKeepsTheStagedDataAccepted) {
   ASSERT_TRUE(writer_->Flush(inodes_->InoOf("f"), inode).ok());
   EXPECT_EQ(memory_->contents("f"), "data");
   EXPECT_TRUE(Leftovers().empty());
+}
+
+// A store whose upload sessions do not start while `stalled`: the server did not answer
+// within operation_timeout.
+class StalledUploadStart : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override {
+    ++starts;
+    if (stalled) {
+      return TimedOutError("start_upload " + std::string(key) + ": gave up (operation_timeout)");
+    }
+    return ForwardingStore::start_upload(key, options);
+  }
+  bool stalled = true;
+  int starts = 0;
+};
+
+// The server does not answer the start of the upload that would copy an edited file's
+// untouched parts: the upload fails with that timeout at once, fetching nothing for a whole
+// put (which would wait as long again on a silent server); the data stays accepted, and the
+// retry copies the untouched parts.
+TEST_F(FileWriterTest, AnEditWhoseUploadDidNotStartInTimeFailsWithoutAWholePut) {
+  const std::string object = Pattern(24 << 20, 30);
+  Put("f", object);
+  auto stalled = std::make_shared<StalledUploadStart>(faults_);
+  store_ = stalled;
+  Mount();
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  const int reads_before = faults_->calls(StoreOp::kRead);
+  const int puts_before = faults_->calls(StoreOp::kPut);
+  const uint64_t at = (12 << 20) + 5;
+  std::string edited = object;
+  edited.replace(at, 5, "PATCH");
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
+    ASSERT_TRUE(inode->staged->WriteAt(at, Bytes("PATCH")).ok());
+    writer_->Wrote(*inode, "f", at, 5);
+    inode->attr.size = inode->staged->size();
+    Status closed = writer_->Upload(*inode, "f", /*accept=*/true);
+    EXPECT_EQ(closed.code(), StatusCode::kTimedOut) << closed.ToString();
+    EXPECT_EQ(stalled->starts, 1);
+    EXPECT_EQ(faults_->calls(StoreOp::kRead), reads_before);  // nothing fetched
+    EXPECT_EQ(faults_->calls(StoreOp::kPut), puts_before);
+    EXPECT_TRUE(inode->unsaved());
+  }
+  EXPECT_EQ(metrics_.streamed_fallbacks.load(), 0u);
+  EXPECT_TRUE(memory_->contents("f") == object);
+  std::vector<StagedLeftover> left = Leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_TRUE(left[0].publishable());
+
+  // The server answers again: the retry is an edit again, no whole put.
+  stalled->stalled = false;
+  ASSERT_TRUE(writer_->Flush(inodes_->InoOf("f"), inode).ok());
+  EXPECT_EQ(stalled->starts, 2);
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), puts_before);
+  EXPECT_TRUE(memory_->contents("f") == edited);
 }
 
 TEST_F(FileWriterTest, AnUploadNotAcceptedLeavesNoAcceptedRecordOnFailure) {
