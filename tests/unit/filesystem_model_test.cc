@@ -303,6 +303,8 @@ struct FileModel {
   // Its mtime is the object's Last-Modified (another client's put without s3fs metadata): an S3
   // copy (a rename) gives it a new one.
   bool mtime_from_store = false;
+  // Its mtime is a write's (not utimens's, nor another client's): see StreamedMtime.
+  bool mtime_by_writes = false;
   bool dirty = false;     // data not in the store (or not accepted)
   bool staged = false;    // objfs holds a copy in cache_dir (unsaved, or kept for handles)
   bool accepted = false;  // a close into the write-back window accepted a version not uploaded
@@ -556,7 +558,19 @@ class ModelRun {
     }
     for (const Snap& s : add) AddCandidate(path, s);
   }
+  // README: on S3 a file uploaded in parts while it was written takes its upload's completion
+  // as its mtime (keeping the writes' last one would cost a self-copy of the object). The
+  // model does not follow which files streamed: the upload of any written file of a part or
+  // more, made just now, may have; its mtime may then be the object's Last-Modified, which an
+  // S3 copy (a rename) renews.
+  void StreamedMtime(FileModel& f) const {
+    if (!config_.sftp && f.dirty && f.mtime_by_writes && f.data.size() >= kPartSize) {
+      f.mtime_hi = WallNs();
+      f.mtime_from_store = true;
+    }
+  }
   void Uploaded(FileModel& f) {
+    StreamedMtime(f);
     f.in_store = true;
     f.theirs_in_store.reset();
     f.dirty = false;
@@ -730,6 +744,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
           f = NewFile();
           f->mtime_lo = t0;
           f->mtime_hi = t1;
+          f->mtime_by_writes = true;
           f->dirty = true;
           f->staged = true;
           nodes_[op.path] = FileNode(f);
@@ -740,6 +755,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
             if (!f->data.empty()) f->mtime_lo = t0;
             f->mtime_from_store = false;
             f->mtime_hi = t1;
+            f->mtime_by_writes = true;
             f->data.clear();
             f->dirty = true;
             f->staged = true;
@@ -766,6 +782,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         f.mtime_lo = t0;
         f.mtime_from_store = false;
         f.mtime_hi = WallNs();
+        f.mtime_by_writes = true;
         f.dirty = true;
         f.staged = true;
         f.theirs.reset();
@@ -823,6 +840,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         f->mtime_lo = t0;
         f->mtime_from_store = false;
         f->mtime_hi = WallNs();
+        f->mtime_by_writes = true;
         f->dirty = true;
         f->staged = true;
         f->theirs.reset();
@@ -922,6 +940,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
               f.theirs->mtime_hi = WallNs();  // their object is what the store copies
             }
             if (!local) {
+              StreamedMtime(f);
               f.in_store = true;
               f.dirty = false;
               f.accepted = false;
@@ -1153,6 +1172,7 @@ std::string ModelRun::MetadataChange(const Op& op, bool* applied) {
         break;
       case Op::kUtimens:
         m.mtime_lo = m.mtime_hi = static_cast<int64_t>(op.value) * kNsPerSec;
+        m.mtime_by_writes = false;
         break;
       default:
         m.xattrs[op.path2] = "v" + std::to_string(op.value);
