@@ -1929,7 +1929,7 @@ Op Generate(std::mt19937_64& rng, const ModelRun& run, const std::set<std::strin
   const Node* node = run.Find(op.path);
   uint64_t size =
       keeps && node != nullptr && node->kind == Kind::kFile ? node->file->data.size() : 0;
-  // (Every edit of a file of two parts or more, half of the others.)
+  // (Every writer that keeps a file of two parts or more gets one; half of the others.)
   if (size < 2 * kPartSize && rng() % 2 != 0) return op;
   auto on_slot = [&](Op::Kind kind) {
     Op o;
@@ -1937,10 +1937,10 @@ Op Generate(std::mt19937_64& rng, const ModelRun& run, const std::set<std::strin
     o.slot = op.slot;
     return o;
   };
-  auto write = [&](uint64_t offset, uint64_t size) {
+  auto write = [&](uint64_t offset, uint64_t length) {
     Op w = on_slot(Op::kWrite);
     w.offset = offset;
-    w.size = size;
+    w.size = length;
     w.value = static_cast<uint32_t>(rng() % 1000);
     return w;
   };
