@@ -2,7 +2,8 @@
 # The long mode of the Filesystem model test (tests/unit/filesystem_model_test.cc): thousands of
 # seeded operation sequences over the S3-like and the SFTP-like fake store, instead of the unit
 # tier's few hundred. A failure prints its seed and a shrunk list of operations; rerun one seed
-# with OBJFS_MODEL_SEED=N OBJFS_MODEL_RUNS=1.
+# with OBJFS_MODEL_SEED=N OBJFS_MODEL_RUNS=1. It also prints the ops applied and how often the
+# write path streamed parts, gave a stream up, copied parts of an edit and fetched sparsely.
 #
 # usage: tools/model-test.sh [RUNS [FIRST_SEED [OPS]]]   (defaults: 5000, 1, 100)
 # env:   BUILD=build-asan to run the sanitizer build's binary; OBJFS_MODEL_SKIP=crash,external,...

@@ -31,17 +31,28 @@
 // OBJFS_MODEL_SKIP (comma-separated op kinds not to generate: create, open, write, close,
 // fsync, truncate, ftruncate, chmod, chown, utimens, setxattr, rename, unlink, mkdir, rmdir,
 // symlink, external, advance, crash), OBJFS_MODEL_VERBOSE (print each replayed op and the
-// crash states), OBJFS_MODEL_STATS (count the ops applied), OBJFS_MODEL_STRICT_UNLINKED (see
-// KnownUnlinkedWriteFailureAllowed). tools/model-test.sh runs the long mode.
+// crash states), OBJFS_MODEL_STATS (count the ops applied and the write path's ways to the
+// store), OBJFS_MODEL_STRICT_UNLINKED (see KnownUnlinkedWriteFailureAllowed).
+// tools/model-test.sh runs the long mode.
+//
+// The write path's ways to the store are counted over each personality's run set (Coverage),
+// and a default-sized run set fails when one of them never ran: parts of a file streamed
+// while it is written, a stream given up for a whole put, an edit assembled from server-side
+// copies of its untouched parts, a sparse staged file fetched in part. Writes come in sizes
+// around the part size, appends continue a file in several calls, and some checks leave the
+// contents of busy files unread (reading fetches every byte of a sparse staged file, which
+// would leave nothing sparse for a close, a rename or a crash to meet).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -56,6 +67,7 @@
 #include "backend/etag.h"
 #include "backend/fake/memory_store.h"
 #include "backend/md5.h"
+#include "backend/mutex.h"
 #include "cache/content_etag_store.h"
 #include "cache/store_db.h"
 #include "fs/errno_map.h"
@@ -72,6 +84,8 @@ constexpr int64_t kNsPerSec = 1000000000;
 // The store's multipart threshold and part size: some writes go past them.
 constexpr uint64_t kPartSize = 16 << 10;
 constexpr uint64_t kMultipartThreshold = 64 << 10;
+// Appends stop growing a file past this (the checks read every file after every op).
+constexpr uint64_t kMaxAppendedSize = 10 * kPartSize;
 
 int64_t WallNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -134,6 +148,9 @@ struct Op {
   uint64_t offset = 0;
   uint64_t size = 0;   // bytes; ms for kAdvance
   uint32_t value = 0;  // mode, uid, mtime seconds, data seed
+  // The check after this op leaves the contents of files with handles or unsaved data unread
+  // (their sizes, modes and the rest are still checked; a later check reads them).
+  bool unread = false;
 };
 
 const char* KindName(Op::Kind k) {
@@ -252,6 +269,7 @@ std::string Describe(const Op& op) {
       s << "CRASH: objfs dies, the next mount recovers cache_dir";
       break;
   }
+  if (op.unread) s << " [busy files not read back]";
   return s.str();
 }
 
@@ -289,6 +307,119 @@ std::set<std::string> SkippedKinds() {
   return out;
 }
 
+// ---- What the write path did in the store ----
+
+// The write path's ways to the store that a run set must reach (ModelTest asserts each > 0).
+struct Coverage {
+  uint64_t streamed_parts = 0;     // parts sent while their file was written (Metrics)
+  uint64_t stream_fallbacks = 0;   // streamed uploads given up for a whole put (Metrics)
+  uint64_t copied_parts = 0;       // upload parts copied on the server from the base
+  uint64_t edits_with_copies = 0;  // uploads completed with at least one copied part
+  uint64_t sparse_fetches = 0;     // ops that fetched part, not all, of a staged file's object
+
+  void Add(const Coverage& o) {
+    streamed_parts += o.streamed_parts;
+    stream_fallbacks += o.stream_fallbacks;
+    copied_parts += o.copied_parts;
+    edits_with_copies += o.edits_with_copies;
+    sparse_fetches += o.sparse_fetches;
+  }
+  std::string ToString() const {
+    std::ostringstream s;
+    s << "streamed_parts=" << streamed_parts << " stream_fallbacks=" << stream_fallbacks
+      << " copied_parts=" << copied_parts << " edits_with_copies=" << edits_with_copies
+      << " sparse_fetches=" << sparse_fetches;
+    return s.str();
+  }
+};
+
+// Sits between the MemoryStore and the Filesystem (where MetricsStore sits in a mount) and
+// counts what Metrics does not tell apart: copies of upload parts and the edits they complete,
+// and the write path's reads of stored objects, so that an op that fetched only some blocks of
+// a file (a sparse fetch) can be told from one that fetched it whole. Readers' reads (the
+// checks') are left out: Pause() while they run.
+class CountingStore : public ForwardingStore {
+ public:
+  explicit CountingStore(std::shared_ptr<MemoryStore> memory)
+      : ForwardingStore(memory), memory_(std::move(memory)) {}
+
+  Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                      const ETag* if_match) override {
+    Result<size_t> n = ForwardingStore::read(key, offset, buf, if_match);
+    if (n.ok() && *n > 0 && !paused_.load()) {
+      auto head = memory_->head(key);
+      MutexLock lock(&mu_);
+      Fetched& f = fetched_[std::string(key)];
+      f.bytes += *n;
+      if (head.ok()) f.size = std::max(f.size, head->size);
+    }
+    return n;
+  }
+
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override {
+    auto upload = ForwardingStore::start_upload(key, options);
+    if (!upload.ok()) return upload.status();
+    return std::unique_ptr<Upload>(
+        std::make_unique<CountingUpload>(std::move(upload).value(), this));
+  }
+
+  // Readers' reads between Pause(true) and Pause(false) are not the write path's.
+  void Pause(bool paused) { paused_.store(paused); }
+  // Ends an op: an object of which it read some bytes, but fewer than its size, was fetched
+  // sparsely. (An op does not fetch a block twice.)
+  void EndOp() {
+    MutexLock lock(&mu_);
+    for (const auto& [key, f] : fetched_) {
+      if (f.bytes < f.size) ++sparse_fetches_;
+    }
+    fetched_.clear();
+  }
+  uint64_t copied_parts() const { return copied_parts_.load(); }
+  uint64_t edits_with_copies() const { return edits_with_copies_.load(); }
+  uint64_t sparse_fetches() const {
+    MutexLock lock(&mu_);
+    return sparse_fetches_;
+  }
+
+ private:
+  class CountingUpload : public ForwardingUpload {
+   public:
+    CountingUpload(std::unique_ptr<Upload> target, CountingStore* store)
+        : ForwardingUpload(std::move(target)), store_(store) {}
+    Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+                uint64_t length) override {
+      Status s = ForwardingUpload::copy(offset, base, base_offset, length);
+      if (s.ok()) {
+        copies_.fetch_add(1);
+        store_->copied_parts_.fetch_add(1);
+      }
+      return s;
+    }
+    Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
+      Result<ObjectInfo> done = ForwardingUpload::complete(size, options);
+      if (done.ok() && copies_.load() > 0) store_->edits_with_copies_.fetch_add(1);
+      return done;
+    }
+
+   private:
+    CountingStore* store_;
+    std::atomic<uint64_t> copies_{0};
+  };
+  struct Fetched {
+    uint64_t bytes = 0;
+    uint64_t size = 0;
+  };
+
+  std::shared_ptr<MemoryStore> memory_;
+  std::atomic<bool> paused_{false};
+  std::atomic<uint64_t> copied_parts_{0};
+  std::atomic<uint64_t> edits_with_copies_{0};
+  mutable Mutex mu_;  // a leaf
+  std::map<std::string, Fetched> fetched_ GUARDED_BY(mu_);
+  uint64_t sparse_fetches_ GUARDED_BY(mu_) = 0;
+};
+
 // ---- The model ----
 
 struct FileModel {
@@ -303,6 +434,8 @@ struct FileModel {
   // Its mtime is the object's Last-Modified (another client's put without s3fs metadata): an S3
   // copy (a rename) gives it a new one.
   bool mtime_from_store = false;
+  // Its mtime is a write's (not utimens's, nor another client's): see StreamedMtime.
+  bool mtime_by_writes = false;
   bool dirty = false;     // data not in the store (or not accepted)
   bool staged = false;    // objfs holds a copy in cache_dir (unsaved, or kept for handles)
   bool accepted = false;  // a close into the write-back window accepted a version not uploaded
@@ -404,6 +537,7 @@ class ModelRun {
       mo.stores_owner = false;
     }
     memory_ = std::make_shared<MemoryStore>(mo);
+    counted_ = std::make_shared<CountingStore>(memory_);
     clock_ = std::make_shared<FakeClock>();
     options_.cache_dir = root_ + "/cache-0";
     options_.uid = kUid;
@@ -424,13 +558,13 @@ class ModelRun {
 
   // Empty on success, else what went wrong.
   std::string Start() {
-    store_ = memory_;
+    store_ = counted_;
     if (config_.sftp) {
       // As main.cc stacks an SFTP store: content MD5s kept in cache_dir.
       auto db = StoreDb::Open(options_.cache_dir + "/db");
       if (!db.ok()) return "StoreDb::Open: " + db.status().ToString();
       store_ = std::make_shared<ContentEtagStore>(
-          memory_, std::make_shared<StoreDb>(std::move(db).value()), &metrics_);
+          counted_, std::make_shared<StoreDb>(std::move(db).value()), &metrics_);
     }
     auto fs = Filesystem::Create(store_, options_, &metrics_, clock_);
     if (!fs.ok()) return "Filesystem::Create: " + fs.status().ToString();
@@ -442,8 +576,20 @@ class ModelRun {
   // that the kernel would refuse before asking objfs, in the model's state, are skipped).
   std::string Apply(const Op& op, bool* applied);
 
-  // Compares everything the mount shows with the model.
-  std::string Check();
+  // Compares everything the mount shows with the model; with `unread`, the contents of files
+  // with handles or unsaved data are not read (Op::unread).
+  std::string Check(bool unread = false);
+
+  // What the write path did in the store so far.
+  Coverage coverage() const {
+    Coverage c;
+    c.streamed_parts = metrics_.streamed_parts.load();
+    c.stream_fallbacks = metrics_.streamed_fallbacks.load();
+    c.copied_parts = counted_->copied_parts();
+    c.edits_with_copies = counted_->edits_with_copies();
+    c.sparse_fetches = counted_->sparse_fetches();
+    return c;
+  }
 
   // The model's crash states, for OBJFS_MODEL_VERBOSE.
   std::string DumpCrashStates() {
@@ -468,6 +614,10 @@ class ModelRun {
   const std::map<std::string, Node>& nodes() const { return nodes_; }
   bool SlotOpen(int slot) const { return slots_[slot].open; }
   bool SlotWriter(int slot) const { return slots_[slot].writer; }
+  // The size of the file open in `slot` as the model has it.
+  uint64_t SlotSize(int slot) const {
+    return slots_[slot].open ? slots_[slot].file->data.size() : 0;
+  }
   bool Quiescent(const std::string& path) const {
     auto it = nodes_.find(path);
     if (it == nodes_.end() || it->second.kind != Kind::kFile) return true;
@@ -556,7 +706,19 @@ class ModelRun {
     }
     for (const Snap& s : add) AddCandidate(path, s);
   }
+  // README: on S3 a file uploaded in parts while it was written takes its upload's completion
+  // as its mtime (keeping the writes' last one would cost a self-copy of the object). The
+  // model does not follow which files streamed: the upload of any written file of a part or
+  // more, made just now, may have; its mtime may then be the object's Last-Modified, which an
+  // S3 copy (a rename) renews.
+  void StreamedMtime(FileModel& f) const {
+    if (!config_.sftp && f.dirty && f.mtime_by_writes && f.data.size() >= kPartSize) {
+      f.mtime_hi = WallNs();
+      f.mtime_from_store = true;
+    }
+  }
   void Uploaded(FileModel& f) {
+    StreamedMtime(f);
     f.in_store = true;
     f.theirs_in_store.reset();
     f.dirty = false;
@@ -619,14 +781,18 @@ class ModelRun {
   std::string Crash();
   // Everything the mount shows, path -> state, through lookups and listings.
   std::string Observe(std::map<std::string, Snap>* out);
+  // Checks the file at `path` as Check does, its contents read.
+  std::string ReadBack(const std::string& path);
+  // `read`: its contents too (a reader's open, read and close).
   std::string CheckFile(const std::string& path, uint64_t ino, const Entry& e,
-                        std::shared_ptr<FileModel> f);
+                        std::shared_ptr<FileModel> f, bool read);
   Result<std::string> ReadWhole(uint64_t ino);
 
   Config config_;
   std::string root_;
   std::shared_ptr<MemoryStore> memory_;
-  std::shared_ptr<ObjectStore> store_;  // memory_, or a ContentEtagStore over it
+  std::shared_ptr<CountingStore> counted_;  // over memory_
+  std::shared_ptr<ObjectStore> store_;      // counted_, or a ContentEtagStore over it
   std::shared_ptr<FakeClock> clock_;
   Metrics metrics_;
   FilesystemOptions options_;
@@ -730,6 +896,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
           f = NewFile();
           f->mtime_lo = t0;
           f->mtime_hi = t1;
+          f->mtime_by_writes = true;
           f->dirty = true;
           f->staged = true;
           nodes_[op.path] = FileNode(f);
@@ -740,6 +907,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
             if (!f->data.empty()) f->mtime_lo = t0;
             f->mtime_from_store = false;
             f->mtime_hi = t1;
+            f->mtime_by_writes = true;
             f->data.clear();
             f->dirty = true;
             f->staged = true;
@@ -766,6 +934,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         f.mtime_lo = t0;
         f.mtime_from_store = false;
         f.mtime_hi = WallNs();
+        f.mtime_by_writes = true;
         f.dirty = true;
         f.staged = true;
         f.theirs.reset();
@@ -823,6 +992,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         f->mtime_lo = t0;
         f->mtime_from_store = false;
         f->mtime_hi = WallNs();
+        f->mtime_by_writes = true;
         f->dirty = true;
         f->staged = true;
         f->theirs.reset();
@@ -922,6 +1092,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
               f.theirs->mtime_hi = WallNs();  // their object is what the store copies
             }
             if (!local) {
+              StreamedMtime(f);
               f.in_store = true;
               f.dirty = false;
               f.accepted = false;
@@ -1014,7 +1185,15 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
           return "";
         }
         *applied = true;
-        if (busy) return ContestedPut(op, t0);
+        if (busy) {
+          // A file staged from the stored object is sparse: the bytes nobody read or wrote
+          // since it was opened exist only in that object, and another client's put takes
+          // them (README: the edit's close then fails with EIO). ContestedPut's rule is for
+          // files whose bytes are all here: the put comes after a reader's read of the file,
+          // as the checks that read busy files have it (Op::unread).
+          if (std::string e = ReadBack(op.path); !e.empty()) return e;
+          return ContestedPut(op, t0);
+        }
         if (op.kind == Op::kExternalPut) {
           std::string error;
           auto f = PutTheirs(op, t0, &error);
@@ -1042,6 +1221,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
     return "";
   }();
   if (fs_ != nullptr) ForgetLookups();
+  counted_->EndOp();
   return result;
 }
 
@@ -1153,6 +1333,7 @@ std::string ModelRun::MetadataChange(const Op& op, bool* applied) {
         break;
       case Op::kUtimens:
         m.mtime_lo = m.mtime_hi = static_cast<int64_t>(op.value) * kNsPerSec;
+        m.mtime_by_writes = false;
         break;
       default:
         m.xattrs[op.path2] = "v" + std::to_string(op.value);
@@ -1203,6 +1384,12 @@ std::string ModelRun::MetadataChange(const Op& op, bool* applied) {
 }
 
 Result<std::string> ModelRun::ReadWhole(uint64_t ino) {
+  // A reader's fetches are not the write path's (CountingStore).
+  counted_->Pause(true);
+  struct Resume {
+    CountingStore* store;
+    ~Resume() { store->Pause(false); }
+  } resume{counted_.get()};
   OBJFS_ASSIGN_OR_RETURN(uint64_t fh, fs_->Open(ino, O_RDONLY));
   std::string out;
   std::string buf(20000, '\0');
@@ -1229,7 +1416,8 @@ Result<std::string> ModelRun::ReadWhole(uint64_t ino) {
 // pointer the caller passed.
 std::string ModelRun::CheckFile(
     const std::string& path, uint64_t ino, const Entry& e,
-    std::shared_ptr<FileModel> f) {  // NOLINT(performance-unnecessary-value-param)
+    std::shared_ptr<FileModel> f,  // NOLINT(performance-unnecessary-value-param)
+    bool read) {
   std::ostringstream err;
   if ((e.attr.mode & S_IFMT) != S_IFREG)
     err << " not a regular file (mode " << Octal(e.attr.mode) << ")";
@@ -1247,13 +1435,15 @@ std::string ModelRun::CheckFile(
         << f->mtime_hi << "]";
   }
   // A reader's open and close, as cat's: the model's rules for close apply.
-  f->handles++;
-  auto data = ReadWhole(ino);
-  CloseModel(*f, false);
-  if (!data.ok()) {
-    err << " read failed: " << data.status().ToString();
-  } else if (*data != f->data) {
-    err << " content " << ShowData(*data) << ", model " << ShowData(f->data);
+  if (read) {
+    f->handles++;
+    auto data = ReadWhole(ino);
+    CloseModel(*f, false);
+    if (!data.ok()) {
+      err << " read failed: " << data.status().ToString();
+    } else if (*data != f->data) {
+      err << " content " << ShowData(*data) << ", model " << ShowData(f->data);
+    }
   }
   auto names = fs_->ListXattr(ino);
   if (!names.ok()) {
@@ -1276,7 +1466,16 @@ std::string ModelRun::CheckFile(
   return err.str().empty() ? "" : path + ":" + err.str();
 }
 
-std::string ModelRun::Check() {
+std::string ModelRun::ReadBack(const std::string& path) {
+  auto parent = Ino(ParentOf(path));
+  if (!parent.ok()) return Failed("lookup of the parent", parent.status());
+  auto e = fs_->Lookup(*parent, NameOf(path));
+  if (!e.ok()) return Failed("lookup " + path, e.status());
+  lookups_.push_back(e->attr.ino);
+  return CheckFile(path, e->attr.ino, *e, nodes_.at(path).file, true);
+}
+
+std::string ModelRun::Check(bool unread) {
   std::vector<std::string> dirs = {""};
   for (const auto& [p, n] : nodes_) {
     if (n.kind == Kind::kDir) dirs.push_back(p);
@@ -1333,7 +1532,8 @@ std::string ModelRun::Check() {
                  ", model " + node.target + "\n";
         }
       } else {
-        std::string bad = CheckFile(path, e->attr.ino, *e, node.file);
+        const bool busy = node.file->handles > 0 || node.file->dirty;
+        std::string bad = CheckFile(path, e->attr.ino, *e, node.file, !(unread && busy));
         if (!bad.empty()) out += bad + "\n";
       }
     }
@@ -1545,14 +1745,14 @@ std::string RandomPath(std::mt19937_64& rng, const ModelRun& run, bool existing)
   return dir.empty() ? name : dir + "/" + name;
 }
 
-Op Generate(std::mt19937_64& rng, const ModelRun& run, const std::set<std::string>& skip) {
+Op GenerateOne(std::mt19937_64& rng, const ModelRun& run, const std::set<std::string>& skip) {
   struct Weighted {
     Op::Kind kind;
     int weight;
   };
   static const std::vector<Weighted> kWeights = {
-      {Op::kCreate, 8},      {Op::kOpen, 6},           {Op::kWrite, 16},    {Op::kClose, 12},
-      {Op::kFsync, 3},       {Op::kTruncate, 2},       {Op::kFtruncate, 2}, {Op::kChmod, 3},
+      {Op::kCreate, 8},      {Op::kOpen, 8},           {Op::kWrite, 24},    {Op::kClose, 16},
+      {Op::kFsync, 3},       {Op::kTruncate, 2},       {Op::kFtruncate, 3}, {Op::kChmod, 3},
       {Op::kChown, 2},       {Op::kUtimens, 3},        {Op::kSetXattr, 2},  {Op::kRename, 6},
       {Op::kUnlink, 3},      {Op::kMkdir, 4},          {Op::kRmdir, 2},     {Op::kSymlink, 2},
       {Op::kExternalPut, 3}, {Op::kExternalDelete, 1}, {Op::kAdvance, 4},   {Op::kCrash, 2},
@@ -1598,24 +1798,77 @@ Op Generate(std::mt19937_64& rng, const ModelRun& run, const std::set<std::strin
   const bool existing = op.kind != Op::kCreate && op.kind != Op::kMkdir &&
                         op.kind != Op::kSymlink && op.kind != Op::kExternalPut;
   op.path = RandomPath(rng, run, existing || rng() % 3 == 0);
+  // An open goes to a file (half of the time one of a part or more, when there is one: an edit
+  // that copies its untouched parts, a second handle on a file streaming, a write after the
+  // close of one).
+  if (op.kind == Op::kOpen) {
+    std::vector<std::string> files;
+    std::vector<std::string> big;
+    for (const auto& [p, n] : run.nodes()) {
+      if (n.kind != Kind::kFile) continue;
+      files.push_back(p);
+      if (n.file->data.size() >= kPartSize) big.push_back(p);
+    }
+    const bool pick_big = rng() % 2 == 0 && !big.empty();
+    if (pick_big) {
+      op.path = big[rng() % big.size()];
+    } else if (!files.empty()) {
+      op.path = files[rng() % files.size()];
+    }
+  }
   switch (op.kind) {
     case Op::kCreate:
       op.flags = rng() % 2;
       break;
     case Op::kOpen:
-      op.flags = static_cast<int>(rng() % 3);
+      // Half of them open for writing without O_TRUNC: appends and edits of stored files.
+      op.flags = std::vector<int>{0, 1, 1, 2}[rng() % 4];
       break;
     case Op::kWrite: {
       op.value = static_cast<uint32_t>(rng() % 1000);
+      // Sizes around the part size (a file grows past a part, and streams, in a few calls),
+      // some past the multipart threshold in one call, most small; into a file of two parts
+      // or more, mostly small (an edit that leaves parts as they were).
+      const uint64_t size = run.SlotSize(op.slot);
+      const bool edit = size >= 2 * kPartSize;
       const int r = static_cast<int>(rng() % 100);
-      op.size = r < 3 ? kMultipartThreshold + rng() % (2 * kPartSize) : 1 + rng() % 300;
-      op.offset = rng() % 3 == 0 ? 0 : rng() % 600;
+      if (r < 3) {
+        op.size = kMultipartThreshold + rng() % (2 * kPartSize);
+      } else if (r < (edit ? 10 : 25)) {
+        op.size = kPartSize / 2 + rng() % (2 * kPartSize);
+      } else if (r < (edit ? 20 : 40)) {
+        op.size = 1 + rng() % (kPartSize / 4);
+      } else {
+        op.size = 1 + rng() % 300;
+      }
+      // At the start; at the end (a sequential writer's next call, crossing part boundaries);
+      // into the middle (an edit of a stored file, a write back into a part already sent);
+      // or near the start.
+      const int o = static_cast<int>(rng() % 10);
+      if (o < (edit ? 1 : 3)) {
+        op.offset = 0;
+      } else if (o < 6 && size < kMaxAppendedSize) {
+        op.offset = size;
+      } else if (o < 8 && size > 0) {
+        op.offset = rng() % size;
+      } else {
+        op.offset = rng() % 600;
+      }
       break;
     }
     case Op::kTruncate:
-    case Op::kFtruncate:
-      op.size = rng() % 400;
+    case Op::kFtruncate: {
+      // Mostly short; else anywhere up to a part past the end (cutting a streaming file
+      // back into a part sent, or past a part boundary).
+      uint64_t size = 0;
+      if (op.kind == Op::kFtruncate) {
+        size = run.SlotSize(op.slot);
+      } else if (const Node* n = run.Find(op.path); n != nullptr && n->kind == Kind::kFile) {
+        size = n->file->data.size();
+      }
+      op.size = rng() % 3 == 0 ? rng() % (size + kPartSize) : rng() % 400;
       break;
+    }
     case Op::kChmod:
       op.value = std::vector<uint32_t>{0600, 0644, 0640, 0755, 0700}[rng() % 5];
       break;
@@ -1640,7 +1893,8 @@ Op Generate(std::mt19937_64& rng, const ModelRun& run, const std::set<std::strin
       op.path2 = "target-" + std::to_string(rng() % 5);
       break;
     case Op::kExternalPut:
-      op.size = rng() % 200;
+      // Some of several parts: objects of another client that this mount then edits.
+      op.size = rng() % 4 == 0 ? rng() % (4 * kPartSize) : rng() % 200;
       op.value = static_cast<uint32_t>(rng() % 1000);
       op.flags = static_cast<int>(rng() % 4);
       break;
@@ -1650,6 +1904,71 @@ Op Generate(std::mt19937_64& rng, const ModelRun& run, const std::set<std::strin
     default:
       break;
   }
+  return op;
+}
+
+// Episodes: after some creates and opens for writing, the ops such a writer makes, queued in
+// `plan` and interleaved with random ones (one op in three is random while the plan lasts):
+// - a sequential writer from the start, in calls of about a part that cross part boundaries
+//   (its parts stream), sometimes going back into a part already sent or cutting the file
+//   while it streams;
+// - an edit of a file of two parts or more: a little into the middle, or an append, once or
+//   twice (its close copies the untouched parts, and fetches only the blocks it needs);
+// then mostly its close (else the handle stays open for a crash, a rename, another handle).
+Op Generate(std::mt19937_64& rng, const ModelRun& run, const std::set<std::string>& skip,
+            std::deque<Op>* plan) {
+  if (!plan->empty() && rng() % 3 != 0) {
+    Op op = plan->front();
+    plan->pop_front();
+    if (skip.count(KindName(op.kind)) == 0) return op;
+  }
+  Op op = GenerateOne(rng, run, skip);
+  const bool writer = op.kind == Op::kCreate || (op.kind == Op::kOpen && op.flags > 0);
+  if (!plan->empty() || !writer) return op;
+  const bool keeps = op.kind == Op::kCreate ? (op.flags & 1) == 0 : op.flags == 1;
+  const Node* node = run.Find(op.path);
+  uint64_t size =
+      keeps && node != nullptr && node->kind == Kind::kFile ? node->file->data.size() : 0;
+  // (Every writer that keeps a file of two parts or more gets one; half of the others.)
+  if (size < 2 * kPartSize && rng() % 2 != 0) return op;
+  auto on_slot = [&](Op::Kind kind) {
+    Op o;
+    o.kind = kind;
+    o.slot = op.slot;
+    return o;
+  };
+  auto write = [&](uint64_t offset, uint64_t length) {
+    Op w = on_slot(Op::kWrite);
+    w.offset = offset;
+    w.size = length;
+    w.value = static_cast<uint32_t>(rng() % 1000);
+    return w;
+  };
+  if (size >= 2 * kPartSize) {
+    for (int n = 1 + static_cast<int>(rng() % 2); n > 0; --n) {
+      const uint64_t length = 1 + rng() % 300;
+      if (rng() % 2 == 0) {
+        plan->push_back(write(rng() % size, length));
+      } else {
+        plan->push_back(write(size, length));
+        size += length;
+      }
+    }
+  } else {
+    uint64_t at = 0;
+    for (int n = 2 + static_cast<int>(rng() % 4); n > 0; --n) {
+      const uint64_t length = kPartSize / 2 + rng() % kPartSize;
+      plan->push_back(write(at, length));
+      at += length;
+    }
+    if (rng() % 3 == 0) plan->push_back(write(rng() % at, 1 + rng() % 300));
+    if (rng() % 4 == 0) {
+      Op cut = on_slot(Op::kFtruncate);
+      cut.size = rng() % at;
+      plan->push_back(cut);
+    }
+  }
+  if (rng() % 4 != 0) plan->push_back(on_slot(Op::kClose));
   return op;
 }
 
@@ -1694,12 +2013,15 @@ class ModelTest : public ::testing::Test {
       for (size_t i = 0; i < ops.size() && !failure; ++i) {
         bool applied = false;
         std::string e = run.Apply(ops[i], &applied);
-        if (e.empty() && applied) e = run.Check();
+        if (e.empty() && applied) e = run.Check(ops[i].unread);
         if (std::getenv("OBJFS_MODEL_VERBOSE") != nullptr) {
           std::printf("%s%s\n%s", Describe(ops[i]).c_str(), applied ? "" : " (skipped)",
                       run.DumpCrashStates().c_str());
         }
         if (!e.empty()) failure = Failure{i, e};
+      }
+      if (!failure && !ops.empty()) {
+        if (std::string e = run.Check(); !e.empty()) failure = Failure{ops.size() - 1, e};
       }
     }
     std::filesystem::remove_all(dir);
@@ -1713,18 +2035,31 @@ class ModelTest : public ::testing::Test {
     std::optional<Failure> failure;
     {
       std::mt19937_64 rng(seed);
+      // Stretches of ops whose checks leave busy files unread (Op::unread), about ten ops
+      // long, half of the time: long enough for a write into a stored file to meet its close,
+      // a rename or a crash while the staged file is still sparse.
+      std::mt19937_64 stretches(seed ^ 0x5eed5eedULL);
+      bool unread = false;
+      std::deque<Op> plan;
       ModelRun run(config, dir);
       if (std::string e = run.Start(); !e.empty()) return Failure{0, e};
       for (size_t i = 0; i < count && !failure; ++i) {
-        Op op = Generate(rng, run, skip);
+        Op op = Generate(rng, run, skip, &plan);
+        if (stretches() % 10 == 0) unread = !unread;
+        op.unread = unread;
         bool applied = false;
         std::string e = run.Apply(op, &applied);
         if (!applied) continue;
         ops->push_back(op);
         ++applied_[Describe(op).substr(0, Describe(op).find(' '))];
-        if (e.empty()) e = run.Check();
+        if (e.empty()) e = run.Check(op.unread);
         if (!e.empty()) failure = Failure{ops->size() - 1, e};
       }
+      // Whatever the last checks left unread is read now.
+      if (!failure && !ops->empty()) {
+        if (std::string e = run.Check(); !e.empty()) failure = Failure{ops->size() - 1, e};
+      }
+      coverage_.Add(run.coverage());
     }
     std::filesystem::remove_all(dir);
     return failure;
@@ -1782,12 +2117,26 @@ class ModelTest : public ::testing::Test {
       std::ostringstream stats;
       for (const auto& [kind, n] : applied_) stats << " " << kind << "=" << n;
       std::printf("ops applied:%s\n", stats.str().c_str());
+      std::printf("write path: %s\n", coverage_.ToString().c_str());
+    }
+    // The write path's ways to the store, each reached over a run set of the default size or
+    // more with every op kind: a generator change that loses one fails here, not silently.
+    if (runs >= kCoverageRuns && skip.empty()) {
+      EXPECT_GT(coverage_.streamed_parts, 0u) << coverage_.ToString();
+      EXPECT_GT(coverage_.stream_fallbacks, 0u) << coverage_.ToString();
+      EXPECT_GT(coverage_.copied_parts, 0u) << coverage_.ToString();
+      EXPECT_GT(coverage_.edits_with_copies, 0u) << coverage_.ToString();
+      EXPECT_GT(coverage_.sparse_fetches, 0u) << coverage_.ToString();
     }
   }
+
+  // Run sets at least this long must reach every counter of Coverage.
+  static constexpr uint64_t kCoverageRuns = 100;
 
   std::string root_;
   int runs_ = 0;
   std::map<std::string, uint64_t> applied_;  // ops applied, by their first word
+  Coverage coverage_;                        // over the run set
 };
 
 TEST_F(ModelTest, S3LikeStore) { RunPersonality(/*sftp=*/false); }
