@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <future>
 #include <map>
@@ -90,8 +91,8 @@ FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* ino
 
 FileWriter::~FileWriter() {
   queue_->Stop();
-  // Parts still queued run (and return) before the pool goes; their uploads are aborted with
-  // the last reference.
+  // Parts and aborts still queued run (and return) before the pool goes: the last part of an
+  // abandoned upload, or the task Abandon queued, aborts it.
   stream_pool_.reset();
 }
 
@@ -659,20 +660,28 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
   // Copies of the untouched ranges and uploads of the others, a few at a time.
   std::vector<std::future<Status>> parts;
   Status failed;
+  // Once a piece failed the upload is given up: pieces not started yet are skipped (on a server
+  // that stopped answering each would wait operation_timeout, stream_threads at a time).
+  std::atomic<bool> gave_up{false};
   for (const EditPiece& piece : pieces) {
     const uint64_t offset = piece.offset;
     const uint64_t length = piece.length;
     const bool copy = piece.copy;
+    if (gave_up.load()) break;
     if (!copy) failed = FetchStaged(inode, key, offset, length);
     if (!failed.ok()) break;
-    parts.push_back(stream_pool_->Async([&upload, &source, &base, offset, length, copy] {
-      return copy ? upload.copy(offset, base, offset, length)
-                  : upload.write(offset, source, offset, length);
+    parts.push_back(stream_pool_->Async([&upload, &source, &base, &gave_up, offset, length, copy] {
+      if (gave_up.load()) return Status(StatusCode::kCancelled, "another piece failed");
+      Status sent = copy ? upload.copy(offset, base, offset, length)
+                         : upload.write(offset, source, offset, length);
+      if (!sent.ok()) gave_up.store(true);
+      return sent;
     }));
   }
   for (std::future<Status>& done : parts) {
     Status s = done.get();
-    if (failed.ok() && !s.ok()) failed = s;
+    // The first real failure, not a piece skipped for it.
+    if (!s.ok() && (failed.ok() || failed.code() == StatusCode::kCancelled)) failed = s;
   }
   if (failed.ok()) {
     PutOptions put;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -359,6 +360,60 @@ TEST_F(FileWriterTest, AnEditWhoseUploadDidNotStartInTimeFailsWithoutAWholePut) 
   EXPECT_EQ(stalled->starts, 2);
   EXPECT_EQ(faults_->calls(StoreOp::kPut), puts_before);
   EXPECT_TRUE(memory_->contents("f") == edited);
+}
+
+// An upload whose every write() and copy() gives up as on a server that stopped answering
+// after the upload started; counts the calls.
+class SilentPieces : public ForwardingUpload {
+ public:
+  SilentPieces(std::unique_ptr<Upload> target, std::atomic<int>* calls)
+      : ForwardingUpload(std::move(target)), calls_(calls) {}
+  Status write(uint64_t offset, const ByteSource&, uint64_t, uint64_t) override {
+    ++*calls_;
+    return TimedOutError("write at " + std::to_string(offset) + ": gave up (operation_timeout)");
+  }
+  Status copy(uint64_t offset, const ObjectInfo&, uint64_t, uint64_t) override {
+    ++*calls_;
+    return TimedOutError("copy at " + std::to_string(offset) + ": gave up (operation_timeout)");
+  }
+
+ private:
+  std::atomic<int>* calls_;
+};
+
+class SilentAfterStart : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override {
+    OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<Upload> started,
+                           ForwardingStore::start_upload(key, options));
+    return std::unique_ptr<Upload>(std::make_unique<SilentPieces>(std::move(started), &calls));
+  }
+  std::atomic<int> calls{0};
+};
+
+// The server stops answering once the edit's upload started: the first piece to give up ends
+// the close (each piece would wait operation_timeout, four at a time: a 512 MiB edit in 16 MiB
+// parts, 8 x 120 s). Only the pieces already under way run: at most one per pool thread.
+TEST_F(FileWriterTest, AnEditStopsSendingPiecesOnceOneGaveUp) {
+  const std::string object = Pattern(80 << 20, 31);  // 16 parts of 5 MiB
+  Put("f", object);
+  auto silent = std::make_shared<SilentAfterStart>(faults_);
+  store_ = silent;
+  Mount();
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  const uint64_t at = (12 << 20) + 5;
+  MutexLock lock(&inode->mu);
+  ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
+  ASSERT_TRUE(inode->staged->WriteAt(at, Bytes("PATCH")).ok());
+  writer_->Wrote(*inode, "f", at, 5);
+  inode->attr.size = inode->staged->size();
+  Status closed = writer_->Upload(*inode, "f", /*accept=*/true);
+  EXPECT_EQ(closed.code(), StatusCode::kTimedOut) << closed.ToString();
+  EXPECT_TRUE(inode->unsaved());
+  EXPECT_LE(silent->calls.load(), static_cast<int>(FileWriter::Options().stream_threads));
+  EXPECT_TRUE(memory_->contents("f") == object);
 }
 
 TEST_F(FileWriterTest, AnUploadNotAcceptedLeavesNoAcceptedRecordOnFailure) {
