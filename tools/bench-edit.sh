@@ -3,9 +3,11 @@
 # bluestore Ceph RGW and OpenSSH sshd on 127.0.0.1, in rounds that alternate the tools:
 #   - append 1 MiB to a SIZE_MIB file (`cat >>`);
 #   - then write 4 KiB into its middle (`dd conv=notrunc`).
-# s3:// against s3fs, sftp:// against sshfs. Each row gives the median time and the bytes the
-# client moved for it (read + written by its processes, /proc/PID/io rchar + wchar: objfs; s3fs;
-# sshfs and its ssh), and every round checks the server's copy against the expected bytes
+# s3:// against s3fs, sftp:// against sshfs. Each row gives the median time and the client's
+# /proc/PID/io rchar + wchar (objfs; s3fs; sshfs and its ssh): bytes through read(2)- and
+# write(2)-like calls, FUSE's device, staged files and pipes. Sockets read and written with
+# recv/send (libcurl and libssh: objfs, s3fs) are not in it; OpenSSH's ssh uses read/write, so
+# sshfs's network bytes are. Every round checks the server's copy against the expected bytes
 # ("WRONG" in the table otherwise). Not a test: numbers, not assertions.
 #
 # usage: tools/bench-edit.sh [SIZE_MIB]   (as root; default 512)
@@ -28,7 +30,8 @@ ninja -C build objfs >/dev/null
 # shellcheck source=bench-lib.sh
 . tools/bench-lib.sh
 bench_start_rgw bench-edit
-trap 'bench_cleanup; tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true' EXIT
+# sshd first: bench_cleanup removes $WORK, where sshd.sh finds what to stop.
+trap 'tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true; bench_cleanup' EXIT
 tests/fixtures/sshd.sh start "$WORK/sshd" >/dev/null
 # shellcheck disable=SC1091
 . "$WORK/sshd/env"
@@ -63,10 +66,11 @@ mount_tool() {  # mount_tool TOOL
 }
 # The client's processes: sshfs runs ssh for its connection (not as its child: found by port).
 client_io() {  # client_io TOOL: rchar + wchar of the client's processes, in bytes
-  local pids=("$PID") total=0 p
+  local pids=("$PID") total=0 p n
   if [ "$1" = sshfs ]; then mapfile -t -O 1 pids < <(pgrep -f -- "^ssh .*-oPort=$P( |\$)" || true); fi
   for p in "${pids[@]}"; do
-    total=$((total + $(awk '/^(rchar|wchar):/ {s += $2} END {print s}' "/proc/$p/io")))
+    n=$(awk '/^(rchar|wchar):/ {s += $2} END {print s + 0}' "/proc/$p/io" 2>/dev/null || echo 0)
+    total=$((total + n))
   done
   echo "$total"
 }
@@ -108,8 +112,8 @@ edit_round() {  # edit_round TOOL
 for _ in $(seq "$ROUNDS"); do
   for tool in objfs-s3 s3fs objfs-sftp sshfs; do edit_round "$tool"; done
 done
-echo "| edit of a $SIZE_MIB MiB file, close included | tool | seconds (median, range, runs) | MiB through the client (median) |"
+echo "| edit of a $SIZE_MIB MiB file, close included | tool | seconds (median, range, runs) | client rchar+wchar MiB (median) |"
 echo "|---|---|---|---|"
-# bench-median.awk's third column is "CPU s/GiB"; here it carries the client's MiB.
+# bench-median.awk's third column is "CPU s/GiB"; here it carries the client's rchar+wchar.
 awk -F'|' -v what="append 1 MiB" -v unit=s -f tools/bench-median.awk "$APPENDS"
 awk -F'|' -v what="write 4 KiB into the middle" -v unit=s -f tools/bench-median.awk "$PATCHES"
