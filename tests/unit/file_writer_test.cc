@@ -99,6 +99,16 @@ class FileWriterTest : public ::testing::Test {
     return Status::Ok();
   }
 
+  // A write of `data` at `offset` as Filesystem::Write makes it (the edit notes what it touched).
+  Status WriteAt(Inode& inode, const std::string& key, uint64_t offset, const std::string& data) {
+    MutexLock lock(&inode.mu);
+    OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(inode, key));
+    OBJFS_RETURN_IF_ERROR(inode.staged->WriteAt(offset, Bytes(data)));
+    writer_->Wrote(inode, key, offset, data.size());
+    inode.attr.size = inode.staged->size();
+    return Status::Ok();
+  }
+
   std::vector<StagedLeftover> Leftovers() {
     auto left = staging_->Leftovers();
     EXPECT_TRUE(left.ok());
@@ -335,12 +345,9 @@ TEST_F(FileWriterTest, AnEditWhoseUploadDidNotStartInTimeFailsWithoutAWholePut) 
   const uint64_t at = (12 << 20) + 5;
   std::string edited = object;
   edited.replace(at, 5, "PATCH");
+  ASSERT_TRUE(WriteAt(*inode, "f", at, "PATCH").ok());
   {
     MutexLock lock(&inode->mu);
-    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
-    ASSERT_TRUE(inode->staged->WriteAt(at, Bytes("PATCH")).ok());
-    writer_->Wrote(*inode, "f", at, 5);
-    inode->attr.size = inode->staged->size();
     Status closed = writer_->Upload(*inode, "f", /*accept=*/true);
     EXPECT_EQ(closed.code(), StatusCode::kTimedOut) << closed.ToString();
     EXPECT_EQ(stalled->starts, 1);
@@ -403,12 +410,8 @@ TEST_F(FileWriterTest, AnEditStopsSendingPiecesOnceOneGaveUp) {
   store_ = silent;
   Mount();
   std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
-  const uint64_t at = (12 << 20) + 5;
+  ASSERT_TRUE(WriteAt(*inode, "f", (12 << 20) + 5, "PATCH").ok());
   MutexLock lock(&inode->mu);
-  ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
-  ASSERT_TRUE(inode->staged->WriteAt(at, Bytes("PATCH")).ok());
-  writer_->Wrote(*inode, "f", at, 5);
-  inode->attr.size = inode->staged->size();
   Status closed = writer_->Upload(*inode, "f", /*accept=*/true);
   EXPECT_EQ(closed.code(), StatusCode::kTimedOut) << closed.ToString();
   EXPECT_TRUE(inode->unsaved());
