@@ -5,7 +5,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,6 +82,9 @@ Status CheckHostKey(ssh_session ssh, const SftpConnectOptions& options) {
         return Status::Ok();
       }
       return PermissionDeniedError("host key of " + where + " is not in " + known_hosts +
+                                   (options.global_known_hosts.empty()
+                                        ? std::string()
+                                        : " or " + options.global_known_hosts) +
                                    "; add it with ssh-keyscan or use -o accept_new_host_key "
                                    "(the server offers the unknown key " +
                                    ServerFingerprint(ssh) + ")");
@@ -183,7 +189,10 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options, Clock::t
     const int rc = ssh_userauth_publickey_auto(ssh, nullptr, nullptr);
     if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
     if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
-    tried.push_back("~/.ssh/id_ed25519, id_ecdsa, id_rsa");
+    tried.push_back(options.config_files.empty()
+                        ? "~/.ssh/id_ed25519, id_ecdsa, id_rsa"
+                        : "the ssh configuration's IdentityFile keys and ~/.ssh/id_ed25519, "
+                          "id_ecdsa, id_rsa");
   }
   if (options.password) {
     Status by_password = AuthenticateWithPassword(ssh, options, &tried, start);
@@ -250,6 +259,37 @@ Result<int> ConnectTcp(const SftpConnectOptions& options, const std::string& whe
   return fd;
 }
 
+// Starts `command` under /bin/sh with its standard input and output on one end of a socket pair,
+// and returns the other end (blocking) and the child's pid: the proxy's connection to the server,
+// which the watchdog can shut down like a TCP socket.
+struct Proxy {
+  int fd = -1;
+  pid_t pid = -1;
+};
+Result<Proxy> StartProxy(const std::string& command, const std::string& where) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    return InternalError(std::string("socketpair: ") + std::strerror(errno));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  // dup2 clears close-on-exec on the copies; the originals close at exec.
+  posix_spawn_file_actions_adddup2(&actions, pair[1], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, pair[1], STDOUT_FILENO);
+  const char* argv[] = {"sh", "-c", command.c_str(), nullptr};
+  pid_t pid = -1;
+  const int rc =
+      ::posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pair[1]);
+  if (rc != 0) {
+    ::close(pair[0]);
+    return TransientError("cannot connect to " + where + ": cannot run the proxy command (" +
+                          std::strerror(rc) + ")");
+  }
+  return Proxy{pair[0], pid};
+}
+
 }  // namespace
 
 bool CpuHasAesGcm() {
@@ -293,6 +333,15 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
   unsigned int port = static_cast<unsigned int>(options.port);
   int process_config = 0;
   ssh_options_set(ssh, SSH_OPTIONS_PROCESS_CONFIG, &process_config);
+  if (!options.config_files.empty()) {
+    // What the files say of this host (keys to offer, algorithms); the settings below win.
+    ssh_options_set(ssh, SSH_OPTIONS_HOST, options.config_host.c_str());
+    for (const std::string& file : options.config_files) {
+      if (::access(file.c_str(), R_OK) == 0) ssh_options_parse_config(ssh, file.c_str());
+    }
+    // The connection is ours (below): libssh must not start a proxy of its own.
+    ssh_options_set(ssh, SSH_OPTIONS_PROXYCOMMAND, "none");
+  }
   ssh_options_set(ssh, SSH_OPTIONS_HOST, options.host.c_str());
   ssh_options_set(ssh, SSH_OPTIONS_PORT, &port);
   if (!options.user.empty()) ssh_options_set(ssh, SSH_OPTIONS_USER, options.user.c_str());
@@ -304,12 +353,20 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
   }
   if (!options.known_hosts.empty()) {
     ssh_options_set(ssh, SSH_OPTIONS_KNOWNHOSTS, options.known_hosts.c_str());
-    ssh_options_set(ssh, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
+    const std::string global =
+        options.global_known_hosts.empty() ? "/dev/null" : options.global_known_hosts;
+    ssh_options_set(ssh, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, global.c_str());
   }
   const std::string where = options.user + "@" + HostPort(options);
   // The TCP connection is ours, so that the watchdog has its socket from the first byte on: a
   // server that accepts and then says nothing (stopped, overloaded) is cut like a stalled call.
-  OBJFS_ASSIGN_OR_RETURN(c->socket_, ConnectTcp(options, where));
+  if (options.proxy_command.empty()) {
+    OBJFS_ASSIGN_OR_RETURN(c->socket_, ConnectTcp(options, where));
+  } else {
+    OBJFS_ASSIGN_OR_RETURN(Proxy proxy, StartProxy(options.proxy_command, where));
+    c->socket_ = proxy.fd;
+    c->proxy_pid_ = proxy.pid;
+  }
   ssh_options_set(ssh, SSH_OPTIONS_FD, &c->socket_);
   c->watch_socket_ = ::fcntl(c->socket_, F_DUPFD_CLOEXEC, 0);
   if (c->watch_socket_ < 0) return InternalError(std::string("dup: ") + std::strerror(errno));
@@ -354,6 +411,17 @@ SftpConnection::~SftpConnection() {
     ssh_free(ssh_);
   }
   if (watch_socket_ >= 0) ::close(watch_socket_);
+  if (proxy_pid_ > 0) {
+    // Its connection is closed by now, so it is on its way out; a proxy that ignores that
+    // is told to stop.
+    ::kill(proxy_pid_, SIGTERM);
+    for (int waited_ms = 0;; waited_ms += 10) {
+      const pid_t done = ::waitpid(proxy_pid_, nullptr, WNOHANG);
+      if (done != 0 && !(done < 0 && errno == EINTR)) break;  // reaped, or not our child
+      if (waited_ms == 2000) ::kill(proxy_pid_, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 }
 
 bool SftpConnection::healthy() const {

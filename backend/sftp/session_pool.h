@@ -17,6 +17,7 @@
 
 #include <libssh/libssh.h>
 #include <libssh/sftp.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -41,9 +42,20 @@ struct SftpConnectOptions {
   // Private keys to offer, in order, and nothing else; empty: ssh-agent (if SSH_AUTH_SOCK is
   // set), then libssh's defaults ~/.ssh/id_ed25519, id_ecdsa, id_rsa.
   std::vector<std::string> identity_files;
-  std::string known_hosts;           // empty: libssh's default (~/.ssh/known_hosts)
+  std::string known_hosts;  // empty: libssh's default (~/.ssh/known_hosts)
+  // Checked after known_hosts, as ssh checks /etc/ssh/ssh_known_hosts; empty: none.
+  std::string global_known_hosts;
   bool accept_new_host_key = false;  // record an unknown host key instead of refusing it
   std::chrono::seconds connect_timeout{10};
+  // A command whose standard input and output are the connection to the server (ProxyCommand,
+  // or ProxyJump made into one; see ssh_config.h), run by /bin/sh; empty: a TCP connection to
+  // host and port.
+  std::string proxy_command;
+  // The ssh configuration files, applied to every session as ssh applies them to `config_host`
+  // (the name the URL gave) before the settings above, which win: what they say of keys
+  // (IdentityFile, offered when identity_files is empty), algorithms and the like is honoured.
+  std::vector<std::string> config_files;
+  std::string config_host;
   // Tried (as "password", or as the answer to keyboard-interactive prompts) only after the
   // keys, and only when set. Never logged.
   std::optional<std::string> password;
@@ -97,6 +109,7 @@ class SftpConnection {
   std::unique_ptr<SftpWire> wire_;
   std::atomic<bool> broken_{false};
   int socket_ = -1;        // libssh's
+  pid_t proxy_pid_ = -1;   // the proxy command's process, reaped at destruction
   int watch_socket_ = -1;  // ours, a dup of socket_
 };
 

@@ -166,10 +166,21 @@ Result<std::unique_ptr<SftpStore>> SftpStore::Create(SftpStoreOptions options) {
 
 SftpStore::SftpStore(SftpStoreOptions options)
     : options_(std::move(options)),
-      pool_(SftpConnectOptions{options_.host, options_.port, options_.user, options_.identity_files,
-                               options_.known_hosts, options_.accept_new_host_key,
-                               options_.connect_timeout, options_.password, options_.ciphers,
-                               options_.request_timeout, options_.log},
+      pool_(SftpConnectOptions{.host = options_.host,
+                               .port = options_.port,
+                               .user = options_.user,
+                               .identity_files = options_.identity_files,
+                               .known_hosts = options_.known_hosts,
+                               .global_known_hosts = options_.global_known_hosts,
+                               .accept_new_host_key = options_.accept_new_host_key,
+                               .connect_timeout = options_.connect_timeout,
+                               .proxy_command = options_.proxy_command,
+                               .config_files = options_.config_files,
+                               .config_host = options_.config_host,
+                               .password = options_.password,
+                               .ciphers = options_.ciphers,
+                               .request_timeout = options_.request_timeout,
+                               .log = options_.log},
             options_.sessions) {}
 
 Status SftpStore::CheckRoot() {

@@ -42,7 +42,12 @@ struct SftpStoreOptions {
   std::string user;
   std::string root;  // absolute directory on the server that keys are relative to
   std::vector<std::string> identity_files;
-  std::string known_hosts;  // empty: ~/.ssh/known_hosts
+  std::string known_hosts;         // empty: ~/.ssh/known_hosts
+  std::string global_known_hosts;  // see SftpConnectOptions::global_known_hosts
+  // See SftpConnectOptions: a proxy command, and the ssh configuration applied to `config_host`.
+  std::string proxy_command;
+  std::vector<std::string> config_files;
+  std::string config_host;
   bool accept_new_host_key = false;
   std::optional<std::string> password;  // see SftpConnectOptions::password
   std::string ciphers;                  // see SftpConnectOptions::ciphers

@@ -45,6 +45,7 @@
 #include "backend/retry.h"
 #include "backend/s3/s3_store.h"
 #include "backend/sftp/sftp_store.h"
+#include "backend/sftp/ssh_config.h"
 #include "cache/buffer_pool.h"
 #include "cache/content_etag_store.h"
 #include "cache/listing_attr_store.h"
@@ -408,9 +409,23 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
       sftp_options.connect_timeout, std::chrono::seconds(WholeSeconds(options.request_timeout)));
   sftp_options.operation_timeout = Millis(options.operation_timeout);
   sftp_options.log = log;
-  sftp_options.host = options.url.host;
-  sftp_options.port = options.url.port;
-  sftp_options.user = options.url.user.empty() ? LocalUserName() : options.url.user;
+  // The URL's host may be an alias of the ssh configuration; what the URL and -o say win.
+  OBJFS_ASSIGN_OR_RETURN(
+      sftp::SshHostConfig config,
+      sftp::ReadSshConfig(options.url.host, options.ssh_config_files, options.home));
+  sftp_options.host = config.host;
+  sftp_options.port = options.url.port_given ? options.url.port : config.port;
+  sftp_options.user = !options.url.user.empty() ? options.url.user
+                      : !config.user.empty()    ? config.user
+                                                : LocalUserName();
+  sftp_options.config_files = options.ssh_config_files;
+  sftp_options.config_host = options.url.host;
+  if (!config.proxy_command.empty()) {
+    sftp_options.proxy_command = sftp::ExpandProxyCommand(
+        config.proxy_command, config.proxy_jump, sftp_options.host, sftp_options.port,
+        sftp_options.user, options.ssh_config_given == "none" ? "" : options.ssh_config_given,
+        static_cast<int>(sftp_options.connect_timeout.count()));
+  }
   sftp_options.root = options.url.path;
   for (const std::string& identity : options.identity_files) {
     std::string path = AbsolutePath(identity);
@@ -420,7 +435,15 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
     }
     sftp_options.identity_files.push_back(std::move(path));
   }
-  if (!options.known_hosts.empty()) sftp_options.known_hosts = AbsolutePath(options.known_hosts);
+  if (!options.known_hosts_given && !config.known_hosts.empty()) {
+    sftp_options.known_hosts = AbsolutePath(config.known_hosts);
+  } else if (!options.known_hosts.empty()) {
+    sftp_options.known_hosts = AbsolutePath(options.known_hosts);
+  }
+  // As ssh: the system-wide list after the user's, when there is one.
+  const std::string global =
+      config.global_known_hosts.empty() ? "/etc/ssh/ssh_known_hosts" : config.global_known_hosts;
+  if (::access(global.c_str(), R_OK) == 0) sftp_options.global_known_hosts = AbsolutePath(global);
   sftp_options.accept_new_host_key = options.accept_new_host_key;
   if (options.sessions) sftp_options.sessions = *options.sessions;
   sftp_options.ciphers = options.ciphers;

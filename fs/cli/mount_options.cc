@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "backend/s3/s3_store.h"
@@ -367,8 +368,34 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .schemes = sftp,
        .group = G::kSftp,
        .meaning = "host keys the server's key is checked against",
-       .default_value = "`~/.ssh/known_hosts`",
-       .apply = PathText<&MountOptions::known_hosts>},
+       .default_value = "the ssh configuration's `UserKnownHostsFile`, else `~/.ssh/known_hosts`; "
+                        "then `/etc/ssh/ssh_known_hosts`",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState& state) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.known_hosts, ExpandHome(value, name, state.env));
+         out.known_hosts_given = true;
+         return Status::Ok();
+       }},
+      {.names = {"ssh_config"},
+       .value = V::kRequired,
+       .value_name = "FILE",
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "read this OpenSSH client configuration instead of the default ones, as "
+                  "`ssh -F FILE` does (`none`: read none); it resolves the URL's host as ssh "
+                  "would (Host aliases, HostName, User, Port, IdentityFile, UserKnownHostsFile, "
+                  "GlobalKnownHostsFile, ProxyJump, ProxyCommand), and the URL and -o options win "
+                  "over it",
+       .default_value = "`~/.ssh/config`, then `/etc/ssh/ssh_config`",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState& state) -> Status {
+         if (value == "none") {
+           out.ssh_config_given = "none";
+           return Status::Ok();
+         }
+         OBJFS_ASSIGN_OR_RETURN(out.ssh_config_given, ExpandHome(value, name, state.env));
+         return Status::Ok();
+       }},
       {.names = {"accept_new_host_key"},
        .schemes = sftp,
        .group = G::kSftp,
@@ -856,6 +883,7 @@ Result<MountUrl> ParseMountUrl(std::string_view url, const std::vector<SchemeSyn
                        std::string(url) + "'");
       }
       out.port = static_cast<int>(*port);
+      out.port_given = true;
     }
     if (out.host.empty()) return Invalid("URL '" + std::string(url) + "' names no host");
     return out;
@@ -1040,6 +1068,19 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
   if (out.url.scheme == UrlScheme::kSftp) {
     if (out.known_hosts.empty() && !env.home.empty()) {
       out.known_hosts = env.home + "/.ssh/known_hosts";
+    }
+    out.home = env.home;
+    if (out.ssh_config_given == "none") {
+      out.ssh_config_files.clear();
+    } else if (!out.ssh_config_given.empty()) {
+      if (::access(out.ssh_config_given.c_str(), R_OK) != 0) {
+        return Invalid("cannot read ssh_config file '" + out.ssh_config_given +
+                       "': " + std::strerror(errno));
+      }
+      out.ssh_config_files = {out.ssh_config_given};
+    } else {
+      if (!env.home.empty()) out.ssh_config_files.push_back(env.home + "/.ssh/config");
+      out.ssh_config_files.emplace_back("/etc/ssh/ssh_config");
     }
   } else if (out.url.scheme == UrlScheme::kS3) {
     if (out.fs.max_metadata == 0) out.fs.max_metadata = kDefaultMaxMetadata;

@@ -42,7 +42,8 @@ struct MountUrl {
   std::string user;  // empty: the caller's user name
   std::string host;
   int port = 22;
-  std::string path;  // absolute path on the server, starting with '/'
+  bool port_given = false;  // the URL names the port (which then wins over ssh_config)
+  std::string path;         // absolute path on the server, starting with '/'
 };
 
 struct MountOptions;
@@ -130,6 +131,13 @@ struct MountOptions {
   std::vector<std::string> identity_files;
   // known_hosts=FILE; for sftp:// always set: as given, else ~/.ssh/known_hosts.
   std::string known_hosts;
+  bool known_hosts_given = false;  // known_hosts= was given (and wins over ssh_config)
+  // The OpenSSH client configuration files read for sftp:// (backend/sftp/ssh_config.h), in
+  // order: ssh_config=FILE alone, none for ssh_config=none, else ~/.ssh/config and
+  // /etc/ssh/ssh_config. `ssh_config_given` names the file given, for ProxyJump's ssh -F.
+  std::vector<std::string> ssh_config_files;
+  std::string ssh_config_given;
+  std::string home;  // the caller's home directory ("~" and "%d" in those files); may be empty
   // accept_new_host_key: record the key of a host that known_hosts does not list (trust on
   // first use). A changed key is refused all the same.
   bool accept_new_host_key = false;

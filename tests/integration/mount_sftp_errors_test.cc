@@ -2,7 +2,8 @@
 // changed host key, a key the server does not accept, no server at all, a missing root
 // directory each make objfs exit 1 before mounting with one line on stderr; trust on first use
 // records the host key; a server killed during a read gives EIO, and a new mount works once the
-// server is back.
+// server is back. Hosts resolve through the OpenSSH client configuration: aliases, the URL and
+// -o options winning over it, known-hosts files, ProxyJump and ProxyCommand.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -923,6 +924,163 @@ TEST(MountSftpErrorsTest, ALoginTheServerLetsWaitIsATimeoutNotARefusal) {
   EXPECT_LT(SecondsSince(answering), 10.0);
   EXPECT_EQ(ReadFile(mount->path() + "/here"), "here");
   EXPECT_EQ(mount->Stop(), 0);
+}
+
+// ---- The OpenSSH client configuration (-o ssh_config, ~/.ssh/config) ----
+
+// An ssh configuration file at `path` holding `text`; returns `path`.
+std::string WriteSshConfig(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+// "Host NAME" with the shared server's address, port, user, key and known_hosts.
+std::string SharedServerHostBlock(const std::string& name) {
+  const SftpTestServer& server = SharedSftpServer();
+  return "Host " + name + "\n  HostName " + server.host + "\n  Port " +
+         std::to_string(server.port) + "\n  User " + server.user + "\n  IdentityFile " +
+         server.key_path + "\n  UserKnownHostsFile " + server.known_hosts + "\n";
+}
+
+TEST(MountSftpErrorsTest, AHostAliasOfTheSshConfigGivesAddressPortUserKeyAndKnownHosts) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/hello", "hello");
+  ScratchDir temp;
+  std::string config = WriteSshConfig(temp.path() + "/config", SharedServerHostBlock("nas"));
+  ObjfsMount::Options options;
+  options.use_shared_server = false;  // no identity=, no known_hosts=: the file gives them
+  options.extra_options = "ssh_config=" + config;
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start("sftp://nas" + dir.path, options);
+  ASSERT_TRUE(mount);
+  EXPECT_EQ(ReadFile(mount->path() + "/hello"), "hello");
+  WriteFile(mount->path() + "/written", "through the alias");
+  ASSERT_EQ(mount->Stop(), 0);
+  EXPECT_EQ(ReadLocal(dir.path + "/written"), "through the alias");
+
+  // Without the file the alias means nothing.
+  ExpectMountFails("sftp://nas" + dir.path, "ssh_config=none", {"cannot connect to"});
+}
+
+TEST(MountSftpErrorsTest, HomesSshConfigIsReadWhenNoneIsNamed) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/hello", "hello");
+  ScratchDir home;
+  fs::create_directory(home.path() + "/.ssh");
+  WriteSshConfig(home.path() + "/.ssh/config", SharedServerHostBlock("homealias"));
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  options.env["HOME"] = home.path();
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start("sftp://homealias" + dir.path, options);
+  ASSERT_TRUE(mount);
+  EXPECT_EQ(ReadFile(mount->path() + "/hello"), "hello");
+}
+
+TEST(MountSftpErrorsTest, TheUrlAndOptionsWinOverTheSshConfig) {
+  const SftpTestServer& server = SharedSftpServer();
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/hello", "hello");
+  ScratchDir temp;
+  std::string empty_known_hosts = temp.path() + "/empty_known_hosts";
+  std::ofstream(empty_known_hosts).close();
+  std::string wrong_key = NewKey(temp.path() + "/wrong_key");
+  // Everything the file says is wrong but the address.
+  std::string config = WriteSshConfig(
+      temp.path() + "/config", "Host wrong\n  HostName " + server.host +
+                                   "\n  Port 1\n  User nobody-here\n  IdentityFile " + wrong_key +
+                                   "\n  UserKnownHostsFile " + empty_known_hosts + "\n");
+  // The file alone fails (so it is read) ...
+  ExpectMountFails("sftp://wrong" + dir.path, "ssh_config=" + config,
+                   {"cannot connect to nobody-here@" + server.host + ":1"});
+  // ... and the URL's user and port, identity= and known_hosts= each win over it.
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  options.extra_options = "ssh_config=" + config + ",identity=" + server.key_path +
+                          ",known_hosts=" + server.known_hosts;
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(
+      "sftp://" + server.user + "@wrong:" + std::to_string(server.port) + dir.path, options);
+  ASSERT_TRUE(mount);
+  EXPECT_EQ(ReadFile(mount->path() + "/hello"), "hello");
+}
+
+TEST(MountSftpErrorsTest, AGlobalKnownHostsFileIsCheckedAfterTheUsersOne) {
+  const SftpTestServer& server = SharedSftpServer();
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/hello", "hello");
+  ScratchDir temp;
+  std::string empty_known_hosts = temp.path() + "/empty_known_hosts";
+  std::ofstream(empty_known_hosts).close();
+  std::string block = "Host g\n  HostName " + server.host + "\n  Port " +
+                      std::to_string(server.port) + "\n  User " + server.user +
+                      "\n  IdentityFile " + server.key_path + "\n  UserKnownHostsFile " +
+                      empty_known_hosts + "\n  GlobalKnownHostsFile ";
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  options.extra_options =
+      "ssh_config=" + WriteSshConfig(temp.path() + "/good", block + server.known_hosts + "\n");
+  {
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start("sftp://g" + dir.path, options);
+    ASSERT_TRUE(mount);
+    EXPECT_EQ(ReadFile(mount->path() + "/hello"), "hello");
+  }
+  EXPECT_EQ(ReadLocal(empty_known_hosts), "") << "a key found globally is not recorded";
+
+  // Another key for the server in the global file is a changed key.
+  std::string other = NewKey(temp.path() + "/other_host_key");
+  std::istringstream fields(ReadLocal(other + ".pub"));
+  std::string type, blob;
+  fields >> type >> blob;
+  std::string global = temp.path() + "/global_known_hosts";
+  std::ofstream(global) << "[" << server.host << "]:" << server.port << " " << type << " " << blob
+                        << "\n";
+  ExpectMountFails("sftp://g" + dir.path,
+                   "ssh_config=" + WriteSshConfig(temp.path() + "/bad", block + global + "\n"),
+                   {"has CHANGED"});
+}
+
+TEST(MountSftpErrorsTest, AProxyJumpReachesTheServerThroughAJumpHost) {
+  PrivateSshd jump;
+  ASSERT_TRUE(jump.started());
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/hello", "hello");
+  ScratchDir temp;
+  std::string config = WriteSshConfig(
+      temp.path() + "/config",
+      "Host jumphost\n  HostName 127.0.0.1\n  Port " + std::to_string(jump.port()) + "\n  User " +
+          jump.var("OBJFS_TEST_SFTP_USER") + "\n  IdentityFile " + jump.var("OBJFS_TEST_SFTP_KEY") +
+          "\n  UserKnownHostsFile " + jump.var("OBJFS_TEST_SFTP_KNOWN_HOSTS") +
+          "\n  StrictHostKeyChecking yes\n" + SharedServerHostBlock("behind") +
+          "  ProxyJump jumphost\n");
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  options.extra_options = "ssh_config=" + config;
+  {
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start("sftp://behind" + dir.path, options);
+    ASSERT_TRUE(mount);
+    EXPECT_EQ(ReadFile(mount->path() + "/hello"), "hello");
+    WriteFile(mount->path() + "/via-jump", "data");
+    ASSERT_EQ(mount->Stop(), 0);
+  }
+  EXPECT_EQ(ReadLocal(dir.path + "/via-jump"), "data");
+  // The jump host let the proxy in: nothing else logs in there.
+  EXPECT_NE(ReadLocal(jump.dir() + "/sshd.log").find("Accepted publickey"), std::string::npos);
+  // Every proxy process is gone with the mount (none left as a zombie or orphan).
+  CommandResult ps = RunCommand({"pgrep", "-f", "-a", "W \\[127.0.0.1\\]:"});
+  EXPECT_EQ(ps.out, "");
+}
+
+TEST(MountSftpErrorsTest, AProxyCommandThatFailsFailsTheMountAtOnce) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir temp;
+  std::string config = WriteSshConfig(temp.path() + "/config",
+                                      SharedServerHostBlock("broken") + "  ProxyCommand exit 3\n");
+  ExpectMountFails("sftp://broken" + dir.path, "ssh_config=" + config, {"cannot connect to"});
+}
+
+TEST(MountSftpErrorsTest, AMissingSshConfigFileIsRefused) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir temp;
+  ExpectMountFails(dir.url, SftpServerOptions() + ",ssh_config=" + temp.path() + "/missing",
+                   {"cannot read ssh_config file '" + temp.path() + "/missing'"});
 }
 
 }  // namespace
