@@ -22,6 +22,7 @@ std::string Metrics::ToText() const {
   line("streamed_parts", streamed_parts);
   line("streamed_fallbacks", streamed_fallbacks);
   line("failed_requests", failed_requests);
+  line("in_flight_requests", in_flight_requests);
   line("bytes_read", bytes_read);
   line("bytes_written", bytes_written);
   line("server_copies", server_copies);

@@ -31,6 +31,8 @@ struct Metrics {
   std::atomic<uint64_t> streamed_parts{0};
   std::atomic<uint64_t> streamed_fallbacks{0};
   std::atomic<uint64_t> failed_requests{0};
+  // Backend calls under way now (a gauge): a number that stays up says the server is slow.
+  std::atomic<uint64_t> in_flight_requests{0};
 
   std::atomic<uint64_t> bytes_read{0};     // bytes read from the backend
   std::atomic<uint64_t> bytes_written{0};  // bytes uploaded to the backend

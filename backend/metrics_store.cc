@@ -1,6 +1,48 @@
 #include "backend/metrics_store.h"
 
+#include <chrono>
+#include <cstdio>
+
+#include "backend/log.h"
+
 namespace objfs {
+
+// One backend call: in flight while it lives; at its end, with log_calls at level debug, a line
+// "sftp GET key status=ok bytes=N 1.2ms" (the store's scheme first).
+class MetricsStore::Call {
+ public:
+  Call(MetricsStore& store, const char* method, std::string_view key)
+      : store_(store), method_(method), key_(key), start_(std::chrono::steady_clock::now()) {
+    Bump(store_.metrics_.in_flight_requests);
+  }
+  ~Call() { store_.metrics_.in_flight_requests.fetch_sub(1, std::memory_order_relaxed); }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  void Done(const Status& status, uint64_t bytes = 0) const {
+    if (!store_.log_calls_ || !LogDebugEnabled()) return;
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count();
+    char latency[32];
+    std::snprintf(latency, sizeof latency, "%.1fms", ms);
+    std::string line = store_.capabilities().scheme;
+    line += ' ';
+    line += method_;
+    line += ' ';
+    line += key_.empty() ? "/" : key_;
+    line += " status=";
+    line += status.ok() ? "ok" : std::string(StatusCodeName(status.code()));
+    line += " bytes=" + std::to_string(bytes) + " " + latency;
+    LogDebug(line);
+  }
+
+ private:
+  MetricsStore& store_;
+  const char* method_;
+  std::string key_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 void MetricsStore::CountOutcome(const Status& status) {
   // "No such key" is an answer (every lookup of a new name gets it), not a failed request.
@@ -9,51 +51,62 @@ void MetricsStore::CountOutcome(const Status& status) {
 
 Result<ObjectInfo> MetricsStore::head(std::string_view key) {
   Bump(metrics_.head_requests);
+  Call call(*this, "HEAD", key);
   Result<ObjectInfo> result = ForwardingStore::head(key);
   CountOutcome(result.status());
+  call.Done(result.status(), 0);
   return result;
 }
 
 Result<size_t> MetricsStore::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
                                   const ETag* if_match) {
   Bump(metrics_.read_requests);
+  Call call(*this, "GET", key);
   Result<size_t> result = ForwardingStore::read(key, offset, buf, if_match);
   CountOutcome(result.status());
   if (result.ok()) Bump(metrics_.bytes_read, *result);
+  call.Done(result.status(), result.ok() ? *result : 0);
   return result;
 }
 
 Result<Listing> MetricsStore::list(const ListOptions& options) {
   Bump(metrics_.list_requests);
+  Call call(*this, "LIST", options.prefix);
   Result<Listing> result = ForwardingStore::list(options);
   CountOutcome(result.status());
+  call.Done(result.status(), 0);
   return result;
 }
 
 Result<ObjectInfo> MetricsStore::put(std::string_view key, const ByteSource& source,
                                      const PutOptions& options) {
   Bump(metrics_.put_requests);
+  Call call(*this, "PUT", key);
   Result<ObjectInfo> result = ForwardingStore::put(key, source, options);
   CountOutcome(result.status());
   if (result.ok()) Bump(metrics_.bytes_written, source.size());
+  call.Done(result.status(), result.ok() ? source.size() : 0);
   return result;
 }
 
 Result<ObjectInfo> MetricsStore::copy(const ObjectInfo& src, std::string_view dst,
                                       const CopyOptions& options) {
   Bump(metrics_.copy_requests);
+  Call call(*this, "COPY", dst);
   Result<ObjectInfo> result = ForwardingStore::copy(src, dst, options);
   CountOutcome(result.status());
   if (result.ok() && capabilities().server_side_copy) {
     Bump(metrics_.server_copies);
     Bump(metrics_.bytes_copied_on_server, result->size);
   }
+  call.Done(result.status(), 0);
   return result;
 }
 
 Result<ObjectInfo> MetricsStore::set_attributes(std::string_view key, const Metadata& metadata,
                                                 const SetAttributesOptions& options) {
   Bump(metrics_.set_attributes_requests);
+  Call call(*this, "SETSTAT", key);
   Result<ObjectInfo> result = ForwardingStore::set_attributes(key, metadata, options);
   CountOutcome(result.status());
   const Capabilities caps = capabilities();
@@ -62,13 +115,16 @@ Result<ObjectInfo> MetricsStore::set_attributes(std::string_view key, const Meta
     Bump(metrics_.server_copies);
     Bump(metrics_.bytes_copied_on_server, result->size);
   }
+  call.Done(result.status(), 0);
   return result;
 }
 
 Status MetricsStore::remove(std::string_view key) {
   Bump(metrics_.remove_requests);
+  Call call(*this, "REMOVE", key);
   Status status = ForwardingStore::remove(key);
   CountOutcome(status);
+  call.Done(status, 0);
   return status;
 }
 
@@ -76,29 +132,37 @@ Status MetricsStore::remove(std::string_view key) {
 Result<ObjectInfo> MetricsStore::symlink(std::string_view key, std::string_view target,
                                          const PutOptions& options) {
   Bump(metrics_.put_requests);
+  Call call(*this, "SYMLINK", key);
   Result<ObjectInfo> result = ForwardingStore::symlink(key, target, options);
   CountOutcome(result.status());
+  call.Done(result.status(), 0);
   return result;
 }
 
 Result<std::string> MetricsStore::read_link(std::string_view key) {
   Bump(metrics_.read_requests);
+  Call call(*this, "READLINK", key);
   Result<std::string> result = ForwardingStore::read_link(key);
   CountOutcome(result.status());
+  call.Done(result.status(), 0);
   return result;
 }
 
 Status MetricsStore::rename(std::string_view from, std::string_view to) {
   Bump(metrics_.rename_requests);
+  Call call(*this, "RENAME", from);
   Status status = ForwardingStore::rename(from, to);
   CountOutcome(status);
+  call.Done(status, 0);
   return status;
 }
 
 Status MetricsStore::remove_many(const std::vector<std::string>& keys) {
   Bump(metrics_.remove_requests);
+  Call call(*this, "REMOVE", keys.empty() ? std::string_view() : std::string_view(keys.front()));
   Status status = ForwardingStore::remove_many(keys);
   CountOutcome(status);
+  call.Done(status, 0);
   return status;
 }
 

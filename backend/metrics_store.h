@@ -1,7 +1,9 @@
 // An ObjectStore wrapper that counts requests and bytes into a mount's Metrics.
 //
 // It sits directly above the backend, so every call the filesystem and caches make is counted
-// once, whichever backend serves it; `getfattr -n user.objfs.stats` reports the totals.
+// once, whichever backend serves it; `getfattr -n user.objfs.stats` reports the totals. With
+// `log_calls`, each call is also a debug line (backend/log.h): for SFTP, whose calls are its
+// requests (S3 logs its HTTP requests itself, with their request ids).
 #pragma once
 
 #include "backend/metrics.h"
@@ -12,8 +14,8 @@ namespace objfs {
 class MetricsStore : public ForwardingStore {
  public:
   // `metrics` must outlive this store.
-  MetricsStore(std::shared_ptr<ObjectStore> target, Metrics& metrics)
-      : ForwardingStore(std::move(target)), metrics_(metrics) {}
+  MetricsStore(std::shared_ptr<ObjectStore> target, Metrics& metrics, bool log_calls = false)
+      : ForwardingStore(std::move(target)), metrics_(metrics), log_calls_(log_calls) {}
 
   Result<ObjectInfo> head(std::string_view key) override;
   Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
@@ -38,10 +40,12 @@ class MetricsStore : public ForwardingStore {
                                                const UploadOptions& options) override;
 
  private:
+  class Call;
   // Counts a failure when `status` is not ok.
   void CountOutcome(const Status& status);
 
   Metrics& metrics_;
+  const bool log_calls_;
 };
 
 }  // namespace objfs

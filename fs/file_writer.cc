@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "backend/log.h"
 #include "cache/io_pool.h"
 #include "fs/object_metadata.h"
 
@@ -110,7 +112,7 @@ void FileWriter::Log(const std::string& message) const {
   if (options_.log) {
     options_.log(message);
   } else {
-    std::fprintf(stderr, "objfs: %s\n", message.c_str());
+    objfs::Log(LevelOfLine(message), message);
   }
 }
 
@@ -1175,5 +1177,34 @@ Status FileWriter::RecoverStaged() {
 size_t FileWriter::recovering_files() const { return recovery_.pending(); }
 
 size_t FileWriter::pending_uploads() const { return queue_->size(); }
+
+std::string FileWriter::StatsText() const {
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+  for (auto& [ino, inode] : inodes_->WithLocalData("")) {
+    // Never waits for a file's lock: an upload may hold it for minutes.
+    if (!inode->mu.TryLock()) {
+      ++files;
+      continue;
+    }
+    if (inode->unsaved()) {
+      ++files;
+      if (inode->staged != nullptr) bytes += inode->staged->size();
+    }
+    inode->mu.Unlock();
+  }
+  uint64_t staged = 0;
+  std::error_code ec;
+  for (std::filesystem::recursive_directory_iterator it(staging_->dir(), ec), end; !ec && it != end;
+       it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      staged += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return "pending_upload_files=" + std::to_string(files) +
+         "\npending_upload_bytes=" + std::to_string(bytes) +
+         "\nstaged_bytes=" + std::to_string(staged) + "\n";
+}
 
 }  // namespace objfs

@@ -219,6 +219,11 @@ class FileWriter {
   bool Queued(uint64_t ino) const;
   size_t pending_uploads() const;
   size_t recovering_files() const;
+  // What user.objfs.stats adds to the counters: "pending_upload_files=N",
+  // "pending_upload_bytes=N" (files whose data the store lacks yet: written or being written,
+  // and their staged sizes; a file busy with its upload counts, its bytes do not) and
+  // "staged_bytes=N" (disk space the staging files of cache_dir take), one a line.
+  std::string StatsText() const;
   // Stops the write-back thread (its work reaches the inode table and the metadata cache).
   void Stop();
 

@@ -9,6 +9,7 @@
 #include <future>
 #include <set>
 
+#include "backend/log.h"
 #include "cache/io_pool.h"
 #include "cache/read_budget.h"
 #include "fs/errno_map.h"
@@ -94,7 +95,7 @@ void Filesystem::Log(const std::string& message) const {
   if (options_.log) {
     options_.log(message);
   } else {
-    std::fprintf(stderr, "objfs: %s\n", message.c_str());
+    objfs::Log(LevelOfLine(message), message);
   }
 }
 

@@ -217,7 +217,7 @@ Result<ETag> Filesystem::UserETag(const std::string& key, const MetaRecord& rec)
 
 Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
   if (name == kStatsXattr) {
-    if (ino == kRootIno) return metrics_->ToText();
+    if (ino == kRootIno) return metrics_->ToText() + writer_->StatsText();
     return NoXattrError(std::string(name));
   }
   // Only user. attributes exist here. Saying so (EOPNOTSUPP, not "no such attribute") lets

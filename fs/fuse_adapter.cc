@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/mutex.h"
 #include "fs/errno_map.h"
 #include "fs/xattr.h"
@@ -214,7 +215,7 @@ void OpDestroy(void* userdata) {
   try {
     static_cast<FuseAdapter*>(userdata)->FlushAllOnDestroy();
   } catch (...) {
-    std::fprintf(stderr, "objfs: flushing at unmount failed with an exception\n");
+    LogError("flushing at unmount failed with an exception");
   }
 }
 
@@ -238,7 +239,7 @@ void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
   try {
     FsOf(req).Forget(ino, nlookup);
   } catch (...) {
-    std::fprintf(stderr, "objfs: forget failed with an exception\n");
+    LogError("forget failed with an exception");
   }
   fuse_reply_none(req);
 }
@@ -248,7 +249,7 @@ void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
     Filesystem& fs = FsOf(req);
     for (size_t i = 0; i < count; ++i) fs.Forget(forgets[i].ino, forgets[i].nlookup);
   } catch (...) {
-    std::fprintf(stderr, "objfs: forget failed with an exception\n");
+    LogError("forget failed with an exception");
   }
   fuse_reply_none(req);
 }
@@ -741,7 +742,7 @@ const fuse_lowlevel_ops kOperations = MakeOperations();
 FuseAdapter::FuseAdapter(FuseAdapterOptions options)
     : options_(std::move(options)),
       reply_log_(options_.log ? options_.log : ReplyLog::Sink([](const std::string& message) {
-        std::fprintf(stderr, "objfs: %s\n", message.c_str());
+        LogError(message);
       })) {}
 
 fuse_session* FuseAdapter::NewSession(fuse_args* args) {

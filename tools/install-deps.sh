@@ -21,6 +21,7 @@ test_pkgs=(
   openssh-server openssh-client
   radosgw ceph-mon ceph-osd ceph-common
   attr rsync curl procps psmisc bc
+  media-types
 )
 
 missing=()

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "backend/base64.h"
+#include "backend/log.h"
 #include "backend/md5.h"
 #include "backend/mutex.h"
 #include "backend/s3/xml.h"
@@ -195,6 +197,35 @@ Capabilities S3Store::capabilities() const {
   return c;
 }
 
+void S3Store::LogRequest(const Request& req, const Result<HttpResponse>& resp,
+                         std::chrono::steady_clock::duration took) const {
+  // Method, key and query names (their values: upload ids, part numbers, list markers), never
+  // headers: they hold the signature and, with SSE-C, the key.
+  std::string line = "s3 " + req.method + " ";
+  line += req.bucket_level ? "/" : req.key;
+  for (size_t i = 0; i < req.query.size(); ++i) {
+    line += i == 0 ? '?' : '&';
+    line += req.query[i].first;
+    if (!req.query[i].second.empty()) line += "=" + req.query[i].second;
+  }
+  char latency[32];
+  std::snprintf(latency, sizeof latency, " %.1fms",
+                std::chrono::duration<double, std::milli>(took).count());
+  if (!resp.ok()) {
+    line += " status=" + std::string(StatusCodeName(resp.status().code())) + " sent=" +
+            std::to_string(req.body_source != nullptr ? req.body_size : req.body.size()) + latency;
+    line += " (" + resp.status().message() + ")";
+  } else {
+    const uint64_t sent = req.body_source != nullptr ? req.body_size : req.body.size();
+    const uint64_t received = resp->buffer_bytes + resp->body.size();
+    line += " status=" + std::to_string(resp->status) + " sent=" + std::to_string(sent) +
+            " received=" + std::to_string(received) + latency;
+    const std::string* id = resp->header("x-amz-request-id");
+    line += " request_id=" + (id != nullptr ? *id : std::string("-"));
+  }
+  LogDebug(line);
+}
+
 Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout_ms) {
   std::string path = req.bucket_level ? endpoint_.Path("") : endpoint_.Path(req.key);
   SigningRequest sreq;
@@ -202,6 +233,8 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
   sreq.canonical_uri = path;
   sreq.query = req.query;
   sreq.headers = req.headers;
+  AddObjectHeaders(options_.object_headers, req.method, req.bucket_level ? "" : req.key, req.query,
+                   sreq.headers);
   sreq.headers.emplace_back("host", endpoint_.host());
   if (req.body_source != nullptr) {
     sreq.payload_sha256 = std::string(kUnsignedPayload);
@@ -248,7 +281,10 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
   }
 
   Bump(metrics_->http_requests);
-  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, http_.Perform(hreq));
+  const auto start = std::chrono::steady_clock::now();
+  Result<HttpResponse> performed = http_.Perform(hreq);
+  if (LogDebugEnabled()) LogRequest(req, performed, std::chrono::steady_clock::now() - start);
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(performed));
   if (resp.status >= 200 && resp.status < 300) return resp;
   S3Error error;
   if (!resp.body.empty()) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@
 #include "backend/retry.h"
 #include "backend/s3/credentials.h"
 #include "backend/s3/http_client.h"
+#include "backend/s3/object_headers.h"
 #include "backend/s3/s3_endpoint.h"
 #include "backend/s3/sigv4.h"
 #include "backend/upload_journal.h"
@@ -57,6 +59,9 @@ struct S3StoreOptions {
   // Sign object bodies with their SHA-256 instead of UNSIGNED-PAYLOAD (Content-MD5 already
   // protects them; signing costs a second pass over the data).
   bool sign_payload = false;
+
+  // Content-Type by extension, storage class, ACL, encryption, requester-pays.
+  ObjectHeaderOptions object_headers;
 
   HttpOptions http;
   // retry.budget is operation_timeout: one call's attempts and waits together.
@@ -119,6 +124,9 @@ class S3Store : public ObjectStore {
   Result<HttpResponse> Execute(const Request& request);
   // total_timeout_ms: the rest of the call's budget for this one request (0: none).
   Result<HttpResponse> ExecuteOnce(const Request& request, long total_timeout_ms);
+  // At log level debug: one line for one HTTP request, with the server's request id.
+  void LogRequest(const Request& request, const Result<HttpResponse>& response,
+                  std::chrono::steady_clock::duration took) const;
 
   Result<ObjectInfo> PutSingle(std::string_view key, const ByteSource& source,
                                const PutOptions& options);

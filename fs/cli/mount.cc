@@ -10,15 +10,17 @@
 
 #include "fs/cli/mount.h"
 
+#include <curl/curl.h>
 #include <execinfo.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <libssh/libssh.h>
 #include <malloc.h>
+#include <openssl/crypto.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <syslog.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -37,8 +39,10 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/metrics.h"
 #include "backend/metrics_store.h"
 #include "backend/prefix_store.h"
@@ -51,30 +55,24 @@
 #include "cache/listing_attr_store.h"
 #include "cache/store_db.h"
 #include "cache/upload_records.h"
+#include "fs/cli/stats_command.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_adapter.h"
 #include "fs/kernel_readahead.h"
+#include "fs/xattr.h"
 #include "objfs_version.h"
 
 namespace objfs {
 namespace {
 
-// Where messages go: stderr while attached to a terminal or in the foreground, syslog once
-// the process is a daemon (its stderr is then /dev/null).
+// The mount's messages, through the process's Logger (backend/log.h): on standard error until
+// the mount serves, then to the sink -o log= chose.
 class Reporter {
  public:
-  void set_daemon(bool daemon) {
-    if (daemon && !daemon_) ::openlog("objfs", LOG_PID, LOG_DAEMON);
-    daemon_ = daemon;
-  }
+  void set_daemon(bool daemon) { Logger::Instance().StartServing(daemon); }
 
-  void Error(const std::string& message) const {
-    std::fprintf(stderr, "objfs: %s\n", message.c_str());
-    if (daemon_) ::syslog(LOG_ERR, "%s", message.c_str());
-  }
-
- private:
-  bool daemon_ = false;
+  // A line of the level-less callbacks: "warning: ..." is a warning, the rest errors.
+  void Error(const std::string& message) const { Log(LevelOfLine(message), message); }
 };
 
 // A crash leaves the mount point "Transport endpoint is not connected"; the least the process
@@ -193,6 +191,80 @@ Status CheckNotMounted(const std::string& canonical_path) {
   return Status::Ok();
 }
 
+// A directory with entries is refused as a mount point unless -o nonempty: the mount would hide
+// them, a classic accident (a mount over the wrong directory, or a boot that wrote to the
+// directory before the mount). An autofs trigger (x-systemd.automount) is never read: reading it
+// would wait for this very mount.
+Status CheckEmpty(const std::string& canonical_path) {
+  for (const MountInfoEntry& entry : MountPoints()) {
+    if (entry.point == canonical_path && entry.type == "autofs") return Status::Ok();
+  }
+  std::error_code ec;
+  std::filesystem::directory_iterator it(canonical_path, ec);
+  if (ec) return IoError("cannot read mount point '" + canonical_path + "': " + ec.message());
+  if (it != std::filesystem::directory_iterator()) {
+    return InvalidArgumentError("mount point '" + canonical_path + "' is not empty (it has '" +
+                                it->path().filename().string() +
+                                "'); the mount would hide its files: give -o nonempty to mount "
+                                "over them anyway");
+  }
+  return Status::Ok();
+}
+
+// Logs the counters of user.objfs.stats (those not zero) as one line every `period`, until
+// stopped: -o log_metrics.
+class MetricsLogger {
+ public:
+  MetricsLogger(std::chrono::milliseconds period, std::function<std::string()> text)
+      : period_(period), text_(std::move(text)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~MetricsLogger() {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    cv_.SignalAll();
+    thread_.join();
+  }
+  MetricsLogger(const MetricsLogger&) = delete;
+  MetricsLogger& operator=(const MetricsLogger&) = delete;
+
+  // "name=value" lines as one line of the non-zero ones.
+  static std::string OneLine(const std::string& text) {
+    std::string line = "stats:";
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      const std::string entry = text.substr(start, end - start);
+      start = end + 1;
+      if (entry.empty() || entry.size() < 2 || entry.substr(entry.size() - 2) == "=0") continue;
+      line += ' ';
+      line += entry;
+    }
+    return line;
+  }
+
+ private:
+  void Loop() {
+    MutexLock lock(&mu_);
+    auto next = std::chrono::steady_clock::now() + period_;
+    while (!stop_) {
+      if (cv_.WaitUntil(&mu_, next) || stop_) continue;
+      next += period_;
+      LogInfo(OneLine(text_()));
+    }
+  }
+
+  const std::chrono::milliseconds period_;
+  const std::function<std::string()> text_;
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 // Creates `dir` and the parents it lacks, each private (0700): staged data and the records
 // naming their keys live there.
 Status CreatePrivateDirectories(const std::string& dir) {
@@ -271,7 +343,7 @@ void ClearDeadUploads(UploadRecords& records, std::string_view kind,
     return std::to_string(n) + " " + std::string(kind) + (n == 1 ? "" : "s");
   };
   if (result.cleared != 0) {
-    log("cleared " + count(result.cleared) + " left on the server by an earlier mount");
+    LogInfo("cleared " + count(result.cleared) + " left on the server by an earlier mount");
   }
   if (result.damaged != 0) {
     log("warning: dropped " + std::to_string(result.damaged) +
@@ -312,6 +384,18 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
   if (options.parallel_parts) s3_options.parallel_parts = *options.parallel_parts;
   s3_options.metrics = &metrics;
   s3_options.journal = uploads;
+  s3::ObjectHeaderOptions& headers = s3_options.object_headers;
+  headers.storage_class = options.storage_class;
+  headers.acl = options.acl;
+  headers.sse = options.sse;
+  headers.sse_kms_key_id = options.sse_kms_key_id;
+  headers.requester_pays = options.requester_pays;
+  if (!options.sse_c_key_file.empty()) {
+    OBJFS_ASSIGN_OR_RETURN(headers.sse_c_key, s3::ReadSseCustomerKey(options.sse_c_key_file));
+  }
+  // Without the file (Debian's media-types) new objects get the server's binary/octet-stream.
+  headers.mime_types =
+      std::make_shared<const s3::MimeTypes>(s3::MimeTypes::Load(s3::MimeTypes::kSystemFile));
   OBJFS_RETURN_IF_ERROR(s3::ApplyEnvironment(s3_options, options.profile,
                                              [](const char* name) { return std::getenv(name); }));
   if (s3_options.region.empty()) s3_options.region = "us-east-1";
@@ -482,7 +566,7 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
   // of files in the cache directory (which exists by now) and turns an MD5 If-Match back into
   // the version it was recorded for. Further SFTP-only wrappers go here.
   std::shared_ptr<ObjectStore> store(std::move(created).value());
-  store = std::make_shared<MetricsStore>(std::move(store), metrics);
+  store = std::make_shared<MetricsStore>(std::move(store), metrics, /*log_calls=*/true);
   OBJFS_ASSIGN_OR_RETURN(StoreDb db, StoreDb::Open(options.fs.cache_dir + "/db"));
   store = std::make_shared<ContentEtagStore>(std::move(store),
                                              std::make_shared<StoreDb>(std::move(db)), &metrics);
@@ -513,6 +597,11 @@ std::vector<std::string> FuseArguments(const MountOptions& options,
 int Mount(const MountOptions& given_options, const Scheme& scheme) {
   Reporter reporter;
   MountOptions options = given_options;
+  Status logging = Logger::Instance().Configure(options.log);
+  if (!logging.ok()) {
+    reporter.Error(logging.message());
+    return 1;
+  }
 
   Status mount_point = CheckMountPoint(options.mountpoint);
   if (!mount_point.ok()) {
@@ -530,6 +619,13 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   if (!not_mounted.ok()) {
     reporter.Error(not_mounted.message());
     return 1;
+  }
+  if (!options.nonempty) {
+    Status empty = CheckEmpty(mountpoint.string());
+    if (!empty.ok()) {
+      reporter.Error(empty.message());
+      return 1;
+    }
   }
   if (options.unchecked_other_users) {
     reporter.Error(
@@ -690,9 +786,19 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
           fs_options.cache_dir + "): " + recovered.message());
     }
     adapter.set_filesystem(fs->get());
+    std::unique_ptr<MetricsLogger> metrics_logger;
+    if (options.log_metrics > 0) {
+      Filesystem* served_fs = fs->get();
+      metrics_logger = std::make_unique<MetricsLogger>(
+          Millis(options.log_metrics), [served_fs, &adapter]() -> std::string {
+            Result<std::string> text = served_fs->GetXattr(kRootIno, kStatsXattr);
+            return (text.ok() ? *text : std::string()) + adapter.reply_log().ToText();
+          });
+    }
     pthread_sigmask(SIG_UNBLOCK, &termination, nullptr);
     int loop_result = adapter.Run(session);
     pthread_sigmask(SIG_BLOCK, &termination, nullptr);
+    metrics_logger.reset();
     if (loop_result < 0) {
       reporter.Error(std::string("the request loop failed: ") + std::strerror(-loop_result));
       exit_code = 1;
@@ -728,7 +834,24 @@ std::vector<Scheme> StandardSchemes() {
           {.syntax = {.name = "sftp"}, .open = OpenSftp}};
 }
 
+std::string VersionText() {
+  const curl_version_info_data* curl = curl_version_info(CURLVERSION_NOW);
+  std::string text = std::string("objfs ") + OBJFS_VERSION + "\n";
+  text += std::string("libfuse ") + fuse_pkgversion() + "\n";
+  text += std::string("libssh ") + ssh_version(0) + "\n";
+  text += std::string("libcurl ") + (curl != nullptr ? curl->version : "?");
+  if (curl != nullptr && curl->ssl_version != nullptr) {
+    text += std::string(" (") + curl->ssl_version + ")";
+  }
+  text += "\n";
+  text += std::string(OpenSSL_version(OPENSSL_VERSION)) + "\n";
+  return text;
+}
+
 int RunObjfs(int argc, char** argv, const std::vector<Scheme>& schemes) {
+  if (argc >= 2 && std::string_view(argv[1]) == "stats") {
+    return RunStats(std::vector<std::string>(argv + 2, argv + argc));
+  }
   InstallCrashReporter();
   KeepLargeBuffersMapped();
   std::vector<SchemeSyntax> extra;
@@ -749,7 +872,7 @@ int RunObjfs(int argc, char** argv, const std::vector<Scheme>& schemes) {
       std::fputs(OptionsMarkdown().c_str(), stdout);
       return 0;
     case MountAction::kVersion:
-      std::printf("objfs %s (libfuse %s)\n", OBJFS_VERSION, fuse_pkgversion());
+      std::fputs(VersionText().c_str(), stdout);
       return 0;
     case MountAction::kMount:
       break;

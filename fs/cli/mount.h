@@ -45,7 +45,11 @@ struct Scheme {
 // s3:// and sftp://.
 std::vector<Scheme> StandardSchemes();
 
-// main(): parses `argv`, mounts and serves until unmounted; the exit status. `schemes` are the
+// --version: objfs's version and those of the libraries it runs with, one a line.
+std::string VersionText();
+
+// main(): parses `argv`, mounts and serves until unmounted; the exit status. `objfs stats
+// MOUNTPOINT` prints a mount's counters instead (cli/stats_command.h). `schemes` are the
 // URL schemes this build mounts, StandardSchemes() and any added to them.
 int RunObjfs(int argc, char** argv, const std::vector<Scheme>& schemes);
 

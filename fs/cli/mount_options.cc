@@ -203,6 +203,17 @@ Status Ignore(std::string_view, std::string_view, MountOptions&, OptionState&) {
   return Status::Ok();
 }
 
+// A value sent as an HTTP header as it is: printable ASCII, no spaces.
+Status CheckHeaderToken(std::string_view name, std::string_view value) {
+  for (char c : value) {
+    if (c <= ' ' || c > '~') {
+      return Invalid("bad value '" + std::string(value) + "' for " + std::string(name) +
+                     " (printable characters without spaces)");
+    }
+  }
+  return Status::Ok();
+}
+
 // The options of the shipped command line, in the order of --help and README.md.
 std::vector<OptionSpec> BuildOptionSpecs() {
   const std::vector<std::string_view> s3 = {"s3"};
@@ -344,6 +355,75 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .apply =
            [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
              out.fs.listing_attrs = true;
+             return Status::Ok();
+           }},
+
+      {.names = {"storage_class"},
+       .value = V::kRequired,
+       .value_name = "CLASS",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "storage class of new objects (`STANDARD`, `STANDARD_IA`, `GLACIER_IR`, ...: "
+                  "the server checks the name); a copy or rename keeps it too",
+       .default_value = "the bucket's",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_RETURN_IF_ERROR(CheckHeaderToken(name, value));
+         out.storage_class = std::string(value);
+         return Status::Ok();
+       }},
+      {.names = {"acl"},
+       .value = V::kRequired,
+       .value_name = "CANNED",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "canned ACL of new objects, copies included",
+       .default_value = "none sent (the bucket's, `private` on AWS)",
+       .choices = {"private", "public-read", "public-read-write", "authenticated-read",
+                   "aws-exec-read", "bucket-owner-read", "bucket-owner-full-control"},
+       .apply = Text<&MountOptions::acl>},
+      {.names = {"sse"},
+       .value = V::kRequired,
+       .value_name = "KIND",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "server-side encryption of new objects, on puts, copies and multipart "
+                  "uploads: `AES256` (SSE-S3) or `aws:kms` (SSE-KMS, with `sse_kms_key_id`)",
+       .default_value = "the bucket's",
+       .choices = {"AES256", "aws:kms"},
+       .apply = Text<&MountOptions::sse>},
+      {.names = {"sse_kms_key_id"},
+       .value = V::kRequired,
+       .value_name = "ID",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "the KMS key of `sse=aws:kms`",
+       .default_value = "the account's AWS managed key",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_RETURN_IF_ERROR(CheckHeaderToken(name, value));
+         out.sse_kms_key_id = std::string(value);
+         return Status::Ok();
+       }},
+      {.names = {"sse_c_key"},
+       .value = V::kRequired,
+       .value_name = "FILE",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "SSE-C: encrypt every object with the customer key in FILE (32 bytes, raw or "
+                  "base64), sent with each read, put, copy and multipart upload; objects the "
+                  "key does not open cannot be read",
+       .default_value = "none",
+       .apply = PathText<&MountOptions::sse_c_key_file>},
+      {.names = {"requester_pays"},
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "send `x-amz-request-payer: requester` on every request, for buckets whose "
+                  "owner charges the requester",
+       .default_value = "off",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.requester_pays = true;
              return Status::Ok();
            }},
 
@@ -621,6 +701,55 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .default_value = "120",
        .apply = Timeout<&MountOptions::operation_timeout>},
 
+      // ---- Logs and stats ----
+      {.names = {"log"},
+       .value = V::kRequired,
+       .value_name = "SINK",
+       .group = G::kLogs,
+       .meaning = "where messages go: `syslog`, `stderr` (under systemd, the journal) or a FILE "
+                  "appended to, a time stamp on each line. Without `/dev/log`, `syslog` falls "
+                  "back to standard error",
+       .default_value = "`stderr` in the foreground or under systemd (`JOURNAL_STREAM`), else "
+                        "`syslog`",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState& state) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(std::string path, ExpandHome(value, name, state.env));
+         const LogLevel level = out.log.level;
+         OBJFS_ASSIGN_OR_RETURN(out.log, ParseLogSink(path));
+         out.log.level = level;
+         return Status::Ok();
+       }},
+      {.names = {"log_level"},
+       .value = V::kRequired,
+       .value_name = "LEVEL",
+       .group = G::kLogs,
+       .meaning = "the least severe messages logged: `error`, `warn`, `info`, or `debug`, which "
+                  "adds one line per S3 or SFTP request (method, key, status, bytes, latency, "
+                  "request id; never credentials or signatures)",
+       .default_value = "info",
+       .choices = {"error", "warn", "info", "debug"},
+       .apply = [](std::string_view, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.log.level, ParseLogLevel(value));
+         return Status::Ok();
+       }},
+      {.names = {"log_metrics"},
+       .value = V::kRequired,
+       .value_name = "SECONDS",
+       .group = G::kLogs,
+       .meaning = "log the counters of `objfs stats` (one line, at level `info`) this often",
+       .default_value = "never",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(double seconds, ParseSeconds(value, name));
+         if (seconds < 1 || seconds > 86400) {
+           return Invalid(std::string(name) + "=" + std::string(value) +
+                          " is out of range (1..86400 seconds)");
+         }
+         out.log_metrics = seconds;
+         return Status::Ok();
+       }},
+
       // ---- FUSE and mount(8) ----
       {.names = {"ro"},
        .group = G::kMount,
@@ -661,6 +790,16 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .apply =
            [](std::string_view, std::string_view, MountOptions&, OptionState& state) {
              state.no_default_permissions = true;
+             return Status::Ok();
+           }},
+      {.names = {"nonempty"},
+       .group = G::kMount,
+       .meaning = "mount over a directory that has entries (they are hidden while mounted); "
+                  "without it such a mount is refused",
+       .default_value = "off",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.nonempty = true;
              return Status::Ok();
            }},
       {.names = {"auto_unmount"},
@@ -1085,6 +1224,12 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
   } else if (out.url.scheme == UrlScheme::kS3) {
     if (out.fs.max_metadata == 0) out.fs.max_metadata = kDefaultMaxMetadata;
   }
+  if (!out.sse_kms_key_id.empty() && out.sse != "aws:kms") {
+    return Invalid("option 'sse_kms_key_id' needs sse=aws:kms");
+  }
+  if (!out.sse.empty() && !out.sse_c_key_file.empty()) {
+    return Invalid("give sse= or sse_c_key=, not both: an object has one kind of encryption");
+  }
   if (given.default_permissions && given.no_default_permissions) {
     return Invalid(
         "options 'default_permissions' and 'no_default_permissions' contradict each other");
@@ -1202,6 +1347,7 @@ URL:
       {G::kSftp, "SFTP options (the user defaults to the caller's name, the port to 22):"},
       {G::kFilesystem, "Filesystem options:"},
       {G::kTimeouts, "Bounded waits (every scheme):"},
+      {G::kLogs, "Logs and stats:"},
       {G::kMount, "FUSE and mount options:"},
   };
   for (const auto& [group, heading] : groups) {
@@ -1218,6 +1364,32 @@ URL:
     for (const OptionSpec& spec : scheme.options) AppendOptionHelp(out, spec);
   }
   out += "\nSIZE is a number of bytes with an optional K, M, G or T suffix (powers of 1024).\n";
+  out += R"(
+Environment:
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
+                            S3 credentials (else ~/.aws/credentials)
+  AWS_PROFILE               the profile of ~/.aws/credentials (or -o profile=)
+  AWS_SHARED_CREDENTIALS_FILE
+                            the credentials file instead of ~/.aws/credentials
+  AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3
+                            the S3 endpoint (or -o endpoint=)
+  AWS_REGION, AWS_DEFAULT_REGION
+                            the signing region (or -o region=)
+  AWS_CA_BUNDLE             a PEM file of the CA certificates trusted for https
+  SSH_AUTH_SOCK             ssh-agent's socket, asked for SFTP keys
+  XDG_CACHE_HOME            where cache directories go (else ~/.cache)
+  JOURNAL_STREAM            set by systemd: messages go to standard error,
+                            the journal
+
+Statistics:
+  objfs stats MOUNTPOINT    the counters of a mount, readable (the same as
+                            getfattr -n user.objfs.stats MOUNTPOINT)
+
+Unmounting:
+  fusermount3 -u MOUNTPOINT (as root also umount MOUNTPOINT). objfs uploads
+  what is unsaved before it exits; what it cannot upload stays in the cache
+  directory for the next mount.
+)";
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/s3/s3_endpoint.h"
 #include "backend/status.h"
 #include "fs/filesystem.h"
@@ -56,7 +57,7 @@ struct OptionSpec {
     kRequired,  // "name=VALUE" with a non-empty value
     kAny,       // taken with or without a value (mount(8)'s own options)
   };
-  enum class Group { kS3, kSftp, kFilesystem, kTimeouts, kMount, kScheme };
+  enum class Group { kS3, kSftp, kFilesystem, kTimeouts, kLogs, kMount, kScheme };
 
   std::vector<std::string_view> names{};
   Value value = Value::kNone;
@@ -117,6 +118,15 @@ struct MountOptions {
   std::optional<uint64_t> part_size;
   std::optional<uint64_t> copy_part_threshold;
   std::optional<int> parallel_parts;
+  // What new objects get: storage_class=, acl= (a canned ACL), server-side encryption (sse=
+  // AES256 or aws:kms with sse_kms_key_id=, or sse_c_key= a file holding the customer key),
+  // and requester_pays (x-amz-request-payer on every request).
+  std::string storage_class;
+  std::string acl;
+  std::string sse;
+  std::string sse_kms_key_id;
+  std::string sse_c_key_file;
+  bool requester_pays = false;
 
   // Bounded waits, for s3:// and sftp:// alike. request_timeout=: a request that moves (almost)
   // nothing for this long is abandoned (and retried); operation_timeout=: one backend call's
@@ -124,6 +134,13 @@ struct MountOptions {
   // unmount, what is left to upload gets this long once.
   double request_timeout = kDefaultRequestTimeout;
   double operation_timeout = kDefaultOperationTimeout;
+
+  // log=, log_level=: where messages go and the least severe one kept (backend/log.h).
+  LogSettings log;
+  // log_metrics=SECONDS: the counters of user.objfs.stats logged (info) this often; 0: never.
+  double log_metrics = 0;
+  // nonempty: mount over a directory that has entries (hidden while mounted).
+  bool nonempty = false;
 
   // SFTP settings.
   // identity=FILE, repeatable: the private keys to offer, in order, and nothing else. Empty:

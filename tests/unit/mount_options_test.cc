@@ -228,6 +228,49 @@ TEST(ParseMountOptionsTest, S3Options) {
   EXPECT_EQ(ParseWith("virtual_host").addressing, s3::Addressing::kVirtualHost);
 }
 
+TEST(ParseMountOptionsTest, S3ObjectSettings) {
+  MountOptions o = ParseWith(
+      "storage_class=STANDARD_IA,acl=public-read,sse=aws:kms,sse_kms_key_id=alias/k,"
+      "requester_pays");
+  EXPECT_EQ(o.storage_class, "STANDARD_IA");
+  EXPECT_EQ(o.acl, "public-read");
+  EXPECT_EQ(o.sse, "aws:kms");
+  EXPECT_EQ(o.sse_kms_key_id, "alias/k");
+  EXPECT_TRUE(o.requester_pays);
+  EXPECT_EQ(ParseWith("sse_c_key=~/sse.key").sse_c_key_file, "/home/u/sse.key");
+  EXPECT_FALSE(ParseWith("").requester_pays);
+
+  ExpectError({"s3://b", "/mnt", "-o", "acl=world"}, "acl");
+  ExpectError({"s3://b", "/mnt", "-o", "sse=aes"}, "AES256");
+  ExpectError({"s3://b", "/mnt", "-o", "storage_class=A B"}, "storage_class");
+  ExpectError({"s3://bucket", "/mnt", "-o", "sse=AES256,sse_kms_key_id=k"}, "needs sse=aws:kms");
+  ExpectError({"s3://bucket", "/mnt", "-o", "sse=AES256,sse_c_key=/k"}, "not both");
+  ExpectError({"sftp://h/srv", "/mnt", "-o", "requester_pays"}, "applies to s3://");
+}
+
+TEST(ParseMountOptionsTest, LogsAndMountPoint) {
+  MountOptions defaults = ParseWith("");
+  EXPECT_EQ(defaults.log.sink, LogSink::kAuto);
+  EXPECT_EQ(defaults.log.level, LogLevel::kInfo);
+  EXPECT_EQ(defaults.log_metrics, 0);
+  EXPECT_FALSE(defaults.nonempty);
+
+  MountOptions o = ParseWith("log_level=debug,log=~/objfs.log,log_metrics=30,nonempty");
+  EXPECT_EQ(o.log.sink, LogSink::kFile);
+  EXPECT_EQ(o.log.path, "/home/u/objfs.log");
+  EXPECT_EQ(o.log.level, LogLevel::kDebug);  // kept whatever the order
+  EXPECT_EQ(o.log_metrics, 30);
+  EXPECT_TRUE(o.nonempty);
+  EXPECT_EQ(ParseWith("log=syslog").log.sink, LogSink::kSyslog);
+  EXPECT_EQ(ParseWith("log=stderr,log_level=error").log.level, LogLevel::kError);
+  // Both schemes.
+  EXPECT_TRUE(Parse({"sftp://h/srv", "/mnt", "-o", "log=stderr,log_level=warn"}).ok());
+
+  ExpectError({"s3://b", "/mnt", "-o", "log_level=verbose"}, "log_level");
+  ExpectError({"s3://b", "/mnt", "-o", "log_metrics=0"}, "out of range");
+  ExpectError({"s3://b", "/mnt", "-o", "log="}, "needs a value");
+}
+
 TEST(ParseMountOptionsTest, FilesystemOptions) {
   MountOptions o = ParseWith(
       "cache_dir=/var/cache/x,read_buffer=64K,max_readahead=8M,uid=1000,gid=100,umask=027,"

@@ -1,0 +1,219 @@
+#include "backend/log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <utility>
+
+namespace objfs {
+
+Result<LogLevel> ParseLogLevel(std::string_view text) {
+  if (text == "error") return LogLevel::kError;
+  if (text == "warn" || text == "warning") return LogLevel::kWarn;
+  if (text == "info") return LogLevel::kInfo;
+  if (text == "debug") return LogLevel::kDebug;
+  return InvalidArgumentError("bad value '" + std::string(text) +
+                              "' for log_level (expected error, warn, info or debug)");
+}
+
+std::string_view LogLevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kDebug:
+      return "debug";
+  }
+  return "error";
+}
+
+Result<LogSettings> ParseLogSink(std::string_view text) {
+  LogSettings settings;
+  if (text.empty()) return InvalidArgumentError("log needs a value (syslog, stderr or a file)");
+  if (text == "syslog") {
+    settings.sink = LogSink::kSyslog;
+  } else if (text == "stderr") {
+    settings.sink = LogSink::kStderr;
+  } else {
+    settings.sink = LogSink::kFile;
+    settings.path = std::string(text);
+  }
+  return settings;
+}
+
+LogLevel LevelOfLine(std::string_view line) {
+  return line.substr(0, 9) == "warning: " ? LogLevel::kWarn : LogLevel::kError;
+}
+
+Logger& Logger::Instance() {
+  static Logger* logger = new Logger();  // never destroyed: threads may log at exit
+  return *logger;
+}
+
+Status Logger::Configure(const LogSettings& settings) {
+  LogSettings chosen = settings;
+  if (chosen.sink == LogSink::kFile && chosen.path[0] != '/') {
+    // A daemon's working directory is "/".
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd) != nullptr) chosen.path = std::string(cwd) + "/" + chosen.path;
+  }
+  if (chosen.sink == LogSink::kFile) {
+    const int fd =
+        ::open(chosen.path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd < 0) {
+      return InvalidArgumentError("cannot open log file '" + chosen.path +
+                                  "': " + std::strerror(errno));
+    }
+    if (file_fd_ >= 0) ::close(file_fd_);
+    file_fd_ = fd;
+  }
+  settings_ = std::move(chosen);
+  if (stderr_fd_ < 0) stderr_fd_ = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+  const char* journal = std::getenv("JOURNAL_STREAM");
+  journal_ = journal != nullptr && journal[0] != '\0';
+  level_.store(static_cast<int>(settings_.level), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+void Logger::StartServing(bool daemon) {
+  LogSink sink = settings_.sink;
+  if (sink == LogSink::kAuto) sink = daemon && !journal_ ? LogSink::kSyslog : LogSink::kStderr;
+  bool no_syslog = false;
+  if (sink == LogSink::kSyslog) {
+    struct stat st {};
+    no_syslog = ::stat("/dev/log", &st) != 0 || !S_ISSOCK(st.st_mode);
+    if (no_syslog) {
+      sink = LogSink::kStderr;  // syslog() would drop every line
+    } else {
+      ::openlog("objfs", LOG_PID, LOG_DAEMON);
+    }
+  }
+  if (daemon && stderr_fd_ >= 0) {
+    // The daemon keeps the caller's standard error only where lines are read as they come (a
+    // terminal, a file, the journal's socket): a pipe's reader may wait for its end, which the
+    // mount's whole life would delay.
+    struct stat st {};
+    const bool keep = sink == LogSink::kStderr && ::fstat(stderr_fd_, &st) == 0 &&
+                      (S_ISREG(st.st_mode) || S_ISSOCK(st.st_mode) ||
+                       (S_ISCHR(st.st_mode) && ::isatty(stderr_fd_) == 1));
+    if (!keep) {
+      ::close(stderr_fd_);
+      stderr_fd_ = -1;
+    }
+  }
+  resolved_.store(sink);
+  serving_.store(true);
+  if (no_syslog)
+    Write(LogLevel::kWarn, "warning: no syslog socket /dev/log: logging to standard error");
+}
+
+std::string Logger::Describe() const {
+  switch (resolved_.load()) {
+    case LogSink::kSyslog:
+      return "syslog";
+    case LogSink::kFile:
+      return settings_.path;
+    default:
+      return "stderr";
+  }
+}
+
+void Logger::Log(LogLevel level, std::string_view message) {
+  if (!Enabled(level)) return;
+  Write(level, message);
+}
+
+namespace {
+
+void WriteAll(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+int SyslogPriority(LogLevel level) {
+  switch (level) {
+    case LogLevel::kError:
+      return LOG_ERR;
+    case LogLevel::kWarn:
+      return LOG_WARNING;
+    case LogLevel::kInfo:
+      return LOG_INFO;
+    case LogLevel::kDebug:
+      return LOG_DEBUG;
+  }
+  return LOG_ERR;
+}
+
+// "2026-12-02T11:20:42.123Z"
+std::string TimeStamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  ::gmtime_r(&seconds, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(millis));
+  return buf;
+}
+
+}  // namespace
+
+void Logger::Write(LogLevel level, std::string_view message) {
+  const LogSink sink = resolved_.load();
+  // The copy of the caller's standard error (a daemon's own is /dev/null).
+  const int err_fd = stderr_fd_ >= 0 ? stderr_fd_ : STDERR_FILENO;
+  // Standard error: "objfs: MESSAGE", debug lines marked; the journal takes a "<N>" prefix as
+  // the line's priority.
+  auto to_stderr = [&] {
+    std::string line;
+    if (journal_) line = "<" + std::to_string(SyslogPriority(level)) + ">";
+    line += "objfs: ";
+    if (level == LogLevel::kDebug) line += "debug: ";
+    line += message;
+    line += '\n';
+    WriteAll(err_fd, line);
+  };
+  if (!serving_.load()) {
+    // Before the mount: where the user ran objfs, and in the log file too.
+    to_stderr();
+    if (settings_.sink != LogSink::kFile) return;
+  }
+  switch (sink) {
+    case LogSink::kSyslog:
+      ::syslog(SyslogPriority(level), "%.*s", static_cast<int>(message.size()), message.data());
+      break;
+    case LogSink::kFile:
+      if (file_fd_ >= 0) {
+        // "2026-12-02T11:20:42.123Z objfs[PID] LEVEL: MESSAGE"
+        std::string line = TimeStamp() + " objfs[" + std::to_string(::getpid()) + "] " +
+                           std::string(LogLevelName(level)) + ": ";
+        line += message;
+        line += '\n';
+        WriteAll(file_fd_, line);
+      }
+      break;
+    default:
+      to_stderr();
+      break;
+  }
+}
+
+}  // namespace objfs

@@ -1,0 +1,330 @@
+// What an operator runs and reads, through real objfs mounts on RGW and sshd: the log (its sink,
+// levels and per-request debug lines, which must never show a secret), the counters of
+// user.objfs.stats and `objfs stats`, the periodic stats line, the headers new objects get
+// (Content-Type, storage class, ACL, SSE-C) as the server stores them, the refusal of a
+// non-empty mount point, and --help and --version.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/base64.h"
+#include "backend/s3/s3_store.h"
+#include "tests/fixtures/file_tools.h"
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/run_command.h"
+#include "tests/fixtures/test_servers.h"
+
+namespace objfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The response headers of a signed HEAD of `key` in `bucket` (lowercase names), with `extra`
+// request headers; the status line first.
+std::string HeadObject(const std::string& bucket, const std::string& key,
+                       const std::vector<std::string>& extra = {}) {
+  const S3TestServer& server = SharedS3Server();
+  std::vector<std::string> argv = SignedCurlArgs(server, "");
+  argv.push_back("-I");
+  for (const std::string& header : extra) {
+    argv.push_back("-H");
+    argv.push_back(header);
+  }
+  argv.push_back(server.endpoint + "/" + bucket + "/" + key);
+  CommandResult r = RunCommand(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::string out;
+  for (char c : r.out) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A signed GET of `bucket`/`path` (a query such as "key?acl" allowed): the body.
+std::string GetSigned(const std::string& bucket, const std::string& path) {
+  const S3TestServer& server = SharedS3Server();
+  std::vector<std::string> argv = SignedCurlArgs(server, "");
+  argv.push_back(server.endpoint + "/" + bucket + "/" + path);
+  CommandResult r = RunCommand(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.out;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(MountOpsTest, DebugLogHasOneLinePerS3RequestAndNoSecret) {
+  std::string bucket = CreateTestBucket(TestName());
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string log = scratch.path() + "/objfs.log";
+  ObjfsMount::Options options;
+  options.extra_options = "log=" + log + ",log_level=debug";
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/logged.txt", "a logged file");
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+
+  const std::string text = ReadLocal(log);
+  bool put_line = false;
+  for (const std::string& line : Lines(text)) {
+    // "2026-...Z objfs[PID] debug: s3 PUT logged.txt status=200 sent=13 received=0 1.2ms
+    // request_id=tx..."
+    if (Contains(line, " debug: s3 PUT logged.txt ") && Contains(line, "status=200") &&
+        Contains(line, "sent=13") && Contains(line, "ms request_id=tx")) {
+      put_line = true;
+    }
+  }
+  EXPECT_TRUE(put_line) << text;
+  EXPECT_TRUE(Contains(text, " debug: s3 HEAD ")) << text;
+  const S3TestServer& server = SharedS3Server();
+  EXPECT_FALSE(Contains(text, server.secret_key)) << text;
+  EXPECT_FALSE(Contains(text, "Signature=")) << text;
+  EXPECT_FALSE(Contains(text, "AWS4-HMAC-SHA256")) << text;
+  // Nothing went to standard error but what came before the log file was chosen.
+  EXPECT_FALSE(Contains(mount->log(), "s3 PUT")) << mount->log();
+}
+
+TEST(MountOpsTest, DebugLogHasOneLinePerSftpRequest) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string log = scratch.path() + "/objfs.log";
+  ObjfsMount::Options options;
+  options.extra_options = "log=" + log + ",log_level=debug";
+  auto mount = ObjfsMount::Start(dir.url, options);
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/sftp-logged.txt", "over sftp");
+  EXPECT_EQ(ReadFile(mount->path() + "/sftp-logged.txt"), "over sftp");
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+
+  const std::string text = ReadLocal(log);
+  EXPECT_TRUE(Contains(text, " debug: sftp HEAD sftp-logged.txt status=")) << text;
+  bool written = false;
+  for (const std::string& line : Lines(text)) {
+    if (Contains(line, "sftp-logged.txt status=ok bytes=9 ")) written = true;
+  }
+  EXPECT_TRUE(written) << text;
+}
+
+// At log_level=info the request lines are not written; log_metrics=1 writes a stats line each
+// second; log=syslog without /dev/log falls back to standard error, saying so.
+TEST(MountOpsTest, LevelsMetricsLinesAndSyslogFallback) {
+  std::string bucket = CreateTestBucket(TestName());
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string log = scratch.path() + "/objfs.log";
+  {
+    ObjfsMount::Options options;
+    options.extra_options = "log=" + log + ",log_level=info,log_metrics=1";
+    auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+    ASSERT_TRUE(mount);
+    WriteFile(mount->path() + "/quiet.txt", "not logged");
+    EXPECT_TRUE(WaitFor(10, [&] {
+      return Contains(ReadLocal(log), " info: stats: ") &&
+             Contains(ReadLocal(log), " put_requests=");
+    })) << ReadLocal(log);
+    ASSERT_EQ(mount->Stop(), 0) << mount->log();
+    EXPECT_FALSE(Contains(ReadLocal(log), "s3 PUT")) << ReadLocal(log);
+  }
+  struct stat st {};
+  if (::stat("/dev/log", &st) == 0) GTEST_SKIP() << "this machine has /dev/log";
+  ObjfsMount::Options options;
+  options.extra_options = "log=syslog,log_metrics=1";
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  EXPECT_TRUE(WaitFor(10, [&] { return Contains(mount->log(), "objfs: stats: "); }))
+      << mount->log();
+  EXPECT_TRUE(Contains(mount->log(), "no syslog socket /dev/log")) << mount->log();
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
+TEST(MountOpsTest, StatsShowPendingUploadsStagedBytesAndFailures) {
+  std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "writeback=600";  // closed files wait in cache_dir
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string data(100000, 'p');
+  WriteFile(mount->path() + "/pending-1", data);
+  WriteFile(mount->path() + "/pending-2", data);
+  ASSERT_EQ(::mkdir((mount->path() + "/full").c_str(), 0755), 0);
+  WriteFile(mount->path() + "/full/inside", "x");
+  EXPECT_NE(::rmdir((mount->path() + "/full").c_str()), 0);  // ENOTEMPTY, from objfs
+
+  const std::string stats = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(stats, "pending_upload_files"), 3) << stats;
+  EXPECT_EQ(StatsCounter(stats, "pending_upload_bytes"), 200001) << stats;
+  EXPECT_GE(StatsCounter(stats, "staged_bytes"), 200000) << stats;
+  EXPECT_EQ(StatsCounter(stats, "in_flight_requests"), 0) << stats;
+  EXPECT_EQ(StatsCounter(stats, "failed_rmdir"), 1) << stats;
+
+  CommandResult r = RunObjfs({"stats", mount->path()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "pending uploads:        3 files, 200001 (195.3 KiB) bytes"))
+      << r.out;
+  EXPECT_TRUE(Contains(r.out, "failed operations:      rmdir 1")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "  put_requests ")) << r.out;
+
+  // fsync uploads: nothing is pending any more.
+  for (const char* name : {"/pending-1", "/pending-2", "/full/inside"}) {
+    const int fd = ::open((mount->path() + name).c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << name;
+    EXPECT_EQ(::fsync(fd), 0) << name;
+    ::close(fd);
+  }
+  EXPECT_TRUE(WaitFor(10, [&] {
+    return StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "pending_upload_files") == 0;
+  })) << GetXattr(mount->path(), "user.objfs.stats");
+
+  ScratchDir plain;
+  CommandResult not_mounted = RunObjfs({"stats", plain.path()});
+  EXPECT_EQ(not_mounted.exit_code, 1);
+  EXPECT_TRUE(Contains(not_mounted.err, "is not the root of an objfs mount")) << not_mounted.err;
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
+TEST(MountOpsTest, NewObjectsGetContentTypeStorageClassAndAcl) {
+  std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "storage_class=STANDARD,acl=public-read,multipart_threshold=5M";
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/page.html", "<html></html>");
+  WriteFile(mount->path() + "/data.JSON", "{}");
+  WriteFile(mount->path() + "/blob.nosuchextension", "x");
+  WriteFile(mount->path() + "/large.txt", PseudoRandomBytes(6 << 20, 1));  // multipart
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+
+  EXPECT_TRUE(Contains(HeadObject(bucket, "page.html"), "content-type: text/html"));
+  EXPECT_TRUE(Contains(HeadObject(bucket, "data.JSON"), "content-type: application/json"));
+  EXPECT_TRUE(
+      Contains(HeadObject(bucket, "blob.nosuchextension"), "content-type: binary/octet-stream"));
+  EXPECT_TRUE(Contains(HeadObject(bucket, "large.txt"), "content-type: text/plain"));
+  for (const char* key : {"page.html", "large.txt"}) {
+    const std::string acl = GetSigned(bucket, std::string(key) + "?acl=");
+    EXPECT_TRUE(Contains(acl, "http://acs.amazonaws.com/groups/global/AllUsers")) << key << acl;
+  }
+
+  // A storage class the server does not have: the server refuses the upload, so the header
+  // reached it.
+  ObjfsMount::Options unknown;
+  unknown.extra_options = "storage_class=NO_SUCH_CLASS";
+  auto refused = ObjfsMount::Start(S3MountUrl(bucket), unknown);
+  ASSERT_TRUE(refused);
+  const int fd = ::open((refused->path() + "/refused.txt").c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "x", 1), 1);
+  EXPECT_NE(::close(fd), 0);
+  refused->Stop();
+  EXPECT_TRUE(Contains(HeadObject(bucket, "refused.txt"), " 404")) << "stored despite the class";
+}
+
+// SSE-C: every object is stored encrypted with the key; the server serves it only to requests
+// that present the key; a server-side copy (cp within the mount) and a multipart upload are
+// encrypted too; a remount with the key reads everything back.
+TEST(MountOpsTest, SseCustomerKeyEncryptsPutsCopiesAndMultipart) {
+  std::string bucket = CreateTestBucket(TestName());
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string key = "0123456789abcdef0123456789ABCDEF";
+  const std::string key_file = scratch.path() + "/sse.key";
+  WriteFile(key_file, Base64(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(key.data()),
+                                                      key.size())) +
+                          "\n");
+  ObjfsMount::Options options;
+  options.extra_options = "sse_c_key=" + key_file + ",multipart_threshold=5M";
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string large = PseudoRandomBytes(6 << 20, 2);
+  WriteFile(mount->path() + "/secret.txt", "encrypted at rest");
+  WriteFile(mount->path() + "/large.bin", large);
+  ASSERT_EQ(
+      RunCommand({"cp", mount->path() + "/secret.txt", mount->path() + "/copy.txt"}).exit_code, 0);
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+
+  // The server's side: a HEAD without the key is refused, one with it (objfs's own client,
+  // given the key) shows the object.
+  const S3TestServer& server = SharedS3Server();
+  s3::S3StoreOptions with_key;
+  with_key.bucket = bucket;
+  with_key.endpoint = server.endpoint;
+  with_key.region = server.region;
+  with_key.credentials.access_key = server.access_key;
+  with_key.credentials.secret_key = server.secret_key;
+  with_key.object_headers.sse_c_key = key;
+  Result<std::unique_ptr<s3::S3Store>> keyed = s3::S3Store::Create(with_key);
+  ASSERT_TRUE(keyed.ok()) << keyed.status().ToString();
+  for (const char* object : {"secret.txt", "copy.txt", "large.bin"}) {
+    SCOPED_TRACE(object);
+    const std::string without = HeadObject(bucket, object);
+    EXPECT_TRUE(Contains(without, " 400")) << without;  // an SSE-C object needs its key
+    Result<ObjectInfo> head = (*keyed)->head(object);
+    ASSERT_TRUE(head.ok()) << head.status().ToString();
+    EXPECT_EQ(head->size, std::string(object) == "large.bin" ? large.size() : 17u);
+  }
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(ReadFile(mount->path() + "/copy.txt"), "encrypted at rest");
+  EXPECT_EQ(ReadFile(mount->path() + "/large.bin"), large);
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
+TEST(MountOpsTest, ANonEmptyMountPointIsRefusedWithoutNonempty) {
+  std::string bucket = CreateTestBucket(TestName());
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string mnt = scratch.path() + "/mnt";
+  ASSERT_TRUE(fs::create_directory(mnt));
+  WriteFile(mnt + "/local-file", "hidden by a mount");
+  const std::string options = S3ServerOptions() + ",cache_dir=" + scratch.path() + "/cache";
+  ExpectMountFails({S3MountUrl(bucket), mnt, "-o", options}, S3ServerEnvironment(), mnt,
+                   "is not empty (it has 'local-file')");
+
+  ObjfsMount::Options with;
+  with.mountpoint = mnt;
+  with.extra_options = "nonempty";
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), with);
+  ASSERT_TRUE(mount);
+  struct stat st {};
+  EXPECT_NE(::stat((mnt + "/local-file").c_str(), &st), 0);  // hidden
+  EXPECT_EQ(mount->Stop(), 0);
+  EXPECT_EQ(ReadLocal(mnt + "/local-file"), "hidden by a mount");
+}
+
+TEST(MountOpsTest, HelpNamesTheEnvironmentAndUnmountVersionTheLibraries) {
+  CommandResult help = RunObjfs({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* word : {"AWS_PROFILE", "AWS_CA_BUNDLE", "AWS_ACCESS_KEY_ID", "SSH_AUTH_SOCK",
+                           "fusermount3 -u MOUNTPOINT", "objfs stats MOUNTPOINT"}) {
+    EXPECT_TRUE(Contains(help.out, word)) << word;
+  }
+  CommandResult version = RunObjfs({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  for (const char* word : {"objfs ", "libfuse 3.", "libssh 0.", "libcurl ", "OpenSSL "}) {
+    EXPECT_TRUE(Contains(version.out, word)) << word << "\n" << version.out;
+  }
+}
+
+}  // namespace
+}  // namespace objfs::testing
