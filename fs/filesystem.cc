@@ -178,7 +178,7 @@ std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
 
 std::optional<FileAttr> Filesystem::LocalAttrLocked(const Inode& inode, uint64_t ino) {
   if (!inode.staged && !inode.pending_metadata) return std::nullopt;
-  FileAttr attr = inode.attr;
+  FileAttr attr = WithStoredTimes(inode.attr, inode.extra_metadata);
   attr.ino = ino;
   attr.size = inode.staged ? inode.staged->size() : inode.pending_metadata->object.size;
   return attr;
@@ -211,7 +211,7 @@ Result<Entry> Filesystem::GetAttr(uint64_t ino) {
     if (inode->removed()) {
       // Removed while open: its old name may be another file's by now. It keeps the
       // attributes it had when it was removed (and what fchmod and the like changed since).
-      FileAttr attr = inode->attr;
+      FileAttr attr = WithStoredTimes(inode->attr, inode->extra_metadata);
       attr.ino = ino;
       return MakeEntry(attr, true);
     }
