@@ -80,7 +80,8 @@ Result<FileAttr> Filesystem::MutateMetadata(
   }
   for (int attempt = 0;; ++attempt) {
     OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
-    FileAttr attr = AttrFromRecord(ino, rec);
+    // (A directory's marker takes the times this mount gave it along.)
+    FileAttr attr = WithDirTimes(key, AttrFromRecord(ino, rec));
     Metadata extra = WithoutPosixMetadata(rec.metadata);
     Metadata before = extra;
     SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &before);
@@ -151,6 +152,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
       }
     }
     if (!rec.is_dir) inode->uploaded_etag = info.etag;
+    if (rec.is_dir) ForgetDirTimes(key);  // its marker has them now
     return AttrFromRecord(ino, updated);
   }
 }

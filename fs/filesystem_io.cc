@@ -135,6 +135,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
     CountOpenLocked(*inode, flags);
   }
   meta_cache_.Invalidate(key);
+  EntryChanged(key);
   uint64_t fh = AddHandle(std::move(handle));
   return CreatedFile{MakeEntry(attr, true), fh};
 }

@@ -47,6 +47,10 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
     if (uint64_t ino = inodes_.InoOf(from)) {
       if (auto inode = inodes_.Get(ino)) {
         std::optional<Status> local = RenameLocalFile(from, to, inode, flags);
+        if (local && local->ok()) {
+          EntryChanged(from);
+          EntryChanged(to);
+        }
         if (local) return *local;
       }
     }
@@ -97,7 +101,13 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
       if (dst->has_object) OBJFS_RETURN_IF_ERROR(store_->remove(list.prefix));
     }
   }
-  return src.is_dir ? RenameDirectory(from, to, src) : RenameFile(from, to, src);
+  Status moved = src.is_dir ? RenameDirectory(from, to, src) : RenameFile(from, to, src);
+  if (moved.ok()) {
+    if (src.is_dir) ForgetDirTimes(from);
+    EntryChanged(from);
+    EntryChanged(to);
+  }
+  return moved;
 }
 
 std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const std::string& to,

@@ -1,6 +1,8 @@
-// Times through a real objfs mount on RGW: an atime is stored only when set explicitly, never by
-// a read; the ctime moves with chmod, chown, utimensat, rename and truncate. Checked with stat and
-// the standard tools, in the object's headers on the server, and across remounts.
+// Times through a real objfs mount on RGW: a directory's mtime and ctime move when an entry is
+// created or removed in it (kept by the mount, no request per create); an atime is stored only
+// when set explicitly, never by a read; the ctime moves with chmod, chown, utimensat, rename and
+// truncate. Checked with stat and the standard tools, in the object's headers on the server, and
+// across remounts.
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -83,6 +85,70 @@ std::string MetadataTime(int64_t ns) {
 void RunOk(const std::vector<std::string>& argv) {
   CommandResult r = RunCommand(argv);
   EXPECT_EQ(r.exit_code, 0) << argv[0] << ": " << r.err;
+}
+
+TEST(MountS3TimesTest, CreatingOrRemovingAnEntryMovesItsDirectorysTimes) {
+  const std::string bucket = CreateTestBucket(TestName());
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string d = m + "/d";
+  const std::string e = m + "/e";
+  ASSERT_EQ(::mkdir(d.c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir(e.c_str(), 0755), 0) << std::strerror(errno);
+  const Times made = TimesOf(d);
+  const std::string stats_before = GetXattr(m, "user.objfs.stats");
+
+  struct Step {
+    std::string name;
+    std::function<int()> op;
+    std::vector<std::string> dirs;  // whose times it moves
+  };
+  const std::vector<Step> steps = {
+      {"creat", [&] { return ::close(::open((d + "/f").c_str(), O_CREAT | O_WRONLY, 0644)); }, {d}},
+      {"mkdir", [&] { return ::mkdir((d + "/s").c_str(), 0755); }, {d}},
+      {"symlink", [&] { return ::symlink("f", (d + "/l").c_str()); }, {d}},
+      {"unlink", [&] { return ::unlink((d + "/l").c_str()); }, {d}},
+      {"rmdir", [&] { return ::rmdir((d + "/s").c_str()); }, {d}},
+      {"rename out", [&] { return ::rename((d + "/f").c_str(), (e + "/f").c_str()); }, {d, e}},
+      {"rename in", [&] { return ::rename((e + "/f").c_str(), (d + "/g").c_str()); }, {d, e}},
+      {"creat in the root", [&] { return ::close(::creat((m + "/r").c_str(), 0644)); }, {m}},
+  };
+  for (const Step& step : steps) {
+    std::map<std::string, Times> before;
+    for (const std::string& dir : step.dirs) before[dir] = TimesOf(dir);
+    ASSERT_EQ(step.op(), 0) << step.name << ": " << std::strerror(errno);
+    for (const std::string& dir : step.dirs) {
+      const Times after = TimesOf(dir);
+      EXPECT_GT(after.mtime, before[dir].mtime) << step.name << " in " << dir;
+      EXPECT_GT(after.ctime, before[dir].ctime) << step.name << " in " << dir;
+      EXPECT_EQ(after.ctime, after.mtime) << step.name << " in " << dir;
+    }
+  }
+  // The same through the tools, in whole seconds as the issue's `stat -c '%Y %Z'` shows them.
+  const Times shown = TimesOf(d);
+  EXPECT_GT(shown.mtime, made.mtime);
+
+  // Kept by the mount: not one request to the directory's marker for all of that.
+  const std::string stats_after = GetXattr(m, "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(stats_after, "set_attributes_requests"),
+            StatsCounter(stats_before, "set_attributes_requests"))
+      << stats_before << stats_after;
+  EXPECT_EQ(S3UserMetadata(bucket, "d/")["mtime"], MetadataTime(made.mtime));
+
+  // A chmod of the directory writes them into its marker, so they outlive the mount.
+  ASSERT_EQ(::chmod(d.c_str(), 0700), 0) << std::strerror(errno);
+  const Times chmodded = TimesOf(d);
+  EXPECT_EQ(chmodded.mtime, shown.mtime);
+  EXPECT_GT(chmodded.ctime, shown.ctime);
+  EXPECT_EQ(S3UserMetadata(bucket, "d/")["mtime"], MetadataTime(shown.mtime));
+  const Times e_before = TimesOf(e);
+  ASSERT_TRUE(mount->Restart());
+  const Times remounted = TimesOf(d);
+  EXPECT_EQ(remounted.mtime, chmodded.mtime);
+  EXPECT_EQ(remounted.ctime, chmodded.ctime);
+  // A directory whose times were kept only in memory shows its marker's again.
+  EXPECT_LT(TimesOf(e).mtime, e_before.mtime);
 }
 
 TEST(MountS3TimesTest, AnAtimeIsStoredWhenSetAndNeverByReads) {
