@@ -111,6 +111,30 @@ int64_t Filesystem::NowNs() const {
       .count();
 }
 
+void Filesystem::EntryChanged(const std::string& key) {
+  const size_t slash = key.rfind('/');
+  std::string dir = slash == std::string::npos ? std::string() : key.substr(0, slash);
+  const int64_t now = NowNs();
+  MutexLock lock(&dir_times_mu_);
+  if (dir_times_.size() >= kMaxDirTimes) dir_times_.clear();
+  dir_times_[std::move(dir)] = now;
+}
+
+FileAttr Filesystem::WithDirTimes(const std::string& key, FileAttr attr) {
+  if (!S_ISDIR(attr.mode)) return attr;
+  MutexLock lock(&dir_times_mu_);
+  auto it = dir_times_.find(key);
+  if (it == dir_times_.end()) return attr;
+  attr.mtime_ns = std::max(attr.mtime_ns, it->second);
+  attr.ctime_ns = std::max(attr.ctime_ns, it->second);
+  return attr;
+}
+
+void Filesystem::ForgetDirTimes(const std::string& key) {
+  MutexLock lock(&dir_times_mu_);
+  dir_times_.erase(key);
+}
+
 Owner Filesystem::NewOwner(const std::optional<Owner>& caller) const {
   if (caller && stores_owner_) return *caller;
   return Owner{options_.uid, options_.gid};
@@ -179,7 +203,7 @@ std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
 
 std::optional<FileAttr> Filesystem::LocalAttrLocked(const Inode& inode, uint64_t ino) {
   if (!inode.staged && !inode.pending_metadata) return std::nullopt;
-  FileAttr attr = inode.attr;
+  FileAttr attr = WithStoredTimes(inode.attr, inode.extra_metadata);
   attr.ino = ino;
   attr.size = inode.staged ? inode.staged->size() : inode.pending_metadata->object.size;
   return attr;
@@ -197,7 +221,7 @@ Result<Entry> Filesystem::Lookup(uint64_t parent, std::string_view name) {
   }
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
   uint64_t ino = inodes_.Acquire(key, 1);
-  return MakeEntry(AttrFromRecord(ino, rec), true);
+  return MakeEntry(WithDirTimes(key, AttrFromRecord(ino, rec)), true);
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }
@@ -212,13 +236,13 @@ Result<Entry> Filesystem::GetAttr(uint64_t ino) {
     if (inode->removed()) {
       // Removed while open: its old name may be another file's by now. It keeps the
       // attributes it had when it was removed (and what fchmod and the like changed since).
-      FileAttr attr = inode->attr;
+      FileAttr attr = WithStoredTimes(inode->attr, inode->extra_metadata);
       attr.ino = ino;
       return MakeEntry(attr, true);
     }
   }
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
-  return MakeEntry(AttrFromRecord(ino, rec), true);
+  return MakeEntry(WithDirTimes(key, AttrFromRecord(ino, rec)), true);
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {
@@ -290,7 +314,7 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
       meta_cache_.Put(child, named.listed);
     }
     uint64_t child_ino = inodes_.Acquire(child, 0);
-    FileAttr attr = AttrFromRecord(child_ino, rec);
+    FileAttr attr = WithDirTimes(child, AttrFromRecord(child_ino, rec));
     bool exact = rec.complete;
     if (auto inode = inodes_.Find(child_ino)) {
       if (auto local = LocalAttr(*inode, child_ino)) {

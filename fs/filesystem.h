@@ -514,6 +514,20 @@ class Filesystem {
   int64_t mount_time_ns_;  // the root's mtime
   KeyResolver resolver_;   // what a key is, through meta_cache_
 
+  // Directory times: creating or removing an entry moves its directory's mtime and ctime. An S3
+  // directory's marker would need a copy for each, so they are kept here, for the mount's
+  // lifetime (a chmod, chown or touch of the directory writes the mtime into its marker, and
+  // then its own wins). A bounded map: past kMaxDirTimes directories it starts again.
+  static constexpr size_t kMaxDirTimes = 1 << 16;
+  Mutex dir_times_mu_;  // lock 27 of fs/lock_order.h: a leaf
+  std::unordered_map<std::string, int64_t> dir_times_ GUARDED_BY(dir_times_mu_);
+  // An entry of `key`'s directory was created or removed now.
+  void EntryChanged(const std::string& key);
+  // `attr` of `key` with the times this mount gave the directory, if it is one.
+  FileAttr WithDirTimes(const std::string& key, FileAttr attr);
+  // The directory `key` got times of its own (or is gone): what was kept of it goes.
+  void ForgetDirTimes(const std::string& key);
+
   // Staging, uploads, held metadata changes and the write-back queue (fs/file_writer.h). Last:
   // destroyed (its thread stopped) before what its work reaches.
   std::unique_ptr<FileWriter> writer_;

@@ -25,14 +25,28 @@ Result<FileAttr> Filesystem::MutateMetadata(
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   // A change may not take the metadata over options.max_metadata: the server would refuse the
   // upload or copy. (One that does not grow it is not refused: the object already has it.)
+  const int64_t now = NowNs();
   auto mutate = [&](FileAttr& attr, Metadata& extra) -> Status {
-    const size_t before = MetadataSize(FullMetadata(attr, extra));
+    const Metadata full_before = FullMetadata(attr, extra);
+    const size_t before = MetadataSize(full_before);
     OBJFS_RETURN_IF_ERROR(change(attr, extra));
     const size_t after = MetadataSize(FullMetadata(attr, extra));
     if (options_.max_metadata > 0 && after > options_.max_metadata && after > before) {
       return NoSpaceError("the metadata of " + key + " would take " + std::to_string(after) +
                           " bytes, over max_metadata=" + std::to_string(options_.max_metadata));
     }
+    // A change moves the ctime (one that changes nothing costs nothing, and moves nothing). It
+    // rides in the same copy; where a first ctime would take the metadata over max_metadata, the
+    // object goes without (and shows its mtime).
+    if (FullMetadata(attr, extra) != full_before) {
+      Metadata with_ctime = extra;
+      with_ctime[kCtimeMetadata] = FormatMtime(now);
+      const size_t size = MetadataSize(FullMetadata(attr, with_ctime));
+      if (options_.max_metadata == 0 || size <= options_.max_metadata || size <= after) {
+        extra = std::move(with_ctime);
+      }
+    }
+    attr = WithStoredTimes(attr, extra);
     return Status::Ok();
   };
   if (key.empty()) return UnsupportedError("the root directory's attributes cannot be changed");
@@ -66,7 +80,8 @@ Result<FileAttr> Filesystem::MutateMetadata(
   }
   for (int attempt = 0;; ++attempt) {
     OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
-    FileAttr attr = AttrFromRecord(ino, rec);
+    // (A directory's marker takes the times this mount gave it along.)
+    FileAttr attr = WithDirTimes(key, AttrFromRecord(ino, rec));
     Metadata extra = WithoutPosixMetadata(rec.metadata);
     Metadata before = extra;
     SetPosixMetadata(attr.mode, attr.uid, attr.gid, attr.mtime_ns, &before);
@@ -137,6 +152,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
       }
     }
     if (!rec.is_dir) inode->uploaded_etag = info.etag;
+    if (rec.is_dir) ForgetDirTimes(key);  // its marker has them now
     return AttrFromRecord(ino, updated);
   }
 }
@@ -161,12 +177,20 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     writer_->Truncated(*inode, attr.size);
     inode->attr.size = attr.size;
     inode->attr.mtime_ns = NowNs();
+    inode->extra_metadata.erase(kCtimeMetadata);  // the ctime is the new mtime
     meta_cache_.Invalidate(key);
   }
-  uint32_t meta_fields = kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow;
+  uint32_t meta_fields =
+      kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow | kSetAtime | kSetAtimeNow;
   if (to_set & meta_fields) {
     int64_t now = NowNs();
-    auto mutate = [&](FileAttr& a, Metadata&) -> Status {
+    auto mutate = [&](FileAttr& a, Metadata& extra) -> Status {
+      // An atime is stored only when set explicitly: reads never write it (noatime).
+      if (to_set & kSetAtimeNow) {
+        extra[kAtimeMetadata] = FormatMtime(now);
+      } else if (to_set & kSetAtime) {
+        extra[kAtimeMetadata] = FormatMtime(attr.atime_ns);
+      }
       if (to_set & kSetMode) a.mode = (a.mode & S_IFMT) | (attr.mode & 07777);
       if (to_set & kSetUid) a.uid = attr.uid;
       if (to_set & kSetGid) a.gid = attr.gid;

@@ -67,6 +67,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     // file's by now, or nobody's.)
     if (src_clean && dst_size == 0 && src.size > 0 && !dst.removed()) {
       Metadata metadata = dst_extra;
+      metadata.erase(kCtimeMetadata);  // new data: the ctime is the new mtime
       int64_t now = NowNs();
       SetPosixMetadata(dst_attr.mode, dst_attr.uid, dst_attr.gid, now, &metadata);
       ObjectInfo info;

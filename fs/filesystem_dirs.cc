@@ -43,6 +43,7 @@ Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t
   MetaRecord rec = RecordFromInfo(info, true);
   rec.complete = true;
   meta_cache_.Put(key, rec);
+  EntryChanged(key);
   uint64_t ino = inodes_.Acquire(key, 1);
   return MakeEntry(AttrFromRecord(ino, rec), true);
 }
@@ -80,6 +81,8 @@ Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
   OBJFS_RETURN_IF_ERROR(store_->remove(marker));
   meta_cache_.InvalidateTree(key);
   inodes_.Unbind(key);
+  ForgetDirTimes(key);
+  EntryChanged(key);
   return Status::Ok();
 }
 
@@ -135,6 +138,7 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
   }
   if (inode != nullptr) writer_->Discard(*inode);
   inodes_.Unbind(key);
+  EntryChanged(key);
   return Status::Ok();
 }
 
@@ -157,6 +161,7 @@ Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std:
   MetaRecord rec = RecordFromInfo(info, false);
   rec.complete = true;
   meta_cache_.Put(key, rec);
+  EntryChanged(key);
   uint64_t ino = inodes_.Acquire(key, 1);
   return MakeEntry(AttrFromRecord(ino, rec), true);
 }

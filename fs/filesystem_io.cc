@@ -47,6 +47,7 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
       if (truncate) {
         OBJFS_RETURN_IF_ERROR(writer_->Stage(*inode, key, rec, /*empty=*/true));
         inode->attr.mtime_ns = NowNs();
+        inode->extra_metadata.erase(kCtimeMetadata);
         OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key));
         meta_cache_.Invalidate(key);
       } else {
@@ -59,6 +60,7 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
       writer_->Truncated(*inode, 0);
       inode->attr.size = 0;
       inode->attr.mtime_ns = NowNs();
+      inode->extra_metadata.erase(kCtimeMetadata);
       meta_cache_.Invalidate(key);
     }
     CountOpenLocked(*inode, flags);
@@ -133,6 +135,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
     CountOpenLocked(*inode, flags);
   }
   meta_cache_.Invalidate(key);
+  EntryChanged(key);
   uint64_t fh = AddHandle(std::move(handle));
   return CreatedFile{MakeEntry(attr, true), fh};
 }
@@ -219,6 +222,9 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
   if (handle->flags & O_APPEND) offset = inode.staged->size();
   OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, offset + data.size()));
   OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(inode, key));
+  // A change of the data: the ctime is the new mtime (before a streamed upload takes the
+  // metadata it starts with).
+  inode.extra_metadata.erase(kCtimeMetadata);
   OBJFS_RETURN_IF_ERROR(
       writer_->RetryWithRoom(inode.staged->WriteAt(offset, data), &inode, data.size(), [&] {
         inode.mu.AssertHeld();  // run by RetryWithRoom, under our lock

@@ -11,6 +11,22 @@
 
 namespace objfs {
 
+namespace {
+
+// A rename moves the file's ctime: in `metadata` (all an object's), which its copy or upload
+// carries. Not where a first ctime would take it over `max_metadata` (the file then shows its
+// mtime as before).
+void MoveCtime(Metadata& metadata, int64_t now_ns, size_t max_metadata) {
+  Metadata with_ctime = metadata;
+  with_ctime[kCtimeMetadata] = FormatMtime(now_ns);
+  if (max_metadata == 0 || MetadataSize(with_ctime) <= max_metadata ||
+      metadata.count(kCtimeMetadata) > 0) {
+    metadata = std::move(with_ctime);
+  }
+}
+
+}  // namespace
+
 Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                           std::string_view new_name, uint32_t flags) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
@@ -31,6 +47,10 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
     if (uint64_t ino = inodes_.InoOf(from)) {
       if (auto inode = inodes_.Get(ino)) {
         std::optional<Status> local = RenameLocalFile(from, to, inode, flags);
+        if (local && local->ok()) {
+          EntryChanged(from);
+          EntryChanged(to);
+        }
         if (local) return *local;
       }
     }
@@ -81,7 +101,13 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
       if (dst->has_object) OBJFS_RETURN_IF_ERROR(store_->remove(list.prefix));
     }
   }
-  return src.is_dir ? RenameDirectory(from, to, src) : RenameFile(from, to, src);
+  Status moved = src.is_dir ? RenameDirectory(from, to, src) : RenameFile(from, to, src);
+  if (moved.ok()) {
+    if (src.is_dir) ForgetDirTimes(from);
+    EntryChanged(from);
+    EntryChanged(to);
+  }
+  return moved;
 }
 
 std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const std::string& to,
@@ -141,6 +167,10 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       Metadata metadata = inode->extra_metadata;
       SetPosixMetadata(inode->attr.mode, inode->attr.uid, inode->attr.gid, inode->attr.mtime_ns,
                        &metadata);
+      MoveCtime(metadata, NowNs(), options_.max_metadata);
+      if (auto ctime = metadata.find(kCtimeMetadata); ctime != metadata.end()) {
+        inode->extra_metadata[kCtimeMetadata] = ctime->second;
+      }
       // The record first: from now on a crash uploads the data under its new name. (So does
       // an accepted version kept while the file is written again.)
       // The object the staged data was staged from goes with the old name: what of it the
@@ -222,8 +252,12 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   } else {
     CopyOptions copy;
     copy.source_known_current = source.own_write;
-    if (fold) {
-      source.metadata = inode->pending_metadata->metadata;
+    if (fold) source.metadata = inode->pending_metadata->metadata;
+    // The copy carries the rename's ctime, where the object's whole metadata is known (a
+    // record from a listing alone is copied with the metadata it has).
+    const int64_t now = NowNs();
+    if (fold || source.complete) {
+      MoveCtime(source.metadata, now, options_.max_metadata);
       copy.replace_metadata = source.metadata;
     }
     Result<ObjectInfo> copied = InternalError("unreachable");
@@ -243,9 +277,18 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       Result<MetaRecord> again = Resolve(from);
       if (!again.ok()) return again.status();
       if (again->is_dir) return NotFoundError(from + " is no longer a file");
-      if (fold) again->metadata = source.metadata;
+      if (fold) {
+        again->metadata = source.metadata;
+      } else if (again->complete) {
+        MoveCtime(again->metadata, now, options_.max_metadata);
+      }
       source = *again;
       copy.source_known_current = false;
+      if (fold || source.complete) {
+        copy.replace_metadata = source.metadata;
+      } else {
+        copy.replace_metadata.reset();
+      }
     }
     if (!copied.ok() && fold && IsPermanentRefusal(copied.status())) {
       // The held change is what the server refuses: the file moves with the metadata it has.

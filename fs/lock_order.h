@@ -51,6 +51,7 @@
 //  26. StreamedUpload::mu_ (fs/streamed_upload.h)  the parts of a file streamed while it is
 //                         written; taken under Inode::mu, never held across a server call or
 //                         IoPool::Submit.
+//  27. Filesystem::dir_times_mu_  the directory times this mount moved (fs/filesystem.h).
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

@@ -58,8 +58,16 @@ FileAttr ObjectAttrs::ToAttr(uint64_t ino, const MetaRecord& rec) {
   attr.uid = rec.uid;
   attr.gid = rec.gid;
   attr.size = rec.is_dir ? kDirectorySize : rec.size;
-  attr.mtime_ns = attr.ctime_ns = attr.atime_ns = rec.mtime_ns;
+  attr.mtime_ns = rec.mtime_ns;
+  attr = WithStoredTimes(attr, rec.metadata);
   attr.nlink = rec.is_dir ? 2 : 1;
+  return attr;
+}
+
+FileAttr WithStoredTimes(FileAttr attr, const Metadata& metadata) {
+  const StoredTimes times = StoredTimesOf(metadata, attr.mtime_ns);
+  attr.atime_ns = times.atime_ns;
+  attr.ctime_ns = times.ctime_ns;
   return attr;
 }
 

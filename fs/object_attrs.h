@@ -45,6 +45,10 @@ class ObjectAttrs {
   AttrDefaults defaults_;
 };
 
+// `attr` with the access and change times that `metadata` (an object's, or what an inode keeps
+// beside its attributes) names, or its mtime for those it does not name.
+FileAttr WithStoredTimes(FileAttr attr, const Metadata& metadata);
+
 // The object a record describes (its key, size, ETag, mtime and metadata), for a read or a
 // conditional request.
 ObjectInfo InfoFromRecord(const std::string& key, const MetaRecord& rec);

@@ -66,7 +66,8 @@ size_t MetadataSize(const Metadata& metadata) {
   size_t total = 0;
   for (const auto& [name, value] : metadata) {
     total += name.size();
-    total += name == kMtimeMetadata ? std::max(value.size(), kLongestMtime) : value.size();
+    const bool time = name == kMtimeMetadata || name == kAtimeMetadata || name == kCtimeMetadata;
+    total += time ? std::max(value.size(), kLongestMtime) : value.size();
   }
   return total;
 }
@@ -87,6 +88,13 @@ PosixMetadata ParsePosixMetadata(const Metadata& metadata) {
   if (auto v = Find(metadata, kUidMetadata)) out.uid = ParseUnsigned<uint32_t>(*v);
   if (auto v = Find(metadata, kGidMetadata)) out.gid = ParseUnsigned<uint32_t>(*v);
   if (auto v = Find(metadata, kMtimeMetadata)) out.mtime_ns = ParseMtime(*v);
+  return out;
+}
+
+StoredTimes StoredTimesOf(const Metadata& metadata, int64_t mtime_ns) {
+  StoredTimes out{mtime_ns, mtime_ns};
+  if (auto v = Find(metadata, kAtimeMetadata)) out.atime_ns = ParseMtime(*v).value_or(mtime_ns);
+  if (auto v = Find(metadata, kCtimeMetadata)) out.ctime_ns = ParseMtime(*v).value_or(mtime_ns);
   return out;
 }
 

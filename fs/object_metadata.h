@@ -5,6 +5,11 @@
 //   "uid", "gid"  decimal
 //   "mtime" decimal seconds since the epoch; objfs writes "<s>.<9-digit ns>" when the
 //           nanoseconds are not zero (s3fs reads both forms), integer seconds otherwise
+//   "atime", "ctime"  the same form. Unlike the four above they are not rewritten by every
+//           upload: they travel with the object's other metadata. An object without them shows
+//           its mtime: "atime" is written only by an explicit utimensat (reads never update it),
+//           "ctime" by a change of the metadata alone (chmod, chown, utimensat, setxattr, rename);
+//           a change of the data drops it, so that the ctime is the new mtime again.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +27,8 @@ inline constexpr char kModeMetadata[] = "mode";
 inline constexpr char kUidMetadata[] = "uid";
 inline constexpr char kGidMetadata[] = "gid";
 inline constexpr char kMtimeMetadata[] = "mtime";
+inline constexpr char kAtimeMetadata[] = "atime";
+inline constexpr char kCtimeMetadata[] = "ctime";
 
 struct PosixMetadata {
   std::optional<uint32_t> mode;
@@ -35,13 +42,21 @@ PosixMetadata ParsePosixMetadata(const Metadata& metadata);
 // Sets the four names in `metadata`, leaving other names as they are.
 void SetPosixMetadata(uint32_t mode, uint32_t uid, uint32_t gid, int64_t mtime_ns,
                       Metadata* metadata);
-// Drops the four names, leaving the rest (xattrs, names of other tools).
+// Drops the four names, leaving the rest (atime, ctime, xattrs, names of other tools).
 Metadata WithoutPosixMetadata(const Metadata& metadata);
+// The access and change times of an object whose mtime is `mtime_ns` and whose metadata is
+// `metadata` (the whole or only what WithoutPosixMetadata leaves): "atime" and "ctime" where
+// present and well-formed, else the mtime.
+struct StoredTimes {
+  int64_t atime_ns = 0;
+  int64_t ctime_ns = 0;
+};
+StoredTimes StoredTimesOf(const Metadata& metadata, int64_t mtime_ns);
 
 // The size S3 counts against its limit on user metadata (AWS: 2 KiB): the bytes of every name
-// (without the "x-amz-meta-" prefix) and value. "mtime" counts at its longest form, so that a
-// later write or touch, whose mtime has nanoseconds, never takes metadata accepted under the
-// limit over it.
+// (without the "x-amz-meta-" prefix) and value. "mtime" (and "atime" and "ctime" where present)
+// counts at its longest form, so that a later write or touch, whose mtime has nanoseconds, never
+// takes metadata accepted under the limit over it.
 size_t MetadataSize(const Metadata& metadata);
 
 // AWS's limit on the user metadata of an object, the default of -o max_metadata.

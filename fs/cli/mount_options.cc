@@ -831,12 +831,14 @@ std::vector<OptionSpec> BuildOptionSpecs() {
              out.fuse_options.emplace_back(name);
              return Status::Ok();
            }},
-      // Access-time flags that libfuse 3.14 does not know. objfs keeps no access times, so they
-      // change nothing; accepted so that an fstab line or a habit does not make the mount fail.
+      // Access-time flags that libfuse 3.14 does not know. objfs never updates an access time on
+      // a read (only utimensat sets one), so they change nothing; accepted so that an fstab line or
+      // a habit does not make the mount fail.
       {.names = {"relatime", "norelatime", "strictatime", "nostrictatime", "lazytime", "nolazytime",
                  "diratime", "nodiratime"},
        .group = G::kMount,
-       .meaning = "accepted and change nothing: objfs keeps no access times",
+       .meaning = "accepted and change nothing: reads never update an access time (as `noatime`); "
+                  "only `touch -a` and utimensat set one",
        .apply = Ignore},
       // Options of mount(8) and fstab that concern the mount command, not the filesystem.
       {.names = {"auto", "noauto", "user", "nouser", "users", "_netdev", "nofail"},

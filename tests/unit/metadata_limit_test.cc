@@ -34,6 +34,8 @@ TEST(MetadataSizeTest, CountsNamesAndValuesAndTheLongestMtime) {
   EXPECT_EQ(MetadataSize({{"mtime", "1700000000"}}), 5u + 21u);
   EXPECT_EQ(MetadataSize({{"mtime", "1700000000.123456789"}}), 5u + 21u);
   EXPECT_EQ(MetadataSize({{"mtime", FormatMtime(INT64_MIN)}}), 5u + 21u);
+  // So do the atime and the ctime, which a later touch or chmod may lengthen too.
+  EXPECT_EQ(MetadataSize({{"atime", "1700000000"}, {"ctime", "1"}}), 5u + 21u + 5u + 21u);
 }
 
 TEST(MetadataSizeTest, PermanentRefusals) {

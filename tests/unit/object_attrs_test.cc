@@ -92,6 +92,19 @@ TEST(ObjectAttrsTest, AFileRecordBecomesStatAttributes) {
   EXPECT_EQ(attr.atime_ns, 10);
 }
 
+TEST(ObjectAttrsTest, StoredAtimeAndCtimeAreShown) {
+  ObjectAttrs attrs(AttrDefaults{});
+  ObjectInfo info;
+  info.key = "f";
+  info.mtime_ns = 5'000'000'000;
+  info.metadata = {{"mtime", "20"}, {"atime", "10"}, {"ctime", "30.5"}};
+  info.has_metadata = true;
+  FileAttr attr = ObjectAttrs::ToAttr(3, attrs.FromInfo(info, false));
+  EXPECT_EQ(attr.mtime_ns, 20'000'000'000);
+  EXPECT_EQ(attr.atime_ns, 10'000'000'000);
+  EXPECT_EQ(attr.ctime_ns, 30'500'000'000);
+}
+
 TEST(ObjectAttrsTest, InfoFromRecordKeepsWhatAConditionalRequestNeeds) {
   MetaRecord rec;
   rec.size = 9;

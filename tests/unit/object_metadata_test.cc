@@ -36,6 +36,22 @@ TEST(ObjectMetadataTest, MtimeFormats) {
   EXPECT_EQ(ParseMtime(FormatMtime(-1500000000)), int64_t{-1500000000});
 }
 
+TEST(ObjectMetadataTest, AtimeAndCtimeAreTheMtimeUnlessStored) {
+  const int64_t mtime = int64_t{1700000000} * 1000000000;
+  StoredTimes none = StoredTimesOf({{"mtime", "1700000000"}}, mtime);
+  EXPECT_EQ(none.atime_ns, mtime);
+  EXPECT_EQ(none.ctime_ns, mtime);
+  // s3fs's whole seconds and objfs's nanoseconds; a malformed value is the mtime.
+  StoredTimes stored =
+      StoredTimesOf({{"atime", "1000000000.000000005"}, {"ctime", "1800000000"}}, mtime);
+  EXPECT_EQ(stored.atime_ns, int64_t{1000000000} * 1000000000 + 5);
+  EXPECT_EQ(stored.ctime_ns, int64_t{1800000000} * 1000000000);
+  EXPECT_EQ(StoredTimesOf({{"ctime", "soon"}}, mtime).ctime_ns, mtime);
+  // They travel with the object's other metadata, not with the four POSIX names.
+  Metadata extra = WithoutPosixMetadata({{"mode", "1"}, {"atime", "1"}, {"ctime", "2"}});
+  EXPECT_EQ(extra, (Metadata{{"atime", "1"}, {"ctime", "2"}}));
+}
+
 TEST(ObjectMetadataTest, SetKeepsOtherNames) {
   Metadata md = {{"xattr", "abc"}, {"mode", "1"}};
   SetPosixMetadata(S_IFDIR | 0755, 1, 2, 3000000000, &md);
