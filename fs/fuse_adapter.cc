@@ -777,7 +777,9 @@ int FuseAdapter::Run(fuse_session* session) {
     MutexLock lock(&mu_);
     invalidator = std::move(invalidator_);
   }
-  invalidator->Stop();  // before the session goes
+  // Before the session goes. A notification the kernel holds up is given up after a few seconds
+  // (PageInvalidator::Stop): the unmount must not wait for it.
+  invalidator->Stop();
   return result;
 }
 

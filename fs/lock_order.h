@@ -51,7 +51,7 @@
 //  26. StreamedUpload::mu_ (fs/streamed_upload.h)  the parts of a file streamed while it is
 //                         written; taken under Inode::mu, never held across a server call or
 //                         IoPool::Submit.
-//  27. PageInvalidator::mu_ (fs/page_invalidator.h)  the inodes whose kernel pages are to be
+//  27. PageInvalidator::State::mu (fs/page_invalidator.h)  the inodes whose kernel pages are to be
 //                         dropped; never held while the kernel is notified.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.

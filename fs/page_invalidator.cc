@@ -5,43 +5,57 @@
 namespace objfs {
 
 PageInvalidator::PageInvalidator(std::function<int(uint64_t ino)> notify)
-    : notify_(std::move(notify)), thread_([this] { Run(); }) {}
+    : state_(std::make_shared<State>(std::move(notify))),
+      thread_([state = state_] { Run(state); }) {}
 
 PageInvalidator::~PageInvalidator() { Stop(); }
 
 void PageInvalidator::Post(uint64_t ino) {
-  MutexLock lock(&mu_);
-  if (stopping_) return;
-  queued_.insert(ino);
-  cv_.Signal();
+  MutexLock lock(&state_->mu);
+  if (state_->stopping) return;
+  state_->queued.insert(ino);
+  state_->cv.SignalAll();
 }
 
-void PageInvalidator::Stop() {
+void PageInvalidator::Stop(std::chrono::milliseconds timeout) {
+  if (!thread_.joinable()) return;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool done = false;
   {
-    MutexLock lock(&mu_);
-    stopping_ = true;
-    cv_.Signal();
+    MutexLock lock(&state_->mu);
+    state_->stopping = true;
+    state_->cv.SignalAll();
+    while (!state_->done && state_->cv.WaitUntil(&state_->mu, deadline)) {
+    }
+    done = state_->done;
+    if (!done) state_->queued.clear();
   }
-  if (thread_.joinable()) thread_.join();
+  if (done) {
+    thread_.join();
+  } else {
+    thread_.detach();
+  }
 }
 
 uint64_t PageInvalidator::sent() const {
-  MutexLock lock(&mu_);
-  return sent_;
+  MutexLock lock(&state_->mu);
+  return state_->sent;
 }
 
-void PageInvalidator::Run() {
-  MutexLock lock(&mu_);
+void PageInvalidator::Run(const std::shared_ptr<State>& state) {
+  MutexLock lock(&state->mu);
   while (true) {
-    while (queued_.empty() && !stopping_) cv_.Wait(&mu_);
-    if (queued_.empty()) return;  // stopping, and nothing left to send
-    uint64_t ino = *queued_.begin();
-    queued_.erase(queued_.begin());
+    while (state->queued.empty() && !state->stopping) state->cv.Wait(&state->mu);
+    if (state->queued.empty()) break;  // stopping, and nothing left to send
+    uint64_t ino = *state->queued.begin();
+    state->queued.erase(state->queued.begin());
     lock.Unlock();
-    (void)notify_(ino);
+    (void)state->notify(ino);
     lock.Lock();
-    ++sent_;
+    ++state->sent;
   }
+  state->done = true;
+  state->cv.SignalAll();
 }
 
 }  // namespace objfs

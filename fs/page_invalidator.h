@@ -10,8 +10,10 @@
 // notifications.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -31,21 +33,30 @@ class PageInvalidator {
   // Queues `ino`; an inode already queued is sent once. Never blocks on the kernel.
   void Post(uint64_t ino);
 
-  // Sends what is queued and ends the thread. Posts after it are dropped.
-  void Stop();
+  // Sends what is queued and ends the thread, waiting at most `timeout`: a notification the
+  // kernel holds up (a read of the file that the stopped request loop will never answer) must
+  // not keep the process from unmounting. The thread is then left to end on its own, and what
+  // it had not sent yet is dropped. Posts after Stop are dropped.
+  void Stop(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   // Notifications sent so far.
   uint64_t sent() const;
 
  private:
-  void Run();
+  // What the thread uses: shared with it, so that a thread left behind by Stop outlives this.
+  struct State {
+    explicit State(std::function<int(uint64_t)> notify) : notify(std::move(notify)) {}
+    const std::function<int(uint64_t)> notify;
+    Mutex mu;  // lock 27 of fs/lock_order.h: a leaf, never held while the kernel is notified
+    CondVar cv;
+    std::set<uint64_t> queued GUARDED_BY(mu);
+    bool stopping GUARDED_BY(mu) = false;
+    bool done GUARDED_BY(mu) = false;  // the thread has returned
+    uint64_t sent GUARDED_BY(mu) = 0;
+  };
+  static void Run(const std::shared_ptr<State>& state);
 
-  std::function<int(uint64_t)> notify_;
-  mutable Mutex mu_;  // a leaf of fs/lock_order.h: held only to edit the queue
-  CondVar cv_;
-  std::set<uint64_t> queued_ GUARDED_BY(mu_);
-  bool stopping_ GUARDED_BY(mu_) = false;
-  uint64_t sent_ GUARDED_BY(mu_) = 0;
+  std::shared_ptr<State> state_;
   std::thread thread_;
 };
 
