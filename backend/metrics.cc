@@ -37,6 +37,9 @@ std::string Metrics::ToText() const {
   line("attrs_kept", attrs_kept);
   line("open_files", open_files);
   line("kernel_reads", kernel_reads);
+  line("page_cache_keeps", page_cache_keeps);
+  line("page_cache_drops", page_cache_drops);
+  line("page_cache_invalidations", page_cache_invalidations);
   line("cache_hits", cache_hits);
   line("cache_misses", cache_misses);
   return out;

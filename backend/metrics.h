@@ -65,6 +65,14 @@ struct Metrics {
   // them: shows whether the kernel reads in large pieces.
   std::atomic<uint64_t> kernel_reads{0};
 
+  // The kernel's page cache across opens: opens that kept the cached pages (same version: their
+  // reads make no request at all, and show nowhere else), opens that dropped them (the object
+  // changed since they were read), and files whose pages lookup, getattr or a rename over them
+  // had the kernel drop.
+  std::atomic<uint64_t> page_cache_keeps{0};
+  std::atomic<uint64_t> page_cache_drops{0};
+  std::atomic<uint64_t> page_cache_invalidations{0};
+
   std::atomic<uint64_t> cache_hits{0};  // metadata or data served without a backend call
   std::atomic<uint64_t> cache_misses{0};
 

@@ -314,6 +314,10 @@ Status FileWriter::ApplyHeldMetadata(Inode& inode, const std::string& key) {
   updated.complete = true;
   updated.own_write = true;
   meta_cache_->Put(key, updated);
+  // Same bytes, new version (a self-copy): the kernel's pages of the old one still hold them.
+  if (inode.page_version == inode.pending_metadata->object.etag) {
+    inode.page_version = applied.info.etag;
+  }
   inode.uploaded_etag = applied.info.etag;
   ForgetHeldMetadata(inode);
   return Status::Ok();
@@ -429,6 +433,9 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   inode.in_store = true;
   inode.may_stream = false;  // further writes edit a stored object
   inode.uploaded_etag = result->etag;
+  // Every byte of it was written through the kernel, whose pages hold them: the next open of
+  // this version keeps them.
+  inode.page_version = result->etag;
   inode.touched.Clear();
   inode.base.reset();
   if (!result->etag.empty()) {

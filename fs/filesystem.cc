@@ -221,6 +221,7 @@ Result<Entry> Filesystem::Lookup(uint64_t parent, std::string_view name) {
   }
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
   uint64_t ino = inodes_.Acquire(key, 1);
+  CheckPageVersion(ino, rec);
   return MakeEntry(WithDirTimes(key, AttrFromRecord(ino, rec)), true);
 }
 
@@ -242,7 +243,30 @@ Result<Entry> Filesystem::GetAttr(uint64_t ino) {
     }
   }
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+  CheckPageVersion(ino, rec);
   return MakeEntry(WithDirTimes(key, AttrFromRecord(ino, rec)), true);
+}
+
+void Filesystem::CheckPageVersion(uint64_t ino, const MetaRecord& rec) {
+  if (!options_.kernel_page_cache || rec.is_dir) return;
+  std::shared_ptr<Inode> inode = inodes_.Find(ino);
+  if (inode == nullptr) return;  // never opened: the kernel has no pages of it
+  {
+    MutexLock lock(&inode->mu);
+    // Staged here, its pages are what was written; an object without a version cannot tell.
+    if (inode->staged || inode->page_version.empty() || rec.etag.empty() ||
+        rec.etag == inode->page_version) {
+      return;
+    }
+    inode->page_version = ETag();  // pages of no known version: the next open drops them too
+  }
+  InvalidatePages(ino);
+}
+
+void Filesystem::InvalidatePages(uint64_t ino) {
+  if (!invalidate_pages_) return;
+  Bump(metrics_->page_cache_invalidations);
+  invalidate_pages_(ino);
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {

@@ -125,6 +125,10 @@ struct FilesystemOptions {
   // ContentEtagStore; otherwise such a store's files show user.etag only when an upload or copy
   // of this mount gave their content MD5. Unused for stores with native ETags.
   ContentEtagStore* content_etags = nullptr;
+  // The kernel caches the pages of files read through the mount (false with direct_io): an
+  // open keeps them while the object's version (ETag; size and mtime on SFTP) is the one they
+  // were read at, and lookup and getattr drop them (set_page_invalidator) when it changed.
+  bool kernel_page_cache = true;
 };
 
 // One name of a directory listing, with the attributes readdirplus returns.
@@ -180,6 +184,7 @@ struct Owner {
 struct CreatedFile {
   Entry entry;
   uint64_t fh = 0;
+  bool keep_cache = false;  // as Open's, for an existing file opened by O_CREAT
 };
 
 class IoPool;
@@ -280,7 +285,9 @@ class Filesystem {
   // Opens `ino` with open(2) `flags` and returns a handle. Reads go through a Prefetcher over
   // the object as it was at open (its ETag guards against replacement: PreconditionFailed). With
   // O_TRUNC on a writable open the file becomes empty and unsaved. IsDirectory for a directory.
-  Result<uint64_t> Open(uint64_t ino, int flags);
+  // `keep_cache` (with options.kernel_page_cache) says whether the kernel's cached pages of the
+  // file may stay: they hold the version the object has now, or the data staged here.
+  Result<uint64_t> Open(uint64_t ino, int flags, bool* keep_cache = nullptr);
 
   // Creates and opens `name` in `parent` (open with O_CREAT). The new file is empty and
   // unsaved: its object appears at Flush/Release (so `touch` creates it). AlreadyExists with
@@ -386,6 +393,13 @@ class Filesystem {
 
   const FilesystemOptions& options() const { return options_; }
 
+  // Where lookup, getattr and rename send an inode whose cached pages in the kernel no longer
+  // hold the file (a new version on the server, a file replaced by a rename); it must not block
+  // on the kernel (fs/page_invalidator.h). Set before requests are served, cleared after.
+  void set_page_invalidator(std::function<void(uint64_t ino)> invalidate) {
+    invalidate_pages_ = std::move(invalidate);
+  }
+
  private:
   // An open file.
   struct Handle {
@@ -420,6 +434,12 @@ class Filesystem {
     return ObjectAttrs::ToAttr(ino, rec);
   }
   Entry MakeEntry(const FileAttr& attr, bool exact) const;
+  // The kernel's pages of `ino` came from another version than `rec` (a file) says the object
+  // has now: has them dropped (invalidate_pages_), so that a file replaced on the server is not
+  // read from the cache beyond attr_timeout.
+  void CheckPageVersion(uint64_t ino, const MetaRecord& rec);
+  // Has the kernel drop its cached pages of `ino`, counted.
+  void InvalidatePages(uint64_t ino);
   // Attributes of an inode with local (staged) state, or nullopt.
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
   // The same, for a caller holding inode.mu.
@@ -511,8 +531,9 @@ class Filesystem {
   std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_ GUARDED_BY(handles_mu_);
   uint64_t next_fh_ GUARDED_BY(handles_mu_) = 1;
   std::atomic<uint64_t> skipped_names_{0};
-  int64_t mount_time_ns_;  // the root's mtime
-  KeyResolver resolver_;   // what a key is, through meta_cache_
+  std::function<void(uint64_t)> invalidate_pages_;  // set_page_invalidator
+  int64_t mount_time_ns_;                           // the root's mtime
+  KeyResolver resolver_;                            // what a key is, through meta_cache_
 
   // Directory times: creating or removing an entry moves its directory's mtime and ctime. An S3
   // directory's marker would need a copy for each, so they are kept here, for the mount's

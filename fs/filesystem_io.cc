@@ -25,7 +25,8 @@ bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
 }  // namespace
 
-Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
+Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
+  bool keep = false;
   bool writable = IsWritable(flags);
   bool truncate = writable && (flags & O_TRUNC) != 0;
   if (writable) OBJFS_RETURN_IF_ERROR(CheckWritable());
@@ -53,7 +54,18 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
       } else {
         MutexLock handle_lock(&handle->mu);  // unshared yet; the analysis asks for it
         handle->read_info = InfoFromRecord(key, rec);
+        // The kernel's pages hold the object's current version (an earlier open read them, or
+        // this mount wrote it): they stay. Otherwise the kernel drops them at this open, and
+        // what it reads from now on is this version.
+        keep = !rec.etag.empty() && rec.etag == inode->page_version;
+        if (options_.kernel_page_cache && !keep && !inode->page_version.empty()) {
+          Bump(metrics_->page_cache_drops);
+        }
+        inode->page_version = rec.etag;
       }
+    } else if (!truncate) {
+      // Staged here: every change of it went through the kernel, whose pages hold it too.
+      keep = true;
     } else if (truncate && inode->staged->size() > 0) {
       OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key, /*keep_content=*/false));
       OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(0));
@@ -65,6 +77,8 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags) {
     }
     CountOpenLocked(*inode, flags);
   }
+  if (options_.kernel_page_cache && keep) Bump(metrics_->page_cache_keeps);
+  if (keep_cache != nullptr) *keep_cache = options_.kernel_page_cache && keep;
   return AddHandle(std::move(handle));
 }
 
@@ -90,14 +104,15 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
   if (exists) {
     if (flags & O_EXCL) return AlreadyExistsError(key + " exists");
     uint64_t ino = inodes_.Acquire(key, 0);
-    OBJFS_ASSIGN_OR_RETURN(uint64_t fh, Open(ino, flags));
+    bool keep_cache = false;
+    OBJFS_ASSIGN_OR_RETURN(uint64_t fh, Open(ino, flags, &keep_cache));
     auto entry = GetAttr(ino);
     if (!entry.ok()) {
       (void)Release(fh);
       return entry.status();
     }
     inodes_.AddLookup(ino);
-    return CreatedFile{*entry, fh};
+    return CreatedFile{*entry, fh, keep_cache};
   }
 
   uint64_t ino = inodes_.Acquire(key, 1);

@@ -223,8 +223,9 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
 Status Filesystem::RenameFile(const std::string& from, const std::string& to,
                               const MetaRecord& src) {
   // A replaced target's open handles must not resurrect it at release.
-  if (uint64_t old = inodes_.InoOf(to)) {
-    if (auto inode = inodes_.Get(old)) {
+  uint64_t replaced = inodes_.InoOf(to);
+  if (replaced != 0) {
+    if (auto inode = inodes_.Get(replaced)) {
       MutexLock lock(&inode->mu);
       writer_->Discard(*inode);
     }
@@ -318,8 +319,15 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     rec.complete = true;
     rec.own_write = true;
     meta_cache_.Put(to, rec);
+    // The copy holds the same bytes: the kernel's pages of the source's version stay good.
+    if (inode != nullptr && !copied->etag.empty() && inode->page_version == source.etag) {
+      inode->page_version = copied->etag;
+    }
   }
   inodes_.Rename(from, to, /*subtree=*/false);
+  // The replaced file's pages: nobody opens it by that name again, but whoever still has it
+  // open or mapped must not read the old content from them.
+  if (replaced != 0 && replaced != ino) InvalidatePages(replaced);
   // The open file's staged copy (uploaded above) is in the store under the new name: a crash
   // must not upload it again, under either name; a later write describes it anew.
   if (inode != nullptr && inode->staged) inode->staged->Orphan();

@@ -206,6 +206,10 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
   // Writes must reach Filesystem as they happen: it stages and uploads them itself.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Cached pages are dropped by version (an open's keep_cache, Filesystem's page invalidator),
+  // not by the kernel on every new mtime: a write through the mount gives the file a new mtime
+  // that the kernel's own pages already hold, and dropping them made the next read fetch it all.
+  conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
@@ -379,18 +383,22 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guarded(req, {"open", ino}, [&] {
-    Result<uint64_t> fh = FsOf(req).Open(ino, fi->flags);
+    bool keep_cache = false;
+    Result<uint64_t> fh = FsOf(req).Open(ino, fi->flags, &keep_cache);
     if (!fh.ok()) {
       ReplyStatus(req, fh.status());
       return;
     }
     fi->fh = *fh;
-    fi->keep_cache = 0;
+    // The kernel's pages of the file hold its current version: reads are served from them.
+    fi->keep_cache = keep_cache ? 1 : 0;
     fi->direct_io = AdapterOf(req).options().direct_io ? 1 : 0;
     if (fuse_reply_open(req, fi) != 0) {
       // The opener is gone (interrupted): nobody will release this handle.
       Status ignored = FsOf(req).Release(*fh);
       (void)ignored;
+      // Nor did the kernel drop the old version's pages, which the file's record says it did.
+      if (!keep_cache) AdapterOf(req).InvalidatePages(ino);
     }
   });
 }
@@ -659,13 +667,14 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
       return;
     }
     fi->fh = created->fh;
-    fi->keep_cache = 0;
+    fi->keep_cache = created->keep_cache ? 1 : 0;
     fi->direct_io = AdapterOf(req).options().direct_io ? 1 : 0;
     fuse_entry_param param = ToEntryParam(created->entry);
     if (fuse_reply_create(req, &param, fi) != 0) {
       // The creator is gone: the kernel holds neither the handle nor the reference.
       Status ignored = fs.Release(created->fh);
       (void)ignored;
+      if (!created->keep_cache) AdapterOf(req).InvalidatePages(created->entry.attr.ino);
       fs.Forget(created->entry.attr.ino, 1);
     }
   });
@@ -754,9 +763,34 @@ int FuseAdapter::Run(fuse_session* session) {
   if (config == nullptr) return -ENOMEM;
   fuse_loop_cfg_set_max_threads(config, static_cast<unsigned int>(options_.max_threads));
   fuse_loop_cfg_set_clone_fd(config, 0);
+  {
+    MutexLock lock(&mu_);
+    invalidator_ = std::make_shared<PageInvalidator>([session](uint64_t ino) {
+      return fuse_lowlevel_notify_inval_inode(session, static_cast<fuse_ino_t>(ino), 0, 0);
+    });
+  }
+  if (fs_ != nullptr) fs_->set_page_invalidator([this](uint64_t ino) { InvalidatePages(ino); });
   int result = fuse_session_loop_mt(session, config);
   fuse_loop_cfg_destroy(config);
+  if (fs_ != nullptr) fs_->set_page_invalidator(nullptr);
+  std::shared_ptr<PageInvalidator> invalidator;
+  {
+    MutexLock lock(&mu_);
+    invalidator = std::move(invalidator_);
+  }
+  // Before the session goes. A notification the kernel holds up is given up after a few seconds
+  // (PageInvalidator::Stop): the unmount must not wait for it.
+  invalidator->Stop();
   return result;
+}
+
+void FuseAdapter::InvalidatePages(uint64_t ino) {
+  std::shared_ptr<PageInvalidator> invalidator;
+  {
+    MutexLock lock(&mu_);
+    invalidator = invalidator_;
+  }
+  if (invalidator != nullptr) invalidator->Post(ino);
 }
 
 Status FuseAdapter::destroy_status() const {

@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "backend/mutex.h"
 #include "backend/status.h"
 #include "fs/filesystem.h"
+#include "fs/page_invalidator.h"
 #include "fs/reply_log.h"
 
 struct fuse_args;
@@ -62,12 +64,17 @@ class FuseAdapter {
   // Called from the destroy request: uploads everything unsaved and remembers a failure.
   void FlushAllOnDestroy();
 
+  // Has the kernel drop its cached pages of `ino`, from the thread that Run() starts
+  // (fs/page_invalidator.h); nothing outside Run().
+  void InvalidatePages(uint64_t ino);
+
  private:
   FuseAdapterOptions options_;
   Filesystem* fs_ = nullptr;
   ReplyLog reply_log_;
   mutable Mutex mu_;  // lock 21 of fs/lock_order.h
   Status destroy_status_ GUARDED_BY(mu_);
+  std::shared_ptr<PageInvalidator> invalidator_ GUARDED_BY(mu_);  // while Run() runs
 };
 
 }  // namespace objfs

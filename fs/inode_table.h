@@ -68,6 +68,11 @@ struct Inode {
   Metadata extra_metadata GUARDED_BY(mu);
   // The ETag of the last upload or copy made through this inode (empty: none this session).
   ETag uploaded_etag GUARDED_BY(mu);
+  // The version (ETag) of the stored object that the kernel's cached pages of this file hold:
+  // the one an open read it at, or the one an upload or copy of this mount made (the pages then
+  // hold what was written through them). An open of the same version keeps the pages
+  // (keep_cache); empty: none known, and the next open drops whatever the kernel has.
+  ETag page_version GUARDED_BY(mu);
   // A metadata change (chmod, chown, utimens, setxattr) of the stored object, not applied to
   // the store yet (FilesystemOptions::metadata_delay); while set, `attr` and `extra_metadata`
   // hold the changed attributes.

@@ -52,6 +52,8 @@
 //                         written; taken under Inode::mu, never held across a server call or
 //                         IoPool::Submit.
 //  27. Filesystem::dir_times_mu_  the directory times this mount moved (fs/filesystem.h).
+//  28. PageInvalidator::State::mu (fs/page_invalidator.h)  the inodes whose kernel pages are to be
+//                         dropped; never held while the kernel is notified.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

@@ -759,6 +759,8 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
 
   int exit_code = 0;
   FilesystemOptions logged_options = fs_options;
+  // With direct_io the kernel caches no pages to keep.
+  logged_options.kernel_page_cache = !options.direct_io;
   logged_options.log = [&reporter](const std::string& message) { reporter.Error(message); };
   std::shared_ptr<ObjectStore> served = *store;
   if (options.url.scheme == UrlScheme::kS3) {

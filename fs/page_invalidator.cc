@@ -1,0 +1,61 @@
+#include "fs/page_invalidator.h"
+
+#include <utility>
+
+namespace objfs {
+
+PageInvalidator::PageInvalidator(std::function<int(uint64_t ino)> notify)
+    : state_(std::make_shared<State>(std::move(notify))),
+      thread_([state = state_] { Run(state); }) {}
+
+PageInvalidator::~PageInvalidator() { Stop(); }
+
+void PageInvalidator::Post(uint64_t ino) {
+  MutexLock lock(&state_->mu);
+  if (state_->stopping) return;
+  state_->queued.insert(ino);
+  state_->cv.SignalAll();
+}
+
+void PageInvalidator::Stop(std::chrono::milliseconds timeout) {
+  if (!thread_.joinable()) return;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool done = false;
+  {
+    MutexLock lock(&state_->mu);
+    state_->stopping = true;
+    state_->cv.SignalAll();
+    while (!state_->done && state_->cv.WaitUntil(&state_->mu, deadline)) {
+    }
+    done = state_->done;
+    if (!done) state_->queued.clear();
+  }
+  if (done) {
+    thread_.join();
+  } else {
+    thread_.detach();
+  }
+}
+
+uint64_t PageInvalidator::sent() const {
+  MutexLock lock(&state_->mu);
+  return state_->sent;
+}
+
+void PageInvalidator::Run(const std::shared_ptr<State>& state) {
+  MutexLock lock(&state->mu);
+  while (true) {
+    while (state->queued.empty() && !state->stopping) state->cv.Wait(&state->mu);
+    if (state->queued.empty()) break;  // stopping, and nothing left to send
+    uint64_t ino = *state->queued.begin();
+    state->queued.erase(state->queued.begin());
+    lock.Unlock();
+    (void)state->notify(ino);
+    lock.Lock();
+    ++state->sent;
+  }
+  state->done = true;
+  state->cv.SignalAll();
+}
+
+}  // namespace objfs

@@ -1,0 +1,63 @@
+// Drops the kernel's cached pages of files that changed on the server, from a thread of its own.
+//
+// Opens keep the kernel's page cache while a file's version is unchanged (keep_cache), so a
+// change that lookup or getattr notices must drop those pages for the processes that already
+// have the file open or mapped. fuse_lowlevel_notify_inval_inode waits until the kernel has
+// dropped them, and the kernel waits for page locks that reads in flight on the same file hold
+// until a request thread answers them: sent from a request handler, the notification can stall
+// that handler behind requests that need it (libfuse: do not call it from a filesystem
+// operation). Handlers only queue the inode here; one thread, holding no objfs lock, sends the
+// notifications.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "backend/mutex.h"
+
+namespace objfs {
+
+class PageInvalidator {
+ public:
+  // `notify` drops the pages of one inode (fuse_lowlevel_notify_inval_inode); its result (0 or a
+  // negative errno) is ignored: an inode the kernel forgot has no pages left.
+  explicit PageInvalidator(std::function<int(uint64_t ino)> notify);
+  ~PageInvalidator();  // Stop()
+  PageInvalidator(const PageInvalidator&) = delete;
+  PageInvalidator& operator=(const PageInvalidator&) = delete;
+
+  // Queues `ino`; an inode already queued is sent once. Never blocks on the kernel.
+  void Post(uint64_t ino);
+
+  // Sends what is queued and ends the thread, waiting at most `timeout`: a notification the
+  // kernel holds up (a read of the file that the stopped request loop will never answer) must
+  // not keep the process from unmounting. The thread is then left to end on its own, and what
+  // it had not sent yet is dropped. Posts after Stop are dropped.
+  void Stop(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  // Notifications sent so far.
+  uint64_t sent() const;
+
+ private:
+  // What the thread uses: shared with it, so that a thread left behind by Stop outlives this.
+  struct State {
+    explicit State(std::function<int(uint64_t)> notify) : notify(std::move(notify)) {}
+    const std::function<int(uint64_t)> notify;
+    Mutex mu;  // lock 28 of fs/lock_order.h: a leaf, never held while the kernel is notified
+    CondVar cv;
+    std::set<uint64_t> queued GUARDED_BY(mu);
+    bool stopping GUARDED_BY(mu) = false;
+    bool done GUARDED_BY(mu) = false;  // the thread has returned
+    uint64_t sent GUARDED_BY(mu) = 0;
+  };
+  static void Run(const std::shared_ptr<State>& state);
+
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+}  // namespace objfs

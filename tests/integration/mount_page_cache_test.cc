@@ -1,0 +1,301 @@
+// The kernel's page cache across opens, on every backend: a file read once is read again from
+// the kernel's pages while the object's version (ETag; size and mtime on SFTP) is unchanged, with
+// no backend read; a file another client replaced is read anew once attr_timeout has passed;
+// files written, truncated, copied onto or renamed over through the mount read back right.
+//
+// The server side is written with the Remote helper (another client); what the mount fetched is
+// read from user.objfs.stats and, on S3, from a proxy that counts the GETs the server received.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/md5.h"
+#include "tests/fixtures/fault_proxy.h"
+#include "tests/fixtures/file_tools.h"
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/remote.h"
+#include "tests/fixtures/run_command.h"
+#include "tests/fixtures/test_servers.h"
+
+namespace objfs::testing {
+namespace {
+
+// "N bytes, MD5 ..." of `data`: what tests compare, so that a failure prints no megabytes.
+std::string Digest(std::string_view data) {
+  return std::to_string(data.size()) + " bytes, MD5 " + HexMd5(Md5Of(data));
+}
+
+// `cat PATH`: a whole open, read and close by another program, as a user would.
+std::string Cat(const std::string& path) {
+  CommandResult r = RunCommand({"cat", path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.out;
+}
+
+std::string Stats(const ObjfsMount& mount) { return GetXattr(mount.path(), "user.objfs.stats"); }
+
+// Expects nothing of the file to have been fetched between two snapshots of the statistics.
+void ExpectNoBackendRead(const std::string& before, const std::string& after) {
+  ExpectCounterDelta(before, after, "bytes_read", 0);
+  ExpectCounterDelta(before, after, "read_requests", 0);
+  ExpectCounterDelta(before, after, "kernel_reads", 0);
+  if (StatsCounter(before, "sftp_read_requests") >= 0) {
+    ExpectCounterDelta(before, after, "sftp_read_requests", 0);
+  }
+}
+
+// How many of the pages of the mapping [addr, addr+size) are in the page cache.
+size_t ResidentPages(void* addr, size_t size) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  if (::mincore(addr, size, vec.data()) != 0) {
+    ADD_FAILURE() << "mincore: " << std::strerror(errno);
+    return 0;
+  }
+  size_t n = 0;
+  for (unsigned char v : vec) n += v & 1;
+  return n;
+}
+
+class PageCacheTest : public ::testing::TestWithParam<RemoteKind> {
+ protected:
+  void SetUp() override {
+    remote_ = Remote::Create(GetParam(), TestName());
+    ASSERT_TRUE(remote_);
+    ASSERT_TRUE(remote_->capabilities().server_access);
+  }
+
+  // Replaces file `path` on the server by `data`, as another client would. On SFTP the version
+  // is the size and the mtime in seconds: the new file gets an mtime of its own (a later second,
+  // as a real writer's would be) even when it is written in the same second.
+  void ReplaceOnServer(const std::string& path, const std::string& data) {
+    ASSERT_TRUE(remote_->Write(path, data).ok());
+    if (remote_->capabilities().posix_files) {
+      const std::string local = remote_->local_root() + "/" + path;
+      struct stat st {};
+      ASSERT_EQ(::stat(local.c_str(), &st), 0) << std::strerror(errno);
+      timespec times[2] = {st.st_atim, st.st_mtim};
+      times[1].tv_sec += 10 + (++replaced_);
+      ASSERT_EQ(::utimensat(AT_FDCWD, local.c_str(), times, 0), 0) << std::strerror(errno);
+    }
+  }
+
+  const Remote& remote() const { return *remote_; }
+
+ private:
+  std::unique_ptr<Remote> remote_;
+  int replaced_ = 0;
+};
+
+TEST_P(PageCacheTest, SecondReadOfAnUnchangedFileMakesNoBackendRead) {
+  const std::string data = PseudoRandomBytes(8 << 20, 1);
+  ASSERT_TRUE(remote().Write("f", data).ok());
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/f";
+
+  const std::string before_first = Stats(*mount);
+  EXPECT_EQ(Digest(Cat(path)), Digest(data));
+  const std::string before = Stats(*mount);
+  EXPECT_GE(StatsCounter(before, "bytes_read") - StatsCounter(before_first, "bytes_read"),
+            static_cast<int64_t>(data.size()));
+
+  EXPECT_EQ(Digest(Cat(path)), Digest(data));
+  const std::string after = Stats(*mount);
+  ExpectNoBackendRead(before, after);
+  ExpectCounterDelta(before, after, "page_cache_keeps", 1);
+  ExpectCounterDelta(before, after, "page_cache_drops", 0);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+TEST_P(PageCacheTest, FileReplacedByAnotherClientIsReadAnewAfterAttrTimeout) {
+  // Same size: only the version tells the two apart (on S3 the mtime may well be the same
+  // second too).
+  const std::string first = PseudoRandomBytes(1 << 20, 2);
+  const std::string second = PseudoRandomBytes(1 << 20, 3);
+  ASSERT_TRUE(remote().Write("f", first).ok());
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("attr_timeout=1");
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/f";
+  EXPECT_EQ(Digest(Cat(path)), Digest(first));
+  EXPECT_EQ(Digest(Cat(path)), Digest(first));  // the pages are kept
+
+  ASSERT_NO_FATAL_FAILURE(ReplaceOnServer("f", second));
+  // Stale for at most attr_timeout (1 s); 10 s leaves room for a loaded machine.
+  std::string seen;
+  EXPECT_TRUE(WaitFor(
+      10,
+      [&] {
+        seen = Digest(Cat(path));
+        return seen == Digest(second);
+      },
+      std::chrono::milliseconds(100)))
+      << "still " << seen << " after 10 s; the new version is " << Digest(second);
+  const std::string stats = Stats(*mount);
+  EXPECT_GE(
+      StatsCounter(stats, "page_cache_drops") + StatsCounter(stats, "page_cache_invalidations"), 1)
+      << stats;
+  // And the new version's pages are kept in turn.
+  const std::string before = Stats(*mount);
+  EXPECT_EQ(Digest(Cat(path)), Digest(second));
+  ExpectNoBackendRead(before, Stats(*mount));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// A program that has the file mapped never opens it again: getattr (stat, or the kernel's
+// check before a read) seeing the new version drops the pages.
+TEST_P(PageCacheTest, ChangeSeenByStatDropsThePagesOfAMappedFile) {
+  const std::string first = PseudoRandomBytes(1 << 20, 4);
+  ASSERT_TRUE(remote().Write("f", first).ok());
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("attr_timeout=1");
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/f";
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  void* map = ::mmap(nullptr, first.size(), PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED) << std::strerror(errno);
+  EXPECT_EQ(Digest(std::string_view(static_cast<const char*>(map), first.size())), Digest(first));
+  EXPECT_GT(ResidentPages(map, first.size()), 0u);
+  const std::string before = Stats(*mount);
+
+  ASSERT_NO_FATAL_FAILURE(ReplaceOnServer("f", PseudoRandomBytes(first.size(), 5)));
+  size_t resident = 0;
+  EXPECT_TRUE(WaitFor(
+      10,
+      [&] {
+        struct stat st {};
+        ::stat(path.c_str(), &st);
+        resident = ResidentPages(map, first.size());
+        return resident == 0;
+      },
+      std::chrono::milliseconds(100)))
+      << resident << " pages of the old version are still cached";
+  EXPECT_GE(StatsCounter(Stats(*mount), "page_cache_invalidations"),
+            StatsCounter(before, "page_cache_invalidations") + 1);
+  ::munmap(map, first.size());
+  ::close(fd);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// Written, overwritten in place, truncated and rewritten through the mount: each read after it
+// is right, and the pages written are kept (no read of what this mount just uploaded).
+TEST_P(PageCacheTest, LocalWritesAndTruncatesReadBackRight) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/f";
+  std::string model = PseudoRandomBytes(1 << 20, 6);  // whole pages: every one written is whole
+  WriteFile(path, model);
+  std::string before = Stats(*mount);
+  EXPECT_EQ(Digest(Cat(path)), Digest(model));
+  std::string after = Stats(*mount);
+  ExpectNoBackendRead(before, after);
+  ExpectCounterDelta(before, after, "page_cache_keeps", 1);
+
+  // In place, in the middle, through a second open.
+  int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const std::string patch = PseudoRandomBytes(5000, 7);
+  ASSERT_EQ(::pwrite(fd, patch.data(), patch.size(), 300000), static_cast<ssize_t>(patch.size()));
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  model.replace(300000, patch.size(), patch);
+  EXPECT_EQ(Digest(Cat(path)), Digest(model));
+
+  // Shorter, then longer (zeros), with truncate(1).
+  ASSERT_EQ(RunCommand({"truncate", "-s", "100000", path}).exit_code, 0);
+  model.resize(100000);
+  EXPECT_EQ(Digest(Cat(path)), Digest(model));
+  ASSERT_EQ(RunCommand({"truncate", "-s", "200000", path}).exit_code, 0);
+  model.resize(200000, '\0');
+  EXPECT_EQ(Digest(Cat(path)), Digest(model));
+
+  // O_TRUNC and new content of the same size.
+  model = PseudoRandomBytes(model.size(), 8);
+  WriteFile(path, model);
+  EXPECT_EQ(Digest(Cat(path)), Digest(model));
+
+  Result<std::string> stored = remote().Read("f");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(Digest(*stored), Digest(model));
+  // A fresh mount (no pages at all) reads the same.
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(Cat(path)), Digest(model));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// cp within the mount (copy_file_range: a server-side copy) onto a file whose pages are cached,
+// and mv over one: the destination reads as the source.
+TEST_P(PageCacheTest, CopyAndRenameOntoACachedFileReadAsTheSource) {
+  const std::string a = PseudoRandomBytes(300000, 9);
+  const std::string b = PseudoRandomBytes(300000, 10);
+  const std::string c = PseudoRandomBytes(300000, 11);
+  ASSERT_TRUE(remote().Write("a", a).ok());
+  ASSERT_TRUE(remote().Write("b", b).ok());
+  ASSERT_TRUE(remote().Write("c", c).ok());
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string root = mount->path();
+  for (const char* name : {"a", "b", "c"}) Cat(root + "/" + name);  // all cached
+
+  CommandResult cp = RunCommand({"cp", root + "/a", root + "/b"});
+  ASSERT_EQ(cp.exit_code, 0) << cp.err;
+  EXPECT_EQ(Digest(Cat(root + "/b")), Digest(a));
+
+  // Held open with its pages cached while it is replaced.
+  int fd = ::open((root + "/c").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const std::string before = Stats(*mount);
+  CommandResult mv = RunCommand({"mv", root + "/b", root + "/c"});
+  ASSERT_EQ(mv.exit_code, 0) << mv.err;
+  EXPECT_EQ(Digest(Cat(root + "/c")), Digest(a));
+  EXPECT_TRUE(WaitFor(10, [&] {
+    return StatsCounter(Stats(*mount), "page_cache_invalidations") >
+           StatsCounter(before, "page_cache_invalidations");
+  })) << "the replaced file's pages were not dropped";
+  ::close(fd);
+  Result<std::string> stored = remote().Read("c");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(Digest(*stored), Digest(a));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Remotes, PageCacheTest, ::testing::ValuesIn(RemoteKinds()),
+                         [](const ::testing::TestParamInfo<RemoteKind>& info) {
+                           return RemoteKindName(info.param);
+                         });
+
+// What reached the server, counted by a proxy in front of RGW rather than by objfs itself: a
+// second cat of the same file sends no GET at all.
+TEST(PageCacheS3Test, SecondCatSendsNoGetToTheServer) {
+  const S3TestServer& server = SharedS3Server();
+  const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
+  FaultProxy proxy("127.0.0.1", port);
+  const std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "endpoint=" + proxy.endpoint();
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string data = PseudoRandomBytes(4 << 20, 12);
+  WriteFile(mount->path() + "/f", data);
+  ASSERT_TRUE(mount->Restart());  // a new mount: the kernel has no page of the file
+  const std::string get = "GET /" + bucket + "/f";
+
+  const int before_first = proxy.requests_seen(get);
+  EXPECT_EQ(Digest(Cat(mount->path() + "/f")), Digest(data));
+  const int before_second = proxy.requests_seen(get);
+  EXPECT_GT(before_second, before_first);
+  EXPECT_EQ(Digest(Cat(mount->path() + "/f")), Digest(data));
+  EXPECT_EQ(proxy.requests_seen(get), before_second) << "the second cat fetched the file again";
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+}  // namespace
+}  // namespace objfs::testing
