@@ -174,6 +174,13 @@ struct Capabilities {
   // 10,000 parts; SFTP: any range, 0s). Upload::part_size() already respects them.
   uint64_t min_part_size = 0;
   uint64_t max_parts = 0;
+  // The longest key, in bytes, that the store accepts (S3: 1,024, less a mount's prefix); 0: no
+  // limit beyond the names'. A name whose key would be longer fails at once with NameTooLong.
+  uint64_t max_key_bytes = 0;
+  // put() keeps a "mode" whose type is a FIFO, socket or device with the object, so that such
+  // special files can be zero-byte objects, as s3fs stores them (S3); false: they cannot be
+  // made.
+  bool special_files = false;
 };
 
 struct UploadOptions {

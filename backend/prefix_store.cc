@@ -102,6 +102,15 @@ Result<std::string> PrefixStore::read_link(std::string_view key) {
   return ForwardingStore::read_link(full);
 }
 
+Capabilities PrefixStore::capabilities() const {
+  Capabilities c = ForwardingStore::capabilities();
+  // The prefix is part of every key the store counts.
+  if (c.max_key_bytes != 0) {
+    c.max_key_bytes = c.max_key_bytes > prefix_.size() ? c.max_key_bytes - prefix_.size() : 1;
+  }
+  return c;
+}
+
 std::string PrefixStore::describe() const {
   return ForwardingStore::describe() + " under prefix \"" + prefix_ + "\"";
 }

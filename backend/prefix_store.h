@@ -38,6 +38,8 @@ class PrefixStore : public ForwardingStore {
   // The session's key, its bases' keys and its result are mapped as for put() and copy().
   Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
                                                const UploadOptions& options) override;
+  // The target's, with max_key_bytes less the prefix.
+  Capabilities capabilities() const override;
   std::string describe() const override;
 
  private:

@@ -27,6 +27,18 @@ Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string&
     }
     list.continuation_token = page.next_token;
   } while (!list.continuation_token.empty());
+  // A key that would grow past what the store takes fails the whole move before any copy.
+  if (const uint64_t max_key = store.capabilities().max_key_bytes; max_key != 0) {
+    for (const ObjectInfo& obj : objects) {
+      const size_t length = obj.key.size() - from.size() + to.size();
+      if (length > max_key) {
+        return Status(StatusCode::kNameTooLong,
+                      "cannot rename directory " + from + " to " + to + ": " + obj.key +
+                          " would get a key of " + std::to_string(length) +
+                          " bytes; the store takes at most " + std::to_string(max_key));
+      }
+    }
+  }
 
   // Copies run in parallel on the I/O pool; all must succeed before anything is deleted.
   std::vector<std::future<Status>> copies;

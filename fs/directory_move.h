@@ -25,7 +25,8 @@ class IoPool;
 // directory of a hierarchical store, and a no-op on an object store). InvalidArgument, before
 // any copy, when more than `max_objects` objects are under it, told to `log` too (mv can only
 // say "Invalid argument": the log says why); a failed copy is returned with nothing removed
-// (copies made stay where they are: the source is whole).
+// (copies made stay where they are: the source is whole). NameTooLong, before any copy, when
+// a key would grow past the store's max_key_bytes.
 Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string& from,
                             const std::string& to, bool has_marker, size_t max_objects,
                             const std::function<void(const std::string&)>& log);

@@ -11,7 +11,7 @@ inline constexpr uint64_t kRootIno = 1;
 
 struct FileAttr {
   uint64_t ino = 0;
-  uint32_t mode = 0;  // st_mode, with the type bits (S_IFREG, S_IFDIR, S_IFLNK)
+  uint32_t mode = 0;  // st_mode, with the type bits (S_IFREG, S_IFDIR, S_IFLNK, S_IFIFO, ...)
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint64_t size = 0;
@@ -19,6 +19,7 @@ struct FileAttr {
   int64_t ctime_ns = 0;
   int64_t atime_ns = 0;
   uint32_t nlink = 1;
+  uint64_t rdev = 0;  // st_rdev of a character or block device
 };
 
 // A name resolved to an inode: what FUSE's lookup, mkdir, create and readdirplus reply with.

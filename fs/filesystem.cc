@@ -65,6 +65,8 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       native_rename_(store_->capabilities().native_rename),
       stores_owner_(store_->capabilities().stores_owner),
       max_object_size_(store_->capabilities().max_object_size),
+      max_key_bytes_(store_->capabilities().max_key_bytes),
+      special_files_(store_->capabilities().special_files),
       attributes_in_place_(!store_->capabilities().attributes_by_copy ||
                            store_->capabilities().native_rename),
       options_(std::move(options)),
@@ -157,7 +159,8 @@ Result<std::string> Filesystem::KeyOf(uint64_t ino) {
   return *key;
 }
 
-Result<std::string> Filesystem::ChildKey(uint64_t parent, std::string_view name) {
+Result<std::string> Filesystem::ChildKey(uint64_t parent, std::string_view name,
+                                         bool for_directory) {
   if (name.size() > kMaxNameBytes) {
     return Status(StatusCode::kNameTooLong,
                   "name of " + std::to_string(name.size()) + " bytes (the limit is 255)");
@@ -166,7 +169,14 @@ Result<std::string> Filesystem::ChildKey(uint64_t parent, std::string_view name)
     return InvalidArgumentError("invalid file name '" + std::string(name) + "'");
   }
   OBJFS_ASSIGN_OR_RETURN(std::string parent_key, KeyOf(parent));
-  return parent_key.empty() ? std::string(name) : parent_key + "/" + std::string(name);
+  std::string key = parent_key.empty() ? std::string(name) : parent_key + "/" + std::string(name);
+  const size_t stored = key.size() + (for_directory ? 1 : 0);  // a directory's marker is "key/"
+  if (max_key_bytes_ != 0 && stored > max_key_bytes_) {
+    return Status(StatusCode::kNameTooLong, key + ": its key would be " + std::to_string(stored) +
+                                                " bytes; the store takes at most " +
+                                                std::to_string(max_key_bytes_));
+  }
+  return key;
 }
 
 std::shared_ptr<Filesystem::Handle> Filesystem::FindHandle(uint64_t fh) {
@@ -206,6 +216,7 @@ std::optional<FileAttr> Filesystem::LocalAttrLocked(const Inode& inode, uint64_t
   FileAttr attr = WithStoredTimes(inode.attr, inode.extra_metadata);
   attr.ino = ino;
   attr.size = inode.staged ? inode.staged->size() : inode.pending_metadata->object.size;
+  if (inode.removed()) attr.nlink = 0;  // removed while open: no name leads to it any more
   return attr;
 }
 
@@ -239,6 +250,7 @@ Result<Entry> Filesystem::GetAttr(uint64_t ino) {
       // attributes it had when it was removed (and what fchmod and the like changed since).
       FileAttr attr = WithStoredTimes(inode->attr, inode->extra_metadata);
       attr.ino = ino;
+      attr.nlink = 0;  // no name leads to it any more
       return MakeEntry(attr, true);
     }
   }

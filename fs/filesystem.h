@@ -13,6 +13,8 @@
 // - a directory "a" exists when the marker object "a/" exists or any key starts with "a/";
 //   mkdir writes the marker, which carries the directory's metadata;
 // - a symbolic link is an object whose content is the target and whose mode has S_IFLNK;
+// - a FIFO, socket or device is a zero-byte object whose mode has its type, and a device's
+//   number is the metadata "rdev" (on stores with capabilities().special_files);
 // - user extended attributes live in the metadata "xattr" (fs/xattr.h).
 //
 // Threading: every method may be called concurrently from libfuse's multi-threaded loop.
@@ -272,6 +274,14 @@ class Filesystem {
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                 std::string_view new_name, uint32_t flags);
 
+  // mknod of a FIFO, socket or character or block device (`mode` has its type; `rdev` is the
+  // device's number): a zero-byte object whose "mode" metadata has the type and whose "rdev"
+  // has a device's number, as s3fs stores them. The kernel serves opens of such files itself,
+  // locally. NotPermitted (EPERM) on a store without capabilities().special_files, and for any
+  // other type; AlreadyExists if the name exists. Owned by `owner` as MkDir's is.
+  Result<Entry> MkNod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                      std::optional<Owner> owner = std::nullopt);
+
   // ---- Symbolic links ----
 
   // Creates `name` in `parent` pointing to `target` (an object holding the target, mode
@@ -422,7 +432,10 @@ class Filesystem {
              std::shared_ptr<Clock> clock);
 
   // filesystem.cc: resolution and attributes.
-  Result<std::string> ChildKey(uint64_t parent, std::string_view name);
+  // The key of `name` in directory `parent`: NameTooLong for a name over 255 bytes, or whose
+  // key is longer than the store takes (max_key_bytes; a directory's, `for_directory`, with
+  // its marker's "/"), so that creating it fails at once and looking it up costs no request.
+  Result<std::string> ChildKey(uint64_t parent, std::string_view name, bool for_directory = false);
   Result<std::string> KeyOf(uint64_t ino);
   // The metadata of `key` (file, symlink or directory), from the cache when fresh and complete
   // (fs/key_resolver.h).
@@ -512,6 +525,8 @@ class Filesystem {
   bool native_rename_;        // the store's capabilities().native_rename
   bool stores_owner_;         // the store's capabilities().stores_owner
   uint64_t max_object_size_;  // the store's capabilities().max_object_size (0: no limit)
+  uint64_t max_key_bytes_;    // the store's capabilities().max_key_bytes (0: no limit)
+  bool special_files_;        // the store's capabilities().special_files
   // The store's set_attributes() is no copy (!capabilities().attributes_by_copy), or it has
   // native_rename (either: no self-copies to save).
   bool attributes_in_place_;

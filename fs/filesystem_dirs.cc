@@ -1,4 +1,4 @@
-// Filesystem: mkdir, rmdir, unlink, symlink and readlink.
+// Filesystem: mkdir, rmdir, unlink, mknod, symlink and readlink.
 #include <sys/stat.h>
 
 #include "fs/filesystem.h"
@@ -27,7 +27,7 @@ bool Filesystem::HasLocalFile(const std::string& key) {
 Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t mode,
                                 std::optional<Owner> caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
-  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name, /*for_directory=*/true));
   if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");
   meta_cache_.Invalidate(key);
   OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
@@ -140,6 +140,37 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
   inodes_.Unbind(key);
   EntryChanged(key);
   return Status::Ok();
+}
+
+Result<Entry> Filesystem::MkNod(uint64_t parent, std::string_view name, uint32_t mode,
+                                uint64_t rdev, std::optional<Owner> caller) {
+  OBJFS_RETURN_IF_ERROR(CheckWritable());
+  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  const uint32_t type = mode & S_IFMT;
+  if (type != S_IFIFO && type != S_IFSOCK && type != S_IFCHR && type != S_IFBLK) {
+    return Status(StatusCode::kNotPermitted, key + ": mknod makes FIFOs, sockets and devices");
+  }
+  if (!special_files_) {
+    return Status(StatusCode::kNotPermitted,
+                  key + ": this store cannot keep FIFOs, sockets or devices");
+  }
+  if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");
+  meta_cache_.Invalidate(key);
+  OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
+  Metadata metadata;
+  const Owner owner = NewOwner(caller);
+  SetPosixMetadata(type | (mode & 07777), owner.uid, owner.gid, NowNs(), &metadata);
+  if (type == S_IFCHR || type == S_IFBLK) metadata[kRdevMetadata] = std::to_string(rdev);
+  PutOptions put;
+  put.metadata = metadata;
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store_->put(key, MemorySource(""), put));
+  info.metadata = metadata;
+  info.has_metadata = true;
+  MetaRecord rec = RecordFromInfo(info, false);
+  rec.complete = true;
+  meta_cache_.Put(key, rec);
+  uint64_t ino = inodes_.Acquire(key, 1);
+  return MakeEntry(AttrFromRecord(ino, rec), true);
 }
 
 Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std::string_view name,

@@ -68,6 +68,10 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   // operation); a copy whose source changed meanwhile fails and is retried in RenameFile.
   // RENAME_NOREPLACE asks the store about the target.
   OBJFS_ASSIGN_OR_RETURN(MetaRecord src, Resolve(from));
+  if (src.is_dir) {
+    // The directory's marker takes a "/" more than the name checked above.
+    OBJFS_RETURN_IF_ERROR(ChildKey(new_parent, new_name, /*for_directory=*/true).status());
+  }
 
   if (uint64_t ino = inodes_.InoOf(to)) {
     // A metadata change of the target goes too: should the rename fail, the target keeps it.

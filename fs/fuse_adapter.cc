@@ -144,6 +144,7 @@ struct stat ToStat(const FileAttr& attr) {
   st.st_ino = attr.ino;
   st.st_mode = attr.mode;
   st.st_nlink = attr.nlink;
+  st.st_rdev = static_cast<dev_t>(attr.rdev);
   st.st_uid = attr.uid;
   st.st_gid = attr.gid;
   st.st_size = static_cast<off_t>(attr.size);
@@ -324,14 +325,14 @@ Owner CallerOf(fuse_req_t req) {
   return ctx == nullptr ? Owner{} : Owner{ctx->uid, ctx->gid};
 }
 
-void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t /*rdev*/) {
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   Guarded(req, {"mknod", parent, name}, [&] {
+    Filesystem& fs = FsOf(req);
     if (!S_ISREG(mode)) {
-      // Devices, FIFOs and sockets cannot be stored as objects.
-      ReplyError(req, EPERM, "only regular files can be stored as objects");
+      // A FIFO, socket (bind) or device.
+      ReplyEntry(req, fs.MkNod(parent, name, mode, rdev, CallerOf(req)));
       return;
     }
-    Filesystem& fs = FsOf(req);
     Result<CreatedFile> created =
         fs.Create(parent, name, mode, O_WRONLY | O_CREAT | O_EXCL, CallerOf(req));
     if (!created.ok()) {

@@ -8,6 +8,11 @@ namespace objfs {
 
 namespace {
 constexpr uint64_t kDirectorySize = 4096;
+
+// A FIFO, socket or device: a zero-byte object whose "mode" has that type.
+bool IsSpecialType(uint32_t type) {
+  return type == S_IFIFO || type == S_IFSOCK || type == S_IFCHR || type == S_IFBLK;
+}
 }  // namespace
 
 MetaRecord ObjectAttrs::FromInfo(const ObjectInfo& info, bool is_dir) const {
@@ -23,7 +28,7 @@ MetaRecord ObjectAttrs::FromInfo(const ObjectInfo& info, bool is_dir) const {
     uint32_t t = *posix.mode & S_IFMT;
     if (is_dir) {
       t = S_IFDIR;
-    } else if (t != S_IFREG && t != S_IFLNK) {
+    } else if (t != S_IFREG && t != S_IFLNK && !IsSpecialType(t)) {
       t = S_IFREG;
     }
     type = t;
@@ -60,7 +65,12 @@ FileAttr ObjectAttrs::ToAttr(uint64_t ino, const MetaRecord& rec) {
   attr.size = rec.is_dir ? kDirectorySize : rec.size;
   attr.mtime_ns = rec.mtime_ns;
   attr = WithStoredTimes(attr, rec.metadata);
-  attr.nlink = rec.is_dir ? 2 : 1;
+  // A directory's link count would be 2 + its subdirectories, which only a listing can tell: 1,
+  // as btrfs and other file systems without such counts report, tells find(1) and fts not to
+  // rely on it (they then look at every entry instead of stopping after nlink - 2 directories).
+  attr.nlink = 1;
+  const uint32_t type = rec.mode & S_IFMT;
+  if (type == S_IFCHR || type == S_IFBLK) attr.rdev = ParseRdev(rec.metadata);
   return attr;
 }
 

@@ -82,6 +82,11 @@ bool IsPermanentRefusal(const Status& status) {
   return code == "MetadataTooLarge" || code == "InvalidArgument" || code.empty();
 }
 
+uint64_t ParseRdev(const Metadata& metadata) {
+  auto v = Find(metadata, kRdevMetadata);
+  return v ? ParseUnsigned<uint64_t>(*v).value_or(0) : 0;
+}
+
 PosixMetadata ParsePosixMetadata(const Metadata& metadata) {
   PosixMetadata out;
   if (auto v = Find(metadata, kModeMetadata)) out.mode = ParseUnsigned<uint32_t>(*v);

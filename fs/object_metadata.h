@@ -10,6 +10,11 @@
 //           its mtime: "atime" is written only by an explicit utimensat (reads never update it),
 //           "ctime" by a change of the metadata alone (chmod, chown, utimensat, setxattr, rename);
 //           a change of the data drops it, so that the ctime is the new mtime again.
+//   "rdev"  decimal device number of a character or block device (the st_rdev that mknod was
+//           given). s3fs keeps the device's type in "mode" but drops the number: its devices
+//           read back here as device 0, and objfs's show their type, with device 0, in s3fs.
+//           Not one of SetPosixMetadata's four names: it rides along with the other metadata
+//           (through chmod, rename, a remount), as extended attributes do.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +34,7 @@ inline constexpr char kGidMetadata[] = "gid";
 inline constexpr char kMtimeMetadata[] = "mtime";
 inline constexpr char kAtimeMetadata[] = "atime";
 inline constexpr char kCtimeMetadata[] = "ctime";
+inline constexpr char kRdevMetadata[] = "rdev";
 
 struct PosixMetadata {
   std::optional<uint32_t> mode;
@@ -37,6 +43,8 @@ struct PosixMetadata {
   std::optional<int64_t> mtime_ns;
 };
 
+// The device number in `metadata` ("rdev"), 0 when absent or malformed.
+uint64_t ParseRdev(const Metadata& metadata);
 // Reads the attributes present (and well-formed) in `metadata`.
 PosixMetadata ParsePosixMetadata(const Metadata& metadata);
 // Sets the four names in `metadata`, leaving other names as they are.

@@ -560,6 +560,8 @@ Capabilities MemoryStore::capabilities() const {
   caps.stores_owner = options_.stores_owner;
   caps.upload_sessions = options_.upload_sessions;
   caps.copy_ranges = options_.upload_sessions && options_.copy_ranges;
+  caps.max_key_bytes = kMaxKeyBytes;
+  caps.special_files = options_.special_files;
   if (options_.native_etags) {
     caps.min_part_size = options_.part_size;
     caps.max_parts = 10000;

@@ -55,6 +55,9 @@ struct MemoryStoreOptions {
   // gets the "-N" ETag of those parts.
   bool upload_sessions = true;
   bool copy_ranges = true;
+  // Reported in capabilities(): puts keep the mode of a FIFO, socket or device (S3); SFTP
+  // cannot make such files.
+  bool special_files = true;
 };
 
 class MemoryStore : public ObjectStore {

@@ -194,6 +194,8 @@ Capabilities S3Store::capabilities() const {
   c.copy_ranges = true;
   c.min_part_size = kMinPartSize;
   c.max_parts = kMaxParts;
+  c.max_key_bytes = kMaxKeyBytes;
+  c.special_files = true;
   return c;
 }
 

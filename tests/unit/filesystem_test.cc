@@ -983,6 +983,96 @@ TEST_F(FilesystemTest, SymlinkAndReadlink) {
   EXPECT_EQ(*target, "../target/file");
 }
 
+// mknod of a FIFO, socket or device: a zero-byte object with the type in "mode" (and a
+// device's number in "rdev"), seen the same by the next mount.
+TEST_F(FilesystemTest, MkNodMakesAnEmptyObjectOfThatType) {
+  struct Case {
+    const char* name;
+    uint32_t mode;
+    uint64_t rdev;
+  };
+  for (const Case& c : {Case{"fifo", S_IFIFO | 0640, 0}, Case{"sock", S_IFSOCK | 0755, 0},
+                        Case{"chr", S_IFCHR | 0600, 259}, Case{"blk", S_IFBLK | 0660, 2049}}) {
+    SCOPED_TRACE(c.name);
+    auto e = fs_->MkNod(kRootIno, c.name, c.mode, c.rdev, Owner{7, 8});
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ(e->attr.mode, c.mode);
+    EXPECT_EQ(e->attr.rdev, c.rdev);
+    EXPECT_EQ(e->attr.uid, 7u);
+    auto head = memory_->head(c.name);
+    ASSERT_TRUE(head.ok());
+    EXPECT_EQ(head->size, 0u);
+    EXPECT_EQ(head->metadata.at("mode"), std::to_string(c.mode));
+    EXPECT_EQ(head->metadata.count("rdev"), c.rdev != 0 ? 1u : 0u);
+    auto fresh = NewFilesystem()->Lookup(kRootIno, c.name);
+    ASSERT_TRUE(fresh.ok());
+    EXPECT_EQ(fresh->attr.mode, c.mode);
+    EXPECT_EQ(fresh->attr.rdev, c.rdev);
+    EXPECT_EQ(ErrnoFromStatus(fs_->MkNod(kRootIno, c.name, c.mode, 0).status()), EEXIST);
+  }
+  // A chmod and a rename keep the type and the number.
+  const uint64_t ino = LookupIno(kRootIno, "chr");
+  FileAttr wanted;
+  wanted.mode = 0644;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, wanted, std::nullopt).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "chr", kRootIno, "chr2", 0).ok());
+  auto moved = NewFilesystem()->Lookup(kRootIno, "chr2");
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(moved->attr.mode, S_IFCHR | 0644u);
+  EXPECT_EQ(moved->attr.rdev, 259u);
+  // Nothing else is made by mknod here: regular files are creates, directories mkdir.
+  EXPECT_EQ(ErrnoFromStatus(fs_->MkNod(kRootIno, "dir", S_IFDIR | 0755, 0).status()), EPERM);
+}
+
+TEST_F(FilesystemTest, MkNodOnAStoreWithoutSpecialFilesIsNotPermitted) {
+  fs_.reset();
+  MemoryStoreOptions o;
+  o.special_files = false;
+  memory_ = std::make_shared<MemoryStore>(o);
+  store_ = std::make_shared<MetricsStore>(memory_, metrics_);
+  fs_ = NewFilesystem();
+  EXPECT_EQ(ErrnoFromStatus(fs_->MkNod(kRootIno, "fifo", S_IFIFO | 0644, 0).status()), EPERM);
+  EXPECT_FALSE(memory_->head("fifo").ok());
+}
+
+// A name whose key the store cannot take (1,024 bytes, a directory's marker with its "/")
+// fails at once with NameTooLong, with no request; lookups of such names too.
+TEST_F(FilesystemTest, KeysOverTheStoresLimitAreNamesTooLong) {
+  uint64_t dir = kRootIno;
+  for (char c : {'a', 'b', 'c', 'd'}) {
+    auto e = fs_->MkDir(dir, std::string(250, c), 0755);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    dir = e->attr.ino;
+  }
+  // The directory's key is 1,003 bytes: a child name of 20 bytes makes a key of 1,024.
+  const std::string fits(20, 'f'), too_long(21, 'l');
+  const uint64_t src = WriteFile(kRootIno, "src", "x");
+  ASSERT_NE(src, 0u);
+  const uint64_t requests =
+      metrics_.head_requests.load() + metrics_.put_requests.load() + metrics_.list_requests.load();
+  auto name_too_long = [](const Status& s) { return ErrnoFromStatus(s) == ENAMETOOLONG; };
+  EXPECT_TRUE(name_too_long(fs_->Lookup(dir, too_long).status()));
+  EXPECT_TRUE(name_too_long(fs_->MkDir(dir, fits, 0755).status()));  // "…/" is 1,025 bytes
+  EXPECT_TRUE(name_too_long(fs_->Create(dir, too_long, 0644, O_CREAT | O_WRONLY).status()));
+  EXPECT_TRUE(name_too_long(fs_->Symlink("t", dir, too_long).status()));
+  EXPECT_TRUE(name_too_long(fs_->MkNod(dir, too_long, S_IFIFO | 0644, 0).status()));
+  EXPECT_TRUE(name_too_long(fs_->Rename(kRootIno, "src", dir, too_long, 0)));
+  EXPECT_EQ(
+      metrics_.head_requests.load() + metrics_.put_requests.load() + metrics_.list_requests.load(),
+      requests);
+  // A directory whose marker or whose files' keys would pass the limit stays where it is.
+  auto small = fs_->MkDir(kRootIno, "s", 0755);
+  ASSERT_TRUE(small.ok());
+  ASSERT_EQ(WriteFile(small->attr.ino, std::string(200, 'x'), "y") != 0, true);
+  EXPECT_TRUE(name_too_long(fs_->Rename(kRootIno, "s", dir, fits, 0)));
+  EXPECT_TRUE(name_too_long(fs_->Rename(kRootIno, "s", dir, "s", 0)));
+  EXPECT_TRUE(memory_->head("s/" + std::string(200, 'x')).ok());
+  // At the limit.
+  auto created = fs_->Create(dir, fits, 0644, O_CREAT | O_WRONLY);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+}
+
 TEST_F(FilesystemTest, FailedUploadKeepsDataAndRetries) {
   auto created = fs_->Create(kRootIno, "precious", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(created.ok());
@@ -1032,6 +1122,10 @@ TEST_F(FilesystemTest, UnlinkWhileOpenDiscardsData) {
   ASSERT_TRUE(created.ok());
   ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("x")).ok());
   ASSERT_TRUE(fs_->Unlink(kRootIno, "gone").ok());
+  auto attr = fs_->GetAttr(created->entry.attr.ino);
+  ASSERT_TRUE(attr.ok()) << attr.status().ToString();
+  EXPECT_EQ(attr->attr.nlink, 0u);
+  EXPECT_EQ(attr->attr.size, 1u);
   ASSERT_TRUE(fs_->Release(created->fh).ok());
   EXPECT_FALSE(memory_->head("gone").ok());
   EXPECT_EQ(fs_->Lookup(kRootIno, "gone").status().code(), StatusCode::kNotFound);
@@ -1111,6 +1205,7 @@ TEST_F(FilesystemTest, AttributesOfARemovedOpenFileAreNotTheNewFileOfItsName) {
   auto attr = fs_->GetAttr(ino);
   ASSERT_TRUE(attr.ok()) << attr.status().ToString();
   EXPECT_EQ(attr->attr.size, 3u) << "fstat shows the new file of that name";
+  EXPECT_EQ(attr->attr.nlink, 0u) << "no name leads to it";
   FileAttr wanted;
   wanted.mode = 0600;
   auto changed = fs_->SetAttr(ino, kSetMode, wanted, *fh);

@@ -58,15 +58,37 @@ TEST(ObjectAttrsTest, ADirectoryModeMakesADirectoryOfSizeZero) {
   EXPECT_EQ(rec.mode, S_IFDIR | 0750u);
   FileAttr attr = ObjectAttrs::ToAttr(5, rec);
   EXPECT_EQ(attr.ino, 5u);
-  EXPECT_EQ(attr.nlink, 2u);
+  EXPECT_EQ(attr.nlink, 1u);  // its subdirectories are not counted: find must not rely on it
   EXPECT_EQ(attr.size, 4096u);
 }
 
-TEST(ObjectAttrsTest, AnOddTypeIsShownAsARegularFile) {
+TEST(ObjectAttrsTest, FifosSocketsAndDevicesKeepTheirTypeAndNumber) {
+  for (uint32_t type : {S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK}) {
+    ObjectInfo info;
+    info.has_metadata = true;
+    SetPosixMetadata(type | 0640, 0, 0, 0, &info.metadata);
+    info.metadata[kRdevMetadata] = "2049";
+    MetaRecord rec = Defaults().FromInfo(info, false);
+    EXPECT_FALSE(rec.is_dir);
+    EXPECT_EQ(rec.mode, type | 0640u);
+    FileAttr attr = ObjectAttrs::ToAttr(4, rec);
+    EXPECT_EQ(attr.mode, type | 0640u);
+    // Only a device has a number.
+    EXPECT_EQ(attr.rdev, type == S_IFCHR || type == S_IFBLK ? 2049u : 0u) << type;
+  }
+  // s3fs writes no number: device 0.
+  ObjectInfo s3fs;
+  s3fs.has_metadata = true;
+  SetPosixMetadata(S_IFCHR | 0600, 0, 0, 0, &s3fs.metadata);
+  EXPECT_EQ(ObjectAttrs::ToAttr(4, Defaults().FromInfo(s3fs, false)).rdev, 0u);
+}
+
+TEST(ObjectAttrsTest, AnUnknownTypeIsShownAsARegularFile) {
   ObjectInfo info;
-  SetPosixMetadata(S_IFIFO | 0600, 0, 0, 0, &info.metadata);
+  SetPosixMetadata(0160000 | 0600, 0, 0, 0, &info.metadata);  // BSD's whiteout
   EXPECT_EQ(Defaults().FromInfo(info, false).mode, S_IFREG | 0600u);
   // A marker is a directory whatever its mode says.
+  SetPosixMetadata(S_IFIFO | 0600, 0, 0, 0, &info.metadata);
   EXPECT_EQ(Defaults().FromInfo(info, true).mode, S_IFDIR | 0600u);
 }
 
