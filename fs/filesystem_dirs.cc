@@ -169,6 +169,7 @@ Result<Entry> Filesystem::MkNod(uint64_t parent, std::string_view name, uint32_t
   MetaRecord rec = RecordFromInfo(info, false);
   rec.complete = true;
   meta_cache_.Put(key, rec);
+  EntryChanged(key);
   uint64_t ino = inodes_.Acquire(key, 1);
   return MakeEntry(AttrFromRecord(ino, rec), true);
 }
