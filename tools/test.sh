@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs objfs's whole test suite on this machine, from nothing: installs the Debian packages it
-# needs, checks formatting and clang-tidy, builds objfs three times (optimised; with
-# AddressSanitizer + UndefinedBehaviorSanitizer; with clang, its thread-safety analysis as errors,
-# and ThreadSanitizer), starts one throwaway Ceph RADOS Gateway and one OpenSSH sshd on 127.0.0.1
-# for the run, runs every unit and integration test against the first two builds and the threaded
-# unit and mount tests against the third, and stops the servers by PID however the run ends.
+# needs, checks formatting and clang-tidy, builds objfs three times, warnings as errors
+# (optimised; with AddressSanitizer + UndefinedBehaviorSanitizer; with clang, its thread-safety
+# analysis as errors, and ThreadSanitizer), starts one throwaway Ceph RADOS Gateway and one
+# OpenSSH sshd on 127.0.0.1 for the run, runs every unit and integration test against the first
+# two builds and the threaded unit and mount tests against the third, and stops the servers by
+# PID however the run ends.
 # Server logs of a failed run are kept and their place printed.
 #
 # The tests mostly wait on the servers, so the builds that come later, and clang-tidy, run in
@@ -30,7 +31,7 @@ bash tools/install-deps.sh
 OPTIMISED=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
   -DOBJFS_TEST_PCH=ON)
 # clang-tidy reads the compile commands of the optimised build, which configuring writes.
-cmake -S . -B build -G Ninja "${OPTIMISED[@]}" >/dev/null
+cmake -S . -B build -G Ninja -DOBJFS_WERROR=ON "${OPTIMISED[@]}" >/dev/null
 tools/lint.sh build
 
 RUN_DIR=$(mktemp -d /tmp/objfs-test.XXXXXX)
@@ -77,7 +78,7 @@ build() {  # build DIR [cmake args...] [-- ninja targets...]
   while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
   if [ $# -gt 0 ]; then shift; fi
   # (Explicit: a stage runs this where set -e does not apply.)
-  cmake -S . -B "$dir" -G Ninja "${args[@]}" >/dev/null || return
+  cmake -S . -B "$dir" -G Ninja -DOBJFS_WERROR=ON "${args[@]}" >/dev/null || return
   ninja -C "$dir" -j "$JOBS" "$@"
 }
 
