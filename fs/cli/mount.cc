@@ -725,6 +725,9 @@ int RunObjfs(int argc, char** argv, const std::vector<Scheme>& schemes) {
     case MountAction::kHelpMarkdown:
       std::fputs(OptionsMarkdown().c_str(), stdout);
       return 0;
+    case MountAction::kHelpMan:
+      std::fputs(OptionsMan().c_str(), stdout);
+      return 0;
     case MountAction::kVersion:
       std::printf("objfs %s (libfuse %s)\n", OBJFS_VERSION, fuse_pkgversion());
       return 0;

@@ -986,6 +986,9 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
     } else if (arg == "--help-markdown") {
       out.action = MountAction::kHelpMarkdown;
       return out;
+    } else if (arg == "--help-man") {
+      out.action = MountAction::kHelpMan;
+      return out;
     } else if (arg == "-f") {
       out.foreground = true;
     } else if (arg == "-d") {
@@ -1190,6 +1193,74 @@ std::string OptionsMarkdown() {
     }
     out += "| " + OptionLabel(spec, true) + " | " + (schemes.empty() ? "all" : schemes) + " | " +
            std::string(spec.meaning) + " | " + std::string(spec.default_value) + " |\n";
+  }
+  return out;
+}
+
+namespace {
+
+// `text` as troff running text: backslashes escaped, `code` spans in bold with their hyphens as
+// hyphen-minus (what is typed), and a line never starting with a control character.
+std::string ManText(std::string_view text) {
+  std::string out;
+  bool code = false;
+  for (char c : text) {
+    if (c == '`') {
+      out += code ? "\\fR" : "\\fB";
+      code = !code;
+    } else if (c == '\\') {
+      out += "\\e";
+    } else if (c == '-' && code) {
+      out += "\\-";
+    } else {
+      out += c;
+    }
+  }
+  if (code) out += "\\fR";
+  if (!out.empty() && (out[0] == '.' || out[0] == '\'')) out.insert(0, "\\&");
+  return out;
+}
+
+}  // namespace
+
+std::string OptionsMan() {
+  using G = OptionSpec::Group;
+  const std::pair<G, std::string_view> groups[] = {
+      {G::kS3, "S3 options"},
+      {G::kSftp, "SFTP options"},
+      {G::kFilesystem, "Filesystem options"},
+      {G::kTimeouts, "Bounded waits"},
+      {G::kMount, "FUSE and mount options"},
+  };
+  std::string out;
+  for (const auto& [group, heading] : groups) {
+    out += ".SS " + std::string(heading) + "\n";
+    for (const OptionSpec& spec : MountOptionSpecs()) {
+      if (spec.group != group) continue;
+      out += ".TP\n";
+      std::string label;
+      for (std::string_view name : spec.names) {
+        if (!label.empty()) label += ", ";
+        label += "`" + std::string(name) + "`";
+        if (spec.value == OptionSpec::Value::kRequired) {
+          label += "=\\fI" + std::string(spec.value_name) + "\\fR";
+        }
+      }
+      out += ManText(label) + "\n";
+      std::string text = ManText(spec.meaning);
+      if (!spec.schemes.empty()) {
+        text += " (";
+        for (size_t i = 0; i < spec.schemes.size(); ++i) {
+          if (i > 0) text += ", ";
+          text += ManText("`" + std::string(spec.schemes[i]) + "://`");
+        }
+        text += " URLs)";
+      }
+      out += text + "\n";
+      if (!spec.default_value.empty()) {
+        out += ".br\nDefault: " + ManText(spec.default_value) + ".\n";
+      }
+    }
   }
   return out;
 }
