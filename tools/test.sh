@@ -12,8 +12,8 @@
 #
 # The tests mostly wait on the servers, so the builds that come later, and clang-tidy, run in
 # the background at the lowest CPU priority while the tests of the build before run: one chain,
-# in this order, ASan build, TSan build, package build, clang-tidy; each stage's output is printed when the
-# run gets to it. The tests keep the CPU when they want it (nice 19 against 0), and two cores
+# in this order, ASan build, TSan build, package build, clang-tidy; each stage's output is
+# printed when the run gets to it. The tests keep the CPU when they want it (nice 19 against 0), and two cores
 # are busy throughout instead of idle while a mount waits on RGW.
 #
 # usage: tools/test.sh            (as root: it installs packages and mounts FUSE filesystems)
