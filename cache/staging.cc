@@ -136,8 +136,20 @@ Status StagedFile::Sync() {
   return Status::Ok();
 }
 
+Status StagedFile::CutStaleTail() {
+  if (!stale_tail_) return Status::Ok();
+  if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+    return ErrnoStatus("truncate", data_path_, errno);
+  }
+  stale_tail_ = false;
+  return Status::Ok();
+}
+
 Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
   synced_ = false;
+  if (offset > size_) {
+    OBJFS_RETURN_IF_ERROR(CutStaleTail());
+  }
   size_t done = 0;
   while (done < data.size()) {
     ssize_t n =
@@ -146,8 +158,11 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
       if (errno == EINTR) continue;
       int err = errno;
       // A write that fails (a full disk) has not happened: bytes it left past the end would
-      // otherwise surface as content if the file is later extended.
-      if (offset + done > size_) (void)::ftruncate(fd_, static_cast<off_t>(size_));
+      // otherwise surface as content if the file is later extended. If they cannot be cut off
+      // now, they are before it grows (CutStaleTail).
+      if (offset + done > size_ && ::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+        stale_tail_ = true;
+      }
       return ErrnoStatus("write", data_path_, err);
     }
     done += static_cast<size_t>(n);
@@ -162,6 +177,9 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
 
 Status StagedFile::Truncate(uint64_t size) {
   synced_ = false;
+  if (size > size_) {
+    OBJFS_RETURN_IF_ERROR(CutStaleTail());
+  }
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
     return ErrnoStatus("truncate", data_path_, errno);
   }

@@ -107,6 +107,8 @@ class StagedFile {
  private:
   friend class StagingArea;
   StagedFile(int fd, std::string data_path, std::string meta_path, uint64_t size);
+  // Cuts the data file back to size_ if a failed write left bytes past it (stale_tail_).
+  Status CutStaleTail();
 
   int fd_;
   std::string data_path_;
@@ -123,6 +125,9 @@ class StagedFile {
   uint64_t base_size_ = 0;
   uint64_t base_limit_ = 0;
   ExtentSet present_;
+  // A failed write left bytes past size_ that could not be cut off: they go before the file
+  // grows again, or they would read back as its content.
+  bool stale_tail_ = false;
 
   // Forgets the base once every byte below base_limit is present.
   void ForgetBaseIfWhole();

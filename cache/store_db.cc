@@ -196,8 +196,14 @@ Status RecordTable<Record>::Append(const std::string& frame) {
     s = ErrnoStatus("fdatasync", path_, errno);
   }
   if (!s.ok()) {
-    // Take back a partial frame; if even that fails, the next Open drops it as a torn tail.
-    (void)::ftruncate(fd_, static_cast<off_t>(at));
+    // Take back a partial frame. If even that fails, the next Append writes over it from `at`
+    // and the next Open drops what is left of it as a torn tail; the error says so.
+    if (::ftruncate(fd_, static_cast<off_t>(at)) != 0) {
+      const int err = errno;
+      return Status(s.code(), s.message() + "; taking back the partial record failed too (" +
+                                  ErrnoStatus("truncate", path_, err).message() +
+                                  "): the next open drops it");
+    }
     return s;
   }
   stats_.log_bytes = at + frame.size();

@@ -23,9 +23,14 @@ test_pkgs=(
   attr rsync curl procps psmisc bc
   media-types
 )
+# tools/package.sh and its test (tests/packaging/): what CPack runs (file), checks of the
+# package (lintian; hardening-check is in devscripts), and what its installation is tried with.
+package_pkgs=(
+  file lintian devscripts man-db bash-completion
+)
 
 missing=()
-for p in "${build_pkgs[@]}" "${test_pkgs[@]}"; do
+for p in "${build_pkgs[@]}" "${test_pkgs[@]}" "${package_pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
     missing+=("$p")
   fi

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # Runs objfs's whole test suite on this machine, from nothing: installs the Debian packages it
-# needs, checks formatting and clang-tidy, builds objfs three times (optimised; with
-# AddressSanitizer + UndefinedBehaviorSanitizer; with clang, its thread-safety analysis as errors,
-# and ThreadSanitizer), starts one throwaway Ceph RADOS Gateway and one OpenSSH sshd on 127.0.0.1
-# for the run, runs every unit and integration test against the first two builds and the threaded
-# unit and mount tests against the third, and stops the servers by PID however the run ends.
+# needs, checks formatting and clang-tidy, builds objfs three times, warnings as errors
+# (optimised; with AddressSanitizer + UndefinedBehaviorSanitizer; with clang, its thread-safety
+# analysis as errors, and ThreadSanitizer), starts one throwaway Ceph RADOS Gateway and one
+# OpenSSH sshd on 127.0.0.1 for the run, runs every unit and integration test against the first
+# two builds and the threaded unit and mount tests against the third, builds the Debian package
+# with Debian's hardening flags (tools/package.sh: lintian and hardening-check) and tries it
+# (tests/packaging/package_test.sh: apt-get install, man, an fstab mount, purge), and stops the
+# servers by PID however the run ends.
 # Server logs of a failed run are kept and their place printed.
 #
 # The tests mostly wait on the servers, so the builds that come later, and clang-tidy, run in
 # the background at the lowest CPU priority while the tests of the build before run: one chain,
-# in this order, ASan build, TSan build, clang-tidy; each stage's output is printed when the
-# run gets to it. The tests keep the CPU when they want it (nice 19 against 0), and two cores
+# in this order, ASan build, TSan build, package build, clang-tidy; each stage's output is
+# printed when the run gets to it. The tests keep the CPU when they want it (nice 19 against 0), and two cores
 # are busy throughout instead of idle while a mount waits on RGW.
 #
 # usage: tools/test.sh            (as root: it installs packages and mounts FUSE filesystems)
 # env:   OBJFS_TEST_SKIP_ASAN=1   skip the AddressSanitizer build (quicker local iterations)
 #        OBJFS_TEST_SKIP_TSAN=1   skip the ThreadSanitizer build
+#        OBJFS_TEST_SKIP_PACKAGE=1  skip the package's build and test
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +34,7 @@ bash tools/install-deps.sh
 OPTIMISED=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
   -DOBJFS_TEST_PCH=ON)
 # clang-tidy reads the compile commands of the optimised build, which configuring writes.
-cmake -S . -B build -G Ninja "${OPTIMISED[@]}" >/dev/null
+cmake -S . -B build -G Ninja -DOBJFS_WERROR=ON "${OPTIMISED[@]}" >/dev/null
 tools/lint.sh build
 
 RUN_DIR=$(mktemp -d /tmp/objfs-test.XXXXXX)
@@ -77,7 +81,7 @@ build() {  # build DIR [cmake args...] [-- ninja targets...]
   while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
   if [ $# -gt 0 ]; then shift; fi
   # (Explicit: a stage runs this where set -e does not apply.)
-  cmake -S . -B "$dir" -G Ninja "${args[@]}" >/dev/null || return
+  cmake -S . -B "$dir" -G Ninja -DOBJFS_WERROR=ON "${args[@]}" >/dev/null || return
   ninja -C "$dir" -j "$JOBS" "$@"
 }
 
@@ -134,9 +138,10 @@ await() {  # await NAME: waits for the stage, prints its output; fails if it fai
   grep -v '^\[[0-9]*/[0-9]*\] ' "$RUN_DIR/$1.log" || true
   tail -n 1 "$RUN_DIR/$1.log" | grep '^\[[0-9]*/[0-9]*\] ' || true
 }
-ASAN=1 TSAN=1
+ASAN=1 TSAN=1 PACKAGE=1
 [ "${OBJFS_TEST_SKIP_ASAN:-0}" != 1 ] || ASAN=0
 [ "${OBJFS_TEST_SKIP_TSAN:-0}" != 1 ] || TSAN=0
+[ "${OBJFS_TEST_SKIP_PACKAGE:-0}" != 1 ] || PACKAGE=0
 (
   renice -n 19 "$BASHPID" >/dev/null || true
   if [ "$ASAN" = 1 ]; then
@@ -152,6 +157,11 @@ ASAN=1 TSAN=1
     stage tsan-build build build-tsan "${OPTIMISED[@]}" \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DOBJFS_TSAN=ON \
       -DOBJFS_BUILD_BENCHMARKS=OFF -- tsan_tests
+  fi
+  # The one build with Debian's flags (dpkg-buildflags, hardening=+all), as a packager builds:
+  # objfs alone, Release (-O3), then CPack, hardening-check and lintian.
+  if [ "$PACKAGE" = 1 ]; then
+    stage package env OBJFS_WERROR=ON JOBS="$JOBS" tools/package.sh "$RUN_DIR/package"
   fi
   stage tidy tools/lint.sh --tidy build
 ) &
@@ -184,6 +194,14 @@ if [ "$TSAN" = 1 ]; then
       cat "$RUN_DIR"/tsan/report.* >&2
       rc=1
     fi
+  else
+    rc=1
+  fi
+fi
+if [ "$PACKAGE" = 1 ]; then
+  if await package; then
+    echo "== the Debian package: install, man, an fstab mount, purge =="
+    tests/packaging/package_test.sh "$RUN_DIR/package" || rc=1
   else
     rc=1
   fi

@@ -873,6 +873,9 @@ int RunObjfs(int argc, char** argv, const std::vector<Scheme>& schemes) {
     case MountAction::kHelpMarkdown:
       std::fputs(OptionsMarkdown().c_str(), stdout);
       return 0;
+    case MountAction::kHelpMan:
+      std::fputs(OptionsMan().c_str(), stdout);
+      return 0;
     case MountAction::kVersion:
       std::fputs(VersionText().c_str(), stdout);
       return 0;

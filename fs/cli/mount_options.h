@@ -99,8 +99,9 @@ Result<uint64_t> ParseSize(std::string_view text);
 inline constexpr double kDefaultRequestTimeout = 30;
 inline constexpr double kDefaultOperationTimeout = 120;
 
-// What the process is asked to do. kHelpMarkdown: print README.md's options table.
-enum class MountAction { kMount, kHelp, kVersion, kHelpMarkdown };
+// What the process is asked to do. kHelpMarkdown: print README.md's options table. kHelpMan:
+// print the options section of the man pages (troff; packaging/ builds them with it).
+enum class MountAction { kMount, kHelp, kVersion, kHelpMarkdown, kHelpMan };
 
 struct MountOptions {
   MountAction action = MountAction::kMount;
@@ -220,5 +221,9 @@ std::string MountUsage(const std::vector<SchemeSyntax>& extra = {});
 
 // README.md's options table (Markdown), from MountOptionSpecs().
 std::string OptionsMarkdown();
+
+// The body of the man pages' OPTIONS section (troff: a subsection per group, an indented
+// paragraph per option), from MountOptionSpecs(). `objfs --help-man` prints it.
+std::string OptionsMan();
 
 }  // namespace objfs

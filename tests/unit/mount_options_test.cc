@@ -627,6 +627,32 @@ TEST(OptionSpecsTest, HelpMarkdownIsAnAction) {
   EXPECT_NE(table.find("| `read_buffer=SIZE` | all |"), std::string::npos) << table;
 }
 
+// The man pages' OPTIONS section (packaging/man.cmake puts `objfs --help-man` into them): every
+// declared option, each an indented paragraph, and nothing troff would take for a request.
+TEST(OptionSpecsTest, HelpManListsEveryOption) {
+  Result<MountOptions> parsed = Parse({"--help-man"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->action, MountAction::kHelpMan);
+  const std::string man = OptionsMan();
+  EXPECT_EQ(man.rfind(".SS S3 options\n", 0), 0u) << man;
+  EXPECT_NE(man.find(".TP\n\\fBpart_size\\fR=\\fISIZE\\fR\n"), std::string::npos) << man;
+  EXPECT_NE(man.find(" (\\fBsftp://\\fR URLs)\n"), std::string::npos) << man;
+  EXPECT_NE(man.find("\n.br\nDefault: 16M.\n"), std::string::npos) << man;
+  for (const OptionSpec& spec : MountOptionSpecs()) {
+    for (std::string_view name : spec.names) {
+      std::string troff_name;
+      for (char c : name) troff_name += c == '-' ? std::string("\\-") : std::string(1, c);
+      EXPECT_NE(man.find("\\fB" + troff_name + "\\fR"), std::string::npos)
+          << "option '" << name << "' is missing from the man pages";
+    }
+  }
+  std::istringstream lines(man);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || (line[0] != '.' && line[0] != '\'')) continue;
+    EXPECT_TRUE(line.rfind(".SS ", 0) == 0 || line == ".TP" || line == ".br") << line;
+  }
+}
+
 // A scheme added by a build of the command line: its URLs, its own options (refused with other
 // schemes), and the options of s3:// and sftp:// refused with it.
 TEST(OptionSpecsTest, AddedSchemeAndItsOptions) {
