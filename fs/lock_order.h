@@ -51,6 +51,8 @@
 //  26. StreamedUpload::mu_ (fs/streamed_upload.h)  the parts of a file streamed while it is
 //                         written; taken under Inode::mu, never held across a server call or
 //                         IoPool::Submit.
+//  27. DataCache::mu_ (cache/data_cache.h)  the disk cache's blocks and their LRU order; never
+//                         held across a file or index (14) write.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.
