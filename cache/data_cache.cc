@@ -8,11 +8,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
 
 #include "backend/md5.h"
+#include "backend/object_version.h"
 #include "cache/codec.h"
 #include "cache/file_io.h"
 
@@ -20,6 +23,30 @@ namespace objfs {
 namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
+
+// How long after its mtime a size-and-mtime version (SFTP) is trusted to name one content. An
+// SFTP mtime has whole seconds: a file rewritten with the same size within the second it was
+// last written keeps its version, so blocks of a version that recent could be served for other
+// bytes (git's "racily clean" index entries, the same problem). The margin also allows for a
+// server clock a little ahead of this one.
+constexpr int64_t kRecentVersionNs = 2'000'000'000;
+
+// Whether blocks of version `etag` may be cached and served: any ETag but a size-and-mtime
+// version whose mtime is less than kRecentVersionNs ago.
+bool SettledVersion(const ETag& etag) {
+  if (!IsVersionTag(etag)) return true;
+  const std::string& text = etag.value();
+  const size_t dash = text.rfind('-');
+  if (dash == std::string::npos) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long mtime_ns = std::strtoll(text.c_str() + dash + 1, &end, 10);
+  if (errno != 0 || end == text.c_str() + dash + 1 || *end != '\0') return false;
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  return mtime_ns <= now_ns - kRecentVersionNs;
+}
 
 Status MakeDirectory(const std::string& path) {
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
@@ -367,7 +394,7 @@ DataCacheStore::DataCacheStore(std::shared_ptr<ObjectStore> target,
 
 Result<size_t> DataCacheStore::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
                                     const ETag* if_match) {
-  if (if_match == nullptr || if_match->empty() || buf.empty()) {
+  if (if_match == nullptr || if_match->empty() || buf.empty() || !SettledVersion(*if_match)) {
     return target().read(key, offset, buf, if_match);
   }
   const ETag& etag = *if_match;

@@ -11,6 +11,10 @@
 // ranged read, writing each block as it arrives.
 //
 // Rules:
+// - Versions must be settled: on stores whose version is the size and the mtime in whole
+//   seconds (SFTP), a file rewritten within the second keeps its version, so blocks of a
+//   version whose mtime is less than two seconds old are neither cached nor served (git's
+//   "racily clean" rule; it assumes the server's clock within a second or so of this one).
 // - Bounded: the blocks never hold more than max_bytes; every insert first evicts the least
 //   recently used blocks (use within a mount; across mounts, the order they were written or
 //   last used in before it).

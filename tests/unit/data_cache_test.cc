@@ -11,6 +11,7 @@
 
 #include "backend/fake/memory_store.h"
 #include "backend/metrics_store.h"
+#include "backend/object_version.h"
 #include "gtest/gtest.h"
 
 namespace objfs {
@@ -244,6 +245,38 @@ TEST_F(DataCacheTest, ReadsWithoutAVersionBypassIt) {
   }
   EXPECT_EQ(BackendReads(), 2u);
   EXPECT_EQ(cache_->stats().blocks, 0u);
+}
+
+// On SFTP a version is the size and an mtime of whole seconds: a file rewritten with the same size
+// within that second keeps it, so a version that recent never reaches the cache.
+TEST_F(DataCacheTest, ARecentSizeAndMtimeVersionIsNeitherCachedNorServed) {
+  memory_ = std::make_shared<MemoryStore>(MemoryStoreOptions{.native_etags = false});
+  counted_ = std::make_shared<MetricsStore>(memory_, backend_);
+  const std::string data = Pattern(2 * kBlock, 's');
+  ASSERT_TRUE(memory_->put("f", MemorySource(data), {}).ok());
+  Result<ObjectInfo> info = memory_->head("f");
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(IsVersionTag(info->etag)) << info->etag.value();
+  OpenCache();
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(Read("f", info->etag, 0, 2 * kBlock), data);
+  EXPECT_EQ(BackendReads(), 2u);
+  EXPECT_EQ(cache_->stats().blocks, 0u);
+
+  // A version of three seconds ago is settled: no write can share it any more. (The store here
+  // ignores If-Match: it only has the version of now.)
+  struct AnyVersion : ForwardingStore {
+    using ForwardingStore::ForwardingStore;
+    Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                        const ETag*) override {
+      return target().read(key, offset, buf, nullptr);
+    }
+  };
+  store_ =
+      std::make_shared<DataCacheStore>(std::make_shared<AnyVersion>(counted_), cache_, &metrics_);
+  const ETag settled = VersionTag(data.size(), info->mtime_ns - 3'000'000'000);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(Read("f", settled, 0, 2 * kBlock), data);
+  EXPECT_EQ(BackendReads(), 3u);
+  EXPECT_EQ(cache_->stats().blocks, 2u);
 }
 
 }  // namespace
