@@ -42,6 +42,11 @@ std::string Metrics::ToText() const {
   line("page_cache_invalidations", page_cache_invalidations);
   line("cache_hits", cache_hits);
   line("cache_misses", cache_misses);
+  line("data_cache_hit_bytes", data_cache_hit_bytes);
+  line("data_cache_miss_bytes", data_cache_miss_bytes);
+  line("data_cache_evictions", data_cache_evictions);
+  line("data_cache_corrupt", data_cache_corrupt);
+  line("data_cache_bytes", data_cache_bytes);
   return out;
 }
 

@@ -76,6 +76,15 @@ struct Metrics {
   std::atomic<uint64_t> cache_hits{0};  // metadata or data served without a backend call
   std::atomic<uint64_t> cache_misses{0};
 
+  // The disk cache of object data (-o data_cache, cache/data_cache.h): bytes of reads it served
+  // and bytes it had to fetch, blocks evicted to stay under data_cache_size, blocks dropped as
+  // damaged (their checksum did not match), and the bytes it holds now (a gauge).
+  std::atomic<uint64_t> data_cache_hit_bytes{0};
+  std::atomic<uint64_t> data_cache_miss_bytes{0};
+  std::atomic<uint64_t> data_cache_evictions{0};
+  std::atomic<uint64_t> data_cache_corrupt{0};
+  std::atomic<uint64_t> data_cache_bytes{0};
+
   // "name=value" lines, one counter a line, in a fixed order.
   std::string ToText() const;
 };

@@ -570,6 +570,56 @@ Result<OpenUploadRecord> OpenUploadCodec::Decode(std::string_view in) {
   return record;
 }
 
+// ---- DataBlockCodec -----------------------------------------------------------------------
+
+namespace {
+// name length, key length, etag kind, etag text length, offset, block_size, length, crc, stamp.
+constexpr size_t kDataBlockFixedBody = 2 * kStringBytes + 1 + kStringBytes + 8 + 4 + 4 + 4 + 8;
+}  // namespace
+
+size_t DataBlockCodec::EncodedSize(const DataBlockRecord& record) {
+  return kFramingBytes + 2 * kStringBytes + record.name.size() + record.key.size() +
+         ETagBytes(record.etag) + 8 + 4 + 4 + 4 + 8;
+}
+
+void DataBlockCodec::Encode(const DataBlockRecord& record, std::string& out) {
+  Writer w(out, EncodedSize(record), kTag, kVersion);
+  w.String(record.name);
+  w.String(record.key);
+  WriteETag(w, record.etag);
+  w.U64(record.offset);
+  w.U32(record.block_size);
+  w.U32(record.length);
+  w.U32(record.crc32c);
+  w.U64(record.stamp);
+  w.Seal();
+}
+
+Result<DataBlockRecord> DataBlockCodec::Decode(std::string_view in) {
+  static constexpr char kType[] = "data block";
+  std::string_view body;
+  if (Status s = CheckEnvelope(in, kTag, kVersion, kDataBlockFixedBody, kType, body); !s.ok()) {
+    return s;
+  }
+  Reader r(body);
+  DataBlockRecord record;
+  if (!r.String(record.name) || !r.String(record.key)) {
+    return Corrupt(kType, "length past the end");
+  }
+  OBJFS_RETURN_IF_ERROR(ReadETag(r, kType, record.etag));
+  if (!r.U64(record.offset) || !r.U32(record.block_size) || !r.U32(record.length) ||
+      !r.U32(record.crc32c) || !r.U64(record.stamp)) {
+    return Corrupt(kType, "length past the end");
+  }
+  if (r.left() != 0) return Corrupt(kType, "trailing bytes");
+  if (record.name.empty()) return Corrupt(kType, "no name");
+  if (record.block_size == 0 || record.length == 0 || record.length > record.block_size ||
+      record.offset % record.block_size != 0) {
+    return Corrupt(kType, "bad block range");
+  }
+  return record;
+}
+
 // ---- TombstoneCodec -----------------------------------------------------------------------
 
 namespace {

@@ -98,6 +98,19 @@ class OpenUploadCodec {
   static const std::string& Key(const OpenUploadRecord& record) { return record.name; }
 };
 
+// name, key, etag kind u8, etag text, offset u64, block_size u32, length u32, crc32c u32,
+// stamp u64. The ETag is checked as in ObjectMetaCodec; the name must not be empty, the length
+// must be 1..block_size and the offset a multiple of block_size.
+class DataBlockCodec {
+ public:
+  static constexpr uint8_t kTag = 0x06;
+  static constexpr uint8_t kVersion = 1;
+  static size_t EncodedSize(const DataBlockRecord& record);
+  static void Encode(const DataBlockRecord& record, std::string& out);
+  static Result<DataBlockRecord> Decode(std::string_view in);
+  static const std::string& Key(const DataBlockRecord& record) { return record.name; }
+};
+
 // record_tag u8, key.
 class TombstoneCodec {
  public:
@@ -131,6 +144,10 @@ struct CodecFor<PendingAttrsRecord> {
 template <>
 struct CodecFor<OpenUploadRecord> {
   using type = OpenUploadCodec;
+};
+template <>
+struct CodecFor<DataBlockRecord> {
+  using type = DataBlockCodec;
 };
 template <>
 struct CodecFor<TombstoneRecord> {

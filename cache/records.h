@@ -5,7 +5,8 @@
 // can be recomputed or re-fetched, so one that does not decode is dropped, never trusted.
 // cache/staging.h keeps the others one file each, beside what they describe (StagedUploadRecord,
 // PendingAttrsRecord): work a crash interrupted, redone at the next mount only when it decodes.
-// cache/upload_records.h keeps OpenUploadRecord one file each too.
+// cache/upload_records.h keeps OpenUploadRecord one file each too. cache/data_cache.h keeps
+// DataBlockRecord in a log of its own, in the data cache's directory.
 #pragma once
 
 #include <array>
@@ -111,6 +112,27 @@ struct OpenUploadRecord {
   std::string upload_id;
 
   bool operator==(const OpenUploadRecord&) const = default;
+};
+
+// One block of an object's data held by the disk cache (cache/data_cache.h): which object
+// version and range it holds, the file holding it ("blocks/<name[0..2]>/<name>") and the CRC32C
+// of its bytes, checked on every read. `stamp` orders blocks for eviction across mounts (the
+// larger, the more recently written or used).
+struct DataBlockRecord {
+  std::string name;  // the block's id: hex, derived from the mount's URL, key, ETag and offset
+  std::string key;
+  ETag etag;
+  uint64_t offset = 0;      // a multiple of block_size
+  uint32_t block_size = 0;  // the cache's block size when written
+  uint32_t length = 0;      // block_size, or less for the object's last block
+  uint32_t crc32c = 0;
+  uint64_t stamp = 0;
+
+  bool operator==(const DataBlockRecord& other) const {
+    return name == other.name && key == other.key && etag.kind() == other.etag.kind() &&
+           etag == other.etag && offset == other.offset && block_size == other.block_size &&
+           length == other.length && crc32c == other.crc32c && stamp == other.stamp;
+  }
 };
 
 // The removal of the record of type `record_tag` (a codec's kTag) stored under `key`. Only the

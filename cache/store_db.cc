@@ -317,6 +317,15 @@ Status RecordTable<Record>::CompactLocked() {
 }
 
 template <typename Record>
+std::vector<Record> RecordTable<Record>::All() const {
+  MutexLock lock(&mu_);
+  std::vector<Record> records;
+  records.reserve(index_.size());
+  for (const auto& [key, record] : index_) records.push_back(record);
+  return records;
+}
+
+template <typename Record>
 size_t RecordTable<Record>::size() const {
   MutexLock lock(&mu_);
   return index_.size();
@@ -330,6 +339,7 @@ typename RecordTable<Record>::Stats RecordTable<Record>::stats() const {
 
 template class RecordTable<ContentETagRecord>;
 template class RecordTable<ObjectMetaRecord>;
+template class RecordTable<DataBlockRecord>;
 
 // ---- StoreDb ------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/mutex.h"
 #include "backend/status.h"
@@ -66,6 +67,8 @@ class RecordTable {
   Status Remove(std::string_view key);
   // Rewrites the log with only the live records.
   Status Compact();
+  // Every live record, in no particular order (for a cache that rebuilds its own index at open).
+  std::vector<Record> All() const;
 
   size_t size() const;
   Stats stats() const;
@@ -93,6 +96,7 @@ class RecordTable {
 
 extern template class RecordTable<ContentETagRecord>;
 extern template class RecordTable<ObjectMetaRecord>;
+extern template class RecordTable<DataBlockRecord>;
 
 class StoreDb {
  public:

@@ -54,6 +54,8 @@
 //  27. Filesystem::dir_times_mu_  the directory times this mount moved (fs/filesystem.h).
 //  28. PageInvalidator::State::mu (fs/page_invalidator.h)  the inodes whose kernel pages are to be
 //                         dropped; never held while the kernel is notified.
+//  29. DataCache::mu_ (cache/data_cache.h)  the disk cache's blocks and their LRU order; never
+//                         held across a file or index (14) write.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

@@ -52,6 +52,7 @@
 #include "backend/sftp/ssh_config.h"
 #include "cache/buffer_pool.h"
 #include "cache/content_etag_store.h"
+#include "cache/data_cache.h"
 #include "cache/listing_attr_store.h"
 #include "cache/store_db.h"
 #include "cache/upload_records.h"
@@ -286,7 +287,7 @@ Status CreatePrivateDirectories(const std::string& dir) {
 // its keys, the directory must belong to the user and be writable by nobody else; so must a
 // symbolic link naming it, and each directory above it, unless root owns that one or (like
 // /tmp) its sticky bit keeps others from renaming what they do not own.
-Status CheckCacheDirectory(const std::string& dir) {
+Status CheckCacheDirectory(const std::string& dir, std::string_view option = "cache_dir") {
   const uid_t uid = ::getuid();
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) {
@@ -296,7 +297,8 @@ Status CheckCacheDirectory(const std::string& dir) {
     return PermissionDeniedError("cache directory '" + dir + "' is a symbolic link owned by uid " +
                                  std::to_string(st.st_uid) +
                                  ": replace it with a directory of "
-                                 "your own, or give another -o cache_dir=");
+                                 "your own, or give another -o " +
+                                 std::string(option) + "=");
   }
   std::error_code ec;
   const std::filesystem::path real = std::filesystem::canonical(dir, ec);
@@ -311,7 +313,7 @@ Status CheckCacheDirectory(const std::string& dir) {
     return PermissionDeniedError("cache directory '" + real.string() + "' is owned by uid " +
                                  std::to_string(st.st_uid) + ", not by uid " + std::to_string(uid) +
                                  " who mounts: chown " + std::to_string(uid) + " " + real.string() +
-                                 ", or give another -o cache_dir=");
+                                 ", or give another -o " + std::string(option) + "=");
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     return PermissionDeniedError("cache directory '" + real.string() +
@@ -325,8 +327,8 @@ Status CheckCacheDirectory(const std::string& dir) {
           "cache directory '" + real.string() + "' is in '" + parent.string() +
           "', which another user can change (owner uid " + std::to_string(st.st_uid) + ", mode " +
           std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
-          std::to_string(st.st_mode & 7) +
-          "): give a -o cache_dir= in a directory only you can write");
+          std::to_string(st.st_mode & 7) + "): give a -o " + std::string(option) +
+          "= in a directory only you can write");
     }
     if (parent == parent.parent_path()) break;
   }
@@ -699,6 +701,40 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
     return 1;
   }
 
+  // The disk cache of object data, in blocks the size of the prefetcher's reads. Opened (and
+  // locked) before mounting, so that a directory another mount holds fails the mount.
+  std::shared_ptr<DataCache> data_cache;
+  if (!options.data_cache.empty()) {
+    const std::string dir = AbsolutePath(options.data_cache);
+    struct stat st {};
+    Status usable = ::lstat(dir.c_str(), &st) == 0 ? Status::Ok() : CreatePrivateDirectories(dir);
+    if (usable.ok()) usable = CheckCacheDirectory(dir, "data_cache");
+    if (!usable.ok()) {
+      reporter.Error(usable.message());
+      return 1;
+    }
+    DataCacheOptions cache_options;
+    cache_options.dir = dir;
+    cache_options.max_bytes = options.data_cache_size;
+    cache_options.block_size = static_cast<uint32_t>(std::min<uint64_t>(
+        EffectiveReadBuffer(fs_options.prefetch.read_buffer, (*store)->capabilities().read_unit),
+        UINT32_MAX));
+    cache_options.scope = options.url.text + " " + options.endpoint;
+    cache_options.log = log;
+    Result<std::unique_ptr<DataCache>> opened = DataCache::Open(std::move(cache_options), &metrics);
+    const StatusCode code = opened.ok() ? StatusCode::kOk : opened.status().code();
+    if (code == StatusCode::kNoSpace || code == StatusCode::kIoError) {
+      // A full or failing cache disk costs speed, never the mount.
+      reporter.Error("data cache " + dir +
+                     " unusable, reads go uncached: " + opened.status().message());
+    } else if (!opened.ok()) {
+      reporter.Error(opened.status().message());
+      return 1;
+    } else {
+      data_cache = std::move(opened).value();
+    }
+  }
+
   FuseAdapterOptions adapter_options;
   adapter_options.direct_io = options.direct_io;
   adapter_options.log = log;
@@ -774,6 +810,11 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
     } else {
       reporter.Error("attributes are not kept between mounts: " + db.status().message());
     }
+  }
+  if (data_cache != nullptr) {
+    // Beneath the filesystem, which reads with the If-Match the blocks are keyed by, and above
+    // the metrics: a block served from disk is no backend request.
+    served = std::make_shared<DataCacheStore>(std::move(served), data_cache, &metrics);
   }
   Result<std::unique_ptr<Filesystem>> fs = Filesystem::Create(served, logged_options, &metrics);
   if (!fs.ok()) {

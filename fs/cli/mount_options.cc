@@ -136,6 +136,7 @@ Result<std::string> ExpandHome(std::string_view path, std::string_view what,
 struct OptionState {
   const MountEnvironment& env;
   bool cache_dir = false;
+  bool data_cache_size = false;
   bool allow_other = false;
   bool default_permissions = false;
   bool no_default_permissions = false;
@@ -551,6 +552,25 @@ std::vector<OptionSpec> BuildOptionSpecs() {
              state.cache_dir = true;
              return Status::Ok();
            }},
+      {.names = {"data_cache"},
+       .value = V::kRequired,
+       .value_name = "DIR",
+       .meaning = "keep the data read in blocks of `read_buffer` in DIR, across mounts, and read "
+                  "them from there while the object is unchanged; one mount at a time; checked "
+                  "as `cache_dir` is",
+       .default_value = "none",
+       .apply = PathText<&MountOptions::data_cache>},
+      {.names = {"data_cache_size"},
+       .value = V::kRequired,
+       .value_name = "SIZE",
+       .meaning = "the most `data_cache` holds; least recently used blocks go first",
+       .default_value = "1G",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState& state) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.data_cache_size, ParseSizeOption(value, name, kMinReadBuffer));
+         state.data_cache_size = true;
+         return Status::Ok();
+       }},
       {.names = {"read_buffer"},
        .value = V::kRequired,
        .value_name = "SIZE",
@@ -1190,6 +1210,14 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
 
   if (out.fs.prefetch.max_readahead < out.fs.prefetch.read_buffer) {
     return Invalid("max_readahead (" + std::to_string(out.fs.prefetch.max_readahead) +
+                   ") must not be smaller than read_buffer (" +
+                   std::to_string(out.fs.prefetch.read_buffer) + ")");
+  }
+  if (given.data_cache_size && out.data_cache.empty()) {
+    return Invalid("data_cache_size needs data_cache=DIR");
+  }
+  if (!out.data_cache.empty() && out.data_cache_size < out.fs.prefetch.read_buffer) {
+    return Invalid("data_cache_size (" + std::to_string(out.data_cache_size) +
                    ") must not be smaller than read_buffer (" +
                    std::to_string(out.fs.prefetch.read_buffer) + ")");
   }

@@ -103,6 +103,9 @@ inline constexpr double kDefaultOperationTimeout = 120;
 // print the options section of the man pages (troff; packaging/ builds them with it).
 enum class MountAction { kMount, kHelp, kVersion, kHelpMarkdown, kHelpMan };
 
+// The bytes a data_cache holds unless data_cache_size= says otherwise.
+inline constexpr uint64_t kDefaultDataCacheSize = 1ull << 30;
+
 struct MountOptions {
   MountAction action = MountAction::kMount;
   MountUrl url;
@@ -174,6 +177,11 @@ struct MountOptions {
   // crashed process left behind.
   // metadata_delay defaults to 1 second here (kDefaultMetadataDelay).
   FilesystemOptions fs;
+
+  // data_cache=DIR: the disk cache of object data (cache/data_cache.h); empty: none.
+  // data_cache_size=SIZE: the most its blocks hold.
+  std::string data_cache;
+  uint64_t data_cache_size = kDefaultDataCacheSize;
 
   // Options handed to libfuse's mount as "-o" options: ro, allow_other, default_permissions,
   // fsname=, and the kernel flags rw, dev, nodev, suid, nosuid, exec, noexec.

@@ -260,6 +260,60 @@ TEST(OpenUploadCodecTest, RejectsARecordWithoutAName) {
             std::string::npos);
 }
 
+void ExpectCorrupt(const Status& status, std::string_view why);
+
+DataBlockRecord SampleDataBlock(std::string_view etag) {
+  DataBlockRecord r;
+  r.name = "0123456789abcdef0123456789abcdef";
+  r.key = "datasets/train/shard-0001.tfrecord";
+  r.etag = ETag::Parse(etag);
+  r.offset = uint64_t{5} << 30;
+  r.block_size = 1 << 20;
+  r.length = 12345;
+  r.crc32c = 0xdeadbeef;
+  r.stamp = 42;
+  return r;
+}
+
+TEST(DataBlockCodecTest, RoundTripsEveryKindOfVersion) {
+  for (std::string_view etag : {"\"0123456789abcdef0123456789abcdef\"",
+                                "\"0123456789abcdef0123456789abcdef-12\"", "v1-4096-17000000001"}) {
+    const DataBlockRecord r = SampleDataBlock(etag);
+    std::string bytes = Encoded<DataBlockCodec>(r);
+    EXPECT_EQ(bytes.size(), DataBlockCodec::EncodedSize(r));
+    auto decoded = DecodeExact<DataBlockCodec>(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, r);
+  }
+}
+
+TEST(DataBlockCodecTest, RejectsCorruptAndImpossibleRecords) {
+  const DataBlockRecord good = SampleDataBlock("\"0123456789abcdef0123456789abcdef\"");
+  std::string bytes = Encoded<DataBlockCodec>(good);
+  for (size_t at = 0; at < bytes.size(); ++at) {
+    std::string flipped = bytes;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x01);
+    EXPECT_FALSE(DecodeExact<DataBlockCodec>(flipped).ok()) << "byte " << at;
+  }
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(DecodeExact<DataBlockCodec>(bytes.substr(0, n)).ok()) << n << " bytes";
+  }
+  ExpectCorrupt(DecodeExact<DataBlockCodec>(Reseal(bytes + "x")).status(), "trailing bytes");
+
+  DataBlockRecord r = good;
+  r.length = r.block_size + 1;
+  ExpectCorrupt(DecodeExact<DataBlockCodec>(Encoded<DataBlockCodec>(r)).status(), "block range");
+  r = good;
+  r.length = 0;
+  ExpectCorrupt(DecodeExact<DataBlockCodec>(Encoded<DataBlockCodec>(r)).status(), "block range");
+  r = good;
+  r.offset += 1;
+  ExpectCorrupt(DecodeExact<DataBlockCodec>(Encoded<DataBlockCodec>(r)).status(), "block range");
+  r = good;
+  r.name.clear();
+  ExpectCorrupt(DecodeExact<DataBlockCodec>(Encoded<DataBlockCodec>(r)).status(), "no name");
+}
+
 // ---- Rejections of well-sealed but malformed records --------------------------------------
 
 void ExpectCorrupt(const Status& status, std::string_view why) {

@@ -346,6 +346,19 @@ TEST(ParseMountOptionsTest, ReadBufferDownTo4K) {
   ExpectError({"s3://bucket", "/mnt", "-o", "read_buffer=2M,max_readahead=1M"}, "max_readahead");
 }
 
+TEST(ParseMountOptionsTest, DataCacheIsOffUnlessGivenAndBoundedByItsSize) {
+  MountOptions plain = ParseWith("read_buffer=64K");
+  EXPECT_EQ(plain.data_cache, "");
+  MountOptions o = ParseWith("data_cache=~/data,data_cache_size=256M");
+  EXPECT_EQ(o.data_cache, "/home/u/data");
+  EXPECT_EQ(o.data_cache_size, 256u << 20);
+  EXPECT_EQ(ParseWith("data_cache=/d").data_cache_size, kDefaultDataCacheSize);
+  ExpectError({"s3://bucket", "/mnt", "-o", "data_cache_size=1G"}, "needs data_cache=DIR");
+  ExpectError({"s3://bucket", "/mnt", "-o", "data_cache=/d,data_cache_size=64K,read_buffer=1M"},
+              "must not be smaller than read_buffer");
+  ExpectError({"s3://bucket", "/mnt", "-o", "data_cache=/d,data_cache_size=1Q"}, "bad size");
+}
+
 TEST(ParseMountOptionsTest, FuseOptionsArePassedThrough) {
   MountOptions o = ParseWith("ro,allow_other,default_permissions,fsname=mine");
   EXPECT_TRUE(o.fs.read_only);

@@ -96,6 +96,22 @@ std::vector<PendingAttrsRecord> PendingAttrsRecords() {
   return v;
 }
 
+// The disk cache's index: one record per cached block of a few objects.
+std::vector<DataBlockRecord> DataBlockRecords() {
+  std::vector<DataBlockRecord> v;
+  for (size_t i = 0; i < kRecords; ++i) {
+    v.push_back({.name = HexMd5(Md5Of(i)),
+                 .key = PathOf(i / 16).substr(1),
+                 .etag = ETag::FromMd5(Md5Of(i / 16)),
+                 .offset = uint64_t{i % 16} << 20,
+                 .block_size = 1 << 20,
+                 .length = 1 << 20,
+                 .crc32c = static_cast<uint32_t>(i * 2654435761u),
+                 .stamp = i});
+  }
+  return v;
+}
+
 template <typename Record>
 std::vector<Record> Records();
 template <>
@@ -113,6 +129,10 @@ std::vector<StagedUploadRecord> Records() {
 template <>
 std::vector<PendingAttrsRecord> Records() {
   return PendingAttrsRecords();
+}
+template <>
+std::vector<DataBlockRecord> Records() {
+  return DataBlockRecords();
 }
 
 // ---- The generic baseline -----------------------------------------------------------------
@@ -400,13 +420,15 @@ BENCHMARK_TEMPLATE(BM_Encode, PendingAttrsRecord);
 BENCHMARK_TEMPLATE(BM_EncodeGeneric, PendingAttrsRecord);
 BENCHMARK_TEMPLATE(BM_Decode, PendingAttrsRecord);
 BENCHMARK_TEMPLATE(BM_DecodeGeneric, PendingAttrsRecord);
+BENCHMARK_TEMPLATE(BM_Encode, DataBlockRecord);
+BENCHMARK_TEMPLATE(BM_Decode, DataBlockRecord);
 void BM_Crc32cPortable(benchmark::State& state) {
   std::string data(static_cast<size_t>(state.range(0)), 'a');
   for ([[maybe_unused]] auto _ : state) benchmark::DoNotOptimize(Crc32cPortable(data));
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * data.size()));
 }
 
-BENCHMARK(BM_Crc32c)->Arg(64)->Arg(4096);
+BENCHMARK(BM_Crc32c)->Arg(64)->Arg(4096)->Arg(1 << 20);  // 1 MiB: a data cache block
 BENCHMARK(BM_Crc32cPortable)->Arg(64)->Arg(4096);
 
 }  // namespace
