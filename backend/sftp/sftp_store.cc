@@ -1377,6 +1377,7 @@ Capabilities SftpStore::capabilities() const {
   caps.scheme = "sftp";
   caps.native_etags = false;
   caps.native_rename = true;
+  caps.directory_attributes = true;
   MutexLock lock(&server_mu_);
   caps.server_side_copy = copy_data_;
   caps.upload_sessions = true;
