@@ -115,6 +115,13 @@ Owner Filesystem::NewOwner(const std::optional<Owner>& caller) const {
   return Owner{options_.uid, options_.gid};
 }
 
+void Filesystem::ParentChanged(const std::string& key) {
+  const size_t slash = key.rfind('/');
+  // (The root shows the mount's attributes.)
+  if (slash == std::string::npos || !store_->capabilities().directory_attributes) return;
+  meta_cache_.Invalidate(key.substr(0, slash));
+}
+
 Status Filesystem::CheckWritable() const {
   if (options_.read_only) return PermissionDeniedError("the mount is read-only");
   return Status::Ok();

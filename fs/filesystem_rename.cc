@@ -81,7 +81,12 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
       if (dst->has_object) OBJFS_RETURN_IF_ERROR(store_->remove(list.prefix));
     }
   }
-  return src.is_dir ? RenameDirectory(from, to, src) : RenameFile(from, to, src);
+  Status moved = src.is_dir ? RenameDirectory(from, to, src) : RenameFile(from, to, src);
+  if (moved.ok()) {
+    ParentChanged(from);
+    ParentChanged(to);
+  }
+  return moved;
 }
 
 std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const std::string& to,

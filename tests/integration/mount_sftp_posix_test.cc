@@ -95,5 +95,42 @@ TEST(MountSftpPosixTest, ANonEmptyDirectoryKeepsItsModeOwnerAndTimes) {
   EXPECT_EQ(seen.st_gid, 4322u);
 }
 
+// Creating or removing an entry moves its directory's mtime on the server, and a stat of the
+// directory shows that at once, not what was cached before for attr_timeout (here long).
+TEST(MountSftpPosixTest, AParentShowsTheServersNewTimesAtOnce) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  const std::vector<std::string> parents = {"create",  "unlink",    "mkdir",      "rmdir",
+                                            "symlink", "rename-in", "rename-out", "other"};
+  for (const std::string& p : parents) fs::create_directories(dir.path + "/" + p);
+  WriteFile(dir.path + "/unlink/f", "f");
+  fs::create_directories(dir.path + "/rmdir/d");
+  WriteFile(dir.path + "/rename-out/f", "f");
+  WriteFile(dir.path + "/other/f", "f");
+  constexpr time_t kOld = 1000000000;
+  for (const std::string& p : parents) {
+    ASSERT_EQ(RunCommand({"touch", "-m", "-d", "@1000000000", dir.path + "/" + p}).exit_code, 0);
+  }
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=60"));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  // Cached, by the kernel and by objfs, for a minute.
+  for (const std::string& p : parents) ASSERT_EQ(StatOf(m + "/" + p).st_mtime, kOld) << p;
+
+  WriteFile(m + "/create/f", "new");
+  ASSERT_EQ(::unlink((m + "/unlink/f").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir((m + "/mkdir/d").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::rmdir((m + "/rmdir/d").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::symlink("target", (m + "/symlink/l").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::rename((m + "/other/f").c_str(), (m + "/rename-in/f").c_str()), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(::rename((m + "/rename-out/f").c_str(), (m + "/other/g").c_str()), 0)
+      << std::strerror(errno);
+  for (const std::string& p : parents) {
+    const struct stat server = StatOf(dir.path + "/" + p);
+    ASSERT_NE(server.st_mtime, kOld) << p << ": the server's directory did not change";
+    EXPECT_EQ(StatOf(m + "/" + p).st_mtime, server.st_mtime) << p;
+  }
+}
+
 }  // namespace
 }  // namespace objfs::testing
