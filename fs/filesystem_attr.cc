@@ -163,10 +163,15 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     inode->attr.mtime_ns = NowNs();
     meta_cache_.Invalidate(key);
   }
-  uint32_t meta_fields = kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow;
+  uint32_t meta_fields =
+      kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow | kSetAtime | kSetAtimeNow;
   if (to_set & meta_fields) {
     int64_t now = NowNs();
-    auto mutate = [&](FileAttr& a, Metadata&) -> Status {
+    auto mutate = [&](FileAttr& a, Metadata& extra) -> Status {
+      if (to_set & (kSetAtime | kSetAtimeNow)) {
+        a.atime_ns = (to_set & kSetAtimeNow) ? now : attr.atime_ns;
+        extra[kAtimeMetadata] = FormatMtime(a.atime_ns);
+      }
       if (to_set & kSetMode) a.mode = (a.mode & S_IFMT) | (attr.mode & 07777);
       if (to_set & kSetUid) a.uid = attr.uid;
       if (to_set & kSetGid) a.gid = attr.gid;

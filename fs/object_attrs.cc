@@ -59,6 +59,10 @@ FileAttr ObjectAttrs::ToAttr(uint64_t ino, const MetaRecord& rec) {
   attr.gid = rec.gid;
   attr.size = rec.is_dir ? kDirectorySize : rec.size;
   attr.mtime_ns = attr.ctime_ns = attr.atime_ns = rec.mtime_ns;
+  // Reads never move it: noatime.
+  if (auto atime = rec.metadata.find(kAtimeMetadata); atime != rec.metadata.end()) {
+    attr.atime_ns = ParseMtime(atime->second).value_or(attr.atime_ns);
+  }
   attr.nlink = rec.is_dir ? 2 : 1;
   return attr;
 }

@@ -22,6 +22,9 @@ inline constexpr char kModeMetadata[] = "mode";
 inline constexpr char kUidMetadata[] = "uid";
 inline constexpr char kGidMetadata[] = "gid";
 inline constexpr char kMtimeMetadata[] = "mtime";
+// An atime set explicitly (utimensat, touch -a), in mtime's format; none: st_atime is the mtime.
+// On SFTP the server's own atime, which a later change of the file carries back.
+inline constexpr char kAtimeMetadata[] = "atime";
 
 struct PosixMetadata {
   std::optional<uint32_t> mode;

@@ -665,12 +665,14 @@ std::vector<OptionSpec> BuildOptionSpecs() {
              out.fuse_options.emplace_back(name);
              return Status::Ok();
            }},
-      // Access-time flags that libfuse 3.14 does not know. objfs keeps no access times, so they
-      // change nothing; accepted so that an fstab line or a habit does not make the mount fail.
+      // Access-time flags that libfuse 3.14 does not know. objfs never moves an access time on
+      // reads, so they change nothing; accepted so that an fstab line or a habit does not make
+      // the mount fail.
       {.names = {"relatime", "norelatime", "strictatime", "nostrictatime", "lazytime", "nolazytime",
                  "diratime", "nodiratime"},
        .group = G::kMount,
-       .meaning = "accepted and change nothing: objfs keeps no access times",
+       .meaning = "accepted and change nothing: reads never move an access time (noatime), "
+                  "only `touch -a` and the like set one",
        .apply = Ignore},
       // Options of mount(8) and fstab that concern the mount command, not the filesystem.
       {.names = {"auto", "noauto", "user", "nouser", "users", "_netdev", "nofail"},

@@ -132,5 +132,36 @@ TEST(MountSftpPosixTest, AParentShowsTheServersNewTimesAtOnce) {
   }
 }
 
+// touch -a sets the atime on the server and touch -m the mtime, each keeping the other; a
+// rewrite keeps the atime too (objfs itself never moves it: noatime).
+TEST(MountSftpPosixTest, TouchSetsTheTimeAskedForAndKeepsTheOther) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=0"));
+  ASSERT_TRUE(mount);
+  const std::string f = mount->path() + "/f";
+  const std::string server = dir.path + "/f";
+  WriteFile(f, "data");
+  ASSERT_EQ(RunCommand({"touch", "-m", "-d", "@1200000000", f}).exit_code, 0);
+  ASSERT_EQ(StatOf(server).st_mtime, 1200000000);
+
+  ASSERT_EQ(RunCommand({"touch", "-a", "-d", "@1000000000", f}).exit_code, 0);
+  EXPECT_EQ(StatOf(server).st_atime, 1000000000);
+  EXPECT_EQ(StatOf(server).st_mtime, 1200000000);
+  EXPECT_EQ(StatOf(f).st_atime, 1000000000);
+  EXPECT_EQ(StatOf(f).st_mtime, 1200000000);
+
+  ASSERT_EQ(RunCommand({"touch", "-m", "-d", "@1100000000", f}).exit_code, 0);
+  EXPECT_EQ(StatOf(server).st_atime, 1000000000);
+  EXPECT_EQ(StatOf(server).st_mtime, 1100000000);
+  EXPECT_EQ(StatOf(f).st_atime, 1000000000);
+  EXPECT_EQ(StatOf(f).st_mtime, 1100000000);
+
+  // New bytes move the mtime, not the atime.
+  ASSERT_EQ(RunCommand({"sh", "-c", "echo more >> \"$0\"", f}).exit_code, 0);
+  EXPECT_EQ(StatOf(server).st_atime, 1000000000);
+  EXPECT_NE(StatOf(server).st_mtime, 1100000000);
+  EXPECT_EQ(ReadFile(server), "datamore\n");
+}
+
 }  // namespace
 }  // namespace objfs::testing
