@@ -160,6 +160,10 @@ struct Capabilities {
   // put() keeps the "uid" and "gid" metadata it is given (S3); false: the server decides who
   // owns a new file (SFTP: the account logged in).
   bool stores_owner = false;
+  // head() of the marker "x/" of any directory x answers with that directory's own attributes
+  // (SFTP: a stat of the directory), whether a listing shows the marker or only keys under it;
+  // false: only a marker object has attributes, a directory implied by its keys has none (S3).
+  bool directory_attributes = false;
   // read() splits a read into requests of this many bytes (SFTP: the server's max read
   // length), so a read of a multiple of it has no short request at its end. 0: one request.
   uint64_t read_unit = 0;

@@ -460,6 +460,11 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   rec.complete = true;
   rec.own_write = true;
   meta_cache_->Put(key, rec);
+  if (const size_t slash = key.rfind('/');
+      slash != std::string::npos && caps_.directory_attributes) {
+    // The server dated the directory the file went into.
+    meta_cache_->Invalidate(key.substr(0, slash));
+  }
   if (inode.open_handles.load() == 0) {
     DropStaging(inode);
   } else {

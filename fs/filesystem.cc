@@ -114,6 +114,8 @@ int64_t Filesystem::NowNs() const {
 }
 
 void Filesystem::EntryChanged(const std::string& key) {
+  // A store that keeps directories' own times moves them itself (ParentChanged re-reads them).
+  if (store_->capabilities().directory_attributes) return;
   const size_t slash = key.rfind('/');
   std::string dir = slash == std::string::npos ? std::string() : key.substr(0, slash);
   const int64_t now = NowNs();
@@ -140,6 +142,13 @@ void Filesystem::ForgetDirTimes(const std::string& key) {
 Owner Filesystem::NewOwner(const std::optional<Owner>& caller) const {
   if (caller && stores_owner_) return *caller;
   return Owner{options_.uid, options_.gid};
+}
+
+void Filesystem::ParentChanged(const std::string& key) {
+  const size_t slash = key.rfind('/');
+  // (The root shows the mount's attributes.)
+  if (slash == std::string::npos || !store_->capabilities().directory_attributes) return;
+  meta_cache_.Invalidate(key.substr(0, slash));
 }
 
 Status Filesystem::CheckWritable() const {

@@ -532,6 +532,11 @@ class Filesystem {
   bool attributes_in_place_;
   // The owner of a new object asked for by `caller`.
   Owner NewOwner(const std::optional<Owner>& caller) const;
+  // After an entry of the directory holding `key` came or went, on a store whose directories
+  // have attributes of their own (capabilities().directory_attributes: the server moved that
+  // directory's mtime): drops the directory's cached record, so that the next stat reads it.
+  // The kernel drops its own copy on these operations.
+  void ParentChanged(const std::string& key);
   FilesystemOptions options_;
   ObjectAttrs attrs_;  // the records and attributes of objects, with options_'s defaults
   Metrics* metrics_;

@@ -44,6 +44,7 @@ Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t
   rec.complete = true;
   meta_cache_.Put(key, rec);
   EntryChanged(key);
+  ParentChanged(key);
   uint64_t ino = inodes_.Acquire(key, 1);
   return MakeEntry(AttrFromRecord(ino, rec), true);
 }
@@ -80,6 +81,7 @@ Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
   }
   OBJFS_RETURN_IF_ERROR(store_->remove(marker));
   meta_cache_.InvalidateTree(key);
+  ParentChanged(key);
   inodes_.Unbind(key);
   ForgetDirTimes(key);
   EntryChanged(key);
@@ -131,6 +133,7 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
     }
   }
   meta_cache_.Invalidate(key);
+  if (!local_only) ParentChanged(key);
   if (inode != nullptr && !inode->staged && rec.ok()) {
     // What fstat of a handle still open shows from now on.
     inode->attr = AttrFromRecord(ino, *rec);
@@ -194,6 +197,7 @@ Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std:
   rec.complete = true;
   meta_cache_.Put(key, rec);
   EntryChanged(key);
+  ParentChanged(key);
   uint64_t ino = inodes_.Acquire(key, 1);
   return MakeEntry(AttrFromRecord(ino, rec), true);
 }

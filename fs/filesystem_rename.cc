@@ -110,6 +110,8 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
     if (src.is_dir) ForgetDirTimes(from);
     EntryChanged(from);
     EntryChanged(to);
+    ParentChanged(from);
+    ParentChanged(to);
   }
   return moved;
 }

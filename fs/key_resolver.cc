@@ -86,6 +86,19 @@ Result<MetaCache::Listed> KeyResolver::ListParent(const std::string& key) {
 }
 
 Result<MetaRecord> KeyResolver::ResolveDirectory(const std::string& key) {
+  if (store_->capabilities().directory_attributes) {
+    // Every directory is one on the server, with its own mode, owner and times: never a
+    // prefix dated by its first key.
+    Result<ObjectInfo> dir = store_->head(key + "/");
+    if (!dir.ok()) {
+      if (dir.status().code() == StatusCode::kNotFound) meta_cache_->PutNegative(key);
+      return dir.status();
+    }
+    MetaRecord rec = attrs_->FromInfo(*dir, true);
+    rec.complete = true;
+    meta_cache_->Put(key, rec);
+    return rec;
+  }
   ListOptions list;
   list.prefix = key + "/";
   list.max_keys = 1;

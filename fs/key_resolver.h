@@ -34,7 +34,8 @@ class KeyResolver {
 
   // The record of `key` ("" is the root): a file, symbolic link or directory. NotFound when
   // nothing is there (cached for the negative timeout). A complete fresh cache entry costs
-  // nothing, a file one HEAD, a directory a HEAD and a one-key listing.
+  // nothing, a file one HEAD, a directory a HEAD and a one-key listing (on a store with
+  // directory_attributes, two HEADs: the second of its marker).
   Result<MetaRecord> Resolve(const std::string& key);
 
   // The root directory's record.

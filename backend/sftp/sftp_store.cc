@@ -96,7 +96,10 @@ Metadata MetadataFromAttributes(const sftp_attributes_struct& a) {
     m["uid"] = std::to_string(a.uid);
     m["gid"] = std::to_string(a.gid);
   }
-  if (a.flags & SSH_FILEXFER_ATTR_ACMODTIME) m["mtime"] = std::to_string(a.mtime);
+  if (a.flags & SSH_FILEXFER_ATTR_ACMODTIME) {
+    m["mtime"] = std::to_string(a.mtime);
+    m["atime"] = std::to_string(a.atime);
+  }
   return m;
 }
 
@@ -122,9 +125,9 @@ std::optional<uint32_t> ParseMode(const Metadata& metadata) {
   return mode;
 }
 
-// s3fs writes mtime as whole or fractional seconds.
-std::optional<int64_t> ParseMtime(const Metadata& metadata) {
-  auto it = metadata.find("mtime");
+// s3fs writes mtime (and atime) as whole or fractional seconds.
+std::optional<int64_t> ParseMtime(const Metadata& metadata, const std::string& name = "mtime") {
+  auto it = metadata.find(name);
   if (it == metadata.end()) return std::nullopt;
   char* end = nullptr;
   double seconds = std::strtod(it->second.c_str(), &end);
@@ -547,13 +550,17 @@ std::optional<uint32_t> ParseId(const Metadata& metadata, const std::string& nam
   return id;
 }
 
-// The attributes objfs sets from a file's metadata: its mtime (now, if none) and its mode. The
-// owner only when `before` (what the server reported) names another one: a chown. A new
-// file's owner is the account logged in, whatever the metadata says.
+// The attributes objfs sets from a file's metadata: its mtime (now, if none), its atime (the
+// one asked for or the one the server reported, which the metadata carries back; the mtime if
+// none) and its mode. The owner only when `before` (what the server reported) names another
+// one: a chown. A new file's owner is the account logged in, whatever the metadata says.
 SftpWire::NewAttrs NewAttrsOf(const Metadata& metadata, const Metadata* before = nullptr) {
   SftpWire::NewAttrs attrs;
   attrs.mtime_s = static_cast<uint32_t>(
       ParseMtime(metadata).value_or(static_cast<int64_t>(std::time(nullptr))));
+  if (std::optional<int64_t> atime = ParseMtime(metadata, "atime")) {
+    attrs.atime_s = static_cast<uint32_t>(*atime);
+  }
   if (std::optional<uint32_t> mode = ParseMode(metadata)) attrs.permissions = *mode & 07777;
   if (before != nullptr) {
     std::optional<uint32_t> uid = ParseId(metadata, "uid"), gid = ParseId(metadata, "gid");
@@ -1388,6 +1395,7 @@ Capabilities SftpStore::capabilities() const {
   caps.scheme = "sftp";
   caps.native_etags = false;
   caps.native_rename = true;
+  caps.directory_attributes = true;
   MutexLock lock(&server_mu_);
   caps.server_side_copy = copy_data_;
   caps.upload_sessions = true;

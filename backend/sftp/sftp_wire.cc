@@ -321,7 +321,7 @@ void PutNewAttrs(std::string& out, const SftpWire::NewAttrs& attrs) {
     PutU32(out, attrs.owner->second);
   }
   if (attrs.permissions) PutU32(out, *attrs.permissions);
-  PutU32(out, attrs.mtime_s);  // atime
+  PutU32(out, attrs.atime_s.value_or(attrs.mtime_s));
   PutU32(out, attrs.mtime_s);
 }
 

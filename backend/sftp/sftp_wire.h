@@ -69,10 +69,11 @@ class SftpWire {
     int64_t atime_s = 0;
     int64_t mtime_s = 0;
   };
-  // Attributes to set: the mtime (and atime, to the same second) and, if given, the permissions
-  // and the owner (uid, gid).
+  // Attributes to set: the mtime, the atime (when not given: the mtime) and, if given, the
+  // permissions and the owner (uid, gid).
   struct NewAttrs {
     uint32_t mtime_s = 0;
+    std::optional<uint32_t> atime_s;
     std::optional<uint32_t> permissions;
     std::optional<std::pair<uint32_t, uint32_t>> owner;
   };

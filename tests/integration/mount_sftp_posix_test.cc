@@ -1,0 +1,167 @@
+// POSIX behaviour of an sftp:// mount on a real OpenSSH sshd that shared (allow_other) mounts
+// and the tools run on them rely on: a directory's own mode, owner and times whatever it holds,
+// a parent's times after an entry comes or goes, and access times. The server runs on this
+// machine as root, so every result is also checked in the server's directory itself.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tests/fixtures/file_tools.h"
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/run_command.h"
+#include "tests/fixtures/test_servers.h"
+
+namespace objfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+ObjfsMount::Options Extra(std::string options) {
+  ObjfsMount::Options o;
+  o.extra_options = std::move(options);
+  return o;
+}
+
+struct stat StatOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
+  return st;
+}
+
+// Polls `path` until its mtime is `mtime` (true) or `timeout_s` passes (false).
+bool WaitForMtime(const std::string& path, time_t mtime, double timeout_s = 10) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && st.st_mtime == mtime) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // between polls
+  }
+}
+
+// A directory keeps its own mode, owner and mtime once the attribute cache has expired, also
+// when it holds files or directories (a directory is one on the server, never a prefix dated by
+// its first entry). Each directory's mtime is moved on the server once the mount has cached
+// it: seeing that new mtime proves the cached attributes expired.
+TEST(MountSftpPosixTest, ANonEmptyDirectoryKeepsItsModeOwnerAndTimes) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=0.1"));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  CommandResult mkdir = RunCommand({"mkdir", "-p", m + "/d/s", m + "/e", m + "/f"});
+  ASSERT_EQ(mkdir.exit_code, 0) << mkdir.err;
+  WriteFile(m + "/f/file", "x");
+  for (const char* name : {"d", "e", "f"}) {
+    const std::string path = m + "/" + name;
+    ASSERT_EQ(::chmod(path.c_str(), 01777), 0) << std::strerror(errno);
+    ASSERT_EQ(::chown(path.c_str(), 65534, 65533), 0) << std::strerror(errno);
+    ASSERT_EQ(RunCommand({"touch", "-m", "-d", "@1234567890", path}).exit_code, 0);
+  }
+  // What `ls -l` does first: a listing of the parent, then a lookup of each name.
+  ASSERT_EQ(RunCommand({"ls", "-l", m}).exit_code, 0);
+  for (const char* name : {"d", "e", "f"}) {
+    const struct stat server = StatOf(dir.path + "/" + name);
+    ASSERT_EQ(server.st_mode, static_cast<mode_t>(S_IFDIR | 01777)) << name;
+    ASSERT_EQ(server.st_uid, 65534u) << name;
+    ASSERT_EQ(RunCommand({"touch", "-m", "-d", "@1234567891", dir.path + "/" + name}).exit_code, 0);
+    EXPECT_TRUE(WaitForMtime(m + "/" + name, 1234567891))
+        << name << " shows mtime " << StatOf(m + "/" + name).st_mtime;
+    const struct stat seen = StatOf(m + "/" + name);
+    EXPECT_EQ(seen.st_mode, static_cast<mode_t>(S_IFDIR | 01777)) << name;
+    EXPECT_EQ(seen.st_uid, 65534u) << name;
+    EXPECT_EQ(seen.st_gid, 65533u) << name;
+  }
+  // A directory made on the server behind the mount's back, with a directory in it.
+  fs::create_directories(dir.path + "/server/sub");
+  ASSERT_EQ(::chmod((dir.path + "/server").c_str(), 0710), 0);
+  ASSERT_EQ(::chown((dir.path + "/server").c_str(), 4321, 4322), 0);
+  ASSERT_EQ(RunCommand({"touch", "-m", "-d", "@1000000000", dir.path + "/server"}).exit_code, 0);
+  EXPECT_TRUE(WaitForMtime(m + "/server", 1000000000))
+      << "shows mtime " << StatOf(m + "/server").st_mtime;
+  const struct stat seen = StatOf(m + "/server");
+  EXPECT_EQ(seen.st_mode, static_cast<mode_t>(S_IFDIR | 0710));
+  EXPECT_EQ(seen.st_uid, 4321u);
+  EXPECT_EQ(seen.st_gid, 4322u);
+}
+
+// Creating or removing an entry moves its directory's mtime on the server, and a stat of the
+// directory shows that at once, not what was cached before for attr_timeout (here long).
+TEST(MountSftpPosixTest, AParentShowsTheServersNewTimesAtOnce) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  const std::vector<std::string> parents = {"create",  "unlink",    "mkdir",      "rmdir",
+                                            "symlink", "rename-in", "rename-out", "other"};
+  for (const std::string& p : parents) fs::create_directories(dir.path + "/" + p);
+  WriteFile(dir.path + "/unlink/f", "f");
+  fs::create_directories(dir.path + "/rmdir/d");
+  WriteFile(dir.path + "/rename-out/f", "f");
+  WriteFile(dir.path + "/other/f", "f");
+  constexpr time_t kOld = 1000000000;
+  for (const std::string& p : parents) {
+    ASSERT_EQ(RunCommand({"touch", "-m", "-d", "@1000000000", dir.path + "/" + p}).exit_code, 0);
+  }
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=60"));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  // Cached, by the kernel and by objfs, for a minute.
+  for (const std::string& p : parents) ASSERT_EQ(StatOf(m + "/" + p).st_mtime, kOld) << p;
+
+  WriteFile(m + "/create/f", "new");
+  ASSERT_EQ(::unlink((m + "/unlink/f").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir((m + "/mkdir/d").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::rmdir((m + "/rmdir/d").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::symlink("target", (m + "/symlink/l").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::rename((m + "/other/f").c_str(), (m + "/rename-in/f").c_str()), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(::rename((m + "/rename-out/f").c_str(), (m + "/other/g").c_str()), 0)
+      << std::strerror(errno);
+  for (const std::string& p : parents) {
+    const struct stat server = StatOf(dir.path + "/" + p);
+    ASSERT_NE(server.st_mtime, kOld) << p << ": the server's directory did not change";
+    EXPECT_EQ(StatOf(m + "/" + p).st_mtime, server.st_mtime) << p;
+  }
+}
+
+// touch -a sets the atime on the server and touch -m the mtime, each keeping the other; a
+// rewrite keeps the atime too (objfs itself never moves it: noatime).
+TEST(MountSftpPosixTest, TouchSetsTheTimeAskedForAndKeepsTheOther) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=0"));
+  ASSERT_TRUE(mount);
+  const std::string f = mount->path() + "/f";
+  const std::string server = dir.path + "/f";
+  WriteFile(f, "data");
+  ASSERT_EQ(RunCommand({"touch", "-m", "-d", "@1200000000", f}).exit_code, 0);
+  ASSERT_EQ(StatOf(server).st_mtime, 1200000000);
+
+  ASSERT_EQ(RunCommand({"touch", "-a", "-d", "@1000000000", f}).exit_code, 0);
+  EXPECT_EQ(StatOf(server).st_atime, 1000000000);
+  EXPECT_EQ(StatOf(server).st_mtime, 1200000000);
+  EXPECT_EQ(StatOf(f).st_atime, 1000000000);
+  EXPECT_EQ(StatOf(f).st_mtime, 1200000000);
+
+  ASSERT_EQ(RunCommand({"touch", "-m", "-d", "@1100000000", f}).exit_code, 0);
+  EXPECT_EQ(StatOf(server).st_atime, 1000000000);
+  EXPECT_EQ(StatOf(server).st_mtime, 1100000000);
+  EXPECT_EQ(StatOf(f).st_atime, 1000000000);
+  EXPECT_EQ(StatOf(f).st_mtime, 1100000000);
+
+  // New bytes move the mtime, not the atime.
+  ASSERT_EQ(RunCommand({"sh", "-c", "echo more >> \"$0\"", f}).exit_code, 0);
+  EXPECT_EQ(StatOf(server).st_atime, 1000000000);
+  EXPECT_NE(StatOf(server).st_mtime, 1100000000);
+  EXPECT_EQ(ReadFile(server), "datamore\n");
+}
+
+}  // namespace
+}  // namespace objfs::testing
