@@ -51,6 +51,8 @@
 //  26. StreamedUpload::mu_ (fs/streamed_upload.h)  the parts of a file streamed while it is
 //                         written; taken under Inode::mu, never held across a server call or
 //                         IoPool::Submit.
+//  27. CredentialsHolder::mu_ (backend/s3/credentials.h)  the credentials requests are signed
+//                         with; never held while they are resolved again.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

@@ -311,13 +311,17 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
   if (options.parallel_parts) s3_options.parallel_parts = *options.parallel_parts;
   s3_options.metrics = &metrics;
   s3_options.journal = uploads;
-  OBJFS_RETURN_IF_ERROR(s3::ApplyEnvironment(s3_options, options.profile,
-                                             [](const char* name) { return std::getenv(name); }));
-  if (s3_options.region.empty()) s3_options.region = "us-east-1";
+  s3::ChainOptions chain;
+  chain.profile = options.profile;
+  chain.source = options.credentials;
+  chain.credentials_file = options.credentials_file;
+  chain.getenv = [](const char* name) { return std::getenv(name); };
+  chain.request_timeout_ms = Millis(options.request_timeout).count();
+  OBJFS_RETURN_IF_ERROR(s3::ApplyEnvironment(s3_options, std::move(chain), log));
 
   OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<s3::S3Store> s3_store,
                          s3::S3Store::Create(std::move(s3_options)));
-  OBJFS_RETURN_IF_ERROR(s3_store->CheckBucket());
+  OBJFS_RETURN_IF_ERROR(s3_store->CheckBucket(options.url.prefix));
   s3::S3Store* s3 = s3_store.get();
   ClearDeadUploads(
       *uploads, "multipart upload",

@@ -229,10 +229,40 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .value_name = "NAME",
        .schemes = s3,
        .group = G::kS3,
-       .meaning = "profile of the shared credentials file (`~/.aws/credentials`) to take the "
-                  "credentials from, as the AWS CLI's `--profile`",
-       .default_value = "`AWS_ACCESS_KEY_ID`, else that file's `AWS_PROFILE` or `default`",
+       .meaning = "profile of `~/.aws/credentials` and `~/.aws/config` to take the credentials "
+                  "(and region, endpoint) from, as the AWS CLI's `--profile`",
+       .default_value = "the default chain: `AWS_ACCESS_KEY_ID`, web identity, the files' "
+                        "`AWS_PROFILE` or `default`, container, instance metadata",
        .apply = Text<&MountOptions::profile>},
+      {.names = {"credentials"},
+       .value = V::kRequired,
+       .value_name = "SOURCE",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "take the credentials from this source only: `environment`, `web_identity`, "
+                  "`shared_files`, `container` or `instance_metadata`",
+       .default_value = "the first source of the chain that has some",
+       .apply =
+           [](std::string_view name, std::string_view value, MountOptions& out, OptionState&) {
+             for (std::string_view source : s3::kCredentialSources) {
+               if (value == source) {
+                 out.credentials = std::string(value);
+                 return Status::Ok();
+               }
+             }
+             return InvalidArgumentError(
+                 std::string(name) + "=" + std::string(value) +
+                 ": not environment, web_identity, shared_files, container or instance_metadata");
+           }},
+      {.names = {"credentials_file"},
+       .value = V::kRequired,
+       .value_name = "PATH",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "the shared credentials file of this mount (for fstab lines), instead of "
+                  "`AWS_SHARED_CREDENTIALS_FILE`",
+       .default_value = "`~/.aws/credentials`",
+       .apply = PathText<&MountOptions::credentials_file>},
       {.names = {"path_style"},
        .schemes = s3,
        .group = G::kS3,
