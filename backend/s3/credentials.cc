@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -103,8 +105,8 @@ class JsonReader {
                                 ")");
   }
   void Space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' ||
-                                s_[pos_] == '\r')) {
+    while (pos_ < s_.size() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -145,6 +147,11 @@ class JsonReader {
           break;
         case 'u': {
           if (pos_ + 4 > s_.size()) return Bad("short \\u escape");
+          for (size_t i = 0; i < 4; ++i) {
+            if (!std::isxdigit(static_cast<unsigned char>(s_[pos_ + i]))) {
+              return Bad("bad \\u escape");
+            }
+          }
           const unsigned cp = std::stoul(std::string(s_.substr(pos_, 4)), nullptr, 16);
           pos_ += 4;
           if (cp < 0x80) {
@@ -315,8 +322,7 @@ Result<Credentials> CallSts(const Context& ctx, const AwsProfile* profile, const
     headers.emplace_back("Authorization", auth);
   }
   const std::string where = std::string(what) + " at " + endpoint;
-  Result<Fetched> r =
-      Fetch("POST", endpoint + "/", headers, body, ctx.options.request_timeout_ms);
+  Result<Fetched> r = Fetch("POST", endpoint + "/", headers, body, ctx.options.request_timeout_ms);
   if (!r.ok()) return PermissionDeniedError(where + ": " + r.status().message());
   if (r->status != 200) {
     std::string reason = "HTTP " + std::to_string(r->status);
@@ -490,8 +496,8 @@ Result<Credentials> RunCredentialProcess(const Context& ctx, const std::string& 
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   const char* argv[] = {"sh", "-c", command.c_str(), nullptr};
   pid_t pid = -1;
-  const int spawned = ::posix_spawn(&pid, "/bin/sh", &actions, nullptr,
-                                    const_cast<char* const*>(argv), environ);
+  const int spawned =
+      ::posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char* const*>(argv), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(pipe_fds[1]);
   if (spawned != 0) {
@@ -533,11 +539,11 @@ Result<Credentials> RunCredentialProcess(const Context& ctx, const std::string& 
                                  std::to_string(ctx.options.request_timeout_ms / 1000) + " s");
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return PermissionDeniedError(
-        where + ": the command failed (" +
-        (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
-                           : "signal " + std::to_string(WTERMSIG(status))) +
-        ")");
+    return PermissionDeniedError(where + ": the command failed (" +
+                                 (WIFEXITED(status)
+                                      ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                      : "signal " + std::to_string(WTERMSIG(status))) +
+                                 ")");
   }
   Result<Credentials> c = ParseProcessCredentials(out);
   if (!c.ok()) return PermissionDeniedError(where + ": " + c.status().message());
@@ -607,9 +613,9 @@ Result<Credentials> FromProfile(const Context& ctx, const AwsProfile& profile, b
     if (const std::string d = profile.Get("duration_seconds"); !d.empty()) {
       form.emplace_back("DurationSeconds", d);
     }
-    Result<Credentials> c =
-        CallSts(ctx, &profile, form, &source, "STS AssumeRole of " + role_arn + " for " +
-                                                  profile.Where() + " with " + source.source);
+    Result<Credentials> c = CallSts(
+        ctx, &profile, form, &source,
+        "STS AssumeRole of " + role_arn + " for " + profile.Where() + " with " + source.source);
     if (c.ok()) c->source = profile.Where() + " (role " + role_arn + " via " + source.source + ")";
     return c;
   }
@@ -636,9 +642,9 @@ Result<Credentials> FromProfile(const Context& ctx, const AwsProfile& profile, b
 }
 
 Result<Credentials> FromSharedFiles(const Context& ctx, bool explicit_name) {
-  OBJFS_ASSIGN_OR_RETURN(AwsProfile profile,
-                         LoadAwsProfile(ctx.options.profile, ctx.options.credentials_file,
-                                        ctx.options.getenv));
+  OBJFS_ASSIGN_OR_RETURN(
+      AwsProfile profile,
+      LoadAwsProfile(ctx.options.profile, ctx.options.credentials_file, ctx.options.getenv));
   // A file named for this mount must be there.
   if (!ctx.options.credentials_file.empty() && profile.credentials.empty() &&
       ::access(profile.credentials_path.c_str(), R_OK) != 0) {
@@ -747,13 +753,13 @@ Result<Credentials> ResolveCredentials(const ChainOptions& options) {
       if (name != options.source) continue;
       Result<Credentials> c = provider();
       if (!c.ok() && IsNotMine(c.status())) {
-        return PermissionDeniedError("credentials=" + options.source + ": " +
-                                     c.status().message());
+        return PermissionDeniedError("credentials=" + options.source + ": " + c.status().message());
       }
       return c;
     }
     std::string names;
-    for (std::string_view n : kCredentialSources) names += (names.empty() ? "" : ", ") + std::string(n);
+    for (std::string_view n : kCredentialSources)
+      names += (names.empty() ? "" : ", ") + std::string(n);
     return InvalidArgumentError("credentials=" + options.source + " is not one of " + names);
   }
   std::string tried;
@@ -791,7 +797,11 @@ CredentialsHolder::CredentialsHolder(Credentials initial, Resolver resolve, Log 
     MutexLock lock(&mu_);
     current_ = std::move(initial);
   }
-  if (resolve_) refresher_ = std::thread([this] { RefreshLoop(); });
+}
+
+void CredentialsHolder::StartRefreshing() {
+  started_ = true;
+  if (resolve_ && !refresher_.joinable()) refresher_ = std::thread([this] { RefreshLoop(); });
 }
 
 CredentialsHolder::~CredentialsHolder() {
@@ -834,7 +844,7 @@ bool CredentialsHolder::Renew(const std::string& why) {
     }
     cv_.SignalAll();
   }
-  if (log_) log_(line);
+  if (log_ && started_) log_(line);
   return fresh.ok();
 }
 

@@ -25,6 +25,7 @@
 // ones in use (a rotated key, a changed ~/.aws/credentials, an expired token).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -92,9 +93,9 @@ class CredentialsHolder {
   using Resolver = std::function<Result<Credentials>()>;
   using Log = std::function<void(const std::string&)>;
 
-  // `resolve` gives fresh credentials (the chain); may be empty for fixed keys. Temporary
-  // credentials are renewed `ahead` of their expiry (at half their remaining life when that is
-  // sooner).
+  // `resolve` gives fresh credentials (the chain); may be empty for fixed keys. Once
+  // StartRefreshing was called, temporary credentials are renewed `ahead` of their expiry (at
+  // half their life when they were given less than twice that).
   CredentialsHolder(Credentials initial, Resolver resolve, Log log,
                     std::chrono::seconds ahead = std::chrono::minutes(5));
   ~CredentialsHolder();
@@ -102,6 +103,11 @@ class CredentialsHolder {
   CredentialsHolder& operator=(const CredentialsHolder&) = delete;
 
   Credentials Current() const;
+
+  // Starts the background renewal (a thread: call it after the mount's fork). Once only.
+  // Renewals are logged from then on; before, a failing mount's one error says it all.
+  void StartRefreshing();
+  bool refreshing() const { return started_.load(); }
 
   // The server rejected `used` (`reason`: its error code). Resolves the chain again unless
   // another thread already replaced them; true when the credentials now differ from `used`.
@@ -123,6 +129,7 @@ class CredentialsHolder {
   bool stop_ GUARDED_BY(mu_) = false;
   // When a renewal after a refusal last gave the same credentials again.
   std::chrono::steady_clock::time_point last_fruitless_ GUARDED_BY(mu_);
+  std::atomic<bool> started_{false};
   std::thread refresher_;
 };
 

@@ -157,10 +157,6 @@ Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain,
   if (options.credentials_holder == nullptr && options.credentials.access_key.empty()) {
     chain.region = options.region;
     OBJFS_ASSIGN_OR_RETURN(options.credentials, ResolveCredentials(chain));
-    if (log) {
-      log("credentials: from " + options.credentials.source +
-          (options.credentials.expiry ? " (temporary)" : ""));
-    }
     options.credentials_holder = std::make_shared<CredentialsHolder>(
         options.credentials, [chain] { return ResolveCredentials(chain); }, log);
   }
@@ -188,10 +184,10 @@ Result<std::unique_ptr<S3Store>> S3Store::Create(S3StoreOptions options) {
 S3Store::S3Store(S3StoreOptions options, S3Endpoint endpoint)
     : options_(std::move(options)),
       endpoint_(std::move(endpoint)),
-      credentials_(options_.credentials_holder != nullptr
-                       ? options_.credentials_holder
-                       : std::make_shared<CredentialsHolder>(options_.credentials, nullptr,
-                                                             nullptr)),
+      credentials_(
+          options_.credentials_holder != nullptr
+              ? options_.credentials_holder
+              : std::make_shared<CredentialsHolder>(options_.credentials, nullptr, nullptr)),
       http_(options_.http),
       metrics_(options_.metrics != nullptr ? options_.metrics : &own_metrics_) {}
 
@@ -253,8 +249,8 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
     sreq.payload_sha256 = Sha256Hex(req.body);
   }
   *used = credentials_->Current();
-  std::string auth = Sign(sreq, *used, options_.region, "s3",
-                          std::chrono::system_clock::now(), /*add_content_sha256=*/true);
+  std::string auth = Sign(sreq, *used, options_.region, "s3", std::chrono::system_clock::now(),
+                          /*add_content_sha256=*/true);
 
   HttpRequest hreq;
   hreq.method = req.method;
@@ -330,7 +326,7 @@ Result<HttpResponse> S3Store::Execute(const Request& req) {
     r = ExecuteWithRetries(req, &used);
     if (r.ok() || !IsCredentialRejection(r.status(), req.method)) return r;
   }
-  if (options_.log) {
+  if (options_.log && credentials_->refreshing()) {
     options_.log(r.status().message() + " (signed with the credentials from " + used.source +
                  "; resolving them again gave no others)");
   }
@@ -1157,17 +1153,14 @@ Status S3Store::DiscoverRegion() {
   req.raw_reply = true;
   req.what = "HEAD s3://" + endpoint_.bucket() + " at " + endpoint_.endpoint();
   Result<HttpResponse> resp = Execute(req);
-  if (!resp.ok()) return Status::Ok();  // the listing below reports what is wrong
+  // Every HTTP reply comes back; a failure is the endpoint's (unreachable, timed out), which
+  // the listing would only meet again after as long a wait.
+  if (!resp.ok()) return resp.status();
   const std::string* region = resp->header("x-amz-bucket-region");
   if (region == nullptr || region->empty() || *region == options_.region) return Status::Ok();
   // AWS's own endpoint names the region; one given explicitly is kept.
-  OBJFS_ASSIGN_OR_RETURN(
-      endpoint_, S3Endpoint::Create(options_.endpoint, *region, endpoint_.bucket(),
-                                    options_.addressing));
-  if (options_.log) {
-    options_.log("s3: bucket '" + endpoint_.bucket() + "' is in region " + *region +
-                 " (x-amz-bucket-region); signing for it");
-  }
+  OBJFS_ASSIGN_OR_RETURN(endpoint_, S3Endpoint::Create(options_.endpoint, *region,
+                                                       endpoint_.bucket(), options_.addressing));
   options_.region = *region;
   return Status::Ok();
 }
@@ -1180,8 +1173,8 @@ Status S3Store::CheckBucket(std::string_view prefix) {
   Request req;
   req.method = "GET";
   req.bucket_level = true;
-  req.what = "LIST s3://" + endpoint_.bucket() + "/" + std::string(prefix) + " at " +
-             endpoint_.endpoint();
+  req.what =
+      "LIST s3://" + endpoint_.bucket() + "/" + std::string(prefix) + " at " + endpoint_.endpoint();
   req.query.emplace_back("list-type", "2");
   req.query.emplace_back("max-keys", "1");
   if (!prefix.empty()) req.query.emplace_back("prefix", std::string(prefix));
@@ -1204,8 +1197,8 @@ Status S3Store::CheckBucket(std::string_view prefix) {
     if (code == "ExpiredToken" || code == "InvalidToken" || code == "TokenRefreshRequired") {
       return Status(st.code(),
                     "access to bucket '" + endpoint_.bucket() + "' at " + endpoint_.endpoint() +
-                        " denied: the temporary credentials are no longer valid (" +
-                        st.message() + ")",
+                        " denied: the temporary credentials are no longer valid (" + st.message() +
+                        ")",
                     code);
     }
     // The keys were accepted; the user's policy does not allow the listing.

@@ -80,8 +80,8 @@ struct S3StoreOptions {
 // AWS_ENDPOINT_URL, then the profile's [services] s3 endpoint_url or endpoint_url), the region
 // (AWS_REGION, AWS_DEFAULT_REGION, the profile's region; else us-east-1 with discover_region),
 // the addressing style (the profile's s3 addressing_style), the CA bundle (AWS_CA_BUNDLE) and
-// the credentials (the chain of credentials.h, with a holder that renews them; `log` is told
-// where they came from and of each renewal).
+// the credentials (the chain of credentials.h, with a holder that renews them once started;
+// `log` is told of each renewal).
 Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain,
                         const std::function<void(const std::string&)>& log);
 Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile, const GetEnvFn& getenv);
@@ -122,6 +122,10 @@ class S3Store : public ObjectStore {
   Status CreateBucket();
   // AbortMultipartUpload of one upload; ok also when the server holds no such upload.
   Status AbortUpload(std::string_view key, std::string_view upload_id);
+
+  // The region requests are signed for (the bucket's, once CheckBucket learnt it).
+  const std::string& region() const { return options_.region; }
+  CredentialsHolder& credentials() { return *credentials_; }
 
  private:
   struct Request;

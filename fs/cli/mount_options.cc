@@ -213,7 +213,8 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .value_name = "URL",
        .schemes = s3,
        .group = G::kS3,
-       .meaning = "S3 endpoint, `http://` or `https://`; else `AWS_ENDPOINT_URL`",
+       .meaning = "S3 endpoint, `http://` or `https://`; else `AWS_ENDPOINT_URL_S3`, "
+                  "`AWS_ENDPOINT_URL` or the profile's `endpoint_url`",
        .default_value = "AWS's regional endpoint",
        .apply = Text<&MountOptions::endpoint>},
       {.names = {"region"},
@@ -221,8 +222,9 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .value_name = "NAME",
        .schemes = s3,
        .group = G::kS3,
-       .meaning = "SigV4 signing region; else `AWS_REGION` or `AWS_DEFAULT_REGION`",
-       .default_value = "us-east-1",
+       .meaning = "SigV4 signing region; else `AWS_REGION`, `AWS_DEFAULT_REGION` or the "
+                  "profile's `region`",
+       .default_value = "the bucket's, from the server",
        .apply = Text<&MountOptions::region>},
       {.names = {"profile"},
        .value = V::kRequired,
