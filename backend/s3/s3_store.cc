@@ -304,14 +304,14 @@ uint64_t ChoosePartSize(uint64_t size, uint64_t configured) {
 namespace {
 
 // A refusal of the credentials themselves rather than of the request: worth resolving the
-// chain again (a rotated key, expired temporary credentials). A HEAD reply has no body to say
-// which, so its 403 counts too.
-bool IsCredentialRejection(const Status& st, std::string_view method) {
+// chain again (a rotated key, expired temporary credentials). A HEAD's bare 403 is told apart
+// by head().
+bool IsCredentialRejection(const Status& st) {
   if (st.code() != StatusCode::kPermissionDenied) return false;
   const std::string& code = st.server_code();
   return code == "ExpiredToken" || code == "InvalidAccessKeyId" ||
          code == "SignatureDoesNotMatch" || code == "InvalidToken" ||
-         code == "TokenRefreshRequired" || (code.empty() && method == "HEAD");
+         code == "TokenRefreshRequired";
 }
 
 }  // namespace
@@ -319,12 +319,12 @@ bool IsCredentialRejection(const Status& st, std::string_view method) {
 Result<HttpResponse> S3Store::Execute(const Request& req) {
   Credentials used;
   Result<HttpResponse> r = ExecuteWithRetries(req, &used);
-  if (r.ok() || !IsCredentialRejection(r.status(), req.method)) return r;
+  if (r.ok() || !IsCredentialRejection(r.status())) return r;
   const std::string reason =
       r.status().server_code().empty() ? std::string("HTTP 403") : r.status().server_code();
   if (credentials_->RenewAfterRejection(used, reason)) {
     r = ExecuteWithRetries(req, &used);
-    if (r.ok() || !IsCredentialRejection(r.status(), req.method)) return r;
+    if (r.ok() || !IsCredentialRejection(r.status())) return r;
   }
   if (options_.log && credentials_->refreshing()) {
     options_.log(r.status().message() + " (signed with the credentials from " + used.source +
@@ -383,8 +383,26 @@ Result<ObjectInfo> S3Store::head(std::string_view key) {
   req.method = "HEAD";
   req.key = std::string(key);
   req.what = What("HEAD", key);
-  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
-  return InfoFromHeaders(key, resp);
+  Result<HttpResponse> resp = Execute(req);
+  if (resp.ok()) return InfoFromHeaders(key, *resp);
+  const Status& st = resp.status();
+  if (st.code() != StatusCode::kPermissionDenied || !st.server_code().empty()) return st;
+  // A HEAD reply has no body to say why it is refused, and S3 refuses a HEAD of a missing key
+  // to a user who may list the bucket only under a prefix (the HEAD carries no prefix for the
+  // policy to match). A one-key listing at the key tells: missing (ENOENT, so files can be
+  // created under the prefix), there but unreadable (EACCES), or credentials refused (the
+  // listing's reply says so, and Execute renews them, after which the HEAD is asked again).
+  ListOptions probe;
+  probe.prefix = std::string(key);
+  probe.max_keys = 1;
+  Result<Listing> listing = list(probe);
+  if (!listing.ok()) return st;
+  if (listing->objects.empty() || listing->objects.front().key != key) {
+    return Status(StatusCode::kNotFound, req.what + ": not found (a listing at the key shows none)",
+                  "NoSuchKey");
+  }
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse again, Execute(req));
+  return InfoFromHeaders(key, again);
 }
 
 Result<size_t> S3Store::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
