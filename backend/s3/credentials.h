@@ -45,9 +45,10 @@ struct Credentials {
   std::string secret_key;
   std::string session_token;  // empty unless temporary credentials
   // When temporary credentials stop working; none for static keys.
-  std::optional<std::chrono::system_clock::time_point> expiry;
+  // (Defaulted, so that the keys alone may be given by designated initializers.)
+  std::optional<std::chrono::system_clock::time_point> expiry = std::nullopt;
   // Where they came from, for the log: "the environment", "profile 'x' (credential_process)".
-  std::string source;
+  std::string source = {};
 };
 
 // The names -o credentials= takes, in the chain's order.
