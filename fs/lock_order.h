@@ -56,6 +56,8 @@
 //                         dropped; never held while the kernel is notified.
 //  29. DataCache::mu_ (cache/data_cache.h)  the disk cache's blocks and their LRU order; never
 //                         held across a file or index (14) write.
+//  30. CredentialsHolder::mu_ (backend/s3/credentials.h)  the credentials requests are signed
+//                         with; never held while they are resolved again.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

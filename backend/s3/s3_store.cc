@@ -128,23 +128,48 @@ struct S3Store::Request {
   // UploadPartCopy, CompleteMultipartUpload): see Execute.
   bool server_works = false;
   uint64_t server_bytes = 0;
+  // Any reply comes back as it is, errors too (the region discovery's HEAD).
+  bool raw_reply = false;
 };
 
-Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile, const GetEnvFn& getenv) {
+Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain,
+                        const std::function<void(const std::string&)>& log) {
+  const GetEnvFn& getenv = chain.getenv;
   auto env = [&getenv](const char* name) -> std::string {
     const char* v = getenv(name);
     return v != nullptr ? std::string(v) : std::string();
   };
+  OBJFS_ASSIGN_OR_RETURN(AwsProfile profile,
+                         LoadAwsProfile(chain.profile, chain.credentials_file, getenv));
+  const S3ProfileSettings settings = S3SettingsOf(profile);
   if (options.endpoint.empty()) options.endpoint = env("AWS_ENDPOINT_URL_S3");
   if (options.endpoint.empty()) options.endpoint = env("AWS_ENDPOINT_URL");
+  if (options.endpoint.empty()) options.endpoint = settings.endpoint;
   if (options.region.empty()) options.region = env("AWS_REGION");
   if (options.region.empty()) options.region = env("AWS_DEFAULT_REGION");
-  if (options.region.empty()) options.region = "us-east-1";
+  if (options.region.empty()) options.region = settings.region;
+  if (options.region.empty()) {
+    options.region = "us-east-1";
+    options.discover_region = true;
+  }
+  if (options.addressing == Addressing::kAuto && settings.addressing) {
+    options.addressing = *settings.addressing;
+  }
   if (options.http.ca_bundle.empty()) options.http.ca_bundle = env("AWS_CA_BUNDLE");
-  if (options.credentials.access_key.empty()) {
-    OBJFS_ASSIGN_OR_RETURN(options.credentials, LoadCredentials(profile, getenv));
+  if (options.credentials_holder == nullptr && options.credentials.access_key.empty()) {
+    chain.region = options.region;
+    OBJFS_ASSIGN_OR_RETURN(options.credentials, ResolveCredentials(chain));
+    options.credentials_holder = std::make_shared<CredentialsHolder>(
+        options.credentials, [chain] { return ResolveCredentials(chain); }, log);
   }
   return Status::Ok();
+}
+
+Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile, const GetEnvFn& getenv) {
+  ChainOptions chain;
+  chain.profile = std::string(profile);
+  chain.getenv = getenv;
+  return ApplyEnvironment(options, std::move(chain), nullptr);
 }
 
 Result<std::unique_ptr<S3Store>> S3Store::Create(S3StoreOptions options) {
@@ -161,6 +186,10 @@ Result<std::unique_ptr<S3Store>> S3Store::Create(S3StoreOptions options) {
 S3Store::S3Store(S3StoreOptions options, S3Endpoint endpoint)
     : options_(std::move(options)),
       endpoint_(std::move(endpoint)),
+      credentials_(
+          options_.credentials_holder != nullptr
+              ? options_.credentials_holder
+              : std::make_shared<CredentialsHolder>(options_.credentials, nullptr, nullptr)),
       http_(options_.http),
       metrics_(options_.metrics != nullptr ? options_.metrics : &own_metrics_) {}
 
@@ -228,7 +257,8 @@ void S3Store::LogRequest(const Request& req, const Result<HttpResponse>& resp,
   LogDebug(line);
 }
 
-Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout_ms) {
+Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout_ms,
+                                          Credentials* used) {
   std::string path = req.bucket_level ? endpoint_.Path("") : endpoint_.Path(req.key);
   SigningRequest sreq;
   sreq.method = req.method;
@@ -253,8 +283,9 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
   } else {
     sreq.payload_sha256 = Sha256Hex(req.body);
   }
-  std::string auth = Sign(sreq, options_.credentials, options_.region, "s3",
-                          std::chrono::system_clock::now(), /*add_content_sha256=*/true);
+  *used = credentials_->Current();
+  std::string auth = Sign(sreq, *used, options_.region, "s3", std::chrono::system_clock::now(),
+                          /*add_content_sha256=*/true);
 
   HttpRequest hreq;
   hreq.method = req.method;
@@ -287,7 +318,7 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
   Result<HttpResponse> performed = http_.Perform(hreq);
   if (LogDebugEnabled()) LogRequest(req, performed, std::chrono::steady_clock::now() - start);
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(performed));
-  if (resp.status >= 200 && resp.status < 300) return resp;
+  if ((resp.status >= 200 && resp.status < 300) || req.raw_reply) return resp;
   S3Error error;
   if (!resp.body.empty()) {
     Result<S3Error> parsed = ParseError(resp.body);
@@ -308,7 +339,39 @@ uint64_t ChoosePartSize(uint64_t size, uint64_t configured) {
   return std::min(kMaxPartSize, (needed + kMiB - 1) / kMiB * kMiB);
 }
 
+namespace {
+
+// A refusal of the credentials themselves rather than of the request: worth resolving the
+// chain again (a rotated key, expired temporary credentials). A HEAD's bare 403 is told apart
+// by head().
+bool IsCredentialRejection(const Status& st) {
+  if (st.code() != StatusCode::kPermissionDenied) return false;
+  const std::string& code = st.server_code();
+  return code == "ExpiredToken" || code == "InvalidAccessKeyId" ||
+         code == "SignatureDoesNotMatch" || code == "InvalidToken" ||
+         code == "TokenRefreshRequired";
+}
+
+}  // namespace
+
 Result<HttpResponse> S3Store::Execute(const Request& req) {
+  Credentials used;
+  Result<HttpResponse> r = ExecuteWithRetries(req, &used);
+  if (r.ok() || !IsCredentialRejection(r.status())) return r;
+  const std::string reason =
+      r.status().server_code().empty() ? std::string("HTTP 403") : r.status().server_code();
+  if (credentials_->RenewAfterRejection(used, reason)) {
+    r = ExecuteWithRetries(req, &used);
+    if (r.ok() || !IsCredentialRejection(r.status())) return r;
+  }
+  if (options_.log && credentials_->refreshing()) {
+    options_.log(r.status().message() + " (signed with the credentials from " + used.source +
+                 "; resolving them again gave no others)");
+  }
+  return r;
+}
+
+Result<HttpResponse> S3Store::ExecuteWithRetries(const Request& req, Credentials* used) {
   if (req.key.size() > kMaxKeyBytes) {
     // S3 answers KeyTooLongError (RGW: InvalidArgument) after the body was sent; the key,
     // prefix included, is what the limit counts.
@@ -340,7 +403,7 @@ Result<HttpResponse> S3Store::Execute(const Request& req) {
           std::chrono::ceil<std::chrono::milliseconds>(*deadline - DeadlineClock::now());
       total_timeout_ms = std::max<long>(static_cast<long>(left.count()), 1);
     }
-    return ExecuteOnce(req, total_timeout_ms);
+    return ExecuteOnce(req, total_timeout_ms, used);
   };
   Result<HttpResponse> r = RetryCall(
       backoff, attempt, RealSleep(),
@@ -358,8 +421,26 @@ Result<ObjectInfo> S3Store::head(std::string_view key) {
   req.method = "HEAD";
   req.key = std::string(key);
   req.what = What("HEAD", key);
-  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
-  return InfoFromHeaders(key, resp);
+  Result<HttpResponse> resp = Execute(req);
+  if (resp.ok()) return InfoFromHeaders(key, *resp);
+  const Status& st = resp.status();
+  if (st.code() != StatusCode::kPermissionDenied || !st.server_code().empty()) return st;
+  // A HEAD reply has no body to say why it is refused, and S3 refuses a HEAD of a missing key
+  // to a user who may list the bucket only under a prefix (the HEAD carries no prefix for the
+  // policy to match). A one-key listing at the key tells: missing (ENOENT, so files can be
+  // created under the prefix), there but unreadable (EACCES), or credentials refused (the
+  // listing's reply says so, and Execute renews them, after which the HEAD is asked again).
+  ListOptions probe;
+  probe.prefix = std::string(key);
+  probe.max_keys = 1;
+  Result<Listing> listing = list(probe);
+  if (!listing.ok()) return st;
+  if (listing->objects.empty() || listing->objects.front().key != key) {
+    return Status(StatusCode::kNotFound, req.what + ": not found (a listing at the key shows none)",
+                  "NoSuchKey");
+  }
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse again, Execute(req));
+  return InfoFromHeaders(key, again);
 }
 
 Result<size_t> S3Store::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
@@ -1121,15 +1202,38 @@ Status S3Store::remove_many(const std::vector<std::string>& keys) {
   return Status::Ok();
 }
 
-Status S3Store::CheckBucket() {
+Status S3Store::DiscoverRegion() {
+  Request req;
+  req.method = "HEAD";
+  req.bucket_level = true;
+  req.raw_reply = true;
+  req.what = "HEAD s3://" + endpoint_.bucket() + " at " + endpoint_.endpoint();
+  Result<HttpResponse> resp = Execute(req);
+  // Every HTTP reply comes back; a failure is the endpoint's (unreachable, timed out), which
+  // the listing would only meet again after as long a wait.
+  if (!resp.ok()) return resp.status();
+  const std::string* region = resp->header("x-amz-bucket-region");
+  if (region == nullptr || region->empty() || *region == options_.region) return Status::Ok();
+  // AWS's own endpoint names the region; one given explicitly is kept.
+  OBJFS_ASSIGN_OR_RETURN(endpoint_, S3Endpoint::Create(options_.endpoint, *region,
+                                                       endpoint_.bucket(), options_.addressing));
+  options_.region = *region;
+  return Status::Ok();
+}
+
+Status S3Store::CheckBucket(std::string_view prefix) {
+  if (options_.discover_region) OBJFS_RETURN_IF_ERROR(DiscoverRegion());
   // A one-key listing rather than HEAD: its error replies carry a body with the server's code
   // (SignatureDoesNotMatch, InvalidAccessKeyId, NoSuchBucket), which a HEAD reply cannot.
+  // Only the mount's prefix: a user may be allowed that and nothing else of the bucket.
   Request req;
   req.method = "GET";
   req.bucket_level = true;
-  req.what = "LIST s3://" + endpoint_.bucket() + " at " + endpoint_.endpoint();
+  req.what =
+      "LIST s3://" + endpoint_.bucket() + "/" + std::string(prefix) + " at " + endpoint_.endpoint();
   req.query.emplace_back("list-type", "2");
   req.query.emplace_back("max-keys", "1");
+  if (!prefix.empty()) req.query.emplace_back("prefix", std::string(prefix));
   Result<HttpResponse> resp = Execute(req);
   if (resp.ok()) return Status::Ok();
   Status st = resp.status();
@@ -1139,10 +1243,28 @@ Status S3Store::CheckBucket() {
                   st.server_code());
   }
   if (st.code() == StatusCode::kPermissionDenied) {
+    const std::string& code = st.server_code();
+    if (code == "SignatureDoesNotMatch" || code == "InvalidAccessKeyId") {
+      return Status(st.code(),
+                    "access to bucket '" + endpoint_.bucket() + "' at " + endpoint_.endpoint() +
+                        " denied: check the access key and secret (" + st.message() + ")",
+                    code);
+    }
+    if (code == "ExpiredToken" || code == "InvalidToken" || code == "TokenRefreshRequired") {
+      return Status(st.code(),
+                    "access to bucket '" + endpoint_.bucket() + "' at " + endpoint_.endpoint() +
+                        " denied: the temporary credentials are no longer valid (" + st.message() +
+                        ")",
+                    code);
+    }
+    // The keys were accepted; the user's policy does not allow the listing.
+    std::string scope = "arn:aws:s3:::" + endpoint_.bucket();
+    if (!prefix.empty()) scope += " (for the prefix '" + std::string(prefix) + "')";
     return Status(st.code(),
-                  "access to bucket '" + endpoint_.bucket() + "' at " + endpoint_.endpoint() +
-                      " denied: check the access key and secret (" + st.message() + ")",
-                  st.server_code());
+                  "the mount's check, ListObjectsV2 of s3://" + endpoint_.bucket() + "/" +
+                      std::string(prefix) + ", was denied: the user needs s3:ListBucket on " +
+                      scope + " (" + st.message() + ")",
+                  code);
   }
   return st;
 }

@@ -49,7 +49,12 @@ struct S3StoreOptions {
   std::string endpoint;  // "http://127.0.0.1:8000"; empty: AWS's regional endpoint
   std::string region = "us-east-1";
   Addressing addressing = Addressing::kAuto;
+  // No region was configured: CheckBucket asks the server for the bucket's (see there).
+  bool discover_region = false;
+  // Fixed keys; used when credentials_holder is null.
   Credentials credentials;
+  // The credentials every request is signed with, renewed as they expire or are refused.
+  std::shared_ptr<CredentialsHolder> credentials_holder;
 
   uint64_t multipart_threshold = 64ull << 20;  // put() above this size is multipart
   uint64_t part_size = 16ull << 20;            // at least 5 MiB on AWS and RGW
@@ -76,9 +81,14 @@ struct S3StoreOptions {
   std::shared_ptr<UploadJournal> journal;
 };
 
-// Fills endpoint (AWS_ENDPOINT_URL), region (AWS_REGION, then AWS_DEFAULT_REGION), the CA
-// bundle (AWS_CA_BUNDLE) and credentials (see credentials.h) from the environment, keeping
-// values already set in `options`.
+// Fills what `options` leaves unset, as the AWS SDKs do: the endpoint (AWS_ENDPOINT_URL_S3,
+// AWS_ENDPOINT_URL, then the profile's [services] s3 endpoint_url or endpoint_url), the region
+// (AWS_REGION, AWS_DEFAULT_REGION, the profile's region; else us-east-1 with discover_region),
+// the addressing style (the profile's s3 addressing_style), the CA bundle (AWS_CA_BUNDLE) and
+// the credentials (the chain of credentials.h, with a holder that renews them once started;
+// `log` is told of each renewal).
+Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain,
+                        const std::function<void(const std::string&)>& log);
 Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile, const GetEnvFn& getenv);
 
 class S3Store : public ObjectStore {
@@ -108,12 +118,19 @@ class S3Store : public ObjectStore {
   std::string describe() const override;
 
   // Fails fast with a clear message when the bucket is missing, the credentials are wrong or
-  // the endpoint does not answer (used before mounting).
-  Status CheckBucket();
+  // the endpoint does not answer (used before mounting). Lists one key under `prefix` only, so
+  // that a user allowed only that prefix can mount it. With discover_region, first learns the
+  // bucket's region from the server (the x-amz-bucket-region header of a HEAD on the bucket,
+  // which AWS also sends with its 301 and 403 replies) and signs for it from then on.
+  Status CheckBucket(std::string_view prefix = {});
   // Creates the bucket (tests, demo).
   Status CreateBucket();
   // AbortMultipartUpload of one upload; ok also when the server holds no such upload.
   Status AbortUpload(std::string_view key, std::string_view upload_id);
+
+  // The region requests are signed for (the bucket's, once CheckBucket learnt it).
+  const std::string& region() const { return options_.region; }
+  CredentialsHolder& credentials() { return *credentials_; }
 
  private:
   struct Request;
@@ -123,7 +140,12 @@ class S3Store : public ObjectStore {
   // Signs, sends and retries one request; a non-2xx reply becomes a Status.
   Result<HttpResponse> Execute(const Request& request);
   // total_timeout_ms: the rest of the call's budget for this one request (0: none).
-  Result<HttpResponse> ExecuteOnce(const Request& request, long total_timeout_ms);
+  // `used` receives the credentials the request was signed with.
+  Result<HttpResponse> ExecuteOnce(const Request& request, long total_timeout_ms,
+                                   Credentials* used);
+  // Execute without the second try after renewing refused credentials.
+  Result<HttpResponse> ExecuteWithRetries(const Request& request, Credentials* used);
+  Status DiscoverRegion();
   // At log level debug: one line for one HTTP request, with the server's request id.
   void LogRequest(const Request& request, const Result<HttpResponse>& response,
                   std::chrono::steady_clock::duration took) const;
@@ -146,6 +168,7 @@ class S3Store : public ObjectStore {
 
   S3StoreOptions options_;
   S3Endpoint endpoint_;
+  std::shared_ptr<CredentialsHolder> credentials_;
   HttpClient http_;
   Metrics own_metrics_;
   Metrics* metrics_;

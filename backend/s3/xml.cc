@@ -208,7 +208,9 @@ StatusCode CodeFromS3Code(std::string_view code) {
   if (code == "NoSuchKey" || code == "NoSuchBucket" || code == "NoSuchUpload") {
     return StatusCode::kNotFound;
   }
-  if (code == "AccessDenied" || code == "SignatureDoesNotMatch" || code == "InvalidAccessKeyId") {
+  // Expired or unknown temporary credentials are refused like wrong keys: EACCES, not EINVAL.
+  if (code == "AccessDenied" || code == "SignatureDoesNotMatch" || code == "InvalidAccessKeyId" ||
+      code == "ExpiredToken" || code == "InvalidToken" || code == "TokenRefreshRequired") {
     return StatusCode::kPermissionDenied;
   }
   if (code == "PreconditionFailed") return StatusCode::kPreconditionFailed;

@@ -398,14 +398,37 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
   // Without the file (Debian's media-types) new objects get the server's binary/octet-stream.
   headers.mime_types =
       std::make_shared<const s3::MimeTypes>(s3::MimeTypes::Load(s3::MimeTypes::kSystemFile));
-  OBJFS_RETURN_IF_ERROR(s3::ApplyEnvironment(s3_options, options.profile,
-                                             [](const char* name) { return std::getenv(name); }));
-  if (s3_options.region.empty()) s3_options.region = "us-east-1";
+  s3::ChainOptions chain;
+  chain.profile = options.profile;
+  chain.source = options.credentials;
+  chain.credentials_file = options.credentials_file;
+  chain.getenv = [](const char* name) { return std::getenv(name); };
+  chain.request_timeout_ms = Millis(options.request_timeout).count();
+  OBJFS_RETURN_IF_ERROR(s3::ApplyEnvironment(s3_options, std::move(chain), log));
+  const std::string endpoint = s3_options.endpoint.empty() ? "AWS" : s3_options.endpoint;
+  const bool discover_region = s3_options.discover_region;
+  const std::string credentials_line =
+      "credentials: from " + s3_options.credentials.source +
+      (s3_options.credentials.expiry ? " (temporary, renewed before they expire)" : "");
 
   OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<s3::S3Store> s3_store,
                          s3::S3Store::Create(std::move(s3_options)));
-  OBJFS_RETURN_IF_ERROR(s3_store->CheckBucket());
+  OBJFS_RETURN_IF_ERROR(s3_store->CheckBucket(options.url.prefix));
   s3::S3Store* s3 = s3_store.get();
+  // Said once the mount is up (stderr in the foreground, else syslog), so that a mount that
+  // works prints nothing at the terminal; and the renewal thread starts after the fork.
+  const std::vector<std::string> notes = {
+      "s3: endpoint " + endpoint + ", region " + s3->region() +
+          (!discover_region              ? ""
+           : s3->region() != "us-east-1" ? " (the bucket's, from x-amz-bucket-region)"
+                                         : " (none configured, and the server named none)"),
+      credentials_line};
+  if (context.start_threads != nullptr) {
+    *context.start_threads = [s3, notes, log] {
+      for (const std::string& note : notes) log(note);
+      s3->credentials().StartRefreshing();
+    };
+  }
   ClearDeadUploads(
       *uploads, "multipart upload",
       [s3](const OpenUploadRecord& r) { return s3->AbortUpload(r.name, r.upload_id); }, log);

@@ -226,7 +226,8 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .value_name = "URL",
        .schemes = s3,
        .group = G::kS3,
-       .meaning = "S3 endpoint, `http://` or `https://`; else `AWS_ENDPOINT_URL`",
+       .meaning = "S3 endpoint, `http://` or `https://`; else `AWS_ENDPOINT_URL_S3`, "
+                  "`AWS_ENDPOINT_URL` or the profile's `endpoint_url`",
        .default_value = "AWS's regional endpoint",
        .apply = Text<&MountOptions::endpoint>},
       {.names = {"region"},
@@ -234,18 +235,49 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .value_name = "NAME",
        .schemes = s3,
        .group = G::kS3,
-       .meaning = "SigV4 signing region; else `AWS_REGION` or `AWS_DEFAULT_REGION`",
-       .default_value = "us-east-1",
+       .meaning = "SigV4 signing region; else `AWS_REGION`, `AWS_DEFAULT_REGION` or the "
+                  "profile's `region`",
+       .default_value = "the bucket's, from the server",
        .apply = Text<&MountOptions::region>},
       {.names = {"profile"},
        .value = V::kRequired,
        .value_name = "NAME",
        .schemes = s3,
        .group = G::kS3,
-       .meaning = "profile of the shared credentials file (`~/.aws/credentials`) to take the "
-                  "credentials from, as the AWS CLI's `--profile`",
-       .default_value = "`AWS_ACCESS_KEY_ID`, else that file's `AWS_PROFILE` or `default`",
+       .meaning = "profile of `~/.aws/credentials` and `~/.aws/config` to take the credentials "
+                  "(and region, endpoint) from, as the AWS CLI's `--profile`",
+       .default_value = "the default chain: `AWS_ACCESS_KEY_ID`, web identity, the files' "
+                        "`AWS_PROFILE` or `default`, container, instance metadata",
        .apply = Text<&MountOptions::profile>},
+      {.names = {"credentials"},
+       .value = V::kRequired,
+       .value_name = "SOURCE",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "take the credentials from this source only: `environment`, `web_identity`, "
+                  "`shared_files`, `container` or `instance_metadata`",
+       .default_value = "the first source of the chain that has some",
+       .apply =
+           [](std::string_view name, std::string_view value, MountOptions& out, OptionState&) {
+             for (std::string_view source : s3::kCredentialSources) {
+               if (value == source) {
+                 out.credentials = std::string(value);
+                 return Status::Ok();
+               }
+             }
+             return InvalidArgumentError(
+                 std::string(name) + "=" + std::string(value) +
+                 ": not environment, web_identity, shared_files, container or instance_metadata");
+           }},
+      {.names = {"credentials_file"},
+       .value = V::kRequired,
+       .value_name = "PATH",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "the shared credentials file of this mount (for fstab lines), instead of "
+                  "`AWS_SHARED_CREDENTIALS_FILE`",
+       .default_value = "`~/.aws/credentials`",
+       .apply = PathText<&MountOptions::credentials_file>},
       {.names = {"path_style"},
        .schemes = s3,
        .group = G::kS3,

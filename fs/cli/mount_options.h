@@ -116,7 +116,9 @@ struct MountOptions {
   // S3 settings; empty / unset means the environment's or the store's default.
   std::string endpoint;                               // endpoint=
   std::string region;                                 // region=
-  std::string profile;                                // profile=: the credentials file's profile
+  std::string profile;                                // profile=: the shared files' profile
+  std::string credentials;                            // credentials=: the one source to use
+  std::string credentials_file;                       // credentials_file=: for this mount
   s3::Addressing addressing = s3::Addressing::kAuto;  // path_style / virtual_host
   std::optional<uint64_t> multipart_threshold;
   std::optional<uint64_t> part_size;

@@ -2,17 +2,24 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace objfs::s3 {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr std::string_view kNoCredentials =
@@ -22,6 +29,8 @@ constexpr std::string_view kNoCredentials =
 // An environment made of a map, so tests never touch the process environment.
 class FakeEnv {
  public:
+  // No unit test asks a real instance metadata service.
+  FakeEnv() { vars_["AWS_EC2_METADATA_DISABLED"] = "true"; }
   FakeEnv& Set(const std::string& name, const std::string& value) {
     vars_[name] = value;
     return *this;
@@ -322,7 +331,13 @@ TEST(LoadCredentialsTest, NoEnvironmentAndNoFileExplainsWhatToDo) {
   auto creds = LoadCredentials("", env.Fn());
   ASSERT_FALSE(creds.ok());
   EXPECT_EQ(creds.status().code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(creds.status().message(), kNoCredentials);
+  EXPECT_THAT(creds.status().message(), StartsWith(kNoCredentials));
+  // Each source says why it had none.
+  EXPECT_THAT(creds.status().message(), HasSubstr("environment: AWS_ACCESS_KEY_ID is not set"));
+  EXPECT_THAT(creds.status().message(), HasSubstr("web identity:"));
+  EXPECT_THAT(creds.status().message(), HasSubstr("container:"));
+  EXPECT_THAT(creds.status().message(),
+              HasSubstr("instance metadata: AWS_EC2_METADATA_DISABLED is true"));
 }
 
 TEST(LoadCredentialsTest, NamedFileThatDoesNotExist) {
@@ -337,12 +352,18 @@ TEST(LoadCredentialsTest, NamedFileThatDoesNotExist) {
   EXPECT_THAT(creds.status().message(), HasSubstr(missing));
 }
 
-TEST(LoadCredentialsTest, NoHomeAndNoVariables) {
+TEST(LoadCredentialsTest, WithoutHomeTheFilesAreThePasswordDatabaseUsers) {
+  // mount(8) runs objfs without HOME: ~ is the calling user's home from the password database.
   FakeEnv env;
-  auto creds = LoadCredentials("", env.Fn());
-  ASSERT_FALSE(creds.ok());
-  EXPECT_EQ(creds.status().code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(creds.status().message(), kNoCredentials);
+  const passwd* pw = ::getpwuid(::getuid());
+  ASSERT_NE(pw, nullptr);
+  EXPECT_EQ(HomeDirectory(env.Fn()), pw->pw_dir);
+  auto profile = LoadAwsProfile("", "", env.Fn());
+  ASSERT_TRUE(profile.ok()) << profile.status().ToString();
+  EXPECT_EQ(profile->credentials_path, std::string(pw->pw_dir) + "/.aws/credentials");
+  EXPECT_EQ(profile->config_path, std::string(pw->pw_dir) + "/.aws/config");
+  env.Set("HOME", "/elsewhere");
+  EXPECT_EQ(HomeDirectory(env.Fn()), "/elsewhere");
 }
 
 TEST(LoadCredentialsTest, EmptyEnvironmentValuesCountAsUnset) {
@@ -355,6 +376,338 @@ TEST(LoadCredentialsTest, EmptyEnvironmentValuesCountAsUnset) {
   auto creds = LoadCredentials("", env.Fn());
   ASSERT_TRUE(creds.ok()) << creds.status().ToString();
   EXPECT_EQ(creds->access_key, "AKIDDEFAULT");
+}
+
+// --- ParseIni and the config file ---------------------------------------------------------------
+
+TEST(ParseIniTest, SectionsSubSectionsAndMalformedLines) {
+  const IniSections ini = ParseIni(
+      "# comment\n"
+      "stray = before any section\n"
+      "[profile dev]\n"
+      "Region = eu-central-1\n"
+      "s3 =\n"
+      "  addressing_style = path\n"
+      "\tmax_concurrent_requests = 4\n"
+      "output = json\n"
+      "  indented_but_no_parent = x\n"
+      "no equals sign here\n"
+      "; another comment\n"
+      "[broken\n"
+      "lost = yes\n"
+      "[ services local ]\n"
+      "s3 =\n"
+      "  endpoint_url = http://127.0.0.1:9000\n");
+  ASSERT_EQ(ini.count("profile dev"), 1u);
+  const auto& dev = ini.at("profile dev");
+  EXPECT_EQ(dev.at("region"), "eu-central-1");
+  EXPECT_EQ(dev.at("s3.addressing_style"), "path");
+  EXPECT_EQ(dev.at("s3.max_concurrent_requests"), "4");
+  EXPECT_EQ(dev.at("output"), "json");
+  // Indented under a key with a value: an ordinary key, not a sub-key.
+  EXPECT_EQ(dev.at("indented_but_no_parent"), "x");
+  EXPECT_EQ(dev.count("s3"), 0u);
+  EXPECT_EQ(dev.count("lost"), 0u);
+  EXPECT_EQ(ini.at("services local").at("s3.endpoint_url"), "http://127.0.0.1:9000");
+  for (const auto& [name, keys] : ini) EXPECT_EQ(keys.count("stray"), 0u) << name;
+}
+
+TEST(AwsProfileTest, ConfigGivesRegionEndpointAndAddressingAndCredentialsFileWins) {
+  TempDir dir;
+  FakeEnv env;
+  env.Set("HOME", dir.path().string()).Set("AWS_PROFILE", "dev");
+  dir.Write(".aws/config",
+            "[default]\nregion = us-west-2\n"
+            "[profile dev]\n"
+            "region = eu-central-1\n"
+            "aws_access_key_id = FROMCONFIG\n"
+            "aws_secret_access_key = configsecret\n"
+            "services = local\n"
+            "endpoint_url = http://ignored.example\n"
+            "s3 =\n  addressing_style = virtual\n"
+            "[services local]\n"
+            "s3 =\n  endpoint_url = http://127.0.0.1:9000\n"
+            "sts =\n  endpoint_url = http://127.0.0.1:9001\n");
+  dir.Write(".aws/credentials", "[dev]\naws_access_key_id = FROMCREDENTIALS\n");
+  auto profile = LoadAwsProfile("", "", env.Fn());
+  ASSERT_TRUE(profile.ok()) << profile.status().ToString();
+  EXPECT_TRUE(profile->found);
+  EXPECT_EQ(profile->Get("aws_access_key_id"), "FROMCREDENTIALS");
+  EXPECT_EQ(profile->Get("aws_secret_access_key"), "configsecret");
+  const S3ProfileSettings s3 = S3SettingsOf(*profile);
+  EXPECT_EQ(s3.region, "eu-central-1");
+  EXPECT_EQ(s3.endpoint, "http://127.0.0.1:9000");
+  ASSERT_TRUE(s3.addressing.has_value());
+  EXPECT_EQ(*s3.addressing, Addressing::kVirtualHost);
+  EXPECT_EQ(ServiceEndpointOf(*profile, "sts"), "http://127.0.0.1:9001");
+  // The default profile is "[default]" in the config file, without the "profile " prefix.
+  auto fallback = LoadAwsProfile("default", "", env.Fn());
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_EQ(S3SettingsOf(*fallback).region, "us-west-2");
+  EXPECT_EQ(S3SettingsOf(*fallback).endpoint, "");
+}
+
+TEST(AwsProfileTest, ConfigFileVariableAndPerMountCredentialsFile) {
+  TempDir dir;
+  FakeEnv env;
+  env.Set("HOME", dir.path().string())
+      .Set("AWS_CONFIG_FILE", dir.Write("elsewhere/config", "[profile p]\nregion = ap-south-1\n"))
+      .Set("AWS_SHARED_CREDENTIALS_FILE", dir.Write("ignored", "[p]\naws_access_key_id = NO\n"));
+  const std::string mine = dir.Write("mount.creds", "[p]\naws_access_key_id = YES\n");
+  auto profile = LoadAwsProfile("p", mine, env.Fn());
+  ASSERT_TRUE(profile.ok());
+  EXPECT_EQ(profile->Get("aws_access_key_id"), "YES");
+  EXPECT_EQ(profile->Get("region"), "ap-south-1");
+  EXPECT_EQ(profile->credentials_path, mine);
+}
+
+// --- The JSON and XML documents -----------------------------------------------------------------
+
+TEST(ParseProcessCredentialsTest, WithExpiration) {
+  auto c = ParseProcessCredentials(
+      R"({"Version": 1, "AccessKeyId": "AKID", "SecretAccessKey": "se\/cret\"x",
+          "SessionToken": "tok", "Expiration": "2026-12-02T12:00:00Z"})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->access_key, "AKID");
+  EXPECT_EQ(c->secret_key, "se/cret\"x");
+  EXPECT_EQ(c->session_token, "tok");
+  ASSERT_TRUE(c->expiry.has_value());
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::seconds>(c->expiry->time_since_epoch()).count(),
+            1796212800);
+}
+
+TEST(ParseProcessCredentialsTest, WithoutExpirationIsLongTerm) {
+  auto c = ParseProcessCredentials(
+      "{\"Version\":1,\"AccessKeyId\":\"AKID\",\"SecretAccessKey\":\"s\",\"Extra\":{\"a\":[1,2]}}");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->session_token, "");
+  EXPECT_FALSE(c->expiry.has_value());
+}
+
+TEST(ParseProcessCredentialsTest, RejectsBadDocumentsWithoutEchoingThem) {
+  EXPECT_THAT(
+      ParseProcessCredentials(R"({"AccessKeyId":"A","SecretAccessKey":"hush"})").status().message(),
+      HasSubstr("Version must be 1"));
+  EXPECT_THAT(
+      ParseProcessCredentials(R"({"Version":1,"SecretAccessKey":"hush"})").status().message(),
+      HasSubstr("no AccessKeyId"));
+  auto broken = ParseProcessCredentials(R"({"Version":1,"SecretAccessKey":"hush")");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(broken.status().message(), HasSubstr("malformed JSON"));
+  EXPECT_THAT(broken.status().message(), Not(HasSubstr("hush")));
+  auto bad_time = ParseProcessCredentials(
+      R"({"Version":1,"AccessKeyId":"A","SecretAccessKey":"hush","Expiration":"soon"})");
+  ASSERT_FALSE(bad_time.ok());
+  EXPECT_THAT(bad_time.status().message(), HasSubstr("'soon'"));
+  EXPECT_THAT(bad_time.status().message(), Not(HasSubstr("hush")));
+}
+
+TEST(ParseMetadataCredentialsTest, InstanceMetadataDocument) {
+  auto c = ParseMetadataCredentials(R"({
+    "Code" : "Success",
+    "LastUpdated" : "2026-12-02T11:00:00Z",
+    "Type" : "AWS-HMAC",
+    "AccessKeyId" : "ASIAEXAMPLE",
+    "SecretAccessKey" : "secret",
+    "Token" : "token",
+    "Expiration" : "2026-12-02T17:00:00Z"
+  })");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->access_key, "ASIAEXAMPLE");
+  EXPECT_EQ(c->session_token, "token");
+  ASSERT_TRUE(c->expiry.has_value());
+}
+
+TEST(ParseMetadataCredentialsTest, ContainerDocumentHasNoCode) {
+  auto c = ParseMetadataCredentials(
+      R"({"RoleArn":"arn:aws:iam::1:role/r","AccessKeyId":"A","SecretAccessKey":"S",)"
+      R"("Token":"T","Expiration":"2026-12-02T17:00:00.123+01:00"})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->session_token, "T");
+  ASSERT_TRUE(c->expiry.has_value());
+}
+
+TEST(ParseMetadataCredentialsTest, FailureCodeIsAnError) {
+  auto c = ParseMetadataCredentials(R"({"Code":"AssumeRoleUnauthorizedAccess","Message":"no"})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("AssumeRoleUnauthorizedAccess"));
+}
+
+TEST(ParseStsCredentialsTest, AssumeRoleReply) {
+  auto c = ParseStsCredentials(
+      R"(<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">)"
+      R"(<AssumeRoleResult><Credentials><AccessKeyId>ASIA1</AccessKeyId>)"
+      R"(<SecretAccessKey>s</SecretAccessKey><SessionToken>t</SessionToken>)"
+      R"(<Expiration>2026-12-02T12:00:00Z</Expiration></Credentials>)"
+      R"(<AssumedRoleUser><Arn>x</Arn></AssumedRoleUser></AssumeRoleResult></AssumeRoleResponse>)");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->access_key, "ASIA1");
+  EXPECT_EQ(c->session_token, "t");
+  ASSERT_TRUE(c->expiry.has_value());
+  EXPECT_FALSE(ParseStsCredentials("<AssumeRoleResponse/>").ok());
+  EXPECT_FALSE(ParseStsCredentials("not xml").ok());
+}
+
+// --- The chain -----------------------------------------------------------------------------------
+
+TEST(ResolveCredentialsTest, CredentialProcessScriptWithAndWithoutExpiry) {
+  TempDir dir;
+  const std::string script =
+      dir.Write("creds.sh",
+                "#!/bin/sh\n"
+                "echo '{\"Version\": 1, \"AccessKeyId\": \"'\"$1\"'\", \"SecretAccessKey\": \"s\", "
+                "\"SessionToken\": \"t\", \"Expiration\": \"2030-01-01T00:00:00Z\"}'\n");
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  FakeEnv env;
+  env.Set("HOME", dir.path().string());
+  dir.Write(".aws/config",
+            "[default]\ncredential_process = " + script +
+                " FROMSCRIPT\n"
+                "[profile failing]\ncredential_process = sh -c 'echo oops >&2; exit 3'\n"
+                "[profile plain]\ncredential_process = echo "
+                "'{\"Version\":1,\"AccessKeyId\":\"PLAIN\",\"SecretAccessKey\":\"s\"}'\n");
+  ChainOptions options;
+  options.getenv = env.Fn();
+  auto c = ResolveCredentials(options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->access_key, "FROMSCRIPT");
+  EXPECT_TRUE(c->expiry.has_value());
+  EXPECT_THAT(c->source, HasSubstr("credential_process"));
+
+  options.profile = "plain";
+  c = ResolveCredentials(options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->access_key, "PLAIN");
+  EXPECT_FALSE(c->expiry.has_value());
+
+  options.profile = "failing";
+  c = ResolveCredentials(options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(c.status().message(), HasSubstr("profile 'failing'"));
+  EXPECT_THAT(c.status().message(), HasSubstr("exit status 3"));
+}
+
+TEST(ResolveCredentialsTest, ForcedSourceSkipsTheOthersAndSaysWhyItHasNone) {
+  TempDir dir;
+  FakeEnv env;
+  env.Set("HOME", dir.path().string())
+      .Set("AWS_ACCESS_KEY_ID", "ENVKEY")
+      .Set("AWS_SECRET_ACCESS_KEY", "envsecret");
+  dir.Write(".aws/credentials", "[default]\naws_access_key_id=FILEKEY\naws_secret_access_key=s\n");
+  ChainOptions options;
+  options.getenv = env.Fn();
+  EXPECT_EQ(ResolveCredentials(options)->access_key, "ENVKEY");
+  options.source = "shared_files";
+  EXPECT_EQ(ResolveCredentials(options)->access_key, "FILEKEY");
+  options.source = "container";
+  auto c = ResolveCredentials(options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("credentials=container"));
+  EXPECT_THAT(c.status().message(), HasSubstr("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"));
+  options.source = "bogus";
+  EXPECT_EQ(ResolveCredentials(options).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ResolveCredentialsTest, RoleWithoutASourceNamesTheProfile) {
+  TempDir dir;
+  FakeEnv env;
+  env.Set("HOME", dir.path().string());
+  dir.Write(".aws/config", "[profile r]\nrole_arn = arn:aws:iam::1:role/x\n");
+  ChainOptions options;
+  options.getenv = env.Fn();
+  options.profile = "r";
+  auto c = ResolveCredentials(options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("profile 'r'"));
+  EXPECT_THAT(c.status().message(), HasSubstr("source_profile"));
+}
+
+// --- CredentialsHolder ---------------------------------------------------------------------------
+
+bool PollUntil(double seconds, const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+Credentials Keys(const std::string& key, const std::string& source = "test") {
+  Credentials c;
+  c.access_key = key;
+  c.secret_key = "s";
+  c.source = source;
+  return c;
+}
+
+Credentials Temporary(const std::string& key, std::chrono::seconds life) {
+  return Credentials{.access_key = key,
+                     .secret_key = "s",
+                     .session_token = "t",
+                     .expiry = std::chrono::system_clock::now() + life,
+                     .source = "test"};
+}
+
+TEST(CredentialsHolderTest, RenewsTemporaryCredentialsBeforeTheyExpire) {
+  std::atomic<int> calls{0};
+  CredentialsHolder holder(
+      Temporary("FIRST", std::chrono::seconds(2)),
+      [&]() -> Result<Credentials> {
+        ++calls;
+        return Temporary("SECOND", std::chrono::hours(1));
+      },
+      nullptr);
+  EXPECT_EQ(holder.Current().access_key, "FIRST");
+  holder.StartRefreshing();
+  // A 2 s life, shorter than twice the 5 min margin: renewed at about half of it, before expiry.
+  ASSERT_TRUE(PollUntil(10, [&] { return holder.Current().access_key == "SECOND"; }));
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST(CredentialsHolderTest, StaticKeysAreNeverRenewedInTheBackground) {
+  std::atomic<int> calls{0};
+  {
+    CredentialsHolder holder(
+        Keys("K"),
+        [&]() -> Result<Credentials> {
+          ++calls;
+          return Keys("K2");
+        },
+        nullptr);
+    holder.StartRefreshing();
+    EXPECT_EQ(holder.Current().access_key, "K");
+  }
+  EXPECT_EQ(calls.load(), 0);
+}
+
+TEST(CredentialsHolderTest, RejectionResolvesAgainOnceAndOnlyWhenNotYetReplaced) {
+  std::string next = "ROTATED";
+  std::atomic<int> calls{0};
+  std::vector<std::string> lines;
+  CredentialsHolder holder(
+      Keys("OLD", "file"),
+      [&]() -> Result<Credentials> {
+        ++calls;
+        return Keys(next, "file");
+      },
+      [&](const std::string& line) { lines.push_back(line); });
+  holder.StartRefreshing();  // static keys: no thread, but renewals are logged
+  const Credentials old = holder.Current();
+  EXPECT_TRUE(holder.RenewAfterRejection(old, "InvalidAccessKeyId"));
+  EXPECT_EQ(holder.Current().access_key, "ROTATED");
+  EXPECT_EQ(calls.load(), 1);
+  // A second request that was signed with the old keys finds them already replaced.
+  EXPECT_TRUE(holder.RenewAfterRejection(old, "InvalidAccessKeyId"));
+  EXPECT_EQ(calls.load(), 1);
+  // Refused again and the chain has nothing newer: false, so the error reaches the caller.
+  EXPECT_FALSE(holder.RenewAfterRejection(holder.Current(), "InvalidAccessKeyId"));
+  EXPECT_EQ(calls.load(), 2);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_THAT(lines.front(), HasSubstr("InvalidAccessKeyId"));
+  for (const std::string& line : lines) EXPECT_THAT(line, Not(HasSubstr("secret")));
 }
 
 }  // namespace

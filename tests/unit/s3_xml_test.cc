@@ -607,6 +607,19 @@ TEST(StatusFromS3Error, AccessDenied) {
   EXPECT_EQ(s.message(), "PUT s3://b/k: Access Denied (403 AccessDenied)");
 }
 
+TEST(StatusFromS3Error, ExpiredAndInvalidTokensAreAccessErrors) {
+  // AWS answers an expired session token with 400 ExpiredToken: EACCES, not EINVAL.
+  for (const char* code : {"ExpiredToken", "InvalidToken", "TokenRefreshRequired"}) {
+    Status s = StatusFromS3Error(
+        400,
+        ParsedError(std::string("<Error><Code>") + code +
+                    "</Code><Message>The provided token has expired.</Message></Error>"),
+        "GET s3://b/k");
+    EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << code;
+    EXPECT_EQ(s.server_code(), code);
+  }
+}
+
 TEST(StatusFromS3Error, SignatureDoesNotMatchExplainsItself) {
   Status s = StatusFromS3Error(
       403,
