@@ -189,7 +189,7 @@ Status Authenticate(ssh_session ssh, const SftpConnectOptions& options, Clock::t
     const int rc = ssh_userauth_publickey_auto(ssh, nullptr, nullptr);
     if (rc == SSH_AUTH_SUCCESS) return Status::Ok();
     if (WaitedOut(rc, options, call_start)) return LoginTimedOut(options, start);
-    tried.push_back(options.config_files.empty()
+    tried.push_back(!options.config
                         ? "~/.ssh/id_ed25519, id_ecdsa, id_rsa"
                         : "the ssh configuration's IdentityFile keys and ~/.ssh/id_ed25519, "
                           "id_ecdsa, id_rsa");
@@ -259,9 +259,12 @@ Result<int> ConnectTcp(const SftpConnectOptions& options, const std::string& whe
   return fd;
 }
 
-// Starts `command` under /bin/sh with its standard input and output on one end of a socket pair,
-// and returns the other end (blocking) and the child's pid: the proxy's connection to the server,
-// which the watchdog can shut down like a TCP socket.
+// Starts `command` under /bin/sh (exec'ed, as ssh runs a ProxyCommand) with its standard input
+// and output on one end of a socket pair, and returns the other end (blocking) and the child's
+// pid: the proxy's connection to the server, which the watchdog can shut down. The child gets
+// no descriptor of this process but those two (libfuse's auto_unmount socket among them must
+// not outlive objfs in an orphaned proxy), default signal handling with nothing blocked, and a
+// process group of its own, so that everything it starts goes with it.
 struct Proxy {
   int fd = -1;
   pid_t pid = -1;
@@ -273,13 +276,29 @@ Result<Proxy> StartProxy(const std::string& command, const std::string& where) {
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  // dup2 clears close-on-exec on the copies; the originals close at exec.
+  // dup2 clears close-on-exec on the copies; everything else closes.
   posix_spawn_file_actions_adddup2(&actions, pair[1], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, pair[1], STDOUT_FILENO);
-  const char* argv[] = {"sh", "-c", command.c_str(), nullptr};
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none;
+  sigemptyset(&none);
+  sigset_t defaults;
+  sigfillset(&defaults);
+  sigdelset(&defaults, SIGKILL);
+  sigdelset(&defaults, SIGSTOP);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &defaults);
+  posix_spawnattr_setpgroup(&attributes, 0);
+  posix_spawnattr_setflags(&attributes,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  const std::string exec = "exec " + command;
+  const char* argv[] = {"sh", "-c", exec.c_str(), nullptr};
   pid_t pid = -1;
-  const int rc =
-      ::posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char* const*>(argv), environ);
+  const int rc = ::posix_spawn(&pid, "/bin/sh", &actions, &attributes,
+                               const_cast<char* const*>(argv), environ);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   ::close(pair[1]);
   if (rc != 0) {
@@ -288,6 +307,18 @@ Result<Proxy> StartProxy(const std::string& command, const std::string& where) {
                           std::strerror(rc) + ")");
   }
   return Proxy{pair[0], pid};
+}
+
+// Bytes process `pid` has read (rchar of /proc/PID/io), or nullopt.
+std::optional<uint64_t> ProcessReadBytes(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/io").c_str(), "re");
+  if (f == nullptr) return std::nullopt;
+  unsigned long long rchar = 0;
+  const bool found = std::fscanf(f, "rchar: %llu", &rchar) == 1;
+  std::fclose(f);
+  if (!found) return std::nullopt;
+  return static_cast<uint64_t>(rchar);
 }
 
 }  // namespace
@@ -326,22 +357,23 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
       if (watched) watch(connection, false);
     }
   } unwatch{watch, c.get()};
-  c->ssh_ = ssh_new();
+  if (options.config) {
+    // What the ssh configuration says of this host (keys to offer, algorithms), read once at
+    // mount: the settings below win.
+    static Mutex copy_mu;  // a leaf: libssh's copy reads the template's lists
+    MutexLock lock(&copy_mu);
+    if (ssh_options_copy(options.config.get(), &c->ssh_) != SSH_OK) c->ssh_ = nullptr;
+  } else {
+    c->ssh_ = ssh_new();
+  }
   if (c->ssh_ == nullptr) return InternalError("ssh_new failed");
   ssh_session ssh = c->ssh_;
   long timeout = static_cast<long>(options.connect_timeout.count());
   unsigned int port = static_cast<unsigned int>(options.port);
   int process_config = 0;
   ssh_options_set(ssh, SSH_OPTIONS_PROCESS_CONFIG, &process_config);
-  if (!options.config_files.empty()) {
-    // What the files say of this host (keys to offer, algorithms); the settings below win.
-    ssh_options_set(ssh, SSH_OPTIONS_HOST, options.config_host.c_str());
-    for (const std::string& file : options.config_files) {
-      if (::access(file.c_str(), R_OK) == 0) ssh_options_parse_config(ssh, file.c_str());
-    }
-    // The connection is ours (below): libssh must not start a proxy of its own.
-    ssh_options_set(ssh, SSH_OPTIONS_PROXYCOMMAND, "none");
-  }
+  // The connection is ours (below): libssh must not start a proxy of its own.
+  if (options.config) ssh_options_set(ssh, SSH_OPTIONS_PROXYCOMMAND, "none");
   ssh_options_set(ssh, SSH_OPTIONS_HOST, options.host.c_str());
   ssh_options_set(ssh, SSH_OPTIONS_PORT, &port);
   if (!options.user.empty()) ssh_options_set(ssh, SSH_OPTIONS_USER, options.user.c_str());
@@ -413,12 +445,12 @@ SftpConnection::~SftpConnection() {
   if (watch_socket_ >= 0) ::close(watch_socket_);
   if (proxy_pid_ > 0) {
     // Its connection is closed by now, so it is on its way out; a proxy that ignores that
-    // is told to stop.
-    ::kill(proxy_pid_, SIGTERM);
+    // is told to stop, with whatever it started (its process group).
+    ::kill(-proxy_pid_, SIGTERM);
     for (int waited_ms = 0;; waited_ms += 10) {
       const pid_t done = ::waitpid(proxy_pid_, nullptr, WNOHANG);
       if (done != 0 && !(done < 0 && errno == EINTR)) break;  // reaped, or not our child
-      if (waited_ms == 2000) ::kill(proxy_pid_, SIGKILL);
+      if (waited_ms == 2000) ::kill(-proxy_pid_, SIGKILL);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
@@ -481,9 +513,22 @@ void SftpSessionPool::Watch() {
       }
       tcp_info info{};
       socklen_t len = sizeof info;
-      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
-      // Milliseconds since the server last sent anything on this connection.
-      if (std::chrono::milliseconds(info.tcpi_last_data_recv) < allowed) continue;
+      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0) {
+        // Milliseconds since the server last sent anything on this connection.
+        if (std::chrono::milliseconds(info.tcpi_last_data_recv) < allowed) continue;
+      } else {
+        // Through a proxy command: what the proxy reads (from the server, and the requests
+        // sent) is the connection's sign of life. Without it, the call's own time.
+        const std::optional<uint64_t> read = ProcessReadBytes(connection->proxy_pid());
+        if (read &&
+            (*read != watched.proxy_read || watched.proxy_read_changed == Clock::time_point{})) {
+          watched.proxy_read = *read;
+          watched.proxy_read_changed = now;
+        }
+        const Clock::time_point quiet_since =
+            read ? std::max(watched.proxy_read_changed, watched.since) : watched.since;
+        if (now - quiet_since < allowed) continue;
+      }
       // Logged first: the call fails as soon as the socket is shut down, and what its caller
       // sees (EIO) must already have its reason in the log. (A login cut fails with its own
       // TimedOut, which says it all.)

@@ -51,11 +51,11 @@ struct SftpConnectOptions {
   // or ProxyJump made into one; see ssh_config.h), run by /bin/sh; empty: a TCP connection to
   // host and port.
   std::string proxy_command;
-  // The ssh configuration files, applied to every session as ssh applies them to `config_host`
-  // (the name the URL gave) before the settings above, which win: what they say of keys
-  // (IdentityFile, offered when identity_files is empty), algorithms and the like is honoured.
-  std::vector<std::string> config_files;
-  std::string config_host;
+  // A session holding what the ssh configuration files say of the host (ReadSshConfig, read
+  // once at mount), copied into every session before the settings above, which win: what they
+  // say of keys (IdentityFile, offered when identity_files is empty), algorithms and the like
+  // is honoured. Null: none read.
+  std::shared_ptr<ssh_session_struct> config;
   // Tried (as "password", or as the answer to keyboard-interactive prompts) only after the
   // keys, and only when set. Never logged.
   std::optional<std::string> password;
@@ -101,6 +101,7 @@ class SftpConnection {
   // be reused by any other file while this one stays valid, so the watchdog never acts on
   // another file's descriptor.
   int watch_socket() const { return watch_socket_; }
+  pid_t proxy_pid() const { return proxy_pid_; }
 
  private:
   SftpConnection() = default;
@@ -214,6 +215,10 @@ class SftpSessionPool {
     bool logging_in = false;
     // See SilenceAllowance; 0: request_timeout.
     std::chrono::milliseconds silence_allowed{0};
+    // A proxied connection (a socket pair, which has no TCP_INFO): the bytes its proxy process
+    // had read (/proc/PID/io rchar) when the watchdog last saw them change, and when.
+    uint64_t proxy_read = 0;
+    std::chrono::steady_clock::time_point proxy_read_changed{};
   };
   std::map<SftpConnection*, Watched> leased_ GUARDED_BY(mu_);
   std::atomic<int> cut_{0};

@@ -44,10 +44,9 @@ struct SftpStoreOptions {
   std::vector<std::string> identity_files;
   std::string known_hosts;         // empty: ~/.ssh/known_hosts
   std::string global_known_hosts;  // see SftpConnectOptions::global_known_hosts
-  // See SftpConnectOptions: a proxy command, and the ssh configuration applied to `config_host`.
+  // See SftpConnectOptions: a proxy command, and the ssh configuration read at mount.
   std::string proxy_command;
-  std::vector<std::string> config_files;
-  std::string config_host;
+  std::shared_ptr<ssh_session_struct> config;
   bool accept_new_host_key = false;
   std::optional<std::string> password;  // see SftpConnectOptions::password
   std::string ciphers;                  // see SftpConnectOptions::ciphers

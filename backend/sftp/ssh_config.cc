@@ -8,10 +8,6 @@
 namespace objfs::sftp {
 namespace {
 
-struct SessionDeleter {
-  void operator()(ssh_session s) const { ssh_free(s); }
-};
-
 // The string value of `option` in `ssh`, or "" when it has none.
 std::string Get(ssh_session ssh, enum ssh_options_e option) {
   char* value = nullptr;
@@ -49,7 +45,9 @@ Result<SshHostConfig> ReadSshConfig(const std::string& alias, const std::vector<
   SshHostConfig out;
   out.host = alias;
   if (files.empty()) return out;
-  std::unique_ptr<ssh_session_struct, SessionDeleter> ssh(ssh_new());
+  std::shared_ptr<ssh_session_struct> ssh(ssh_new(), [](ssh_session s) {
+    if (s != nullptr) ssh_free(s);
+  });
   if (!ssh) return InternalError("ssh_new failed");
   int no = 0;
   ssh_options_set(ssh.get(), SSH_OPTIONS_PROCESS_CONFIG, &no);
@@ -77,7 +75,19 @@ Result<SshHostConfig> ReadSshConfig(const std::string& alias, const std::vector<
                    out.proxy_command.find(" -W '[%h]:%p' ") != std::string::npos;
   out.known_hosts = ExpandHomeIn(Get(ssh.get(), SSH_OPTIONS_KNOWNHOSTS), home);
   out.global_known_hosts = ExpandHomeIn(Get(ssh.get(), SSH_OPTIONS_GLOBAL_KNOWNHOSTS), home);
+  out.session = std::move(ssh);
   return out;
+}
+
+bool SafeForProxyCommand(const std::string& name) {
+  if (name.empty() || name[0] == '-') return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-' || c == '@' || c == ':' || c == '%' ||
+                    c == '+' || c == '[' || c == ']';
+    if (!ok) return false;
+  }
+  return true;
 }
 
 std::string ExpandProxyCommand(std::string_view command, bool proxy_jump, const std::string& host,

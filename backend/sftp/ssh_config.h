@@ -8,6 +8,9 @@
 // says (a user or port in the URL, -o identity, -o known_hosts) wins over every file.
 #pragma once
 
+#include <libssh/libssh.h>
+
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +29,8 @@ struct SshHostConfig {
   bool proxy_jump = false;         // proxy_command was made from ProxyJump
   std::string known_hosts;         // UserKnownHostsFile; empty: none given
   std::string global_known_hosts;  // GlobalKnownHostsFile; empty: none given
+  // The session the files were read into, for SftpConnectOptions::config; null without files.
+  std::shared_ptr<ssh_session_struct> session;
 };
 
 // The configuration of `alias` in `files`, in order (missing files are skipped, as ssh does
@@ -33,6 +38,10 @@ struct SshHostConfig {
 // InvalidArgument naming the file when libssh cannot parse one.
 Result<SshHostConfig> ReadSshConfig(const std::string& alias, const std::vector<std::string>& files,
                                     const std::string& home);
+
+// Whether `name` (a user or host name) may be put in a proxy command run by a shell: letters,
+// digits and . _ - @ : % + [ ] only.
+bool SafeForProxyCommand(const std::string& name);
 
 // `command` with OpenSSH's tokens expanded: %h the host, %p the port, %r the user, %% a '%'. A
 // command made from a ProxyJump (`proxy_jump`) runs `ssh` for the jump: it is given

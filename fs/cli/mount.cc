@@ -527,9 +527,16 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
   sftp_options.user = !options.url.user.empty() ? options.url.user
                       : !config.user.empty()    ? config.user
                                                 : LocalUserName();
-  sftp_options.config_files = options.ssh_config_files;
-  sftp_options.config_host = options.url.host;
+  sftp_options.config = config.session;
   if (!config.proxy_command.empty()) {
+    // The URL's user and host reach a shell in the proxy command: nothing but what a host or
+    // user name holds may (as OpenSSH refuses since 9.6).
+    for (const std::string* name : {&sftp_options.user, &sftp_options.host}) {
+      if (!sftp::SafeForProxyCommand(*name)) {
+        return InvalidArgumentError("'" + *name + "' cannot be given to the proxy command of " +
+                                    options.url.host + ": it holds characters a shell reads");
+      }
+    }
     sftp_options.proxy_command = sftp::ExpandProxyCommand(
         config.proxy_command, config.proxy_jump, sftp_options.host, sftp_options.port,
         sftp_options.user, options.ssh_config_given == "none" ? "" : options.ssh_config_given,

@@ -1072,8 +1072,39 @@ TEST(MountSftpErrorsTest, AProxyCommandThatFailsFailsTheMountAtOnce) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
   ScratchDir temp;
   std::string config = WriteSshConfig(temp.path() + "/config",
-                                      SharedServerHostBlock("broken") + "  ProxyCommand exit 3\n");
+                                      SharedServerHostBlock("broken") + "  ProxyCommand false\n");
   ExpectMountFails("sftp://broken" + dir.path, "ssh_config=" + config, {"cannot connect to"});
+}
+
+// The URL's user and host reach a shell in a proxy command: a name with anything a shell reads
+// is refused before any command runs (OpenSSH's CVE-2023-51385).
+TEST(MountSftpErrorsTest, AUrlNameWithShellCharactersNeverReachesAProxyCommand) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir temp;
+  const std::string marker = temp.path() + "/ran";
+  std::string config = WriteSshConfig(
+      temp.path() + "/config", SharedServerHostBlock("proxied") + "  ProxyCommand touch " + marker +
+                                   "; exec nc %h %p # %r\n");
+  ExpectMountFails("sftp://x;id@proxied" + dir.path, "ssh_config=" + config,
+                   {"'x;id' cannot be given to the proxy command of proxied"});
+  EXPECT_FALSE(fs::exists(marker)) << "the proxy command ran";
+}
+
+// A proxy that never answers is cut (request_timeout, though a socket pair has no TCP_INFO),
+// and it goes with everything it started, none left behind.
+TEST(MountSftpErrorsTest, ASilentProxyIsCutAndLeavesNoProcessBehind) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir temp;
+  std::string config = WriteSshConfig(
+      temp.path() + "/config",
+      SharedServerHostBlock("silent") + "  ProxyCommand sh -c 'sleep 9872 & exec sleep 9873'\n");
+  ExpectMountFails("sftp://silent" + dir.path,
+                   "ssh_config=" + config + ",request_timeout=2,operation_timeout=4", {});
+  EXPECT_TRUE(WaitFor(10,
+                      [] {
+                        return RunCommand({"pgrep", "-f", "sleep 987[23]"}).out.empty();
+                      }))
+      << "left behind: " << RunCommand({"pgrep", "-a", "-f", "sleep 987[23]"}).out;
 }
 
 TEST(MountSftpErrorsTest, AMissingSshConfigFileIsRefused) {
