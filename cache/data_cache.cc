@@ -24,28 +24,11 @@ namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
 
-// How long after its mtime a size-and-mtime version (SFTP) is trusted to name one content. An
-// SFTP mtime has whole seconds: a file rewritten with the same size within the second it was
-// last written keeps its version, so blocks of a version that recent could be served for other
-// bytes (git's "racily clean" index entries, the same problem). The margin also allows for a
-// server clock a little ahead of this one.
-constexpr int64_t kRecentVersionNs = 2'000'000'000;
-
-// Whether blocks of version `etag` may be cached and served: any ETag but a size-and-mtime
-// version whose mtime is less than kRecentVersionNs ago.
-bool SettledVersion(const ETag& etag) {
-  if (!IsVersionTag(etag)) return true;
-  const std::string& text = etag.value();
-  const size_t dash = text.rfind('-');
-  if (dash == std::string::npos) return false;
-  errno = 0;
-  char* end = nullptr;
-  const long long mtime_ns = std::strtoll(text.c_str() + dash + 1, &end, 10);
-  if (errno != 0 || end == text.c_str() + dash + 1 || *end != '\0') return false;
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-  return mtime_ns <= now_ns - kRecentVersionNs;
+// What a block of `length` bytes takes on disk, for the size bound: whole file system blocks
+// (4 KiB on ext4, xfs and tmpfs), so that many small blocks cannot take many times the bound.
+uint64_t DiskCost(uint64_t length) {
+  constexpr uint64_t kFsBlock = 4096;
+  return (std::max<uint64_t>(length, 1) + kFsBlock - 1) / kFsBlock * kFsBlock;
 }
 
 Status MakeDirectory(const std::string& path) {
@@ -172,14 +155,14 @@ Status DataCache::Load() {
       lru_.push_front(record.name);
       entries_[record.name] = Entry{
           .length = record.length, .crc32c = record.crc32c, .ready = true, .lru = lru_.begin()};
-      bytes_ += record.length;
+      bytes_ += DiskCost(record.length);
       stamp_ = std::max(stamp_, record.stamp);
     }
     // A smaller data_cache_size than last time: the oldest go now.
     while (bytes_ > options_.max_bytes && !lru_.empty()) {
       std::string name = std::move(lru_.back());
       lru_.pop_back();
-      bytes_ -= entries_[name].length;
+      bytes_ -= DiskCost(entries_[name].length);
       entries_.erase(name);
       stale.push_back(std::move(name));
     }
@@ -254,7 +237,7 @@ void DataCache::Drop(const std::string& name) {
     MutexLock lock(&mu_);
     auto it = entries_.find(name);
     if (it == entries_.end() || !it->second.ready) return;
-    bytes_ -= it->second.length;
+    bytes_ -= DiskCost(it->second.length);
     lru_.erase(it->second.lru);
     entries_.erase(it);
     UpdateGauge();
@@ -322,17 +305,17 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       return;
     }
-    while (bytes_ + length > options_.max_bytes && !lru_.empty()) {
+    while (bytes_ + DiskCost(length) > options_.max_bytes && !lru_.empty()) {
       std::string victim = std::move(lru_.back());
       lru_.pop_back();
-      bytes_ -= entries_[victim].length;
+      bytes_ -= DiskCost(entries_[victim].length);
       entries_.erase(victim);
       ++evictions_;
       evicted.push_back(std::move(victim));
     }
     lru_.push_front(name);
     entries_[name] = Entry{.length = length, .crc32c = crc, .ready = false, .lru = lru_.begin()};
-    bytes_ += length;
+    bytes_ += DiskCost(length);
     stamp = ++stamp_;
     UpdateGauge();
   }
@@ -362,7 +345,7 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
     auto it = entries_.find(name);
     if (!written.ok()) {
       if (it != entries_.end() && !it->second.ready) {
-        bytes_ -= it->second.length;
+        bytes_ -= DiskCost(it->second.length);
         lru_.erase(it->second.lru);
         entries_.erase(it);
         UpdateGauge();
