@@ -436,6 +436,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   // Every byte of it was written through the kernel, whose pages hold them: the next open of
   // this version keeps them.
   inode.page_version = result->etag;
+  inode.page_version_settled = true;
   inode.touched.Clear();
   inode.base.reset();
   if (!result->etag.empty()) {

@@ -453,6 +453,11 @@ class Filesystem {
   void CheckPageVersion(uint64_t ino, const MetaRecord& rec);
   // Has the kernel drop its cached pages of `ino`, counted.
   void InvalidatePages(uint64_t ino);
+  // The version `handle` reads (its read_info's ETag).
+  static ETag HandleVersion(Handle& handle);
+  // A read through a handle of `version` refills the kernel's pages with it: when that is not
+  // the version they are said to hold, the next open must drop them.
+  static void NoteReadVersion(Inode& inode, const ETag& version) REQUIRES(inode.mu);
   // Attributes of an inode with local (staged) state, or nullopt.
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
   // The same, for a caller holding inode.mu.

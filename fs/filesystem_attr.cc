@@ -189,12 +189,6 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
   if (to_set & meta_fields) {
     int64_t now = NowNs();
     auto mutate = [&](FileAttr& a, Metadata& extra) -> Status {
-      // An atime is stored only when set explicitly: reads never write it (noatime).
-      if (to_set & kSetAtimeNow) {
-        extra[kAtimeMetadata] = FormatMtime(now);
-      } else if (to_set & kSetAtime) {
-        extra[kAtimeMetadata] = FormatMtime(attr.atime_ns);
-      }
       if (to_set & kSetMode) a.mode = (a.mode & S_IFMT) | (attr.mode & 07777);
       if (to_set & kSetUid) a.uid = attr.uid;
       if (to_set & kSetGid) a.gid = attr.gid;
@@ -202,6 +196,17 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
         a.mtime_ns = now;
       } else if (to_set & kSetMtime) {
         a.mtime_ns = attr.mtime_ns;
+      }
+      // An atime is stored only when set explicitly: reads never write it (noatime). One equal
+      // to the mtime is what an object without one shows: nothing is stored (touch sets both,
+      // and must not fail on an object whose metadata is near max_metadata).
+      if (to_set & (kSetAtimeNow | kSetAtime)) {
+        const int64_t atime = (to_set & kSetAtimeNow) ? now : attr.atime_ns;
+        if (atime == a.mtime_ns) {
+          extra.erase(kAtimeMetadata);
+        } else {
+          extra[kAtimeMetadata] = FormatMtime(atime);
+        }
       }
       return Status::Ok();
     };

@@ -85,6 +85,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       dst.uploaded_etag = copied->etag;
       // The kernel dropped its pages of the copied range, and the file was empty before.
       dst.page_version = copied->etag;
+      dst.page_version_settled = true;
       ObjectInfo dst_info = *copied;
       dst_info.key = dst_key;
       dst_info.size = src.size;

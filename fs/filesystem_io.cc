@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/object_version.h"
 #include "cache/io_pool.h"
 #include "cache/read_budget.h"
 #include "fs/filesystem.h"
@@ -57,11 +58,12 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
         // The kernel's pages hold the object's current version (an earlier open read them, or
         // this mount wrote it): they stay. Otherwise the kernel drops them at this open, and
         // what it reads from now on is this version.
-        keep = !rec.etag.empty() && rec.etag == inode->page_version;
+        keep = !rec.etag.empty() && rec.etag == inode->page_version && inode->page_version_settled;
         if (options_.kernel_page_cache && !keep && !inode->page_version.empty()) {
           Bump(metrics_->page_cache_drops);
         }
         inode->page_version = rec.etag;
+        inode->page_version_settled = SettledVersion(rec.etag);
       }
     } else if (!truncate) {
       // Staged here: every change of it went through the kernel, whose pages hold it too.
@@ -186,9 +188,21 @@ Status Filesystem::FetchStagedRange(uint64_t ino, Inode& inode, uint64_t offset,
   return writer_->FetchStaged(inode, key, offset, std::min<uint64_t>(size, size_now - offset));
 }
 
+ETag Filesystem::HandleVersion(Handle& handle) {
+  MutexLock lock(&handle.mu);
+  return handle.read_info.etag;
+}
+
+void Filesystem::NoteReadVersion(Inode& inode, const ETag& version) {
+  // A handle opened at an older version than the pages are now said to hold fills them with
+  // that version's bytes: the next open must not keep them.
+  if (!version.empty() && version != inode.page_version) inode.page_version = ETag();
+}
+
 Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byte> buf) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  const ETag version = HandleVersion(*handle);
   {
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
@@ -197,6 +211,7 @@ Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byt
       OBJFS_RETURN_IF_ERROR(FetchStagedRange(handle->ino, inode, offset, buf.size()));
       return inode.staged->ReadAt(offset, buf);
     }
+    NoteReadVersion(inode, version);
   }
   return ReadFromStore(*handle, offset, buf);
 }
@@ -206,6 +221,7 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
   Bump(metrics_->kernel_reads);
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  const ETag version = HandleVersion(*handle);
   {
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
@@ -216,6 +232,7 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
       if (n > 0) out->push_back(ReadSegment{buf, buf.get(), n});
       return n;
     }
+    NoteReadVersion(inode, version);
   }
   OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Prefetcher> prefetcher, PrefetcherOf(*handle));
   return prefetcher->ReadSegments(offset, size, out);

@@ -229,8 +229,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
 Status Filesystem::RenameFile(const std::string& from, const std::string& to,
                               const MetaRecord& src) {
   // A replaced target's open handles must not resurrect it at release.
-  uint64_t replaced = inodes_.InoOf(to);
-  if (replaced != 0) {
+  if (uint64_t replaced = inodes_.InoOf(to)) {
     if (auto inode = inodes_.Get(replaced)) {
       MutexLock lock(&inode->mu);
       writer_->Discard(*inode);
@@ -260,10 +259,13 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     CopyOptions copy;
     copy.source_known_current = source.own_write;
     if (fold) source.metadata = inode->pending_metadata->metadata;
-    // The copy carries the rename's ctime, where the object's whole metadata is known (a
-    // record from a listing alone is copied with the metadata it has).
+    // A copy that replaces the metadata anyway (a held change rides along) carries the
+    // rename's ctime too. Otherwise the metadata is copied as it is, ctime included: POSIX
+    // leaves moving it to the file system, and replacing it would drop what objfs does not
+    // keep (Content-Type, Content-Encoding, Cache-Control ...) and could revert another
+    // client's change made since the record was read.
     const int64_t now = NowNs();
-    if (fold || source.complete) {
+    if (fold) {
       MoveCtime(source.metadata, now, options_.max_metadata);
       copy.replace_metadata = source.metadata;
     }
@@ -284,14 +286,10 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       Result<MetaRecord> again = Resolve(from);
       if (!again.ok()) return again.status();
       if (again->is_dir) return NotFoundError(from + " is no longer a file");
-      if (fold) {
-        again->metadata = source.metadata;
-      } else if (again->complete) {
-        MoveCtime(again->metadata, now, options_.max_metadata);
-      }
+      if (fold) again->metadata = source.metadata;
       source = *again;
       copy.source_known_current = false;
-      if (fold || source.complete) {
+      if (fold) {
         copy.replace_metadata = source.metadata;
       } else {
         copy.replace_metadata.reset();
@@ -330,10 +328,10 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       inode->page_version = copied->etag;
     }
   }
+  // The replaced file's pages stay: nobody opens it by that name again, and whoever still has
+  // it open or mapped reads its old content from them, as POSIX has it (the object is gone, so
+  // they could not be read again).
   inodes_.Rename(from, to, /*subtree=*/false);
-  // The replaced file's pages: nobody opens it by that name again, but whoever still has it
-  // open or mapped must not read the old content from them.
-  if (replaced != 0 && replaced != ino) InvalidatePages(replaced);
   // The open file's staged copy (uploaded above) is in the store under the new name: a crash
   // must not upload it again, under either name; a later write describes it anew.
   if (inode != nullptr && inode->staged) inode->staged->Orphan();

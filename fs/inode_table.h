@@ -73,6 +73,10 @@ struct Inode {
   // hold what was written through them). An open of the same version keeps the pages
   // (keep_cache); empty: none known, and the next open drops whatever the kernel has.
   ETag page_version GUARDED_BY(mu);
+  // False when an open read the pages at a size-and-mtime version younger than its mtime's
+  // resolution allows to trust (SettledVersion, backend/object_version.h): a same-size rewrite
+  // within that second keeps the version, so the next open drops them even at the same version.
+  bool page_version_settled GUARDED_BY(mu) = true;
   // A metadata change (chmod, chown, utimens, setxattr) of the stored object, not applied to
   // the store yet (FilesystemOptions::metadata_delay); while set, `attr` and `extra_metadata`
   // hold the changed attributes.

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <span>
@@ -214,7 +216,15 @@ TEST(MountOpsTest, NewObjectsGetContentTypeStorageClassAndAcl) {
   WriteFile(mount->path() + "/data.JSON", "{}");
   WriteFile(mount->path() + "/blob.nosuchextension", "x");
   WriteFile(mount->path() + "/large.txt", PseudoRandomBytes(6 << 20, 1));  // multipart
+  // A rename copies the object with its headers: the type stays.
+  WriteFile(mount->path() + "/moved.html", "<html></html>");
+  ASSERT_EQ(
+      ::rename((mount->path() + "/moved.html").c_str(), (mount->path() + "/renamed.html").c_str()),
+      0)
+      << std::strerror(errno);
   ASSERT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_TRUE(Contains(HeadObject(bucket, "renamed.html"), "content-type: text/html"))
+      << HeadObject(bucket, "renamed.html");
 
   EXPECT_TRUE(Contains(HeadObject(bucket, "page.html"), "content-type: text/html"));
   EXPECT_TRUE(Contains(HeadObject(bucket, "data.JSON"), "content-type: application/json"));
