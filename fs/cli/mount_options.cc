@@ -1407,8 +1407,10 @@ URL:
   using G = OptionSpec::Group;
   const std::pair<G, std::string_view> groups[] = {
       {G::kS3,
-       "S3 options (credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
-       "~/.aws/credentials; the endpoint and region also from AWS_ENDPOINT_URL and AWS_REGION):"},
+       "S3 options (credentials come from the AWS SDKs' chain: profile=, AWS_ACCESS_KEY_ID/"
+       "AWS_SECRET_ACCESS_KEY, web identity, ~/.aws/credentials and ~/.aws/config, container "
+       "and instance metadata; the endpoint and region also from AWS_ENDPOINT_URL, AWS_REGION "
+       "and ~/.aws/config):"},
       {G::kSftp, "SFTP options (the user defaults to the caller's name, the port to 22):"},
       {G::kFilesystem, "Filesystem options:"},
       {G::kTimeouts, "Bounded waits (every scheme):"},
@@ -1511,6 +1513,7 @@ std::string OptionsMan() {
       {G::kSftp, "SFTP options"},
       {G::kFilesystem, "Filesystem options"},
       {G::kTimeouts, "Bounded waits"},
+      {G::kLogs, "Logs and stats"},
       {G::kMount, "FUSE and mount options"},
   };
   std::string out;
