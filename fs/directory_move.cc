@@ -32,10 +32,11 @@ Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string&
     for (const ObjectInfo& obj : objects) {
       const size_t length = obj.key.size() - from.size() + to.size();
       if (length > max_key) {
-        return Status(StatusCode::kNameTooLong,
-                      "cannot rename directory " + from + " to " + to + ": " + obj.key +
-                          " would get a key of " + std::to_string(length) +
-                          " bytes; the store takes at most " + std::to_string(max_key));
+        std::string message = "cannot rename directory ";
+        message.append(from).append(" to ").append(to).append(": ").append(obj.key);
+        message.append(" would get a key of ").append(std::to_string(length));
+        message.append(" bytes; the store takes at most ").append(std::to_string(max_key));
+        return Status(StatusCode::kNameTooLong, message);
       }
     }
   }

@@ -89,7 +89,9 @@ IniSections ParseIni(std::string_view text) {
     const std::string value(Trim(line.substr(eq + 1)));
     if (key.empty()) continue;
     if (indented && !parent.empty()) {
-      (*section)[parent + "." + key] = value;
+      std::string name = parent;
+      name.append(".").append(key);
+      (*section)[name] = value;
       continue;
     }
     parent = value.empty() ? key : std::string();
