@@ -1107,6 +1107,48 @@ TEST(MountSftpErrorsTest, ASilentProxyIsCutAndLeavesNoProcessBehind) {
       << "left behind: " << RunCommand({"pgrep", "-a", "-f", "sleep 987[23]"}).out;
 }
 
+// A proxy that stops answering after login is cut like a silent TCP connection: the socket
+// pair has no TCP_INFO, so the watchdog reads the proxy's progress from /proc/PID/io. The read
+// that was waiting on it goes through a new connection, and so a new proxy.
+TEST(MountSftpErrorsTest, AProxyThatStopsAnsweringIsCutAndTheReadGoesThroughANewOne) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/before", "before");
+  ScratchDir temp;
+  const std::string pids = temp.path() + "/pids";
+  // A relay in bash alone: one cat each way, in the process group objfs gives the proxy.
+  std::string config =
+      WriteSshConfig(temp.path() + "/config",
+                     SharedServerHostBlock("stopping") + "  ProxyCommand bash -c 'echo $$ >> " +
+                         pids + "; exec 3<>/dev/tcp/%h/%p; cat <&3 & exec cat >&3'\n");
+  ObjfsMount::Options options;
+  options.use_shared_server = false;
+  // Without the watchdog the read below would wait out the 120 s operation_timeout.
+  options.extra_options = "ssh_config=" + config + ",request_timeout=2,operation_timeout=120";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start("sftp://stopping" + dir.path, options);
+  ASSERT_TRUE(mount);
+  ASSERT_EQ(ReadFile(mount->path() + "/before"), "before");
+  const std::string stopped = ReadLocal(pids);
+  std::vector<std::string> stopped_pids;
+  std::istringstream lines(stopped);
+  for (std::string pid; std::getline(lines, pid);) stopped_pids.push_back(pid);
+  ASSERT_FALSE(stopped_pids.empty());
+  for (const std::string& pid : stopped_pids) {
+    ASSERT_EQ(RunCommand({"kill", "-STOP", "--", "-" + pid}).exit_code, 0) << pid;
+  }
+  WriteFile(dir.path + "/after", "after");
+  CommandResult cat = RunCommand({"timeout", "-s", "KILL", "30", "cat", mount->path() + "/after"});
+  for (const std::string& pid : stopped_pids) RunCommand({"kill", "-CONT", "--", "-" + pid});
+  EXPECT_EQ(cat.exit_code, 0) << cat.err;
+  EXPECT_EQ(cat.out, "after");
+  EXPECT_GT(ReadLocal(pids).size(), stopped.size()) << "no new proxy was started";
+  ASSERT_EQ(mount->Stop(), 0);
+  // Every proxy's process group, the stopped ones included, went with its connection.
+  std::istringstream all(ReadLocal(pids));
+  for (std::string pid; std::getline(all, pid);) {
+    EXPECT_TRUE(WaitFor(10, [&] { return kill(-std::stoi(pid), 0) != 0; })) << "left: " << pid;
+  }
+}
+
 TEST(MountSftpErrorsTest, AMissingSshConfigFileIsRefused) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
   ScratchDir temp;
