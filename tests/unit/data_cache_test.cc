@@ -184,7 +184,7 @@ TEST_F(DataCacheTest, ABlockCorruptedOnDiskIsDetectedAndFetchedAgain) {
   EXPECT_EQ(BackendReads(), 2u);
 
   // A truncated block too.
-  ::truncate(path.c_str(), 10);
+  ASSERT_EQ(::truncate(path.c_str(), 10), 0);
   EXPECT_EQ(Read("f", etag, kBlock, kBlock), data.substr(kBlock));
   EXPECT_EQ(BackendReads(), 3u);
   EXPECT_EQ(metrics_.data_cache_corrupt.load(), 2u);
