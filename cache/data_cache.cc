@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,63 +39,85 @@ Status MakeDirectory(const std::string& path) {
   return Status::Ok();
 }
 
+std::string Hex(const Md5Digest& digest) {
+  std::string hex;
+  hex.reserve(2 * digest.size());
+  for (uint8_t b : digest) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  return hex;
+}
+
 uint32_t Crc(std::span<const std::byte> data) {
   return Crc32c(std::string_view(reinterpret_cast<const char*>(data.data()), data.size()));
 }
 
-// Reads exactly `out.size()` bytes at 0 of `path`, and checks that the file has no more.
-bool ReadBlockFile(const std::string& path, std::span<std::byte> out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return false;
+// Reads exactly `out.size()` bytes at `offset` of `fd`.
+bool ReadFully(int fd, uint64_t offset, std::span<std::byte> out) {
   size_t done = 0;
-  bool ok = true;
   while (done < out.size()) {
-    ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+    ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ok = false;
-      break;
-    }
+    if (n <= 0) return false;
     done += static_cast<size_t>(n);
   }
-  if (ok) {
-    struct stat st {};
-    ok = ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == out.size();
-  }
-  ::close(fd);
-  return ok;
+  return true;
 }
 
-Status WriteBlockFile(const std::string& tmp, const std::string& path,
-                      std::span<const std::byte> data) {
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus("create", tmp, errno);
+Status WriteFully(int fd, uint64_t offset, std::span<const std::byte> data,
+                  const std::string& path) {
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
+    ssize_t n =
+        ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoStatus("write", tmp, err);
-    }
+    if (n <= 0) return ErrnoStatus("write", path, n < 0 ? errno : ENOSPC);
     done += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("close", tmp, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("rename", tmp, err);
   }
   return Status::Ok();
 }
 
+// Frees [offset, offset + length) of the file: reads of it return zeros, which no block's
+// checksum matches.
+void PunchHole(int fd, uint64_t offset, uint64_t length) {
+  if (length == 0) return;
+  (void)::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                    static_cast<off_t>(length));
+}
+
+// Removes `path` and everything under it (the earlier layout's "blocks/" tree).
+void RemoveTree(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) {
+    ::unlink(path.c_str());
+    return;
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0) {
+      names.emplace_back(entry->d_name);
+    }
+  }
+  ::closedir(dir);
+  for (const std::string& name : names) {
+    std::string child = path;
+    child += '/';
+    child += name;
+    struct stat st {};
+    if (::lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      RemoveTree(child);
+    } else {
+      ::unlink(child.c_str());
+    }
+  }
+  ::rmdir(path.c_str());
+}
+
 }  // namespace
+
+DataCache::Descriptor::~Descriptor() { ::close(fd); }
 
 DataCache::DataCache(DataCacheOptions options, Metrics* metrics, int lock_fd,
                      std::unique_ptr<RecordTable<DataBlockRecord>> table)
@@ -107,8 +130,8 @@ DataCache::~DataCache() { ::close(lock_fd_); }
 
 Result<std::unique_ptr<DataCache>> DataCache::Open(DataCacheOptions options, Metrics* metrics) {
   if (options.block_size == 0) return InvalidArgumentError("data cache block size is 0");
+  if (options.max_open_files == 0) options.max_open_files = 1;
   OBJFS_RETURN_IF_ERROR(MakeDirectory(options.dir));
-  OBJFS_RETURN_IF_ERROR(MakeDirectory(options.dir + "/blocks"));
   const std::string lock_path = options.dir + "/lock";
   int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (lock_fd < 0) return ErrnoStatus("cannot open", lock_path, errno);
@@ -122,10 +145,17 @@ Result<std::unique_ptr<DataCache>> DataCache::Open(DataCacheOptions options, Met
     }
     return ErrnoStatus("cannot lock", lock_path, err);
   }
+  // The earlier layout, a file per block: removed, never read.
+  ::unlink((options.dir + "/index.log").c_str());
+  RemoveTree(options.dir + "/blocks");
+  if (Status made = MakeDirectory(options.dir + "/objects"); !made.ok()) {
+    ::close(lock_fd);
+    return made;
+  }
   StoreDbOptions db_options;
   db_options.compaction_min_bytes = 64 << 10;
   Result<std::unique_ptr<RecordTable<DataBlockRecord>>> table =
-      RecordTable<DataBlockRecord>::Open(options.dir + "/index.log", db_options);
+      RecordTable<DataBlockRecord>::Open(options.dir + "/objects.log", db_options);
   if (!table.ok()) {
     ::close(lock_fd);
     return table.status();
@@ -141,53 +171,89 @@ Status DataCache::Load() {
   std::sort(records.begin(), records.end(),
             [](const DataBlockRecord& a, const DataBlockRecord& b) { return a.stamp < b.stamp; });
   std::vector<std::string> stale;
+  std::unordered_map<std::string, uint64_t> sizes;  // of the files, -1 when not usable
   {
     MutexLock lock(&mu_);
     for (const DataBlockRecord& record : records) {
-      struct stat st {};
-      const bool usable = record.block_size == options_.block_size &&
-                          ::lstat(PathOf(record.name).c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-                          static_cast<uint64_t>(st.st_size) == record.length;
+      // A record of another mount's URL (the name is derived from it) is not this one's.
+      const bool ours = record.block_size == options_.block_size &&
+                        record.offset % options_.block_size == 0 &&
+                        NameOf(record.key, record.etag, record.offset) == record.name;
+      std::string file = ours ? FileOf(record.key, record.etag) : std::string();
+      bool usable = ours;
+      if (usable) {
+        auto [size, inserted] = sizes.try_emplace(file, ~0ull);
+        if (inserted) {
+          struct stat st {};
+          if (::lstat(PathOf(file).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+            size->second = static_cast<uint64_t>(st.st_size);
+          }
+        }
+        usable = size->second != ~0ull && record.offset + record.length <= size->second;
+      }
       if (!usable) {
         stale.push_back(record.name);
         continue;
       }
       lru_.push_front(record.name);
-      entries_[record.name] = Entry{
-          .length = record.length, .crc32c = record.crc32c, .ready = true, .lru = lru_.begin()};
+      ++files_[file].blocks;
+      entries_[record.name] = Entry{.length = record.length,
+                                    .crc32c = record.crc32c,
+                                    .ready = true,
+                                    .offset = record.offset,
+                                    .file = std::move(file),
+                                    .lru = lru_.begin()};
       bytes_ += DiskCost(record.length);
       stamp_ = std::max(stamp_, record.stamp);
     }
     // A smaller data_cache_size than last time: the oldest go now.
     while (bytes_ > options_.max_bytes && !lru_.empty()) {
-      std::string name = std::move(lru_.back());
-      lru_.pop_back();
-      bytes_ -= DiskCost(entries_[name].length);
-      entries_.erase(name);
+      std::string name = lru_.back();
+      Forget(entries_.find(name));
       stale.push_back(std::move(name));
     }
     UpdateGauge();
   }
-  for (const std::string& name : stale) Discard(name);
+  for (const std::string& name : stale) (void)table_->Remove(name);
 
-  // Files no record names: a crash between writing a block and its record, or a write cut
-  // short (".tmp").
-  const std::string blocks = options_.dir + "/blocks";
-  DIR* top = ::opendir(blocks.c_str());
-  if (top == nullptr) return ErrnoStatus("cannot read", blocks, errno);
+  // What no record names: files (a crash between writing a block and its record, in a new
+  // file) are removed, and ranges of the files kept are punched out.
+  std::unordered_map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> kept;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [name, entry] : entries_) {
+      kept[entry.file].emplace_back(entry.offset, entry.offset + options_.block_size);
+    }
+  }
+  const std::string objects = options_.dir + "/objects";
+  DIR* top = ::opendir(objects.c_str());
+  if (top == nullptr) return ErrnoStatus("cannot read", objects, errno);
   while (const dirent* sub = ::readdir(top)) {
     if (sub->d_name[0] == '.') continue;
-    const std::string sub_path = blocks + "/" + sub->d_name;
+    const std::string sub_path = objects + "/" + sub->d_name;
     DIR* dir = ::opendir(sub_path.c_str());
     if (dir == nullptr) continue;
     while (const dirent* file = ::readdir(dir)) {
       if (file->d_name[0] == '.') continue;
-      bool known;
-      {
-        MutexLock lock(&mu_);
-        known = entries_.count(file->d_name) != 0;
+      const std::string path = sub_path + "/" + file->d_name;
+      auto ranges = kept.find(file->d_name);
+      if (ranges == kept.end()) {
+        ::unlink(path.c_str());
+        continue;
       }
-      if (!known) ::unlink((sub_path + "/" + file->d_name).c_str());
+      const int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) continue;  // its blocks are misses, dropped when read
+      std::sort(ranges->second.begin(), ranges->second.end());
+      uint64_t at = 0;
+      for (const auto& [from, to] : ranges->second) {
+        if (from > at) PunchHole(fd, at, from - at);
+        at = std::max(at, to);
+      }
+      struct stat st {};
+      if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > at) {
+        PunchHole(fd, at, static_cast<uint64_t>(st.st_size) - at);
+      }
+      ::close(fd);
     }
     ::closedir(dir);
   }
@@ -205,31 +271,78 @@ std::string DataCache::NameOf(std::string_view key, const ETag& etag, uint64_t o
   md5.Update(std::to_string(key.size()) + ":");
   md5.Update(key);
   md5.Update(etag.value());
-  const Md5Digest digest = md5.Final();
-  std::string name;
-  name.reserve(32);
-  for (uint8_t b : digest) {
-    name += kHex[b >> 4];
-    name += kHex[b & 15];
-  }
-  return name;
+  return Hex(md5.Final());
 }
 
-std::string DataCache::PathOf(const std::string& name) const {
-  return options_.dir + "/blocks/" + name.substr(0, 2) + "/" + name;
+std::string DataCache::FileOf(std::string_view key, const ETag& etag) const {
+  Md5 md5;
+  md5.Update("object\n" + std::to_string(options_.block_size) + "\n" +
+             std::to_string(static_cast<int>(etag.kind())) + "\n");
+  md5.Update(std::to_string(options_.scope.size()) + ":" + options_.scope);
+  md5.Update(std::to_string(key.size()) + ":");
+  md5.Update(key);
+  md5.Update(etag.value());
+  return Hex(md5.Final());
+}
+
+std::string DataCache::PathOf(const std::string& file) const {
+  return options_.dir + "/objects/" + file.substr(0, 2) + "/" + file;
 }
 
 std::string DataCache::BlockPath(std::string_view key, const ETag& etag, uint64_t offset) const {
-  return PathOf(NameOf(key, etag, offset));
+  (void)offset;
+  return PathOf(FileOf(key, etag));
 }
 
 void DataCache::UpdateGauge() {
   if (metrics_ != nullptr) metrics_->data_cache_bytes.store(bytes_, std::memory_order_relaxed);
 }
 
-void DataCache::Discard(const std::string& name) {
-  ::unlink(PathOf(name).c_str());
-  (void)table_->Remove(name);  // a record left behind names no file: dropped at the next open
+std::shared_ptr<DataCache::Descriptor> DataCache::OpenFile(const std::string& file, bool create) {
+  auto it = files_.find(file);
+  if (it == files_.end()) return nullptr;
+  if (it->second.open != nullptr) {
+    open_lru_.splice(open_lru_.begin(), open_lru_, it->second.open_lru);
+    return it->second.open;
+  }
+  const std::string path = PathOf(file);
+  int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT && create) {
+    (void)MakeDirectory(options_.dir + "/objects/" + file.substr(0, 2));
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) return nullptr;
+  while (open_lru_.size() >= options_.max_open_files) CloseFile(files_.find(open_lru_.back()));
+  it->second.open = std::make_shared<Descriptor>(fd);
+  open_lru_.push_front(file);
+  it->second.open_lru = open_lru_.begin();
+  return it->second.open;
+}
+
+void DataCache::CloseFile(std::unordered_map<std::string, File>::iterator it) {
+  if (it == files_.end() || it->second.open == nullptr) return;
+  open_lru_.erase(it->second.open_lru);
+  it->second.open.reset();  // closed once the reads using it are done
+}
+
+void DataCache::Forget(std::unordered_map<std::string, Entry>::iterator it) {
+  const Entry& entry = it->second;
+  bytes_ -= DiskCost(entry.length);
+  lru_.erase(entry.lru);
+  auto file = files_.find(entry.file);
+  if (file != files_.end()) {
+    if (--file->second.blocks == 0) {
+      // Its last block: the file goes. A read still holding its descriptor reads what the
+      // file held (checked as ever); a block written to it now is lost, and that write's
+      // entry is gone too.
+      CloseFile(file);
+      ::unlink(PathOf(entry.file).c_str());
+      files_.erase(file);
+    } else if (std::shared_ptr<Descriptor> open = OpenFile(entry.file, false)) {
+      PunchHole(open->fd, entry.offset, options_.block_size);
+    }
+  }
+  entries_.erase(it);
 }
 
 void DataCache::Drop(const std::string& name) {
@@ -237,12 +350,10 @@ void DataCache::Drop(const std::string& name) {
     MutexLock lock(&mu_);
     auto it = entries_.find(name);
     if (it == entries_.end() || !it->second.ready) return;
-    bytes_ -= DiskCost(it->second.length);
-    lru_.erase(it->second.lru);
-    entries_.erase(it);
+    Forget(it);
     UpdateGauge();
   }
-  Discard(name);
+  (void)table_->Remove(name);  // a record left behind names no block: dropped at the next open
 }
 
 bool DataCache::Contains(std::string_view key, const ETag& etag, uint64_t offset) const {
@@ -255,17 +366,21 @@ bool DataCache::Contains(std::string_view key, const ETag& etag, uint64_t offset
 std::optional<size_t> DataCache::Get(std::string_view key, const ETag& etag, uint64_t offset,
                                      std::span<std::byte> out) {
   const std::string name = NameOf(key, etag, offset);
-  Entry entry;
+  uint32_t length;
+  uint32_t crc;
+  std::shared_ptr<Descriptor> file;
   {
     MutexLock lock(&mu_);
     auto it = entries_.find(name);
     if (it == entries_.end() || !it->second.ready) return std::nullopt;
     lru_.splice(lru_.begin(), lru_, it->second.lru);
-    entry = it->second;
+    length = it->second.length;
+    crc = it->second.crc32c;
+    if (length <= out.size()) file = OpenFile(it->second.file, false);
   }
-  if (entry.length > out.size()) return std::nullopt;
-  std::span<std::byte> data = out.first(entry.length);
-  if (!ReadBlockFile(PathOf(name), data) || Crc(data) != entry.crc32c) {
+  if (length > out.size()) return std::nullopt;
+  std::span<std::byte> data = out.first(length);
+  if (file == nullptr || !ReadFully(file->fd, offset, data) || Crc(data) != crc) {
     {
       MutexLock lock(&mu_);
       ++corrupt_;
@@ -274,7 +389,7 @@ std::optional<size_t> DataCache::Get(std::string_view key, const ETag& etag, uin
     Drop(name);
     return std::nullopt;
   }
-  return static_cast<size_t>(entry.length);
+  return static_cast<size_t>(length);
 }
 
 void DataCache::StopWriting(const Status& why) {
@@ -294,10 +409,13 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
     return;
   }
   const std::string name = NameOf(key, etag, offset);
+  const std::string file = FileOf(key, etag);
   const auto length = static_cast<uint32_t>(data.size());
   const uint32_t crc = Crc(data);
   std::vector<std::string> evicted;
   uint64_t stamp;
+  std::shared_ptr<Descriptor> open;
+  Status written = options_.before_write ? options_.before_write() : Status::Ok();
   {
     MutexLock lock(&mu_);
     auto it = entries_.find(name);
@@ -306,28 +424,31 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
       return;
     }
     while (bytes_ + DiskCost(length) > options_.max_bytes && !lru_.empty()) {
-      std::string victim = std::move(lru_.back());
-      lru_.pop_back();
-      bytes_ -= DiskCost(entries_[victim].length);
-      entries_.erase(victim);
+      std::string victim = lru_.back();
+      Forget(entries_.find(victim));
       ++evictions_;
       evicted.push_back(std::move(victim));
     }
     lru_.push_front(name);
-    entries_[name] = Entry{.length = length, .crc32c = crc, .ready = false, .lru = lru_.begin()};
+    ++files_[file].blocks;
+    entries_[name] = Entry{.length = length,
+                           .crc32c = crc,
+                           .ready = false,
+                           .offset = offset,
+                           .file = file,
+                           .lru = lru_.begin()};
     bytes_ += DiskCost(length);
     stamp = ++stamp_;
     UpdateGauge();
+    if (written.ok()) {
+      open = OpenFile(file, true);
+      if (open == nullptr) written = ErrnoStatus("create", PathOf(file), errno);
+    }
   }
   if (metrics_ != nullptr && !evicted.empty()) Bump(metrics_->data_cache_evictions, evicted.size());
-  for (const std::string& victim : evicted) Discard(victim);
+  for (const std::string& victim : evicted) (void)table_->Remove(victim);
 
-  const std::string path = PathOf(name);
-  Status written = options_.before_write ? options_.before_write() : Status::Ok();
-  if (written.ok()) written = MakeDirectory(options_.dir + "/blocks/" + name.substr(0, 2));
-  if (written.ok()) {
-    written = WriteBlockFile(path + ".tmp" + std::to_string(++tmp_counter_), path, data);
-  }
+  if (written.ok()) written = WriteFully(open->fd, offset, data, PathOf(file));
   if (written.ok()) {
     written = table_->Put(DataBlockRecord{.name = name,
                                           .key = std::string(key),
@@ -337,27 +458,27 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
                                           .length = length,
                                           .crc32c = crc,
                                           .stamp = stamp});
-    if (!written.ok()) ::unlink(path.c_str());
   }
   bool gone = false;
   {
     MutexLock lock(&mu_);
     auto it = entries_.find(name);
-    if (!written.ok()) {
-      if (it != entries_.end() && !it->second.ready) {
-        bytes_ -= DiskCost(it->second.length);
-        lru_.erase(it->second.lru);
-        entries_.erase(it);
+    if (it == entries_.end()) {
+      // Evicted while it was written: its range was punched out before the write landed,
+      // so again now, unless the file went with it (the write went to the removed file).
+      gone = true;
+      if (open != nullptr && files_.count(file) != 0) PunchHole(open->fd, offset, length);
+    } else if (!written.ok()) {
+      if (!it->second.ready) {
+        Forget(it);
         UpdateGauge();
       }
-    } else if (it == entries_.end()) {
-      gone = true;  // evicted while it was written: its file and record go too
     } else {
       it->second.ready = true;
     }
   }
   if (!written.ok()) StopWriting(written);
-  if (gone) Discard(name);
+  if (gone && written.ok()) (void)table_->Remove(name);
 }
 
 DataCache::Stats DataCache::stats() const {
@@ -366,6 +487,8 @@ DataCache::Stats DataCache::stats() const {
                .blocks = entries_.size(),
                .evictions = evictions_,
                .corrupt = corrupt_,
+               .files = files_.size(),
+               .open_files = open_lru_.size(),
                .writing = writing_.load()};
 }
 

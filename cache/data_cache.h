@@ -2,12 +2,16 @@
 //
 // Reading the same data again (a dataset every epoch, the same headers in every build) should
 // not cost the network again, even after a remount, when the kernel's page cache has long let
-// go of it. DataCache keeps blocks of `block_size` bytes (the mount's read_buffer) in files of
-// DIR, each named after the mount's URL, the object's key, its version (S3 ETag; size and
-// mtime on SFTP) and the block's offset: a changed object has a new version, so its old blocks
-// are never found again (they age out). DataCacheStore, a store wrapper under the filesystem,
-// serves a read that names the version it expects (If-Match, as every prefetcher read does)
-// from the cached blocks and fetches only the missing ones, adjacent missing blocks in one
+// go of it. DataCache keeps blocks of `block_size` bytes (the mount's read_buffer), each at its
+// own offset in one sparse file per object version ("objects/<name[0..2]>/<name>"), named after
+// the mount's URL, the object's key and its version (S3 ETag; size and mtime on SFTP): a changed
+// object has a new version, so its old blocks are never found again (they age out). One file per
+// version, not per block, so that a random read from the cache costs one disk read: no lookup
+// of a block file's name and inode, and no open and close, since the cache keeps the files it
+// reads open (at most max_open_files descriptors; the least recently used is closed first, and
+// a file whose last block goes is closed and removed). DataCacheStore, a store wrapper under the
+// filesystem, serves a read that names the version it expects (If-Match, as every prefetcher read
+// does) from the cached blocks and fetches only the missing ones, adjacent missing blocks in one
 // ranged read, writing each block as it arrives.
 //
 // Rules:
@@ -17,11 +21,14 @@
 //   "racily clean" rule; it assumes the server's clock within a second or so of this one).
 // - Bounded: the blocks never hold more than max_bytes; every insert first evicts the least
 //   recently used blocks (use within a mount; across mounts, the order they were written or
-//   last used in before it).
-// - Persisted: the index is a RecordTable of DataBlockRecord ("index.log"), each with the CRC32C
-//   of its block, checked on every read; a block that does not match (or is missing, or short)
-//   is dropped and fetched again. At open, blocks without a record (a crash between the two
-//   writes) and records without a block are removed.
+//   last used in before it). An evicted block's range is punched out of its file
+//   (FALLOC_FL_PUNCH_HOLE), so the disk space goes with it.
+// - Persisted: the index is a RecordTable of DataBlockRecord ("objects.log"), each with the
+//   CRC32C of its block, checked on every read; a block that does not match (or is missing, or
+//   short) is dropped and fetched again. At open, records without a block are removed, and the
+//   ranges of a file no record names (a crash between the two writes) are punched out; files
+//   with no record at all are removed. A cache of the earlier layout (a file per block under
+//   "blocks/", indexed by "index.log") is removed at open, never read.
 // - One mount at a time: the directory is locked (flock on "lock") for the life of the cache.
 //   Sharing it would need every mount to see the others' inserts and evictions to keep the
 //   bound; a second mount with the same DIR is refused with a one-line error instead.
@@ -59,6 +66,8 @@ struct DataCacheOptions {
   // Names the store the blocks come from (the mount's URL), so that another bucket's blocks
   // with the same key and ETag are never served.
   std::string scope;
+  // The most object files held open at once (each holds a descriptor).
+  size_t max_open_files = 64;
   std::function<void(const std::string&)> log;  // the one line saying writing stopped
   // Tests: called before each block file is written; a non-ok Status fails that write as a
   // full disk would.
@@ -71,8 +80,10 @@ class DataCache {
     uint64_t bytes = 0;   // bytes of the blocks held
     uint64_t blocks = 0;  // blocks held
     uint64_t evictions = 0;
-    uint64_t corrupt = 0;  // blocks dropped because their bytes did not match their checksum
-    bool writing = true;   // false once a write failed
+    uint64_t corrupt = 0;     // blocks dropped because their bytes did not match their checksum
+    uint64_t files = 0;       // object files holding blocks
+    uint64_t open_files = 0;  // of them, held open
+    bool writing = true;      // false once a write failed
   };
 
   // Opens (creating) the cache in options.dir: locks it, replays its index and removes what a
@@ -98,14 +109,31 @@ class DataCache {
            std::span<const std::byte> data);
 
   Stats stats() const;
-  // The file holding a block (tests corrupt it).
+  // The file holding a block, at its offset (tests corrupt it).
   std::string BlockPath(std::string_view key, const ETag& etag, uint64_t offset) const;
 
  private:
+  // An open object file; closed when the last user lets go (eviction from the descriptor cache
+  // does not cut a read short).
+  struct Descriptor {
+    explicit Descriptor(int fd) : fd(fd) {}
+    ~Descriptor();
+    Descriptor(const Descriptor&) = delete;
+    Descriptor& operator=(const Descriptor&) = delete;
+    const int fd;
+  };
+  // An object file holding blocks.
+  struct File {
+    uint64_t blocks = 0;  // entries in it, written or being written
+    std::shared_ptr<Descriptor> open;
+    std::list<std::string>::iterator open_lru;  // in open_lru_ while `open` is set
+  };
   struct Entry {
     uint32_t length = 0;
     uint32_t crc32c = 0;
-    bool ready = false;  // the file and its record are written
+    bool ready = false;  // the block and its record are written
+    uint64_t offset = 0;
+    std::string file;
     std::list<std::string>::iterator lru;
   };
 
@@ -113,10 +141,16 @@ class DataCache {
             std::unique_ptr<RecordTable<DataBlockRecord>> table);
   Status Load();
   std::string NameOf(std::string_view key, const ETag& etag, uint64_t offset) const;
-  std::string PathOf(const std::string& name) const;
-  // Removes the block's file and record (its entry is already gone).
-  void Discard(const std::string& name);
-  // Drops the entry `name` if it is still there (a damaged block), and its file and record.
+  std::string FileOf(std::string_view key, const ETag& etag) const;
+  std::string PathOf(const std::string& file) const;
+  // The open descriptor of `file` (opening it, and creating it when `create`), most recently
+  // used now; null when it cannot be opened.
+  std::shared_ptr<Descriptor> OpenFile(const std::string& file, bool create) REQUIRES(mu_);
+  // Takes the entry `it` out of the index in memory and frees its range on disk (removing its
+  // file with the file's last block); its record is removed by the caller, outside the lock.
+  void Forget(std::unordered_map<std::string, Entry>::iterator it) REQUIRES(mu_);
+  void CloseFile(std::unordered_map<std::string, File>::iterator it) REQUIRES(mu_);
+  // Drops the entry `name` if it is still there (a damaged block), and its range and record.
   void Drop(const std::string& name);
   void StopWriting(const Status& why);
   void UpdateGauge() REQUIRES(mu_);
@@ -126,13 +160,14 @@ class DataCache {
   const int lock_fd_;
   const std::unique_ptr<RecordTable<DataBlockRecord>> table_;
   std::atomic<bool> writing_{true};
-  std::atomic<uint64_t> tmp_counter_{0};
 
   mutable Mutex mu_;  // lock 29 of fs/lock_order.h
   std::unordered_map<std::string, Entry> entries_ GUARDED_BY(mu_);
   std::list<std::string> lru_ GUARDED_BY(mu_);  // most recently used first
-  uint64_t bytes_ GUARDED_BY(mu_) = 0;          // of every entry, written or being written
-  uint64_t stamp_ GUARDED_BY(mu_) = 0;          // the last stamp given to a written record
+  std::unordered_map<std::string, File> files_ GUARDED_BY(mu_);
+  std::list<std::string> open_lru_ GUARDED_BY(mu_);  // open files, most recently used first
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;               // of every entry, written or being written
+  uint64_t stamp_ GUARDED_BY(mu_) = 0;               // the last stamp given to a written record
   uint64_t evictions_ GUARDED_BY(mu_) = 0;
   uint64_t corrupt_ GUARDED_BY(mu_) = 0;
 };

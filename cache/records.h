@@ -115,9 +115,9 @@ struct OpenUploadRecord {
 };
 
 // One block of an object's data held by the disk cache (cache/data_cache.h): which object
-// version and range it holds, the file holding it ("blocks/<name[0..2]>/<name>") and the CRC32C
-// of its bytes, checked on every read. `stamp` orders blocks for eviction across mounts (the
-// larger, the more recently written or used).
+// version and range it holds (at `offset` of the object version's file, "objects/<f[0..2]>/<f>")
+// and the CRC32C of its bytes, checked on every read. `stamp` orders blocks for eviction across
+// mounts (the larger, the more recently written or used).
 struct DataBlockRecord {
   std::string name;  // the block's id: hex, derived from the mount's URL, key, ETag and offset
   std::string key;

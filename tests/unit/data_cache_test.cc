@@ -1,17 +1,23 @@
 #include "cache/data_cache.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "backend/fake/memory_store.h"
 #include "backend/metrics_store.h"
 #include "backend/object_version.h"
+#include "cache/codec.h"
+#include "cache/store_db.h"
 #include "gtest/gtest.h"
 
 namespace objfs {
@@ -25,12 +31,33 @@ std::string Pattern(size_t size, char seed) {
   return s;
 }
 
-uint64_t DirectoryBytes(const std::string& dir) {
+// What the files under `dir` take on disk (their blocks, not their sizes: they are sparse).
+uint64_t DiskBytes(const std::string& dir) {
   uint64_t total = 0;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file()) total += entry.file_size();
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      total += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
   }
   return total;
+}
+
+// This process's descriptors open on files under `dir`, and of them those whose file is gone.
+struct OpenUnder {
+  size_t open = 0;
+  size_t deleted = 0;
+};
+OpenUnder DescriptorsUnder(const std::string& dir) {
+  OpenUnder out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    const std::string target = std::filesystem::read_symlink(entry.path(), error).string();
+    if (error || target.rfind(dir, 0) != 0) continue;
+    ++out.open;
+    if (target.find(" (deleted)") != std::string::npos) ++out.deleted;
+  }
+  return out;
 }
 
 class DataCacheTest : public ::testing::Test {
@@ -49,7 +76,8 @@ class DataCacheTest : public ::testing::Test {
   }
 
   // (Re)opens the cache in dir_ and the store reading through it.
-  void OpenCache(uint64_t max_bytes = 1 << 20, std::function<Status()> before_write = nullptr) {
+  void OpenCache(uint64_t max_bytes = 1 << 20, std::function<Status()> before_write = nullptr,
+                 size_t max_open_files = 64) {
     store_.reset();
     cache_.reset();
     DataCacheOptions options;
@@ -59,6 +87,7 @@ class DataCacheTest : public ::testing::Test {
     options.scope = "memory://test";
     options.log = [this](const std::string& line) { log_.push_back(line); };
     options.before_write = std::move(before_write);
+    options.max_open_files = max_open_files;
     Result<std::unique_ptr<DataCache>> opened = DataCache::Open(std::move(options), &metrics_);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     cache_ = std::move(opened).value();
@@ -150,7 +179,7 @@ TEST_F(DataCacheTest, EvictsTheLeastRecentlyUsedToStayUnderTheBound) {
   for (uint64_t b = 5; b < 10; ++b) {
     EXPECT_EQ(Read("f", etag, b * kBlock, kBlock), data.substr(b * kBlock, kBlock));
     EXPECT_LE(cache_->stats().bytes, 4u * kBlock);
-    EXPECT_LE(DirectoryBytes(dir_ + "/data/blocks"), 4u * kBlock);
+    EXPECT_LE(DiskBytes(dir_ + "/data/objects"), 4u * kBlock);
   }
   EXPECT_EQ(cache_->stats().blocks, 4u);
   EXPECT_EQ(metrics_.data_cache_evictions.load(), 6u);
@@ -160,7 +189,7 @@ TEST_F(DataCacheTest, EvictsTheLeastRecentlyUsedToStayUnderTheBound) {
   OpenCache(2 * kBlock);
   EXPECT_EQ(cache_->stats().bytes, 2u * kBlock);
   EXPECT_TRUE(cache_->Contains("f", etag, 9 * kBlock));
-  EXPECT_LE(DirectoryBytes(dir_ + "/data/blocks"), 2u * kBlock);
+  EXPECT_LE(DiskBytes(dir_ + "/data/objects"), 2u * kBlock);
 }
 
 TEST_F(DataCacheTest, ABlockCorruptedOnDiskIsDetectedAndFetchedAgain) {
@@ -172,7 +201,7 @@ TEST_F(DataCacheTest, ABlockCorruptedOnDiskIsDetectedAndFetchedAgain) {
   {
     std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(file.is_open()) << path;
-    file.seekp(100);
+    file.seekp(kBlock + 100);  // the second block's, in the object's file
     file.put(static_cast<char>(data[kBlock + 100] ^ 0x20));
   }
   OpenCache();
@@ -190,6 +219,140 @@ TEST_F(DataCacheTest, ABlockCorruptedOnDiskIsDetectedAndFetchedAgain) {
   EXPECT_EQ(metrics_.data_cache_corrupt.load(), 2u);
 }
 
+// Blocks of one object share a file: a damaged byte costs that block, and only that block, one
+// backend read; its neighbours in the file are still served.
+TEST_F(DataCacheTest, ADamagedByteDropsOnlyItsBlockOfTheObjectsFile) {
+  const std::string data = Pattern(4 * kBlock, 'g');
+  const ETag etag = Put("f", data);
+  OpenCache();
+  EXPECT_EQ(Read("f", etag, 0, 4 * kBlock), data);
+  const std::string path = cache_->BlockPath("f", etag, 2 * kBlock);
+  EXPECT_EQ(path, cache_->BlockPath("f", etag, 0));
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(file.is_open()) << path;
+    file.seekp(2 * kBlock + kBlock - 1);  // the last byte of the third block
+    file.put(static_cast<char>(data[3 * kBlock - 1] ^ 0x01));
+  }
+  // Within the mount too: the open descriptor reads what is on disk now.
+  EXPECT_EQ(Read("f", etag, 0, 4 * kBlock), data);
+  EXPECT_EQ(metrics_.data_cache_corrupt.load(), 1u);
+  EXPECT_EQ(BackendReads(), 2u);
+  EXPECT_EQ(backend_.bytes_read.load(), 5u * kBlock);  // the whole object, then that block
+  EXPECT_EQ(Read("f", etag, 0, 4 * kBlock), data);
+  EXPECT_EQ(BackendReads(), 2u);
+  EXPECT_EQ(cache_->stats().blocks, 4u);
+}
+
+// Reads keep object files open, never more than max_open_files of them; a file whose last block
+// is evicted is closed and removed, and nothing stays open after the cache closes.
+TEST_F(DataCacheTest, OpenFilesStayBoundedAndEvictionClosesThem) {
+  const std::string cache_dir = dir_ + "/data/";
+  std::vector<std::string> data;
+  std::vector<ETag> etags;
+  for (int i = 0; i < 6; ++i) {
+    data.push_back(Pattern(2 * kBlock, static_cast<char>('a' + i)));
+    etags.push_back(Put("f" + std::to_string(i), data.back()));
+  }
+  OpenCache(8 * kBlock, nullptr, /*max_open_files=*/2);
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(Read("f" + std::to_string(i), etags[i], 0, 2 * kBlock), data[i]);
+      EXPECT_LE(cache_->stats().open_files, 2u);
+      EXPECT_LE(DescriptorsUnder(cache_dir + "objects/").open, 2u);
+    }
+  }
+  EXPECT_EQ(BackendReads(), 4u);  // the second round from the cache
+  EXPECT_EQ(cache_->stats().files, 4u);
+  // f4 and f5 evict f0 and f1 whole: their files are closed and removed.
+  const std::string f0 = cache_->BlockPath("f0", etags[0], 0);
+  ASSERT_TRUE(std::filesystem::exists(f0));
+  for (int i = 4; i < 6; ++i) {
+    EXPECT_EQ(Read("f" + std::to_string(i), etags[i], 0, 2 * kBlock), data[i]);
+  }
+  EXPECT_EQ(cache_->stats().files, 4u);
+  EXPECT_FALSE(std::filesystem::exists(f0));
+  EXPECT_FALSE(cache_->Contains("f0", etags[0], 0));
+  const OpenUnder open = DescriptorsUnder(cache_dir + "objects/");
+  EXPECT_LE(open.open, 2u);
+  EXPECT_EQ(open.deleted, 0u) << "a removed file is still held open";
+  EXPECT_EQ(DiskBytes(cache_dir + "objects"), 8u * kBlock);
+  cache_.reset();
+  store_.reset();
+  EXPECT_EQ(DescriptorsUnder(cache_dir).open, 0u);
+}
+
+// Reads of many objects from several threads, with a bound that evicts all along and fewer open
+// files than objects: every read returns the object's bytes, and the bounds hold.
+TEST_F(DataCacheTest, ConcurrentReadsAndEvictionsServeOnlyTheRightBytes) {
+  constexpr int kObjects = 8;
+  std::vector<std::string> data;
+  std::vector<ETag> etags;
+  for (int i = 0; i < kObjects; ++i) {
+    data.push_back(Pattern(6 * kBlock, static_cast<char>('A' + i)));
+    etags.push_back(Put("o" + std::to_string(i), data.back()));
+  }
+  OpenCache(10 * kBlock, nullptr, /*max_open_files=*/3);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t seed = 12345 + t;
+      for (int n = 0; n < 400; ++n) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const int i = static_cast<int>((seed >> 33) % kObjects);
+        const uint64_t block = (seed >> 20) % 6;
+        const uint64_t size = (seed >> 40) % 2 == 0 ? kBlock : 2 * kBlock;
+        const std::string got = Read("o" + std::to_string(i), etags[i], block * kBlock, size);
+        if (got != data[i].substr(block * kBlock, size)) ++wrong;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+  const DataCache::Stats stats = cache_->stats();
+  EXPECT_LE(stats.bytes, 10u * kBlock);
+  EXPECT_LE(stats.open_files, 3u);
+  EXPECT_GT(stats.evictions, 0u);
+  EXPECT_LE(DiskBytes(dir_ + "/data/objects"), 10u * kBlock);
+  EXPECT_EQ(DescriptorsUnder(dir_ + "/data/objects/").deleted, 0u);
+}
+
+// A cache written by the earlier layout (a file per block, "index.log") is removed at open,
+// never read: its blocks are not served, and the directory holds only the new layout.
+TEST_F(DataCacheTest, ACacheOfTheEarlierLayoutIsRemovedNotRead) {
+  const std::string data = Pattern(2 * kBlock, 'o');
+  const ETag etag = Put("f", data);
+  const std::string cache_dir = dir_ + "/data";
+  std::filesystem::create_directories(cache_dir + "/blocks/ab");
+  {
+    Result<std::unique_ptr<RecordTable<DataBlockRecord>>> old =
+        RecordTable<DataBlockRecord>::Open(cache_dir + "/index.log", StoreDbOptions{});
+    ASSERT_TRUE(old.ok()) << old.status().ToString();
+    const std::string bogus(kBlock, 'z');
+    ASSERT_TRUE((*old)
+                    ->Put(DataBlockRecord{.name = "ab" + std::string(30, '0'),
+                                          .key = "f",
+                                          .etag = etag,
+                                          .offset = 0,
+                                          .block_size = kBlock,
+                                          .length = kBlock,
+                                          .crc32c = Crc32c(bogus),
+                                          .stamp = 1})
+                    .ok());
+    std::ofstream(cache_dir + "/blocks/ab/ab" + std::string(30, '0')) << bogus;
+  }
+  OpenCache();
+  EXPECT_EQ(cache_->stats().blocks, 0u);
+  EXPECT_FALSE(std::filesystem::exists(cache_dir + "/index.log"));
+  EXPECT_FALSE(std::filesystem::exists(cache_dir + "/blocks"));
+  EXPECT_EQ(Read("f", etag, 0, 2 * kBlock), data);
+  EXPECT_EQ(BackendReads(), 1u);
+  OpenCache();
+  EXPECT_EQ(Read("f", etag, 0, 2 * kBlock), data);
+  EXPECT_EQ(BackendReads(), 1u);
+}
+
 TEST_F(DataCacheTest, ADamagedIndexDropsItsBlocksAndReadsStayRight) {
   const std::string data = Pattern(3 * kBlock, 'i');
   const ETag etag = Put("f", data);
@@ -198,13 +361,13 @@ TEST_F(DataCacheTest, ADamagedIndexDropsItsBlocksAndReadsStayRight) {
   cache_.reset();
   store_.reset();
   {
-    std::fstream log(dir_ + "/data/index.log", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream log(dir_ + "/data/objects.log", std::ios::in | std::ios::out | std::ios::binary);
     log.seekp(40);
     log.put('\xff');  // inside the first record
   }
   OpenCache();
   EXPECT_EQ(cache_->stats().blocks, 2u);
-  EXPECT_EQ(DirectoryBytes(dir_ + "/data/blocks"), 2u * kBlock);  // the orphan is gone
+  EXPECT_EQ(DiskBytes(dir_ + "/data/objects"), 2u * kBlock);  // the orphan's range is freed
   EXPECT_EQ(Read("f", etag, 0, 3 * kBlock), data);
   EXPECT_EQ(BackendReads(), 2u);
 }
