@@ -1,7 +1,9 @@
 // The files an operator names in options, through the real objfs binary as root runs it from
 // fstab: the log file (-o log=FILE) is never a FIFO, a symbolic link, another's or a
-// world-writable file, and a new one is private. Each refusal is one line and a non-zero exit
-// within seconds, with nothing mounted.
+// world-writable file, and a new one is private; the files objfs reads (-o sse_c_key=,
+// credentials_file=, password_file=, identity=, ssh_config=, known_hosts=) never hang it nor are
+// read without bound. Each refusal is one line and a non-zero exit within seconds, with nothing
+// mounted.
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -148,6 +150,68 @@ TEST(MountInputsTest, NewLogFileIsPrivateAndAnExistingOneKeepsItsMode) {
   ASSERT_EQ(again->Stop(), 0) << again->log();
   EXPECT_EQ(ModeOf(log), 0640u);
   EXPECT_GT(ReadLocal(log).size(), before);
+}
+
+TEST(MountInputsTest, SseCustomerKeyFifoIsRefusedAtOnce) {
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string fifo = scratch.path() + "/key.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ExpectS3MountFails("sse_c_key=" + fifo,
+                     "sse_c_key file '" + fifo + "' is not a regular file (a FIFO)", fifo);
+}
+
+TEST(MountInputsTest, CredentialsFileFifoIsRefusedAtOnce) {
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string fifo = scratch.path() + "/credentials.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ExpectS3MountFails("credentials_file=" + fifo,
+                     "AWS configuration file '" + fifo + "' is not a regular file (a FIFO)", fifo);
+}
+
+TEST(MountInputsTest, SseCustomerKeyFileOfADeviceOrTooLargeIsRefused) {
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  ExpectS3MountFails("sse_c_key=/dev/zero",
+                     "sse_c_key file '/dev/zero' is not a regular file (a character device)");
+  const std::string big = scratch.path() + "/big.key";
+  WriteFile(big, std::string(1 << 20, 'k'));
+  ExpectS3MountFails("sse_c_key=" + big, "sse_c_key file '" + big + "' is larger than 1024 bytes");
+}
+
+TEST(MountInputsTest, SftpFilesMayNotBeFifos) {
+  const SftpTestServer& server = SharedSftpServer();
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string fifo = scratch.path() + "/input.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string mnt = scratch.path() + "/mnt";
+  ASSERT_TRUE(fs::create_directory(mnt));
+  const std::string base = "identity=" + server.key_path + ",known_hosts=" + server.known_hosts +
+                           ",cache_dir=" + scratch.path() + "/cache,";
+  const struct {
+    std::string option;
+    std::string reason;
+  } cases[] = {
+      {"password_file=" + fifo, "password file '" + fifo + "' is not a regular file (a FIFO)"},
+      {"ssh_config=" + fifo, "ssh configuration '" + fifo + "' is not a regular file (a FIFO)"},
+      {"known_hosts=" + fifo, "known_hosts file '" + fifo + "' is not a regular file (a FIFO)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.option);
+    auto fail = [&] { ExpectMountFails({dir.url, mnt, "-o", base + c.option}, {}, mnt, c.reason); };
+    EXPECT_FALSE(UnblockedFifo(fifo, fail)) << "objfs blocked opening the FIFO " << fifo;
+  }
+  // An identity file (given first, so libssh never gets to read it).
+  auto fail = [&] {
+    ExpectMountFails({dir.url, mnt, "-o",
+                      "identity=" + fifo + ",known_hosts=" + server.known_hosts +
+                          ",cache_dir=" + scratch.path() + "/cache"},
+                     {}, mnt, "identity file '" + fifo + "' is not a regular file (a FIFO)");
+  };
+  EXPECT_FALSE(UnblockedFifo(fifo, fail)) << "objfs blocked opening the FIFO " << fifo;
 }
 
 }  // namespace
