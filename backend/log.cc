@@ -56,6 +56,65 @@ LogLevel LevelOfLine(std::string_view line) {
   return line.substr(0, 9) == "warning: " ? LogLevel::kWarn : LogLevel::kError;
 }
 
+namespace {
+
+// The file of -o log=FILE, open for appending; a one-line error for a file it must not be.
+Result<int> OpenLogFile(const std::string& path) {
+  const std::string where = "log file '" + path + "'";
+  // O_NOFOLLOW: a symbolic link planted where the file is expected cannot send a root daemon's
+  // lines into another file. O_NONBLOCK: the open of a FIFO without a reader fails at once
+  // rather than hanging the mount; fstat then refuses anything but a regular file.
+  const int fd =
+      ::open(path.c_str(),
+             O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) {
+      if (S_ISLNK(st.st_mode)) {
+        return InvalidArgumentError(where + " is a symbolic link: name the file itself");
+      }
+      if (!S_ISREG(st.st_mode)) {
+        return InvalidArgumentError(where +
+                                    " is not a regular file (use log=stderr or log=syslog)");
+      }
+    }
+    return InvalidArgumentError("cannot open " + where + ": " + std::strerror(err));
+  }
+  auto refuse = [fd](std::string message) -> Result<int> {
+    ::close(fd);
+    return InvalidArgumentError(std::move(message));
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return refuse("cannot open " + where + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) {
+    return refuse(where + " is not a regular file (use log=stderr or log=syslog)");
+  }
+  // As ssh and sudo with their files: another user's file, one that others may write to (or
+  // replace the lines of), or a second name of a file (a hard link planted in /tmp to
+  // /etc/shadow) is not taken.
+  if (st.st_uid != ::geteuid()) {
+    return refuse(where + " belongs to uid " + std::to_string(st.st_uid) +
+                  ", not to the user mounting (uid " + std::to_string(::geteuid()) + ")");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return refuse(where + " is writable by group or others (mode " + mode + "): chmod go-w it");
+  }
+  if (st.st_nlink != 1) {
+    return refuse(where + " has " + std::to_string(st.st_nlink) +
+                  " hard links: use a file of its own");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return refuse("cannot open " + where + ": " + std::strerror(errno));
+  }
+  return fd;
+}
+
+}  // namespace
+
 Logger& Logger::Instance() {
   static Logger* logger = new Logger();  // never destroyed: threads may log at exit
   return *logger;
@@ -69,12 +128,7 @@ Status Logger::Configure(const LogSettings& settings) {
     if (::getcwd(cwd, sizeof cwd) != nullptr) chosen.path = std::string(cwd) + "/" + chosen.path;
   }
   if (chosen.sink == LogSink::kFile) {
-    const int fd =
-        ::open(chosen.path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-    if (fd < 0) {
-      return InvalidArgumentError("cannot open log file '" + chosen.path +
-                                  "': " + std::strerror(errno));
-    }
+    OBJFS_ASSIGN_OR_RETURN(const int fd, OpenLogFile(chosen.path));
     if (file_fd_ >= 0) ::close(file_fd_);
     file_fd_ = fd;
   }

@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "backend/small_file.h"
+
 namespace objfs::s3 {
 namespace {
 
@@ -36,19 +38,10 @@ std::string Env(const GetEnvFn& getenv, const char* name) {
 // The file's text; empty when it does not exist.
 Result<std::string> ReadIfExists(const std::string& path) {
   if (path.empty()) return std::string();
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) {
-    if (errno == ENOENT || errno == ENOTDIR) return std::string();
-    return PermissionDeniedError("cannot read " + path + ": " + std::strerror(errno));
-  }
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) text.append(buf, n);
-  if (std::ferror(f.get())) {
-    return PermissionDeniedError("cannot read " + path + ": " + std::strerror(errno));
-  }
-  return text;
+  Result<std::string> text = ReadSmallFile(path, 16 << 20, "AWS configuration file");
+  if (text.ok()) return text;
+  if (text.status().code() == StatusCode::kNotFound) return std::string();
+  return PermissionDeniedError(text.status().message());
 }
 
 std::string ExpandTilde(std::string path, const std::string& home) {

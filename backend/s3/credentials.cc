@@ -20,6 +20,7 @@
 #include "backend/s3/http_client.h"
 #include "backend/s3/sigv4.h"
 #include "backend/s3/xml.h"
+#include "backend/small_file.h"
 
 extern char** environ;
 
@@ -343,16 +344,10 @@ Result<Credentials> CallSts(const Context& ctx, const AwsProfile* profile, const
 }
 
 Result<std::string> ReadTokenFile(const std::string& path, std::string_view what) {
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) {
-    return PermissionDeniedError(std::string(what) + ": cannot read " + path + ": " +
-                                 std::strerror(errno));
-  }
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) text.append(buf, n);
-  return std::string(Trim(text));
+  // A JWT or a container token is a few KB.
+  Result<std::string> text = ReadSmallFile(path, 1 << 20, std::string(what) + " file");
+  if (!text.ok()) return PermissionDeniedError(std::string(what) + ": " + text.status().message());
+  return std::string(Trim(*text));
 }
 
 Result<Credentials> AssumeRoleWithWebIdentity(const Context& ctx, const AwsProfile* profile,

@@ -6,11 +6,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "backend/base64.h"
 #include "backend/md5.h"
+#include "backend/small_file.h"
 
 namespace objfs::s3 {
 namespace {
@@ -29,11 +29,10 @@ bool Has(const HeaderList& list, std::string_view name) {
 }  // namespace
 
 MimeTypes MimeTypes::Load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return MimeTypes();
-  std::stringstream text;
-  text << in.rdbuf();
-  return Parse(text.str());
+  // Debian's is 60 KB.
+  Result<std::string> text = ReadSmallFile(path, 16 << 20, "MIME types file");
+  if (!text.ok()) return MimeTypes();
+  return Parse(*text);
 }
 
 MimeTypes MimeTypes::Parse(std::string_view text) {
@@ -63,14 +62,8 @@ std::string MimeTypes::TypeOf(std::string_view key) const {
 }
 
 Result<std::string> ReadSseCustomerKey(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return InvalidArgumentError("cannot read sse_c_key file '" + path +
-                                "': " + std::strerror(errno));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string data = text.str();
+  // 32 bytes, or 44 of base64 and a line end: anything much longer is not a key.
+  OBJFS_ASSIGN_OR_RETURN(std::string data, ReadSmallFile(path, 1024, "sse_c_key file"));
   if (data.size() == 32) return data;
   while (!data.empty() && (data.back() == '\n' || data.back() == '\r')) data.pop_back();
   if (data.size() == 44) {

@@ -5,6 +5,8 @@
 
 #include <memory>
 
+#include "backend/small_file.h"
+
 namespace objfs::sftp {
 namespace {
 
@@ -57,6 +59,8 @@ Result<SshHostConfig> ReadSshConfig(const std::string& alias, const std::vector<
   for (const std::string& file : files) {
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) continue;
+    // libssh would block for ever opening a FIFO, or read a device without end.
+    OBJFS_RETURN_IF_ERROR(CheckRegularFileIfExists(file, "ssh configuration"));
     if (ssh_options_parse_config(ssh.get(), file.c_str()) != SSH_OK) {
       return InvalidArgumentError("cannot read the ssh configuration " + file + ": " +
                                   ssh_get_error(ssh.get()));

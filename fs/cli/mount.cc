@@ -50,6 +50,7 @@
 #include "backend/s3/s3_store.h"
 #include "backend/sftp/sftp_store.h"
 #include "backend/sftp/ssh_config.h"
+#include "backend/small_file.h"
 #include "cache/buffer_pool.h"
 #include "cache/content_etag_store.h"
 #include "cache/data_cache.h"
@@ -494,14 +495,10 @@ Result<std::string> ReadPasswordLine(const std::string& path) {
     }
     if (!got) return InvalidArgumentError("password_stdin: no password line on standard input");
   } else {
-    std::ifstream in(path);
-    if (!in) {
-      return InvalidArgumentError("cannot read password file '" + path +
-                                  "': " + std::strerror(errno));
-    }
-    if (!std::getline(in, line)) {
-      return InvalidArgumentError("password file '" + path + "' is empty");
-    }
+    Result<std::string> text = ReadSmallFile(path, 64 << 10, "password file");
+    if (!text.ok()) return InvalidArgumentError(text.status().message());
+    if (text->empty()) return InvalidArgumentError("password file '" + path + "' is empty");
+    line = text->substr(0, text->find('\n'));
   }
   if (!line.empty() && line.back() == '\r') line.pop_back();
   return line;
@@ -549,6 +546,7 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
       return InvalidArgumentError("cannot read identity file '" + identity +
                                   "': " + std::strerror(errno));
     }
+    OBJFS_RETURN_IF_ERROR(CheckRegularFileIfExists(path, "identity file"));
     sftp_options.identity_files.push_back(std::move(path));
   }
   if (!options.known_hosts_given && !config.known_hosts.empty()) {
@@ -560,6 +558,9 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
   const std::string global =
       config.global_known_hosts.empty() ? "/etc/ssh/ssh_known_hosts" : config.global_known_hosts;
   if (::access(global.c_str(), R_OK) == 0) sftp_options.global_known_hosts = AbsolutePath(global);
+  for (const std::string* file : {&sftp_options.known_hosts, &sftp_options.global_known_hosts}) {
+    OBJFS_RETURN_IF_ERROR(CheckRegularFileIfExists(*file, "known_hosts file"));
+  }
   sftp_options.accept_new_host_key = options.accept_new_host_key;
   if (options.sessions) sftp_options.sessions = *options.sessions;
   sftp_options.ciphers = options.ciphers;

@@ -759,8 +759,9 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .value_name = "SINK",
        .group = G::kLogs,
        .meaning = "where messages go: `syslog`, `stderr` (under systemd, the journal) or a FILE "
-                  "appended to, a time stamp on each line. Without `/dev/log`, `syslog` falls "
-                  "back to standard error",
+                  "appended to, a time stamp on each line (a regular file of the mounting user's, "
+                  "not a symbolic link, not writable by group or others; a new one is 0600). "
+                  "Without `/dev/log`, `syslog` falls back to standard error",
        .default_value = "`stderr` in the foreground or under systemd (`JOURNAL_STREAM`), else "
                         "`syslog`",
        .apply = [](std::string_view name, std::string_view value, MountOptions& out,

@@ -3,8 +3,11 @@
 #include "backend/log.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -71,6 +74,75 @@ TEST(LogTest, AFileGetsTheLinesAtAndAboveItsLevel) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("cannot open log file '/nonexistent-dir/objfs.log'"),
             std::string::npos);
+}
+
+// The refusals of -o log=FILE leave the logger as it was; each is one line naming the file.
+TEST(LogTest, ALogFileIsARegularPrivateFileOfItsOwn) {
+  char dir_template[] = "/tmp/log_test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  LogSettings settings;
+  settings.sink = LogSink::kFile;
+  auto refused = [&](const std::string& path) {
+    settings.path = path;
+    return std::string(Logger::Instance().Configure(settings).message());
+  };
+
+  // A FIFO nobody reads: refused at once (SIGALRM ends a blocked open rather than the suite).
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ::alarm(20);
+  EXPECT_EQ(refused(fifo),
+            "log file '" + fifo + "' is not a regular file (use log=stderr or log=syslog)");
+  ::alarm(0);
+  EXPECT_EQ(refused(dir),
+            "log file '" + dir + "' is not a regular file (use log=stderr or log=syslog)");
+
+  // A symbolic link, even to a file that would do.
+  const std::string target = dir + "/target";
+  std::ofstream(target) << "kept\n";
+  ASSERT_EQ(::chmod(target.c_str(), 0600), 0);
+  const std::string link = dir + "/link.log";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  EXPECT_EQ(refused(link), "log file '" + link + "' is a symbolic link: name the file itself");
+  // A second name of another file.
+  const std::string hard = dir + "/hard.log";
+  ASSERT_EQ(::link(target.c_str(), hard.c_str()), 0);
+  EXPECT_EQ(refused(hard), "log file '" + hard + "' has 2 hard links: use a file of its own");
+  EXPECT_EQ(ReadAll(target), "kept\n");
+
+  // Writable by others, or by the group.
+  const std::string open_log = dir + "/open.log";
+  std::ofstream(open_log) << "";
+  ASSERT_EQ(::chmod(open_log.c_str(), 0666), 0);
+  EXPECT_EQ(refused(open_log), "log file '" + open_log +
+                                   "' is writable by group or others (mode 0666): chmod go-w it");
+  ASSERT_EQ(::chmod(open_log.c_str(), 0620), 0);
+  EXPECT_NE(refused(open_log).find("(mode 0620)"), std::string::npos);
+  // Another user's (the tests run as root, who may chown).
+  if (::geteuid() == 0) {
+    const std::string theirs = dir + "/theirs.log";
+    std::ofstream(theirs) << "";
+    ASSERT_EQ(::chmod(theirs.c_str(), 0600), 0);
+    ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+    EXPECT_EQ(refused(theirs),
+              "log file '" + theirs + "' belongs to uid 65534, not to the user mounting (uid 0)");
+  }
+
+  // A new one is 0600 whatever the umask; an existing 0640 is kept as it is.
+  const mode_t old_umask = ::umask(0);
+  const std::string fresh = dir + "/fresh.log";
+  settings.path = fresh;
+  EXPECT_TRUE(Logger::Instance().Configure(settings).ok());
+  ::umask(old_umask);
+  struct stat st {};
+  ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(::chmod(fresh.c_str(), 0640), 0);
+  EXPECT_TRUE(Logger::Instance().Configure(settings).ok());
+  ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 }  // namespace

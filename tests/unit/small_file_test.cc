@@ -1,0 +1,99 @@
+// ReadSmallFile and CheckRegularFileIfExists (backend/small_file.h): the files options name are
+// read whole when regular and small, and a FIFO, a device, a directory or an oversized file is
+// refused with a message naming it, without blocking.
+#include "backend/small_file.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "backend/s3/object_headers.h"
+
+namespace objfs {
+namespace {
+
+class SmallFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/small_file_test-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    dir_ = dir;
+  }
+  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  std::string dir_;
+};
+
+bool Has(const Status& status, const std::string& part) {
+  return status.message().find(part) != std::string::npos;
+}
+
+TEST_F(SmallFileTest, ReadsARegularFileUpToItsBound) {
+  const std::string path = Write("f", "hello\n");
+  EXPECT_EQ(*ReadSmallFile(path, 6, "test file"), "hello\n");
+  Result<std::string> big = ReadSmallFile(path, 5, "test file");
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(big.status().message(), "test file '" + path + "' is larger than 5 bytes");
+  EXPECT_EQ(*ReadSmallFile("/dev/null", 5, "test file"), "");
+  Result<std::string> missing = ReadSmallFile(dir_ + "/none", 5, "test file");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Has(missing.status(), "cannot read test file '" + dir_ + "/none': No such file"));
+}
+
+// The open of a FIFO without a writer would block; a read of /dev/zero would never end.
+TEST_F(SmallFileTest, RefusesFifosDevicesAndDirectoriesWithoutBlocking) {
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Nobody writes to it: an open that blocked would be ended by SIGALRM rather than hang.
+  ::alarm(20);
+  Result<std::string> from_fifo = ReadSmallFile(fifo, 64, "key file");
+  ::alarm(0);
+  ASSERT_FALSE(from_fifo.ok());
+  EXPECT_EQ(from_fifo.status().message(), "key file '" + fifo + "' is not a regular file (a FIFO)");
+  Result<std::string> zero = ReadSmallFile("/dev/zero", 64, "key file");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().message(),
+            "key file '/dev/zero' is not a regular file (a character device)");
+  Result<std::string> dir = ReadSmallFile(dir_, 64, "key file");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_TRUE(Has(dir.status(), "is not a regular file (a directory)")) << dir.status().message();
+
+  EXPECT_TRUE(CheckRegularFileIfExists(dir_ + "/none", "config").ok());
+  EXPECT_TRUE(CheckRegularFileIfExists(Write("c", "Host x\n"), "config").ok());
+  EXPECT_TRUE(CheckRegularFileIfExists("/dev/null", "config").ok());
+  Status fifo_config = CheckRegularFileIfExists(fifo, "config");
+  EXPECT_EQ(fifo_config.message(), "config '" + fifo + "' is not a regular file (a FIFO)");
+  EXPECT_FALSE(CheckRegularFileIfExists("/dev/zero", "config").ok());
+}
+
+// The SSE-C key: 32 bytes or their base64, and nothing read past a small bound.
+TEST_F(SmallFileTest, SseCustomerKeyFileIsSmallAndRegular) {
+  EXPECT_EQ(*s3::ReadSseCustomerKey(Write("raw", std::string(32, 'k'))), std::string(32, 'k'));
+  EXPECT_EQ(*s3::ReadSseCustomerKey(Write("b64", "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s=\n")),
+            std::string(32, 'k'));
+  Result<std::string> zero = s3::ReadSseCustomerKey("/dev/zero");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().message(),
+            "sse_c_key file '/dev/zero' is not a regular file (a character device)");
+  const std::string big = Write("big", std::string(1 << 20, 'k'));
+  Result<std::string> large = s3::ReadSseCustomerKey(big);
+  ASSERT_FALSE(large.ok());
+  EXPECT_EQ(large.status().message(), "sse_c_key file '" + big + "' is larger than 1024 bytes");
+  Result<std::string> missing = s3::ReadSseCustomerKey(dir_ + "/none");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(Has(missing.status(), "cannot read sse_c_key file '" + dir_ + "/none'"));
+}
+
+}  // namespace
+}  // namespace objfs
