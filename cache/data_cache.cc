@@ -87,32 +87,67 @@ void PunchHole(int fd, uint64_t offset, uint64_t length) {
                     static_cast<off_t>(length));
 }
 
-// Removes `path` and everything under it (the earlier layout's "blocks/" tree).
-void RemoveTree(const std::string& path) {
-  DIR* dir = ::opendir(path.c_str());
-  if (dir == nullptr) {
-    ::unlink(path.c_str());
+// Whether `name` is `digits` lowercase hex digits, then nothing or a suffix starting `suffix`.
+bool IsCacheName(std::string_view name, size_t digits, std::string_view suffix = {}) {
+  if (name.size() < digits) return false;
+  for (size_t i = 0; i < digits; ++i) {
+    const char c = name[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return name.size() == digits || (!suffix.empty() && name.substr(digits).starts_with(suffix));
+}
+
+// Calls `visit(subdir_fd, name)` for each file of a cache tree `root`/xx/NAME, where xx is two
+// hex digits and NAME a cache name; then removes the subdirectories left empty. Never follows a
+// symbolic link (`root` itself included) and never looks at a name the cache does not make:
+// a data_cache= pointed at a directory of other files leaves them alone.
+template <typename Visit>
+void ForEachCacheFile(const std::string& root, Visit visit) {
+  const int root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root_fd < 0) return;
+  DIR* top = ::fdopendir(root_fd);
+  if (top == nullptr) {
+    ::close(root_fd);
     return;
   }
-  std::vector<std::string> names;
-  while (const dirent* entry = ::readdir(dir)) {
-    if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0) {
-      names.emplace_back(entry->d_name);
-    }
+  std::vector<std::string> subs;
+  while (const dirent* entry = ::readdir(top)) {
+    if (IsCacheName(entry->d_name, 2)) subs.emplace_back(entry->d_name);
   }
-  ::closedir(dir);
-  for (const std::string& name : names) {
-    std::string child = path;
-    child += '/';
-    child += name;
-    struct stat st {};
-    if (::lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      RemoveTree(child);
-    } else {
-      ::unlink(child.c_str());
+  for (const std::string& sub : subs) {
+    const int sub_fd =
+        ::openat(root_fd, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub_fd < 0) continue;
+    DIR* dir = ::fdopendir(sub_fd);
+    if (dir == nullptr) {
+      ::close(sub_fd);
+      continue;
     }
+    std::vector<std::string> names;
+    while (const dirent* entry = ::readdir(dir)) {
+      if (IsCacheName(entry->d_name, 32, ".tmp") && sub == std::string_view(entry->d_name, 2)) {
+        names.emplace_back(entry->d_name);
+      }
+    }
+    for (const std::string& name : names) visit(sub_fd, name);
+    ::closedir(dir);
+    ::unlinkat(root_fd, sub.c_str(), AT_REMOVEDIR);  // only if empty
   }
-  ::rmdir(path.c_str());
+  ::closedir(top);
+}
+
+// Removes the earlier layout, a file per block under "blocks/" and its "index.log": what the
+// cache made, and only if "blocks/" is a directory of its own.
+void RemoveEarlierLayout(const std::string& dir) {
+  const std::string blocks = dir + "/blocks";
+  struct stat st {};
+  if (::lstat(blocks.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+  ForEachCacheFile(
+      blocks, [](int sub_fd, const std::string& name) { ::unlinkat(sub_fd, name.c_str(), 0); });
+  ::rmdir(blocks.c_str());  // only if empty
+  if (::lstat((dir + "/index.log").c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    ::unlink((dir + "/index.log").c_str());
+  }
 }
 
 }  // namespace
@@ -146,8 +181,7 @@ Result<std::unique_ptr<DataCache>> DataCache::Open(DataCacheOptions options, Met
     return ErrnoStatus("cannot lock", lock_path, err);
   }
   // The earlier layout, a file per block: removed, never read.
-  ::unlink((options.dir + "/index.log").c_str());
-  RemoveTree(options.dir + "/blocks");
+  RemoveEarlierLayout(options.dir);
   if (Status made = MakeDirectory(options.dir + "/objects"); !made.ok()) {
     ::close(lock_fd);
     return made;
@@ -225,39 +259,26 @@ Status DataCache::Load() {
       kept[entry.file].emplace_back(entry.offset, entry.offset + options_.block_size);
     }
   }
-  const std::string objects = options_.dir + "/objects";
-  DIR* top = ::opendir(objects.c_str());
-  if (top == nullptr) return ErrnoStatus("cannot read", objects, errno);
-  while (const dirent* sub = ::readdir(top)) {
-    if (sub->d_name[0] == '.') continue;
-    const std::string sub_path = objects + "/" + sub->d_name;
-    DIR* dir = ::opendir(sub_path.c_str());
-    if (dir == nullptr) continue;
-    while (const dirent* file = ::readdir(dir)) {
-      if (file->d_name[0] == '.') continue;
-      const std::string path = sub_path + "/" + file->d_name;
-      auto ranges = kept.find(file->d_name);
-      if (ranges == kept.end()) {
-        ::unlink(path.c_str());
-        continue;
-      }
-      const int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) continue;  // its blocks are misses, dropped when read
-      std::sort(ranges->second.begin(), ranges->second.end());
-      uint64_t at = 0;
-      for (const auto& [from, to] : ranges->second) {
-        if (from > at) PunchHole(fd, at, from - at);
-        at = std::max(at, to);
-      }
-      struct stat st {};
-      if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > at) {
-        PunchHole(fd, at, static_cast<uint64_t>(st.st_size) - at);
-      }
-      ::close(fd);
+  ForEachCacheFile(options_.dir + "/objects", [&](int sub_fd, const std::string& name) {
+    auto ranges = kept.find(name);
+    if (ranges == kept.end()) {
+      ::unlinkat(sub_fd, name.c_str(), 0);
+      return;
     }
-    ::closedir(dir);
-  }
-  ::closedir(top);
+    const int fd = ::openat(sub_fd, name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;  // its blocks are misses, dropped when read
+    std::sort(ranges->second.begin(), ranges->second.end());
+    uint64_t at = 0;
+    for (const auto& [from, to] : ranges->second) {
+      if (from > at) PunchHole(fd, at, from - at);
+      at = std::max(at, to);
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > at) {
+      PunchHole(fd, at, static_cast<uint64_t>(st.st_size) - at);
+    }
+    ::close(fd);
+  });
   return Status::Ok();
 }
 
@@ -300,7 +321,10 @@ void DataCache::UpdateGauge() {
 
 std::shared_ptr<DataCache::Descriptor> DataCache::OpenFile(const std::string& file, bool create) {
   auto it = files_.find(file);
-  if (it == files_.end()) return nullptr;
+  if (it == files_.end()) {
+    errno = ENOENT;
+    return nullptr;
+  }
   if (it->second.open != nullptr) {
     open_lru_.splice(open_lru_.begin(), open_lru_, it->second.open_lru);
     return it->second.open;
@@ -369,6 +393,7 @@ std::optional<size_t> DataCache::Get(std::string_view key, const ETag& etag, uin
   uint32_t length;
   uint32_t crc;
   std::shared_ptr<Descriptor> file;
+  bool out_of_descriptors = false;
   {
     MutexLock lock(&mu_);
     auto it = entries_.find(name);
@@ -376,9 +401,14 @@ std::optional<size_t> DataCache::Get(std::string_view key, const ETag& etag, uin
     lru_.splice(lru_.begin(), lru_, it->second.lru);
     length = it->second.length;
     crc = it->second.crc32c;
-    if (length <= out.size()) file = OpenFile(it->second.file, false);
+    if (length <= out.size()) {
+      file = OpenFile(it->second.file, false);
+      out_of_descriptors = file == nullptr && (errno == EMFILE || errno == ENFILE);
+    }
   }
   if (length > out.size()) return std::nullopt;
+  // Out of descriptors now: a miss, and the block stays.
+  if (out_of_descriptors) return std::nullopt;
   std::span<std::byte> data = out.first(length);
   if (file == nullptr || !ReadFully(file->fd, offset, data) || Crc(data) != crc) {
     {
@@ -415,6 +445,7 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
   std::vector<std::string> evicted;
   uint64_t stamp;
   std::shared_ptr<Descriptor> open;
+  bool out_of_descriptors = false;
   Status written = options_.before_write ? options_.before_write() : Status::Ok();
   {
     MutexLock lock(&mu_);
@@ -442,7 +473,11 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
     UpdateGauge();
     if (written.ok()) {
       open = OpenFile(file, true);
-      if (open == nullptr) written = ErrnoStatus("create", PathOf(file), errno);
+      if (open == nullptr) {
+        // Out of descriptors is this moment's: this block is not kept, later ones may be.
+        out_of_descriptors = errno == EMFILE || errno == ENFILE;
+        written = ErrnoStatus("create", PathOf(file), errno);
+      }
     }
   }
   if (metrics_ != nullptr && !evicted.empty()) Bump(metrics_->data_cache_evictions, evicted.size());
@@ -477,7 +512,7 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
       it->second.ready = true;
     }
   }
-  if (!written.ok()) StopWriting(written);
+  if (!written.ok() && !out_of_descriptors) StopWriting(written);
   if (gone && written.ok()) (void)table_->Remove(name);
 }
 

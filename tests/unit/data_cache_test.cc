@@ -1,6 +1,8 @@
 #include "cache/data_cache.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -350,6 +352,64 @@ TEST_F(DataCacheTest, ACacheOfTheEarlierLayoutIsRemovedNotRead) {
   EXPECT_EQ(BackendReads(), 1u);
   OpenCache();
   EXPECT_EQ(Read("f", etag, 0, 2 * kBlock), data);
+  EXPECT_EQ(BackendReads(), 1u);
+}
+
+// A data_cache= pointed at a directory of other files, or holding links out of it: opening
+// the cache removes only names it makes, and follows no symbolic link.
+TEST_F(DataCacheTest, OpeningTheCacheTouchesOnlyItsOwnFilesAndFollowsNoLink) {
+  namespace fs = std::filesystem;
+  const std::string cache_dir = dir_ + "/data";
+  const std::string victim = dir_ + "/victim";
+  const std::string victim2 = dir_ + "/victim2";
+  const std::string hex(32, 'a');
+  fs::create_directories(cache_dir + "/objects/ab");
+  fs::create_directories(victim + "/sub");
+  fs::create_directories(victim2);
+  std::ofstream(victim + "/notes.txt") << "mine";
+  std::ofstream(victim + "/sub/" + hex) << "mine";
+  std::ofstream(victim2 + "/" + hex) << "mine";
+  std::ofstream(cache_dir + "/objects/ab/notes.txt") << "mine";
+  // Links where the earlier layout's tree and an objects/ subdirectory would be.
+  fs::create_directory_symlink(victim, cache_dir + "/blocks");
+  fs::create_directory_symlink(victim2, cache_dir + "/objects/aa");
+  OpenCache();
+  EXPECT_TRUE(fs::exists(victim + "/notes.txt"));
+  EXPECT_TRUE(fs::exists(victim + "/sub/" + hex));
+  EXPECT_TRUE(fs::exists(victim2 + "/" + hex));
+  EXPECT_TRUE(fs::exists(cache_dir + "/objects/ab/notes.txt"));
+  EXPECT_TRUE(fs::is_symlink(cache_dir + "/blocks"));
+  // An index.log with no blocks/ directory beside it is not the earlier layout's.
+  cache_.reset();
+  fs::remove(cache_dir + "/blocks");
+  std::ofstream(cache_dir + "/index.log") << "someone's log";
+  OpenCache();
+  EXPECT_TRUE(fs::exists(cache_dir + "/index.log"));
+}
+
+// A block whose file cannot be opened for want of descriptors is a miss, not damage: it stays
+// cached, and is served once descriptors are free again.
+TEST_F(DataCacheTest, OutOfDescriptorsIsAMissThatKeepsTheBlock) {
+  const std::string data = Pattern(kBlock, 'd');
+  const ETag etag = Put("f", data);
+  OpenCache();
+  EXPECT_EQ(Read("f", etag, 0, kBlock), data);
+  OpenCache();  // no descriptor open
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 64;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> filler;  // every descriptor the limit allows, taken
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
+  std::vector<std::byte> buf(kBlock);
+  const std::optional<size_t> got = cache_->Get("f", etag, 0, buf);
+  for (int fd : filler) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_FALSE(got.has_value());
+  EXPECT_EQ(cache_->stats().corrupt, 0u);
+  EXPECT_EQ(cache_->stats().blocks, 1u);
+  EXPECT_EQ(Read("f", etag, 0, kBlock), data);
   EXPECT_EQ(BackendReads(), 1u);
 }
 
