@@ -205,7 +205,8 @@ Status DataCache::Load() {
   std::sort(records.begin(), records.end(),
             [](const DataBlockRecord& a, const DataBlockRecord& b) { return a.stamp < b.stamp; });
   std::vector<std::string> stale;
-  std::unordered_map<std::string, uint64_t> sizes;  // of the files, -1 when not usable
+  std::unordered_map<std::string, int> files;       // open for the check, -1 when not
+  std::unordered_map<std::string, uint64_t> sizes;  // of the regular files among them
   {
     MutexLock lock(&mu_);
     for (const DataBlockRecord& record : records) {
@@ -216,14 +217,22 @@ Status DataCache::Load() {
       std::string file = ours ? FileOf(record.key, record.etag) : std::string();
       bool usable = ours;
       if (usable) {
-        auto [size, inserted] = sizes.try_emplace(file, ~0ull);
+        auto [opened, inserted] = files.try_emplace(file, -1);
         if (inserted) {
+          opened->second = ::open(PathOf(file).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
           struct stat st {};
-          if (::lstat(PathOf(file).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-            size->second = static_cast<uint64_t>(st.st_size);
+          if (opened->second >= 0 && ::fstat(opened->second, &st) == 0 && S_ISREG(st.st_mode)) {
+            sizes[file] = static_cast<uint64_t>(st.st_size);
           }
         }
-        usable = size->second != ~0ull && record.offset + record.length <= size->second;
+        auto size = sizes.find(file);
+        usable = size != sizes.end() && record.offset + record.length <= size->second;
+        // A crash between punching an evicted block out and dropping its record leaves a
+        // record of a hole: not a block.
+        if (usable) {
+          const off_t data = ::lseek(opened->second, static_cast<off_t>(record.offset), SEEK_DATA);
+          usable = data == static_cast<off_t>(record.offset) || (data < 0 && errno != ENXIO);
+        }
       }
       if (!usable) {
         stale.push_back(record.name);
@@ -247,6 +256,9 @@ Status DataCache::Load() {
       stale.push_back(std::move(name));
     }
     UpdateGauge();
+  }
+  for (const auto& [file, fd] : files) {
+    if (fd >= 0) ::close(fd);
   }
   for (const std::string& name : stale) (void)table_->Remove(name);
 

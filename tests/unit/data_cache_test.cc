@@ -413,6 +413,27 @@ TEST_F(DataCacheTest, OutOfDescriptorsIsAMissThatKeepsTheBlock) {
   EXPECT_EQ(BackendReads(), 1u);
 }
 
+// A kill between punching an evicted block out of its file and dropping its record leaves a
+// record of a hole: the next open drops it, rather than counting it and finding it damaged.
+TEST_F(DataCacheTest, ARecordOfAPunchedOutBlockIsDroppedAtOpen) {
+  const std::string data = Pattern(2 * kBlock, 'h');
+  const ETag etag = Put("f", data);
+  OpenCache();
+  EXPECT_EQ(Read("f", etag, 0, 2 * kBlock), data);
+  const std::string path = cache_->BlockPath("f", etag, 0);
+  cache_.reset();
+  store_.reset();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, kBlock), 0);
+  ::close(fd);
+  OpenCache();
+  EXPECT_EQ(cache_->stats().blocks, 1u);
+  EXPECT_EQ(Read("f", etag, 0, 2 * kBlock), data);
+  EXPECT_EQ(cache_->stats().corrupt, 0u);
+  EXPECT_EQ(BackendReads(), 2u);  // the first read, then the punched block alone
+}
+
 TEST_F(DataCacheTest, ADamagedIndexDropsItsBlocksAndReadsStayRight) {
   const std::string data = Pattern(3 * kBlock, 'i');
   const ETag etag = Put("f", data);
