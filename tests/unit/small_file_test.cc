@@ -55,16 +55,60 @@ TEST_F(SmallFileTest, ReadsARegularFileUpToItsBound) {
   EXPECT_TRUE(Has(missing.status(), "cannot read test file '" + dir_ + "/none': No such file"));
 }
 
-// The open of a FIFO without a writer would block; a read of /dev/zero would never end.
-TEST_F(SmallFileTest, RefusesFifosDevicesAndDirectoriesWithoutBlocking) {
+// `sse_c_key=<(vault read ...)` and `password_file=/dev/stdin` name a pipe: read until its writer
+// closes it, up to the same bound.
+TEST_F(SmallFileTest, ReadsAPipeUpToItsBound) {
+  int ends[2];
+  ASSERT_EQ(::pipe2(ends, O_CLOEXEC), 0);
+  ASSERT_EQ(::write(ends[1], "secret\n", 7), 7);
+  ::close(ends[1]);
+  const std::string path = "/dev/fd/" + std::to_string(ends[0]);
+  Result<std::string> text = ReadSmallFile(path, 64, "key file", std::chrono::seconds(5));
+  ::close(ends[0]);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(*text, "secret\n");
+
+  ASSERT_EQ(::pipe2(ends, O_CLOEXEC), 0);
+  ASSERT_EQ(::write(ends[1], "0123456789", 10), 10);
+  ::close(ends[1]);
+  const std::string big = "/dev/fd/" + std::to_string(ends[0]);
+  Result<std::string> large = ReadSmallFile(big, 5, "key file", std::chrono::seconds(5));
+  ::close(ends[0]);
+  ASSERT_FALSE(large.ok());
+  EXPECT_EQ(large.status().message(), "key file '" + big + "' is larger than 5 bytes");
+}
+
+// A FIFO nobody writes to, or whose writer never finishes, fails after the wait: the mount does
+// not hang at boot.
+TEST_F(SmallFileTest, AFifoIsWaitedOnForABoundedTime) {
   const std::string fifo = dir_ + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  // Nobody writes to it: an open that blocked would be ended by SIGALRM rather than hang.
+  // An open or a read that blocked would be ended by SIGALRM rather than hang the suite.
   ::alarm(20);
-  Result<std::string> from_fifo = ReadSmallFile(fifo, 64, "key file");
-  ::alarm(0);
+  Result<std::string> from_fifo =
+      ReadSmallFile(fifo, 64, "key file", std::chrono::milliseconds(200));
   ASSERT_FALSE(from_fifo.ok());
-  EXPECT_EQ(from_fifo.status().message(), "key file '" + fifo + "' is not a regular file (a FIFO)");
+  EXPECT_EQ(from_fifo.status().message(),
+            "nothing written to key file '" + fifo + "' within 200 ms");
+
+  int ends[2];
+  ASSERT_EQ(::pipe2(ends, O_CLOEXEC), 0);
+  ASSERT_EQ(::write(ends[1], "part", 4), 4);
+  const std::string open_pipe = "/dev/fd/" + std::to_string(ends[0]);
+  Result<std::string> unfinished =
+      ReadSmallFile(open_pipe, 64, "key file", std::chrono::milliseconds(200));
+  ::alarm(0);
+  ::close(ends[0]);
+  ::close(ends[1]);
+  ASSERT_FALSE(unfinished.ok());
+  EXPECT_EQ(unfinished.status().message(),
+            "no end written to key file '" + open_pipe + "' within 200 ms");
+}
+
+// A read of /dev/zero would never end.
+TEST_F(SmallFileTest, RefusesDevicesAndDirectoriesWithoutBlocking) {
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   Result<std::string> zero = ReadSmallFile("/dev/zero", 64, "key file");
   ASSERT_FALSE(zero.ok());
   EXPECT_EQ(zero.status().message(),
