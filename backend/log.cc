@@ -61,32 +61,37 @@ namespace {
 // The file of -o log=FILE, open for appending; a one-line error for a file it must not be.
 Result<int> OpenLogFile(const std::string& path) {
   const std::string where = "log file '" + path + "'";
-  // O_NOFOLLOW: a symbolic link planted where the file is expected cannot send a root daemon's
-  // lines into another file. O_NONBLOCK: the open of a FIFO without a reader fails at once
-  // rather than hanging the mount; fstat then refuses anything but a regular file.
-  const int fd =
-      ::open(path.c_str(),
-             O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0600);
-  if (fd < 0) {
-    const int err = errno;
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) == 0) {
-      if (S_ISLNK(st.st_mode)) {
-        return InvalidArgumentError(where + " is a symbolic link: name the file itself");
-      }
-      if (!S_ISREG(st.st_mode)) {
-        return InvalidArgumentError(where +
-                                    " is not a regular file (use log=stderr or log=syslog)");
-      }
-    }
-    return InvalidArgumentError("cannot open " + where + ": " + std::strerror(err));
+  // Checked before the open: opening a device may act (/dev/watchdog arms the watchdog), and a
+  // FIFO with a reader would be opened.
+  struct stat named {};
+  const bool exists = ::lstat(path.c_str(), &named) == 0;
+  if (!exists && errno != ENOENT) {
+    return InvalidArgumentError("cannot open " + where + ": " + std::strerror(errno));
   }
+  if (exists && S_ISLNK(named.st_mode)) {
+    return InvalidArgumentError(where + " is a symbolic link: name the file itself");
+  }
+  if (exists && !S_ISREG(named.st_mode)) {
+    return InvalidArgumentError(where + " is not a regular file (use log=stderr or log=syslog)");
+  }
+  // O_NOFOLLOW: a symbolic link planted where the file is expected cannot send a root daemon's
+  // lines into another file. O_EXCL: a file that was not there is created, not whatever (a FIFO,
+  // a device) was put there since. O_NONBLOCK: no open waits.
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY |
+                            (exists ? 0 : O_CREAT | O_EXCL),
+                        0600);
+  if (fd < 0) return InvalidArgumentError("cannot open " + where + ": " + std::strerror(errno));
   auto refuse = [fd](std::string message) -> Result<int> {
     ::close(fd);
     return InvalidArgumentError(std::move(message));
   };
   struct stat st {};
   if (::fstat(fd, &st) != 0) return refuse("cannot open " + where + ": " + std::strerror(errno));
+  // What was opened is what was checked, not a file swapped in meanwhile.
+  if (exists && (st.st_dev != named.st_dev || st.st_ino != named.st_ino)) {
+    return refuse(where + " was replaced while being opened");
+  }
   if (!S_ISREG(st.st_mode)) {
     return refuse(where + " is not a regular file (use log=stderr or log=syslog)");
   }

@@ -47,17 +47,24 @@ bool IsDevNull(const struct stat& st) { return S_ISCHR(st.st_mode) && st.st_rdev
 
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes, std::string_view what,
                                   std::chrono::milliseconds fifo_wait) {
-  // O_NONBLOCK: the open of a FIFO without a writer returns at once; its reads are then bounded
-  // by poll.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) {
-    const int err = errno;
+  auto cannot_read = [&](int err) {
     std::string message = "cannot read ";
     message.append(what).append(" '").append(path).append("': ").append(std::strerror(err));
     if (err == ENOENT || err == ENOTDIR) return NotFoundError(std::move(message));
     if (err == EACCES || err == EPERM) return PermissionDeniedError(std::move(message));
     return InvalidArgumentError(std::move(message));
+  };
+  // Checked before the open: opening a device may act (/dev/watchdog arms the watchdog).
+  struct stat named {};
+  if (::stat(path.c_str(), &named) != 0) return cannot_read(errno);
+  if (IsDevNull(named)) return std::string();
+  if (!S_ISREG(named.st_mode) && !S_ISFIFO(named.st_mode)) {
+    return NotRegular(what, path, named.st_mode);
   }
+  // O_NONBLOCK: the open of a FIFO without a writer returns at once; its reads are then bounded
+  // by poll.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return cannot_read(errno);
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
@@ -68,7 +75,12 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes, std
     message.append(what).append(" '").append(path).append("': ").append(std::strerror(errno));
     return InvalidArgumentError(std::move(message));
   }
-  if (IsDevNull(st)) return std::string();
+  // What was opened is what was checked, not a device swapped in meanwhile.
+  if (st.st_dev != named.st_dev || st.st_ino != named.st_ino) {
+    std::string message(what);
+    message.append(" '").append(path).append("' was replaced while being opened");
+    return InvalidArgumentError(std::move(message));
+  }
   const bool fifo = S_ISFIFO(st.st_mode);
   if (!S_ISREG(st.st_mode) && !fifo) return NotRegular(what, path, st.st_mode);
   if (!fifo && static_cast<unsigned long long>(st.st_size) > max_bytes) {

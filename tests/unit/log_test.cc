@@ -2,8 +2,11 @@
 // lines, and the parsers of -o log= and -o log_level=.
 #include "backend/log.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -98,6 +101,24 @@ TEST(LogTest, ALogFileIsARegularPrivateFileOfItsOwn) {
   ::alarm(0);
   EXPECT_EQ(refused(dir),
             "log file '" + dir + "' is not a regular file (use log=stderr or log=syslog)");
+
+  // A device is refused from its lstat, never opened (opening /dev/watchdog arms it): a node of
+  // /dev/null's numbers, watched for opens by inotify.
+  const std::string device = dir + "/device.log";
+  if (::mknod(device.c_str(), S_IFCHR | 0600, makedev(1, 3)) == 0) {
+    const int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    ASSERT_GE(watch, 0);
+    ASSERT_GE(::inotify_add_watch(watch, device.c_str(), IN_OPEN), 0);
+    EXPECT_EQ(refused(device),
+              "log file '" + device + "' is not a regular file (use log=stderr or log=syslog)");
+    char events[4096];
+    EXPECT_LT(::read(watch, events, sizeof events), 0) << "the device was opened";
+    const int fd = ::open(device.c_str(), O_WRONLY | O_CLOEXEC);  // the watch sees an open
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    EXPECT_GT(::read(watch, events, sizeof events), 0);
+    ::close(watch);
+  }
 
   // A symbolic link, even to a file that would do.
   const std::string target = dir + "/target";

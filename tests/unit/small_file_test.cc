@@ -5,7 +5,9 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -123,6 +125,49 @@ TEST_F(SmallFileTest, RefusesDevicesAndDirectoriesWithoutBlocking) {
   Status fifo_config = CheckRegularFileIfExists(fifo, "config");
   EXPECT_EQ(fifo_config.message(), "config '" + fifo + "' is not a regular file (a FIFO)");
   EXPECT_FALSE(CheckRegularFileIfExists("/dev/zero", "config").ok());
+}
+
+// Whether `path` was opened since the watch began: inotify's IN_OPEN.
+class OpenWatch {
+ public:
+  explicit OpenWatch(const std::string& path)
+      : fd_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)),
+        ok_(fd_ >= 0 && ::inotify_add_watch(fd_, path.c_str(), IN_OPEN) >= 0) {}
+  ~OpenWatch() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  OpenWatch(const OpenWatch&) = delete;
+  OpenWatch& operator=(const OpenWatch&) = delete;
+  bool ok() const { return ok_; }
+  bool Opened() const {
+    char buf[4096];
+    return ::read(fd_, buf, sizeof buf) > 0;
+  }
+
+ private:
+  int fd_;
+  bool ok_;
+};
+
+// Opening a device may act (/dev/watchdog arms the watchdog): a device is refused from its
+// stat, never opened. A node of /dev/zero's numbers stands in for /dev/watchdog.
+TEST_F(SmallFileTest, ADeviceIsRefusedWithoutBeingOpened) {
+  const std::string device = dir_ + "/device";
+  if (::mknod(device.c_str(), S_IFCHR | 0600, makedev(1, 5)) != 0) {
+    GTEST_SKIP() << "cannot mknod here (not root?)";
+  }
+  OpenWatch watch(device);
+  ASSERT_TRUE(watch.ok());
+  Result<std::string> text = ReadSmallFile(device, 64, "key file");
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.status().message(),
+            "key file '" + device + "' is not a regular file (a character device)");
+  EXPECT_FALSE(watch.Opened()) << "the device was opened";
+  // The watch sees an open.
+  const int fd = ::open(device.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_TRUE(watch.Opened());
 }
 
 // The SSE-C key: 32 bytes or their base64, and nothing read past a small bound.
