@@ -58,6 +58,20 @@ LogLevel LevelOfLine(std::string_view line) {
 
 namespace {
 
+// Whether `path` is, or links to, a name of standard output or error (/dev/stderr,
+// /proc/self/fd/2), which log=stderr says.
+bool NamesStandardStream(const std::string& path) {
+  auto standard = [](std::string_view name) {
+    return name == "/dev/stderr" || name == "/dev/stdout" || name.starts_with("/dev/fd/") ||
+           name.starts_with("/proc/self/fd/");
+  };
+  if (standard(path)) return true;
+  char target[4096];
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof target);
+  return n > 0 && static_cast<size_t>(n) < sizeof target &&
+         standard(std::string_view(target, static_cast<size_t>(n)));
+}
+
 // The file of -o log=FILE, open for appending; a one-line error for a file it must not be.
 Result<int> OpenLogFile(const std::string& path) {
   const std::string where = "log file '" + path + "'";
@@ -69,7 +83,8 @@ Result<int> OpenLogFile(const std::string& path) {
     return InvalidArgumentError("cannot open " + where + ": " + std::strerror(errno));
   }
   if (exists && S_ISLNK(named.st_mode)) {
-    return InvalidArgumentError(where + " is a symbolic link: name the file itself");
+    return InvalidArgumentError(where + " is a symbolic link: name the file itself" +
+                                (NamesStandardStream(path) ? " (use log=stderr)" : ""));
   }
   if (exists && !S_ISREG(named.st_mode)) {
     return InvalidArgumentError(where + " is not a regular file (use log=stderr or log=syslog)");
@@ -82,8 +97,12 @@ Result<int> OpenLogFile(const std::string& path) {
                             (exists ? 0 : O_CREAT | O_EXCL),
                         0600);
   if (fd < 0) return InvalidArgumentError("cannot open " + where + ": " + std::strerror(errno));
-  auto refuse = [fd](std::string message) -> Result<int> {
+  // A file this open created is ours, whoever the file system says owns it (root-squashed NFS
+  // gives it to 65534): no check of owner, mode or links, and removed again if refused.
+  const bool created = !exists;
+  auto refuse = [fd, created, &path](std::string message) -> Result<int> {
     ::close(fd);
+    if (created) ::unlink(path.c_str());
     return InvalidArgumentError(std::move(message));
   };
   struct stat st {};
@@ -98,16 +117,16 @@ Result<int> OpenLogFile(const std::string& path) {
   // As ssh and sudo with their files: another user's file, one that others may write to (or
   // replace the lines of), or a second name of a file (a hard link planted in /tmp to
   // /etc/shadow) is not taken.
-  if (st.st_uid != ::geteuid()) {
+  if (!created && st.st_uid != ::geteuid()) {
     return refuse(where + " belongs to uid " + std::to_string(st.st_uid) +
                   ", not to the user mounting (uid " + std::to_string(::geteuid()) + ")");
   }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+  if (!created && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return refuse(where + " is writable by group or others (mode " + mode + "): chmod go-w it");
   }
-  if (st.st_nlink != 1) {
+  if (!created && st.st_nlink != 1) {
     return refuse(where + " has " + std::to_string(st.st_nlink) +
                   " hard links: use a file of its own");
   }
