@@ -58,51 +58,75 @@ LogLevel LevelOfLine(std::string_view line) {
 
 namespace {
 
+// Whether `path` is, or links to, a name of standard output or error (/dev/stderr,
+// /proc/self/fd/2), which log=stderr says.
+bool NamesStandardStream(const std::string& path) {
+  auto standard = [](std::string_view name) {
+    return name == "/dev/stderr" || name == "/dev/stdout" || name.starts_with("/dev/fd/") ||
+           name.starts_with("/proc/self/fd/");
+  };
+  if (standard(path)) return true;
+  char target[4096];
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof target);
+  return n > 0 && static_cast<size_t>(n) < sizeof target &&
+         standard(std::string_view(target, static_cast<size_t>(n)));
+}
+
 // The file of -o log=FILE, open for appending; a one-line error for a file it must not be.
 Result<int> OpenLogFile(const std::string& path) {
   const std::string where = "log file '" + path + "'";
-  // O_NOFOLLOW: a symbolic link planted where the file is expected cannot send a root daemon's
-  // lines into another file. O_NONBLOCK: the open of a FIFO without a reader fails at once
-  // rather than hanging the mount; fstat then refuses anything but a regular file.
-  const int fd =
-      ::open(path.c_str(),
-             O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0600);
-  if (fd < 0) {
-    const int err = errno;
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) == 0) {
-      if (S_ISLNK(st.st_mode)) {
-        return InvalidArgumentError(where + " is a symbolic link: name the file itself");
-      }
-      if (!S_ISREG(st.st_mode)) {
-        return InvalidArgumentError(where +
-                                    " is not a regular file (use log=stderr or log=syslog)");
-      }
-    }
-    return InvalidArgumentError("cannot open " + where + ": " + std::strerror(err));
+  // Checked before the open: opening a device may act (/dev/watchdog arms the watchdog), and a
+  // FIFO with a reader would be opened.
+  struct stat named {};
+  const bool exists = ::lstat(path.c_str(), &named) == 0;
+  if (!exists && errno != ENOENT) {
+    return InvalidArgumentError("cannot open " + where + ": " + std::strerror(errno));
   }
-  auto refuse = [fd](std::string message) -> Result<int> {
+  if (exists && S_ISLNK(named.st_mode)) {
+    return InvalidArgumentError(where + " is a symbolic link: name the file itself" +
+                                (NamesStandardStream(path) ? " (use log=stderr)" : ""));
+  }
+  if (exists && !S_ISREG(named.st_mode)) {
+    return InvalidArgumentError(where + " is not a regular file (use log=stderr or log=syslog)");
+  }
+  // O_NOFOLLOW: a symbolic link planted where the file is expected cannot send a root daemon's
+  // lines into another file. O_EXCL: a file that was not there is created, not whatever (a FIFO,
+  // a device) was put there since. O_NONBLOCK: no open waits.
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY |
+                            (exists ? 0 : O_CREAT | O_EXCL),
+                        0600);
+  if (fd < 0) return InvalidArgumentError("cannot open " + where + ": " + std::strerror(errno));
+  // A file this open created is ours, whoever the file system says owns it (root-squashed NFS
+  // gives it to 65534): no check of owner, mode or links, and removed again if refused.
+  const bool created = !exists;
+  auto refuse = [fd, created, &path](std::string message) -> Result<int> {
     ::close(fd);
+    if (created) ::unlink(path.c_str());
     return InvalidArgumentError(std::move(message));
   };
   struct stat st {};
   if (::fstat(fd, &st) != 0) return refuse("cannot open " + where + ": " + std::strerror(errno));
+  // What was opened is what was checked, not a file swapped in meanwhile.
+  if (exists && (st.st_dev != named.st_dev || st.st_ino != named.st_ino)) {
+    return refuse(where + " was replaced while being opened");
+  }
   if (!S_ISREG(st.st_mode)) {
     return refuse(where + " is not a regular file (use log=stderr or log=syslog)");
   }
   // As ssh and sudo with their files: another user's file, one that others may write to (or
   // replace the lines of), or a second name of a file (a hard link planted in /tmp to
   // /etc/shadow) is not taken.
-  if (st.st_uid != ::geteuid()) {
+  if (!created && st.st_uid != ::geteuid()) {
     return refuse(where + " belongs to uid " + std::to_string(st.st_uid) +
                   ", not to the user mounting (uid " + std::to_string(::geteuid()) + ")");
   }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+  if (!created && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return refuse(where + " is writable by group or others (mode " + mode + "): chmod go-w it");
   }
-  if (st.st_nlink != 1) {
+  if (!created && st.st_nlink != 1) {
     return refuse(where + " has " + std::to_string(st.st_nlink) +
                   " hard links: use a file of its own");
   }

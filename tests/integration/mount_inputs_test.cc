@@ -1,9 +1,9 @@
 // The files an operator names in options, through the real objfs binary as root runs it from
 // fstab: the log file (-o log=FILE) is never a FIFO, a symbolic link, another's or a
 // world-writable file, and a new one is private; the files objfs reads (-o sse_c_key=,
-// credentials_file=, password_file=, identity=, ssh_config=, known_hosts=) never hang it nor are
-// read without bound. Each refusal is one line and a non-zero exit within seconds, with nothing
-// mounted.
+// credentials_file=, password_file=, identity=, ssh_config=, known_hosts=) never hang it (a FIFO
+// is waited on for a bounded time) nor are read without bound. Each refusal is one line and a
+// non-zero exit within seconds, with nothing mounted.
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,10 +15,13 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backend/base64.h"
+#include "backend/s3/s3_store.h"
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
@@ -152,22 +155,63 @@ TEST(MountInputsTest, NewLogFileIsPrivateAndAnExistingOneKeepsItsMode) {
   EXPECT_GT(ReadLocal(log).size(), before);
 }
 
-TEST(MountInputsTest, SseCustomerKeyFifoIsRefusedAtOnce) {
+// A FIFO is read (`sse_c_key=<(vault read ...)`), but one nobody writes to fails the mount after
+// a bounded wait rather than hanging it.
+TEST(MountInputsTest, SseCustomerKeyFifoWithoutAWriterFailsAfterTheWait) {
   ScratchDir scratch;
   ASSERT_FALSE(scratch.path().empty());
   const std::string fifo = scratch.path() + "/key.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   ExpectS3MountFails("sse_c_key=" + fifo,
-                     "sse_c_key file '" + fifo + "' is not a regular file (a FIFO)", fifo);
+                     "nothing written to sse_c_key file '" + fifo + "' within 10 s", fifo);
 }
 
-TEST(MountInputsTest, CredentialsFileFifoIsRefusedAtOnce) {
+// sse_c_key=<(vault read ...): the key comes through a pipe, /dev/fd/N, and the objects the mount
+// writes are encrypted with it on the server.
+TEST(MountInputsTest, SseCustomerKeyFromAPipe) {
+  std::string bucket = CreateTestBucket(TestName());
+  const std::string key = "0123456789abcdef0123456789ABCDEF";
+  int ends[2];
+  ASSERT_EQ(::pipe(ends), 0);  // the read end is inherited by objfs
+  const std::string encoded =
+      Base64(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(key.data()), key.size())) +
+      "\n";
+  ASSERT_EQ(::write(ends[1], encoded.data(), encoded.size()), static_cast<ssize_t>(encoded.size()));
+  ::close(ends[1]);
+  ObjfsMount::Options options;
+  options.extra_options = "sse_c_key=/dev/fd/" + std::to_string(ends[0]);
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ::close(ends[0]);
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/secret.txt", "encrypted at rest");
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+
+  // The server's side: the object is read with the key, and not without it.
+  const S3TestServer& server = SharedS3Server();
+  s3::S3StoreOptions store_options;
+  store_options.bucket = bucket;
+  store_options.endpoint = server.endpoint;
+  store_options.region = server.region;
+  store_options.credentials.access_key = server.access_key;
+  store_options.credentials.secret_key = server.secret_key;
+  Result<std::unique_ptr<s3::S3Store>> keyless = s3::S3Store::Create(store_options);
+  ASSERT_TRUE(keyless.ok()) << keyless.status().ToString();
+  EXPECT_FALSE((*keyless)->head("secret.txt").ok()) << "stored without the key";
+  store_options.object_headers.sse_c_key = key;
+  Result<std::unique_ptr<s3::S3Store>> keyed = s3::S3Store::Create(store_options);
+  ASSERT_TRUE(keyed.ok()) << keyed.status().ToString();
+  Result<ObjectInfo> head = (*keyed)->head("secret.txt");
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(head->size, 17u);
+}
+
+TEST(MountInputsTest, CredentialsFileFifoWithoutAWriterFailsAfterTheWait) {
   ScratchDir scratch;
   ASSERT_FALSE(scratch.path().empty());
   const std::string fifo = scratch.path() + "/credentials.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   ExpectS3MountFails("credentials_file=" + fifo,
-                     "AWS configuration file '" + fifo + "' is not a regular file (a FIFO)", fifo);
+                     "nothing written to AWS configuration file '" + fifo + "' within 10 s", fifo);
 }
 
 TEST(MountInputsTest, SseCustomerKeyFileOfADeviceOrTooLargeIsRefused) {
@@ -195,7 +239,8 @@ TEST(MountInputsTest, SftpFilesMayNotBeFifos) {
     std::string option;
     std::string reason;
   } cases[] = {
-      {"password_file=" + fifo, "password file '" + fifo + "' is not a regular file (a FIFO)"},
+      // Read as a pipe (password_file=/dev/stdin), but nobody writes to this one.
+      {"password_file=" + fifo, "nothing written to password file '" + fifo + "' within 10 s"},
       {"ssh_config=" + fifo, "ssh configuration '" + fifo + "' is not a regular file (a FIFO)"},
       {"known_hosts=" + fifo, "known_hosts file '" + fifo + "' is not a regular file (a FIFO)"},
   };

@@ -2,8 +2,12 @@
 // lines, and the parsers of -o log= and -o log_level=.
 #include "backend/log.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/fsuid.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -99,6 +103,24 @@ TEST(LogTest, ALogFileIsARegularPrivateFileOfItsOwn) {
   EXPECT_EQ(refused(dir),
             "log file '" + dir + "' is not a regular file (use log=stderr or log=syslog)");
 
+  // A device is refused from its lstat, never opened (opening /dev/watchdog arms it): a node of
+  // /dev/null's numbers, watched for opens by inotify.
+  const std::string device = dir + "/device.log";
+  if (::mknod(device.c_str(), S_IFCHR | 0600, makedev(1, 3)) == 0) {
+    const int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    ASSERT_GE(watch, 0);
+    ASSERT_GE(::inotify_add_watch(watch, device.c_str(), IN_OPEN), 0);
+    EXPECT_EQ(refused(device),
+              "log file '" + device + "' is not a regular file (use log=stderr or log=syslog)");
+    char events[4096];
+    EXPECT_LT(::read(watch, events, sizeof events), 0) << "the device was opened";
+    const int fd = ::open(device.c_str(), O_WRONLY | O_CLOEXEC);  // the watch sees an open
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    EXPECT_GT(::read(watch, events, sizeof events), 0);
+    ::close(watch);
+  }
+
   // A symbolic link, even to a file that would do.
   const std::string target = dir + "/target";
   std::ofstream(target) << "kept\n";
@@ -106,6 +128,13 @@ TEST(LogTest, ALogFileIsARegularPrivateFileOfItsOwn) {
   const std::string link = dir + "/link.log";
   ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
   EXPECT_EQ(refused(link), "log file '" + link + "' is a symbolic link: name the file itself");
+  // A name of standard error: log=stderr says it.
+  EXPECT_EQ(refused("/dev/stderr"),
+            "log file '/dev/stderr' is a symbolic link: name the file itself (use log=stderr)");
+  const std::string to_stdout = dir + "/stdout.log";
+  ASSERT_EQ(::symlink("/proc/self/fd/1", to_stdout.c_str()), 0);
+  EXPECT_EQ(refused(to_stdout), "log file '" + to_stdout +
+                                    "' is a symbolic link: name the file itself (use log=stderr)");
   // A second name of another file.
   const std::string hard = dir + "/hard.log";
   ASSERT_EQ(::link(target.c_str(), hard.c_str()), 0);
@@ -143,6 +172,32 @@ TEST(LogTest, ALogFileIsARegularPrivateFileOfItsOwn) {
   EXPECT_TRUE(Logger::Instance().Configure(settings).ok());
   ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0640u);
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+// A new log file is the mount's own even when the file system gives it to another user, as
+// root-squashed NFS gives root's new files to 65534 (here: root's file system uid set to 65534).
+TEST(LogTest, ANewLogFileIsTakenWhoeverOwnsIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create files as another uid";
+  char dir_template[] = "/tmp/log_test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+  LogSettings settings;
+  settings.sink = LogSink::kFile;
+  settings.path = dir + "/squashed.log";
+  ::setfsuid(65534);
+  const Status status = Logger::Instance().Configure(settings);
+  ::setfsuid(0);
+  EXPECT_TRUE(status.ok()) << status.message();
+  struct stat st {};
+  ASSERT_EQ(::stat(settings.path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  // Existing, it is another user's file like any other.
+  EXPECT_EQ(
+      Logger::Instance().Configure(settings).message(),
+      "log file '" + settings.path + "' belongs to uid 65534, not to the user mounting (uid 0)");
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
