@@ -16,27 +16,21 @@
 #include <string>
 
 #include "backend/s3/object_headers.h"
+#include "tests/fixtures/mount.h"
 
 namespace objfs {
 namespace {
 
 class SmallFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/small_file_test-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
   std::string Write(const std::string& name, const std::string& text) {
     const std::string path = dir_ + "/" + name;
     std::ofstream(path, std::ios::binary) << text;
     return path;
   }
-  std::string dir_;
+  objfs::testing::ScratchDir scratch_;
+  const std::string dir_ = scratch_.path();
 };
 
 bool Has(const Status& status, const std::string& part) {

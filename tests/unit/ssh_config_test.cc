@@ -11,26 +11,21 @@
 #include <fstream>
 #include <string>
 
+#include "tests/fixtures/mount.h"
+
 namespace objfs::sftp {
 namespace {
 
 class SshConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/objfs-ssh-config-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
   std::string Write(const std::string& name, const std::string& text) {
     std::string path = dir_ + "/" + name;
     std::ofstream(path) << text;
     return path;
   }
-  std::string dir_;
+  objfs::testing::ScratchDir scratch_;
+  const std::string dir_ = scratch_.path();
 };
 
 TEST_F(SshConfigTest, AnAliasGivesHostPortUserKnownHostsAndAProxyJump) {
