@@ -150,6 +150,25 @@ void RemoveEarlierLayout(const std::string& dir) {
   }
 }
 
+// Whether the file system of `dir` can free a range of a file (fallocate's PUNCH_HOLE), which
+// eviction needs to give a block's space back while other blocks of its file stay: false only
+// when it says it cannot (NFSv3, vfat, CIFS, FUSE file systems without fallocate). The probe is
+// an empty file with no name (or, where there is no O_TMPFILE, a name of its own removed at
+// once), so it needs no free space and leaves nothing behind.
+bool CanPunchHoles(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const std::string probe = dir + "/.punch-probe-" + std::to_string(::getpid());
+    fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return true;  // cannot tell; blocks are written (or not) as before
+    ::unlink(probe.c_str());
+  }
+  const bool refused = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) != 0 &&
+                       (errno == EOPNOTSUPP || errno == ENOSYS);
+  ::close(fd);
+  return !refused;
+}
+
 }  // namespace
 
 DataCache::Descriptor::~Descriptor() { ::close(fd); }
@@ -185,6 +204,15 @@ Result<std::unique_ptr<DataCache>> DataCache::Open(DataCacheOptions options, Met
   if (Status made = MakeDirectory(options.dir + "/objects"); !made.ok()) {
     ::close(lock_fd);
     return made;
+  }
+  if (!CanPunchHoles(options.dir + "/objects")) {
+    ::close(lock_fd);
+    return InvalidArgumentError(
+        "data cache '" + options.dir +
+        "' is on a file system that cannot punch holes in files (fallocate: " +
+        std::strerror(EOPNOTSUPP) +
+        "), so evicted blocks would keep their space: give -o data_cache= a directory on ext4, "
+        "xfs, btrfs or tmpfs");
   }
   StoreDbOptions db_options;
   db_options.compaction_min_bytes = 64 << 10;

@@ -87,7 +87,8 @@ class DataCache {
   };
 
   // Opens (creating) the cache in options.dir: locks it, replays its index and removes what a
-  // crash left half written. Fails when another process holds the directory.
+  // crash left half written. Fails when another process holds the directory, and when its file
+  // system cannot punch holes (eviction could not give space back, and the bound would not hold).
   static Result<std::unique_ptr<DataCache>> Open(DataCacheOptions options,
                                                  Metrics* metrics = nullptr);
   ~DataCache();

@@ -1,7 +1,7 @@
 // The disk cache of object data (-o data_cache=DIR) through real mounts on RGW and sshd: a read
 // after a remount costs no GET/READ, a file replaced by another client reads new, a damaged
-// block is fetched again, the size bound holds, a full cache disk still reads right, and one
-// mount at a time holds the directory.
+// block is fetched again, the size bound holds, a full cache disk still reads right, one
+// mount at a time holds the directory, and a directory that cannot punch holes is refused.
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -268,6 +268,28 @@ TEST_P(MountDataCacheS3Test, ASecondMountOfTheSameDirectoryIsRefused) {
                     remote_->server_options() + ",cache_dir=" + scratch_.path() +
                         "/second-cache,data_cache=" + cache_},
                    remote_->server_environment(), second, "in use by another objfs mount");
+}
+
+// A cache directory whose file system cannot punch holes (here another objfs mount, whose
+// fallocate says EOPNOTSUPP; NFSv3 and vfat say the same) could never give an evicted block's
+// space back while its file holds others: the mount says so instead of outgrowing the bound.
+TEST_P(MountDataCacheS3Test, ACacheDirectoryThatCannotPunchHolesIsRefused) {
+  std::unique_ptr<ObjfsMount> holder = ObjfsMount::Start("memory://" + TestName(), {});
+  ASSERT_TRUE(holder);
+  cache_ = holder->path() + "/data";
+  const std::string mountpoint = scratch_.path() + "/refused";
+  ASSERT_EQ(::mkdir(mountpoint.c_str(), 0700), 0);
+  ExpectMountFails({remote_->url(), mountpoint, "-o",
+                    remote_->server_options() + ",cache_dir=" + scratch_.path() +
+                        "/refused-cache,data_cache=" + cache_},
+                   remote_->server_environment(), mountpoint, "cannot punch holes");
+  // Nothing of the probe is left in the directory.
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(cache_ + "/objects")) {
+    left.push_back(entry.path().filename().string());
+  }
+  EXPECT_TRUE(left.empty()) << left.front();
+  EXPECT_EQ(holder->Stop(), 0) << holder->log();
 }
 
 INSTANTIATE_TEST_SUITE_P(S3, MountDataCacheS3Test, ::testing::Values(RemoteKind::kRgw),
