@@ -1,6 +1,9 @@
 #include "backend/s3/credentials.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -40,6 +43,12 @@ std::string_view Trim(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
+}
+
+std::string AsciiLower(std::string_view s) {
+  std::string out(s);
+  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
 }
 
 std::string Env(const GetEnvFn& getenv, const char* name) {
@@ -401,6 +410,66 @@ Result<Credentials> FromWebIdentity(const Context& ctx) {
                                    Env(getenv, "AWS_ROLE_SESSION_NAME"));
 }
 
+// Whether every address `host` stands for is a loopback one (127.0.0.0/8, ::1, or 127/8
+// mapped into IPv6); false when it resolves to none.
+bool AllLoopback(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return false;
+  bool all = true;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      all = all && (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr;
+      all = all && (IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127));
+    } else {
+      all = false;
+    }
+  }
+  ::freeaddrinfo(found);
+  return all;
+}
+
+}  // namespace
+
+Status CheckContainerCredentialsUrl(std::string_view url) {
+  const std::string refused = "AWS_CONTAINER_CREDENTIALS_FULL_URI " + std::string(url);
+  const size_t scheme_end = url.find("://");
+  const std::string scheme =
+      scheme_end == std::string_view::npos ? std::string() : AsciiLower(url.substr(0, scheme_end));
+  if (scheme == "https") return Status::Ok();
+  if (scheme != "http") {
+    return InvalidArgumentError(refused + " is not an http:// or https:// URL");
+  }
+  std::string_view authority = url.substr(scheme_end + 3);
+  authority = authority.substr(0, authority.find_first_of("/?#"));
+  if (const size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    authority.remove_prefix(at + 1);
+  }
+  std::string host;
+  if (authority.starts_with('[')) {
+    host = std::string(authority.substr(1, authority.find(']') - 1));
+  } else {
+    host = std::string(authority.substr(0, authority.find(':')));
+  }
+  // Those of ECS and of EKS Pod Identity, as the SDKs allow them.
+  if (host == "169.254.170.2" || host == "169.254.170.23" || AsciiLower(host) == "fd00:ec2::23") {
+    return Status::Ok();
+  }
+  if (!host.empty() && AllLoopback(host)) return Status::Ok();
+  return PermissionDeniedError(
+      refused +
+      " is plain http to a host that is not this machine's loopback, ECS's or EKS's: refused, "
+      "as the AWS SDKs refuse it, so that no authorization token or credentials cross the "
+      "network unencrypted (use https://)");
+}
+
+namespace {
+
 Result<Credentials> FromContainer(const Context& ctx) {
   const GetEnvFn& getenv = ctx.options.getenv;
   std::string url;
@@ -409,6 +478,10 @@ Result<Credentials> FromContainer(const Context& ctx) {
     url = std::string(kEcsHost) + relative;
   } else {
     url = Env(getenv, "AWS_CONTAINER_CREDENTIALS_FULL_URI");
+    if (!url.empty()) {
+      Status allowed = CheckContainerCredentialsUrl(url);
+      if (!allowed.ok()) return PermissionDeniedError("container: " + allowed.message());
+    }
   }
   if (url.empty()) {
     return NotMine("container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI are not set");

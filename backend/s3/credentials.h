@@ -67,6 +67,12 @@ struct ChainOptions {
   long request_timeout_ms = 10'000;
 };
 
+// Whether AWS_CONTAINER_CREDENTIALS_FULL_URI may be asked for credentials, as the AWS SDKs
+// decide: any https:// URL; plain http:// only to ECS's 169.254.170.2, EKS Pod Identity's
+// 169.254.170.23 or fd00:ec2::23, or a host all of whose addresses are loopback. The request
+// carries the authorization token and its answer the keys.
+Status CheckContainerCredentialsUrl(std::string_view url);
+
 // Resolves the chain (or the one source options.source names).
 Result<Credentials> ResolveCredentials(const ChainOptions& options);
 

@@ -609,6 +609,42 @@ TEST(ResolveCredentialsTest, ForcedSourceSkipsTheOthersAndSaysWhyItHasNone) {
   EXPECT_EQ(ResolveCredentials(options).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The container endpoint is sent the authorization token and answers with keys: plain http
+// only to this machine, ECS or EKS, as the AWS SDKs allow.
+TEST(ContainerCredentialsUrlTest, PlainHttpOnlyToLoopbackEcsOrEks) {
+  for (const char* allowed :
+       {"https://creds.example.com/v1", "HTTPS://192.0.2.1:8443/x", "http://127.0.0.1:8080/creds",
+        "http://127.1.2.3/x", "http://[::1]:80/x", "http://localhost:9/x",
+        "http://169.254.170.2/v2/credentials", "http://169.254.170.23/v1/credentials",
+        "http://[fd00:ec2::23]/v1/credentials", "http://user@127.0.0.1/x"}) {
+    EXPECT_TRUE(CheckContainerCredentialsUrl(allowed).ok()) << allowed;
+  }
+  for (const char* refused :
+       {"http://192.0.2.1/creds", "http://example.com/creds", "http://127.0.0.1@192.0.2.1/x",
+        "http://169.254.170.3/x", "http://[::2]/x", "http:///x", "ftp://127.0.0.1/x",
+        "127.0.0.1:80/x", "http://0.0.0.0/x"}) {
+    Status st = CheckContainerCredentialsUrl(refused);
+    EXPECT_FALSE(st.ok()) << refused;
+    EXPECT_THAT(st.message(), HasSubstr(refused));
+  }
+}
+
+// A refused URL is never asked: the error says why, and not what the endpoint would have said.
+TEST(ResolveCredentialsTest, AContainerUrlToAnotherHostOverPlainHttpIsRefusedUnasked) {
+  FakeEnv env;
+  env.Set("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://192.0.2.1/creds")
+      .Set("AWS_CONTAINER_AUTHORIZATION_TOKEN", "secret-token");
+  ChainOptions options;
+  options.getenv = env.Fn();
+  options.source = "container";
+  auto c = ResolveCredentials(options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(c.status().message(), HasSubstr("http://192.0.2.1/creds"));
+  EXPECT_THAT(c.status().message(), HasSubstr("https://"));
+  EXPECT_THAT(c.status().message(), Not(HasSubstr("secret-token")));
+}
+
 TEST(ResolveCredentialsTest, RoleWithoutASourceNamesTheProfile) {
   TempDir dir;
   FakeEnv env;
