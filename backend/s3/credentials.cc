@@ -425,7 +425,8 @@ bool AllLoopback(const std::string& host) {
       all = all && (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
     } else if (a->ai_family == AF_INET6) {
       const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr;
-      all = all && (IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127));
+      all = all &&
+            (IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127));
     } else {
       all = false;
     }
@@ -521,11 +522,23 @@ Result<Credentials> FromInstanceMetadata(const Context& ctx) {
     return NotMine("instance metadata: no service at " + endpoint + " (" +
                    token.status().message() + ")");
   }
-  if (token->status != 200) {
+  // A service without IMDSv2's session tokens (an instance configured so, or another cloud's
+  // EC2-compatible service) answers 403, 404 or 405: as the SDKs do, the requests then go
+  // without a token (IMDSv1) unless AWS_EC2_METADATA_V1_DISABLED is true.
+  HeaderList auth;
+  std::string version = "IMDSv2";
+  if (token->status == 403 || token->status == 404 || token->status == 405) {
+    if (AsciiLower(Env(getenv, "AWS_EC2_METADATA_V1_DISABLED")) == "true") {
+      return NotMine("instance metadata: " + endpoint + " has no IMDSv2 session tokens (HTTP " +
+                     std::to_string(token->status) + ") and AWS_EC2_METADATA_V1_DISABLED is true");
+    }
+    version = "IMDSv1";
+  } else if (token->status != 200) {
     return NotMine("instance metadata: " + endpoint + " answered the token request with HTTP " +
                    std::to_string(token->status));
+  } else {
+    auth.emplace_back("X-aws-ec2-metadata-token", std::string(Trim(token->body)));
   }
-  const HeaderList auth = {{"X-aws-ec2-metadata-token", std::string(Trim(token->body))}};
   const std::string roles_url = endpoint + "/latest/meta-data/iam/security-credentials/";
   Result<Fetched> roles = Fetch("GET", roles_url, auth, "", timeout);
   if (!roles.ok()) {
@@ -540,7 +553,8 @@ Result<Credentials> FromInstanceMetadata(const Context& ctx) {
   const std::string role(Trim(std::string_view(roles->body).substr(0, roles->body.find('\n'))));
   if (role.empty()) return NotMine("instance metadata: the instance has no IAM role");
   Result<Fetched> creds = Fetch("GET", roles_url + role, auth, "", timeout);
-  const std::string where = "instance metadata (role " + role + ") at " + endpoint;
+  const std::string where = "instance metadata (role " + role +
+                            (version == "IMDSv1" ? ", IMDSv1" : "") + ") at " + endpoint;
   if (!creds.ok()) return PermissionDeniedError(where + ": " + creds.status().message());
   if (creds->status != 200) {
     return PermissionDeniedError(where + ": HTTP " + std::to_string(creds->status));

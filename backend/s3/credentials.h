@@ -15,7 +15,9 @@
 //      AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE or _TOKEN;
 //   6. EC2 instance metadata (IMDSv2: a token, then the role, then its credentials), at
 //      AWS_EC2_METADATA_SERVICE_ENDPOINT, unless AWS_EC2_METADATA_DISABLED=true; with a 1 s
-//      timeout, so a host that is not on EC2 is not held up.
+//      timeout, so a host that is not on EC2 is not held up. A service that answers the token
+//      request 403, 404 or 405 is asked without one (IMDSv1) unless
+//      AWS_EC2_METADATA_V1_DISABLED=true.
 // A provider answers with credentials, "not mine" (NotFound, with why, for the message when no
 // source has any), or a failure naming the source and the reason, which ends the chain as it
 // ends the SDKs'. No message ever carries a secret.

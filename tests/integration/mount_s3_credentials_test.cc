@@ -120,6 +120,43 @@ TEST(MountS3CredentialsTest, InstanceMetadataTokenThenRoleThenCredentials) {
   }
 }
 
+// A metadata service without session tokens (IMDSv1: an instance configured so, or another
+// cloud's EC2-compatible service) answers the token request 403, 404 or 405: the role and the
+// credentials are then asked without a token, as the SDKs do, unless
+// AWS_EC2_METADATA_V1_DISABLED forbids it.
+TEST(MountS3CredentialsTest, InstanceMetadataWithoutTokensIsAskedWithoutOne) {
+  const S3TestServer& server = SharedS3Server();
+  CredentialServer imds;
+  imds.SetCredentials(server.access_key, server.secret_key, 600);
+  imds.ServeImdsV1Only(403);
+  TempHome home;
+  const std::string bucket = CreateTestBucket("imdsv1");
+  auto mount = ObjfsMount::Start(
+      S3MountUrl(bucket),
+      MountWith({{"HOME", home.path()}, {"AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint()}},
+                EndpointOptions()));
+  ASSERT_TRUE(mount);
+  WriteThroughAndCheck(*mount, bucket, "a");
+  EXPECT_THAT(mount->log(), HasSubstr("credentials: from instance metadata (role " +
+                                      std::string(CredentialServer::kRole) + ", IMDSv1)"));
+  const std::vector<CredentialServer::Request> requests = imds.requests();
+  ASSERT_GE(requests.size(), 3u);
+  EXPECT_EQ(requests[0].path, "/latest/api/token");
+  for (size_t i = 1; i < requests.size(); ++i) {
+    EXPECT_EQ(requests[i].imds_token, "") << requests[i].path;
+  }
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+
+  // Forbidden: the source has nothing, and the mount says why.
+  const std::string mountpoint = home.path() + "/refused";
+  ASSERT_EQ(::mkdir(mountpoint.c_str(), 0700), 0);
+  ExpectMountFails({S3MountUrl(bucket), mountpoint, "-o", EndpointOptions()},
+                   {{"HOME", home.path()},
+                    {"AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint()},
+                    {"AWS_EC2_METADATA_V1_DISABLED", "true"}},
+                   mountpoint, "AWS_EC2_METADATA_V1_DISABLED is true");
+}
+
 TEST(MountS3CredentialsTest, ChainOrderEnvironmentThenFilesThenContainerThenInstanceMetadata) {
   const S3TestServer& server = SharedS3Server();
   CredentialServer fake;
