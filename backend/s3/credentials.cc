@@ -946,6 +946,42 @@ bool CredentialsHolder::RenewAfterRejection(const Credentials& used, const std::
   return changed;
 }
 
+bool CredentialsHolder::RenewAfterDenial(const Credentials& used) {
+  uint64_t generation;
+  {
+    MutexLock lock(&mu_);
+    while (renewing_ && !stop_) cv_.Wait(&mu_);
+    if (stop_) return false;
+    if (!SameKeys(current_, used)) return true;
+    if (!resolve_) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (last_denial_check_ && now - *last_denial_check_ < kDenialRecheck) return false;
+    last_denial_check_ = now;
+    renewing_ = true;
+    generation = generation_;
+  }
+  Result<Credentials> fresh = resolve_();
+  std::string line;
+  bool changed = false;
+  {
+    MutexLock lock(&mu_);
+    renewing_ = false;
+    if (fresh.ok() && !SameKeys(*fresh, used)) {
+      if (generation_ == generation) {
+        current_ = *fresh;
+        ++generation_;
+      }
+      changed = true;
+      line = "credentials: the server refused the ones from " + used.source +
+             " (AccessDenied), and they have changed; now from " + fresh->source +
+             (fresh->expiry ? ", until " + FormatTime(*fresh->expiry) : std::string());
+    }
+    cv_.SignalAll();
+  }
+  if (changed && log_ && started_) log_(line);
+  return changed;
+}
+
 void CredentialsHolder::RefreshLoop() {
   using Clock = std::chrono::system_clock;
   MutexLock lock(&mu_);

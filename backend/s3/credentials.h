@@ -122,6 +122,14 @@ class CredentialsHolder {
   // another thread already replaced them; true when the credentials now differ from `used`.
   bool RenewAfterRejection(const Credentials& used, const std::string& reason);
 
+  // The server denied a request signed with `used` (AccessDenied, or a HEAD's bare 403). That is
+  // mostly the user's policy, but some servers answer a key they no longer know so too (RGW
+  // with STS enabled tries the key as a session token and denies it). Resolves the chain again
+  // at most once per kDenialRecheck, quietly, and true only when that gave other credentials
+  // (logged), which the request is then sent again with.
+  bool RenewAfterDenial(const Credentials& used);
+  static constexpr std::chrono::seconds kDenialRecheck{10};
+
  private:
   void RefreshLoop();
   // Resolves again, one thread at a time; false when it failed (logged).
@@ -138,6 +146,8 @@ class CredentialsHolder {
   bool stop_ GUARDED_BY(mu_) = false;
   // When a renewal after a refusal last gave the same credentials again.
   std::chrono::steady_clock::time_point last_fruitless_ GUARDED_BY(mu_);
+  // When a denial last made the chain be resolved again.
+  std::optional<std::chrono::steady_clock::time_point> last_denial_check_ GUARDED_BY(mu_);
   std::atomic<bool> started_{false};
   std::thread refresher_;
 };

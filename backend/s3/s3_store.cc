@@ -352,11 +352,20 @@ bool IsCredentialRejection(const Status& st) {
          code == "TokenRefreshRequired";
 }
 
+// A denial that may be one of the credentials after all (see RenewAfterDenial).
+bool IsDenial(const Status& st) {
+  return st.code() == StatusCode::kPermissionDenied &&
+         (st.server_code() == "AccessDenied" || st.server_code().empty());
+}
+
 }  // namespace
 
 Result<HttpResponse> S3Store::Execute(const Request& req) {
   Credentials used;
   Result<HttpResponse> r = ExecuteWithRetries(req, &used);
+  if (!r.ok() && IsDenial(r.status()) && credentials_->RenewAfterDenial(used)) {
+    r = ExecuteWithRetries(req, &used);
+  }
   if (r.ok() || !IsCredentialRejection(r.status())) return r;
   const std::string reason =
       r.status().server_code().empty() ? std::string("HTTP 403") : r.status().server_code();

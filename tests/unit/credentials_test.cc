@@ -746,5 +746,44 @@ TEST(CredentialsHolderTest, RejectionResolvesAgainOnceAndOnlyWhenNotYetReplaced)
   for (const std::string& line : lines) EXPECT_THAT(line, Not(HasSubstr("secret")));
 }
 
+// A denial is mostly the policy's: the chain is asked again quietly, at most once per
+// kDenialRecheck, and only other credentials than the denied ones count (and are logged).
+TEST(CredentialsHolderTest, DenialResolvesAgainQuietlyAtMostOncePerIntervalAndOnlyForNewKeys) {
+  std::atomic<int> calls{0};
+  std::vector<std::string> lines;
+  CredentialsHolder same(
+      Keys("SAME", "file"),
+      [&]() -> Result<Credentials> {
+        ++calls;
+        return Keys("SAME", "file");
+      },
+      [&](const std::string& line) { lines.push_back(line); });
+  same.StartRefreshing();
+  EXPECT_FALSE(same.RenewAfterDenial(same.Current()));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_FALSE(same.RenewAfterDenial(same.Current()));  // within the interval: not asked
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_TRUE(lines.empty()) << lines.front();
+
+  CredentialsHolder rotated(
+      Keys("OLD", "file"),
+      [&]() -> Result<Credentials> {
+        ++calls;
+        return Keys("NEW", "file");
+      },
+      [&](const std::string& line) { lines.push_back(line); });
+  rotated.StartRefreshing();
+  const Credentials old = rotated.Current();
+  EXPECT_TRUE(rotated.RenewAfterDenial(old));
+  EXPECT_EQ(rotated.Current().access_key, "NEW");
+  EXPECT_EQ(calls.load(), 2);
+  // Another request denied with the old keys finds them replaced, and is sent again.
+  EXPECT_TRUE(rotated.RenewAfterDenial(old));
+  EXPECT_EQ(calls.load(), 2);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines.front(), HasSubstr("AccessDenied"));
+  EXPECT_THAT(lines.front(), Not(HasSubstr("secret")));
+}
+
 }  // namespace
 }  // namespace objfs::s3
