@@ -83,6 +83,7 @@ Result<S3Endpoint> S3Endpoint::Create(std::string_view endpoint, std::string_vie
       break;
   }
   e.host_ = e.path_style_ ? hostport : e.bucket_ + "." + hostport;
+  e.service_host_ = hostport;
   e.endpoint_ = e.scheme_ + "://" + hostport;
   return e;
 }

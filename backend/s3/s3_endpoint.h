@@ -27,6 +27,9 @@ class S3Endpoint {
   const std::string& bucket() const { return bucket_; }
   // "127.0.0.1:8000" or "bucket.s3.us-east-1.amazonaws.com": the Host header.
   const std::string& host() const { return host_; }
+  // "127.0.0.1:8000" or "s3.us-east-1.amazonaws.com": the Host header of a request to the
+  // service rather than the bucket (ListBuckets).
+  const std::string& service_host() const { return service_host_; }
   // The endpoint as given (normalised), for messages.
   const std::string& endpoint() const { return endpoint_; }
 
@@ -41,6 +44,7 @@ class S3Endpoint {
  private:
   std::string scheme_;
   std::string host_;
+  std::string service_host_;
   std::string endpoint_;
   std::string bucket_;
   bool path_style_ = true;

@@ -116,6 +116,7 @@ struct S3Store::Request {
   std::string method;
   std::string key;  // empty for bucket-level requests
   bool bucket_level = false;
+  bool service_level = false;  // to the service, not the bucket (ListBuckets): path "/"
   HeaderList query;
   HeaderList headers;
   std::string body;
@@ -259,7 +260,9 @@ void S3Store::LogRequest(const Request& req, const Result<HttpResponse>& resp,
 
 Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout_ms,
                                           Credentials* used) {
-  std::string path = req.bucket_level ? endpoint_.Path("") : endpoint_.Path(req.key);
+  std::string path = req.service_level  ? std::string("/")
+                     : req.bucket_level ? endpoint_.Path("")
+                                        : endpoint_.Path(req.key);
   SigningRequest sreq;
   sreq.method = req.method;
   sreq.canonical_uri = path;
@@ -267,7 +270,8 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
   sreq.headers = req.headers;
   AddObjectHeaders(options_.object_headers, req.method, req.bucket_level ? "" : req.key, req.query,
                    sreq.headers);
-  sreq.headers.emplace_back("host", endpoint_.host());
+  sreq.headers.emplace_back("host",
+                            req.service_level ? endpoint_.service_host() : endpoint_.host());
   if (req.body_source != nullptr) {
     sreq.payload_sha256 = std::string(kUnsignedPayload);
     if (options_.sign_payload) {
@@ -289,7 +293,9 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
 
   HttpRequest hreq;
   hreq.method = req.method;
-  hreq.url = endpoint_.Url(path, EncodeQuery(req.query));
+  hreq.url = req.service_level ? endpoint_.endpoint() + "/" +
+                                     (req.query.empty() ? "" : "?" + EncodeQuery(req.query))
+                               : endpoint_.Url(path, EncodeQuery(req.query));
   for (auto& [name, value] : sreq.headers) {
     if (name == "host") continue;  // curl sends Host from the URL
     hreq.headers.emplace_back(name, value);
@@ -1266,13 +1272,37 @@ Status S3Store::CheckBucket(std::string_view prefix) {
                         ")",
                     code);
     }
-    // The keys were accepted; the user's policy does not allow the listing.
     std::string scope = "arn:aws:s3:::" + endpoint_.bucket();
     if (!prefix.empty()) scope += " (for the prefix '" + std::string(prefix) + "')";
+    const std::string denied = "the mount's check, ListObjectsV2 of s3://" + endpoint_.bucket() +
+                               "/" + std::string(prefix) + ", was denied: ";
+    // Some servers deny unknown keys and wrong secrets with a plain AccessDenied too (Ceph RGW
+    // with STS enabled). A ListBuckets, which any valid key may send to RGW (AWS wants
+    // s3:ListAllMyBuckets), tells the keys' fault from the policy's where it can.
+    Request probe;
+    probe.method = "GET";
+    probe.service_level = true;
+    probe.what = "ListBuckets at " + endpoint_.endpoint();
+    Result<HttpResponse> keys = Execute(probe);
+    const std::string keys_code = keys.ok() ? std::string() : keys.status().server_code();
+    if (keys_code == "SignatureDoesNotMatch" || keys_code == "InvalidAccessKeyId") {
+      return Status(st.code(),
+                    "access to bucket '" + endpoint_.bucket() + "' at " + endpoint_.endpoint() +
+                        " denied: check the access key and secret (" + keys.status().message() +
+                        ")",
+                    keys_code);
+    }
+    if (!keys.ok() && keys.status().code() == StatusCode::kPermissionDenied) {
+      return Status(st.code(),
+                    denied + "either the user needs s3:ListBucket on " + scope +
+                        ", or the access key or secret is wrong: ListBuckets was denied too, and "
+                        "the server does not say which (" +
+                        st.message() + ")",
+                    code);
+    }
+    // The keys were accepted; the user's policy does not allow the listing.
     return Status(st.code(),
-                  "the mount's check, ListObjectsV2 of s3://" + endpoint_.bucket() + "/" +
-                      std::string(prefix) + ", was denied: the user needs s3:ListBucket on " +
-                      scope + " (" + st.message() + ")",
+                  denied + "the user needs s3:ListBucket on " + scope + " (" + st.message() + ")",
                   code);
   }
   return st;

@@ -330,7 +330,11 @@ TEST_F(S3StoreTest, WrongSecretIsPermissionDeniedWithClearMessage) {
   Status check = store->CheckBucket();
   EXPECT_EQ(check.code(), StatusCode::kPermissionDenied);
   EXPECT_NE(check.message().find("denied"), std::string::npos) << check.ToString();
-  EXPECT_NE(check.ToString().find("SignatureDoesNotMatch"), std::string::npos) << check.ToString();
+  // The test RGW has STS on, and so answers a wrong secret with a plain AccessDenied, as it
+  // answers a policy's refusal: the message names the keys as a cause (where the server says
+  // SignatureDoesNotMatch, as the only one).
+  EXPECT_NE(check.message().find("access key or secret is wrong"), std::string::npos)
+      << check.ToString();
   EXPECT_EQ(check.ToString().find('\n'), std::string::npos);
 }
 
