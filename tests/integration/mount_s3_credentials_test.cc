@@ -4,11 +4,15 @@
 // endpoint, a per-mount credentials file without HOME (an fstab mount), temporary credentials
 // renewed while mounted, and a key rotated with radosgw-admin under a mount.
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -378,6 +382,57 @@ TEST(MountS3CredentialsTest, KeyRotatedWithRadosgwAdminWhileMounted) {
   EXPECT_EQ(ReadFile(remount->path() + "/after"), "after");
   EXPECT_EQ(ReadFile(remount->path() + "/before"), "before");
   EXPECT_EQ(remount->Stop(), 0);
+}
+
+// A profile with role_arn and source_profile assumes the role through RGW's STS (enabled in the
+// test RGW) with the source profile's keys, and the mount's requests carry the role's
+// temporary credentials: the role may only read, so reading works and a write is refused,
+// where the source profile's own keys (the bucket's owner) could write.
+TEST(MountS3CredentialsTest, RoleArnWithASourceProfileMountsWithTheRolesCredentials) {
+  const S3TestServer& server = SharedS3Server();
+  const std::string suffix = std::to_string(::getpid());
+  const std::string role = "objfs-reader-" + suffix;
+  const std::string bucket = CreateTestBucket("role");
+  CommandResult r = RadosgwAdmin(
+      {"role", "create", "--role-name=" + role, "--path=/",
+       R"(--assume-role-policy-doc={"Version": "2012-10-17", "Statement": [{"Effect": "Allow",)"
+       R"( "Principal": {"AWS": ["arn:aws:iam:::user/objfs-test"]},)"
+       R"( "Action": ["sts:AssumeRole"]}]})"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RadosgwAdmin({"role-policy", "put", "--role-name=" + role, "--policy-name=read",
+                    R"(--policy-doc={"Version": "2012-10-17", "Statement": [{"Effect": "Allow",)"
+                    R"( "Action": ["s3:ListBucket", "s3:GetObject"], "Resource": ["arn:aws:s3:::)" +
+                        bucket + R"(", "arn:aws:s3:::)" + bucket + R"(/*"]}]})"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  TempHome home;
+  home.Write(".aws/credentials", "[owner]\naws_access_key_id = " + server.access_key +
+                                     "\naws_secret_access_key = " + server.secret_key + "\n");
+  home.Write(".aws/config", "[profile reader]\nrole_arn = arn:aws:iam:::role/" + role +
+                                "\nsource_profile = owner\nservices = local\n"
+                                "[services local]\nsts =\n  endpoint_url = " +
+                                server.endpoint + "\n");
+  const std::map<std::string, std::string> env = {{"HOME", home.path()},
+                                                  {"AWS_EC2_METADATA_DISABLED", "true"}};
+  auto owner =
+      ObjfsMount::Start(S3MountUrl(bucket), MountWith(env, EndpointOptions() + ",profile=owner"));
+  ASSERT_TRUE(owner);
+  WriteThroughAndCheck(*owner, bucket, "seed");
+
+  auto mount =
+      ObjfsMount::Start(S3MountUrl(bucket), MountWith(env, EndpointOptions() + ",profile=reader"));
+  ASSERT_TRUE(mount);
+  EXPECT_THAT(mount->log(), HasSubstr("(role arn:aws:iam:::role/" + role + " via profile 'owner'"));
+  EXPECT_THAT(mount->log(), HasSubstr("temporary"));
+  EXPECT_EQ(ReadFile(mount->path() + "/seed"), "data of seed");
+  const int fd = ::open((mount->path() + "/denied").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  EXPECT_EQ(::write(fd, "no", 2), 2);
+  EXPECT_NE(::close(fd), 0) << "the role may not write, yet the upload succeeded";
+  mount->Stop();  // (exits 1: the refused file stays in cache_dir)
+  EXPECT_THAT(mount->log(), HasSubstr("PUT s3://" + bucket + "/denied: AccessDenied"));
+  EXPECT_THAT(ServerRead(bucket, "denied"), HasSubstr("NotFound"));
+  EXPECT_THAT(mount->log(), Not(HasSubstr(server.secret_key)));
 }
 
 TEST(MountS3CredentialsTest, UserAllowedOnlyAPrefixMountsThatPrefix) {
