@@ -235,6 +235,7 @@ Status DataCache::Load() {
   std::vector<std::string> stale;
   std::unordered_map<std::string, int> files;       // open for the check, -1 when not
   std::unordered_map<std::string, uint64_t> sizes;  // of the regular files among them
+  std::vector<Freeing> frees;
   {
     MutexLock lock(&mu_);
     for (const DataBlockRecord& record : records) {
@@ -273,18 +274,20 @@ Status DataCache::Load() {
                                     .ready = true,
                                     .offset = record.offset,
                                     .file = std::move(file),
-                                    .lru = lru_.begin()};
+                                    .lru = lru_.begin(),
+                                    .generation = ++generations_};
       bytes_ += DiskCost(record.length);
       stamp_ = std::max(stamp_, record.stamp);
     }
     // A smaller data_cache_size than last time: the oldest go now.
     while (bytes_ > options_.max_bytes && !lru_.empty()) {
       std::string name = lru_.back();
-      Forget(entries_.find(name));
+      Forget(entries_.find(name), &frees);
       stale.push_back(std::move(name));
     }
     UpdateGauge();
   }
+  Free(frees);
   for (const auto& [file, fd] : files) {
     if (fd >= 0) ::close(fd);
   }
@@ -389,7 +392,8 @@ void DataCache::CloseFile(std::unordered_map<std::string, File>::iterator it) {
   it->second.open.reset();  // closed once the reads using it are done
 }
 
-void DataCache::Forget(std::unordered_map<std::string, Entry>::iterator it) {
+void DataCache::Forget(std::unordered_map<std::string, Entry>::iterator it,
+                       std::vector<Freeing>* later) {
   const Entry& entry = it->second;
   bytes_ -= DiskCost(entry.length);
   lru_.erase(entry.lru);
@@ -400,24 +404,65 @@ void DataCache::Forget(std::unordered_map<std::string, Entry>::iterator it) {
       // file held (checked as ever); a block written to it now is lost, and that write's
       // entry is gone too.
       CloseFile(file);
-      ::unlink(PathOf(entry.file).c_str());
       files_.erase(file);
-    } else if (std::shared_ptr<Descriptor> open = OpenFile(entry.file, false)) {
-      PunchHole(open->fd, entry.offset, options_.block_size);
+      ++removing_[entry.file];
+      later->push_back(Freeing{.file = entry.file, .remove = true});
+    } else {
+      ++punching_[{entry.file, entry.offset}];
+      later->push_back(
+          Freeing{.file = entry.file, .offset = entry.offset, .open = file->second.open});
     }
   }
   entries_.erase(it);
 }
 
-void DataCache::Drop(const std::string& name) {
+void DataCache::Free(std::vector<Freeing>& frees) {
+  if (frees.empty()) return;
+  for (Freeing& f : frees) {
+    if (f.remove) {
+      ::unlink(PathOf(f.file).c_str());
+    } else if (f.open != nullptr) {
+      PunchHole(f.open->fd, f.offset, options_.block_size);
+    } else {
+      const int fd = ::open(PathOf(f.file).c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) {
+        PunchHole(fd, f.offset, options_.block_size);
+        ::close(fd);
+      }
+    }
+    f.open.reset();
+  }
+  MutexLock lock(&mu_);
+  for (const Freeing& f : frees) {
+    if (f.remove) {
+      auto it = removing_.find(f.file);
+      if (it != removing_.end() && --it->second == 0) removing_.erase(it);
+    } else {
+      auto it = punching_.find({f.file, f.offset});
+      if (it != punching_.end() && --it->second == 0) punching_.erase(it);
+    }
+  }
+  frees.clear();
+}
+
+bool DataCache::BeingFreed(const std::string& file, uint64_t offset) const {
+  return removing_.count(file) != 0 || punching_.count({file, offset}) != 0;
+}
+
+bool DataCache::Drop(const std::string& name, uint64_t generation) {
+  std::vector<Freeing> frees;
   {
     MutexLock lock(&mu_);
     auto it = entries_.find(name);
-    if (it == entries_.end() || !it->second.ready) return;
-    Forget(it);
+    if (it == entries_.end() || !it->second.ready || it->second.generation != generation) {
+      return false;
+    }
+    Forget(it, &frees);
     UpdateGauge();
   }
+  Free(frees);
   (void)table_->Remove(name);  // a record left behind names no block: dropped at the next open
+  return true;
 }
 
 bool DataCache::Contains(std::string_view key, const ETag& etag, uint64_t offset) const {
@@ -432,6 +477,7 @@ std::optional<size_t> DataCache::Get(std::string_view key, const ETag& etag, uin
   const std::string name = NameOf(key, etag, offset);
   uint32_t length;
   uint32_t crc;
+  uint64_t generation;
   std::shared_ptr<Descriptor> file;
   bool out_of_descriptors = false;
   {
@@ -441,6 +487,7 @@ std::optional<size_t> DataCache::Get(std::string_view key, const ETag& etag, uin
     lru_.splice(lru_.begin(), lru_, it->second.lru);
     length = it->second.length;
     crc = it->second.crc32c;
+    generation = it->second.generation;
     if (length <= out.size()) {
       file = OpenFile(it->second.file, false);
       out_of_descriptors = file == nullptr && (errno == EMFILE || errno == ENFILE);
@@ -451,12 +498,15 @@ std::optional<size_t> DataCache::Get(std::string_view key, const ETag& etag, uin
   if (out_of_descriptors) return std::nullopt;
   std::span<std::byte> data = out.first(length);
   if (file == nullptr || !ReadFully(file->fd, offset, data) || Crc(data) != crc) {
-    {
-      MutexLock lock(&mu_);
-      ++corrupt_;
+    // Damage, unless the block was evicted (its range punched out, perhaps cached again since)
+    // while it was read: then only a miss.
+    if (Drop(name, generation)) {
+      {
+        MutexLock lock(&mu_);
+        ++corrupt_;
+      }
+      if (metrics_ != nullptr) Bump(metrics_->data_cache_corrupt);
     }
-    if (metrics_ != nullptr) Bump(metrics_->data_cache_corrupt);
-    Drop(name);
     return std::nullopt;
   }
   return static_cast<size_t>(length);
@@ -483,9 +533,12 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
   const auto length = static_cast<uint32_t>(data.size());
   const uint32_t crc = Crc(data);
   std::vector<std::string> evicted;
-  uint64_t stamp;
+  std::vector<Freeing> frees;
+  uint64_t stamp = 0;
+  uint64_t generation = 0;
   std::shared_ptr<Descriptor> open;
   bool out_of_descriptors = false;
+  bool skipped = false;
   Status written = options_.before_write ? options_.before_write() : Status::Ok();
   {
     MutexLock lock(&mu_);
@@ -494,12 +547,24 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       return;
     }
+    // Where an eviction still punches or removes, this block would be lost: not cached now.
+    if (BeingFreed(file, offset)) return;
     while (bytes_ + DiskCost(length) > options_.max_bytes && !lru_.empty()) {
       std::string victim = lru_.back();
-      Forget(entries_.find(victim));
+      Forget(entries_.find(victim), &frees);
       ++evictions_;
       evicted.push_back(std::move(victim));
     }
+    // (Its own file's last other block may just have gone.)
+    skipped = BeingFreed(file, offset);
+  }
+  Free(frees);
+  if (metrics_ != nullptr && !evicted.empty()) Bump(metrics_->data_cache_evictions, evicted.size());
+  for (const std::string& victim : evicted) (void)table_->Remove(victim);
+  if (skipped) return;
+  {
+    MutexLock lock(&mu_);
+    if (entries_.count(name) != 0 || BeingFreed(file, offset)) return;
     lru_.push_front(name);
     ++files_[file].blocks;
     entries_[name] = Entry{.length = length,
@@ -507,7 +572,9 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
                            .ready = false,
                            .offset = offset,
                            .file = file,
-                           .lru = lru_.begin()};
+                           .lru = lru_.begin(),
+                           .generation = ++generations_};
+    generation = generations_;
     bytes_ += DiskCost(length);
     stamp = ++stamp_;
     UpdateGauge();
@@ -520,8 +587,6 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
       }
     }
   }
-  if (metrics_ != nullptr && !evicted.empty()) Bump(metrics_->data_cache_evictions, evicted.size());
-  for (const std::string& victim : evicted) (void)table_->Remove(victim);
 
   if (written.ok()) written = WriteFully(open->fd, offset, data, PathOf(file));
   if (written.ok()) {
@@ -539,19 +604,27 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
     MutexLock lock(&mu_);
     auto it = entries_.find(name);
     if (it == entries_.end()) {
-      // Evicted while it was written: its range was punched out before the write landed,
-      // so again now, unless the file went with it (the write went to the removed file).
+      // Evicted while it was written: its range may have been punched out before the write
+      // landed, so again, unless the file went with it (the write went to the removed file),
+      // and its record goes.
       gone = true;
-      if (open != nullptr && files_.count(file) != 0) PunchHole(open->fd, offset, length);
+      if (open != nullptr && files_.count(file) != 0) {
+        ++punching_[{file, offset}];
+        frees.push_back(Freeing{.file = file, .offset = offset, .open = open});
+      }
+    } else if (it->second.generation != generation) {
+      // Evicted, and cached again by another read since: the range, and the record, are that
+      // one's now (its write lands the same bytes as this one's did).
     } else if (!written.ok()) {
       if (!it->second.ready) {
-        Forget(it);
+        Forget(it, &frees);
         UpdateGauge();
       }
     } else {
       it->second.ready = true;
     }
   }
+  Free(frees);
   if (!written.ok() && !out_of_descriptors) StopWriting(written);
   if (gone && written.ok()) (void)table_->Remove(name);
 }

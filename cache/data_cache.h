@@ -42,12 +42,15 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "backend/etag.h"
 #include "backend/metrics.h"
@@ -136,6 +139,17 @@ class DataCache {
     uint64_t offset = 0;
     std::string file;
     std::list<std::string>::iterator lru;
+    // Told apart from an entry of the same name made since: a read whose bytes did not match
+    // counts the block as damaged only if its entry is still the one it read.
+    uint64_t generation = 0;
+  };
+  // Disk work an eviction leaves for after the lock: a punch of a block's range, or the removal
+  // of a file whose last block went. Until it is done, no block is written where it works.
+  struct Freeing {
+    std::string file;
+    uint64_t offset = 0;
+    bool remove = false;
+    std::shared_ptr<Descriptor> open = nullptr;  // the file's descriptor if it was open
   };
 
   DataCache(DataCacheOptions options, Metrics* metrics, int lock_fd,
@@ -147,12 +161,19 @@ class DataCache {
   // The open descriptor of `file` (opening it, and creating it when `create`), most recently
   // used now; null when it cannot be opened.
   std::shared_ptr<Descriptor> OpenFile(const std::string& file, bool create) REQUIRES(mu_);
-  // Takes the entry `it` out of the index in memory and frees its range on disk (removing its
-  // file with the file's last block); its record is removed by the caller, outside the lock.
-  void Forget(std::unordered_map<std::string, Entry>::iterator it) REQUIRES(mu_);
+  // Takes the entry `it` out of the index in memory and adds the freeing of its range on disk
+  // (the removal of its file with the file's last block) to `later`, for Free once the lock is
+  // let go; its record is removed by the caller, outside the lock too.
+  void Forget(std::unordered_map<std::string, Entry>::iterator it, std::vector<Freeing>* later)
+      REQUIRES(mu_);
+  // Does what Forget left in `frees`, outside the lock, then lets blocks be written there again.
+  void Free(std::vector<Freeing>& frees) EXCLUDES(mu_);
+  // Whether a block at `offset` of `file` would be written where a Free is still at work.
+  bool BeingFreed(const std::string& file, uint64_t offset) const REQUIRES(mu_);
   void CloseFile(std::unordered_map<std::string, File>::iterator it) REQUIRES(mu_);
-  // Drops the entry `name` if it is still there (a damaged block), and its range and record.
-  void Drop(const std::string& name);
+  // Drops the entry `name` if it is still the one of `generation` (a damaged block), and its
+  // range and record; true when it was dropped.
+  bool Drop(const std::string& name, uint64_t generation);
   void StopWriting(const Status& why);
   void UpdateGauge() REQUIRES(mu_);
 
@@ -171,6 +192,10 @@ class DataCache {
   uint64_t stamp_ GUARDED_BY(mu_) = 0;               // the last stamp given to a written record
   uint64_t evictions_ GUARDED_BY(mu_) = 0;
   uint64_t corrupt_ GUARDED_BY(mu_) = 0;
+  uint64_t generations_ GUARDED_BY(mu_) = 0;  // the last generation given to an entry
+  // Files being removed, and ranges (file, offset) being punched, by a Free under way.
+  std::unordered_map<std::string, int> removing_ GUARDED_BY(mu_);
+  std::map<std::pair<std::string, uint64_t>, int> punching_ GUARDED_BY(mu_);
 };
 
 // Serves reads that carry an If-Match from `cache`, fetching only the blocks it lacks (adjacent

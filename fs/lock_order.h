@@ -55,7 +55,9 @@
 //  28. PageInvalidator::State::mu (fs/page_invalidator.h)  the inodes whose kernel pages are to be
 //                         dropped; never held while the kernel is notified.
 //  29. DataCache::mu_ (cache/data_cache.h)  the disk cache's blocks and their LRU order; never
-//                         held across a file or index (14) write.
+//                         held across a file or index (14) write, nor an eviction's punch or
+//                         removal (done after it, with the range marked as being freed); held
+//                         only across the open of an object file not open yet.
 //  30. CredentialsHolder::mu_ (backend/s3/credentials.h)  the credentials requests are signed
 //                         with; never held while they are resolved again.
 //
