@@ -4,8 +4,10 @@
 # hardened, that `man objfs` and `man mount.objfs` show the options, that bash completes them,
 # mounts an SFTP directory of a loopback sshd through an fstab line with `mount -a` and with
 # `mount MOUNTPOINT` (the fstab is a file of its own, `mount -T`: the machine's /etc/fstab is
-# left alone), writes through the mount and checks the server's copy, unmounts, and purges the
-# package. Refuses to run where objfs is installed already.
+# left alone), writes through the mount and checks the server's copy, unmounts; with a test RGW
+# (OBJFS_TEST_S3_*), mounts a bucket through fstab lines with an empty environment, as at boot,
+# the keys in root's ~/.aws/credentials (only where root has no ~/.aws) and in a file named on
+# the line; and purges the package. Refuses to run where objfs is installed already.
 #
 # usage: tests/packaging/package_test.sh [DIR]   (as root) DIR: where tools/package.sh has put
 #                                                the package already (else it is built here)
@@ -24,10 +26,12 @@ WORK=$(mktemp -d /tmp/objfs-package-test.XXXXXX)
 MNT=$WORK/mnt
 INSTALLED=0
 SSHD_DIR=
+ROOT_AWS=
 cleanup() {
   if mountpoint -q "$MNT" 2>/dev/null; then umount "$MNT" || fusermount3 -u "$MNT" || true; fi
   if [ "$INSTALLED" = 1 ]; then apt-get purge -y -qq objfs >/dev/null 2>&1 || true; fi
   if [ -n "$SSHD_DIR" ]; then "$ROOT/tests/fixtures/sshd.sh" stop "$SSHD_DIR" >/dev/null || true; fi
+  if [ -n "${ROOT_AWS:-}" ]; then rm -rf "$ROOT_AWS"; fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -121,6 +125,56 @@ mount -T "$WORK/fstab" "$MNT" || fail "mount -T $WORK/fstab $MNT"
   fail "mount MOUNTPOINT does not show the file"
 umount "$MNT" || fail "umount $MNT"
 rm -rf "$REMOTE"
+
+# ---- S3 fstab lines mounted as at boot: an empty environment (no HOME, PATH or AWS_*), the
+# keys from root's ~/.aws/credentials (found through the password database) and from a file
+# named on the line
+if [ -n "${OBJFS_TEST_S3_ENDPOINT:-}" ]; then
+  : "${OBJFS_TEST_S3_ACCESS_KEY:?}" "${OBJFS_TEST_S3_SECRET_KEY:?}" "${OBJFS_TEST_S3_REGION:?}"
+  BUCKET=package-test-$$
+  EMPTY_SHA256=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+  s3curl() {
+    curl -sS -f --aws-sigv4 "aws:amz:$OBJFS_TEST_S3_REGION:s3" \
+      --user "$OBJFS_TEST_S3_ACCESS_KEY:$OBJFS_TEST_S3_SECRET_KEY" "$@"
+  }
+  s3curl -X PUT -H "x-amz-content-sha256: $EMPTY_SHA256" "$OBJFS_TEST_S3_ENDPOINT/$BUCKET" ||
+    fail "cannot create bucket $BUCKET"
+  S3OPTS=endpoint=$OBJFS_TEST_S3_ENDPOINT,path_style,region=$OBJFS_TEST_S3_REGION
+  S3OPTS=$S3OPTS,cache_dir=$WORK/s3cache
+  keys="aws_access_key_id = $OBJFS_TEST_S3_ACCESS_KEY
+aws_secret_access_key = $OBJFS_TEST_S3_SECRET_KEY"
+  ROOT_HOME=$(getent passwd root | cut -d: -f6)
+  # Root's own files are never touched: that half runs only where root has no ~/.aws.
+  if [ ! -e "$ROOT_HOME/.aws" ]; then
+    ROOT_AWS=$ROOT_HOME/.aws
+    mkdir -m 700 "$ROOT_AWS"
+    printf '[default]\n%s\n' "$keys" > "$ROOT_AWS/credentials"
+    printf '%s  %s  objfs  %s  0 0\n' "s3://$BUCKET" "$MNT" "$S3OPTS" > "$WORK/fstab-s3"
+    env -i /usr/bin/mount -T "$WORK/fstab-s3" "$MNT" ||
+      fail "mount with an empty environment and root's ~/.aws/credentials"
+    echo "through root's credentials" > "$MNT/root.txt"
+    umount "$MNT" || fail "umount $MNT"
+    rm -rf "$ROOT_AWS"
+    ROOT_AWS=
+    ROOT_TESTED=1
+  else
+    echo "package_test: $ROOT_HOME/.aws exists; not testing a mount with root's credentials"
+  fi
+  install -m 600 /dev/null "$WORK/backup.creds"
+  printf '[backup]\n%s\n' "$keys" > "$WORK/backup.creds"
+  printf '%s  %s  objfs  %s  0 0\n' "s3://$BUCKET" "$MNT" \
+    "_netdev,$S3OPTS,credentials_file=$WORK/backup.creds,profile=backup" > "$WORK/fstab-s3"
+  env -i /usr/bin/mount -T "$WORK/fstab-s3" "$MNT" ||
+    fail "mount with an empty environment and credentials_file="
+  echo "through a credentials file" > "$MNT/file.txt"
+  umount "$MNT" || fail "umount $MNT"
+  [ "$(s3curl -H "x-amz-content-sha256: $EMPTY_SHA256" "$OBJFS_TEST_S3_ENDPOINT/$BUCKET/file.txt")" \
+    = "through a credentials file" ] || fail "the server's $BUCKET/file.txt is not what was written"
+  if [ "${ROOT_TESTED:-0}" = 1 ]; then
+    [ "$(s3curl -H "x-amz-content-sha256: $EMPTY_SHA256" "$OBJFS_TEST_S3_ENDPOINT/$BUCKET/root.txt")" \
+      = "through root's credentials" ] || fail "the server's $BUCKET/root.txt is not what was written"
+  fi
+fi
 
 # ---- purged, nothing of it is left
 apt-get purge -y -qq objfs >/dev/null || fail "apt-get purge objfs"
