@@ -552,7 +552,7 @@ std::optional<uint32_t> ParseId(const Metadata& metadata, const std::string& nam
 // The attributes objfs sets from a file's metadata: its mtime (now, if none), its atime (the
 // one asked for or the one the server reported, which the metadata carries back; the mtime if
 // none) and its mode. The owner only when `before` (what the server reported) names another
-// one: a chown. A new file's owner is the account logged in, whatever the metadata says.
+// one: a chown. A new file's owner is the account logged in, unless KeepOwner says otherwise.
 SftpWire::NewAttrs NewAttrsOf(const Metadata& metadata, const Metadata* before = nullptr) {
   SftpWire::NewAttrs attrs;
   attrs.mtime_s = static_cast<uint32_t>(
@@ -599,10 +599,29 @@ sftp_attributes_struct LibsshAttributes(const SftpWire::FileAttrs& w) {
 
 }  // namespace
 
+void SftpStore::KeepOwner(const Metadata& metadata, SftpWire::NewAttrs* attrs) const {
+  if (!options_.mount_owner || owner_refused_.load(std::memory_order_relaxed)) return;
+  const std::optional<uint32_t> uid = ParseId(metadata, "uid");
+  const std::optional<uint32_t> gid = ParseId(metadata, "gid");
+  if (!uid || !gid || std::make_pair(*uid, *gid) == *options_.mount_owner) return;
+  attrs->owner = std::make_pair(*uid, *gid);
+}
+
+void SftpStore::OwnerRefused(const std::string& key, const Status& why) {
+  if (owner_refused_.exchange(true)) return;
+  if (options_.log) {
+    options_.log(
+        "a file replaced through this mount now belongs to the SFTP account: the server "
+        "refused to give " +
+        key + " back its owner (" + why.message() + "); not tried again until the next mount");
+  }
+}
+
 Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_view key,
                                               const std::string& path, const Metadata& metadata,
                                               const Metadata* before) {
   SftpWire::NewAttrs attrs = NewAttrsOf(metadata, before);
+  if (before == nullptr) KeepOwner(metadata, &attrs);
   if (attrs.owner) {
     // A chown names the uid, the gid or both; the other stays what the server has (the
     // caller's view of it may be this mount's default, not the server's).
@@ -628,6 +647,13 @@ Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_vie
     // With what the server made of it: exactly what head() will report once the file is in
     // place.
     a = c.wire().SetStat(path, attrs);
+    if (!a.ok() && before == nullptr && attrs.owner &&
+        a.status().code() == StatusCode::kPermissionDenied) {
+      // The account may not chown: the rest still goes.
+      OwnerRefused(std::string(key), a.status());
+      attrs.owner.reset();
+      a = c.wire().SetStat(path, attrs);
+    }
   }
   if (!a.ok()) return a.status();
   return InfoFromAttributes(key, LibsshAttributes(*a));
@@ -641,9 +667,10 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
   // The fsync may take the server long for a large file, with nothing to say meanwhile.
   SftpSessionPool::SilenceAllowance flushing(pool_, c,
                                              ServerWorkSilence(options_.request_timeout, size));
+  SftpWire::NewAttrs attrs = NewAttrsOf(metadata);
+  KeepOwner(metadata, &attrs);
   Result<SftpWire::FileAttrs> finished =
-      wire.Finish(handle, NewAttrsOf(metadata), wire.HasExtension("fsync@openssh.com", "1"),
-                  &attributes_refused);
+      wire.Finish(handle, attrs, wire.HasExtension("fsync@openssh.com", "1"), &attributes_refused);
   Result<ObjectInfo> info =
       finished.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*finished)))
                     : Result<ObjectInfo>(finished.status());

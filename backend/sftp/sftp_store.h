@@ -20,12 +20,15 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backend/metrics.h"
@@ -70,6 +73,12 @@ struct SftpStoreOptions {
   std::chrono::milliseconds operation_timeout{120000};
   // Told (one line) about calls that ran out of time, cut connections and refusals.
   std::function<void(const std::string&)> log;
+  // The owner the mount shows for files the server reports none for, and gives the new files
+  // it makes (its uid= and gid=). An upload replaces a file by renaming a new one over it,
+  // which the account logged in owns: when the metadata names another owner (the replaced
+  // file's, as the server reported it, or one a chown gave the file before its upload), the
+  // new file gets it back where the server lets the account chown. Unset: never.
+  std::optional<std::pair<uint32_t, uint32_t>> mount_owner;
 };
 
 class SftpStore : public ObjectStore {
@@ -160,6 +169,11 @@ class SftpStore : public ObjectStore {
   Result<ObjectInfo> ApplyAttributes(SftpConnection& c, std::string_view key,
                                      const std::string& path, const Metadata& metadata,
                                      const Metadata* before = nullptr);
+  // A new (staged) file's owner (see SftpStoreOptions::mount_owner): set in `attrs` when
+  // `metadata` names another owner than the mount's and no chown was refused yet.
+  void KeepOwner(const Metadata& metadata, SftpWire::NewAttrs* attrs) const;
+  // The server refused the chown of a new file (`why`): said once, and not tried again.
+  void OwnerRefused(const std::string& key, const Status& why);
   // Finishes a staged file written through `handle` (put and copy): mode and mtime from
   // `metadata`, fsync when the server offers it, and close, in one round trip; a server that
   // refuses FSETSTAT gets a SETSTAT of the path. Returns what head() will report for `key` once
@@ -184,6 +198,7 @@ class SftpStore : public ObjectStore {
   Mutex& KeyLock(std::string_view key);
 
   SftpStoreOptions options_;  // root resolved by CheckRoot, then unchanged
+  std::atomic<bool> owner_refused_{false};
   // False while Create checks the root: its error is the caller's to report.
   bool log_timeouts_ = true;
   SftpSessionPool pool_;

@@ -515,6 +515,8 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
       sftp_options.connect_timeout, std::chrono::seconds(WholeSeconds(options.request_timeout)));
   sftp_options.operation_timeout = Millis(options.operation_timeout);
   sftp_options.log = log;
+  // A replaced file keeps an owner that is not the mount's own (see mount_owner).
+  sftp_options.mount_owner = std::make_pair(options.fs.uid, options.fs.gid);
   // The URL's host may be an alias of the ssh configuration; what the URL and -o say win.
   OBJFS_ASSIGN_OR_RETURN(
       sftp::SshHostConfig config,

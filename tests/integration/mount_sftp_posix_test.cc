@@ -1,6 +1,7 @@
 // POSIX behaviour of an sftp:// mount on a real OpenSSH sshd that shared (allow_other) mounts
 // and the tools run on them rely on: a directory's own mode, owner and times whatever it holds,
-// a parent's times after an entry comes or goes, and access times. The server runs on this
+// a parent's times after an entry comes or goes, access times, and the owner of a file rewritten
+// through the mount. The server runs on this
 // machine as root, so every result is also checked in the server's directory itself.
 
 #include <fcntl.h>
@@ -161,6 +162,40 @@ TEST(MountSftpPosixTest, TouchSetsTheTimeAskedForAndKeepsTheOther) {
   EXPECT_EQ(StatOf(server).st_atime, 1000000000);
   EXPECT_NE(StatOf(server).st_mtime, 1100000000);
   EXPECT_EQ(ReadFile(server), "datamore\n");
+}
+
+// An upload replaces a file by renaming a new one over it, which the account logged in (root
+// here) owns: a file of another owner gets that owner back, whether it went up whole (a small
+// rewrite, an append) or streamed in parts, and so does a file chowned before its upload. A
+// new file belongs to the account, as for any SFTP client.
+TEST(MountSftpPosixTest, AFileRewrittenThroughTheMountKeepsItsOwner) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  for (const char* name : {"small", "appended", "large"}) {
+    WriteFile(dir.path + "/" + name, "old");
+    ASSERT_EQ(::chown((dir.path + "/" + name).c_str(), 1234, 2345), 0) << std::strerror(errno);
+  }
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=0"));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  WriteFile(m + "/small", "rewritten");
+  ASSERT_EQ(RunCommand({"sh", "-c", "echo more >> \"$0\"", m + "/appended"}).exit_code, 0);
+  // Parts of 8 MiB stream while it is written.
+  WriteFile(m + "/large", PseudoRandomBytes(20 << 20, 3));
+  WriteFile(m + "/new", "new");
+  WriteFile(m + "/given", "given");
+  ASSERT_EQ(::chown((m + "/given").c_str(), 4321, 5432), 0) << std::strerror(errno);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+
+  for (const char* name : {"small", "appended", "large"}) {
+    const struct stat st = StatOf(dir.path + "/" + name);
+    EXPECT_EQ(st.st_uid, 1234u) << name;
+    EXPECT_EQ(st.st_gid, 2345u) << name;
+  }
+  EXPECT_EQ(ReadFile(dir.path + "/small"), "rewritten");
+  EXPECT_EQ(ReadFile(dir.path + "/appended"), "oldmore\n");
+  EXPECT_EQ(StatOf(dir.path + "/new").st_uid, ::getuid());
+  EXPECT_EQ(StatOf(dir.path + "/given").st_uid, 4321u);
+  EXPECT_EQ(StatOf(dir.path + "/given").st_gid, 5432u);
 }
 
 }  // namespace
