@@ -622,7 +622,7 @@ Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_vie
                                               const Metadata* before) {
   SftpWire::NewAttrs attrs = NewAttrsOf(metadata, before);
   if (before == nullptr) KeepOwner(metadata, &attrs);
-  if (attrs.owner) {
+  if (attrs.owner && before != nullptr) {
     // A chown names the uid, the gid or both; the other stays what the server has (the
     // caller's view of it may be this mount's default, not the server's).
     Attributes now(IsMarker(key) ? sftp_stat(c.sftp(), path.c_str())

@@ -621,6 +621,53 @@ class TemporaryAccount {
   gid_t gid_ = 0;
 };
 
+// An account that may not chown (not root) rewrites a file of another owner it may write: the
+// server refuses to give the new file that owner back, and the upload goes on without it; the
+// file is the account's, the log says so once, and later uploads do not ask again. With
+// FSETSTAT refused too (sftp-server -P fsetstat), the SETSTAT of the path takes that way.
+TEST(MountSftpErrorsTest, AnAccountThatMayNotChownStillReplacesAnotherOwnersFile) {
+  TemporaryAccount account;
+  ASSERT_TRUE(account.ok());
+  for (const char* flags : {"", "-P fsetstat"}) {
+    SCOPED_TRACE(std::string("sftp flags: '") + flags + "'");
+    PrivateSshd sshd(/*password_auth=*/true, flags);
+    ASSERT_TRUE(sshd.started());
+    const std::string dir = sshd.var("OBJFS_TEST_SFTP_ROOT") + "/" + account.name();
+    ASSERT_TRUE(fs::create_directories(dir));
+    for (fs::path p = fs::path(dir).parent_path(); p != "/tmp" && p != "/"; p = p.parent_path()) {
+      ASSERT_EQ(::chmod(p.c_str(), 0711), 0) << p << ": " << std::strerror(errno);
+    }
+    ASSERT_EQ(::chown(dir.c_str(), account.uid(), account.gid()), 0) << std::strerror(errno);
+    for (const char* name : {"theirs", "again"}) {
+      WriteFile(dir + "/" + name, "old");
+      ASSERT_EQ(::chmod((dir + "/" + name).c_str(), 0666), 0);
+      ASSERT_EQ(::chown((dir + "/" + name).c_str(), 1234, 2345), 0);
+    }
+    ScratchDir temp;
+    WriteFile(temp.path() + "/password", account.password() + "\n");
+    ObjfsMount::Options options;
+    options.use_shared_server = false;
+    options.extra_options = "known_hosts=" + sshd.var("OBJFS_TEST_SFTP_KNOWN_HOSTS") +
+                            ",password_file=" + temp.path() + "/password";
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(
+        "sftp://" + account.name() + "@127.0.0.1:" + sshd.var("OBJFS_TEST_SFTP_PORT") + dir,
+        options);
+    ASSERT_TRUE(mount);
+    WriteFile(mount->path() + "/theirs", "rewritten");
+    WriteFile(mount->path() + "/again", "rewritten too");
+    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+    EXPECT_EQ(ReadLocal(dir + "/theirs"), "rewritten");
+    EXPECT_EQ(ReadLocal(dir + "/again"), "rewritten too");
+    struct stat st {};
+    ASSERT_EQ(::stat((dir + "/theirs").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, account.uid());
+    const std::string log = mount->log();
+    const std::string said = "refused to give";
+    EXPECT_NE(log.find(said), std::string::npos) << log;
+    EXPECT_EQ(log.find(said), log.rfind(said)) << "said more than once:\n" << log;
+  }
+}
+
 // objfs sets an upload's mode and mtime with FSETSTAT on its open handle and flushes it with
 // fsync@openssh.com, in one batch of requests. A server that refuses FSETSTAT (sftp-server
 // -P fsetstat) gets a SETSTAT of the path instead; one without fsync@openssh.com (sftp-server
