@@ -600,10 +600,14 @@ sftp_attributes_struct LibsshAttributes(const SftpWire::FileAttrs& w) {
 }  // namespace
 
 void SftpStore::KeepOwner(const Metadata& metadata, SftpWire::NewAttrs* attrs) const {
-  if (!options_.mount_owner || owner_refused_.load(std::memory_order_relaxed)) return;
+  if ((!options_.mount_owner && !options_.owner_from_caller) ||
+      owner_refused_.load(std::memory_order_relaxed)) {
+    return;
+  }
   const std::optional<uint32_t> uid = ParseId(metadata, "uid");
   const std::optional<uint32_t> gid = ParseId(metadata, "gid");
-  if (!uid || !gid || std::make_pair(*uid, *gid) == *options_.mount_owner) return;
+  if (!uid || !gid) return;
+  if (!options_.owner_from_caller && std::make_pair(*uid, *gid) == *options_.mount_owner) return;
   attrs->owner = std::make_pair(*uid, *gid);
 }
 
@@ -611,9 +615,10 @@ void SftpStore::OwnerRefused(const std::string& key, const Status& why) {
   if (owner_refused_.exchange(true)) return;
   if (options_.log) {
     options_.log(
-        "a file replaced through this mount now belongs to the SFTP account: the server "
-        "refused to give " +
-        key + " back its owner (" + why.message() + "); not tried again until the next mount");
+        "new and replaced files of this mount belong to the SFTP account: the server refused "
+        "to give " +
+        key + " the owner it should have (" + why.message() +
+        "); not tried again until the next mount");
   }
 }
 
@@ -1278,7 +1283,7 @@ Status SftpStore::remove(std::string_view key) {
 }
 
 Result<ObjectInfo> SftpStore::symlink(std::string_view key, std::string_view target,
-                                      const PutOptions& /*options*/) {
+                                      const PutOptions& options) {
   if (IsMarker(key))
     return InvalidArgumentError("a link cannot be a directory: " + std::string(key));
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
@@ -1301,6 +1306,20 @@ Result<ObjectInfo> SftpStore::symlink(std::string_view key, std::string_view tar
       const bool same = existing != nullptr && to == existing;
       if (existing != nullptr) ssh_string_free_char(existing);
       if (!same) return AlreadyExistsError("symlink " + std::string(key) + ": exists");
+    }
+    if (options_.owner_from_caller && c.wire().HasExtension("lsetstat@openssh.com", "1")) {
+      // The link's own owner, its creator's (the link has no mode of its own).
+      SftpWire::NewAttrs attrs = NewAttrsOf(options.metadata);
+      attrs.permissions.reset();
+      KeepOwner(options.metadata, &attrs);
+      if (attrs.owner) {
+        Result<SftpWire::FileAttrs> set = c.wire().LSetStat(paths.data, attrs);
+        if (!set.ok() && set.status().code() == StatusCode::kPermissionDenied) {
+          OwnerRefused(std::string(key), set.status());
+        } else if (!set.ok()) {
+          return set.status();
+        }
+      }
     }
     Attributes a(sftp_lstat(c.sftp(), paths.data.c_str()));
     if (a == nullptr) return LibsshStatus(c, "stat " + std::string(key));
@@ -1419,6 +1438,7 @@ Status SftpStore::remove_many(const std::vector<std::string>& keys) {
 Capabilities SftpStore::capabilities() const {
   Capabilities caps;
   caps.scheme = "sftp";
+  caps.stores_owner = options_.owner_from_caller;
   caps.native_etags = false;
   caps.native_rename = true;
   caps.directory_attributes = true;

@@ -79,6 +79,10 @@ struct SftpStoreOptions {
   // file's, as the server reported it, or one a chown gave the file before its upload), the
   // new file gets it back where the server lets the account chown. Unset: never.
   std::optional<std::pair<uint32_t, uint32_t>> mount_owner;
+  // A shared mount (allow_other): a new file, directory or link gets the owner its metadata
+  // names, its creator's (capabilities().stores_owner), where the server lets the account
+  // chown; elsewhere the account's.
+  bool owner_from_caller = false;
 };
 
 class SftpStore : public ObjectStore {

@@ -517,6 +517,10 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
   sftp_options.log = log;
   // A replaced file keeps an owner that is not the mount's own (see mount_owner).
   sftp_options.mount_owner = std::make_pair(options.fs.uid, options.fs.gid);
+  // A shared mount gives new entries their creator's owner (as s3:// does).
+  sftp_options.owner_from_caller =
+      std::find(options.fuse_options.begin(), options.fuse_options.end(), "allow_other") !=
+      options.fuse_options.end();
   // The URL's host may be an alias of the ssh configuration; what the URL and -o say win.
   OBJFS_ASSIGN_OR_RETURN(
       sftp::SshHostConfig config,

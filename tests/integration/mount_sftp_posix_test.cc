@@ -198,5 +198,41 @@ TEST(MountSftpPosixTest, AFileRewrittenThroughTheMountKeepsItsOwner) {
   EXPECT_EQ(StatOf(dir.path + "/given").st_gid, 5432u);
 }
 
+// A shared mount (allow_other): what a user makes belongs to that user on the server too, as
+// on a local disk (the account logged in, root here, may chown), and that user may then chmod
+// and truncate it. Each command runs as uid 1234, gid 2345 (setpriv).
+TEST(MountSftpPosixTest, OnASharedMountNewEntriesBelongToTheirCreator) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  // (The mount's root shows the mount's own mode; a directory in it, the server's.)
+  const std::string shared = dir.path + "/shared";
+  ASSERT_EQ(::mkdir(shared.c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0) << std::strerror(errno);
+  std::unique_ptr<ObjfsMount> mount =
+      ObjfsMount::Start(dir.url, Extra("allow_other,attr_timeout=0"));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  // The mount's own temporary directory is root's, 0700: the user must get through it.
+  ASSERT_EQ(::chmod(fs::path(m).parent_path().c_str(), 0711), 0) << std::strerror(errno);
+  auto as_user = [](const std::string& script, const std::string& arg) {
+    return RunCommand({"setpriv", "--reuid=1234", "--regid=2345", "--clear-groups", "sh", "-c",
+                       script, "sh", arg});
+  };
+  CommandResult made = as_user(
+      "cd \"$1\" && echo data > file && mkdir dir && ln -s file link && "
+      "chmod 600 file && truncate -s 2 file && head -c 20971520 /dev/zero > large",
+      m + "/shared");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+
+  for (const char* name : {"file", "dir", "link", "large"}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat((shared + "/" + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_uid, 1234u) << name;
+    EXPECT_EQ(st.st_gid, 2345u) << name;
+  }
+  EXPECT_EQ(StatOf(shared + "/file").st_mode & 07777, 0600u);
+  EXPECT_EQ(ReadFile(shared + "/file"), "da");
+}
+
 }  // namespace
 }  // namespace objfs::testing
