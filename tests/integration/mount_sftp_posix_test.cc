@@ -234,5 +234,19 @@ TEST(MountSftpPosixTest, OnASharedMountNewEntriesBelongToTheirCreator) {
   EXPECT_EQ(ReadFile(shared + "/file"), "da");
 }
 
+// A hard link is refused (EPERM), as on S3: an upload renames a new file over the old one, so
+// a link would be split by the first write through either name. Nothing reaches the server.
+TEST(MountSftpPosixTest, HardLinksArePermissionDenied) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra(""));
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/f", "x");
+  EXPECT_EQ(::link((mount->path() + "/f").c_str(), (mount->path() + "/g").c_str()), -1);
+  EXPECT_EQ(errno, EPERM) << std::strerror(errno);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_FALSE(fs::exists(dir.path + "/g"));
+  EXPECT_EQ(StatOf(dir.path + "/f").st_nlink, 1u);
+}
+
 }  // namespace
 }  // namespace objfs::testing
