@@ -599,6 +599,23 @@ sftp_attributes_struct LibsshAttributes(const SftpWire::FileAttrs& w) {
 
 }  // namespace
 
+namespace {
+
+// A failed SETSTAT carrying an owner that says the server will not chown (EPERM, EINVAL of an
+// unmapped id as SSH_FX_BAD_MESSAGE, OP_UNSUPPORTED, FAILURE), not that the connection broke.
+bool OwnerRefusal(const Status& st) {
+  return st.code() != StatusCode::kTransient && st.code() != StatusCode::kTimedOut &&
+         st.code() != StatusCode::kCancelled;
+}
+
+// chown clears set-user-ID and set-group-ID (OpenSSH's sftp-server chowns after it chmods):
+// whether a mode with them must be set again after an owner was.
+bool KeepsSetIdBits(const SftpWire::NewAttrs& attrs) {
+  return attrs.owner && attrs.permissions && (*attrs.permissions & 06000) != 0;
+}
+
+}  // namespace
+
 void SftpStore::KeepOwner(const Metadata& metadata, SftpWire::NewAttrs* attrs) const {
   if ((!options_.mount_owner && !options_.owner_from_caller) ||
       owner_refused_.load(std::memory_order_relaxed)) {
@@ -607,8 +624,17 @@ void SftpStore::KeepOwner(const Metadata& metadata, SftpWire::NewAttrs* attrs) c
   const std::optional<uint32_t> uid = ParseId(metadata, "uid");
   const std::optional<uint32_t> gid = ParseId(metadata, "gid");
   if (!uid || !gid) return;
-  if (!options_.owner_from_caller && std::make_pair(*uid, *gid) == *options_.mount_owner) return;
-  attrs->owner = std::make_pair(*uid, *gid);
+  if (options_.owner_from_caller) {
+    attrs->owner = std::make_pair(*uid, *gid);
+    return;
+  }
+  // The mount's own uid= and gid= are local ids, not the server's: a half that is the mount's
+  // stays what the account gave the new file ((uint32_t)-1, which chown leaves unchanged).
+  constexpr uint32_t kUnchanged = 0xFFFFFFFFu;
+  const uint32_t new_uid = *uid == options_.mount_owner->first ? kUnchanged : *uid;
+  const uint32_t new_gid = *gid == options_.mount_owner->second ? kUnchanged : *gid;
+  if (new_uid == kUnchanged && new_gid == kUnchanged) return;
+  attrs->owner = std::make_pair(new_uid, new_gid);
 }
 
 void SftpStore::OwnerRefused(const std::string& key, const Status& why) {
@@ -652,10 +678,12 @@ Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_vie
     // With what the server made of it: exactly what head() will report once the file is in
     // place.
     a = c.wire().SetStat(path, attrs);
-    if (!a.ok() && before == nullptr && attrs.owner &&
-        a.status().code() == StatusCode::kPermissionDenied) {
+    if (!a.ok() && before == nullptr && attrs.owner && OwnerRefusal(a.status())) {
       // The account may not chown: the rest still goes.
       OwnerRefused(std::string(key), a.status());
+      attrs.owner.reset();
+      a = c.wire().SetStat(path, attrs);
+    } else if (a.ok() && before == nullptr && KeepsSetIdBits(attrs)) {
       attrs.owner.reset();
       a = c.wire().SetStat(path, attrs);
     }
@@ -680,7 +708,15 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
       finished.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*finished)))
                     : Result<ObjectInfo>(finished.status());
   // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
-  if (attributes_refused) info = ApplyAttributes(c, key, path, metadata);
+  if (attributes_refused) {
+    info = ApplyAttributes(c, key, path, metadata);
+  } else if (info.ok() && KeepsSetIdBits(attrs)) {
+    // The owner's chown cleared them: the mode once more.
+    attrs.owner.reset();
+    Result<SftpWire::FileAttrs> again = wire.SetStat(path, attrs);
+    info = again.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*again)))
+                      : Result<ObjectInfo>(again.status());
+  }
   if (info.ok() && info->size != size) {
     return IoError(std::to_string(info->size) + " bytes arrived of " + std::to_string(size));
   }
@@ -1314,7 +1350,8 @@ Result<ObjectInfo> SftpStore::symlink(std::string_view key, std::string_view tar
       KeepOwner(options.metadata, &attrs);
       if (attrs.owner) {
         Result<SftpWire::FileAttrs> set = c.wire().LSetStat(paths.data, attrs);
-        if (!set.ok() && set.status().code() == StatusCode::kPermissionDenied) {
+        // The link is made either way: a refusal is said once, a broken connection retried.
+        if (!set.ok() && OwnerRefusal(set.status())) {
           OwnerRefused(std::string(key), set.status());
         } else if (!set.ok()) {
           return set.status();

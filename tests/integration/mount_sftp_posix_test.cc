@@ -170,10 +170,12 @@ TEST(MountSftpPosixTest, TouchSetsTheTimeAskedForAndKeepsTheOther) {
 // new file belongs to the account, as for any SFTP client.
 TEST(MountSftpPosixTest, AFileRewrittenThroughTheMountKeepsItsOwner) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
-  for (const char* name : {"small", "appended", "large"}) {
+  for (const char* name : {"small", "appended", "large", "setuid"}) {
     WriteFile(dir.path + "/" + name, "old");
     ASSERT_EQ(::chown((dir.path + "/" + name).c_str(), 1234, 2345), 0) << std::strerror(errno);
   }
+  // (A chown clears set-user-ID: the mode comes after it.)
+  ASSERT_EQ(::chmod((dir.path + "/setuid").c_str(), 04755), 0) << std::strerror(errno);
   std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=0"));
   ASSERT_TRUE(mount);
   const std::string m = mount->path();
@@ -181,12 +183,14 @@ TEST(MountSftpPosixTest, AFileRewrittenThroughTheMountKeepsItsOwner) {
   ASSERT_EQ(RunCommand({"sh", "-c", "echo more >> \"$0\"", m + "/appended"}).exit_code, 0);
   // Parts of 8 MiB stream while it is written.
   WriteFile(m + "/large", PseudoRandomBytes(20 << 20, 3));
+  WriteFile(m + "/setuid", "rewritten");
   WriteFile(m + "/new", "new");
   WriteFile(m + "/given", "given");
   ASSERT_EQ(::chown((m + "/given").c_str(), 4321, 5432), 0) << std::strerror(errno);
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 
-  for (const char* name : {"small", "appended", "large"}) {
+  EXPECT_EQ(StatOf(dir.path + "/setuid").st_mode & 07777, 04755u);
+  for (const char* name : {"small", "appended", "large", "setuid"}) {
     const struct stat st = StatOf(dir.path + "/" + name);
     EXPECT_EQ(st.st_uid, 1234u) << name;
     EXPECT_EQ(st.st_gid, 2345u) << name;
@@ -246,6 +250,46 @@ TEST(MountSftpPosixTest, HardLinksArePermissionDenied) {
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
   EXPECT_FALSE(fs::exists(dir.path + "/g"));
   EXPECT_EQ(StatOf(dir.path + "/f").st_nlink, 1u);
+}
+
+// As on S3: a file removed while open shows no links to fstat, with its size (and a file being
+// written, its unsaved bytes); a directory shows one link, whatever it holds; and ftruncate of
+// an open file moves its ctime with its mtime at once.
+TEST(MountSftpPosixTest, FstatAfterUnlinkDirectoryLinksAndFtruncateCtime) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra(""));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  WriteFile(m + "/stored", "stored data");
+  WriteFile(m + "/cut", "0123456789");
+  // An mtime well in the past: the ftruncate's new one differs from it whatever the clock.
+  ASSERT_EQ(RunCommand({"touch", "-d", "@1000000000", m + "/cut"}).exit_code, 0);
+  ASSERT_EQ(RunCommand({"mkdir", "-p", m + "/d/a", m + "/d/b"}).exit_code, 0);
+  const std::string program = R"(
+import os, sys
+d = sys.argv[1]
+fd = os.open(d + "/stored", os.O_RDONLY)
+os.unlink(d + "/stored")
+st = os.fstat(fd)
+print(st.st_nlink, st.st_size)
+w = os.open(d + "/written", os.O_CREAT | os.O_RDWR, 0o644)
+os.write(w, b"unsaved")
+os.unlink(d + "/written")
+st = os.fstat(w)
+print(st.st_nlink, st.st_size, os.pread(w, 100, 0).decode())
+print(os.stat(d + "/d").st_nlink)
+c = os.open(d + "/cut", os.O_RDWR)
+os.ftruncate(c, 2)
+for st in (os.fstat(c), os.stat(d + "/cut")):
+  print(st.st_size, st.st_mtime > 1000000000, st.st_ctime_ns == st.st_mtime_ns)
+)";
+  CommandResult r = RunCommand({"python3", "-c", program, m});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "0 11\n0 7 unsaved\n1\n2 True True\n2 True True\n");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_FALSE(fs::exists(dir.path + "/stored"));
+  EXPECT_FALSE(fs::exists(dir.path + "/written"));
+  EXPECT_EQ(ReadFile(dir.path + "/cut"), "01");
 }
 
 }  // namespace
