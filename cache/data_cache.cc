@@ -564,7 +564,11 @@ void DataCache::Put(std::string_view key, const ETag& etag, uint64_t offset,
   if (skipped) return;
   {
     MutexLock lock(&mu_);
-    if (entries_.count(name) != 0 || BeingFreed(file, offset)) return;
+    // Another Put took the room evicted for this one meanwhile: not cached, the bound holds.
+    if (entries_.count(name) != 0 || BeingFreed(file, offset) ||
+        bytes_ + DiskCost(length) > options_.max_bytes) {
+      return;
+    }
     lru_.push_front(name);
     ++files_[file].blocks;
     entries_[name] = Entry{.length = length,

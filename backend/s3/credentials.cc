@@ -476,6 +476,11 @@ Result<Credentials> FromContainer(const Context& ctx) {
   std::string url;
   const std::string relative = Env(getenv, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
   if (!relative.empty()) {
+    // A path on ECS's address, never something that makes another host of it ("@x", ".x").
+    if (relative.front() != '/') {
+      return PermissionDeniedError(
+          "container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI does not start with '/'");
+    }
     url = std::string(kEcsHost) + relative;
   } else {
     url = Env(getenv, "AWS_CONTAINER_CREDENTIALS_FULL_URI");
@@ -953,7 +958,9 @@ bool CredentialsHolder::RenewAfterDenial(const Credentials& used) {
     while (renewing_ && !stop_) cv_.Wait(&mu_);
     if (stop_) return false;
     if (!SameKeys(current_, used)) return true;
-    if (!resolve_) return false;
+    // Temporary credentials are renewed before they expire, and every resolution of a role
+    // or a web identity gives new ones: only long-term keys can have been rotated.
+    if (!resolve_ || used.expiry || !used.session_token.empty()) return false;
     const auto now = std::chrono::steady_clock::now();
     if (last_denial_check_ && now - *last_denial_check_ < kDenialRecheck) return false;
     last_denial_check_ = now;

@@ -145,9 +145,9 @@ if [ -n "${OBJFS_TEST_S3_ENDPOINT:-}" ]; then
 aws_secret_access_key = $OBJFS_TEST_S3_SECRET_KEY"
   ROOT_HOME=$(getent passwd root | cut -d: -f6)
   # Root's own files are never touched: that half runs only where root has no ~/.aws.
-  if [ ! -e "$ROOT_HOME/.aws" ]; then
+  if [ ! -e "$ROOT_HOME/.aws" ] && [ ! -L "$ROOT_HOME/.aws" ]; then
+    mkdir -m 700 "$ROOT_HOME/.aws"
     ROOT_AWS=$ROOT_HOME/.aws
-    mkdir -m 700 "$ROOT_AWS"
     printf '[default]\n%s\n' "$keys" > "$ROOT_AWS/credentials"
     printf '%s  %s  objfs  %s  0 0\n' "s3://$BUCKET" "$MNT" "$S3OPTS" > "$WORK/fstab-s3"
     env -i /usr/bin/mount -T "$WORK/fstab-s3" "$MNT" ||
