@@ -196,8 +196,10 @@ TEST(MountS3OutageTest, ServerStoppedWhileWritingKeepsTheDataForARetry) {
   EXPECT_EQ(cluster.Request("GET", "/" + bucket + "/unsent", &body), "200");
   EXPECT_EQ(body.size(), data.size());
   EXPECT_TRUE(body == data) << "the bucket holds other bytes";
-  EXPECT_TRUE(StagingFilesHolding(mount->cache_dir(), data).empty())
-      << "the staging file stayed after the upload";
+  // The staging copy was kept for the open handle at the fsync and goes at its release, which
+  // the kernel sends after close() has returned: waited for, with a bound.
+  EXPECT_TRUE(WaitFor(20, [&] { return StagingFilesHolding(mount->cache_dir(), data).empty(); }))
+      << "the staging file stayed after the upload and the last release";
 
   // "at-unmount" may already be up: the kernel's release after the failed close retries the
   // upload, and in a slow (sanitizer) build it can arrive after radosgw is back. By the end of
