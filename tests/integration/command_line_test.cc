@@ -18,7 +18,7 @@ TEST(CommandLineTest, HelpListsEveryOptionAndMarkdownIsTheReadmeTable) {
   ASSERT_EQ(help.exit_code, 0) << help.err;
   for (const OptionSpec& spec : MountOptionSpecs()) {
     for (std::string_view name : spec.names) {
-      EXPECT_NE(help.out.find(" " + std::string(name)), std::string::npos) << name;
+      EXPECT_NE(help.out.find(std::string(" ").append(name)), std::string::npos) << name;
     }
   }
   EXPECT_EQ(help.out.find("memory://"), std::string::npos) << "a test-only scheme in --help";

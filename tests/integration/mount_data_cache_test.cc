@@ -201,7 +201,7 @@ TEST_P(MountDataCacheS3Test, TheDirectoryStaysUnderTheSizeBound) {
   std::vector<std::string> files;
   for (int i = 0; i < 3; ++i) {
     files.push_back(PseudoRandomBytes((3 << 20) + 1000 * i, 40 + i));
-    ASSERT_TRUE(remote_->Write("f" + std::to_string(i), files.back()).ok());
+    ASSERT_TRUE(remote_->Write(std::string("f").append(std::to_string(i)), files.back()).ok());
   }
   std::unique_ptr<ObjfsMount> mount = Mount("data_cache_size=4M,read_buffer=1M");
   ASSERT_TRUE(mount);

@@ -260,7 +260,8 @@ TEST(MountS3AttrTest, AListingOfManyPagesGivesEveryNameOnce) {
   ASSERT_TRUE(mount);
   const std::string dir = mount->path() + "/big";
   std::vector<std::string> want;
-  for (int i = 1000; i < 1000 + kFiles; ++i) want.push_back("f" + std::to_string(i));
+  for (int i = 1000; i < 1000 + kFiles; ++i)
+    want.push_back(std::string("f").append(std::to_string(i)));
 
   std::string before = GetXattr(mount->path(), "user.objfs.stats");
   CommandResult ls = RunCommand({"ls", "-1", dir});

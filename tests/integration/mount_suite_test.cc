@@ -414,7 +414,7 @@ TEST_P(MountSuiteTest, AutoUnmountAndKernelFlagsReachTheMount) {
   std::unique_ptr<ObjfsMount> mount =
       remote().Mount("auto_unmount,noatime,noexec,relatime,writeback=600");
   ASSERT_TRUE(mount);
-  std::string flags = "," + KernelMountOptions(mount->path()) + ",";
+  std::string flags = std::string(",").append(KernelMountOptions(mount->path())).append(",");
   EXPECT_NE(flags.find(",noatime,"), std::string::npos) << flags;
   EXPECT_NE(flags.find(",noexec,"), std::string::npos) << flags;  // (nosuid is FUSE's default)
   std::string data = PseudoRandomBytes(200000, 8);

@@ -672,11 +672,7 @@ bool PollUntil(double seconds, const std::function<bool()>& done) {
 }
 
 Credentials Keys(const std::string& key, const std::string& source = "test") {
-  Credentials c;
-  c.access_key = key;
-  c.secret_key = "s";
-  c.source = source;
-  return c;
+  return Credentials{.access_key = key, .secret_key = "s", .session_token = {}, .source = source};
 }
 
 Credentials Temporary(const std::string& key, std::chrono::seconds life) {

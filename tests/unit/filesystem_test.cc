@@ -1286,7 +1286,8 @@ TEST_F(FilesystemTest, ConcurrentWritersAndReadersOfDistinctFiles) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kFilesPerThread; ++i) {
-        std::string name = "t" + std::to_string(t) + "-" + std::to_string(i);
+        std::string name =
+            std::string("t").append(std::to_string(t)).append("-").append(std::to_string(i));
         std::string data(1000 + 37 * i, static_cast<char>('a' + t));
         auto created = fs_->Create(kRootIno, name, 0644, O_RDWR | O_CREAT);
         if (!created.ok()) {

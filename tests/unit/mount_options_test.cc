@@ -585,7 +585,7 @@ TEST(OptionSpecsTest, EveryOptionIsDeclaredOnceAndListedByHelp) {
     for (std::string_view name : spec.names) {
       EXPECT_TRUE(names.insert(name).second) << "declared twice: " << name;
       std::string shown(name);
-      if (spec.value == OptionSpec::Value::kRequired) shown += "=" + std::string(spec.value_name);
+      if (spec.value == OptionSpec::Value::kRequired) shown.append("=").append(spec.value_name);
       // Alone on its line ("  name=VALUE   meaning") or among others ("  a, name, b").
       EXPECT_TRUE(usage.find(" " + shown + " ") != std::string::npos ||
                   usage.find(" " + shown + "\n") != std::string::npos ||

@@ -247,13 +247,14 @@ TEST(S3DocExampleTest, GetObjectWithRange) {
 
 TEST(S3DocExampleTest, PutObjectWithStorageClassAndDollarInKey) {
   const std::string body = "Welcome to Amazon S3.";
-  SigningRequest req{.method = "PUT",
-                     .canonical_uri = "/" + UriEncode("test$file.text", /*keep_slash=*/true),
-                     .query = {},
-                     .headers = {{"Host", std::string(kS3DocHost)},
-                                 {"Date", "Fri, 24 May 2013 00:00:00 GMT"},
-                                 {"x-amz-storage-class", "REDUCED_REDUNDANCY"}},
-                     .payload_sha256 = Sha256Hex(body)};
+  SigningRequest req{
+      .method = "PUT",
+      .canonical_uri = std::string("/").append(UriEncode("test$file.text", /*keep_slash=*/true)),
+      .query = {},
+      .headers = {{"Host", std::string(kS3DocHost)},
+                  {"Date", "Fri, 24 May 2013 00:00:00 GMT"},
+                  {"x-amz-storage-class", "REDUCED_REDUNDANCY"}},
+      .payload_sha256 = Sha256Hex(body)};
   EXPECT_EQ(req.canonical_uri, "/test%24file.text");
   EXPECT_EQ(req.payload_sha256, "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
 
