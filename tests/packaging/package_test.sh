@@ -75,22 +75,28 @@ for want in 'mount.objfs - mount(8) helper' 'x-systemd.automount' 'read_buffer=S
   grep -qF -- "$want" <<<"$page" || fail "man 8 mount.objfs lacks '$want'"
 done
 
-# ---- bash completion of the -o options and of the URL schemes
-complete_words() {  # complete_words WORD...: what bash completes the last WORD of "objfs WORD..." to
+# ---- bash completion of the -o options and of the URL schemes, for objfs and mount.objfs,
+# loaded the way an interactive shell loads them: by command name, on first use
+complete_words() {  # complete_words CMD WORD...: what bash completes the last WORD of "CMD WORD..." to
   # shellcheck disable=SC1091
   bash -c '. /usr/share/bash-completion/bash_completion
-    . /usr/share/bash-completion/completions/objfs
-    COMP_WORDS=(objfs "$@"); COMP_CWORD=$#; COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}
+    __load_completion "$1" || exit 1
+    COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}
+    read -r -a spec <<<"$(complete -p "$1")"
     # (compopt says that no completion is running: true, and beside the point.)
-    _objfs objfs "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}" 2>/dev/null
+    "${spec[2]}" "$1" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}" 2>/dev/null
     printf "%s\n" "${COMPREPLY[@]}"' complete "$@"
 }
-got=$(complete_words s3://b /mnt -o part_s)
-[ "$got" = "part_size=" ] || fail "'objfs s3://b /mnt -o part_s' completed to '$got'"
-got=$(complete_words s3://b /mnt -o ro,path_st)
-[ "$got" = "ro,path_style" ] || fail "'-o ro,path_st' completed to '$got'"
-got=$(complete_words sf)
-[ "$got" = "sftp://" ] || fail "'objfs sf' completed to '$got'"
+for cmd in objfs mount.objfs; do
+  got=$(complete_words $cmd s3://b /mnt -o part_s)
+  [ "$got" = "part_size=" ] || fail "'$cmd s3://b /mnt -o part_s' completed to '$got'"
+  got=$(complete_words $cmd s3://b /mnt -o ro,path_st)
+  [ "$got" = "ro,path_style" ] || fail "'$cmd ... -o ro,path_st' completed to '$got'"
+  got=$(complete_words $cmd sf)
+  [ "$got" = "sftp://" ] || fail "'$cmd sf' completed to '$got'"
+done
+got=$(complete_words mount.objfs s3://b /mnt -)
+[ "$got" = "$(printf '%s\n' -o -f -s -n -v)" ] || fail "'mount.objfs ... -' completed to '$got'"
 
 # ---- an fstab line, mounted by mount -a and by mount MOUNTPOINT
 if [ -z "${OBJFS_TEST_SFTP_HOST:-}" ]; then
