@@ -445,7 +445,7 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .group = G::kS3,
        .meaning = "SSE-C: encrypt every object with the customer key in FILE (32 bytes, raw or "
                   "base64), sent with each read, put, copy and multipart upload; objects the "
-                  "key does not open cannot be read",
+                  "key does not open cannot be read; not with data_cache=",
        .default_value = "none",
        .apply = PathText<&MountOptions::sse_c_key_file>},
       {.names = {"requester_pays"},
@@ -1295,6 +1295,13 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
   }
   if (!out.sse.empty() && !out.sse_c_key_file.empty()) {
     return Invalid("give sse= or sse_c_key=, not both: an object has one kind of encryption");
+  }
+  // The disk cache keeps what it reads, decrypted, across remounts: that would leave the
+  // plaintext of objects encrypted with the user's own key on this machine's disk.
+  if (!out.sse_c_key_file.empty() && !out.data_cache.empty()) {
+    return Invalid(
+        "give sse_c_key= or data_cache=, not both: the disk cache would keep the objects' "
+        "plaintext on local disk");
   }
   if (given.default_permissions && given.no_default_permissions) {
     return Invalid(

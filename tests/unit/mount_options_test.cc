@@ -245,6 +245,8 @@ TEST(ParseMountOptionsTest, S3ObjectSettings) {
   ExpectError({"s3://b", "/mnt", "-o", "storage_class=A B"}, "storage_class");
   ExpectError({"s3://bucket", "/mnt", "-o", "sse=AES256,sse_kms_key_id=k"}, "needs sse=aws:kms");
   ExpectError({"s3://bucket", "/mnt", "-o", "sse=AES256,sse_c_key=/k"}, "not both");
+  ExpectError({"s3://bucket", "/mnt", "-o", "sse_c_key=/k,data_cache=/var/cache/objfs"},
+              "plaintext on local disk");
   ExpectError({"sftp://h/srv", "/mnt", "-o", "requester_pays"}, "applies to s3://");
 }
 
