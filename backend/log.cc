@@ -52,10 +52,6 @@ Result<LogSettings> ParseLogSink(std::string_view text) {
   return settings;
 }
 
-LogLevel LevelOfLine(std::string_view line) {
-  return line.substr(0, 9) == "warning: " ? LogLevel::kWarn : LogLevel::kError;
-}
-
 namespace {
 
 // Whether `path` is, or links to, a name of standard output or error (/dev/stderr,

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -87,8 +88,17 @@ inline void LogInfo(std::string_view message) { Log(LogLevel::kInfo, message); }
 inline bool LogDebugEnabled() { return Logger::Instance().Enabled(LogLevel::kDebug); }
 inline void LogDebug(std::string_view message) { Log(LogLevel::kDebug, message); }
 
-// The level of a line of the older, level-less callbacks (`std::function<void(string)>`):
-// "warning: ..." is a warning, anything else an error.
-LogLevel LevelOfLine(std::string_view line);
+// A component's log: each line with its level. Components take one (in their options) so that
+// tests can read what they say; the mount gives them the process's Logger (`LogTo` below).
+using LogFunction = std::function<void(LogLevel, const std::string&)>;
+
+// `log` when there is one, the process's Logger otherwise.
+inline void LogTo(const LogFunction& log, LogLevel level, const std::string& message) {
+  if (log) {
+    log(level, message);
+  } else {
+    Log(level, message);
+  }
+}
 
 }  // namespace objfs

@@ -517,7 +517,7 @@ void DataCache::StopWriting(const Status& why) {
     const std::string line =
         "data cache " + options_.dir +
         ": cannot write a block, reads go uncached from now on: " + why.message();
-    if (options_.log) options_.log(line);
+    if (options_.log) options_.log(LogLevel::kWarn, line);
   }
 }
 

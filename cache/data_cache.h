@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "backend/etag.h"
+#include "backend/log.h"
 #include "backend/metrics.h"
 #include "backend/mutex.h"
 #include "backend/object_store.h"
@@ -71,7 +72,7 @@ struct DataCacheOptions {
   std::string scope;
   // The most object files held open at once (each holds a descriptor).
   size_t max_open_files = 64;
-  std::function<void(const std::string&)> log;  // the one line saying writing stopped
+  LogFunction log;  // the one line saying writing stopped
   // Tests: called before each block file is written; a non-ok Status fails that write as a
   // full disk would.
   std::function<Status()> before_write;

@@ -10,7 +10,7 @@ namespace objfs {
 
 Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string& from,
                             const std::string& to, bool has_marker, size_t max_objects,
-                            const std::function<void(const std::string&)>& log) {
+                            const LogFunction& log) {
   const std::string prefix = from + "/";
   std::vector<ObjectInfo> objects;
   ListOptions list;
@@ -22,7 +22,7 @@ Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string&
       Status refused = InvalidArgumentError("cannot rename directory " + from +
                                             ": it has more than " + std::to_string(max_objects) +
                                             " objects; raise -o max_rename_objects");
-      log(refused.message());
+      log(LogLevel::kError, refused.message());
       return refused;
     }
     list.continuation_token = page.next_token;

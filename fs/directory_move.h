@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 
+#include "backend/log.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
 
@@ -29,6 +30,6 @@ class IoPool;
 // a key would grow past the store's max_key_bytes.
 Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string& from,
                             const std::string& to, bool has_marker, size_t max_objects,
-                            const std::function<void(const std::string&)>& log);
+                            const LogFunction& log);
 
 }  // namespace objfs

@@ -74,9 +74,9 @@ FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* ino
       clock_(std::move(clock)),
       options_(std::move(options)),
       coalescer_(
-          store_, staging_, [this](const std::string& line) { Log(line); },
+          store_, staging_, [this](LogLevel level, const std::string& line) { Log(level, line); },
           [this](const std::string& key) { meta_cache_->Invalidate(key); }),
-      recovery_([this](const std::string& line) { Log(line); }),
+      recovery_([this](LogLevel level, const std::string& line) { Log(level, line); }),
       caps_(store_->capabilities()) {
   if (options_.stream_parts_in_flight > 0 && caps_.upload_sessions) {
     stream_pool_ = std::make_unique<IoPool>(std::max<size_t>(options_.stream_threads, 1));
@@ -108,12 +108,8 @@ Result<std::string> FileWriter::KeyOf(uint64_t ino) const {
   return *key;
 }
 
-void FileWriter::Log(const std::string& message) const {
-  if (options_.log) {
-    options_.log(message);
-  } else {
-    objfs::Log(LevelOfLine(message), message);
-  }
+void FileWriter::Log(LogLevel level, const std::string& message) const {
+  LogTo(options_.log, level, message);
 }
 
 Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord& rec, bool empty) {
@@ -183,7 +179,8 @@ void FileWriter::KeepStagedReadable(Inode& inode) {
   if (!inode.staged || !inode.staged->has_base() || inode.open_handles.load() == 0) return;
   const std::string base = inode.staged->base_key();
   Status fetched = FillFromBase(*inode.staged, &inode, base, 0, inode.staged->size());
-  if (!fetched.ok()) Log("an open file of " + base + " stays incomplete: " + fetched.message());
+  if (!fetched.ok())
+    Log(LogLevel::kError, "an open file of " + base + " stays incomplete: " + fetched.message());
 }
 
 Status FileWriter::FillFromBase(StagedFile& staged, const Inode* busy, const std::string& key,
@@ -215,7 +212,7 @@ Status FileWriter::FillFromBase(StagedFile& staged, const Inode* busy, const std
         std::string why = "the unwritten bytes of " + key + " at " + std::to_string(at);
         why += " cannot be fetched: " + base + " changed or was removed on the server since ";
         why += key + " was opened for writing (" + n.status().message() + ")";
-        Log(why);
+        Log(LogLevel::kError, why);
         if (base_changed != nullptr) *base_changed = true;
         return IoError(why);
       }
@@ -326,10 +323,10 @@ Status FileWriter::ApplyHeldMetadata(Inode& inode, const std::string& key) {
 void FileWriter::DropRefusedMetadata(Inode& inode, const std::string& key, const Status& refusal) {
   if (inode.pending_metadata) {
     const HeldChange& pending = *inode.pending_metadata;
-    Log("dropping a metadata change of " + key + " (" +
-        ChangedMetadataNames(pending.object.metadata, pending.metadata) +
-        "): the server refuses it for good (" + refusal.ToString() +
-        "); the object keeps the metadata it has");
+    Log(LogLevel::kWarn, "dropping a metadata change of " + key + " (" +
+                             ChangedMetadataNames(pending.object.metadata, pending.metadata) +
+                             "): the server refuses it for good (" + refusal.ToString() +
+                             "); the object keeps the metadata it has");
   }
   if (inode.pending_metadata && inode.pending_metadata->object.has_metadata) {
     // What the store holds, for a staged copy kept for open handles.
@@ -364,9 +361,10 @@ Result<ObjectInfo> FileWriter::PutWithAcceptedMetadata(const std::string& key,
   put.metadata = accepted;
   Result<ObjectInfo> result = store_->put(key, source, put);
   if (!result.ok()) return IsPermanentRefusal(result.status()) ? refusal : result.status();
-  Log("uploaded " + key + " without its metadata change (" +
-      ChangedMetadataNames(accepted, *metadata) + "), which the server refuses for good (" +
-      refusal.ToString() + "): the object keeps the metadata the server last accepted");
+  Log(LogLevel::kWarn, "uploaded " + key + " without its metadata change (" +
+                           ChangedMetadataNames(accepted, *metadata) +
+                           "), which the server refuses for good (" + refusal.ToString() +
+                           "): the object keeps the metadata the server last accepted");
   *metadata = std::move(accepted);
   return result;
 }
@@ -386,7 +384,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
                          ? inode.staged->MarkAccepted(key, metadata, /*sync=*/false)
                          : inode.staged->Describe(key, metadata);
   if (!described.ok()) {
-    Log("uploading " + key + " with a stale crash record: " + described.message());
+    Log(LogLevel::kWarn, "uploading " + key + " with a stale crash record: " + described.message());
   } else if (accept) {
     MetadataCoalescer::Forget(inode.carried);  // the accepted record carries the change
     if (inode.accepted_copy) {                 // superseded by this version
@@ -425,7 +423,8 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
         inode.accepted_copy->Remove();
         inode.accepted_copy.reset();
       }
-      if (!recorded.ok()) Log("no crash record for " + key + ": " + recorded.message());
+      if (!recorded.ok())
+        Log(LogLevel::kWarn, "no crash record for " + key + ": " + recorded.message());
     }
     return result.status().WithContext("uploading " + key);
   }
@@ -756,9 +755,9 @@ void FileWriter::GiveUpStream(Inode& inode, const std::string& key, std::optiona
     case Fallback::kCount:
       break;
   }
-  Log("uploading " + key + " whole: " + reason +
-      (detail.ok() ? "" : " (" + detail.ToString() + ")") +
-      "; later files given up for this reason are not logged");
+  Log(LogLevel::kInfo, "uploading " + key + " whole: " + reason +
+                           (detail.ok() ? "" : " (" + detail.ToString() + ")") +
+                           "; later files given up for this reason are not logged");
 }
 
 std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const std::string& key,
@@ -859,7 +858,7 @@ Status FileWriter::JoinHeldMetadata(Inode& inode, const std::string& key, const 
   Status recorded = coalescer_.Join(pending, key, metadata);
   if (!recorded.ok()) {
     // Without a crash record the change goes to the store now.
-    Log("changing the metadata of " + key + " at once: " + recorded.message());
+    Log(LogLevel::kWarn, "changing the metadata of " + key + " at once: " + recorded.message());
     Metadata previous = std::move(pending.metadata);
     pending.metadata = metadata;
     Status applied = ApplyHeldMetadata(inode, key);
@@ -921,7 +920,8 @@ Result<FileAttr> FileWriter::ChangeUnsavedMetadata(
       if (described.ok()) inode.carried.metadata = std::move(changed);
     }
   }
-  if (!described.ok()) Log("a crash record of " + key + " is stale: " + described.message());
+  if (!described.ok())
+    Log(LogLevel::kWarn, "a crash record of " + key + " is stale: " + described.message());
   return attr;
 }
 
@@ -952,7 +952,7 @@ Status FileWriter::DeferUpload(uint64_t ino, Inode& inode) {
   if (!recorded.ok()) {
     // Without that record (the cache disk is full) the window would hold data a crash loses:
     // upload it now, as without a window.
-    Log("uploading " + *key + " at close: " + recorded.message());
+    Log(LogLevel::kWarn, "uploading " + *key + " at close: " + recorded.message());
     Status uploaded = Upload(inode, *key);
     if (!uploaded.ok()) RetryLater(ino, uploaded);
     return uploaded;
@@ -967,7 +967,7 @@ void FileWriter::NoteUploadFailure(const Status& failure) {
   Bump(metrics_->writeback_failures);
   char when[64];
   std::snprintf(when, sizeof(when), "; kept in cache_dir, retrying in %.0f s", retry_seconds());
-  Log(failure.ToString() + when);
+  Log(LogLevel::kWarn, failure.ToString() + when);
 }
 
 void FileWriter::RetryLater(uint64_t ino, const Status& failure) {
@@ -999,8 +999,8 @@ uint64_t FileWriter::MakeRoom(const Inode* busy, uint64_t needed) {
   size_t uploaded = 0;
   const uint64_t freed = queue_->MakeRoom(needed, upload_early, &uploaded);
   if (uploaded > 0) {
-    Log("cache_dir is full: uploaded " + std::to_string(uploaded) +
-        " file(s) of the write-back window early");
+    Log(LogLevel::kWarn, "cache_dir is full: uploaded " + std::to_string(uploaded) +
+                             " file(s) of the write-back window early");
   }
   return freed;
 }
@@ -1076,8 +1076,8 @@ bool FileWriter::Adopt(
     if (!filled.ok()) file = filled;
   }
   if (!file.ok()) {
-    Log("staged data of " + left.key + " stays in " + left.data_path +
-        " for the next mount: " + file.status().message());
+    Log(LogLevel::kError, "staged data of " + left.key + " stays in " + left.data_path +
+                              " for the next mount: " + file.status().message());
     return false;
   }
   const uint64_t size = (*file)->size();
@@ -1111,8 +1111,9 @@ Status FileWriter::RecoverStaged() {
   std::vector<std::string> unreadable;
   OBJFS_ASSIGN_OR_RETURN(auto leftovers, staging_->Leftovers(&unreadable));
   for (const std::string& data_path : unreadable) {
-    Log("staged data " + data_path +
-        " is not uploaded: the record naming its object is damaged; the data is left there");
+    Log(LogLevel::kError,
+        "staged data " + data_path +
+            " is not uploaded: the record naming its object is damaged; the data is left there");
   }
   // Kept for the user to look at, never uploaded.
   auto set_aside = [this](const StagedLeftover& left, const std::string& why) {
@@ -1121,8 +1122,8 @@ Status FileWriter::RecoverStaged() {
         ::stat(left.data_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
     Result<std::string> kept = staging_->SetAside(left);
     if (!kept.ok()) {
-      Log("unfinished data of " + left.key + " stays in " + left.data_path + ": " +
-          kept.status().message());
+      Log(LogLevel::kError, "unfinished data of " + left.key + " stays in " + left.data_path +
+                                ": " + kept.status().message());
       return;
     }
     std::string sparse;
@@ -1133,8 +1134,8 @@ Status FileWriter::RecoverStaged() {
       sparse = " (staged sparse from " + left.base_key + ": only" + DataRanges(*kept) +
                " hold written or fetched bytes, the rest is a hole)";
     }
-    Log(left.key + why + ": not uploaded; its " + std::to_string(bytes) + " bytes are in " + *kept +
-        sparse);
+    Log(LogLevel::kWarn, left.key + why + ": not uploaded; its " + std::to_string(bytes) +
+                             " bytes are in " + *kept + sparse);
   };
   Status first;
   // The files to take over, one per key: should two accepted versions name the same key, the
@@ -1168,8 +1169,9 @@ Status FileWriter::RecoverStaged() {
   size_t unrecorded = 0;
   Result<uint64_t> freed = staging_->RemoveUnrecorded(&unrecorded);
   if (freed.ok() && unrecorded > 0) {
-    Log("removed " + std::to_string(unrecorded) + " staged copies (" + std::to_string(*freed) +
-        " bytes) that an earlier mount had already uploaded or whose files were removed");
+    Log(LogLevel::kInfo,
+        "removed " + std::to_string(unrecorded) + " staged copies (" + std::to_string(*freed) +
+            " bytes) that an earlier mount had already uploaded or whose files were removed");
   }
   // The accepted files are served from cache_dir at once and uploaded in the background: a
   // large backlog would otherwise keep the mount from answering for as long as it uploads.
@@ -1179,8 +1181,9 @@ Status FileWriter::RecoverStaged() {
     if (Adopt(leftovers[index], set_aside)) ++adopted;
   }
   if (adopted > 0) {
-    Log("uploading " + std::to_string(adopted) + " files (" + std::to_string(recovery_.bytes()) +
-        " bytes) left by an earlier mount in the background");
+    Log(LogLevel::kInfo, "uploading " + std::to_string(adopted) + " files (" +
+                             std::to_string(recovery_.bytes()) +
+                             " bytes) left by an earlier mount in the background");
     if (options_.writeback_thread) queue_->Start();
   }
   recovery_.End();  // logs at once when all of them are uploaded already

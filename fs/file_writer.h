@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/metrics.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
@@ -88,7 +89,7 @@ class FileWriter {
     // Threads sending those parts, for all files.
     size_t stream_threads = 4;
     // One line per problem found in the background.
-    std::function<void(const std::string&)> log;
+    LogFunction log;
   };
 
   // Every pointer must outlive this. Starts the write-back thread when there is a window or a
@@ -232,7 +233,7 @@ class FileWriter {
 
  private:
   Result<std::string> KeyOf(uint64_t ino) const;
-  void Log(const std::string& message) const;
+  void Log(LogLevel level, const std::string& message) const;
   // The store refused `metadata` (`refusal`, IsPermanentRefusal) for a put of `source` to
   // `key`: puts the data again with the metadata the server last accepted (the object's
   // current metadata with `metadata`'s mode, owner and mtime; for a new object, only those)

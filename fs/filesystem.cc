@@ -51,7 +51,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
   writer.read_buffer = raw->options_.prefetch.read_buffer;
   writer.writeback_thread = raw->options_.writeback_thread;
   writer.upload_threads = kUploadThreads;
-  writer.log = [raw](const std::string& line) { raw->Log(line); };
+  writer.log = [raw](LogLevel level, const std::string& line) { raw->Log(level, line); };
   fs->writer_ = std::make_unique<FileWriter>(raw->store_.get(), raw->staging_.get(), &raw->inodes_,
                                              &raw->meta_cache_, &raw->attrs_, raw->metrics_,
                                              raw->clock_, std::move(writer));
@@ -93,12 +93,8 @@ size_t EffectiveReadBuffer(size_t read_buffer, uint64_t unit) {
   return static_cast<size_t>(read_buffer / unit * unit);
 }
 
-void Filesystem::Log(const std::string& message) const {
-  if (options_.log) {
-    options_.log(message);
-  } else {
-    objfs::Log(LevelOfLine(message), message);
-  }
+void Filesystem::Log(LogLevel level, const std::string& message) const {
+  LogTo(options_.log, level, message);
 }
 
 Filesystem::~Filesystem() {

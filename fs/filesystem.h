@@ -44,6 +44,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/metrics.h"
 #include "backend/mutex.h"
 #include "backend/object_store.h"
@@ -116,7 +117,7 @@ struct FilesystemOptions {
   size_t max_metadata = 0;
   // Where problems found in the background (a failed write-back upload) are reported, one line
   // each; null: stderr.
-  std::function<void(const std::string&)> log;
+  LogFunction log;
   // Runs the thread that uploads files whose write-back window has passed (and the files
   // RecoverStaged takes over, window or not). Tests that drive UploadDue() themselves turn it
   // off.
@@ -480,7 +481,7 @@ class Filesystem {
   // metadata change: EIO whatever the server said (ENOSPC for a full disk or quota), since
   // errno cannot carry the reason; the reason goes to the log.
   Status ReportedAtClose(std::string_view call, uint64_t ino, Status failed);
-  void Log(const std::string& message) const;
+  void Log(LogLevel level, const std::string& message) const;
   // Rename of a file whose data is pending upload: the staged file takes the new name.
   // nullopt when the file is not (or no longer) pending: the caller renames it in the store.
   std::optional<Status> RenameLocalFile(const std::string& from, const std::string& to,

@@ -127,7 +127,8 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
         if (restored.ok() && inode->accepted_copy) {
           restored = inode->accepted_copy->Restore(copy_state);
         }
-        if (!restored.ok()) Log("no crash record for " + key + ": " + restored.message());
+        if (!restored.ok())
+          Log(LogLevel::kWarn, "no crash record for " + key + ": " + restored.message());
       }
       return removed;
     }

@@ -272,8 +272,9 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
 Status Filesystem::ReportedAtClose(std::string_view call, uint64_t ino, Status failed) {
   if (failed.ok()) return failed;
   Result<std::string> key = KeyOf(ino);
-  Log(std::string(call) + " of " + (key.ok() ? *key : "inode " + std::to_string(ino)) +
-      " failed: " + failed.ToString() + "; kept for a retry");
+  Log(LogLevel::kError, std::string(call) + " of " +
+                            (key.ok() ? *key : "inode " + std::to_string(ino)) +
+                            " failed: " + failed.ToString() + "; kept for a retry");
   if (failed.code() == StatusCode::kNoSpace || failed.code() == StatusCode::kIoError) {
     return failed;
   }

@@ -193,7 +193,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       } else if (!described.ok()) {
         // No record under the new name (the cache disk is full): the data goes up under the
         // old one now, and the store renames it.
-        Log("uploading " + from + " before its rename: " + described.message());
+        Log(LogLevel::kWarn, "uploading " + from + " before its rename: " + described.message());
         failure = writer_->Upload(*inode, from, /*accept=*/false);
       } else if (inode->in_store && !(removed = store_->remove(from)).ok() &&
                  removed.code() != StatusCode::kNotFound) {
@@ -358,9 +358,9 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
     inodes_.Rename(from, to, /*subtree=*/true);
     return Status::Ok();
   }
-  Status moved = MoveDirectoryObjects(*store_, *io_pool_, from, to, src.has_object,
-                                      options_.max_rename_objects,
-                                      [this](const std::string& line) { Log(line); });
+  Status moved = MoveDirectoryObjects(
+      *store_, *io_pool_, from, to, src.has_object, options_.max_rename_objects,
+      [this](LogLevel level, const std::string& line) { Log(level, line); });
   meta_cache_.InvalidateTree(to);  // (copies may have landed even when one failed)
   OBJFS_RETURN_IF_ERROR(moved);
   meta_cache_.InvalidateTree(from);

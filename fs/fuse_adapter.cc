@@ -750,10 +750,11 @@ const fuse_lowlevel_ops kOperations = MakeOperations();
 }  // namespace
 
 FuseAdapter::FuseAdapter(FuseAdapterOptions options)
-    : options_(std::move(options)),
-      reply_log_(options_.log ? options_.log : ReplyLog::Sink([](const std::string& message) {
-        LogError(message);
-      })) {}
+    : options_(std::move(options)), reply_log_([log = options_.log](const std::string& message) {
+        // A reply other than the ones files and names give in the normal course (ENOENT,
+        // EEXIST...): a caller was refused, or saw EIO.
+        LogTo(log, LogLevel::kError, message);
+      }) {}
 
 fuse_session* FuseAdapter::NewSession(fuse_args* args) {
   return fuse_session_new(args, &kOperations, sizeof(kOperations), this);

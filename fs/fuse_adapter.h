@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/log.h"
 #include "backend/mutex.h"
 #include "backend/status.h"
 #include "fs/filesystem.h"
@@ -32,7 +33,7 @@ struct FuseAdapterOptions {
   // (and no page cache); small reads each cost a request, and MAP_SHARED mmap fails (ENODEV).
   bool direct_io = false;
   // Where failed replies are logged (fs/reply_log.h); standard error when unset.
-  std::function<void(const std::string&)> log;
+  LogFunction log;
 };
 
 class FuseAdapter {

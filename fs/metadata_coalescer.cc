@@ -97,7 +97,8 @@ Result<MetadataCoalescer::Applied> MetadataCoalescer::Apply(HeldChange& held,
     }
     if (result.status().code() == StatusCode::kNotFound) {
       // Removed elsewhere: nothing is left to change.
-      log_("dropping a metadata change of " + key + ": " + result.status().message());
+      log_(LogLevel::kWarn,
+           "dropping a metadata change of " + key + ": " + result.status().message());
       applied.outcome = Outcome::kGone;
       return applied;
     }
@@ -138,7 +139,8 @@ Status MetadataCoalescer::Recover() {
   std::vector<std::string> dropped;
   OBJFS_ASSIGN_OR_RETURN(auto changes, staging_->AttrsLeftovers(&dropped));
   for (const std::string& path : dropped) {
-    log_("a metadata change held by an earlier mount is lost: its record " + path + " is damaged");
+    log_(LogLevel::kError,
+         "a metadata change held by an earlier mount is lost: its record " + path + " is damaged");
   }
   Status first;
   for (const AttrsLeftover& left : changes) {
@@ -154,8 +156,8 @@ Status MetadataCoalescer::Recover() {
     // slack allows for this machine's clock running behind the server's.
     if (now.ok() && left.changed_ns > 0 &&
         now->mtime_ns > left.changed_ns + kHeldChangeClockSlackNs) {
-      log_("dropping a metadata change of " + left.key +
-           " held by an earlier mount: the object was changed after it");
+      log_(LogLevel::kWarn, "dropping a metadata change of " + left.key +
+                                " held by an earlier mount: the object was changed after it");
       ::unlink(left.path.c_str());
       continue;
     }
@@ -164,10 +166,10 @@ Status MetadataCoalescer::Recover() {
       set.expected = *now;
       Result<ObjectInfo> copied = store_->set_attributes(left.key, left.metadata, set);
       if (!copied.ok() && IsPermanentRefusal(copied.status())) {
-        log_("dropping a metadata change of " + left.key + " (" +
-             ChangedMetadataNames(now->metadata, left.metadata) +
-             ") held by an earlier mount: the server refuses it for good (" +
-             copied.status().ToString() + ")");
+        log_(LogLevel::kWarn, "dropping a metadata change of " + left.key + " (" +
+                                  ChangedMetadataNames(now->metadata, left.metadata) +
+                                  ") held by an earlier mount: the server refuses it for good (" +
+                                  copied.status().ToString() + ")");
       } else if (!copied.ok() && copied.status().code() != StatusCode::kPreconditionFailed &&
                  copied.status().code() != StatusCode::kNotFound) {
         if (first.ok()) first = copied.status().WithContext("recovering a metadata change");

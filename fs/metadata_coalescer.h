@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/log.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
 #include "cache/staging.h"
@@ -49,7 +50,7 @@ std::string ChangedMetadataNames(const Metadata& from, const Metadata& to);
 
 class MetadataCoalescer {
  public:
-  using LogFn = std::function<void(const std::string&)>;
+  using LogFn = LogFunction;
   // Told that what is cached of `key` may be stale.
   using InvalidateFn = std::function<void(const std::string& key)>;
 

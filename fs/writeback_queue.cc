@@ -232,8 +232,8 @@ void RecoveryProgress::MaybeLog() {
     files = files_;
     bytes = bytes_;
   }
-  log_("recovered " + std::to_string(files) + " files (" + std::to_string(bytes) +
-       " bytes) left by an earlier mount");
+  log_(LogLevel::kInfo, "recovered " + std::to_string(files) + " files (" + std::to_string(bytes) +
+                            " bytes) left by an earlier mount");
 }
 
 }  // namespace objfs

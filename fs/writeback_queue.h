@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/mutex.h"
 #include "backend/status.h"
 #include "cache/clock.h"
@@ -114,7 +115,7 @@ class WritebackQueue {
 // that the usual paths own it).
 class RecoveryProgress {
  public:
-  explicit RecoveryProgress(std::function<void(const std::string&)> log) : log_(std::move(log)) {}
+  explicit RecoveryProgress(LogFunction log) : log_(std::move(log)) {}
 
   // Recovery is taking files over: until End, a file done early is not the last.
   void Begin();
@@ -131,7 +132,7 @@ class RecoveryProgress {
  private:
   void MaybeLog();
 
-  std::function<void(const std::string&)> log_;
+  LogFunction log_;
   mutable Mutex mu_;  // lock 7 of fs/lock_order.h: a leaf, like the queue's
   std::set<uint64_t> pending_ GUARDED_BY(mu_);
   size_t files_ GUARDED_BY(mu_) = 0;

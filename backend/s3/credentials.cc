@@ -931,7 +931,7 @@ bool CredentialsHolder::Renew(const std::string& why) {
     }
     cv_.SignalAll();
   }
-  if (log_ && started_) log_(line);
+  if (log_ && started_) log_(fresh.ok() ? LogLevel::kInfo : LogLevel::kError, line);
   return fresh.ok();
 }
 
@@ -985,7 +985,7 @@ bool CredentialsHolder::RenewAfterDenial(const Credentials& used) {
     }
     cv_.SignalAll();
   }
-  if (changed && log_ && started_) log_(line);
+  if (changed && log_ && started_) log_(LogLevel::kInfo, line);
   return changed;
 }
 

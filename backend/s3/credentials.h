@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/mutex.h"
 #include "backend/s3/aws_config.h"
 #include "backend/status.h"
@@ -100,7 +101,7 @@ Result<Credentials> ParseStsCredentials(std::string_view xml);
 class CredentialsHolder {
  public:
   using Resolver = std::function<Result<Credentials>()>;
-  using Log = std::function<void(const std::string&)>;
+  using Log = LogFunction;
 
   // `resolve` gives fresh credentials (the chain); may be empty for fixed keys. Once
   // StartRefreshing was called, temporary credentials are renewed `ahead` of their expiry (at

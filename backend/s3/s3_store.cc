@@ -133,8 +133,7 @@ struct S3Store::Request {
   bool raw_reply = false;
 };
 
-Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain,
-                        const std::function<void(const std::string&)>& log) {
+Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain, const LogFunction& log) {
   const GetEnvFn& getenv = chain.getenv;
   auto env = [&getenv](const char* name) -> std::string {
     const char* v = getenv(name);
@@ -380,8 +379,8 @@ Result<HttpResponse> S3Store::Execute(const Request& req) {
     if (r.ok() || !IsCredentialRejection(r.status())) return r;
   }
   if (options_.log && credentials_->refreshing()) {
-    options_.log(r.status().message() + " (signed with the credentials from " + used.source +
-                 "; resolving them again gave no others)");
+    options_.log(LogLevel::kError, r.status().message() + " (signed with the credentials from " +
+                                       used.source + "; resolving them again gave no others)");
   }
   return r;
 }
@@ -402,7 +401,7 @@ Result<HttpResponse> S3Store::ExecuteWithRetries(const Request& req, Credentials
       deadline && (options_.retry.budget.count() <= 0 || *deadline < start + options_.retry.budget);
   if (capped && *deadline <= start) {
     Status late = TimedOutError(req.what + ": not sent, the unmount's operation_timeout is spent");
-    if (options_.log) options_.log(late.message());
+    if (options_.log) options_.log(LogLevel::kError, late.message());
     return late;
   }
   auto attempt = [&]() -> Result<HttpResponse> {
@@ -425,7 +424,7 @@ Result<HttpResponse> S3Store::ExecuteWithRetries(const Request& req, Credentials
       [this](int, const Status&, std::chrono::milliseconds) { Bump(metrics_->retries); }, deadline);
   if (!r.ok() && r.status().code() == StatusCode::kTimedOut) {
     Status timed_out = r.status().WithContext(req.what);
-    if (options_.log) options_.log(timed_out.message());
+    if (options_.log) options_.log(LogLevel::kError, timed_out.message());
     return timed_out;
   }
   return r;

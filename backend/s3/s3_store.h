@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "backend/log.h"
 #include "backend/metrics.h"
 #include "backend/object_store.h"
 #include "backend/retry.h"
@@ -72,7 +73,7 @@ struct S3StoreOptions {
   // retry.budget is operation_timeout: one call's attempts and waits together.
   RetryPolicy retry;
   // Told (one line) when a call runs out of its time budget; may be empty.
-  std::function<void(const std::string&)> log;
+  LogFunction log;
   // Protocol-level counters (HTTP requests, retries, bytes hashed) go here; per-call counters
   // are MetricsStore's. Not owned; may be null.
   Metrics* metrics = nullptr;
@@ -87,8 +88,7 @@ struct S3StoreOptions {
 // the addressing style (the profile's s3 addressing_style), the CA bundle (AWS_CA_BUNDLE) and
 // the credentials (the chain of credentials.h, with a holder that renews them once started;
 // `log` is told of each renewal).
-Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain,
-                        const std::function<void(const std::string&)>& log);
+Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain, const LogFunction& log);
 Status ApplyEnvironment(S3StoreOptions& options, std::string_view profile, const GetEnvFn& getenv);
 
 class S3Store : public ObjectStore {

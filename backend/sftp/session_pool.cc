@@ -536,9 +536,9 @@ void SftpSessionPool::Watch() {
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%.1f",
                       std::chrono::duration<double>(allowed).count());
-        options_.log("SFTP server " + options_.user + "@" + HostPort(options_) +
-                     " sent nothing for " + seconds + " s (" + why +
-                     ") during a call; dropping that connection");
+        options_.log(LogLevel::kWarn, "SFTP server " + options_.user + "@" + HostPort(options_) +
+                                          " sent nothing for " + seconds + " s (" + why +
+                                          ") during a call; dropping that connection");
       }
       // Wakes the thread blocked in libssh: its call fails and the connection is dropped.
       connection->MarkBroken();
@@ -658,7 +658,7 @@ Result<SftpSessionPool::Lease> SftpSessionPool::Acquire(
         c.status().message().rfind("host key of ", 0) == 0 &&
         c.status().message() != last_logged_refusal_) {
       last_logged_refusal_ = c.status().message();
-      if (options_.log) options_.log(c.status().message());
+      if (options_.log) options_.log(LogLevel::kError, c.status().message());
     }
     return status;
   }

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/mutex.h"
 #include "backend/sftp/sftp_wire.h"
 #include "backend/status.h"
@@ -65,7 +66,7 @@ struct SftpConnectOptions {
   std::chrono::milliseconds request_timeout{30000};
   // Told (one line each) about cut connections and about refusals of a server that let us in
   // before (a host key that changed during the mount); may be empty.
-  std::function<void(const std::string&)> log;
+  LogFunction log;
 };
 
 // AES-GCM first on a CPU with AES and carry-less multiply instructions, where it costs both

@@ -228,7 +228,7 @@ auto SftpStore::WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>(
   auto timed_out = [&](int attempts, const Status& last) {
     Status status = TimedOutAfter(DeadlineClock::now() - start, attempts, last)
                         .WithContext("SFTP call on " + describe());
-    if (options_.log) options_.log(status.message());
+    if (options_.log) options_.log(LogLevel::kError, status.message());
     return status;
   };
   // The first try, and then fresh connections: a broken one may have had idle siblings that
@@ -242,7 +242,7 @@ auto SftpStore::WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>(
         return timed_out(attempt + 1, lease.status());
       }
       if (lease.status().code() == StatusCode::kTimedOut && options_.log && log_timeouts_) {
-        options_.log(lease.status().message());
+        options_.log(LogLevel::kError, lease.status().message());
       }
       return lease.status();
     }
@@ -641,10 +641,11 @@ void SftpStore::OwnerRefused(const std::string& key, const Status& why) {
   if (owner_refused_.exchange(true)) return;
   if (options_.log) {
     options_.log(
+        LogLevel::kWarn,
         "new and replaced files of this mount belong to the SFTP account: the server refused "
         "to give " +
-        key + " the owner it should have (" + why.message() +
-        "); not tried again until the next mount");
+            key + " the owner it should have (" + why.message() +
+            "); not tried again until the next mount");
   }
 }
 

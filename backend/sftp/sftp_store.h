@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/metrics.h"
 #include "backend/mutex.h"
 #include "backend/object_store.h"
@@ -72,7 +73,7 @@ struct SftpStoreOptions {
   // One call's attempts together; after it the call fails with TimedOut. 0: no limit.
   std::chrono::milliseconds operation_timeout{120000};
   // Told (one line) about calls that ran out of time, cut connections and refusals.
-  std::function<void(const std::string&)> log;
+  LogFunction log;
   // The owner the mount shows for files the server reports none for, and gives the new files
   // it makes (its uid= and gid=). An upload replaces a file by renaming a new one over it,
   // which the account logged in owns: when the metadata names another owner (the replaced

@@ -73,8 +73,8 @@ class Reporter {
  public:
   void set_daemon(bool daemon) { Logger::Instance().StartServing(daemon); }
 
-  // A line of the level-less callbacks: "warning: ..." is a warning, the rest errors.
-  void Error(const std::string& message) const { Log(LevelOfLine(message), message); }
+  void Error(const std::string& message) const { LogError(message); }
+  void Warn(const std::string& message) const { LogWarn(message); }
 };
 
 // A crash leaves the mount point "Transport endpoint is not connected"; the least the process
@@ -340,7 +340,7 @@ Status CheckCacheDirectory(const std::string& dir, std::string_view option = "ca
 // in `records`) to `clear`, before this mount serves anything, and says what it did.
 void ClearDeadUploads(UploadRecords& records, std::string_view kind,
                       const std::function<Status(const OpenUploadRecord&)>& clear,
-                      const std::function<void(const std::string&)>& log) {
+                      const LogFunction& log) {
   UploadRecords::ClearResult result = records.ClearLeftovers(clear);
   auto count = [kind](size_t n) {
     return std::to_string(n) + " " + std::string(kind) + (n == 1 ? "" : "s");
@@ -349,13 +349,13 @@ void ClearDeadUploads(UploadRecords& records, std::string_view kind,
     LogInfo("cleared " + count(result.cleared) + " left on the server by an earlier mount");
   }
   if (result.damaged != 0) {
-    log("warning: dropped " + std::to_string(result.damaged) +
-        " damaged notes of an earlier mount's uploads");
+    log(LogLevel::kWarn, "warning: dropped " + std::to_string(result.damaged) +
+                             " damaged notes of an earlier mount's uploads");
   }
   if (result.failed != 0) {
-    log("warning: " + count(result.failed) +
-        " of an earlier mount not cleared (tried again at the next mount): " +
-        result.first_error.message());
+    log(LogLevel::kWarn, "warning: " + count(result.failed) +
+                             " of an earlier mount not cleared (tried again at the next mount): " +
+                             result.first_error.message());
   }
 }
 
@@ -370,7 +370,7 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
   const MountOptions& options = context.options;
   Metrics& metrics = context.metrics;
   const std::shared_ptr<UploadRecords>& uploads = context.uploads;
-  const std::function<void(const std::string&)>& log = context.log;
+  const LogFunction& log = context.log;
   s3::S3StoreOptions s3_options;
   s3_options.http.idle_timeout_s = WholeSeconds(options.request_timeout);
   s3_options.http.connect_timeout_ms =
@@ -426,7 +426,7 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
       credentials_line};
   if (context.start_threads != nullptr) {
     *context.start_threads = [s3, notes, log] {
-      for (const std::string& note : notes) log(note);
+      for (const std::string& note : notes) log(LogLevel::kInfo, note);
       s3->credentials().StartRefreshing();
     };
   }
@@ -508,7 +508,7 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
   const MountOptions& options = context.options;
   Metrics& metrics = context.metrics;
   const std::shared_ptr<UploadRecords>& uploads = context.uploads;
-  const std::function<void(const std::string&)>& log = context.log;
+  const LogFunction& log = context.log;
   sftp::SftpStoreOptions sftp_options;
   sftp_options.request_timeout = Millis(options.request_timeout);
   sftp_options.connect_timeout = std::min(
@@ -667,7 +667,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
     }
   }
   if (options.unchecked_other_users) {
-    reporter.Error(
+    reporter.Warn(
         "warning: allow_other with no_default_permissions: no permission is checked, "
         "every local user may read, change and remove every file of this mount");
   }
@@ -722,9 +722,9 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   std::shared_ptr<UploadRecords> uploads = std::move(upload_records).value();
 
   Metrics metrics;
-  const std::function<void(const std::string&)> log = [&reporter](const std::string& message) {
-    reporter.Error(message);
-  };
+  // What the store, the caches and the file system say, each line at its level, to the sink
+  // chosen by -o log= (the Reporter's, so on standard error until the mount serves).
+  const LogFunction log = [](LogLevel level, const std::string& message) { Log(level, message); };
   std::function<void()> stop_threads, start_threads;
   Result<std::shared_ptr<ObjectStore>> store =
       scheme.open(StoreContext{.options = options,
@@ -762,8 +762,8 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
     const StatusCode code = opened.ok() ? StatusCode::kOk : opened.status().code();
     if (code == StatusCode::kNoSpace || code == StatusCode::kIoError) {
       // A full or failing cache disk costs speed, never the mount.
-      reporter.Error("data cache " + dir +
-                     " unusable, reads go uncached: " + opened.status().message());
+      reporter.Warn("data cache " + dir +
+                    " unusable, reads go uncached: " + opened.status().message());
     } else if (!opened.ok()) {
       reporter.Error(opened.status().message());
       return 1;
@@ -812,7 +812,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
       128 << 10, adapter_options.max_readahead);
   Status readahead = SetKernelReadahead(mountpoint.string(), "fuse.objfs", kernel_readahead);
   if (!readahead.ok() && options.debug) {
-    reporter.Error("kernel read-ahead left at its default: " + readahead.message());
+    reporter.Warn("kernel read-ahead left at its default: " + readahead.message());
   }
 
   // Threads do not survive the fork of fuse_daemonize, so the filesystem (and its I/O pool)
@@ -834,7 +834,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   FilesystemOptions logged_options = fs_options;
   // With direct_io the kernel caches no pages to keep.
   logged_options.kernel_page_cache = !options.direct_io;
-  logged_options.log = [&reporter](const std::string& message) { reporter.Error(message); };
+  logged_options.log = log;
   std::shared_ptr<ObjectStore> served = *store;
   if (options.url.scheme == UrlScheme::kS3) {
     // S3 listings lack metadata: what HEADs found is kept for the next mount, on top of the
@@ -845,7 +845,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
       served = std::make_shared<ListingAttrStore>(
           std::move(served), std::make_shared<StoreDb>(std::move(db).value()), &metrics);
     } else {
-      reporter.Error("attributes are not kept between mounts: " + db.status().message());
+      reporter.Warn("attributes are not kept between mounts: " + db.status().message());
     }
   }
   if (data_cache != nullptr) {
@@ -860,7 +860,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   } else {
     Status recovered = (*fs)->RecoverStaged();
     if (!recovered.ok()) {
-      reporter.Error(
+      reporter.Warn(
           "warning: staged data or metadata changes of an earlier mount not in the "
           "store yet (kept in " +
           fs_options.cache_dir + "): " + recovered.message());

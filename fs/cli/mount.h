@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/log.h"
 #include "backend/metrics.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
@@ -29,7 +30,7 @@ struct StoreContext {
   // Where the store notes the uploads the server holds until they complete, so that the next
   // mount over the same cache directory can clear those a crash left.
   std::shared_ptr<UploadRecords> uploads;
-  std::function<void(const std::string&)> log;  // one line to stderr, or syslog in the background
+  LogFunction log;  // one line to stderr, or syslog in the background
   // Threads the store started (checking the server) do not survive the fork to the background:
   // the store may set these to stop them before it and start them again after it.
   std::function<void()>* stop_threads = nullptr;

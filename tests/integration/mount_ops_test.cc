@@ -161,6 +161,33 @@ TEST(MountOpsTest, LevelsMetricsLinesAndSyslogFallback) {
   EXPECT_EQ(mount->Stop(), 0);
 }
 
+// Each line has its own level: what the mount says at start (endpoint, region, credentials)
+// is info, a risky option a warning, so log_level=warn keeps the one and drops the other.
+TEST(MountOpsTest, EachLineGoesAtItsOwnLevel) {
+  std::string bucket = CreateTestBucket(TestName());
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string log = scratch.path() + "/objfs.log";
+  for (const std::string level : {"warn", "info"}) {
+    SCOPED_TRACE(level);
+    fs::remove(log);
+    ObjfsMount::Options options;
+    options.extra_options =
+        "log=" + log + ",log_level=" + level + ",allow_other,no_default_permissions";
+    auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+    ASSERT_TRUE(mount);
+    ASSERT_EQ(mount->Stop(), 0) << mount->log();  // (the process has written all it will)
+    const std::string text = ReadLocal(log);
+    EXPECT_TRUE(Contains(text, " warn: warning: allow_other with no_default_permissions")) << text;
+    EXPECT_FALSE(Contains(text, " error: ")) << text;
+    if (level == "warn") {
+      EXPECT_FALSE(Contains(text, "s3: endpoint ")) << text;
+    } else {
+      EXPECT_TRUE(Contains(text, " info: s3: endpoint ")) << text;
+    }
+  }
+}
+
 TEST(MountOpsTest, StatsShowPendingUploadsStagedBytesAndFailures) {
   std::string bucket = CreateTestBucket(TestName());
   ObjfsMount::Options options;

@@ -725,7 +725,7 @@ TEST(CredentialsHolderTest, RejectionResolvesAgainOnceAndOnlyWhenNotYetReplaced)
         ++calls;
         return Keys(next, "file");
       },
-      [&](const std::string& line) { lines.push_back(line); });
+      [&](LogLevel, const std::string& line) { lines.push_back(line); });
   holder.StartRefreshing();  // static keys: no thread, but renewals are logged
   const Credentials old = holder.Current();
   EXPECT_TRUE(holder.RenewAfterRejection(old, "InvalidAccessKeyId"));
@@ -753,7 +753,7 @@ TEST(CredentialsHolderTest, DenialResolvesAgainQuietlyAtMostOncePerIntervalAndOn
         ++calls;
         return Keys("SAME", "file");
       },
-      [&](const std::string& line) { lines.push_back(line); });
+      [&](LogLevel, const std::string& line) { lines.push_back(line); });
   same.StartRefreshing();
   EXPECT_FALSE(same.RenewAfterDenial(same.Current()));
   EXPECT_EQ(calls.load(), 1);
@@ -767,7 +767,7 @@ TEST(CredentialsHolderTest, DenialResolvesAgainQuietlyAtMostOncePerIntervalAndOn
         ++calls;
         return Keys("NEW", "file");
       },
-      [&](const std::string& line) { lines.push_back(line); });
+      [&](LogLevel, const std::string& line) { lines.push_back(line); });
   rotated.StartRefreshing();
   const Credentials old = rotated.Current();
   EXPECT_TRUE(rotated.RenewAfterDenial(old));

@@ -93,7 +93,7 @@ class DataCacheTest : public ::testing::Test {
     options.max_bytes = max_bytes;
     options.block_size = kBlock;
     options.scope = "memory://test";
-    options.log = [this](const std::string& line) { log_.push_back(line); };
+    options.log = [this](LogLevel, const std::string& line) { log_.push_back(line); };
     options.before_write = std::move(before_write);
     options.max_open_files = max_open_files;
     Result<std::unique_ptr<DataCache>> opened = DataCache::Open(std::move(options), &metrics_);

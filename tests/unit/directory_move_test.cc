@@ -22,8 +22,9 @@ class DirectoryMoveTest : public ::testing::Test {
   }
   bool Exists(const std::string& key) { return memory_->head(key).ok(); }
   Status Move(bool has_marker, size_t max_objects = 100) {
-    return MoveDirectoryObjects(*faults_, pool_, "a", "b", has_marker, max_objects,
-                                [this](const std::string& line) { log_.push_back(line); });
+    return MoveDirectoryObjects(
+        *faults_, pool_, "a", "b", has_marker, max_objects,
+        [this](LogLevel, const std::string& line) { log_.push_back(line); });
   }
 
   std::shared_ptr<MemoryStore> memory_ = std::make_shared<MemoryStore>();

@@ -65,7 +65,7 @@ class FileWriterTest : public ::testing::Test {
     options.writeback = writeback;
     options.hold_metadata = hold_metadata;
     options.writeback_thread = false;
-    options.log = [this](const std::string& line) { log_.push_back(line); };
+    options.log = [this](LogLevel, const std::string& line) { log_.push_back(line); };
     writer_ = std::make_unique<FileWriter>(store_.get(), staging_.get(), inodes_.get(),
                                            meta_cache_.get(), &attrs_, &metrics_, clock_, options);
   }

@@ -548,7 +548,7 @@ class ModelRun {
     options_.writeback = config.writeback;
     options_.metadata_delay = config.metadata_delay;
     options_.writeback_thread = false;
-    options_.log = [this](const std::string& line) { log_.push_back(line); };
+    options_.log = [this](LogLevel, const std::string& line) { log_.push_back(line); };
   }
 
   ~ModelRun() {

@@ -84,7 +84,7 @@ class FilesystemTest : public ::testing::Test {
     FilesystemOptions o = options_;
     o.cache_dir = image;
     o.writeback_thread = false;
-    o.log = [&log](const std::string& line) { log.push_back(line); };
+    o.log = [&log](LogLevel, const std::string& line) { log.push_back(line); };
     auto fs = Filesystem::Create(store_, o, &metrics_, clock_);
     EXPECT_TRUE(fs.ok()) << fs.status().ToString();
     if (fs.ok()) {
@@ -956,7 +956,7 @@ TEST_F(FilesystemTest, AnEditedFileOpenInARenamedDirectoryStaysReadableAndUpload
 TEST_F(FilesystemTest, RenameDirectoryAboveTheLimitIsRefused) {
   options_.max_rename_objects = 5;
   std::vector<std::string> logged;
-  options_.log = [&](const std::string& line) { logged.push_back(line); };
+  options_.log = [&](LogLevel, const std::string& line) { logged.push_back(line); };
   fs_ = NewFilesystem();
   for (int i = 0; i < 6; ++i) PutObject("many/f" + std::to_string(i), "x");
   Status s = fs_->Rename(kRootIno, "many", kRootIno, "moved", 0);
@@ -1763,7 +1763,7 @@ class BackgroundRecoveryTest : public WritebackTest {
     o.cache_dir = image;
     o.writeback = writeback;
     o.writeback_thread = thread;
-    o.log = [log](const std::string& line) {
+    o.log = [log](LogLevel, const std::string& line) {
       std::lock_guard<std::mutex> lock(log->mu);
       log->lines.push_back(line);
     };
@@ -1897,7 +1897,7 @@ TEST_F(BackgroundRecoveryTest, TheRecoveredLineComesOnceWhenAllAreDone) {
   o.writeback_thread = false;
   std::vector<std::string> lines;
   Filesystem* next = nullptr;
-  o.log = [&](const std::string& line) {
+  o.log = [&](LogLevel, const std::string& line) {
     lines.push_back(line);
     // What the write-back thread may do at that moment: upload what is due.
     if (line.find("staged data of b2 stays in") != std::string::npos) {

@@ -38,8 +38,6 @@ TEST(LogTest, ParsesSinksAndLevels) {
   EXPECT_EQ(*ParseLogLevel("info"), LogLevel::kInfo);
   EXPECT_EQ(*ParseLogLevel("debug"), LogLevel::kDebug);
   EXPECT_FALSE(ParseLogLevel("verbose").ok());
-  EXPECT_EQ(LevelOfLine("warning: slow"), LogLevel::kWarn);
-  EXPECT_EQ(LevelOfLine("upload failed"), LogLevel::kError);
 }
 
 // One test for the process-wide logger: it is configured once.

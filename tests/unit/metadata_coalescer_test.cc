@@ -30,7 +30,8 @@ class MetadataCoalescerTest : public ::testing::Test {
 
   std::unique_ptr<MetadataCoalescer> NewCoalescer() {
     return std::make_unique<MetadataCoalescer>(
-        faults_.get(), staging_.get(), [this](const std::string& line) { log_.push_back(line); },
+        faults_.get(), staging_.get(),
+        [this](LogLevel, const std::string& line) { log_.push_back(line); },
         [this](const std::string& key) { invalidated_.push_back(key); });
   }
 

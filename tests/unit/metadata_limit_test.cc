@@ -66,7 +66,7 @@ class MetadataLimitTest : public ::testing::Test {
     options_.uid = 1000;
     options_.gid = 1000;
     options_.writeback_thread = false;
-    options_.log = [this](const std::string& line) { logged_.push_back(line); };
+    options_.log = [this](LogLevel, const std::string& line) { logged_.push_back(line); };
     Start(/*store_limit=*/0, /*fs_limit=*/kDefaultMaxMetadata, /*delay=*/1);
   }
 

@@ -372,7 +372,7 @@ class FileWriterStreamTest : public ::testing::Test {
     FileWriter::Options options;
     options.writeback_thread = false;
     options.stream_parts_in_flight = 2;
-    options.log = [this](const std::string& line) {
+    options.log = [this](LogLevel, const std::string& line) {
       MutexLock lock(&log_mu_);
       log_.push_back(line);
     };

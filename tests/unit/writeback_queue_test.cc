@@ -175,7 +175,7 @@ TEST_F(WritebackQueueTest, MakeRoomUploadsUntilEnoughIsFreed) {
 
 TEST(RecoveryProgressTest, LogsOnceWhenEveryFileIsDone) {
   std::vector<std::string> lines;
-  RecoveryProgress progress([&](const std::string& line) { lines.push_back(line); });
+  RecoveryProgress progress([&](LogLevel, const std::string& line) { lines.push_back(line); });
   progress.Begin();
   progress.Add(1, 10);
   progress.Done(1);  // done before the last is taken over: not yet
@@ -194,7 +194,7 @@ TEST(RecoveryProgressTest, LogsOnceWhenEveryFileIsDone) {
 
 TEST(RecoveryProgressTest, NothingTakenOverLogsNothing) {
   std::vector<std::string> lines;
-  RecoveryProgress progress([&](const std::string& line) { lines.push_back(line); });
+  RecoveryProgress progress([&](LogLevel, const std::string& line) { lines.push_back(line); });
   progress.Begin();
   progress.End();
   EXPECT_TRUE(lines.empty());
