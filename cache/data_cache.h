@@ -76,6 +76,8 @@ struct DataCacheOptions {
   // Tests: called before each block file is written; a non-ok Status fails that write as a
   // full disk would.
   std::function<Status()> before_write;
+  // Tests: called by each eviction before it gives the space back (punches or removes).
+  std::function<void()> before_free;
 };
 
 class DataCache {
@@ -151,6 +153,7 @@ class DataCache {
     uint64_t offset = 0;
     bool remove = false;
     std::shared_ptr<Descriptor> open = nullptr;  // the file's descriptor if it was open
+    uint64_t cost = 0;                           // the disk space it gives back (DiskCost)
   };
 
   DataCache(DataCacheOptions options, Metrics* metrics, int lock_fd,
@@ -190,7 +193,10 @@ class DataCache {
   std::unordered_map<std::string, File> files_ GUARDED_BY(mu_);
   std::list<std::string> open_lru_ GUARDED_BY(mu_);  // open files, most recently used first
   uint64_t bytes_ GUARDED_BY(mu_) = 0;               // of every entry, written or being written
-  uint64_t stamp_ GUARDED_BY(mu_) = 0;               // the last stamp given to a written record
+  // What evictions have taken off bytes_ but not yet given back to the disk (a Free under way):
+  // still counted against the bound, or the directory would outgrow it by a block per thread.
+  uint64_t freeing_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t stamp_ GUARDED_BY(mu_) = 0;  // the last stamp given to a written record
   uint64_t evictions_ GUARDED_BY(mu_) = 0;
   uint64_t corrupt_ GUARDED_BY(mu_) = 0;
   uint64_t generations_ GUARDED_BY(mu_) = 0;  // the last generation given to an entry

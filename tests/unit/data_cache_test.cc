@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -95,6 +97,7 @@ class DataCacheTest : public ::testing::Test {
     options.scope = "memory://test";
     options.log = [this](LogLevel, const std::string& line) { log_.push_back(line); };
     options.before_write = std::move(before_write);
+    options.before_free = before_free_;
     options.max_open_files = max_open_files;
     Result<std::unique_ptr<DataCache>> opened = DataCache::Open(std::move(options), &metrics_);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
@@ -124,6 +127,7 @@ class DataCacheTest : public ::testing::Test {
   Metrics backend_;  // requests that reached the store under the cache
   Metrics metrics_;  // the cache's own counters
   std::vector<std::string> log_;
+  std::function<void()> before_free_;  // given to the cache at OpenCache
   std::shared_ptr<MemoryStore> memory_;
   std::shared_ptr<ObjectStore> counted_;
   std::shared_ptr<DataCache> cache_;
@@ -198,6 +202,67 @@ TEST_F(DataCacheTest, EvictsTheLeastRecentlyUsedToStayUnderTheBound) {
   EXPECT_EQ(cache_->stats().bytes, 2u * kBlock);
   EXPECT_TRUE(cache_->Contains("f", etag, 9 * kBlock));
   EXPECT_LE(DiskBytes(dir_ + "/data/objects"), 2u * kBlock);
+}
+
+// An eviction gives its block's space back after it has left the lock. Until it has, another
+// insert must still count that space, or the directory outgrows the bound by a block for every
+// thread evicting at that moment.
+TEST_F(DataCacheTest, AnEvictionNotYetFreedStillCountsAgainstTheBound) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_free = false;
+  bool release = false;
+  std::thread::id held;
+  before_free_ = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (std::this_thread::get_id() != held) return;
+    in_free = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  OpenCache(/*max_bytes=*/2 * kBlock);
+  const std::string data = Pattern(4 * kBlock, 'e');
+  const ETag etag = Put("f", data);
+  auto block = [&](uint64_t i) {
+    return std::as_bytes(std::span(data).subspan(i * kBlock, kBlock));
+  };
+  cache_->Put("f", etag, 0, block(0));
+  cache_->Put("f", etag, kBlock, block(1));
+  const std::string objects = dir_ + "/data/objects";
+  ASSERT_EQ(DiskBytes(objects), 2 * kBlock);
+
+  // A third block evicts the first, and stops before punching it out.
+  std::thread evicting([&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      held = std::this_thread::get_id();
+    }
+    cache_->Put("f", etag, 2 * kBlock, block(2));
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return in_free; });
+  }
+  // A fourth, meanwhile, must make room of its own.
+  cache_->Put("f", etag, 3 * kBlock, block(3));
+  EXPECT_LE(DiskBytes(objects), 2 * kBlock);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+    cv.notify_all();
+  }
+  evicting.join();
+  EXPECT_LE(DiskBytes(objects), 2 * kBlock);
+  EXPECT_LE(cache_->stats().bytes, 2 * kBlock);
+  // What is held reads back right.
+  for (uint64_t i = 0; i < 4; ++i) {
+    std::string got(kBlock, '\0');
+    std::optional<size_t> n =
+        cache_->Get("f", etag, i * kBlock, std::as_writable_bytes(std::span(got)));
+    if (n) {
+      EXPECT_EQ(got, data.substr(i * kBlock, kBlock)) << i;
+    }
+  }
 }
 
 TEST_F(DataCacheTest, ABlockCorruptedOnDiskIsDetectedAndFetchedAgain) {

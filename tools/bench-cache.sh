@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Measures what the page cache kept across opens and the disk cache (-o data_cache) give, on a
+# throwaway Ceph RGW (bluestore: a 1 GiB object would sit in a memstore's RAM) and a loopback
+# sshd, in one run, for each backend:
+#   - a second sequential read of a SIZE_MIB file in the same mount: both reads' speed and the
+#     backend read requests of the second (none expected);
+#   - with -o data_cache: the first read into an empty cache, and the read after a remount with
+#     the kernel's caches dropped: speed, and the backend read requests of the second (only
+#     HEADs or stats expected, which are not read requests);
+#   - random 4 KiB reads of a cached 1 GiB file (read_buffer=4K, so 4 KiB blocks), with the page
+#     cache dropped first: reads/s, and the backend reads they made;
+#   - data_cache_size=256M while 1 GiB is read twice: the most the cache directory held at any
+#     sample (every 20 ms, allocated bytes: the files are sparse) against 256 MiB plus a block.
+# Prints a Markdown table: the median of OBJFS_BENCH_ROUNDS rounds (default 3) for the reads.
+# Not a test: numbers, not assertions.
+#
+# usage: tools/bench-cache.sh [SIZE_MIB]   (as root; default 512)
+# env:   OBJFS_BENCH_RANDOM_READS=20000  random 4 KiB reads per backend
+#        OBJFS_BENCH_BACKENDS="s3 sftp"
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+SIZE_MIB=${1:-512}
+BIG_MIB=1024
+
+bash tools/install-deps.sh >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C build objfs >/dev/null
+
+# shellcheck source=bench-lib.sh
+. "$ROOT/tools/bench-lib.sh"
+bench_start_rgw bench-cache
+cleanup_all() {
+  bench_cleanup_sshd
+  bench_cleanup
+}
+bench_cleanup_sshd() {
+  tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true
+}
+trap cleanup_all EXIT
+tests/fixtures/sshd.sh start "$WORK/sshd" >/dev/null
+# shellcheck disable=SC1091
+. "$WORK/sshd/env"
+SFTP_URL=sftp://$OBJFS_TEST_SFTP_USER@$OBJFS_TEST_SFTP_HOST:$OBJFS_TEST_SFTP_PORT$OBJFS_TEST_SFTP_ROOT/bench
+SFTP_OPTS=identity=$OBJFS_TEST_SFTP_KEY,known_hosts=$OBJFS_TEST_SFTP_KNOWN_HOSTS
+mkdir -p "$OBJFS_TEST_SFTP_ROOT/bench"
+
+# The same bytes on both servers.
+head -c $((SIZE_MIB << 20)) /dev/urandom > "$OBJFS_TEST_SFTP_ROOT/bench/mid.bin"
+head -c $((BIG_MIB << 20)) /dev/urandom > "$OBJFS_TEST_SFTP_ROOT/bench/big.bin"
+s3curl -T "$OBJFS_TEST_SFTP_ROOT/bench/mid.bin" "$EP/bench/mid.bin" >/dev/null
+s3curl -T "$OBJFS_TEST_SFTP_ROOT/bench/big.bin" "$EP/bench/big.bin" >/dev/null
+
+BACKEND=
+mount_objfs() {  # mount_objfs [objfs options]
+  case $BACKEND in
+    s3) build/objfs s3://bench "$MNT" -f \
+          -o "endpoint=$EP,cache_dir=$WORK/objfs-cache${1:+,$1}" & PID=$! ;;
+    sftp) build/objfs "$SFTP_URL" "$MNT" -f \
+          -o "$SFTP_OPTS,cache_dir=$WORK/objfs-cache${1:+,$1}" & PID=$! ;;
+  esac
+  wait_mounted
+}
+stats_counter() {  # stats_counter NAME: one counter of the mount's user.objfs.stats
+  getfattr --absolute-names --only-values -n user.objfs.stats "$MNT" |
+    awk -F= -v n="$1" '$1 == n { print $2 }'
+}
+now() { date +%s.%N; }
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# timed_read FILE MIB: MiB/s of a sequential read of FILE
+timed_read() {
+  local t0 t1
+  t0=$(now)
+  dd if="$MNT/$1" of=/dev/null bs=1M status=none
+  t1=$(now)
+  awk -v s="$2" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%.0f", s / (t1 - t0) }'
+}
+
+SAMPLES=$WORK/samples.txt
+: > "$SAMPLES"
+sample() { echo "$BACKEND: $1|$2|" >> "$SAMPLES"; }
+
+for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
+  for BACKEND in ${OBJFS_BENCH_BACKENDS:-s3 sftp}; do
+    # The page cache kept across opens.
+    rm -rf "$WORK/objfs-cache"
+    mount_objfs
+    drop_caches
+    sample "first read $SIZE_MIB MiB, MiB/s" "$(timed_read mid.bin "$SIZE_MIB")"
+    r0=$(stats_counter read_requests)
+    sample "second read, same mount, MiB/s" "$(timed_read mid.bin "$SIZE_MIB")"
+    sample "second read, same mount, backend read requests" "$(($(stats_counter read_requests) - r0))"
+    unmount_all
+
+    # The disk cache across a remount.
+    rm -rf "$WORK/objfs-cache" "$WORK/data-cache"
+    DOPTS="data_cache=$WORK/data-cache,data_cache_size=$((SIZE_MIB + 64))M"
+    mount_objfs "$DOPTS"
+    drop_caches
+    sample "data_cache: first read, MiB/s" "$(timed_read mid.bin "$SIZE_MIB")"
+    unmount_all
+    mount_objfs "$DOPTS"
+    drop_caches
+    r0=$(stats_counter read_requests)
+    sample "data_cache: read after a remount, MiB/s" "$(timed_read mid.bin "$SIZE_MIB")"
+    sample "data_cache: read after a remount, backend read requests" \
+      "$(($(stats_counter read_requests) - r0))"
+    unmount_all
+  done
+done
+awk -F'|' -v what="reads" -v unit="" -f tools/bench-median.awk "$SAMPLES"
+
+for BACKEND in ${OBJFS_BENCH_BACKENDS:-s3 sftp}; do
+  # Random 4 KiB reads of a cached 1 GiB file.
+  rm -rf "$WORK/objfs-cache" "$WORK/data-cache"
+  ROPTS="data_cache=$WORK/data-cache,data_cache_size=$((BIG_MIB + 64))M,read_buffer=4K"
+  mount_objfs "$ROPTS"
+  dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
+  unmount_all
+  mount_objfs "$ROPTS"
+  drop_caches
+  r0=$(stats_counter read_requests)
+  rate=$(python3 - "$MNT/big.bin" "${OBJFS_BENCH_RANDOM_READS:-20000}" <<'PY'
+import os, random, sys, time
+path, count = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_RDONLY)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+pages = os.fstat(fd).st_size // 4096
+rng = random.Random(1)
+offsets = [rng.randrange(pages) * 4096 for _ in range(count)]
+t0 = time.monotonic()
+for off in offsets:
+    if len(os.pread(fd, 4096, off)) != 4096:
+        sys.exit("short read")
+print(f"{count / (time.monotonic() - t0):.0f}")
+PY
+)
+  echo "| $BACKEND: random 4 KiB reads of a cached $BIG_MIB MiB file, page cache dropped | $rate reads/s, $(($(stats_counter read_requests) - r0)) backend reads |"
+  unmount_all
+
+  # The size bound while 1 GiB is read twice through a 256 MiB cache.
+  rm -rf "$WORK/objfs-cache" "$WORK/data-cache"
+  mount_objfs "data_cache=$WORK/data-cache,data_cache_size=256M"
+  (
+    while :; do du -s --block-size=1 "$WORK/data-cache" 2>/dev/null | cut -f1; sleep 0.02; done
+  ) > "$WORK/du.txt" &
+  sampler=$!
+  for _ in 1 2; do
+    drop_caches
+    dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
+  done
+  kill "$sampler"; wait "$sampler" 2>/dev/null || true
+  max=$(sort -n "$WORK/du.txt" | tail -1)
+  echo "| $BACKEND: data_cache_size=256M, $BIG_MIB MiB read twice: most the directory held | $((max >> 10)) KiB in $(wc -l < "$WORK/du.txt") samples (bound: 262144 KiB plus a block of 1024), $(stats_counter data_cache_evictions) evictions |"
+  unmount_all
+done
