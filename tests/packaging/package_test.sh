@@ -97,6 +97,8 @@ for cmd in objfs mount.objfs; do
 done
 got=$(complete_words mount.objfs s3://b /mnt -)
 [ "$got" = "$(printf '%s\n' -o -f -s -n -v)" ] || fail "'mount.objfs ... -' completed to '$got'"
+got=$(complete_words mount.objfs -)  # (its flags come after the URL and the mount point)
+[ -z "$got" ] || fail "'mount.objfs -' completed to '$got'"
 
 # ---- an fstab line, mounted by mount -a and by mount MOUNTPOINT
 if [ -z "${OBJFS_TEST_SFTP_HOST:-}" ]; then
