@@ -188,8 +188,7 @@ void Logger::StartServing(bool daemon) {
   }
   resolved_.store(sink);
   serving_.store(true);
-  if (no_syslog)
-    Write(LogLevel::kWarn, "warning: no syslog socket /dev/log: logging to standard error");
+  if (no_syslog) Write(LogLevel::kWarn, "no syslog socket /dev/log: logging to standard error");
 }
 
 std::string Logger::Describe() const {
@@ -254,14 +253,15 @@ void Logger::Write(LogLevel level, std::string_view message) {
   const LogSink sink = resolved_.load();
   // The copy of the caller's standard error (a daemon's own is /dev/null).
   const int err_fd = stderr_fd_ >= 0 ? stderr_fd_ : STDERR_FILENO;
-  // Standard error: "objfs: MESSAGE", debug lines marked; the journal takes a "<N>" prefix as
-  // the line's priority.
+  // Standard error: "objfs: MESSAGE", warnings and debug lines marked; the journal takes a
+  // "<N>" prefix as the line's priority.
   auto to_stderr = [&] {
     std::string line;
     // Appended piece by piece: g++ 12 at -O3 warns (-Wrestrict, GCC bug 105329) on a chain of
     // operator+ that starts with a literal.
     if (journal_) line.append("<").append(std::to_string(SyslogPriority(level))).append(">");
     line += "objfs: ";
+    if (level == LogLevel::kWarn) line += "warning: ";
     if (level == LogLevel::kDebug) line += "debug: ";
     line += message;
     line += '\n';

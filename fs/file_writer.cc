@@ -967,7 +967,9 @@ void FileWriter::NoteUploadFailure(const Status& failure) {
   Bump(metrics_->writeback_failures);
   char when[64];
   std::snprintf(when, sizeof(when), "; kept in cache_dir, retrying in %.0f s", retry_seconds());
-  Log(LogLevel::kWarn, failure.ToString() + when);
+  // Data a close or the write-back window accepted is not on the server yet: an error, even
+  // though it is kept and retried.
+  Log(LogLevel::kError, failure.ToString() + when);
 }
 
 void FileWriter::RetryLater(uint64_t ino, const Status& failure) {

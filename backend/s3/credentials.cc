@@ -916,9 +916,16 @@ bool CredentialsHolder::Renew(const std::string& why) {
   }
   Result<Credentials> fresh = resolve_();
   std::string line;
+  LogLevel level = LogLevel::kInfo;
   {
     MutexLock lock(&mu_);
     renewing_ = false;
+    if (!fresh.ok()) {
+      // While the ones in use still work, a failed early renewal is retried before it matters.
+      level = current_.expiry && *current_.expiry > std::chrono::system_clock::now()
+                  ? LogLevel::kWarn
+                  : LogLevel::kError;
+    }
     if (fresh.ok()) {
       if (generation_ == generation) {
         current_ = *fresh;
@@ -931,7 +938,7 @@ bool CredentialsHolder::Renew(const std::string& why) {
     }
     cv_.SignalAll();
   }
-  if (log_ && started_) log_(fresh.ok() ? LogLevel::kInfo : LogLevel::kError, line);
+  if (log_ && started_) log_(level, line);
   return fresh.ok();
 }
 

@@ -349,11 +349,11 @@ void ClearDeadUploads(UploadRecords& records, std::string_view kind,
     LogInfo("cleared " + count(result.cleared) + " left on the server by an earlier mount");
   }
   if (result.damaged != 0) {
-    log(LogLevel::kWarn, "warning: dropped " + std::to_string(result.damaged) +
+    log(LogLevel::kWarn, "dropped " + std::to_string(result.damaged) +
                              " damaged notes of an earlier mount's uploads");
   }
   if (result.failed != 0) {
-    log(LogLevel::kWarn, "warning: " + count(result.failed) +
+    log(LogLevel::kWarn, count(result.failed) +
                              " of an earlier mount not cleared (tried again at the next mount): " +
                              result.first_error.message());
   }
@@ -668,7 +668,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   }
   if (options.unchecked_other_users) {
     reporter.Warn(
-        "warning: allow_other with no_default_permissions: no permission is checked, "
+        "allow_other with no_default_permissions: no permission is checked, "
         "every local user may read, change and remove every file of this mount");
   }
 
@@ -861,7 +861,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
     Status recovered = (*fs)->RecoverStaged();
     if (!recovered.ok()) {
       reporter.Warn(
-          "warning: staged data or metadata changes of an earlier mount not in the "
+          "staged data or metadata changes of an earlier mount not in the "
           "store yet (kept in " +
           fs_options.cache_dir + "): " + recovered.message());
     }

@@ -178,7 +178,7 @@ TEST(MountOpsTest, EachLineGoesAtItsOwnLevel) {
     ASSERT_TRUE(mount);
     ASSERT_EQ(mount->Stop(), 0) << mount->log();  // (the process has written all it will)
     const std::string text = ReadLocal(log);
-    EXPECT_TRUE(Contains(text, " warn: warning: allow_other with no_default_permissions")) << text;
+    EXPECT_TRUE(Contains(text, " warn: allow_other with no_default_permissions")) << text;
     EXPECT_FALSE(Contains(text, " error: ")) << text;
     if (level == "warn") {
       EXPECT_FALSE(Contains(text, "s3: endpoint ")) << text;
