@@ -8,9 +8,11 @@
 #     the kernel's caches dropped: speed, and the backend read requests of the second (only
 #     HEADs or stats expected, which are not read requests);
 #   - random 4 KiB reads of a cached 1 GiB file (read_buffer=4K, so 4 KiB blocks), with the page
-#     cache dropped first: reads/s, and the backend reads they made;
-#   - data_cache_size=256M while 1 GiB is read twice: the most the cache directory held at any
-#     sample (every 20 ms, allocated bytes: the files are sparse) against 256 MiB plus a block.
+#     cache dropped first, by 1 and by 16 threads: reads/s, and the backend reads they made; and
+#     the same reads of the cache's own file, the disk's ceiling;
+#   - data_cache_size=256M while 1 GiB is read twice: the most the cache directory, and its
+#     blocks alone, held at any sample (every 20 ms, allocated bytes: the files are sparse)
+#     against 256 MiB plus a block.
 # Prints a Markdown table: the median of OBJFS_BENCH_ROUNDS rounds (default 3) for the reads.
 # Not a test: numbers, not assertions.
 #
@@ -77,6 +79,31 @@ timed_read() {
   awk -v s="$2" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%.0f", s / (t1 - t0) }'
 }
 
+# random_reads FILE THREADS: reads/s of OBJFS_BENCH_RANDOM_READS random 4 KiB preads of FILE,
+# shared out among THREADS threads, with the kernel's read-ahead off for the reader.
+random_reads() {
+  python3 - "$1" "${OBJFS_BENCH_RANDOM_READS:-20000}" "$2" <<'PY'
+import os, random, sys, threading, time
+path, count, jobs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+failed = []
+def run(seed):
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    pages = os.fstat(fd).st_size // 4096
+    rng = random.Random(seed)
+    for off in [rng.randrange(pages) * 4096 for _ in range(count // jobs)]:
+        if len(os.pread(fd, 4096, off)) != 4096:
+            failed.append(off)
+    os.close(fd)
+threads = [threading.Thread(target=run, args=(seed,)) for seed in range(jobs)]
+t0 = time.monotonic()
+for t in threads: t.start()
+for t in threads: t.join()
+if failed: sys.exit("short read")
+print(f"{count // jobs * jobs / (time.monotonic() - t0):.0f}")
+PY
+}
+
 SAMPLES=$WORK/samples.txt
 : > "$SAMPLES"
 sample() { echo "$BACKEND: $1|$2|" >> "$SAMPLES"; }
@@ -109,49 +136,50 @@ for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
     unmount_all
   done
 done
-awk -F'|' -v what="reads" -v unit="" -f tools/bench-median.awk "$SAMPLES"
+awk -F'|' -v what="reads" -v unit="" -f tools/bench-median.awk "$SAMPLES" | sed 's/\.00\b//g'
 
 for BACKEND in ${OBJFS_BENCH_BACKENDS:-s3 sftp}; do
-  # Random 4 KiB reads of a cached 1 GiB file.
+  # Random 4 KiB reads of a cached 1 GiB file, by 1 and by 16 threads (each its own
+  # descriptor), and, as the ceiling, the same reads of the cache's own file on this disk.
   rm -rf "$WORK/objfs-cache" "$WORK/data-cache"
   ROPTS="data_cache=$WORK/data-cache,data_cache_size=$((BIG_MIB + 64))M,read_buffer=4K"
   mount_objfs "$ROPTS"
   dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
   unmount_all
   mount_objfs "$ROPTS"
-  drop_caches
-  r0=$(stats_counter read_requests)
-  rate=$(python3 - "$MNT/big.bin" "${OBJFS_BENCH_RANDOM_READS:-20000}" <<'PY'
-import os, random, sys, time
-path, count = sys.argv[1], int(sys.argv[2])
-fd = os.open(path, os.O_RDONLY)
-os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-pages = os.fstat(fd).st_size // 4096
-rng = random.Random(1)
-offsets = [rng.randrange(pages) * 4096 for _ in range(count)]
-t0 = time.monotonic()
-for off in offsets:
-    if len(os.pread(fd, 4096, off)) != 4096:
-        sys.exit("short read")
-print(f"{count / (time.monotonic() - t0):.0f}")
-PY
-)
-  echo "| $BACKEND: random 4 KiB reads of a cached $BIG_MIB MiB file, page cache dropped | $rate reads/s, $(($(stats_counter read_requests) - r0)) backend reads |"
+  for threads in 1 16; do
+    drop_caches
+    r0=$(stats_counter read_requests)
+    rate=$(random_reads "$MNT/big.bin" "$threads")
+    echo "| $BACKEND: random 4 KiB reads of a cached $BIG_MIB MiB file, page cache dropped, $threads thread(s) | $rate reads/s, $(($(stats_counter read_requests) - r0)) backend reads |"
+  done
   unmount_all
+  for threads in 1 16; do
+    drop_caches
+    echo "| $BACKEND: the same reads of the disk cache's file itself (the disk's ceiling), $threads thread(s) | $(random_reads "$(find "$WORK/data-cache/objects" -type f | head -1)" "$threads") reads/s |"
+  done
 
   # The size bound while 1 GiB is read twice through a 256 MiB cache.
   rm -rf "$WORK/objfs-cache" "$WORK/data-cache"
   mount_objfs "data_cache=$WORK/data-cache,data_cache_size=256M"
+  # Allocated bytes of the whole directory (blocks, index, its compaction copy, directories),
+  # and of the blocks alone. (A file renamed under du makes it fail: that sample is skipped.)
   (
-    while :; do du -s --block-size=1 "$WORK/data-cache" 2>/dev/null | cut -f1; sleep 0.02; done
+    set +e
+    while :; do
+      echo "$(du -s --block-size=1 "$WORK/data-cache" 2>/dev/null | cut -f1) $(du -s --block-size=1 "$WORK/data-cache/objects" 2>/dev/null | cut -f1)"
+      sleep 0.02
+    done
   ) > "$WORK/du.txt" &
   sampler=$!
   for _ in 1 2; do
     drop_caches
     dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
   done
-  kill "$sampler"; wait "$sampler" 2>/dev/null || true
-  max=$(sort -n "$WORK/du.txt" | tail -1)
-  echo "| $BACKEND: data_cache_size=256M, $BIG_MIB MiB read twice: most the directory held | $((max >> 10)) KiB in $(wc -l < "$WORK/du.txt") samples (bound: 262144 KiB plus a block of 1024), $(stats_counter data_cache_evictions) evictions |"
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  max=$(awk '$1 > m { m = $1 } END { print m + 0 }' "$WORK/du.txt")
+  max_blocks=$(awk '$2 > m { m = $2 } END { print m + 0 }' "$WORK/du.txt")
+  echo "| $BACKEND: data_cache_size=256M, $BIG_MIB MiB read twice: the most the directory held at any sample | $((max >> 10)) KiB, its blocks $((max_blocks >> 10)) KiB, in $(wc -l < "$WORK/du.txt") samples 20 ms apart (bound: 262144 KiB plus a block of 1024), $(stats_counter data_cache_evictions) evictions |"
   unmount_all
 done
