@@ -429,6 +429,15 @@ void DataCache::Free(std::vector<Freeing>& frees) {
   if (options_.before_free) options_.before_free();
   for (Freeing& f : frees) {
     if (f.remove) {
+      // Emptied first: a descriptor still open on it (a read, another eviction's punch) would
+      // otherwise keep its blocks on the disk, uncounted, until closed.
+      const int fd = ::open(PathOf(f.file).c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) {
+        // (Failing, the unlink still frees it once the last descriptor is closed.)
+        const bool emptied = ::ftruncate(fd, 0) == 0;
+        static_cast<void>(emptied);
+        ::close(fd);
+      }
       ::unlink(PathOf(f.file).c_str());
     } else if (f.open != nullptr) {
       PunchHole(f.open->fd, f.offset, options_.block_size);
@@ -473,6 +482,18 @@ bool DataCache::Drop(const std::string& name, uint64_t generation) {
   Free(frees);
   (void)table_->Remove(name);  // a record left behind names no block: dropped at the next open
   return true;
+}
+
+void DataCache::WillNeed(std::string_view key, const ETag& etag, uint64_t offset, uint64_t length) {
+  std::shared_ptr<Descriptor> file;
+  {
+    MutexLock lock(&mu_);
+    file = OpenFile(FileOf(key, etag), false);
+  }
+  if (file != nullptr) {
+    (void)::posix_fadvise(file->fd, static_cast<off_t>(offset), static_cast<off_t>(length),
+                          POSIX_FADV_WILLNEED);
+  }
 }
 
 bool DataCache::Contains(std::string_view key, const ETag& etag, uint64_t offset) const {
@@ -692,6 +713,7 @@ Result<size_t> DataCacheStore::read(std::string_view key, uint64_t offset, std::
   std::vector<std::byte> scratch;
 
   uint64_t pos = offset - offset % block;
+  if (end - pos > block) cache_->WillNeed(key, etag, pos, end - pos);
   while (pos < end) {
     // Whole blocks inside buf are read in place; the blocks at its edges through scratch.
     const bool inside = pos >= offset && pos + block <= end;

@@ -108,6 +108,10 @@ class DataCache {
   // for the object's last block); nullopt when it is not cached or no longer intact.
   std::optional<size_t> Get(std::string_view key, const ETag& etag, uint64_t offset,
                             std::span<std::byte> out);
+  // Has the disk read [offset, offset + length) of `key`'s object file ahead (WILLNEED): the
+  // files are read without the kernel's read-ahead, so a read of many blocks asks for them
+  // together. Nothing when the object has no file.
+  void WillNeed(std::string_view key, const ETag& etag, uint64_t offset, uint64_t length);
   // Whether the block is cached (without reading or checking it).
   bool Contains(std::string_view key, const ETag& etag, uint64_t offset) const;
   // Caches `data` as the block at `offset` (block_size bytes, or fewer for the object's last

@@ -905,7 +905,7 @@ Credentials CredentialsHolder::Current() const {
   return current_;
 }
 
-bool CredentialsHolder::Renew(const std::string& why) {
+bool CredentialsHolder::Renew(const std::string& why, bool refused) {
   uint64_t generation;
   {
     MutexLock lock(&mu_);
@@ -922,7 +922,7 @@ bool CredentialsHolder::Renew(const std::string& why) {
     renewing_ = false;
     if (!fresh.ok()) {
       // While the ones in use still work, a failed early renewal is retried before it matters.
-      level = current_.expiry && *current_.expiry > std::chrono::system_clock::now()
+      level = !refused && current_.expiry && *current_.expiry > std::chrono::system_clock::now()
                   ? LogLevel::kWarn
                   : LogLevel::kError;
     }
@@ -951,7 +951,7 @@ bool CredentialsHolder::RenewAfterRejection(const Credentials& used, const std::
     if (std::chrono::steady_clock::now() - last_fruitless_ < std::chrono::seconds(2)) return false;
   }
   if (!resolve_) return false;
-  Renew("the server refused the ones from " + used.source + " (" + reason + ")");
+  Renew("the server refused the ones from " + used.source + " (" + reason + ")", /*refused=*/true);
   MutexLock lock(&mu_);
   const bool changed = !SameKeys(current_, used);
   if (!changed) last_fruitless_ = std::chrono::steady_clock::now();

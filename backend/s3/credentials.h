@@ -134,7 +134,9 @@ class CredentialsHolder {
  private:
   void RefreshLoop();
   // Resolves again, one thread at a time; false when it failed (logged).
-  bool Renew(const std::string& why);
+  // `refused`: the server refused the ones in use, so a failure is an error whatever their
+  // expiry says.
+  bool Renew(const std::string& why, bool refused = false);
 
   Resolver resolve_;
   Log log_;

@@ -1241,6 +1241,12 @@ Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,
   out.mountpoint = positional[1];
   if (out.mountpoint.empty()) return Invalid("the mount point is an empty string");
 
+  // The disk cache's blocks are read_buffer long and evicted by punching their range out, which
+  // frees only whole file system pages: other sizes would leave pages behind that no bound counts.
+  if (!out.data_cache.empty() && out.fs.prefetch.read_buffer % 4096 != 0) {
+    return Invalid("data_cache= needs read_buffer to be a multiple of 4K (it is " +
+                   std::to_string(out.fs.prefetch.read_buffer) + ")");
+  }
   if (out.fs.prefetch.max_readahead < out.fs.prefetch.read_buffer) {
     return Invalid("max_readahead (" + std::to_string(out.fs.prefetch.max_readahead) +
                    ") must not be smaller than read_buffer (" +

@@ -247,6 +247,8 @@ TEST(ParseMountOptionsTest, S3ObjectSettings) {
   ExpectError({"s3://bucket", "/mnt", "-o", "sse=AES256,sse_c_key=/k"}, "not both");
   ExpectError({"s3://bucket", "/mnt", "-o", "sse_c_key=/k,data_cache=/var/cache/objfs"},
               "plaintext on local disk");
+  ExpectError({"s3://bucket", "/mnt", "-o", "data_cache=/var/cache/objfs,read_buffer=5000"},
+              "multiple of 4K");
   ExpectError({"sftp://h/srv", "/mnt", "-o", "requester_pays"}, "applies to s3://");
 }
 
