@@ -276,8 +276,18 @@ void Filesystem::CheckPageVersion(uint64_t ino, const MetaRecord& rec) {
       return;
     }
     inode->page_version = ETag();  // pages of no known version: the next open drops them too
+    inode->pages_drop_queued = true;
   }
   InvalidatePages(ino);
+}
+
+bool Filesystem::TakeQueuedPageDrop(uint64_t ino) {
+  std::shared_ptr<Inode> inode = inodes_.Find(ino);
+  if (inode == nullptr) return true;  // forgotten: dropping costs nothing
+  MutexLock lock(&inode->mu);
+  const bool queued = inode->pages_drop_queued;
+  inode->pages_drop_queued = false;
+  return queued;
 }
 
 void Filesystem::InvalidatePages(uint64_t ino) {

@@ -410,6 +410,10 @@ class Filesystem {
   void set_page_invalidator(std::function<void(uint64_t ino)> invalidate) {
     invalidate_pages_ = std::move(invalidate);
   }
+  // Asked by the page invalidator just before it sends a queued drop of `ino`'s pages: false
+  // when an open has dropped them since (and its reads may have filled them with the new
+  // version, which must stay). Clears the queued mark.
+  bool TakeQueuedPageDrop(uint64_t ino);
 
  private:
   // An open file.

@@ -64,6 +64,8 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
         }
         inode->page_version = rec.etag;
         inode->page_version_settled = SettledVersion(rec.etag);
+        // Not kept: the kernel drops the pages at this open, so a drop still queued is done.
+        if (!keep) inode->pages_drop_queued = false;
       }
     } else if (!truncate) {
       // Staged here: every change of it went through the kernel, whose pages hold it too.

@@ -767,7 +767,9 @@ int FuseAdapter::Run(fuse_session* session) {
   fuse_loop_cfg_set_clone_fd(config, 0);
   {
     MutexLock lock(&mu_);
-    invalidator_ = std::make_shared<PageInvalidator>([session](uint64_t ino) {
+    Filesystem* fs = fs_;
+    invalidator_ = std::make_shared<PageInvalidator>([session, fs](uint64_t ino) {
+      if (fs != nullptr && !fs->TakeQueuedPageDrop(ino)) return 0;
       return fuse_lowlevel_notify_inval_inode(session, static_cast<fuse_ino_t>(ino), 0, 0);
     });
   }

@@ -77,6 +77,10 @@ struct Inode {
   // resolution allows to trust (SettledVersion, backend/object_version.h): a same-size rewrite
   // within that second keeps the version, so the next open drops them even at the same version.
   bool page_version_settled GUARDED_BY(mu) = true;
+  // Lookup or getattr saw a new version and queued a drop of the kernel's pages that has not
+  // been sent yet. An open that drops them itself (keep_cache off) clears it: sent after that
+  // open's reads, the drop would throw away the new version's pages.
+  bool pages_drop_queued GUARDED_BY(mu) = false;
   // A metadata change (chmod, chown, utimens, setxattr) of the stored object, not applied to
   // the store yet (FilesystemOptions::metadata_delay); while set, `attr` and `extra_metadata`
   // hold the changed attributes.

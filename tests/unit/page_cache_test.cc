@@ -113,6 +113,31 @@ TEST_F(PageCacheDecisionTest, GetAttrAndLookupSeeingANewVersionDropThePages) {
   EXPECT_EQ(invalidated_.size(), 2u);
 }
 
+// The drop that getattr queues is sent from another thread, maybe after an open has already
+// dropped the pages itself and read the new version into them: then it is not sent.
+TEST_F(PageCacheDecisionTest, AQueuedDropAnOpenHasDoneIsNotSent) {
+  Put("f", "first");
+  Result<Entry> entry = fs_->Lookup(kRootIno, "f");
+  ASSERT_TRUE(entry.ok());
+  const uint64_t ino = entry->attr.ino;
+  EXPECT_FALSE(OpenKeeps(ino));
+
+  Put("f", "other");
+  clock_->Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(fs_->GetAttr(ino).ok());
+  ASSERT_EQ(invalidated_, std::vector<uint64_t>{ino});
+  EXPECT_FALSE(OpenKeeps(ino));  // drops the pages itself, and reads "other" into them
+  EXPECT_FALSE(fs_->TakeQueuedPageDrop(ino));
+  EXPECT_TRUE(OpenKeeps(ino));
+
+  // No open in between (a program that has the file mapped): the drop is sent, once.
+  Put("f", "third");
+  clock_->Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(fs_->GetAttr(ino).ok());
+  EXPECT_TRUE(fs_->TakeQueuedPageDrop(ino));
+  EXPECT_FALSE(fs_->TakeQueuedPageDrop(ino));
+}
+
 TEST_F(PageCacheDecisionTest, WhatTheMountWroteKeepsThePages) {
   Result<CreatedFile> created = fs_->Create(kRootIno, "f", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
