@@ -6,9 +6,6 @@
 #     read once with every tool, since the server's own speed drifts within a run;
 #   - a second sequential read of that file in the same mount (objfs, and the baseline): first
 #     and second read's speed, and the bytes the second read fetched from the bucket;
-#   - objfs with -o data_cache: the read of that file on a mount with an empty cache, and again
-#     after a remount (page cache dropped), with the GET requests of the second (none expected);
-#     then random 4 KiB reads of the cached file (read_buffer 4K, page cache dropped), reads/s;
 #   - `cp` of that file within the mount;
 #   - `ls -l` of a directory of 1,000 objects on a fresh mount, and again on the next mount
 #     (the median of rounds too), and on a fresh objfs mount with -o listing_attrs;
@@ -18,7 +15,6 @@
 #
 # usage: tools/bench-s3.sh [SIZE_MIB]   (as root; default 512)
 # env:   OBJFS_BENCH_READ_BUFFERS="4K 64K 1M 8M"  the objfs read_buffer rows
-#        OBJFS_BENCH_RANDOM_READS=20000  random 4 KiB reads from the disk cache
 #        OBJFS_BASELINE=PATH  another objfs binary, measured in the same rounds ("baseline" rows)
 set -euo pipefail
 
@@ -172,63 +168,7 @@ awk -F'|' -v what="sequential read $SIZE_MIB MiB" -v unit=MiB/s -f tools/bench-m
 # reads above.
 # shellcheck source=bench-second-read.sh
 . "$ROOT/tools/bench-second-read.sh"
-# The disk cache: each round reads into an empty one, then after a remount (which drops the
-# kernel's pages of the file, as does drop_caches) from it. The second read must make no GET.
-DREADS=$WORK/data-cache-reads.txt
-DGETS=$WORK/data-cache-gets.txt
-: > "$DREADS"
-: > "$DGETS"
-dcache_read() {  # dcache_read LABEL OPTIONS
-  if ! mount_tool objfs "$2"; then echo "$1|did not mount|" >> "$DREADS"; unmount_all; return; fi
-  sync; echo 3 > /proc/sys/vm/drop_caches
-  local t0 c0 t1 c1 g0 g1 hz
-  g0=$(stats_counter read_requests)
-  c0=$(cpu_ticks "$PID"); t0=$(now)
-  dd if="$MNT/big.bin" of=/dev/null bs=1M status=none
-  t1=$(now); c1=$(cpu_ticks "$PID")
-  g1=$(stats_counter read_requests)
-  hz=$(getconf CLK_TCK)
-  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v hz="$hz" -v l="$1" \
-    'BEGIN { printf "%s|%.0f|%.2f\n", l, s / (t1 - t0), (c1 - c0) / hz / (s / 1024) }' >> "$DREADS"
-  echo "$1|$((g1 - g0))|" >> "$DGETS"
-  unmount_all
-}
-DOPTS="data_cache=$WORK/data-cache,data_cache_size=$((SIZE_MIB + 64))M"
-for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
-  rm -rf "$WORK/data-cache"
-  dcache_read "objfs -o data_cache, first read" "$DOPTS"
-  dcache_read "objfs -o data_cache, after a remount" "$DOPTS"
-done
-awk -F'|' -v what="sequential read $SIZE_MIB MiB" -v unit=MiB/s -f tools/bench-median.awk \
-  "$DREADS"
-awk -F'|' -v what="GET requests of that read" -v unit=requests -f tools/bench-median.awk "$DGETS"
-# Random 4 KiB reads of the file once it is in the cache (blocks of 4 KiB: read_buffer=4K),
-# with the kernel's read-ahead off for the reader (POSIX_FADV_RANDOM) and its pages dropped.
-rm -rf "$WORK/data-cache"
-ROPTS="data_cache=$WORK/data-cache,data_cache_size=$((SIZE_MIB + 64))M,read_buffer=4K"
-mount_tool objfs "$ROPTS" && dd if="$MNT/big.bin" of=/dev/null bs=1M status=none && unmount_all
-if mount_tool objfs "$ROPTS"; then
-  sync; echo 3 > /proc/sys/vm/drop_caches
-  g0=$(stats_counter read_requests)
-  rate=$(python3 - "$MNT/big.bin" "${OBJFS_BENCH_RANDOM_READS:-20000}" <<'PY'
-import os, random, sys, time
-path, count = sys.argv[1], int(sys.argv[2])
-fd = os.open(path, os.O_RDONLY)
-os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-pages = os.fstat(fd).st_size // 4096
-rng = random.Random(1)
-offsets = [rng.randrange(pages) * 4096 for _ in range(count)]
-t0 = time.monotonic()
-for off in offsets:
-    if len(os.pread(fd, 4096, off)) != 4096:
-        sys.exit("short read")
-print(f"{count / (time.monotonic() - t0):.0f}")
-PY
-)
-  g1=$(stats_counter read_requests)
-  echo "| random 4 KiB reads from the disk cache | objfs -o data_cache,read_buffer=4K | $rate reads/s ($((g1 - g0)) GETs) | |"
-  unmount_all
-fi
+# The disk cache has its own benchmark on both backends: tools/bench-cache.sh.
 
 # The time the command took, and in brackets the time until the daemon had exited after the
 # unmount, i.e. until everything written was in the bucket (rclone uploads after close).
