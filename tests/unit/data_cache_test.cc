@@ -71,6 +71,21 @@ OpenUnder DescriptorsUnder(const std::string& dir) {
   return out;
 }
 
+// Disk space still held by files under `dir` that are removed but open in this process.
+uint64_t RemovedButOpenBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    const std::string target = std::filesystem::read_symlink(entry.path(), error).string();
+    if (error || target.rfind(dir, 0) != 0 || target.find(" (deleted)") == std::string::npos) {
+      continue;
+    }
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
+}
+
 class DataCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -273,6 +288,60 @@ TEST_F(DataCacheTest, AnEvictionNotYetFreedStillCountsAgainstTheBound) {
   EXPECT_EQ(got, g.substr(kBlock, kBlock));
   ASSERT_TRUE(cache_->Get("f", f_etag, 2 * kBlock, std::as_writable_bytes(std::span(got))));
   EXPECT_EQ(got, f.substr(2 * kBlock, kBlock));
+}
+
+// A file removed with its last block while another eviction still holds it open (to punch
+// its earlier block) gives its space back at once: it is emptied before it is removed.
+TEST_F(DataCacheTest, AFileRemovedWhileStillOpenHoldsNoSpace) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_free = false;
+  bool release = false;
+  std::thread::id held;
+  before_free_ = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (std::this_thread::get_id() != held) return;
+    in_free = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  OpenCache(/*max_bytes=*/2 * kBlock);
+  const std::string f = Pattern(2 * kBlock, 'f');
+  const std::string g = Pattern(2 * kBlock, 'g');
+  const ETag f_etag = Put("f", f);
+  const ETag g_etag = Put("g", g);
+  auto block = [](const std::string& data, uint64_t i) {
+    return std::as_bytes(std::span(data).subspan(i * kBlock, kBlock));
+  };
+  cache_->Put("f", f_etag, 0, block(f, 0));
+  cache_->Put("f", f_etag, kBlock, block(f, 1));
+  // g's first block evicts f's first, whose punch holds f's file open and waits.
+  std::thread evicting([&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      held = std::this_thread::get_id();
+    }
+    cache_->Put("g", g_etag, 0, block(g, 0));
+  });
+  bool stopped = false;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    stopped = cv.wait_for(lock, std::chrono::seconds(20), [&] { return in_free; });
+  }
+  EXPECT_TRUE(stopped) << "the eviction never reached its punch";
+  // g's second block evicts f's last one: f's file is removed, still open for that punch.
+  cache_->Put("g", g_etag, kBlock, block(g, 1));
+  EXPECT_FALSE(cache_->Contains("f", f_etag, kBlock));
+  EXPECT_EQ(DescriptorsUnder(dir_).deleted, 1u);
+  EXPECT_EQ(RemovedButOpenBytes(dir_), 0u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+    cv.notify_all();
+  }
+  evicting.join();
+  EXPECT_TRUE(cache_->Contains("g", g_etag, 0));
+  EXPECT_TRUE(cache_->Contains("g", g_etag, kBlock));
 }
 
 TEST_F(DataCacheTest, ABlockCorruptedOnDiskIsDetectedAndFetchedAgain) {
