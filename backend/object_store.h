@@ -33,6 +33,16 @@ namespace objfs {
 // {"mode", "33188"}. Names are lowercase.
 using Metadata = std::map<std::string, std::string>;
 
+// How an S3 object is encrypted at rest, as the server's reply named it: the
+// x-amz-server-side-encryption algorithm ("AES256", "aws:kms", "aws:kms:dsse"; empty: not
+// encrypted) and the KMS key. A copy or an overwrite passes it on, so that a file another
+// client encrypted does not lose its encryption to a cp, mv, chmod or edit through the mount.
+struct AtRestEncryption {
+  std::string algorithm;
+  std::string kms_key_id;
+  bool operator==(const AtRestEncryption&) const = default;
+};
+
 struct ObjectInfo {
   std::string key;
   uint64_t size = 0;
@@ -42,6 +52,9 @@ struct ObjectInfo {
   Metadata metadata;
   // False for listing entries, which carry no user metadata: a HEAD would give it.
   bool has_metadata = false;
+  // S3: as the HEAD, GET or PUT reply said. Unset where no reply said (listings, records kept
+  // on disk, SFTP): a store that needs it asks the server.
+  std::optional<AtRestEncryption> encryption;
 };
 
 struct ListOptions {
@@ -103,6 +116,10 @@ struct PutOptions {
   std::string content_type;
   std::optional<ETag> if_match;  // fail with PreconditionFailed unless the current ETag is this
   bool if_none_match = false;    // fail with AlreadyExists (or PreconditionFailed) if it exists
+  // The encryption of the object this one replaces, kept when the mount sets none of its own
+  // (S3; others ignore both). Unset with replaces_object: S3 asks the server for it first.
+  std::optional<AtRestEncryption> keep_encryption;
+  bool replaces_object = false;  // the key held an object when the file was opened
 };
 
 struct CopyOptions {
@@ -202,6 +219,9 @@ struct UploadOptions {
   // self-copy (set_attributes) after the object became visible with these.
   Metadata metadata;
   std::string content_type;
+  // As in PutOptions: S3 gives it to the multipart upload as it starts.
+  std::optional<AtRestEncryption> keep_encryption;
+  bool replaces_object = false;
 };
 
 // One object being put together on the server from pieces, made visible under its key only by

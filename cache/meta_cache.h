@@ -38,6 +38,9 @@ struct MetaRecord {
   // This mount wrote the object as recorded (upload, copy or rename); within the cache's
   // lifetime its ETag is trusted as current by the copies of chmod and rename.
   bool own_write = false;
+  // The object's encryption at rest (S3), where a HEAD or this mount's write learnt it; unset
+  // from a listing. Uploads and copies pass it on (ObjectInfo::encryption).
+  std::optional<AtRestEncryption> encryption;
 };
 
 class MetaCache {

@@ -60,6 +60,14 @@ std::string DataRanges(const std::string& path) {
   return out.empty() ? " (no ranges)" : out;
 }
 
+// An upload of `inode` keeps the encryption of the object it replaces (S3; unknown: the store
+// asks). A file created here replaces none.
+template <typename UploadOrPutOptions>
+void KeepStoredEncryption(const Inode& inode, UploadOrPutOptions& options) REQUIRES(inode.mu) {
+  options.replaces_object = inode.in_store;
+  if (inode.in_store) options.keep_encryption = inode.stored_encryption;
+}
+
 }  // namespace
 
 FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* inodes,
@@ -155,6 +163,7 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   inode.base.reset();
   if (!empty && rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
+  inode.stored_encryption = rec.encryption;
   if (!inode.removed()) inode.state = Inode::FileState::kCached;
   inode.has_local_data.store(true);
   return Status::Ok();
@@ -359,6 +368,10 @@ Result<ObjectInfo> FileWriter::PutWithAcceptedMetadata(const std::string& key,
   if (accepted == *metadata) return refusal;  // it was not the metadata the server refused
   PutOptions put;
   put.metadata = accepted;
+  if (stored.ok()) {
+    put.keep_encryption = stored->encryption;
+    put.replaces_object = true;
+  }
   Result<ObjectInfo> result = store_->put(key, source, put);
   if (!result.ok()) return IsPermanentRefusal(result.status()) ? refusal : result.status();
   Log(LogLevel::kWarn, "uploaded " + key + " without its metadata change (" +
@@ -398,6 +411,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   if (!streamed) streamed = UploadEdit(inode, key, metadata);
   PutOptions put;
   put.metadata = metadata;
+  KeepStoredEncryption(inode, put);
   // A whole put needs every byte here: what a sparse file still lacks is fetched first (a
   // failure is the upload's, below).
   Result<ObjectInfo> result = ObjectInfo{};
@@ -430,6 +444,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   }
   if (inode.unsaved()) inode.state = Inode::FileState::kCached;
   inode.in_store = true;
+  inode.stored_encryption = result->encryption;
   inode.may_stream = false;  // further writes edit a stored object
   inode.uploaded_etag = result->etag;
   // Every byte of it was written through the kernel, whose pages hold them: the next open of
@@ -563,6 +578,7 @@ void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, ui
   options.started_ns = NowNs();
   UploadOptions upload;
   upload.metadata = options.metadata;
+  KeepStoredEncryption(inode, upload);
   upload.part_size = threshold;  // what the store makes of it, without a size hint
   if (caps_.min_part_size > 0) upload.part_size = std::max(upload.part_size, caps_.min_part_size);
   Result<std::shared_ptr<StreamedUpload>> started =
@@ -655,6 +671,7 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
   options.size_hint = size;
   options.part_size = part;
   options.metadata = metadata;
+  KeepStoredEncryption(inode, options);
   Result<std::unique_ptr<objfs::Upload>> started = store_->start_upload(key, options);
   if (!started.ok() && started.status().code() == StatusCode::kTimedOut) {
     // The server did not answer within operation_timeout: a whole put would fetch what the

@@ -41,6 +41,7 @@ MetaRecord ObjectAttrs::FromInfo(const ObjectInfo& info, bool is_dir) const {
   rec.mtime_ns = posix.mtime_ns.value_or(info.mtime_ns);
   rec.etag = info.etag;
   rec.metadata = info.metadata;
+  rec.encryption = info.encryption;
   return rec;
 }
 
@@ -89,6 +90,7 @@ ObjectInfo InfoFromRecord(const std::string& key, const MetaRecord& rec) {
   info.mtime_ns = rec.mtime_ns;
   info.metadata = rec.metadata;
   info.has_metadata = rec.complete;
+  info.encryption = rec.encryption;
   return info;
 }
 

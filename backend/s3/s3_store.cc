@@ -55,7 +55,17 @@ void AddMetadataHeaders(const Metadata& metadata, HeaderList& headers) {
   }
 }
 
-// Size, ETag, mtime, content type and user metadata from a HEAD or GET reply.
+// The encryption at rest a HEAD, GET or PUT reply names; none when it names none.
+AtRestEncryption EncryptionFromHeaders(const HttpResponse& r) {
+  AtRestEncryption encryption;
+  if (const std::string* v = r.header("x-amz-server-side-encryption")) encryption.algorithm = *v;
+  if (const std::string* v = r.header("x-amz-server-side-encryption-aws-kms-key-id")) {
+    encryption.kms_key_id = *v;
+  }
+  return encryption;
+}
+
+// Size, ETag, mtime, content type, user metadata and encryption from a HEAD or GET reply.
 ObjectInfo InfoFromHeaders(std::string_view key, const HttpResponse& r) {
   ObjectInfo info;
   info.key = std::string(key);
@@ -72,6 +82,7 @@ ObjectInfo InfoFromHeaders(std::string_view key, const HttpResponse& r) {
     }
   }
   info.has_metadata = true;
+  info.encryption = EncryptionFromHeaders(r);
   return info;
 }
 
@@ -502,8 +513,11 @@ Result<Listing> S3Store::list(const ListOptions& options) {
 
 Result<ObjectInfo> S3Store::put(std::string_view key, const ByteSource& source,
                                 const PutOptions& options) {
-  if (source.size() > options_.multipart_threshold) return PutMultipart(key, source, options);
-  return PutSingle(key, source, options);
+  PutOptions put = options;
+  OBJFS_ASSIGN_OR_RETURN(put.keep_encryption,
+                         EncryptionToKeep(key, options.keep_encryption, options.replaces_object));
+  if (source.size() > options_.multipart_threshold) return PutMultipart(key, source, put);
+  return PutSingle(key, source, put);
 }
 
 Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& source,
@@ -518,6 +532,7 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
   if (options.if_match) req.headers.emplace_back("if-match", options.if_match->quoted());
   if (options.if_none_match) req.headers.emplace_back("if-none-match", "*");
   AddMetadataHeaders(options.metadata, req.headers);
+  KeepEncryption(options.keep_encryption, req.headers);
   req.body_source = &source;
   req.body_size = source.size();
   Result<HttpResponse> sent = Execute(req);
@@ -549,6 +564,8 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
   info.content_type = options.content_type;
   info.metadata = options.metadata;
   info.has_metadata = true;
+  info.encryption = EncryptionFromHeaders(resp);
+  CheckEncryptionConfirmed(key, *info.encryption);
   return info;
 }
 
@@ -560,6 +577,7 @@ Result<std::string> S3Store::InitiateMultipart(std::string_view key, const Heade
   req.query.emplace_back("uploads", "");
   req.headers = headers;
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+  CheckEncryptionConfirmed(key, EncryptionFromHeaders(resp));
   Result<std::string> id = ParseInitiateMultipartUpload(resp.body);
   if (!id.ok()) return id.status().WithContext(req.what);
   if (options_.journal != nullptr) {
@@ -672,6 +690,7 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   HeaderList headers;
   if (!options.content_type.empty()) headers.emplace_back("content-type", options.content_type);
   AddMetadataHeaders(options.metadata, headers);
+  KeepEncryption(options.keep_encryption, headers);
   OBJFS_ASSIGN_OR_RETURN(std::string upload_id, InitiateMultipart(key, headers));
 
   std::vector<std::pair<int, ETag>> parts(count);
@@ -733,6 +752,7 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   info.content_type = options.content_type;
   info.metadata = options.metadata;
   info.has_metadata = true;
+  info.encryption = PassedOn(options.keep_encryption);
   return info;
 }
 
@@ -969,6 +989,7 @@ class S3Store::Session : public Upload {
     info.content_type = started_.content_type;
     info.metadata = started_.metadata;
     info.has_metadata = true;
+    info.encryption = store_->PassedOn(started_.keep_encryption);
     if (options.metadata == started_.metadata && options.content_type == started_.content_type) {
       return info;
     }
@@ -1003,12 +1024,57 @@ Result<std::unique_ptr<Upload>> S3Store::start_upload(std::string_view key,
   uint64_t part_size = options.part_size != 0 ? options.part_size : options_.part_size;
   part_size = std::clamp(part_size, kMinPartSize, kMaxPartSize);
   part_size = ChoosePartSize(options.size_hint, part_size);
+  OBJFS_ASSIGN_OR_RETURN(std::optional<AtRestEncryption> encryption,
+                         EncryptionToKeep(key, options.keep_encryption, options.replaces_object));
   HeaderList headers;
   if (!options.content_type.empty()) headers.emplace_back("content-type", options.content_type);
   AddMetadataHeaders(options.metadata, headers);
+  KeepEncryption(encryption, headers);
   OBJFS_ASSIGN_OR_RETURN(std::string upload_id, InitiateMultipart(key, headers));
+  UploadOptions started = options;
+  started.keep_encryption = encryption;
   return std::unique_ptr<Upload>(
-      std::make_unique<Session>(this, std::string(key), part_size, std::move(upload_id), options));
+      std::make_unique<Session>(this, std::string(key), part_size, std::move(upload_id), started));
+}
+
+void S3Store::CheckEncryptionConfirmed(std::string_view key, const AtRestEncryption& replied) {
+  const std::string& asked = options_.object_headers.sse;
+  if (asked.empty() || !replied.algorithm.empty()) return;
+  if (!encryption_unconfirmed_logged_.exchange(true)) {
+    LogWarn(What("PUT", key) + ": the server's reply does not confirm sse=" + asked +
+            ", so objects this mount writes may be stored unencrypted");
+  }
+}
+
+std::optional<AtRestEncryption> S3Store::PassedOn(
+    const std::optional<AtRestEncryption>& kept) const {
+  if (MountEncrypts()) return std::nullopt;  // its own setting goes with every copy anyway
+  // None named: the bucket's default, which a copy naming none gets too.
+  return kept.value_or(AtRestEncryption{});
+}
+
+bool S3Store::MountEncrypts() const {
+  return !options_.object_headers.sse.empty() || !options_.object_headers.sse_c_key.empty();
+}
+
+void S3Store::KeepEncryption(const std::optional<AtRestEncryption>& encryption,
+                             HeaderList& headers) const {
+  // The mount's own setting, added to every request that creates an object, wins.
+  if (MountEncrypts() || !encryption || encryption->algorithm.empty()) return;
+  headers.emplace_back("x-amz-server-side-encryption", encryption->algorithm);
+  if (!encryption->kms_key_id.empty()) {
+    headers.emplace_back("x-amz-server-side-encryption-aws-kms-key-id", encryption->kms_key_id);
+  }
+}
+
+Result<std::optional<AtRestEncryption>> S3Store::EncryptionToKeep(
+    std::string_view key, const std::optional<AtRestEncryption>& known, bool replaces) {
+  if (MountEncrypts() || known || !replaces) return known;
+  // The object replaced was seen only in a listing: ask.
+  Result<ObjectInfo> current = head(key);
+  if (current.ok()) return current->encryption;
+  if (current.status().code() == StatusCode::kNotFound) return std::optional<AtRestEncryption>();
+  return current.status();
 }
 
 Result<ObjectInfo> S3Store::copy(const ObjectInfo& src, std::string_view dst,
@@ -1034,18 +1100,24 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   // New metadata replaces the old, Content-Type included: without one given, the object keeps
   // its own, which the caller's `src` may not know (the HEAD below learns it).
   std::string type_seen = src.content_type;
+  // Without encryption of its own, a copy must name the source's, or it gets the bucket's
+  // default (AWS) or none (RGW): a file another client encrypted would be decrypted by a cp,
+  // mv or chmod.
+  std::optional<AtRestEncryption> encryption = src.encryption;
+  const bool check_source = options.if_match_source && !src.etag.empty() &&
+                            !(options.source_known_current && src.etag.is_plain_md5());
   // A plain-MD5 source known to be current skips this: a copy of other bytes shows in the
   // result's ETag (below). Other ETags could not tell.
-  if (options.if_match_source && !src.etag.empty() &&
-      !(options.source_known_current && src.etag.is_plain_md5())) {
+  if (check_source || (!encryption && !MountEncrypts())) {
     // Some servers (RGW) ignore x-amz-copy-source-if-match: check the source ourselves so that
     // a copy of a changed source fails before it has touched the destination.
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, head(src.key));
-    if (current.etag != src.etag) {
+    if (options.if_match_source && !src.etag.empty() && current.etag != src.etag) {
       return PreconditionFailedError(What("COPY", src.key) + ": the source changed (ETag " +
                                      current.etag.value() + ", expected " + src.etag.value() + ")");
     }
     if (type_seen.empty()) type_seen = current.content_type;
+    encryption = current.encryption;
   }
   Request req;
   req.method = "PUT";
@@ -1065,7 +1137,22 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   } else {
     req.headers.emplace_back("x-amz-metadata-directive", "COPY");
   }
-  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+  KeepEncryption(encryption, req.headers);
+  Result<HttpResponse> sent = Execute(req);
+  if (!sent.ok() && sent.status().code() == StatusCode::kUnsupported) {
+    // RGW 16.2 refuses CopyObject from an SSE-KMS source with 501, whatever the request says,
+    // but copies its ranges with UploadPartCopy.
+    if (!copy_refused_logged_.exchange(true)) {
+      LogInfo(sent.status().message() + "; such copies are made with UploadPartCopy");
+    }
+    ObjectInfo source = src;
+    source.encryption = encryption;
+    if (source.content_type.empty()) source.content_type = type_seen;
+    CopyOptions again = options;
+    again.if_match_source = options.if_match_source && !src.etag.empty();
+    return CopyMultipart(source, dst, again);
+  }
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(sent));
   Result<CopyResult> result = ParseCopyResult(resp.body);
   if (!result.ok()) return result.status().WithContext(req.what);
   if (options.if_match_source && src.etag.is_plain_md5() && result->etag.is_plain_md5() &&
@@ -1089,6 +1176,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
     info.content_type = src.content_type;
     info.has_metadata = src.has_metadata;
   }
+  info.encryption = PassedOn(encryption);
   if (info.etag.empty()) {
     OBJFS_ASSIGN_OR_RETURN(info, head(dst));
   }
@@ -1098,9 +1186,11 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
 Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_view dst,
                                           const CopyOptions& options) {
   ObjectInfo source = src;
-  if ((!options.replace_metadata && !source.has_metadata) || options.if_match_source) {
-    // The new upload must carry the source's metadata itself (COPY has no meaning here), and
-    // since some servers ignore x-amz-copy-source-if-match, check the source first.
+  if ((!options.replace_metadata && !source.has_metadata) || options.if_match_source ||
+      (!source.encryption && !MountEncrypts())) {
+    // The new upload must carry the source's metadata and encryption itself (COPY has no
+    // meaning here), and since some servers ignore x-amz-copy-source-if-match, check the
+    // source first.
     OBJFS_ASSIGN_OR_RETURN(source, head(src.key));
     if (options.if_match_source && !src.etag.empty() && source.etag != src.etag) {
       return PreconditionFailedError(What("COPY", src.key) + ": the source changed");
@@ -1108,9 +1198,18 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   }
   const Metadata& metadata = options.replace_metadata ? *options.replace_metadata : source.metadata;
   std::string type = options.content_type.value_or(source.content_type);
+  if (source.size == 0) {
+    // No range to copy: an empty object with the same attributes.
+    PutOptions put;
+    put.metadata = metadata;
+    put.content_type = type;
+    put.keep_encryption = source.encryption;
+    return PutSingle(dst, MemorySource(std::string_view()), put);
+  }
   HeaderList headers;
   if (!type.empty()) headers.emplace_back("content-type", type);
   AddMetadataHeaders(metadata, headers);
+  KeepEncryption(source.encryption, headers);
   OBJFS_ASSIGN_OR_RETURN(std::string upload_id, InitiateMultipart(dst, headers));
 
   const uint64_t part_size = options_.copy_part_size;
@@ -1171,6 +1270,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   info.content_type = type;
   info.metadata = metadata;
   info.has_metadata = true;
+  info.encryption = PassedOn(source.encryption);
   return info;
 }
 

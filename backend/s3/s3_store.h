@@ -17,6 +17,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -165,6 +166,21 @@ class S3Store : public ObjectStore {
   void AbortMultipart(std::string_view key, const std::string& upload_id);
 
   std::string What(std::string_view verb, std::string_view key) const;
+  // Warns once when the mount asks for sse= and the reply to a request that created an object
+  // (PUT, CreateMultipartUpload) does not name any: the server did not encrypt it.
+  void CheckEncryptionConfirmed(std::string_view key, const AtRestEncryption& replied);
+  // The mount sets encryption of its own (sse= or sse_c_key=) on every object it creates.
+  bool MountEncrypts() const;
+  // The encryption to note in the ObjectInfo of a version this mount made with `kept`, for its
+  // own copies to pass on.
+  std::optional<AtRestEncryption> PassedOn(const std::optional<AtRestEncryption>& kept) const;
+  // Adds `encryption` (an object's, passed on to the one replacing or copying it) to a request
+  // that creates an object, unless the mount sets its own.
+  void KeepEncryption(const std::optional<AtRestEncryption>& encryption, HeaderList& headers) const;
+  // What a put or upload to `key` keeps (PutOptions::keep_encryption): `known`, or, when the
+  // mount sets none and an object is replaced whose encryption is unknown, its HEAD's.
+  Result<std::optional<AtRestEncryption>> EncryptionToKeep(
+      std::string_view key, const std::optional<AtRestEncryption>& known, bool replaces);
 
   S3StoreOptions options_;
   S3Endpoint endpoint_;
@@ -172,6 +188,8 @@ class S3Store : public ObjectStore {
   HttpClient http_;
   Metrics own_metrics_;
   Metrics* metrics_;
+  std::atomic<bool> copy_refused_logged_{false};
+  std::atomic<bool> encryption_unconfirmed_logged_{false};
 };
 
 }  // namespace objfs::s3

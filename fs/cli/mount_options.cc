@@ -422,7 +422,7 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .group = G::kS3,
        .meaning = "server-side encryption of new objects, on puts, copies and multipart "
                   "uploads: `AES256` (SSE-S3) or `aws:kms` (SSE-KMS, with `sse_kms_key_id`)",
-       .default_value = "the bucket's",
+       .default_value = "the bucket's; a copy or new version of an object keeps that object's",
        .choices = {"AES256", "aws:kms"},
        .apply = Text<&MountOptions::sse>},
       {.names = {"sse_kms_key_id"},

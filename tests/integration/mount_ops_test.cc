@@ -1,8 +1,8 @@
 // What an operator runs and reads, through real objfs mounts on RGW and sshd: the log (its sink,
 // levels and per-request debug lines, which must never show a secret), the counters of
 // user.objfs.stats and `objfs stats`, the periodic stats line, the headers new objects get
-// (Content-Type, storage class, ACL, SSE-C) as the server stores them, the refusal of a
-// non-empty mount point, and --help and --version.
+// (Content-Type, storage class, ACL, SSE-C) as the server stores them, SSE-KMS kept through
+// copies and edits, the refusal of a non-empty mount point, and --help and --version.
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -325,6 +325,137 @@ TEST(MountOpsTest, SseCustomerKeyEncryptsPutsCopiesAndMultipart) {
   EXPECT_EQ(ReadFile(mount->path() + "/copy.txt"), "encrypted at rest");
   EXPECT_EQ(ReadFile(mount->path() + "/large.bin"), large);
   EXPECT_EQ(mount->Stop(), 0);
+}
+
+// objfs's own S3 client for `bucket` on the test server, with `headers` for what it creates.
+std::unique_ptr<s3::S3Store> TestClient(const std::string& bucket,
+                                        const s3::ObjectHeaderOptions& headers) {
+  const S3TestServer& server = SharedS3Server();
+  s3::S3StoreOptions options;
+  options.bucket = bucket;
+  options.endpoint = server.endpoint;
+  options.region = server.region;
+  options.credentials.access_key = server.access_key;
+  options.credentials.secret_key = server.secret_key;
+  options.object_headers = headers;
+  Result<std::unique_ptr<s3::S3Store>> store = s3::S3Store::Create(options);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+// SSE-KMS that another client chose survives what a user does to the file through a mount
+// that sets no encryption: a cp, an mv, a chmod, a touch, an append, an overwrite, a streamed
+// rewrite and an edit assembled on the server do not store it decrypted, and do not fail (RGW
+// refuses CopyObject from an SSE-KMS source with 501). A mount's own sse=aws:kms applies to
+// what it writes and copies.
+TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
+  std::string bucket = CreateTestBucket(TestName());
+  s3::ObjectHeaderOptions kms;
+  kms.sse = "aws:kms";
+  kms.sse_kms_key_id = "testkey-2";
+  std::unique_ptr<s3::S3Store> other = TestClient(bucket, kms);
+  ASSERT_TRUE(other);
+  const std::string small = "encrypted by another client";
+  const std::string large = PseudoRandomBytes(6 << 20, 3);
+  const std::string larger = PseudoRandomBytes(12 << 20, 4);
+  for (const auto& [key, data] : std::map<std::string, std::string>{{"small.txt", small},
+                                                                    {"large.bin", large},
+                                                                    {"empty", ""},
+                                                                    {"chmod.txt", small},
+                                                                    {"append.txt", small},
+                                                                    {"over.txt", small},
+                                                                    {"stream.bin", large},
+                                                                    {"edit.bin", larger}}) {
+    MemorySource source(data);
+    ASSERT_TRUE(other->put(key, source, {}).ok()) << key;
+  }
+  ASSERT_TRUE(Contains(HeadObject(bucket, "small.txt"), "x-amz-server-side-encryption: aws:kms"));
+
+  ObjfsMount::Options options;
+  options.extra_options = "copy_part_threshold=5M,multipart_threshold=5M";
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  // Known from the listing only: what the edits replace is asked for.
+  ASSERT_EQ(RunCommand({"ls", "-l", m}).exit_code, 0);
+  ASSERT_EQ(RunCommand({"sh", "-c", "printf ' and appended' >> " + m + "/append.txt"}).exit_code,
+            0);
+  WriteFile(m + "/over.txt", "overwritten");
+  const std::string rewritten = PseudoRandomBytes(6 << 20, 5);
+  WriteFile(m + "/stream.bin", rewritten);
+  ASSERT_EQ(RunCommand({"sh", "-c", "printf tail >> " + m + "/edit.bin"}).exit_code, 0);
+  ASSERT_EQ(RunCommand({"cp", m + "/small.txt", m + "/copy.txt"}).exit_code, 0);
+  ASSERT_EQ(::rename((m + "/empty").c_str(), (m + "/empty-moved").c_str()), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(::rename((m + "/large.bin").c_str(), (m + "/moved.bin").c_str()), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(::chmod((m + "/chmod.txt").c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_EQ(RunCommand({"touch", m + "/small.txt"}).exit_code, 0);
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_FALSE(Contains(mount->log(), "error")) << mount->log();
+
+  for (const char* key : {"small.txt", "copy.txt", "empty-moved", "moved.bin", "chmod.txt",
+                          "append.txt", "over.txt", "stream.bin", "edit.bin"}) {
+    SCOPED_TRACE(key);
+    const std::string head = HeadObject(bucket, key);
+    EXPECT_TRUE(Contains(head, " 200")) << head;
+    EXPECT_TRUE(Contains(head, "x-amz-server-side-encryption: aws:kms")) << head;
+    EXPECT_TRUE(Contains(head, "x-amz-server-side-encryption-aws-kms-key-id: testkey-2")) << head;
+  }
+  EXPECT_TRUE(Contains(HeadObject(bucket, "chmod.txt"), "x-amz-meta-mode: 33152"));
+  EXPECT_TRUE(Contains(HeadObject(bucket, "large.bin"), " 404"));
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(ReadFile(m + "/copy.txt"), small);
+  EXPECT_EQ(ReadFile(m + "/moved.bin"), large);
+  EXPECT_EQ(ReadFile(m + "/empty-moved"), "");
+  EXPECT_EQ(ReadFile(m + "/append.txt"), small + " and appended");
+  EXPECT_EQ(ReadFile(m + "/over.txt"), "overwritten");
+  EXPECT_EQ(ReadFile(m + "/stream.bin"), rewritten);
+  EXPECT_EQ(ReadFile(m + "/edit.bin"), larger + "tail");
+  EXPECT_EQ(mount->Stop(), 0);
+
+  // The mount's own key: what it writes, and its copies, are encrypted with testkey-1.
+  ObjfsMount::Options own;
+  own.extra_options = "sse=aws:kms,sse_kms_key_id=testkey-1";
+  auto encrypting = ObjfsMount::Start(S3MountUrl(bucket), own);
+  ASSERT_TRUE(encrypting);
+  WriteFile(encrypting->path() + "/new.txt", "written encrypted");
+  ASSERT_EQ(
+      RunCommand({"cp", encrypting->path() + "/new.txt", encrypting->path() + "/new-copy.txt"})
+          .exit_code,
+      0);
+  ASSERT_EQ(encrypting->Stop(), 0) << encrypting->log();
+  for (const char* key : {"new.txt", "new-copy.txt"}) {
+    SCOPED_TRACE(key);
+    const std::string head = HeadObject(bucket, key);
+    EXPECT_TRUE(Contains(head, "x-amz-server-side-encryption-aws-kms-key-id: testkey-1")) << head;
+  }
+  EXPECT_FALSE(Contains(encrypting->log(), "does not confirm")) << encrypting->log();
+}
+
+// A server that takes sse= but does not encrypt (RGW 16.2 with AES256: its reply names no
+// encryption, and neither does a HEAD) is told of once, at warn level.
+TEST(MountOpsTest, EncryptionTheServerDoesNotConfirmIsWarnedOfOnce) {
+  std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "sse=AES256,multipart_threshold=5M";
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/one.txt", "1");
+  WriteFile(mount->path() + "/two.bin", PseudoRandomBytes(6 << 20, 6));  // multipart
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+  const std::string head = HeadObject(bucket, "one.txt");
+  ASSERT_TRUE(Contains(head, " 200")) << head;
+  const bool encrypted = Contains(head, "x-amz-server-side-encryption: aes256");
+  const std::string log = mount->log();
+  size_t warnings = 0;
+  for (const std::string& line : Lines(log)) {
+    if (Contains(line, "does not confirm sse=AES256")) {
+      ++warnings;
+      EXPECT_TRUE(Contains(line, "warning:")) << line;
+    }
+  }
+  EXPECT_EQ(warnings, encrypted ? 0u : 1u) << head << log;
 }
 
 TEST(MountOpsTest, ANonEmptyMountPointIsRefusedWithoutNonempty) {
