@@ -372,7 +372,8 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   ASSERT_TRUE(Contains(HeadObject(bucket, "small.txt"), "x-amz-server-side-encryption: aws:kms"));
 
   ObjfsMount::Options options;
-  options.extra_options = "copy_part_threshold=5M,multipart_threshold=5M";
+  // 5 MiB parts: the append to the 12 MiB edit.bin copies its first two on the server.
+  options.extra_options = "copy_part_threshold=5M,multipart_threshold=5M,part_size=5M";
   auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
   ASSERT_TRUE(mount);
   const std::string m = mount->path();
@@ -383,7 +384,13 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   WriteFile(m + "/over.txt", "overwritten");
   const std::string rewritten = PseudoRandomBytes(6 << 20, 5);
   WriteFile(m + "/stream.bin", rewritten);
+  const std::string before = GetXattr(m, "user.objfs.stats");
   ASSERT_EQ(RunCommand({"sh", "-c", "printf tail >> " + m + "/edit.bin"}).exit_code, 0);
+  const std::string after = GetXattr(m, "user.objfs.stats");
+  EXPECT_GE(StatsCounter(after, "bytes_copied_on_server") -
+                StatsCounter(before, "bytes_copied_on_server"),
+            10 << 20)
+      << after;
   ASSERT_EQ(RunCommand({"cp", m + "/small.txt", m + "/copy.txt"}).exit_code, 0);
   ASSERT_EQ(::rename((m + "/empty").c_str(), (m + "/empty-moved").c_str()), 0)
       << std::strerror(errno);
