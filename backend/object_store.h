@@ -135,6 +135,9 @@ struct CopyOptions {
   // src.etag still fails with PreconditionFailed, but after the destination was written. SFTP
   // then sets attributes in place without a STAT first.
   bool source_known_current = false;
+  // The encryption the copy gets when the mount sets none of its own (S3): that of the file
+  // whose contents it replaces (cp onto an existing file). Unset: the source's.
+  std::optional<AtRestEncryption> keep_encryption;
 };
 
 struct SetAttributesOptions {

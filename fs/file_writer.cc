@@ -60,12 +60,12 @@ std::string DataRanges(const std::string& path) {
   return out.empty() ? " (no ranges)" : out;
 }
 
-// An upload of `inode` keeps the encryption of the object it replaces (S3; unknown: the store
-// asks). A file created here replaces none.
+// An upload of `inode` keeps the encryption of the object its data came from, under this key or
+// another before a rename (S3; unknown: the store asks the object it replaces).
 template <typename UploadOrPutOptions>
 void KeepStoredEncryption(const Inode& inode, UploadOrPutOptions& options) REQUIRES(inode.mu) {
   options.replaces_object = inode.in_store;
-  if (inode.in_store) options.keep_encryption = inode.stored_encryption;
+  options.keep_encryption = inode.stored_encryption;
 }
 
 }  // namespace

@@ -112,6 +112,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
       // What it was: SFTP sets a changed owner, a link's own times.
       set.expected.metadata = rec.metadata;
       set.expected.has_metadata = rec.has_object;
+      set.expected.encryption = rec.encryption;
       // An object this mount just wrote is not HEADed first. Should another client have
       // replaced it meanwhile, the copy gives its bytes our metadata and then fails, and the loop
       // looks again: last writer wins, as for the bytes.

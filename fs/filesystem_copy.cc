@@ -53,15 +53,24 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     uint64_t dst_size;
     FileAttr dst_attr;
     Metadata dst_extra;
+    // The encryption of an existing destination (cp onto a file), which it keeps, as a rewrite
+    // does; unset: the copy gets the source's.
+    std::optional<AtRestEncryption> dst_encryption;
     if (dst.staged || dst.pending_metadata) {
       dst_size = dst.staged ? dst.staged->size() : dst.pending_metadata->object.size;
       dst_attr = dst.attr;
       dst_extra = dst.extra_metadata;
+      if (!dst.staged) {
+        dst_encryption = dst.pending_metadata->object.encryption;
+      } else if (dst.in_store) {
+        dst_encryption = dst.stored_encryption;
+      }
     } else {
       OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(dst_key));
       dst_size = rec.size;
       dst_attr = AttrFromRecord(out->ino, rec);
       dst_extra = WithoutPosixMetadata(rec.metadata);
+      dst_encryption = rec.encryption;
     }
     // (A destination removed while open is no object to copy to: its name may be another
     // file's by now, or nobody's.)
@@ -74,8 +83,10 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       info.key = src_key;
       info.size = src.size;
       info.etag = src.etag;
+      info.encryption = src.encryption;
       CopyOptions copy;
       copy.replace_metadata = metadata;
+      copy.keep_encryption = dst_encryption;
       auto copied = store_->copy(info, dst_key, copy);
       if (!copied.ok()) return copied.status().WithContext("copying " + src_key);
       if (copied->etag == src.etag && src.etag.is_plain_md5()) Bump(metrics_->etags_reused);

@@ -275,6 +275,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       info.key = from;
       info.size = source.size;
       info.etag = source.etag;
+      info.encryption = source.encryption;  // known: the copy need not HEAD for it
       copied = store_->copy(info, to, copy);
       if (copied.ok() || copied.status().code() != StatusCode::kPreconditionFailed || attempt > 0) {
         break;
@@ -304,6 +305,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       info.key = from;
       info.size = source.size;
       info.etag = source.etag;
+      info.encryption = source.encryption;  // known: the copy need not HEAD for it
       copied = store_->copy(info, to, copy);
     }
     if (!copied.ok()) {

@@ -52,7 +52,8 @@ struct Inode {
   // The store holds an object at this inode's key that its pending upload replaces (false for
   // a file created here and not uploaded yet): a rename of the unsaved file removes it.
   bool in_store GUARDED_BY(mu) = true;
-  // That object's encryption at rest, when known (S3): the upload replacing it keeps it.
+  // The encryption at rest of the object the staged data came from (S3; none for a file created
+  // here), when known: its upload keeps it, whatever the key by then.
   std::optional<AtRestEncryption> stored_encryption GUARDED_BY(mu);
   // The upload that runs while the file is written (fs/streamed_upload.h), and whether one may
   // start: the data being written began empty here (a new file, O_TRUNC, truncate to 0) and no

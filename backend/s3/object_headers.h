@@ -57,4 +57,12 @@ Result<std::string> ReadSseCustomerKey(const std::string& path);
 void AddObjectHeaders(const ObjectHeaderOptions& options, std::string_view method,
                       std::string_view key, const HeaderList& query, HeaderList& headers);
 
+// Whether the ETag S3 gives an object it stores is the MD5 of the bytes, which objfs checks
+// against what it sent: not under SSE-KMS or SSE-C, whose ETags AWS documents as something
+// else, whatever their shape. `asked`: the algorithm a request named for an object's own
+// encryption ("": none); `replied`: the x-amz-server-side-encryption of the reply ("": none),
+// and `replied_customer_key` whether it named SSE-C.
+bool StoredETagIsMd5(const ObjectHeaderOptions& mount, std::string_view asked,
+                     std::string_view replied = {}, bool replied_customer_key = false);
+
 }  // namespace objfs::s3

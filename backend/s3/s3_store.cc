@@ -552,7 +552,7 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
   ETag expected = ETag::FromMd5(digest);
   ETag got;
   if (const std::string* v = resp.header("etag")) got = ETag::Parse(*v);
-  if (got.is_plain_md5() && got != expected) {
+  if (got.is_plain_md5() && got != expected && ETagIsMd5(options.keep_encryption, &resp)) {
     return InternalError(req.what + ": the server's ETag " + got.value() +
                          " does not match the MD5 of the data sent " + expected.value());
   }
@@ -564,8 +564,10 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
   info.content_type = options.content_type;
   info.metadata = options.metadata;
   info.has_metadata = true;
-  info.encryption = EncryptionFromHeaders(resp);
-  CheckEncryptionConfirmed(key, *info.encryption);
+  // A server that encrypts without saying so gets what was asked, not "none".
+  const AtRestEncryption replied = EncryptionFromHeaders(resp);
+  info.encryption = replied.algorithm.empty() ? PassedOn(options.keep_encryption) : replied;
+  CheckEncryptionConfirmed(key, replied);
   return info;
 }
 
@@ -695,6 +697,7 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
 
   std::vector<std::pair<int, ETag>> parts(count);
   std::vector<std::array<uint8_t, 16>> digests(count);
+  std::atomic<bool> opaque_etags = !ETagIsMd5(options.keep_encryption, nullptr);
   Status st = RunParts(count, options_.parallel_parts, [&](int index) -> Status {
     uint64_t offset = static_cast<uint64_t>(index) * part_size;
     uint64_t len = std::min(part_size, size - offset);
@@ -716,7 +719,9 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
     ETag got;
     if (const std::string* v = resp.header("etag")) got = ETag::Parse(*v);
     ETag expected = ETag::FromMd5(digest);
-    if (got.is_plain_md5() && got != expected) {
+    if (!ETagIsMd5(options.keep_encryption, &resp)) {
+      opaque_etags = true;
+    } else if (got.is_plain_md5() && got != expected) {
       return InternalError(req.what + ": part " + std::to_string(index + 1) +
                            " ETag does not match its MD5");
     }
@@ -740,7 +745,7 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   // that names it (AWS) must agree; one that does not (RGW) gets no HEAD: by then another
   // writer may have replaced the object, which is no failure of this upload.
   ETag expected = MultipartETag(digests);
-  if (etag->is_multipart() && *etag != expected) {
+  if (etag->is_multipart() && *etag != expected && !opaque_etags) {
     return InternalError(What("PUT", key) + ": the server's ETag " + etag->value() +
                          " does not match the parts sent " + expected.value());
   }
@@ -805,8 +810,10 @@ class S3Store::Session : public Upload {
     OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, store_->Execute(req));
     Result<CopyResult> result = ParseCopyResult(resp.body);
     if (!result.ok()) return result.status().WithContext(req.what);
+    const bool md5 = store_->ETagIsMd5(started_.keep_encryption, &resp);
     MutexLock lock(&mu_);
-    parts_[index] = Part{length, result->etag, DigestOf(result->etag)};
+    parts_[index] =
+        Part{length, result->etag, md5 ? DigestOf(result->etag) : std::optional<Md5Digest>()};
     return Status::Ok();
   }
 
@@ -899,6 +906,12 @@ class S3Store::Session : public Upload {
     ETag got;
     if (const std::string* v = resp.header("etag")) got = ETag::Parse(*v);
     const ETag expected = ETag::FromMd5(digest);
+    if (!store_->ETagIsMd5(started_.keep_encryption, &resp)) {
+      // Completed with the server's own part ETag, and no object ETag to check.
+      MutexLock lock(&mu_);
+      parts_[index] = Part{length, got.empty() ? expected : got, std::nullopt};
+      return Status::Ok();
+    }
     if (got.is_plain_md5() && got != expected) {
       return InternalError(req.what + ": part " + std::to_string(index + 1) +
                            " ETag does not match its MD5");
@@ -1046,6 +1059,19 @@ void S3Store::CheckEncryptionConfirmed(std::string_view key, const AtRestEncrypt
   }
 }
 
+bool S3Store::ETagIsMd5(const std::optional<AtRestEncryption>& asked,
+                        const HttpResponse* reply) const {
+  std::string_view replied;
+  bool customer_key = false;
+  if (reply != nullptr) {
+    if (const std::string* v = reply->header("x-amz-server-side-encryption")) replied = *v;
+    customer_key = reply->header("x-amz-server-side-encryption-customer-algorithm") != nullptr;
+  }
+  return StoredETagIsMd5(options_.object_headers,
+                         asked && !MountEncrypts() ? asked->algorithm : std::string_view(), replied,
+                         customer_key);
+}
+
 std::optional<AtRestEncryption> S3Store::PassedOn(
     const std::optional<AtRestEncryption>& kept) const {
   if (MountEncrypts()) return std::nullopt;  // its own setting goes with every copy anyway
@@ -1108,7 +1134,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
                             !(options.source_known_current && src.etag.is_plain_md5());
   // A plain-MD5 source known to be current skips this: a copy of other bytes shows in the
   // result's ETag (below). Other ETags could not tell.
-  if (check_source || (!encryption && !MountEncrypts())) {
+  if (check_source || (!encryption && !MountEncrypts() && !options.keep_encryption)) {
     // Some servers (RGW) ignore x-amz-copy-source-if-match: check the source ourselves so that
     // a copy of a changed source fails before it has touched the destination.
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, head(src.key));
@@ -1137,12 +1163,19 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   } else {
     req.headers.emplace_back("x-amz-metadata-directive", "COPY");
   }
-  KeepEncryption(encryption, req.headers);
-  Result<HttpResponse> sent = Execute(req);
+  const std::optional<AtRestEncryption> named =
+      options.keep_encryption ? options.keep_encryption : encryption;
+  KeepEncryption(named, req.headers);
+  // RGW 16.2 stores a CopyObject in the clear whatever SSE-KMS it names, and refuses one from
+  // an SSE-KMS source with 501, but encrypts an upload created with SSE-KMS and copies ranges
+  // into it: a copy that is to be SSE-KMS is made of parts, on every server.
+  const bool kms = options_.object_headers.sse.rfind("aws:kms", 0) == 0 ||
+                   (!MountEncrypts() && named && named->algorithm.rfind("aws:kms", 0) == 0);
+  Result<HttpResponse> sent =
+      kms ? Result<HttpResponse>(UnsupportedError("SSE-KMS copies are made of parts"))
+          : Execute(req);
   if (!sent.ok() && sent.status().code() == StatusCode::kUnsupported) {
-    // RGW 16.2 refuses CopyObject from an SSE-KMS source with 501, whatever the request says,
-    // but copies its ranges with UploadPartCopy.
-    if (!copy_refused_logged_.exchange(true)) {
+    if (!kms && !copy_refused_logged_.exchange(true)) {
       LogInfo(sent.status().message() + "; such copies are made with UploadPartCopy");
     }
     ObjectInfo source = src;
@@ -1156,7 +1189,8 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   Result<CopyResult> result = ParseCopyResult(resp.body);
   if (!result.ok()) return result.status().WithContext(req.what);
   if (options.if_match_source && src.etag.is_plain_md5() && result->etag.is_plain_md5() &&
-      result->etag != src.etag) {
+      result->etag != src.etag && ETagIsMd5(named, &resp) &&
+      (!encryption || StoredETagIsMd5(ObjectHeaderOptions{}, encryption->algorithm))) {
     // The source changed between the check above and the copy: a plain-MD5 copy of the
     // expected source has the source's ETag, so a different one means other bytes.
     return PreconditionFailedError(req.what + ": the source changed (ETag " + result->etag.value() +
@@ -1176,7 +1210,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
     info.content_type = src.content_type;
     info.has_metadata = src.has_metadata;
   }
-  info.encryption = PassedOn(encryption);
+  info.encryption = PassedOn(named);
   if (info.etag.empty()) {
     OBJFS_ASSIGN_OR_RETURN(info, head(dst));
   }
@@ -1187,7 +1221,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
                                           const CopyOptions& options) {
   ObjectInfo source = src;
   if ((!options.replace_metadata && !source.has_metadata) || options.if_match_source ||
-      (!source.encryption && !MountEncrypts())) {
+      (!source.encryption && !MountEncrypts() && !options.keep_encryption)) {
     // The new upload must carry the source's metadata and encryption itself (COPY has no
     // meaning here), and since some servers ignore x-amz-copy-source-if-match, check the
     // source first.
@@ -1198,18 +1232,22 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   }
   const Metadata& metadata = options.replace_metadata ? *options.replace_metadata : source.metadata;
   std::string type = options.content_type.value_or(source.content_type);
+  const std::optional<AtRestEncryption> named =
+      options.keep_encryption ? options.keep_encryption : source.encryption;
   if (source.size == 0) {
-    // No range to copy: an empty object with the same attributes.
+    // No range to copy: an empty object with the same attributes. Onto itself, only over the
+    // version seen: another client's write since must not be emptied.
     PutOptions put;
     put.metadata = metadata;
     put.content_type = type;
-    put.keep_encryption = source.encryption;
+    put.keep_encryption = named;
+    if (dst == src.key && !source.etag.empty()) put.if_match = source.etag;
     return PutSingle(dst, MemorySource(std::string_view()), put);
   }
   HeaderList headers;
   if (!type.empty()) headers.emplace_back("content-type", type);
   AddMetadataHeaders(metadata, headers);
-  KeepEncryption(source.encryption, headers);
+  KeepEncryption(named, headers);
   OBJFS_ASSIGN_OR_RETURN(std::string upload_id, InitiateMultipart(dst, headers));
 
   const uint64_t part_size = options_.copy_part_size;
@@ -1270,7 +1308,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   info.content_type = type;
   info.metadata = metadata;
   info.has_metadata = true;
-  info.encryption = PassedOn(source.encryption);
+  info.encryption = PassedOn(named);
   return info;
 }
 

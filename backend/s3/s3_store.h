@@ -171,6 +171,9 @@ class S3Store : public ObjectStore {
   void CheckEncryptionConfirmed(std::string_view key, const AtRestEncryption& replied);
   // The mount sets encryption of its own (sse= or sse_c_key=) on every object it creates.
   bool MountEncrypts() const;
+  // Whether the ETag of an object (or part) stored with `asked` kept, as `reply` (if any) names
+  // it, is the MD5 of its bytes (StoredETagIsMd5).
+  bool ETagIsMd5(const std::optional<AtRestEncryption>& asked, const HttpResponse* reply) const;
   // The encryption to note in the ObjectInfo of a version this mount made with `kept`, for its
   // own copies to pass on.
   std::optional<AtRestEncryption> PassedOn(const std::optional<AtRestEncryption>& kept) const;

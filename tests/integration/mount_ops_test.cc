@@ -345,9 +345,9 @@ std::unique_ptr<s3::S3Store> TestClient(const std::string& bucket,
 
 // SSE-KMS that another client chose survives what a user does to the file through a mount
 // that sets no encryption: a cp, an mv, a chmod, a touch, an append, an overwrite, a streamed
-// rewrite and an edit assembled on the server do not store it decrypted, and do not fail (RGW
-// refuses CopyObject from an SSE-KMS source with 501). A mount's own sse=aws:kms applies to
-// what it writes and copies.
+// rewrite, an edit assembled on the server, a rename in the write-back window and a cp onto it
+// do not store it decrypted, and do not fail (RGW refuses CopyObject from an SSE-KMS source
+// with 501). A mount's own sse=aws:kms applies to what it writes and copies.
 TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   std::string bucket = CreateTestBucket(TestName());
   s3::ObjectHeaderOptions kms;
@@ -365,7 +365,9 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
                                                                     {"append.txt", small},
                                                                     {"over.txt", small},
                                                                     {"stream.bin", large},
-                                                                    {"edit.bin", larger}}) {
+                                                                    {"edit.bin", larger},
+                                                                    {"later.txt", small},
+                                                                    {"target.txt", small}}) {
     MemorySource source(data);
     ASSERT_TRUE(other->put(key, source, {}).ok()) << key;
   }
@@ -377,7 +379,6 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
   ASSERT_TRUE(mount);
   const std::string m = mount->path();
-  // Known from the listing only: what the edits replace is asked for.
   ASSERT_EQ(RunCommand({"ls", "-l", m}).exit_code, 0);
   ASSERT_EQ(RunCommand({"sh", "-c", "printf ' and appended' >> " + m + "/append.txt"}).exit_code,
             0);
@@ -392,6 +393,9 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
             10 << 20)
       << after;
   ASSERT_EQ(RunCommand({"cp", m + "/small.txt", m + "/copy.txt"}).exit_code, 0);
+  // cp onto an existing file: the file keeps its own encryption, as a rewrite does.
+  WriteFile(m + "/plain.txt", "not encrypted");
+  ASSERT_EQ(RunCommand({"cp", m + "/plain.txt", m + "/target.txt"}).exit_code, 0);
   ASSERT_EQ(::rename((m + "/empty").c_str(), (m + "/empty-moved").c_str()), 0)
       << std::strerror(errno);
   ASSERT_EQ(::rename((m + "/large.bin").c_str(), (m + "/moved.bin").c_str()), 0)
@@ -400,9 +404,28 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   ASSERT_EQ(RunCommand({"touch", m + "/small.txt"}).exit_code, 0);
   ASSERT_EQ(mount->Stop(), 0) << mount->log();
   EXPECT_FALSE(Contains(mount->log(), "error")) << mount->log();
+  // Made of parts (RGW refuses CopyObject from an SSE-KMS source, and stores one that names
+  // SSE-KMS in the clear): a multipart ETag.
+  EXPECT_TRUE(Contains(HeadObject(bucket, "copy.txt"), "-1\"")) << HeadObject(bucket, "copy.txt");
 
-  for (const char* key : {"small.txt", "copy.txt", "empty-moved", "moved.bin", "chmod.txt",
-                          "append.txt", "over.txt", "stream.bin", "edit.bin"}) {
+  // Appended to and renamed within the write-back window: uploaded under the new name only,
+  // with the encryption of the object its data came from.
+  ObjfsMount::Options window = options;
+  window.extra_options += ",writeback=60";
+  auto delayed = ObjfsMount::Start(S3MountUrl(bucket), window);
+  ASSERT_TRUE(delayed);
+  ASSERT_EQ(RunCommand({"sh", "-c", "printf ' and later' >> " + delayed->path() + "/later.txt"})
+                .exit_code,
+            0);
+  ASSERT_EQ(::rename((delayed->path() + "/later.txt").c_str(),
+                     (delayed->path() + "/renamed-later.txt").c_str()),
+            0)
+      << std::strerror(errno);
+  ASSERT_EQ(delayed->Stop(), 0) << delayed->log();
+
+  for (const char* key :
+       {"small.txt", "copy.txt", "empty-moved", "moved.bin", "chmod.txt", "append.txt", "over.txt",
+        "stream.bin", "edit.bin", "renamed-later.txt", "target.txt"}) {
     SCOPED_TRACE(key);
     const std::string head = HeadObject(bucket, key);
     EXPECT_TRUE(Contains(head, " 200")) << head;
@@ -410,6 +433,7 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
     EXPECT_TRUE(Contains(head, "x-amz-server-side-encryption-aws-kms-key-id: testkey-2")) << head;
   }
   EXPECT_TRUE(Contains(HeadObject(bucket, "chmod.txt"), "x-amz-meta-mode: 33152"));
+  EXPECT_TRUE(Contains(HeadObject(bucket, "small.txt"), "x-amz-meta-mtime: "));  // touched
   EXPECT_TRUE(Contains(HeadObject(bucket, "large.bin"), " 404"));
   ASSERT_TRUE(mount->Restart());
   EXPECT_EQ(ReadFile(m + "/copy.txt"), small);
@@ -419,6 +443,8 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   EXPECT_EQ(ReadFile(m + "/over.txt"), "overwritten");
   EXPECT_EQ(ReadFile(m + "/stream.bin"), rewritten);
   EXPECT_EQ(ReadFile(m + "/edit.bin"), larger + "tail");
+  EXPECT_EQ(ReadFile(m + "/renamed-later.txt"), small + " and later");
+  EXPECT_EQ(ReadFile(m + "/target.txt"), "not encrypted");
   EXPECT_EQ(mount->Stop(), 0);
 
   // The mount's own key: what it writes, and its copies, are encrypted with testkey-1.
@@ -431,8 +457,13 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
       RunCommand({"cp", encrypting->path() + "/new.txt", encrypting->path() + "/new-copy.txt"})
           .exit_code,
       0);
+  // A copy of an unencrypted file is encrypted too (RGW would store a CopyObject in the clear).
+  ASSERT_EQ(
+      RunCommand({"cp", encrypting->path() + "/plain.txt", encrypting->path() + "/plain-copy.txt"})
+          .exit_code,
+      0);
   ASSERT_EQ(encrypting->Stop(), 0) << encrypting->log();
-  for (const char* key : {"new.txt", "new-copy.txt"}) {
+  for (const char* key : {"new.txt", "new-copy.txt", "plain-copy.txt"}) {
     SCOPED_TRACE(key);
     const std::string head = HeadObject(bucket, key);
     EXPECT_TRUE(Contains(head, "x-amz-server-side-encryption-aws-kms-key-id: testkey-1")) << head;

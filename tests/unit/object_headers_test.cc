@@ -179,5 +179,27 @@ TEST(ObjectHeadersTest, SseCustomerKeyFileRawOrBase64) {
   EXPECT_FALSE(ReadSseCustomerKey(dir + "/missing.key").ok());
 }
 
+// AWS documents that the ETags of SSE-KMS and SSE-C objects are not their MD5: objfs checks an
+// ETag against the MD5 it sent only where neither the mount, nor the encryption it keeps, nor
+// the server's reply names them.
+TEST(ObjectHeadersTest, StoredETagsAreTheMd5OnlyWithoutKmsOrCustomerKeys) {
+  ObjectHeaderOptions plain;
+  EXPECT_TRUE(StoredETagIsMd5(plain, ""));
+  EXPECT_TRUE(StoredETagIsMd5(plain, "AES256", "AES256"));
+  EXPECT_FALSE(StoredETagIsMd5(plain, "aws:kms"));
+  EXPECT_FALSE(StoredETagIsMd5(plain, "aws:kms:dsse"));
+  EXPECT_FALSE(StoredETagIsMd5(plain, "", "aws:kms"));  // the bucket's default
+  EXPECT_FALSE(StoredETagIsMd5(plain, "", "", /*replied_customer_key=*/true));
+  ObjectHeaderOptions kms;
+  kms.sse = "aws:kms";
+  EXPECT_FALSE(StoredETagIsMd5(kms, ""));
+  ObjectHeaderOptions customer;
+  customer.sse_c_key = std::string(32, 'k');
+  EXPECT_FALSE(StoredETagIsMd5(customer, ""));
+  ObjectHeaderOptions s3;
+  s3.sse = "AES256";
+  EXPECT_TRUE(StoredETagIsMd5(s3, "", "AES256"));
+}
+
 }  // namespace
 }  // namespace objfs::s3
