@@ -277,6 +277,22 @@ TEST(MountOpsTest, NewObjectsGetContentTypeStorageClassAndAcl) {
   EXPECT_TRUE(Contains(HeadObject(bucket, "refused.txt"), " 404")) << "stored despite the class";
 }
 
+// objfs's own S3 client for `bucket` on the test server, with `headers` for what it creates.
+std::unique_ptr<s3::S3Store> TestClient(const std::string& bucket,
+                                        const s3::ObjectHeaderOptions& headers) {
+  const S3TestServer& server = SharedS3Server();
+  s3::S3StoreOptions options;
+  options.bucket = bucket;
+  options.endpoint = server.endpoint;
+  options.region = server.region;
+  options.credentials.access_key = server.access_key;
+  options.credentials.secret_key = server.secret_key;
+  options.object_headers = headers;
+  Result<std::unique_ptr<s3::S3Store>> store = s3::S3Store::Create(options);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
 // SSE-C: every object is stored encrypted with the key; the server serves it only to requests
 // that present the key; a server-side copy (cp within the mount) and a multipart upload are
 // encrypted too; a remount with the key reads everything back.
@@ -302,21 +318,15 @@ TEST(MountOpsTest, SseCustomerKeyEncryptsPutsCopiesAndMultipart) {
 
   // The server's side: a HEAD without the key is refused, one with it (objfs's own client,
   // given the key) shows the object.
-  const S3TestServer& server = SharedS3Server();
-  s3::S3StoreOptions with_key;
-  with_key.bucket = bucket;
-  with_key.endpoint = server.endpoint;
-  with_key.region = server.region;
-  with_key.credentials.access_key = server.access_key;
-  with_key.credentials.secret_key = server.secret_key;
-  with_key.object_headers.sse_c_key = key;
-  Result<std::unique_ptr<s3::S3Store>> keyed = s3::S3Store::Create(with_key);
-  ASSERT_TRUE(keyed.ok()) << keyed.status().ToString();
+  s3::ObjectHeaderOptions with_key;
+  with_key.sse_c_key = key;
+  std::unique_ptr<s3::S3Store> keyed = TestClient(bucket, with_key);
+  ASSERT_TRUE(keyed);
   for (const char* object : {"secret.txt", "copy.txt", "large.bin"}) {
     SCOPED_TRACE(object);
     const std::string without = HeadObject(bucket, object);
     EXPECT_TRUE(Contains(without, " 400")) << without;  // an SSE-C object needs its key
-    Result<ObjectInfo> head = (*keyed)->head(object);
+    Result<ObjectInfo> head = keyed->head(object);
     ASSERT_TRUE(head.ok()) << head.status().ToString();
     EXPECT_EQ(head->size, std::string(object) == "large.bin" ? large.size() : 17u);
   }
@@ -325,22 +335,6 @@ TEST(MountOpsTest, SseCustomerKeyEncryptsPutsCopiesAndMultipart) {
   EXPECT_EQ(ReadFile(mount->path() + "/copy.txt"), "encrypted at rest");
   EXPECT_EQ(ReadFile(mount->path() + "/large.bin"), large);
   EXPECT_EQ(mount->Stop(), 0);
-}
-
-// objfs's own S3 client for `bucket` on the test server, with `headers` for what it creates.
-std::unique_ptr<s3::S3Store> TestClient(const std::string& bucket,
-                                        const s3::ObjectHeaderOptions& headers) {
-  const S3TestServer& server = SharedS3Server();
-  s3::S3StoreOptions options;
-  options.bucket = bucket;
-  options.endpoint = server.endpoint;
-  options.region = server.region;
-  options.credentials.access_key = server.access_key;
-  options.credentials.secret_key = server.secret_key;
-  options.object_headers = headers;
-  Result<std::unique_ptr<s3::S3Store>> store = s3::S3Store::Create(options);
-  EXPECT_TRUE(store.ok()) << store.status().ToString();
-  return store.ok() ? std::move(*store) : nullptr;
 }
 
 // SSE-KMS that another client chose survives what a user does to the file through a mount

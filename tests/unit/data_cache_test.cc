@@ -86,6 +86,48 @@ uint64_t RemovedButOpenBytes(const std::string& dir) {
   return total;
 }
 
+// Block `i` of `data`.
+std::span<const std::byte> BlockOf(const std::string& data, uint64_t i) {
+  return std::as_bytes(std::span(data).subspan(i * kBlock, kBlock));
+}
+
+// Stops one thread's eviction in the cache's before_free hook, after it left the lock and
+// before it frees anything, until Release().
+class FreeGate {
+ public:
+  std::function<void()> Hook() {
+    return [this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (std::this_thread::get_id() != held_) return;
+      in_free_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return release_; });
+    };
+  }
+  // The calling thread's next eviction is the one held.
+  void HoldThisThread() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = std::this_thread::get_id();
+  }
+  // Whether the held thread reached the hook (bounded: a broken cache fails, not hangs).
+  bool WaitUntilHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return in_free_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool in_free_ = false;
+  bool release_ = false;
+  std::thread::id held_;
+};
+
 class DataCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -224,18 +266,8 @@ TEST_F(DataCacheTest, EvictsTheLeastRecentlyUsedToStayUnderTheBound) {
 // insert must still count that space, or the directory outgrows the bound by a block for every
 // thread evicting at that moment.
 TEST_F(DataCacheTest, AnEvictionNotYetFreedStillCountsAgainstTheBound) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool in_free = false;
-  bool release = false;
-  std::thread::id held;
-  before_free_ = [&] {
-    std::unique_lock<std::mutex> lock(mu);
-    if (std::this_thread::get_id() != held) return;
-    in_free = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return release; });
-  };
+  FreeGate gate;
+  before_free_ = gate.Hook();
   OpenCache(/*max_bytes=*/3 * kBlock);
   // Two objects, so that no eviction below takes a file's last block (a file removed is
   // emptied at once, whoever holds it open).
@@ -243,40 +275,25 @@ TEST_F(DataCacheTest, AnEvictionNotYetFreedStillCountsAgainstTheBound) {
   const std::string g = Pattern(2 * kBlock, 'g');
   const ETag f_etag = Put("f", f);
   const ETag g_etag = Put("g", g);
-  auto block = [](const std::string& data, uint64_t i) {
-    return std::as_bytes(std::span(data).subspan(i * kBlock, kBlock));
-  };
-  cache_->Put("f", f_etag, 0, block(f, 0));
-  cache_->Put("f", f_etag, kBlock, block(f, 1));
-  cache_->Put("f", f_etag, 2 * kBlock, block(f, 2));
+  cache_->Put("f", f_etag, 0, BlockOf(f, 0));
+  cache_->Put("f", f_etag, kBlock, BlockOf(f, 1));
+  cache_->Put("f", f_etag, 2 * kBlock, BlockOf(f, 2));
   const std::string objects = dir_ + "/data/objects";
   ASSERT_EQ(DiskBytes(objects), 3 * kBlock);
 
   // A block of g evicts f's first block, and stops before punching it out.
   std::thread evicting([&] {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      held = std::this_thread::get_id();
-    }
-    cache_->Put("g", g_etag, 0, block(g, 0));
+    gate.HoldThisThread();
+    cache_->Put("g", g_etag, 0, BlockOf(g, 0));
   });
-  bool stopped = false;
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    stopped = cv.wait_for(lock, std::chrono::seconds(20), [&] { return in_free; });
-  }
-  EXPECT_TRUE(stopped) << "the eviction never reached its punch";
+  EXPECT_TRUE(gate.WaitUntilHeld()) << "the eviction never reached its punch";
   // Another block of g, meanwhile, must make room of its own: f's second block goes, while
   // f's first still holds its space.
-  cache_->Put("g", g_etag, kBlock, block(g, 1));
+  cache_->Put("g", g_etag, kBlock, BlockOf(g, 1));
   EXPECT_TRUE(cache_->Contains("g", g_etag, kBlock));
   EXPECT_FALSE(cache_->Contains("f", f_etag, kBlock));
   EXPECT_LE(DiskBytes(objects), 3 * kBlock);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    release = true;
-    cv.notify_all();
-  }
+  gate.Release();
   evicting.join();
   EXPECT_TRUE(cache_->Contains("g", g_etag, 0));
   EXPECT_TRUE(cache_->Contains("f", f_etag, 2 * kBlock));
@@ -293,52 +310,27 @@ TEST_F(DataCacheTest, AnEvictionNotYetFreedStillCountsAgainstTheBound) {
 // A file removed with its last block while another eviction still holds it open (to punch
 // its earlier block) gives its space back at once: it is emptied before it is removed.
 TEST_F(DataCacheTest, AFileRemovedWhileStillOpenHoldsNoSpace) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool in_free = false;
-  bool release = false;
-  std::thread::id held;
-  before_free_ = [&] {
-    std::unique_lock<std::mutex> lock(mu);
-    if (std::this_thread::get_id() != held) return;
-    in_free = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return release; });
-  };
+  FreeGate gate;
+  before_free_ = gate.Hook();
   OpenCache(/*max_bytes=*/2 * kBlock);
   const std::string f = Pattern(2 * kBlock, 'f');
   const std::string g = Pattern(2 * kBlock, 'g');
   const ETag f_etag = Put("f", f);
   const ETag g_etag = Put("g", g);
-  auto block = [](const std::string& data, uint64_t i) {
-    return std::as_bytes(std::span(data).subspan(i * kBlock, kBlock));
-  };
-  cache_->Put("f", f_etag, 0, block(f, 0));
-  cache_->Put("f", f_etag, kBlock, block(f, 1));
+  cache_->Put("f", f_etag, 0, BlockOf(f, 0));
+  cache_->Put("f", f_etag, kBlock, BlockOf(f, 1));
   // g's first block evicts f's first, whose punch holds f's file open and waits.
   std::thread evicting([&] {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      held = std::this_thread::get_id();
-    }
-    cache_->Put("g", g_etag, 0, block(g, 0));
+    gate.HoldThisThread();
+    cache_->Put("g", g_etag, 0, BlockOf(g, 0));
   });
-  bool stopped = false;
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    stopped = cv.wait_for(lock, std::chrono::seconds(20), [&] { return in_free; });
-  }
-  EXPECT_TRUE(stopped) << "the eviction never reached its punch";
+  EXPECT_TRUE(gate.WaitUntilHeld()) << "the eviction never reached its punch";
   // g's second block evicts f's last one: f's file is removed, still open for that punch.
-  cache_->Put("g", g_etag, kBlock, block(g, 1));
+  cache_->Put("g", g_etag, kBlock, BlockOf(g, 1));
   EXPECT_FALSE(cache_->Contains("f", f_etag, kBlock));
   EXPECT_EQ(DescriptorsUnder(dir_).deleted, 1u);
   EXPECT_EQ(RemovedButOpenBytes(dir_), 0u);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    release = true;
-    cv.notify_all();
-  }
+  gate.Release();
   evicting.join();
   EXPECT_TRUE(cache_->Contains("g", g_etag, 0));
   EXPECT_TRUE(cache_->Contains("g", g_etag, kBlock));
