@@ -136,8 +136,10 @@ struct CopyOptions {
   // then sets attributes in place without a STAT first.
   bool source_known_current = false;
   // The encryption the copy gets when the mount sets none of its own (S3): that of the file
-  // whose contents it replaces (cp onto an existing file). Unset: the source's.
+  // whose contents it replaces (cp onto an existing file). Unset: the source's, unless
+  // replaces_destination, when S3 asks the server for the destination's first.
   std::optional<AtRestEncryption> keep_encryption;
+  bool replaces_destination = false;
 };
 
 struct SetAttributesOptions {
@@ -205,6 +207,9 @@ struct Capabilities {
   // special files can be zero-byte objects, as s3fs stores them (S3); false: they cannot be
   // made.
   bool special_files = false;
+  // Uploads and copies keep an object's encryption at rest (ObjectInfo::encryption, the
+  // keep_encryption options): S3 without an encryption of the mount's own.
+  bool keeps_encryption = false;
 };
 
 struct UploadOptions {

@@ -67,6 +67,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       max_object_size_(store_->capabilities().max_object_size),
       max_key_bytes_(store_->capabilities().max_key_bytes),
       special_files_(store_->capabilities().special_files),
+      keeps_encryption_(store_->capabilities().keeps_encryption),
       attributes_in_place_(!store_->capabilities().attributes_by_copy ||
                            store_->capabilities().native_rename),
       options_(std::move(options)),

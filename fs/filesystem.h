@@ -522,6 +522,10 @@ class Filesystem {
   // filesystem_rename.cc
   // Holds the source's lock, when it has an inode, across the copy (OptionalInodeLock: outside
   // the analysis).
+  // Before a rename removes the stored object of `inode`'s unsaved file: learns that object's
+  // encryption (a HEAD) where the store keeps encryption and it is unknown (a record from a
+  // listing), so that the upload under the new name keeps it. NotFound: none to keep.
+  Status LearnStoredEncryption(Inode& inode, const std::string& key) REQUIRES(inode.mu);
   Status RenameFile(const std::string& from, const std::string& to,
                     const MetaRecord& src) NO_THREAD_SAFETY_ANALYSIS;
   Status RenameDirectory(const std::string& from, const std::string& to, const MetaRecord& src);
@@ -537,6 +541,7 @@ class Filesystem {
   uint64_t max_object_size_;  // the store's capabilities().max_object_size (0: no limit)
   uint64_t max_key_bytes_;    // the store's capabilities().max_key_bytes (0: no limit)
   bool special_files_;        // the store's capabilities().special_files
+  bool keeps_encryption_;     // the store's capabilities().keeps_encryption
   // The store's set_attributes() is no copy (!capabilities().attributes_by_copy), or it has
   // native_rename (either: no self-copies to save).
   bool attributes_in_place_;

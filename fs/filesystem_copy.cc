@@ -56,14 +56,16 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     // The encryption of an existing destination (cp onto a file), which it keeps, as a rewrite
     // does; unset: the copy gets the source's.
     std::optional<AtRestEncryption> dst_encryption;
+    bool dst_exists = true;
     if (dst.staged || dst.pending_metadata) {
       dst_size = dst.staged ? dst.staged->size() : dst.pending_metadata->object.size;
       dst_attr = dst.attr;
       dst_extra = dst.extra_metadata;
       if (!dst.staged) {
         dst_encryption = dst.pending_metadata->object.encryption;
-      } else if (dst.in_store) {
-        dst_encryption = dst.stored_encryption;
+      } else {
+        dst_exists = dst.in_store;
+        if (dst.in_store) dst_encryption = dst.stored_encryption;
       }
     } else {
       OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(dst_key));
@@ -87,6 +89,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       CopyOptions copy;
       copy.replace_metadata = metadata;
       copy.keep_encryption = dst_encryption;
+      copy.replaces_destination = dst_exists;
       auto copied = store_->copy(info, dst_key, copy);
       if (!copied.ok()) return copied.status().WithContext("copying " + src_key);
       if (copied->etag == src.etag && src.etag.is_plain_md5()) Bump(metrics_->etags_reused);

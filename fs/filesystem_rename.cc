@@ -195,6 +195,8 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
         // old one now, and the store renames it.
         Log(LogLevel::kWarn, "uploading " + from + " before its rename: " + described.message());
         failure = writer_->Upload(*inode, from, /*accept=*/false);
+      } else if (Status learnt = LearnStoredEncryption(*inode, from); !learnt.ok()) {
+        failure = learnt.WithContext("renaming " + from);
       } else if (inode->in_store && !(removed = store_->remove(from)).ok() &&
                  removed.code() != StatusCode::kNotFound) {
         (void)inode->staged->Describe(from, metadata);
@@ -224,6 +226,16 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
   meta_cache_.Invalidate(to);
   meta_cache_.PutNegative(from);
   return Status::Ok();
+}
+
+Status Filesystem::LearnStoredEncryption(Inode& inode, const std::string& key) {
+  if (!keeps_encryption_ || !inode.in_store || inode.stored_encryption) return Status::Ok();
+  Result<ObjectInfo> current = store_->head(key);
+  if (current.ok()) {
+    inode.stored_encryption = current->encryption;
+    return Status::Ok();
+  }
+  return current.status().code() == StatusCode::kNotFound ? Status::Ok() : current.status();
 }
 
 Status Filesystem::RenameFile(const std::string& from, const std::string& to,

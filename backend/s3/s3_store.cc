@@ -236,6 +236,7 @@ Capabilities S3Store::capabilities() const {
   c.max_parts = kMaxParts;
   c.max_key_bytes = kMaxKeyBytes;
   c.special_files = true;
+  c.keeps_encryption = !MountEncrypts();
   return c;
 }
 
@@ -1105,8 +1106,18 @@ Result<std::optional<AtRestEncryption>> S3Store::EncryptionToKeep(
 
 Result<ObjectInfo> S3Store::copy(const ObjectInfo& src, std::string_view dst,
                                  const CopyOptions& options) {
-  if (src.size > options_.copy_part_threshold) return CopyMultipart(src, dst, options);
-  return CopySingle(src, dst, options);
+  CopyOptions resolved = options;
+  if (options.replaces_destination && !options.keep_encryption && !MountEncrypts()) {
+    // The destination's own encryption, unknown to the caller, is what it keeps.
+    Result<ObjectInfo> current = head(dst);
+    if (current.ok()) {
+      resolved.keep_encryption = current->encryption;
+    } else if (current.status().code() != StatusCode::kNotFound) {
+      return current.status();
+    }
+  }
+  if (src.size > options_.copy_part_threshold) return CopyMultipart(src, dst, resolved);
+  return CopySingle(src, dst, resolved);
 }
 
 Result<ObjectInfo> S3Store::set_attributes(std::string_view key, const Metadata& metadata,

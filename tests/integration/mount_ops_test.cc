@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -361,7 +362,10 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
                                                                     {"stream.bin", large},
                                                                     {"edit.bin", larger},
                                                                     {"later.txt", small},
-                                                                    {"target.txt", small}}) {
+                                                                    {"target.txt", small},
+                                                                    {"listed.txt", small},
+                                                                    {"listed-target.txt", small},
+                                                                    {"crashed.txt", small}}) {
     MemorySource source(data);
     ASSERT_TRUE(other->put(key, source, {}).ok()) << key;
   }
@@ -417,9 +421,40 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
       << std::strerror(errno);
   ASSERT_EQ(delayed->Stop(), 0) << delayed->log();
 
-  for (const char* key :
-       {"small.txt", "copy.txt", "empty-moved", "moved.bin", "chmod.txt", "append.txt", "over.txt",
-        "stream.bin", "edit.bin", "renamed-later.txt", "target.txt"}) {
+  // And one objfs is killed before it uploads: the next mount recovers the file without
+  // knowing what it replaces, so it asks.
+  auto killed = ObjfsMount::Start(S3MountUrl(bucket), window);
+  ASSERT_TRUE(killed);
+  ASSERT_EQ(
+      RunCommand({"sh", "-c", "printf ' and recovered' >> " + killed->path() + "/crashed.txt"})
+          .exit_code,
+      0);
+  killed->KillAndWait(SIGKILL);
+  ASSERT_TRUE(killed->Restart());
+  ASSERT_EQ(killed->Stop(), 0) << killed->log();
+
+  // The same two on a mount whose listings HEAD nothing (listing_attrs): the open for writing
+  // learns the encryption.
+  ObjfsMount::Options listed = window;
+  listed.extra_options += ",listing_attrs";
+  auto unseen = ObjfsMount::Start(S3MountUrl(bucket), listed);
+  ASSERT_TRUE(unseen);
+  ASSERT_EQ(RunCommand({"ls", "-l", unseen->path()}).exit_code, 0);
+  ASSERT_EQ(RunCommand({"sh", "-c", "printf ' and listed' >> " + unseen->path() + "/listed.txt"})
+                .exit_code,
+            0);
+  ASSERT_EQ(::rename((unseen->path() + "/listed.txt").c_str(),
+                     (unseen->path() + "/renamed-listed.txt").c_str()),
+            0)
+      << std::strerror(errno);
+  ASSERT_EQ(RunCommand({"cp", unseen->path() + "/plain.txt", unseen->path() + "/listed-target.txt"})
+                .exit_code,
+            0);
+  ASSERT_EQ(unseen->Stop(), 0) << unseen->log();
+
+  for (const char* key : {"small.txt", "copy.txt", "empty-moved", "moved.bin", "chmod.txt",
+                          "append.txt", "over.txt", "stream.bin", "edit.bin", "renamed-later.txt",
+                          "target.txt", "renamed-listed.txt", "listed-target.txt", "crashed.txt"}) {
     SCOPED_TRACE(key);
     const std::string head = HeadObject(bucket, key);
     EXPECT_TRUE(Contains(head, " 200")) << head;
@@ -439,6 +474,9 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   EXPECT_EQ(ReadFile(m + "/edit.bin"), larger + "tail");
   EXPECT_EQ(ReadFile(m + "/renamed-later.txt"), small + " and later");
   EXPECT_EQ(ReadFile(m + "/target.txt"), "not encrypted");
+  EXPECT_EQ(ReadFile(m + "/renamed-listed.txt"), small + " and listed");
+  EXPECT_EQ(ReadFile(m + "/listed-target.txt"), "not encrypted");
+  EXPECT_EQ(ReadFile(m + "/crashed.txt"), small + " and recovered");
   EXPECT_EQ(mount->Stop(), 0);
 
   // The mount's own key: what it writes, and its copies, are encrypted with testkey-1.
