@@ -78,11 +78,12 @@ Result<std::string> ReadSseCustomerKey(const std::string& path) {
                               "' must hold a 256-bit key: 32 bytes, or their base64");
 }
 
+bool IsKmsAlgorithm(std::string_view algorithm) { return algorithm.rfind("aws:kms", 0) == 0; }
+
 bool StoredETagIsMd5(const ObjectHeaderOptions& mount, std::string_view asked,
                      std::string_view replied, bool replied_customer_key) {
-  auto kms = [](std::string_view algorithm) { return algorithm.rfind("aws:kms", 0) == 0; };
   if (!mount.sse_c_key.empty() || replied_customer_key) return false;
-  return !kms(mount.sse) && !kms(asked) && !kms(replied);
+  return !IsKmsAlgorithm(mount.sse) && !IsKmsAlgorithm(asked) && !IsKmsAlgorithm(replied);
 }
 
 void AddObjectHeaders(const ObjectHeaderOptions& options, std::string_view method,

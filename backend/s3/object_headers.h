@@ -57,6 +57,9 @@ Result<std::string> ReadSseCustomerKey(const std::string& path);
 void AddObjectHeaders(const ObjectHeaderOptions& options, std::string_view method,
                       std::string_view key, const HeaderList& query, HeaderList& headers);
 
+// "aws:kms" or "aws:kms:dsse": an x-amz-server-side-encryption of SSE-KMS.
+bool IsKmsAlgorithm(std::string_view algorithm);
+
 // Whether the ETag S3 gives an object it stores is the MD5 of the bytes, which objfs checks
 // against what it sent: not under SSE-KMS or SSE-C, whose ETags AWS documents as something
 // else, whatever their shape. `asked`: the algorithm a request named for an object's own

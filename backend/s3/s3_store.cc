@@ -1141,6 +1141,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   // default (AWS) or none (RGW): a file another client encrypted would be decrypted by a cp,
   // mv or chmod.
   std::optional<AtRestEncryption> encryption = src.encryption;
+  std::optional<ObjectInfo> current;  // the source as a HEAD here saw it
   const bool check_source = options.if_match_source && !src.etag.empty() &&
                             !(options.source_known_current && src.etag.is_plain_md5());
   // A plain-MD5 source known to be current skips this: a copy of other bytes shows in the
@@ -1148,13 +1149,33 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   if (check_source || (!encryption && !MountEncrypts() && !options.keep_encryption)) {
     // Some servers (RGW) ignore x-amz-copy-source-if-match: check the source ourselves so that
     // a copy of a changed source fails before it has touched the destination.
-    OBJFS_ASSIGN_OR_RETURN(ObjectInfo current, head(src.key));
-    if (options.if_match_source && !src.etag.empty() && current.etag != src.etag) {
+    OBJFS_ASSIGN_OR_RETURN(current, head(src.key));
+    if (options.if_match_source && !src.etag.empty() && current->etag != src.etag) {
       return PreconditionFailedError(What("COPY", src.key) + ": the source changed (ETag " +
-                                     current.etag.value() + ", expected " + src.etag.value() + ")");
+                                     current->etag.value() + ", expected " + src.etag.value() +
+                                     ")");
     }
-    if (type_seen.empty()) type_seen = current.content_type;
-    encryption = current.encryption;
+    if (type_seen.empty()) type_seen = current->content_type;
+    encryption = current->encryption;
+  }
+  const std::optional<AtRestEncryption> named =
+      options.keep_encryption ? options.keep_encryption : encryption;
+  // Made of parts with UploadPartCopy, from the source as checked here (not HEADed again).
+  auto from_parts = [&] {
+    ObjectInfo source = current.value_or(src);
+    source.key = src.key;
+    source.encryption = encryption;
+    if (source.content_type.empty()) source.content_type = type_seen;
+    CopyOptions again = options;
+    again.if_match_source = options.if_match_source && !src.etag.empty();
+    return CopyMultipart(source, dst, again, /*source_checked=*/current.has_value());
+  };
+  // RGW 16.2 stores a CopyObject in the clear whatever SSE-KMS it names, and refuses one from
+  // an SSE-KMS source with 501, but encrypts an upload created with SSE-KMS and copies ranges
+  // into it: a copy that is to be SSE-KMS is made of parts, on every server.
+  if (IsKmsAlgorithm(options_.object_headers.sse) ||
+      (!MountEncrypts() && named && IsKmsAlgorithm(named->algorithm))) {
+    return from_parts();
   }
   Request req;
   req.method = "PUT";
@@ -1174,27 +1195,13 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   } else {
     req.headers.emplace_back("x-amz-metadata-directive", "COPY");
   }
-  const std::optional<AtRestEncryption> named =
-      options.keep_encryption ? options.keep_encryption : encryption;
   KeepEncryption(named, req.headers);
-  // RGW 16.2 stores a CopyObject in the clear whatever SSE-KMS it names, and refuses one from
-  // an SSE-KMS source with 501, but encrypts an upload created with SSE-KMS and copies ranges
-  // into it: a copy that is to be SSE-KMS is made of parts, on every server.
-  const bool kms = options_.object_headers.sse.rfind("aws:kms", 0) == 0 ||
-                   (!MountEncrypts() && named && named->algorithm.rfind("aws:kms", 0) == 0);
-  Result<HttpResponse> sent =
-      kms ? Result<HttpResponse>(UnsupportedError("SSE-KMS copies are made of parts"))
-          : Execute(req);
+  Result<HttpResponse> sent = Execute(req);
   if (!sent.ok() && sent.status().code() == StatusCode::kUnsupported) {
-    if (!kms && !copy_refused_logged_.exchange(true)) {
+    if (!copy_refused_logged_.exchange(true)) {
       LogInfo(sent.status().message() + "; such copies are made with UploadPartCopy");
     }
-    ObjectInfo source = src;
-    source.encryption = encryption;
-    if (source.content_type.empty()) source.content_type = type_seen;
-    CopyOptions again = options;
-    again.if_match_source = options.if_match_source && !src.etag.empty();
-    return CopyMultipart(source, dst, again);
+    return from_parts();
   }
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(sent));
   Result<CopyResult> result = ParseCopyResult(resp.body);
@@ -1229,10 +1236,11 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
 }
 
 Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_view dst,
-                                          const CopyOptions& options) {
+                                          const CopyOptions& options, bool source_checked) {
   ObjectInfo source = src;
-  if ((!options.replace_metadata && !source.has_metadata) || options.if_match_source ||
-      (!source.encryption && !MountEncrypts() && !options.keep_encryption)) {
+  if (!source_checked &&
+      ((!options.replace_metadata && !source.has_metadata) || options.if_match_source ||
+       (!source.encryption && !MountEncrypts() && !options.keep_encryption))) {
     // The new upload must carry the source's metadata and encryption itself (COPY has no
     // meaning here), and since some servers ignore x-amz-copy-source-if-match, check the
     // source first.

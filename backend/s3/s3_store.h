@@ -157,8 +157,10 @@ class S3Store : public ObjectStore {
                                   const PutOptions& options);
   Result<ObjectInfo> CopySingle(const ObjectInfo& src, std::string_view dst,
                                 const CopyOptions& options);
+  // source_checked: `src` is what a HEAD just gave (metadata, type, encryption; its ETag
+  // checked), so it is not HEADed again.
   Result<ObjectInfo> CopyMultipart(const ObjectInfo& src, std::string_view dst,
-                                   const CopyOptions& options);
+                                   const CopyOptions& options, bool source_checked = false);
   Result<std::string> InitiateMultipart(std::string_view key, const HeaderList& headers);
   Result<ETag> CompleteMultipart(std::string_view key, const std::string& upload_id,
                                  const std::vector<std::pair<int, ETag>>& parts,

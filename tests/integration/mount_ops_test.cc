@@ -338,6 +338,16 @@ TEST(MountOpsTest, SseCustomerKeyEncryptsPutsCopiesAndMultipart) {
   EXPECT_EQ(mount->Stop(), 0);
 }
 
+// Appends `text` to `path` with the shell's >>, as a user does: the exit status.
+int AppendWithShell(const std::string& path, const std::string& text) {
+  return RunCommand({"sh", "-c", "printf '" + text + "' >> " + path}).exit_code;
+}
+
+// rename(2): "" when it succeeded, else its error.
+std::string RenameError(const std::string& from, const std::string& to) {
+  return ::rename(from.c_str(), to.c_str()) == 0 ? "" : std::strerror(errno);
+}
+
 // SSE-KMS that another client chose survives what a user does to the file through a mount
 // that sets no encryption: a cp, an mv, a chmod, a touch, an append, an overwrite, a streamed
 // rewrite, an edit assembled on the server, a rename in the write-back window and a cp onto it
@@ -378,13 +388,12 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   ASSERT_TRUE(mount);
   const std::string m = mount->path();
   ASSERT_EQ(RunCommand({"ls", "-l", m}).exit_code, 0);
-  ASSERT_EQ(RunCommand({"sh", "-c", "printf ' and appended' >> " + m + "/append.txt"}).exit_code,
-            0);
+  ASSERT_EQ(AppendWithShell(m + "/append.txt", " and appended"), 0);
   WriteFile(m + "/over.txt", "overwritten");
   const std::string rewritten = PseudoRandomBytes(6 << 20, 5);
   WriteFile(m + "/stream.bin", rewritten);
   const std::string before = GetXattr(m, "user.objfs.stats");
-  ASSERT_EQ(RunCommand({"sh", "-c", "printf tail >> " + m + "/edit.bin"}).exit_code, 0);
+  ASSERT_EQ(AppendWithShell(m + "/edit.bin", "tail"), 0);
   const std::string after = GetXattr(m, "user.objfs.stats");
   EXPECT_GE(StatsCounter(after, "bytes_copied_on_server") -
                 StatsCounter(before, "bytes_copied_on_server"),
@@ -394,10 +403,8 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   // cp onto an existing file: the file keeps its own encryption, as a rewrite does.
   WriteFile(m + "/plain.txt", "not encrypted");
   ASSERT_EQ(RunCommand({"cp", m + "/plain.txt", m + "/target.txt"}).exit_code, 0);
-  ASSERT_EQ(::rename((m + "/empty").c_str(), (m + "/empty-moved").c_str()), 0)
-      << std::strerror(errno);
-  ASSERT_EQ(::rename((m + "/large.bin").c_str(), (m + "/moved.bin").c_str()), 0)
-      << std::strerror(errno);
+  ASSERT_EQ(RenameError(m + "/empty", m + "/empty-moved"), "");
+  ASSERT_EQ(RenameError(m + "/large.bin", m + "/moved.bin"), "");
   ASSERT_EQ(::chmod((m + "/chmod.txt").c_str(), 0600), 0) << std::strerror(errno);
   ASSERT_EQ(RunCommand({"touch", m + "/small.txt"}).exit_code, 0);
   ASSERT_EQ(mount->Stop(), 0) << mount->log();
@@ -412,23 +419,16 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   window.extra_options += ",writeback=60";
   auto delayed = ObjfsMount::Start(S3MountUrl(bucket), window);
   ASSERT_TRUE(delayed);
-  ASSERT_EQ(RunCommand({"sh", "-c", "printf ' and later' >> " + delayed->path() + "/later.txt"})
-                .exit_code,
-            0);
-  ASSERT_EQ(::rename((delayed->path() + "/later.txt").c_str(),
-                     (delayed->path() + "/renamed-later.txt").c_str()),
-            0)
-      << std::strerror(errno);
+  ASSERT_EQ(AppendWithShell(delayed->path() + "/later.txt", " and later"), 0);
+  ASSERT_EQ(RenameError(delayed->path() + "/later.txt", delayed->path() + "/renamed-later.txt"),
+            "");
   ASSERT_EQ(delayed->Stop(), 0) << delayed->log();
 
   // And one objfs is killed before it uploads: the next mount recovers the file without
   // knowing what it replaces, so it asks.
   auto killed = ObjfsMount::Start(S3MountUrl(bucket), window);
   ASSERT_TRUE(killed);
-  ASSERT_EQ(
-      RunCommand({"sh", "-c", "printf ' and recovered' >> " + killed->path() + "/crashed.txt"})
-          .exit_code,
-      0);
+  ASSERT_EQ(AppendWithShell(killed->path() + "/crashed.txt", " and recovered"), 0);
   killed->KillAndWait(SIGKILL);
   ASSERT_TRUE(killed->Restart());
   ASSERT_EQ(killed->Stop(), 0) << killed->log();
@@ -440,13 +440,9 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   auto unseen = ObjfsMount::Start(S3MountUrl(bucket), listed);
   ASSERT_TRUE(unseen);
   ASSERT_EQ(RunCommand({"ls", "-l", unseen->path()}).exit_code, 0);
-  ASSERT_EQ(RunCommand({"sh", "-c", "printf ' and listed' >> " + unseen->path() + "/listed.txt"})
-                .exit_code,
-            0);
-  ASSERT_EQ(::rename((unseen->path() + "/listed.txt").c_str(),
-                     (unseen->path() + "/renamed-listed.txt").c_str()),
-            0)
-      << std::strerror(errno);
+  ASSERT_EQ(AppendWithShell(unseen->path() + "/listed.txt", " and listed"), 0);
+  ASSERT_EQ(RenameError(unseen->path() + "/listed.txt", unseen->path() + "/renamed-listed.txt"),
+            "");
   ASSERT_EQ(RunCommand({"cp", unseen->path() + "/plain.txt", unseen->path() + "/listed-target.txt"})
                 .exit_code,
             0);
