@@ -46,11 +46,13 @@ class ContentETagCodec {
 // key, size u64, listed_ns i64, modified_ns i64, metadata count u32, (name, value) * count in
 // strictly increasing name order, etag kind u8, etag text. The ETag text must be exactly what
 // ETag::Parse makes of it, and of the stated kind. (Version 1 held mode, uid and gid instead
-// of the metadata; such records are dropped.)
+// of the metadata; such records are dropped. So are version 2 records, of the same layout:
+// their metadata lacks the headers kept as metadata (":cache-control" and the rest,
+// backend/object_store.h), and a chmod trusting one would drop those headers.)
 class ObjectMetaCodec {
  public:
   static constexpr uint8_t kTag = 0x02;
-  static constexpr uint8_t kVersion = 2;
+  static constexpr uint8_t kVersion = 3;
   static size_t EncodedSize(const ObjectMetaRecord& record);
   static void Encode(const ObjectMetaRecord& record, std::string& out);
   static Result<ObjectMetaRecord> Decode(std::string_view in);

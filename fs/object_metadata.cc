@@ -65,6 +65,7 @@ size_t MetadataSize(const Metadata& metadata) {
   constexpr size_t kLongestMtime = 21;
   size_t total = 0;
   for (const auto& [name, value] : metadata) {
+    if (IsHeaderMetadata(name)) continue;  // headers of their own, not user metadata
     total += name.size();
     const bool time = name == kMtimeMetadata || name == kAtimeMetadata || name == kCtimeMetadata;
     total += time ? std::max(value.size(), kLongestMtime) : value.size();

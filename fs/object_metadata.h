@@ -64,7 +64,8 @@ StoredTimes StoredTimesOf(const Metadata& metadata, int64_t mtime_ns);
 // The size S3 counts against its limit on user metadata (AWS: 2 KiB): the bytes of every name
 // (without the "x-amz-meta-" prefix) and value. "mtime" (and "atime" and "ctime" where present)
 // counts at its longest form, so that a later write or touch, whose mtime has nanoseconds, never
-// takes metadata accepted under the limit over it.
+// takes metadata accepted under the limit over it. Headers kept as metadata (IsHeaderMetadata)
+// are not user metadata and do not count.
 size_t MetadataSize(const Metadata& metadata);
 
 // AWS's limit on the user metadata of an object, the default of -o max_metadata.

@@ -1,6 +1,7 @@
 #include "backend/s3/s3_store.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -49,9 +50,33 @@ std::string EncodeQuery(HeaderList query) {
   return out;
 }
 
+// The headers S3 calls system-defined metadata that a client sets: what a REPLACE copy, a copy
+// made of parts or a new version would otherwise drop (Content-Type to the type of the name's
+// extension). They ride in Metadata as ":<name>" (backend/object_store.h).
+constexpr std::array<std::string_view, 7> kHeadersKept = {"cache-control",
+                                                          "content-disposition",
+                                                          "content-encoding",
+                                                          "content-language",
+                                                          "content-type",
+                                                          "expires",
+                                                          "x-amz-website-redirect-location"};
+
+bool IsHeaderKept(std::string_view name) {
+  return std::find(kHeadersKept.begin(), kHeadersKept.end(), name) != kHeadersKept.end();
+}
+
+// `metadata` as request headers. A Content-Type the request names already (the caller's
+// choice) wins over the one kept.
 void AddMetadataHeaders(const Metadata& metadata, HeaderList& headers) {
+  const bool typed = std::any_of(headers.begin(), headers.end(),
+                                 [](const auto& header) { return header.first == "content-type"; });
   for (const auto& [name, value] : metadata) {
-    headers.emplace_back(std::string(kMetaPrefix) + Lower(name), value);
+    if (!IsHeaderMetadata(name)) {
+      headers.emplace_back(std::string(kMetaPrefix) + Lower(name), value);
+    } else if (const std::string_view header = std::string_view(name).substr(1);
+               IsHeaderKept(header) && !(typed && header == "content-type")) {
+      headers.emplace_back(header, value);
+    }
   }
 }
 
@@ -79,6 +104,8 @@ ObjectInfo InfoFromHeaders(std::string_view key, const HttpResponse& r) {
   for (const auto& [name, value] : r.headers) {
     if (name.size() > kMetaPrefix.size() && name.compare(0, kMetaPrefix.size(), kMetaPrefix) == 0) {
       info.metadata[name.substr(kMetaPrefix.size())] = value;
+    } else if (IsHeaderKept(name)) {
+      info.metadata[kHeaderMetadataMark + name] = value;
     }
   }
   info.has_metadata = true;
@@ -1189,9 +1216,9 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
   }
   if (options.replace_metadata) {
     req.headers.emplace_back("x-amz-metadata-directive", "REPLACE");
-    AddMetadataHeaders(*options.replace_metadata, req.headers);
     std::string type = options.content_type.value_or(type_seen);
     if (!type.empty()) req.headers.emplace_back("content-type", type);
+    AddMetadataHeaders(*options.replace_metadata, req.headers);
   } else {
     req.headers.emplace_back("x-amz-metadata-directive", "COPY");
   }

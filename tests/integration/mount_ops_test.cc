@@ -499,6 +499,102 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   EXPECT_FALSE(Contains(encrypting->log(), "does not confirm")) << encrypting->log();
 }
 
+// A PUT of `data` to `bucket`/`key` by another client, with `headers`.
+void PutWithHeaders(const std::string& bucket, const std::string& key, const std::string& data,
+                    const std::vector<std::string>& headers) {
+  const S3TestServer& server = SharedS3Server();
+  std::vector<std::string> argv = SignedCurlArgs(server, data);
+  argv.insert(argv.end(), {"-X", "PUT", "-w", "%{http_code}", "--data-binary", "@-"});
+  for (const std::string& header : headers) argv.insert(argv.end(), {"-H", header});
+  argv.push_back(server.endpoint + "/" + bucket + "/" + key);
+  CommandResult r = RunCommand(argv, data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.out, "200") << key;
+}
+
+// Cache-Control and the other headers S3 calls system-defined metadata, which another client
+// set, are kept by what a user does to the file: a chmod or touch (a copy with new metadata,
+// which S3 stores without them unless named again), one made of parts, an mv made of parts, an
+// append, an edit. A cp gives its copy the source's, as other tools' server-side copies do,
+// onto another file too: they describe the bytes, which are the source's.
+TEST(MountOpsTest, WhatAUserDoesKeepsTheHeadersAnotherClientSet) {
+  std::string bucket = CreateTestBucket(TestName());
+  const std::vector<std::string> headers = {"Cache-Control: max-age=60",
+                                            "Content-Disposition: attachment; filename=\"x.bin\"",
+                                            "Content-Encoding: gzip",
+                                            "Content-Language: de",
+                                            "Expires: Wed, 21 Oct 2037 07:28:00 GMT",
+                                            "x-amz-website-redirect-location: /elsewhere.html",
+                                            "Content-Type: application/x-thing"};
+  const std::string small = "headers set by another client";
+  const std::string large = PseudoRandomBytes(6 << 20, 7);
+  const std::string larger = PseudoRandomBytes(12 << 20, 8);
+  for (const auto& [key, data] : std::map<std::string, std::string>{{"chmod.txt", small},
+                                                                    {"touch.txt", small},
+                                                                    {"xattr.txt", small},
+                                                                    {"chmod-large.bin", large},
+                                                                    {"large.bin", large},
+                                                                    {"append.txt", small},
+                                                                    {"edit.bin", larger}}) {
+    PutWithHeaders(bucket, key, data, headers);
+  }
+
+  ObjfsMount::Options options;
+  // Copies above 5 MiB are made of parts; the append to edit.bin copies its first two parts.
+  options.extra_options = "copy_part_threshold=5M,multipart_threshold=5M,part_size=5M";
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::chmod((m + "/chmod.txt").c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_EQ(RunCommand({"touch", m + "/touch.txt"}).exit_code, 0);
+  ASSERT_EQ(RunCommand({"setfattr", "-n", "user.note", "-v", "kept", m + "/xattr.txt"}).exit_code,
+            0);
+  ASSERT_EQ(::chmod((m + "/chmod-large.bin").c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_EQ(RenameError(m + "/large.bin", m + "/moved.bin"), "");
+  ASSERT_EQ(AppendWithShell(m + "/append.txt", " and appended"), 0);
+  ASSERT_EQ(RunCommand({"cp", m + "/touch.txt", m + "/copy.txt"}).exit_code, 0);
+  ASSERT_EQ(RunCommand({"cp", m + "/chmod-large.bin", m + "/copy-large.bin"}).exit_code, 0);
+  WriteFile(m + "/plain.txt", "written here");
+  ASSERT_EQ(RunCommand({"cp", m + "/touch.txt", m + "/plain.txt"}).exit_code, 0);
+  const std::string before = GetXattr(m, "user.objfs.stats");
+  ASSERT_EQ(AppendWithShell(m + "/edit.bin", "tail"), 0);
+  const std::string after = GetXattr(m, "user.objfs.stats");
+  EXPECT_GE(StatsCounter(after, "bytes_copied_on_server") -
+                StatsCounter(before, "bytes_copied_on_server"),
+            10 << 20)
+      << after;
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+
+  for (const char* key : {"chmod.txt", "touch.txt", "xattr.txt", "chmod-large.bin", "moved.bin",
+                          "append.txt", "edit.bin", "copy.txt", "copy-large.bin", "plain.txt"}) {
+    SCOPED_TRACE(key);
+    const std::string head = HeadObject(bucket, key);
+    EXPECT_TRUE(Contains(head, " 200")) << head;
+    for (const std::string& header : headers) {
+      std::string lower;
+      for (char c : header) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      EXPECT_TRUE(Contains(head, lower)) << lower << " is not in\n" << head;
+    }
+  }
+  // Made of parts (one, of the default copy_part_size): a multipart ETag.
+  for (const char* key : {"moved.bin", "chmod-large.bin"}) {
+    EXPECT_TRUE(Contains(HeadObject(bucket, key), "-1\"")) << HeadObject(bucket, key);
+  }
+  for (const char* key : {"chmod.txt", "chmod-large.bin"}) {
+    EXPECT_TRUE(Contains(HeadObject(bucket, key), "x-amz-meta-mode: 33152")) << key;
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(ReadFile(m + "/chmod-large.bin"), large);
+  EXPECT_EQ(ReadFile(m + "/copy-large.bin"), large);
+  EXPECT_EQ(ReadFile(m + "/copy.txt"), small);
+  EXPECT_EQ(ReadFile(m + "/plain.txt"), small);
+  EXPECT_EQ(ReadFile(m + "/moved.bin"), large);
+  EXPECT_EQ(ReadFile(m + "/append.txt"), small + " and appended");
+  EXPECT_EQ(ReadFile(m + "/edit.bin"), larger + "tail");
+  EXPECT_EQ(GetXattr(m + "/xattr.txt", "user.note"), "kept");
+  EXPECT_EQ(mount->Stop(), 0);
+}
+
 // A server that takes sse= but does not encrypt (RGW 16.2 with AES256: its reply names no
 // encryption, and neither does a HEAD) is told of once, at warn level.
 TEST(MountOpsTest, EncryptionTheServerDoesNotConfirmIsWarnedOfOnce) {

@@ -351,6 +351,19 @@ TEST(ContentETagCodecTest, RejectsMalformedRecordsWithValidChecksums) {
   ExpectCorrupt(DecodeExact<ContentETagCodec>("").status(), "truncated");
 }
 
+TEST(ObjectMetaCodecTest, DropsVersionTwoRecordsWhichLackTheHeadersKeptAsMetadata) {
+  ObjectMetaRecord r = SampleObjectMeta("0123456789abcdef0123456789abcdef");
+  r.metadata[":cache-control"] = "max-age=60";
+  const std::string good = Encoded<ObjectMetaCodec>(r);
+  auto decoded = DecodeExact<ObjectMetaCodec>(good);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, r);
+
+  std::string version_two = good;
+  version_two[1] = 2;
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(version_two)).status(), "unknown version");
+}
+
 TEST(ObjectMetaCodecTest, RejectsInvalidETagText) {
   const ObjectMetaRecord plain = SampleObjectMeta("0123456789abcdef0123456789abcdef");
   const std::string good = Encoded<ObjectMetaCodec>(plain);

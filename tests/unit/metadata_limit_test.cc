@@ -38,6 +38,13 @@ TEST(MetadataSizeTest, CountsNamesAndValuesAndTheLongestMtime) {
   EXPECT_EQ(MetadataSize({{"atime", "1700000000"}, {"ctime", "1"}}), 5u + 21u + 5u + 21u);
 }
 
+TEST(MetadataSizeTest, HeadersKeptAsMetadataAreNotUserMetadata) {
+  EXPECT_EQ(MetadataSize({{"mode", "33188"},
+                          {":cache-control", "max-age=60"},
+                          {":content-type", "application/x-thing"}}),
+            4u + 5u);
+}
+
 TEST(MetadataSizeTest, PermanentRefusals) {
   EXPECT_TRUE(IsPermanentRefusal(Status(StatusCode::kInvalidArgument, "x", "MetadataTooLarge")));
   EXPECT_TRUE(IsPermanentRefusal(Status(StatusCode::kInvalidArgument, "x", "InvalidArgument")));
