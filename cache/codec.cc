@@ -416,14 +416,19 @@ namespace {
 // and text length, base size, base limit, extent count from version 4).
 constexpr size_t kStagedUploadV2FixedBody = kStringBytes + 4;
 constexpr size_t kStagedUploadV3FixedBody = kStagedUploadV2FixedBody + 1 + 8;
-constexpr size_t kStagedUploadFixedBody =
+constexpr size_t kStagedUploadV4FixedBody =
     kStagedUploadV3FixedBody + kStringBytes + 1 + kStringBytes + 8 + 8 + 4;
+// (encryption known, algorithm length, KMS key id length from version 5)
+constexpr size_t kStagedUploadFixedBody = kStagedUploadV4FixedBody + 1 + 2 * kStringBytes;
 }  // namespace
 
 size_t StagedUploadCodec::EncodedSize(const StagedUploadRecord& record) {
   return kFramingBytes + kStringBytes + record.key.size() + 1 + 8 + MetadataBytes(record.metadata) +
          kStringBytes + record.base_key.size() + ETagBytes(record.base_etag) + 8 + 8 + 4 +
-         record.present.size() * 16;
+         record.present.size() * 16 + 1 + 2 * kStringBytes +
+         (record.encryption
+              ? record.encryption->algorithm.size() + record.encryption->kms_key_id.size()
+              : 0);
 }
 
 void StagedUploadCodec::Encode(const StagedUploadRecord& record, std::string& out) {
@@ -441,6 +446,9 @@ void StagedUploadCodec::Encode(const StagedUploadRecord& record, std::string& ou
     w.U64(start);
     w.U64(end);
   }
+  w.U8(record.encryption ? 1 : 0);
+  w.String(record.encryption ? record.encryption->algorithm : std::string());
+  w.String(record.encryption ? record.encryption->kms_key_id : std::string());
   w.Seal();
 }
 
@@ -449,10 +457,12 @@ Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
   const uint8_t version = in.size() > 1 ? static_cast<uint8_t>(in[1]) : 0;
   const bool v2 = version == 2;
   const bool v3 = version == 3;
+  const bool v4 = version == 4;
   std::string_view body;
-  if (Status s = CheckEnvelope(in, kTag, v2 || v3 ? version : kVersion,
+  if (Status s = CheckEnvelope(in, kTag, v2 || v3 || v4 ? version : kVersion,
                                v2   ? kStagedUploadV2FixedBody
                                : v3 ? kStagedUploadV3FixedBody
+                               : v4 ? kStagedUploadV4FixedBody
                                     : kStagedUploadFixedBody,
                                kType, body);
       !s.ok()) {
@@ -490,6 +500,18 @@ Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
       last_end = end;
       record.present.emplace_back(start, end);
     }
+  }
+  if (!v2 && !v3 && !v4) {
+    uint8_t known = 0;
+    AtRestEncryption encryption;
+    if (!r.U8(known) || !r.String(encryption.algorithm) || !r.String(encryption.kms_key_id)) {
+      return Corrupt(kType, "length past the end");
+    }
+    if (known > 1) return Corrupt(kType, "unknown encryption flag");
+    if (known == 0 && (!encryption.algorithm.empty() || !encryption.kms_key_id.empty())) {
+      return Corrupt(kType, "encryption named but not known");
+    }
+    if (known == 1) record.encryption = std::move(encryption);
   }
   if (r.left() != 0) return Corrupt(kType, "trailing bytes");
   return record;

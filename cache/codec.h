@@ -62,14 +62,16 @@ class ObjectMetaCodec {
 // key, state u8, size u64, metadata count u32, (name, value) * count in strictly increasing
 // name order, base key, base etag kind u8, base etag text, base size u64, base limit u64,
 // extent count u32, (start u64, end u64) * count, increasing, disjoint and not touching. The
-// base ETag is checked as in ObjectMetaCodec. Version 3 records (without the base) still
-// decode, as whole data. Version 2 records (key and metadata only) still decode, as kWriting
-// with size 0: they did not say whether a close had accepted the data. (Version 1 held a size, a
-// time and an MD5 instead of the metadata; such records do not decode.)
+// base ETag is checked as in ObjectMetaCodec, then encryption known u8 (0 or 1), algorithm,
+// KMS key id (both empty when not known). Version 4 records (without the encryption) still
+// decode, with it not known. Version 3 records (without the base) still decode, as whole data.
+// Version 2 records (key and metadata only) still decode, as kWriting with size 0: they did not say
+// whether a close had accepted the data. (Version 1 held a size, a time and an MD5 instead of the
+// metadata; such records do not decode.)
 class StagedUploadCodec {
  public:
   static constexpr uint8_t kTag = 0x03;
-  static constexpr uint8_t kVersion = 4;
+  static constexpr uint8_t kVersion = 5;
   static size_t EncodedSize(const StagedUploadRecord& record);
   static void Encode(const StagedUploadRecord& record, std::string& out);
   static Result<StagedUploadRecord> Decode(std::string_view in);

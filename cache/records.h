@@ -12,11 +12,13 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/etag.h"
+#include "backend/object_store.h"
 
 namespace objfs {
 
@@ -65,6 +67,10 @@ struct ObjectMetaRecord {
 // truncated there since) and the ranges of the data file that hold the file's bytes (`present`:
 // fetched or written). The bytes below base_limit outside them are the base's, fetched from it
 // (with its ETag as if-match) before the data can be uploaded. No base_key: the data is whole.
+//
+// From version 5 it also names the encryption at rest (S3) of the object the data came from,
+// where objfs knew it, so that the next mount keeps it even under a name the data was renamed
+// to before its upload; unset: not known (the store asks the object the upload replaces).
 struct StagedUploadRecord {
   enum class State : uint8_t { kWriting = 0, kAccepted = 1 };
   std::string key;
@@ -76,13 +82,14 @@ struct StagedUploadRecord {
   uint64_t base_size = 0;
   uint64_t base_limit = 0;
   std::vector<std::pair<uint64_t, uint64_t>> present{};  // [start, end), in order, disjoint
+  std::optional<AtRestEncryption> encryption{};
 
   bool operator==(const StagedUploadRecord& other) const {
     return key == other.key && metadata == other.metadata && state == other.state &&
            size == other.size && base_key == other.base_key &&
            base_etag.kind() == other.base_etag.kind() && base_etag == other.base_etag &&
            base_size == other.base_size && base_limit == other.base_limit &&
-           present == other.present;
+           present == other.present && encryption == other.encryption;
   }
 };
 

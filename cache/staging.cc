@@ -269,6 +269,7 @@ StagedUploadRecord StagedFile::RecordOf(std::string_view key, const Metadata& me
                                         State state) const {
   StagedUploadRecord record{std::string(key), metadata, state,
                             state == State::kAccepted ? size_ : 0};
+  record.encryption = encryption_;
   if (has_base()) {
     record.base_key = base_key_;
     record.base_etag = base_etag_;
@@ -278,6 +279,16 @@ StagedUploadRecord StagedFile::RecordOf(std::string_view key, const Metadata& me
     for (const ExtentSet::Range& r : present_.Ranges()) record.present.emplace_back(r.start, r.end);
   }
   return record;
+}
+
+Status StagedFile::SetEncryption(const std::optional<AtRestEncryption>& encryption) {
+  if (encryption_ == encryption) return Status::Ok();
+  std::optional<AtRestEncryption> was = encryption_;
+  encryption_ = encryption;
+  if (!state_) return Status::Ok();
+  Status written = WriteRecord(key_, metadata_, *state_);
+  if (!written.ok()) encryption_ = was;  // the record on disk still says the old
+  return written;
 }
 
 Status StagedFile::MarkWriting(std::string_view key, const Metadata& metadata) {
@@ -384,6 +395,7 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Clone(const StagedFile& from) {
   }
   copy->size_ = from.size_;
   copy->synced_ = false;
+  copy->encryption_ = from.encryption_;
   copy->base_key_ = from.base_key_;
   copy->base_etag_ = from.base_etag_;
   copy->base_size_ = from.base_size_;
@@ -451,6 +463,7 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Adopt(const StagedLeftover& lef
     file->base_limit_ = std::min(left.base_limit, file->size_);
     file->present_ = left.present;
   }
+  file->encryption_ = left.encryption;
   // The record on disk says this already; WriteRecord rewrites it only once something changes.
   StagedUploadCodec::Encode(file->RecordOf(left.key, left.metadata, left.state), file->described_);
   file->state_ = left.state;
@@ -586,6 +599,7 @@ Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
             left.base_size = record->base_size;
             left.base_limit = record->base_limit;
             for (const auto& [start, end] : record->present) left.present.Add(start, end - start);
+            left.encryption = std::move(record->encryption);
             decoded = true;
           }
         } else {

@@ -68,6 +68,11 @@ class StagedFile {
   // Rewrites the record with a new key and metadata, keeping its state (a rename, a chmod of a
   // pending file). Does nothing when there is no record.
   Status Describe(std::string_view key, const Metadata& metadata);
+  // The encryption at rest of the object the data came from (S3), for the record: what the next
+  // mount's upload keeps, even under a name the data was renamed to first. Rewrites the record,
+  // if there is one, when it changes. Unset: not known.
+  Status SetEncryption(const std::optional<AtRestEncryption>& encryption);
+  const std::optional<AtRestEncryption>& encryption() const { return encryption_; }
   // The state of the record; nullopt when there is none.
   std::optional<State> state() const { return state_; }
   // A source over the current content, for ObjectStore::put. Valid while this file lives and
@@ -120,6 +125,7 @@ class StagedFile {
   std::optional<State> state_;  // the sidecar's state; nullopt: no sidecar
   std::string key_;             // what the sidecar says (or said, before Orphan())
   Metadata metadata_;
+  std::optional<AtRestEncryption> encryption_;
   std::string base_key_;  // empty: the file holds all of its bytes
   ETag base_etag_;
   uint64_t base_size_ = 0;
@@ -183,6 +189,7 @@ struct StagedLeftover {
   uint64_t base_size = 0;
   uint64_t base_limit = 0;
   ExtentSet present;
+  std::optional<AtRestEncryption> encryption;  // of the object the data came from (S3)
   // The data is what its writer's close, fsync or write-back window accepted, whole: the next
   // mount may upload it. Otherwise it is set aside (SetAside).
   bool publishable() const;

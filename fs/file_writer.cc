@@ -70,6 +70,18 @@ void KeepStoredEncryption(const Inode& inode, UploadOrPutOptions& options) REQUI
 
 }  // namespace
 
+void SetStoredEncryption(Inode& inode, const std::optional<AtRestEncryption>& encryption) {
+  inode.stored_encryption = encryption;
+  for (StagedFile* file : {inode.staged.get(), inode.accepted_copy.get()}) {
+    if (file == nullptr) continue;
+    Status recorded = file->SetEncryption(encryption);
+    if (!recorded.ok()) {
+      Log(LogLevel::kWarn, "crash record of " + file->data_path() +
+                               " not rewritten with the encryption to keep: " + recorded.message());
+    }
+  }
+}
+
 FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* inodes,
                        MetaCache* meta_cache, const ObjectAttrs* attrs, Metrics* metrics,
                        std::shared_ptr<Clock> clock, Options options)
@@ -163,7 +175,7 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   inode.base.reset();
   if (!empty && rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
-  inode.stored_encryption = rec.encryption;
+  SetStoredEncryption(inode, rec.encryption);
   if (!inode.removed()) inode.state = Inode::FileState::kCached;
   inode.has_local_data.store(true);
   return Status::Ok();
@@ -444,7 +456,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   }
   if (inode.unsaved()) inode.state = Inode::FileState::kCached;
   inode.in_store = true;
-  inode.stored_encryption = result->encryption;
+  SetStoredEncryption(inode, result->encryption);
   inode.may_stream = false;  // further writes edit a stored object
   inode.uploaded_etag = result->etag;
   // Every byte of it was written through the kernel, whose pages hold them: the next open of
@@ -1114,6 +1126,9 @@ bool FileWriter::Adopt(
     inode->attr = ObjectAttrs::ToAttr(ino, rec);
     inode->extra_metadata = WithoutPosixMetadata(left.metadata);
     inode->staged = std::move(*file);
+    // Where the record names it: the encryption of the object the data came from, kept even
+    // under a name the data was renamed to before the crash. Otherwise the store asks.
+    inode->stored_encryption = inode->staged->encryption();
     inode->state = Inode::FileState::kUnsaved;
     // Whether the store has an older object there is not known: a rename before the upload
     // removes the old name, which costs nothing when there is none.

@@ -139,7 +139,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
         return s;
       }
       inode->in_store = false;
-      inode->stored_encryption = AtRestEncryption{};  // a new file has none of its own
+      SetStoredEncryption(*inode, AtRestEncryption{});  // a new file has none of its own
     }
     if (inode->removed()) {
       inode->state = inode->staged ? Inode::FileState::kCached : Inode::FileState::kStored;

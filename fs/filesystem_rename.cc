@@ -232,7 +232,7 @@ Status Filesystem::LearnStoredEncryption(Inode& inode, const std::string& key) {
   if (!keeps_encryption_ || !inode.in_store || inode.stored_encryption) return Status::Ok();
   Result<ObjectInfo> current = store_->head(key);
   if (current.ok()) {
-    inode.stored_encryption = current->encryption;
+    SetStoredEncryption(inode, current->encryption);
     return Status::Ok();
   }
   return current.status().code() == StatusCode::kNotFound ? Status::Ok() : current.status();

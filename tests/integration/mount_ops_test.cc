@@ -375,7 +375,8 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
                                                                     {"target.txt", small},
                                                                     {"listed.txt", small},
                                                                     {"listed-target.txt", small},
-                                                                    {"crashed.txt", small}}) {
+                                                                    {"crashed.txt", small},
+                                                                    {"crash-renamed.txt", small}}) {
     MemorySource source(data);
     ASSERT_TRUE(other->put(key, source, {}).ok()) << key;
   }
@@ -424,11 +425,16 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
             "");
   ASSERT_EQ(delayed->Stop(), 0) << delayed->log();
 
-  // And one objfs is killed before it uploads: the next mount recovers the file without
-  // knowing what it replaces, so it asks.
+  // And one objfs is killed before it uploads. The next mount recovers each file with the
+  // encryption its crash record names, also under the name it was renamed to, where no object
+  // would tell.
   auto killed = ObjfsMount::Start(S3MountUrl(bucket), window);
   ASSERT_TRUE(killed);
   ASSERT_EQ(AppendWithShell(killed->path() + "/crashed.txt", " and recovered"), 0);
+  ASSERT_EQ(AppendWithShell(killed->path() + "/crash-renamed.txt", " and renamed"), 0);
+  ASSERT_EQ(
+      RenameError(killed->path() + "/crash-renamed.txt", killed->path() + "/crash-renamed-to.txt"),
+      "");
   killed->KillAndWait(SIGKILL);
   ASSERT_TRUE(killed->Restart());
   ASSERT_EQ(killed->Stop(), 0) << killed->log();
@@ -448,9 +454,10 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
             0);
   ASSERT_EQ(unseen->Stop(), 0) << unseen->log();
 
-  for (const char* key : {"small.txt", "copy.txt", "empty-moved", "moved.bin", "chmod.txt",
-                          "append.txt", "over.txt", "stream.bin", "edit.bin", "renamed-later.txt",
-                          "target.txt", "renamed-listed.txt", "listed-target.txt", "crashed.txt"}) {
+  for (const char* key :
+       {"small.txt", "copy.txt", "empty-moved", "moved.bin", "chmod.txt", "append.txt", "over.txt",
+        "stream.bin", "edit.bin", "renamed-later.txt", "target.txt", "renamed-listed.txt",
+        "listed-target.txt", "crashed.txt", "crash-renamed-to.txt"}) {
     SCOPED_TRACE(key);
     const std::string head = HeadObject(bucket, key);
     EXPECT_TRUE(Contains(head, " 200")) << head;
@@ -473,6 +480,8 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   EXPECT_EQ(ReadFile(m + "/renamed-listed.txt"), small + " and listed");
   EXPECT_EQ(ReadFile(m + "/listed-target.txt"), "not encrypted");
   EXPECT_EQ(ReadFile(m + "/crashed.txt"), small + " and recovered");
+  EXPECT_EQ(ReadFile(m + "/crash-renamed-to.txt"), small + " and renamed");
+  EXPECT_FALSE(fs::exists(m + "/crash-renamed.txt"));
   EXPECT_EQ(mount->Stop(), 0);
 
   // The mount's own key: what it writes, and its copies, are encrypted with testkey-1.

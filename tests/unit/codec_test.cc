@@ -436,6 +436,9 @@ TEST(StagedUploadCodecTest, RejectsTheFirstVersionAndMetadataOutOfOrder) {
 // What version 4 appends to a record without a base: an empty key, an ETag of kind none with
 // an empty text, base size, base limit and an extent count of zero.
 constexpr size_t kNoBaseBytes = 4 + 1 + 4 + 8 + 8 + 4;
+// What version 5 appends to a record whose encryption is not known: the flag 0 and two empty
+// strings.
+constexpr size_t kNoEncryptionBytes = 1 + 4 + 4;
 
 // Version 4 names the object a sparse staging file was staged from and the ranges it holds.
 TEST(StagedUploadCodecTest, CarriesTheBaseOfASparseFile) {
@@ -452,7 +455,7 @@ TEST(StagedUploadCodecTest, CarriesTheBaseOfASparseFile) {
   EXPECT_EQ(*decoded, sparse);
 
   // The extents: in order, disjoint and not empty, or the record is not trusted.
-  const size_t extents_at = bytes.size() - 4 - 3 * 16;
+  const size_t extents_at = bytes.size() - 4 - kNoEncryptionBytes - 3 * 16;
   std::string overlapping = bytes;
   overlapping[extents_at + 16] = 3;  // the second starts at 3, inside the first
   ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(overlapping)).status(), "out of order");
@@ -467,11 +470,44 @@ TEST(StagedUploadCodecTest, CarriesTheBaseOfASparseFile) {
   ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(too_many)).status(), "past the end");
 }
 
+// Version 5 names the encryption of the object the data came from, where it was known: SSE-KMS
+// with its key, none (a file created here), or not known.
+TEST(StagedUploadCodecTest, CarriesTheEncryptionOfTheObjectTheDataCameFrom) {
+  StagedUploadRecord r{"k", {{"mode", "33188"}}, StagedUploadRecord::State::kAccepted, 42};
+  for (const std::optional<AtRestEncryption>& encryption :
+       {std::optional<AtRestEncryption>(AtRestEncryption{"aws:kms", "testkey-2"}),
+        std::optional<AtRestEncryption>(AtRestEncryption{"AES256", ""}),
+        std::optional<AtRestEncryption>(AtRestEncryption{}), std::optional<AtRestEncryption>()}) {
+    r.encryption = encryption;
+    std::string bytes = Encoded<StagedUploadCodec>(r);
+    EXPECT_EQ(bytes.size(), StagedUploadCodec::EncodedSize(r));
+    auto decoded = DecodeExact<StagedUploadCodec>(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->encryption, encryption);
+    EXPECT_EQ(*decoded, r);
+  }
+
+  r.encryption.reset();
+  const std::string unknown = Encoded<StagedUploadCodec>(r);
+  std::string bad_flag = unknown;
+  bad_flag[unknown.size() - 4 - kNoEncryptionBytes] = 2;
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(bad_flag)).status(), "encryption flag");
+
+  // A version 4 record (objfs before this) decodes with the encryption not known.
+  std::string v4 = unknown;
+  v4.erase(v4.size() - 4 - kNoEncryptionBytes, kNoEncryptionBytes);
+  v4[1] = 4;
+  auto old = DecodeExact<StagedUploadCodec>(Reseal(v4));
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(*old, r);
+  EXPECT_FALSE(old->encryption.has_value());
+}
+
 // Version 3 records (objfs before sparse staging) decode as whole data.
 TEST(StagedUploadCodecTest, ReadsVersionThreeAsWholeData) {
   StagedUploadRecord accepted{"k", {{"mode", "33188"}}, StagedUploadRecord::State::kAccepted, 42};
   std::string v3 = Encoded<StagedUploadCodec>(accepted);
-  v3.erase(v3.size() - 4 - kNoBaseBytes, kNoBaseBytes);
+  v3.erase(v3.size() - 4 - kNoEncryptionBytes - kNoBaseBytes, kNoEncryptionBytes + kNoBaseBytes);
   v3[1] = 3;
   auto old = DecodeExact<StagedUploadCodec>(Reseal(v3));
   ASSERT_TRUE(old.ok()) << old.status().ToString();
@@ -489,7 +525,7 @@ TEST(StagedUploadCodecTest, CarriesStateAndSizeAndReadsVersionTwo) {
 
   // A version 2 record as objfs 0.2 wrote it: tag, version, key, metadata, CRC.
   std::string v2 = Encoded<StagedUploadCodec>(accepted);
-  v2.erase(v2.size() - 4 - kNoBaseBytes, kNoBaseBytes);
+  v2.erase(v2.size() - 4 - kNoEncryptionBytes - kNoBaseBytes, kNoEncryptionBytes + kNoBaseBytes);
   v2.erase(2 + 4 + accepted.key.size(), 1 + 8);
   v2[1] = 2;
   auto old = DecodeExact<StagedUploadCodec>(Reseal(v2));

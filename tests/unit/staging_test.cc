@@ -77,6 +77,40 @@ TEST_F(StagingTest, LeftoversCarryKeyAndMetadata) {
   EXPECT_TRUE((*left)[0].publishable());
 }
 
+// The encryption of the object the data came from goes into the record, also when it is learnt
+// after the record was written, and stays through a rename (Describe), a clone and an adoption.
+TEST_F(StagingTest, LeftoversCarryTheEncryptionOfTheObjectTheDataCameFrom) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  const AtRestEncryption kms{"aws:kms", "testkey-2"};
+  {
+    auto file = (*area)->Create();
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->WriteAt(0, Bytes("data")).ok());
+    ASSERT_TRUE((*file)->MarkAccepted("old", {{"mode", "33188"}}).ok());
+    ASSERT_TRUE((*file)->SetEncryption(kms).ok());  // learnt later: the record is rewritten
+    ASSERT_TRUE((*file)->Describe("new", {{"mode", "33188"}}).ok());
+    auto clone = (*area)->Clone(**file);
+    ASSERT_TRUE(clone.ok());
+    EXPECT_EQ((*clone)->encryption(), kms);
+    (*clone)->Remove();
+  }
+  auto left = (*area)->Leftovers();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].key, "new");
+  EXPECT_EQ((*left)[0].encryption, kms);
+  auto adopted = (*area)->Adopt((*left)[0]);
+  ASSERT_TRUE(adopted.ok());
+  EXPECT_EQ((*adopted)->encryption(), kms);
+  // A file created here has none, which is known too.
+  ASSERT_TRUE((*adopted)->SetEncryption(AtRestEncryption{}).ok());
+  left = (*area)->Leftovers();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].encryption, AtRestEncryption{});
+}
+
 // Writes that fail part way, here at the file size limit as on a full disk.
 class FileSizeLimit {
  public:
