@@ -344,6 +344,18 @@ int AppendWithShell(const std::string& path, const std::string& text) {
 }
 
 // rename(2): "" when it succeeded, else its error.
+// Appends "tail" to the 12 MiB `name` in mount `m` (5 MiB parts): its first two parts are
+// copied on the server, not sent again.
+void AppendCopyingOnTheServer(const std::string& m, const std::string& name) {
+  const std::string before = GetXattr(m, "user.objfs.stats");
+  ASSERT_EQ(AppendWithShell(m + "/" + name, "tail"), 0);
+  const std::string after = GetXattr(m, "user.objfs.stats");
+  EXPECT_GE(StatsCounter(after, "bytes_copied_on_server") -
+                StatsCounter(before, "bytes_copied_on_server"),
+            10 << 20)
+      << after;
+}
+
 std::string RenameError(const std::string& from, const std::string& to) {
   return ::rename(from.c_str(), to.c_str()) == 0 ? "" : std::strerror(errno);
 }
@@ -393,13 +405,7 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   WriteFile(m + "/over.txt", "overwritten");
   const std::string rewritten = PseudoRandomBytes(6 << 20, 5);
   WriteFile(m + "/stream.bin", rewritten);
-  const std::string before = GetXattr(m, "user.objfs.stats");
-  ASSERT_EQ(AppendWithShell(m + "/edit.bin", "tail"), 0);
-  const std::string after = GetXattr(m, "user.objfs.stats");
-  EXPECT_GE(StatsCounter(after, "bytes_copied_on_server") -
-                StatsCounter(before, "bytes_copied_on_server"),
-            10 << 20)
-      << after;
+  AppendCopyingOnTheServer(m, "edit.bin");
   ASSERT_EQ(RunCommand({"cp", m + "/small.txt", m + "/copy.txt"}).exit_code, 0);
   // cp onto an existing file: the file keeps its own encryption, as a rewrite does.
   WriteFile(m + "/plain.txt", "not encrypted");
@@ -565,13 +571,7 @@ TEST(MountOpsTest, WhatAUserDoesKeepsTheHeadersAnotherClientSet) {
   ASSERT_EQ(RunCommand({"cp", m + "/chmod-large.bin", m + "/copy-large.bin"}).exit_code, 0);
   WriteFile(m + "/plain.txt", "written here");
   ASSERT_EQ(RunCommand({"cp", m + "/touch.txt", m + "/plain.txt"}).exit_code, 0);
-  const std::string before = GetXattr(m, "user.objfs.stats");
-  ASSERT_EQ(AppendWithShell(m + "/edit.bin", "tail"), 0);
-  const std::string after = GetXattr(m, "user.objfs.stats");
-  EXPECT_GE(StatsCounter(after, "bytes_copied_on_server") -
-                StatsCounter(before, "bytes_copied_on_server"),
-            10 << 20)
-      << after;
+  AppendCopyingOnTheServer(m, "edit.bin");
   ASSERT_EQ(mount->Stop(), 0) << mount->log();
 
   for (const char* key : {"chmod.txt", "touch.txt", "xattr.txt", "chmod-large.bin", "moved.bin",
