@@ -51,6 +51,16 @@ inline Metadata WithoutHeaderMetadata(Metadata metadata) {
   std::erase_if(metadata, [](const auto& entry) { return IsHeaderMetadata(entry.first); });
   return metadata;
 }
+// `metadata` with the headers kept as metadata of `object` in place of its own: a metadata
+// change made to one version and applied to another must not give it the old one's headers
+// (a Content-Encoding that no longer describes the bytes).
+inline Metadata WithHeaderMetadataOf(Metadata metadata, const Metadata& object) {
+  metadata = WithoutHeaderMetadata(std::move(metadata));
+  for (const auto& [name, value] : object) {
+    if (IsHeaderMetadata(name)) metadata[name] = value;
+  }
+  return metadata;
+}
 
 // How an S3 object is encrypted at rest, as the server's reply named it: the
 // x-amz-server-side-encryption algorithm ("AES256", "aws:kms", "aws:kms:dsse"; empty: not

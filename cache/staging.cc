@@ -283,12 +283,10 @@ StagedUploadRecord StagedFile::RecordOf(std::string_view key, const Metadata& me
 
 Status StagedFile::SetEncryption(const std::optional<AtRestEncryption>& encryption) {
   if (encryption_ == encryption) return Status::Ok();
-  std::optional<AtRestEncryption> was = encryption_;
   encryption_ = encryption;
   if (!state_) return Status::Ok();
-  Status written = WriteRecord(key_, metadata_, *state_);
-  if (!written.ok()) encryption_ = was;  // the record on disk still says the old
-  return written;
+  // On failure the record on disk says the old one until its next write, which says this.
+  return WriteRecord(key_, metadata_, *state_);
 }
 
 Status StagedFile::MarkWriting(std::string_view key, const Metadata& metadata) {

@@ -70,7 +70,8 @@ class StagedFile {
   Status Describe(std::string_view key, const Metadata& metadata);
   // The encryption at rest of the object the data came from (S3), for the record: what the next
   // mount's upload keeps, even under a name the data was renamed to first. Rewrites the record,
-  // if there is one, when it changes. Unset: not known.
+  // if there is one, when it changes; when that fails, the next write of the record says it.
+  // Unset: not known.
   Status SetEncryption(const std::optional<AtRestEncryption>& encryption);
   const std::optional<AtRestEncryption>& encryption() const { return encryption_; }
   // The state of the record; nullopt when there is none.

@@ -70,16 +70,16 @@ void KeepStoredEncryption(const Inode& inode, UploadOrPutOptions& options) REQUI
 
 }  // namespace
 
-void SetStoredEncryption(Inode& inode, const std::optional<AtRestEncryption>& encryption) {
+Status SetStoredEncryption(Inode& inode, const std::optional<AtRestEncryption>& encryption) {
   inode.stored_encryption = encryption;
+  Status status;
   for (StagedFile* file : {inode.staged.get(), inode.accepted_copy.get()}) {
     if (file == nullptr) continue;
-    Status recorded = file->SetEncryption(encryption);
-    if (!recorded.ok()) {
-      Log(LogLevel::kWarn, "crash record of " + file->data_path() +
-                               " not rewritten with the encryption to keep: " + recorded.message());
+    if (Status recorded = file->SetEncryption(encryption); !recorded.ok()) {
+      status = recorded.WithContext("recording the encryption of " + file->data_path());
     }
   }
+  return status;
 }
 
 FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* inodes,
@@ -175,7 +175,8 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   inode.base.reset();
   if (!empty && rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
-  SetStoredEncryption(inode, rec.encryption);
+  // (No record yet: the first write makes it.)
+  (void)SetStoredEncryption(inode, rec.encryption);
   if (!inode.removed()) inode.state = Inode::FileState::kCached;
   inode.has_local_data.store(true);
   return Status::Ok();
@@ -456,7 +457,8 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   }
   if (inode.unsaved()) inode.state = Inode::FileState::kCached;
   inode.in_store = true;
-  SetStoredEncryption(inode, result->encryption);
+  // The records go with the upload just done; a write after it records the new version's.
+  (void)SetStoredEncryption(inode, result->encryption);
   inode.may_stream = false;  // further writes edit a stored object
   inode.uploaded_etag = result->etag;
   // Every byte of it was written through the kernel, whose pages hold them: the next open of
@@ -482,6 +484,10 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   ObjectInfo info = *result;
   info.size = inode.staged->size();
   info.metadata = metadata;
+  // The Content-Type the store says it stored (one chosen by the name), for a chmod to keep.
+  if (auto type = result->metadata.find(kContentTypeMetadata); type != result->metadata.end()) {
+    info.metadata.insert(*type);
+  }
   info.has_metadata = true;
   MetaRecord rec = attrs_->FromInfo(info, false);
   rec.complete = true;
@@ -533,6 +539,9 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
     if (inode.accepted_copy) inode.accepted_copy->Remove();
     inode.accepted_copy = std::move(inode.staged);
     inode.staged = std::move(*copy);
+    // (A clone has it already; an empty new one is still the same file's data.) No record yet:
+    // MarkWriting below writes it.
+    (void)inode.staged->SetEncryption(inode.stored_encryption);
   }
   // A clean copy has no crash record (a fetched object, or one the upload removed); it is about
   // to hold data the store lacks. The record carries the metadata the mount shows, a held

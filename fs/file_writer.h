@@ -69,9 +69,9 @@ std::vector<EditPiece> EditPieces(const ExtentSet& touched, uint64_t base_size, 
                                   uint64_t part, bool whole_parts);
 
 // Sets the encryption at rest of the object `inode`'s staged data came from, and says it in the
-// crash records of its staged data, so that the next mount's upload keeps it too (a record that
-// cannot be rewritten is logged and keeps saying what it said).
-void SetStoredEncryption(Inode& inode, const std::optional<AtRestEncryption>& encryption)
+// crash records of its staged data, so that the next mount's upload keeps it too. A record that
+// cannot be rewritten now (a full cache disk) says it at its next write; the error is returned.
+Status SetStoredEncryption(Inode& inode, const std::optional<AtRestEncryption>& encryption)
     REQUIRES(inode.mu);
 
 class FileWriter {

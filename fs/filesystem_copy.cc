@@ -90,10 +90,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       // The copy describes its bytes with the source's headers kept as metadata (Content-Type,
       // Content-Encoding and the rest), as a server-side copy with other tools does: they are
       // the source's bytes now, even in a file cp'd onto.
-      metadata = WithoutHeaderMetadata(std::move(metadata));
-      for (const auto& [name, value] : src.metadata) {
-        if (IsHeaderMetadata(name)) metadata[name] = value;
-      }
+      metadata = WithHeaderMetadataOf(std::move(metadata), src.metadata);
       copy.replace_metadata = metadata;
       copy.keep_encryption = dst_encryption;
       copy.replaces_destination = dst_exists;

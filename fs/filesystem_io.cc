@@ -139,7 +139,8 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
         return s;
       }
       inode->in_store = false;
-      SetStoredEncryption(*inode, AtRestEncryption{});  // a new file has none of its own
+      // A new file has none of its own. (No record yet.)
+      (void)SetStoredEncryption(*inode, AtRestEncryption{});
     }
     if (inode->removed()) {
       inode->state = inode->staged ? Inode::FileState::kCached : Inode::FileState::kStored;

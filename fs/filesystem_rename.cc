@@ -182,7 +182,11 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       // The object the staged data was staged from goes with the old name: what of it the
       // data still lacks is fetched first.
       const Status fetched = writer_->FetchAllStaged(*inode, from);
-      Status described = fetched.ok() ? inode->staged->Describe(to, metadata) : Status::Ok();
+      // So is its encryption, learnt and recorded before the record names the new name, where
+      // no object would tell.
+      const Status learnt = fetched.ok() ? LearnStoredEncryption(*inode, from) : Status::Ok();
+      Status described =
+          fetched.ok() && learnt.ok() ? inode->staged->Describe(to, metadata) : Status::Ok();
       if (fetched.ok() && described.ok() && inode->accepted_copy) {
         described = inode->accepted_copy->Describe(to, metadata);
         if (!described.ok()) (void)inode->staged->Describe(from, metadata);
@@ -190,13 +194,13 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       Status removed;
       if (!fetched.ok()) {
         failure = fetched.WithContext("renaming " + from);
+      } else if (!learnt.ok()) {
+        failure = learnt.WithContext("renaming " + from);
       } else if (!described.ok()) {
         // No record under the new name (the cache disk is full): the data goes up under the
         // old one now, and the store renames it.
         Log(LogLevel::kWarn, "uploading " + from + " before its rename: " + described.message());
         failure = writer_->Upload(*inode, from, /*accept=*/false);
-      } else if (Status learnt = LearnStoredEncryption(*inode, from); !learnt.ok()) {
-        failure = learnt.WithContext("renaming " + from);
       } else if (inode->in_store && !(removed = store_->remove(from)).ok() &&
                  removed.code() != StatusCode::kNotFound) {
         (void)inode->staged->Describe(from, metadata);
@@ -231,10 +235,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
 Status Filesystem::LearnStoredEncryption(Inode& inode, const std::string& key) {
   if (!keeps_encryption_ || !inode.in_store || inode.stored_encryption) return Status::Ok();
   Result<ObjectInfo> current = store_->head(key);
-  if (current.ok()) {
-    SetStoredEncryption(inode, current->encryption);
-    return Status::Ok();
-  }
+  if (current.ok()) return SetStoredEncryption(inode, current->encryption);
   return current.status().code() == StatusCode::kNotFound ? Status::Ok() : current.status();
 }
 
@@ -299,7 +300,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       Result<MetaRecord> again = Resolve(from);
       if (!again.ok()) return again.status();
       if (again->is_dir) return NotFoundError(from + " is no longer a file");
-      if (fold) again->metadata = source.metadata;
+      if (fold) again->metadata = WithHeaderMetadataOf(source.metadata, again->metadata);
       source = *again;
       copy.source_known_current = false;
       if (fold) {

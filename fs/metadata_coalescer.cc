@@ -83,6 +83,7 @@ Result<MetadataCoalescer::Applied> MetadataCoalescer::Apply(HeldChange& held,
       break;
     }
     held.object = *now;
+    held.metadata = WithHeaderMetadataOf(std::move(held.metadata), now->metadata);
     set.source_known_current = false;
     // The crash record follows: with the old ETag the next mount would drop the change.
     if (held.record != nullptr) (void)held.record->Describe(key, now->etag, held.metadata);

@@ -90,6 +90,24 @@ AtRestEncryption EncryptionFromHeaders(const HttpResponse& r) {
   return encryption;
 }
 
+// A Content-Encoding without "aws-chunked", the transfer coding of a streaming-signed upload
+// that RGW before 17 stores and returns as if it were the object's: sent again on a plain PUT it
+// would misdescribe the bytes.
+std::string WithoutAwsChunked(std::string_view value) {
+  std::string out;
+  while (!value.empty()) {
+    size_t comma = value.find(',');
+    std::string_view coding = value.substr(0, comma);
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    while (!coding.empty() && coding.front() == ' ') coding.remove_prefix(1);
+    while (!coding.empty() && coding.back() == ' ') coding.remove_suffix(1);
+    if (coding.empty() || Lower(coding) == "aws-chunked") continue;
+    if (!out.empty()) out += ", ";
+    out += coding;
+  }
+  return out;
+}
+
 // Size, ETag, mtime, content type, user metadata and encryption from a HEAD or GET reply.
 ObjectInfo InfoFromHeaders(std::string_view key, const HttpResponse& r) {
   ObjectInfo info;
@@ -105,7 +123,8 @@ ObjectInfo InfoFromHeaders(std::string_view key, const HttpResponse& r) {
     if (name.size() > kMetaPrefix.size() && name.compare(0, kMetaPrefix.size(), kMetaPrefix) == 0) {
       info.metadata[name.substr(kMetaPrefix.size())] = value;
     } else if (IsHeaderKept(name)) {
-      info.metadata[kHeaderMetadataMark + name] = value;
+      std::string kept = name == "content-encoding" ? WithoutAwsChunked(value) : value;
+      if (!kept.empty()) info.metadata[kHeaderMetadataMark + name] = std::move(kept);
     }
   }
   info.has_metadata = true;
@@ -592,6 +611,7 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
   info.content_type = options.content_type;
   info.metadata = options.metadata;
   info.has_metadata = true;
+  NoteContentType(key, /*by_name=*/true, info);
   // A server that encrypts without saying so gets what was asked, not "none".
   const AtRestEncryption replied = EncryptionFromHeaders(resp);
   info.encryption = replied.algorithm.empty() ? PassedOn(options.keep_encryption) : replied;
@@ -785,6 +805,7 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   info.content_type = options.content_type;
   info.metadata = options.metadata;
   info.has_metadata = true;
+  NoteContentType(key, /*by_name=*/true, info);
   info.encryption = PassedOn(options.keep_encryption);
   return info;
 }
@@ -1032,6 +1053,7 @@ class S3Store::Session : public Upload {
     info.has_metadata = true;
     info.encryption = store_->PassedOn(started_.keep_encryption);
     if (options.metadata == started_.metadata && options.content_type == started_.content_type) {
+      store_->NoteContentType(key_, /*by_name=*/true, info);
       return info;
     }
     // Metadata belongs to CreateMultipartUpload, which came before it was known: a self-copy
@@ -1109,6 +1131,21 @@ std::optional<AtRestEncryption> S3Store::PassedOn(
 
 bool S3Store::MountEncrypts() const {
   return !options_.object_headers.sse.empty() || !options_.object_headers.sse_c_key.empty();
+}
+
+void S3Store::NoteContentType(std::string_view key, bool by_name, ObjectInfo& info) const {
+  std::string type = info.content_type;
+  if (type.empty()) {
+    if (auto kept = info.metadata.find(kContentTypeMetadata); kept != info.metadata.end()) {
+      type = kept->second;
+    }
+  }
+  if (type.empty() && by_name && options_.object_headers.mime_types != nullptr) {
+    type = options_.object_headers.mime_types->TypeOf(key);
+  }
+  if (type.empty()) return;
+  info.content_type = type;
+  info.metadata[kContentTypeMetadata] = std::move(type);
 }
 
 void S3Store::KeepEncryption(const std::optional<AtRestEncryption>& encryption,
@@ -1250,6 +1287,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
     info.metadata = *options.replace_metadata;
     info.content_type = options.content_type.value_or(type_seen);
     info.has_metadata = true;
+    NoteContentType(dst, /*by_name=*/false, info);
   } else {
     info.metadata = src.metadata;
     info.content_type = src.content_type;
@@ -1354,6 +1392,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   info.content_type = type;
   info.metadata = metadata;
   info.has_metadata = true;
+  NoteContentType(dst, /*by_name=*/false, info);
   info.encryption = PassedOn(named);
   return info;
 }

@@ -173,6 +173,12 @@ class S3Store : public ObjectStore {
   void CheckEncryptionConfirmed(std::string_view key, const AtRestEncryption& replied);
   // The mount sets encryption of its own (sse= or sse_c_key=) on every object it creates.
   bool MountEncrypts() const;
+  // Notes in `info`, a version of `key` this mount stored, the Content-Type it was stored with
+  // (content_type and the metadata ":content-type"), so that a later copy with new metadata (a
+  // chmod of the file just written) names it again without a HEAD: the one named, else the one
+  // kept as metadata, else (`by_name`: a put, not a copy) the one of the name's extension that
+  // AddObjectHeaders adds. None: the server's default, which such a copy gets anyway.
+  void NoteContentType(std::string_view key, bool by_name, ObjectInfo& info) const;
   // Whether the ETag of an object (or part) stored with `asked` kept, as `reply` (if any) names
   // it, is the MD5 of its bytes (StoredETagIsMd5).
   bool ETagIsMd5(const std::optional<AtRestEncryption>& asked, const HttpResponse* reply) const;

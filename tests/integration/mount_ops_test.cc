@@ -244,6 +244,11 @@ TEST(MountOpsTest, NewObjectsGetContentTypeStorageClassAndAcl) {
   WriteFile(mount->path() + "/data.JSON", "{}");
   WriteFile(mount->path() + "/blob.nosuchextension", "x");
   WriteFile(mount->path() + "/large.txt", PseudoRandomBytes(6 << 20, 1));  // multipart
+  // A chmod of a file just written (a copy with new metadata, with no HEAD first) keeps the type
+  // the name gave it.
+  for (const char* name : {"/page.html", "/large.txt"}) {
+    ASSERT_EQ(::chmod((mount->path() + name).c_str(), 0600), 0) << std::strerror(errno);
+  }
   // A rename copies the object with its headers: the type stays.
   WriteFile(mount->path() + "/moved.html", "<html></html>");
   ASSERT_EQ(
@@ -388,7 +393,8 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
                                                                     {"listed.txt", small},
                                                                     {"listed-target.txt", small},
                                                                     {"crashed.txt", small},
-                                                                    {"crash-renamed.txt", small}}) {
+                                                                    {"crash-renamed.txt", small},
+                                                                    {"crash-emptied.txt", small}}) {
     MemorySource source(data);
     ASSERT_TRUE(other->put(key, source, {}).ok()) << key;
   }
@@ -441,6 +447,12 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   ASSERT_EQ(
       RenameError(killed->path() + "/crash-renamed.txt", killed->path() + "/crash-renamed-to.txt"),
       "");
+  // Accepted, then emptied and written again (a new staging file), then renamed.
+  ASSERT_EQ(AppendWithShell(killed->path() + "/crash-emptied.txt", " and emptied"), 0);
+  WriteFile(killed->path() + "/crash-emptied.txt", "written again");
+  ASSERT_EQ(
+      RenameError(killed->path() + "/crash-emptied.txt", killed->path() + "/crash-emptied-to.txt"),
+      "");
   killed->KillAndWait(SIGKILL);
   ASSERT_TRUE(killed->Restart());
   ASSERT_EQ(killed->Stop(), 0) << killed->log();
@@ -463,7 +475,7 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   for (const char* key :
        {"small.txt", "copy.txt", "empty-moved", "moved.bin", "chmod.txt", "append.txt", "over.txt",
         "stream.bin", "edit.bin", "renamed-later.txt", "target.txt", "renamed-listed.txt",
-        "listed-target.txt", "crashed.txt", "crash-renamed-to.txt"}) {
+        "listed-target.txt", "crashed.txt", "crash-renamed-to.txt", "crash-emptied-to.txt"}) {
     SCOPED_TRACE(key);
     const std::string head = HeadObject(bucket, key);
     EXPECT_TRUE(Contains(head, " 200")) << head;
@@ -488,6 +500,7 @@ TEST(MountOpsTest, WhatAUserDoesKeepsAnotherClientsKmsEncryption) {
   EXPECT_EQ(ReadFile(m + "/crashed.txt"), small + " and recovered");
   EXPECT_EQ(ReadFile(m + "/crash-renamed-to.txt"), small + " and renamed");
   EXPECT_FALSE(fs::exists(m + "/crash-renamed.txt"));
+  EXPECT_EQ(ReadFile(m + "/crash-emptied-to.txt"), "written again");
   EXPECT_EQ(mount->Stop(), 0);
 
   // The mount's own key: what it writes, and its copies, are encrypted with testkey-1.
@@ -602,6 +615,21 @@ TEST(MountOpsTest, WhatAUserDoesKeepsTheHeadersAnotherClientSet) {
   EXPECT_EQ(ReadFile(m + "/edit.bin"), larger + "tail");
   EXPECT_EQ(GetXattr(m + "/xattr.txt", "user.note"), "kept");
   EXPECT_EQ(mount->Stop(), 0);
+
+  // A chmod held back (metadata_delay) and applied after another client replaced the object
+  // gives the new object the mode, not the old object's headers, which describe other bytes.
+  ObjfsMount::Options held = options;
+  held.extra_options += ",metadata_delay=600";
+  auto holding = ObjfsMount::Start(S3MountUrl(bucket), held);
+  ASSERT_TRUE(holding);
+  ASSERT_EQ(::chmod((holding->path() + "/touch.txt").c_str(), 0600), 0) << std::strerror(errno);
+  PutWithHeaders(bucket, "touch.txt", "replaced, plain", {"Content-Type: text/x-other"});
+  ASSERT_EQ(holding->Stop(), 0) << holding->log();
+  const std::string replaced = HeadObject(bucket, "touch.txt");
+  EXPECT_TRUE(Contains(replaced, "x-amz-meta-mode: 33152")) << replaced;
+  EXPECT_TRUE(Contains(replaced, "content-type: text/x-other")) << replaced;
+  EXPECT_FALSE(Contains(replaced, "content-encoding")) << replaced;
+  EXPECT_FALSE(Contains(replaced, "cache-control")) << replaced;
 }
 
 // A server that takes sse= but does not encrypt (RGW 16.2 with AES256: its reply names no
