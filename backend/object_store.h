@@ -35,11 +35,11 @@ namespace objfs {
 // A name that begins with ':' holds instead one of the headers S3 calls system-defined metadata
 // that a client sets, which a copy with new metadata, a copy made of parts or a new version of
 // the object must name again or lose (S3: Cache-Control, Content-Disposition, Content-Encoding,
-// Content-Language, Content-Type, Expires, x-amz-website-redirect-location): ':' and the header's
-// name in lower case, {":cache-control", "max-age=60"}. A header name is a token, which never holds
-// a
-// ':', so no x-amz-meta- name collides with them. They travel with the user metadata (chmod,
-// rename, an edit, records kept on disk) and do not count towards S3's limit on it.
+// Content-Language, Content-Type, Expires, x-amz-website-redirect-location): ':' and the
+// header's name in lower case, {":cache-control", "max-age=60"}. A header name is a token,
+// which never holds a ':', so no x-amz-meta- name collides with them. They travel with the user
+// metadata (chmod, rename, an edit, records kept on disk) and do not count towards S3's limit
+// on it.
 using Metadata = std::map<std::string, std::string>;
 inline constexpr char kHeaderMetadataMark = ':';
 inline constexpr char kContentTypeMetadata[] = ":content-type";
