@@ -27,13 +27,18 @@ std::string ChangedMetadataNames(const Metadata& from, const Metadata& to) {
     return DecodeXattrs(it->second).value_or(XattrMap());
   };
   std::vector<std::string> names;
+  // Kept headers (`:content-type`) are not a change anyone makes through the mount: a held
+  // change may only lack what the server added since.
   auto differ = [&names](const auto& before, const auto& after, std::string_view skip) {
+    auto named = [skip](const std::string& name) {
+      return name != skip && !IsHeaderMetadata(name);
+    };
     for (const auto& [name, value] : after) {
       auto it = before.find(name);
-      if (name != skip && (it == before.end() || it->second != value)) names.push_back(name);
+      if (named(name) && (it == before.end() || it->second != value)) names.push_back(name);
     }
     for (const auto& [name, value] : before) {
-      if (name != skip && after.find(name) == after.end()) names.push_back(name);
+      if (named(name) && after.find(name) == after.end()) names.push_back(name);
     }
   };
   differ(xattrs(from), xattrs(to), "");

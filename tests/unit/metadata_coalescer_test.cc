@@ -200,5 +200,10 @@ TEST(ChangedMetadataNamesTest, NamesAttributesAndMetadata) {
             "gid, mode, uid");
 }
 
+TEST(ChangedMetadataNamesTest, LeavesOutKeptHeaders) {
+  EXPECT_EQ(ChangedMetadataNames({{"mode", "1"}}, {{"mode", "3"}, {":content-type", "text/plain"}}),
+            "mode");
+}
+
 }  // namespace
 }  // namespace objfs
