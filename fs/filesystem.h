@@ -463,6 +463,12 @@ class Filesystem {
   // A read through a handle of `version` refills the kernel's pages with it: when that is not
   // the version they are said to hold, the next open must drop them.
   static void NoteReadVersion(Inode& inode, const ETag& version) REQUIRES(inode.mu);
+  // A handle opened before this mount's own metadata change gave its version's bytes a new
+  // ETag reads on at that one (Inode::retagged). Returns the version it reads now.
+  static ETag FollowRetagLocked(Inode& inode, Handle& handle) REQUIRES(inode.mu);
+  // The same, for a read that the store refused as stale (kPreconditionFailed): true when the
+  // handle moved to a newer version of the same bytes, and the read may be made again.
+  static bool FollowRetag(Handle& handle);
   // Attributes of an inode with local (staged) state, or nullopt.
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
   // The same, for a caller holding inode.mu.

@@ -155,6 +155,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
     if (!rec.is_dir) {
       // Same bytes, new version: the kernel's pages of the old one still hold them.
       if (inode->page_version == rec.etag) inode->page_version = info.etag;
+      NoteRetagged(*inode, key, rec.etag, info.etag);
       inode->uploaded_etag = info.etag;
     }
     if (rec.is_dir) ForgetDirTimes(key);  // its marker has them now

@@ -203,10 +203,28 @@ void Filesystem::NoteReadVersion(Inode& inode, const ETag& version) {
   if (!version.empty() && version != inode.page_version) inode.page_version = ETag();
 }
 
+ETag Filesystem::FollowRetagLocked(Inode& inode, Handle& handle) {
+  MutexLock lock(&handle.mu);
+  if (!inode.retagged.empty()) {
+    const ETag now = RetaggedVersion(inode, handle.read_info.key, handle.read_info.etag);
+    if (!now.empty()) {
+      handle.read_info.etag = now;
+      handle.prefetcher.reset();  // remade for the new version at the next read
+    }
+  }
+  return handle.read_info.etag;
+}
+
+bool Filesystem::FollowRetag(Handle& handle) {
+  const ETag before = HandleVersion(handle);
+  Inode& inode = *handle.inode;
+  MutexLock lock(&inode.mu);
+  return FollowRetagLocked(inode, handle) != before;
+}
+
 Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byte> buf) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
-  const ETag version = HandleVersion(*handle);
   {
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
@@ -215,9 +233,15 @@ Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byt
       OBJFS_RETURN_IF_ERROR(FetchStagedRange(handle->ino, inode, offset, buf.size()));
       return inode.staged->ReadAt(offset, buf);
     }
-    NoteReadVersion(inode, version);
+    NoteReadVersion(inode, FollowRetagLocked(inode, *handle));
   }
-  return ReadFromStore(*handle, offset, buf);
+  Result<size_t> read = ReadFromStore(*handle, offset, buf);
+  // Retagged while this read was under way.
+  if (!read.ok() && read.status().code() == StatusCode::kPreconditionFailed &&
+      FollowRetag(*handle)) {
+    read = ReadFromStore(*handle, offset, buf);
+  }
+  return read;
 }
 
 Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t size,
@@ -225,7 +249,6 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
   Bump(metrics_->kernel_reads);
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
-  const ETag version = HandleVersion(*handle);
   {
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
@@ -236,10 +259,19 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
       if (n > 0) out->push_back(ReadSegment{buf, buf.get(), n});
       return n;
     }
-    NoteReadVersion(inode, version);
+    NoteReadVersion(inode, FollowRetagLocked(inode, *handle));
   }
-  OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Prefetcher> prefetcher, PrefetcherOf(*handle));
-  return prefetcher->ReadSegments(offset, size, out);
+  const size_t had = out->size();
+  for (int attempt = 0;; ++attempt) {
+    OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Prefetcher> prefetcher, PrefetcherOf(*handle));
+    Result<size_t> read = prefetcher->ReadSegments(offset, size, out);
+    // Retagged while this read was under way: once more, at the new version.
+    if (read.ok() || read.status().code() != StatusCode::kPreconditionFailed || attempt > 0 ||
+        !FollowRetag(*handle)) {
+      return read;
+    }
+    out->resize(had);
+  }
 }
 
 Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data) {

@@ -12,6 +12,20 @@ bool IsUnder(const std::string& key, const std::string& prefix) {
 
 }  // namespace
 
+void NoteRetagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to) {
+  if (from.empty() || to.empty() || from == to) return;
+  if (inode.retagged.size() >= Inode::kMaxRetagged) inode.retagged.erase(inode.retagged.begin());
+  inode.retagged.push_back(Inode::Retag{key, from, to});
+}
+
+ETag RetaggedVersion(const Inode& inode, const std::string& key, const ETag& version) {
+  ETag now;
+  for (const Inode::Retag& retag : inode.retagged) {
+    if (retag.key == key && retag.from == (now.empty() ? version : now)) now = retag.to;
+  }
+  return now;
+}
+
 InodeTable::InodeTable() {
   Slot root;
   root.key = "";

@@ -84,6 +84,17 @@ struct Inode {
   // been sent yet. An open that drops them itself (keep_cache off) clears it: sent after that
   // open's reads, the drop would throw away the new version's pages.
   bool pages_drop_queued GUARDED_BY(mu) = false;
+  // New ETags this mount's own metadata changes gave unchanged bytes, oldest first (at most
+  // kMaxRetagged): a self-copy made of parts (a file above copy_part_threshold, SSE-KMS) is a
+  // new version of the same bytes. A handle opened at the old one reads on at the new one,
+  // where its reads would fail with If-Match (ESTALE). NoteRetagged, RetaggedVersion.
+  struct Retag {
+    std::string key;
+    ETag from;
+    ETag to;
+  };
+  static constexpr size_t kMaxRetagged = 8;
+  std::vector<Retag> retagged GUARDED_BY(mu);
   // A metadata change (chmod, chown, utimens, setxattr) of the stored object, not applied to
   // the store yet (FilesystemOptions::metadata_delay); while set, `attr` and `extra_metadata`
   // hold the changed attributes.
@@ -98,6 +109,13 @@ struct Inode {
   // `staged` or `pending_metadata` is set (mirrors them for the table).
   std::atomic<bool> has_local_data{false};
 };
+
+// Notes that `to` is a new ETag of `key`'s bytes at `from` (Inode::retagged).
+void NoteRetagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to)
+    REQUIRES(inode.mu);
+// The newest ETag this mount gave `key`'s bytes at `version`: empty when it gave none.
+ETag RetaggedVersion(const Inode& inode, const std::string& key, const ETag& version)
+    REQUIRES(inode.mu);
 
 // Holds `inode`'s mutex when there is an inode, for the few paths (unlink, rename) that act the
 // same on a name with and without one. The analysis cannot follow a lock taken on one path only,

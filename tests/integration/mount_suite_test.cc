@@ -1533,6 +1533,30 @@ TEST_P(MountSuiteTest, AnOpenEditedFileTouchedAfterItsFsyncStaysReadableAndIsSto
   EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
 }
 
+// A chmod and touch through the mount give the file a new version of the same bytes (SFTP: a
+// new mtime; S3: a new ETag when the self-copy is made of parts). A reader that opened the file
+// before reads on, where its reads would check the old version and fail with ESTALE.
+TEST_P(MountSuiteTest, AReaderOpenBeforeAChmodAndTouchReadsOn) {
+  const std::string model = PseudoRandomBytes(12 << 20, 86);
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "f", model));
+  std::unique_ptr<ObjfsMount> mount =
+      remote().Mount(can().native_etags ? "copy_part_threshold=5M,metadata_delay=0" : "");
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/f";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0) << std::strerror(errno);
+  CommandResult touched = RunCommand({"touch", "-m", "-d", "@1500000000", path});
+  EXPECT_EQ(touched.exit_code, 0) << touched.err;
+  std::string got(model.size(), '\0');
+  EXPECT_EQ(::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()))
+      << std::strerror(errno);
+  EXPECT_EQ(Digest(got), Digest(model));
+  EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
+  EXPECT_EQ(StatFormat("%a %Y", path), "600 1500000000");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Remotes, MountSuiteTest, ::testing::ValuesIn(RemoteKinds()),
                          [](const ::testing::TestParamInfo<RemoteKind>& info) {
                            return RemoteKindName(info.param);

@@ -33,5 +33,28 @@ TEST(InodeTableTest, StateIsMadeOnlyForInodesInUse) {
   EXPECT_EQ(local[0].first, opened);
 }
 
+// Self-copies that gave the same bytes new ETags chain; another key's, or a version never
+// retagged, have none; only the last kMaxRetagged are kept.
+TEST(InodeTableTest, RetaggedVersionsFollowTheChainOfTheirKey) {
+  Inode inode;
+  MutexLock lock(&inode.mu);
+  NoteRetagged(inode, "f", ETag::Parse("a"), ETag::Parse("b-1"));
+  NoteRetagged(inode, "f", ETag::Parse("b-1"), ETag::Parse("c-1"));
+  NoteRetagged(inode, "g", ETag::Parse("c-1"), ETag::Parse("d-1"));
+  NoteRetagged(inode, "f", ETag::Parse("x"), ETag::Parse("x"));  // no change: nothing noted
+  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("a")), ETag::Parse("c-1"));
+  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("b-1")), ETag::Parse("c-1"));
+  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("c-1")), ETag());
+  EXPECT_EQ(RetaggedVersion(inode, "g", ETag::Parse("a")), ETag());
+  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("x")), ETag());
+  for (size_t i = 0; i < Inode::kMaxRetagged; ++i) {
+    NoteRetagged(inode, "h", ETag::Parse("h" + std::to_string(i)),
+                 ETag::Parse("h" + std::to_string(i + 1)));
+  }
+  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("a")), ETag());
+  EXPECT_EQ(RetaggedVersion(inode, "h", ETag::Parse("h0")),
+            ETag::Parse("h" + std::to_string(Inode::kMaxRetagged)));
+}
+
 }  // namespace
 }  // namespace objfs
