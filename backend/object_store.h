@@ -169,6 +169,12 @@ struct CopyOptions {
   // replaces_destination, when S3 asks the server for the destination's first.
   std::optional<AtRestEncryption> keep_encryption;
   bool replaces_destination = false;
+  // A rename: where the source's Content-Type is the one its name gives, the destination gets
+  // the one the new name gives (S3, from the mount's mime table; s3fs does the same). rsync
+  // and editors write under a temporary name whose extension gives none. A type set otherwise
+  // (by another client) stays. Needs the source's metadata: with neither replace_metadata nor
+  // src.has_metadata the copy keeps what the source has.
+  bool retype_by_name = false;
 };
 
 struct SetAttributesOptions {

@@ -271,6 +271,8 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   } else {
     CopyOptions copy;
     copy.source_known_current = source.own_write;
+    // rsync's and editors' temporary names give no Content-Type; the file's name does.
+    copy.retype_by_name = true;
     if (fold) source.metadata = inode->pending_metadata->metadata;
     // A copy that replaces the metadata anyway (a held change rides along) carries the
     // rename's ctime too. Otherwise the metadata is copied as it is, ctime included: POSIX
@@ -289,6 +291,8 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
       info.size = source.size;
       info.etag = source.etag;
       info.encryption = source.encryption;  // known: the copy need not HEAD for it
+      info.metadata = source.metadata;
+      info.has_metadata = source.complete && source.has_object;
       copied = store_->copy(info, to, copy);
       if (copied.ok() || copied.status().code() != StatusCode::kPreconditionFailed || attempt > 0) {
         break;
@@ -332,7 +336,12 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     if (fold) writer_->ForgetHeldMetadata(*inode);
     meta_cache_.Invalidate(from);
     copied->size = source.size;
-    copied->metadata = source.metadata;
+    Metadata stored = source.metadata;
+    // The type the copy stored: the new name's, where the rename retyped it.
+    if (auto type = copied->metadata.find(kContentTypeMetadata); type != copied->metadata.end()) {
+      stored[kContentTypeMetadata] = type->second;
+    }
+    copied->metadata = std::move(stored);
     copied->has_metadata = true;
     MetaRecord rec = RecordFromInfo(*copied, false);
     rec.complete = true;

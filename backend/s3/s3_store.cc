@@ -19,6 +19,11 @@ namespace {
 
 constexpr std::string_view kMetaPrefix = "x-amz-meta-";
 constexpr int kMaxDeleteBatch = 1000;
+// What S3 stores for an object put without a Content-Type, and what other clients send for
+// bytes of no known type: neither says more than "no type".
+bool IsUntyped(std::string_view type) {
+  return type.empty() || type == "binary/octet-stream" || type == "application/octet-stream";
+}
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -1168,9 +1173,33 @@ Result<std::optional<AtRestEncryption>> S3Store::EncryptionToKeep(
   return current.status();
 }
 
+void S3Store::RetypeByName(const ObjectInfo& src, std::string_view dst, CopyOptions& copy) const {
+  const MimeTypes* mime = options_.object_headers.mime_types.get();
+  if (mime == nullptr) return;
+  const Metadata* metadata = copy.replace_metadata ? &*copy.replace_metadata
+                             : src.has_metadata    ? &src.metadata
+                                                   : nullptr;
+  if (metadata == nullptr) return;
+  std::string type = src.content_type;
+  if (auto kept = metadata->find(kContentTypeMetadata); kept != metadata->end()) {
+    type = kept->second;
+  }
+  if (copy.content_type) type = *copy.content_type;
+  const std::string by_old = mime->TypeOf(src.key);
+  const std::string by_new = mime->TypeOf(dst);
+  // The old name gives none: the server's default, stored or noted as none.
+  const bool by_name = by_old.empty() ? IsUntyped(type) : type == by_old;
+  if (!by_name || by_new.empty() || by_new == type) return;
+  Metadata retyped = *metadata;
+  retyped[kContentTypeMetadata] = by_new;
+  copy.replace_metadata = std::move(retyped);
+  copy.content_type = by_new;
+}
+
 Result<ObjectInfo> S3Store::copy(const ObjectInfo& src, std::string_view dst,
                                  const CopyOptions& options) {
   CopyOptions resolved = options;
+  if (options.retype_by_name) RetypeByName(src, dst, resolved);
   if (options.replaces_destination && !options.keep_encryption && !MountEncrypts()) {
     // The destination's own encryption, unknown to the caller, is what it keeps.
     Result<ObjectInfo> current = head(dst);

@@ -179,6 +179,9 @@ class S3Store : public ObjectStore {
   // kept as metadata, else (`by_name`: a put, not a copy) the one of the name's extension that
   // AddObjectHeaders adds. None: the server's default, which such a copy gets anyway.
   void NoteContentType(std::string_view key, bool by_name, ObjectInfo& info) const;
+  // CopyOptions::retype_by_name, applied to `copy` (a copy of `src` to `dst`): new metadata
+  // with the new name's type where the source's type is its name's.
+  void RetypeByName(const ObjectInfo& src, std::string_view dst, CopyOptions& copy) const;
   // Whether the ETag of an object (or part) stored with `asked` kept, as `reply` (if any) names
   // it, is the MD5 of its bytes (StoredETagIsMd5).
   bool ETagIsMd5(const std::optional<AtRestEncryption>& asked, const HttpResponse* reply) const;

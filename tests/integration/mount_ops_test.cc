@@ -634,6 +634,65 @@ TEST(MountOpsTest, WhatAUserDoesKeepsTheHeadersAnotherClientSet) {
 
 // A server that takes sse= but does not encrypt (RGW 16.2 with AES256: its reply names no
 // encryption, and neither does a HEAD) is told of once, at warn level.
+// The Content-Type header of `key` in `bucket` ("" when there is none).
+std::string StoredType(const std::string& bucket, const std::string& key) {
+  for (const std::string& line : Lines(HeadObject(bucket, key))) {
+    if (line.rfind("content-type: ", 0) == 0) {
+      std::string type = line.substr(14);
+      while (!type.empty() && (type.back() == '\r' || type.back() == ' ')) type.pop_back();
+      return type;
+    }
+  }
+  return "";
+}
+
+// rsync writes each file under a temporary name whose extension gives no type, and renames it
+// into place (with its mode and times, held, riding along): each file gets the type its own
+// name gives, as the files a cp or an editor writes in place do. So does a file moved to a
+// name of another type. A type set otherwise (by another client) stays what it is.
+TEST(MountOpsTest, RsyncAndMvGiveFilesTheTypeOfTheirNames) {
+  std::string bucket = CreateTestBucket(TestName());
+  PutWithHeaders(bucket, "custom.txt", "typed by another client", {"Content-Type: text/x-custom"});
+  const std::string source = fs::path(::testing::TempDir()) / (TestName() + "-site");
+  fs::remove_all(source);
+  fs::create_directories(source);
+  WriteFile(source + "/index.html", "<html></html>");
+  WriteFile(source + "/style.css", "body {}");
+  WriteFile(source + "/data.json", "{}");
+  WriteFile(source + "/README", "no extension");
+  WriteFile(source + "/written.tmp", "renamed without a held change");
+  ASSERT_EQ(::chmod((source + "/index.html").c_str(), 0640), 0);
+  CommandResult touch = RunCommand({"touch", "-d", "@1000000000", source + "/index.html"});
+  ASSERT_EQ(touch.exit_code, 0) << touch.err;
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  CommandResult rsync = RunCommand({"rsync", "-a", source + "/", m + "/site/"});
+  ASSERT_EQ(rsync.exit_code, 0) << rsync.err;
+  // Not held, no metadata of its own to fold in: a plain rename.
+  ASSERT_EQ(RunCommand({"cp", source + "/written.tmp", m + "/written.tmp"}).exit_code, 0);
+  ASSERT_EQ(RenameError(m + "/written.tmp", m + "/written.html"), "");
+  ASSERT_EQ(RenameError(m + "/site/style.css", m + "/site/style.html"), "");
+  ASSERT_EQ(RenameError(m + "/custom.txt", m + "/custom.html"), "");
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+  fs::remove_all(source);
+
+  EXPECT_EQ(StoredType(bucket, "site/index.html"), "text/html");
+  EXPECT_EQ(StoredType(bucket, "site/data.json"), "application/json");
+  EXPECT_EQ(StoredType(bucket, "site/README"), "binary/octet-stream");
+  EXPECT_EQ(StoredType(bucket, "site/style.html"), "text/html");
+  EXPECT_EQ(StoredType(bucket, "written.html"), "text/html");
+  EXPECT_EQ(StoredType(bucket, "custom.html"), "text/x-custom");
+  // The rename kept the rest: rsync's mode and times.
+  auto fresh = ObjfsMount::Start(S3MountUrl(bucket));
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(ReadFile(fresh->path() + "/site/index.html"), "<html></html>");
+  struct stat st {};
+  ASSERT_EQ(::stat((fresh->path() + "/site/index.html").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_mtime, 1000000000);
+}
+
 TEST(MountOpsTest, EncryptionTheServerDoesNotConfirmIsWarnedOfOnce) {
   std::string bucket = CreateTestBucket(TestName());
   ObjfsMount::Options options;
