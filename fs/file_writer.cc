@@ -337,7 +337,6 @@ Status FileWriter::ApplyHeldMetadata(Inode& inode, const std::string& key) {
   if (inode.page_version == inode.pending_metadata->object.etag) {
     inode.page_version = applied.info.etag;
   }
-  NoteRetagged(inode, key, inode.pending_metadata->object.etag, applied.info.etag);
   inode.uploaded_etag = applied.info.etag;
   ForgetHeldMetadata(inode);
   return Status::Ok();

@@ -426,6 +426,8 @@ class Filesystem {
     Mutex mu;                             // lock 2 of fs/lock_order.h
     std::string read_key GUARDED_BY(mu);  // the key `prefetcher` reads
     ObjectInfo read_info GUARDED_BY(mu);  // the object as seen at open (or after a rename)
+    // inode->retag_serial when read_info was learnt: the retags it follows come after.
+    uint64_t retags_seen GUARDED_BY(mu) = 0;
     std::shared_ptr<Prefetcher> prefetcher GUARDED_BY(mu);
     // Set when CopyFileRange made this handle's file a server-side copy of another.
     uint64_t copied_from_fh GUARDED_BY(mu) = 0;
@@ -466,9 +468,10 @@ class Filesystem {
   // A handle opened before this mount's own metadata change gave its version's bytes a new
   // ETag reads on at that one (Inode::retagged). Returns the version it reads now.
   static ETag FollowRetagLocked(Inode& inode, Handle& handle) REQUIRES(inode.mu);
-  // The same, for a read that the store refused as stale (kPreconditionFailed): true when the
-  // handle moved to a newer version of the same bytes, and the read may be made again.
-  static bool FollowRetag(Handle& handle);
+  // The same, for a read at `version` that the store refused as stale (kPreconditionFailed):
+  // true when the handle reads another version now (moved by this call or another read's),
+  // and the read may be made again.
+  static bool FollowRetag(Handle& handle, const ETag& version);
   // Attributes of an inode with local (staged) state, or nullopt.
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
   // The same, for a caller holding inode.mu.

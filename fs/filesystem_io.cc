@@ -55,6 +55,7 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
       } else {
         MutexLock handle_lock(&handle->mu);  // unshared yet; the analysis asks for it
         handle->read_info = InfoFromRecord(key, rec);
+        handle->retags_seen = inode->retag_serial.load();
         // The kernel's pages hold the object's current version (an earlier open read them, or
         // this mount wrote it): they stay. Otherwise the kernel drops them at this open, and
         // what it reads from now on is this version.
@@ -166,9 +167,13 @@ Result<std::shared_ptr<Prefetcher>> Filesystem::PrefetcherOf(Handle& handle) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle.ino));
   if (handle.prefetcher == nullptr || handle.read_key != key || handle.read_info.key != key) {
     if (handle.read_info.key != key || handle.read_info.etag.empty()) {
+      // Retags noted from now on are after this version was learnt (a count read early errs
+      // towards following none).
+      const uint64_t serial = handle.inode->retag_serial.load();
       OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
       if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
       handle.read_info = InfoFromRecord(key, rec);
+      handle.retags_seen = serial;
     }
     handle.read_key = key;
     handle.prefetcher =
@@ -206,7 +211,8 @@ void Filesystem::NoteReadVersion(Inode& inode, const ETag& version) {
 ETag Filesystem::FollowRetagLocked(Inode& inode, Handle& handle) {
   MutexLock lock(&handle.mu);
   if (!inode.retagged.empty()) {
-    const ETag now = RetaggedVersion(inode, handle.read_info.key, handle.read_info.etag);
+    const ETag now =
+        RetaggedVersion(inode, handle.read_info.key, handle.read_info.etag, handle.retags_seen);
     if (!now.empty()) {
       handle.read_info.etag = now;
       handle.prefetcher.reset();  // remade for the new version at the next read
@@ -215,16 +221,16 @@ ETag Filesystem::FollowRetagLocked(Inode& inode, Handle& handle) {
   return handle.read_info.etag;
 }
 
-bool Filesystem::FollowRetag(Handle& handle) {
-  const ETag before = HandleVersion(handle);
+bool Filesystem::FollowRetag(Handle& handle, const ETag& version) {
   Inode& inode = *handle.inode;
   MutexLock lock(&inode.mu);
-  return FollowRetagLocked(inode, handle) != before;
+  return FollowRetagLocked(inode, handle) != version;
 }
 
 Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byte> buf) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  ETag version;  // what the read asks for
   {
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
@@ -233,12 +239,13 @@ Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byt
       OBJFS_RETURN_IF_ERROR(FetchStagedRange(handle->ino, inode, offset, buf.size()));
       return inode.staged->ReadAt(offset, buf);
     }
-    NoteReadVersion(inode, FollowRetagLocked(inode, *handle));
+    version = FollowRetagLocked(inode, *handle);
+    NoteReadVersion(inode, version);
   }
   Result<size_t> read = ReadFromStore(*handle, offset, buf);
   // Retagged while this read was under way.
   if (!read.ok() && read.status().code() == StatusCode::kPreconditionFailed &&
-      FollowRetag(*handle)) {
+      FollowRetag(*handle, version)) {
     read = ReadFromStore(*handle, offset, buf);
   }
   return read;
@@ -249,6 +256,7 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
   Bump(metrics_->kernel_reads);
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  ETag version;  // what the read asks for
   {
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
@@ -259,7 +267,8 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
       if (n > 0) out->push_back(ReadSegment{buf, buf.get(), n});
       return n;
     }
-    NoteReadVersion(inode, FollowRetagLocked(inode, *handle));
+    version = FollowRetagLocked(inode, *handle);
+    NoteReadVersion(inode, version);
   }
   const size_t had = out->size();
   for (int attempt = 0;; ++attempt) {
@@ -267,7 +276,7 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
     Result<size_t> read = prefetcher->ReadSegments(offset, size, out);
     // Retagged while this read was under way: once more, at the new version.
     if (read.ok() || read.status().code() != StatusCode::kPreconditionFailed || attempt > 0 ||
-        !FollowRetag(*handle)) {
+        !FollowRetag(*handle, version)) {
       return read;
     }
     out->resize(had);

@@ -15,13 +15,16 @@ bool IsUnder(const std::string& key, const std::string& prefix) {
 void NoteRetagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to) {
   if (from.empty() || to.empty() || from == to) return;
   if (inode.retagged.size() >= Inode::kMaxRetagged) inode.retagged.erase(inode.retagged.begin());
-  inode.retagged.push_back(Inode::Retag{key, from, to});
+  inode.retagged.push_back(Inode::Retag{inode.retag_serial.fetch_add(1) + 1, key, from, to});
 }
 
-ETag RetaggedVersion(const Inode& inode, const std::string& key, const ETag& version) {
+ETag RetaggedVersion(const Inode& inode, const std::string& key, const ETag& version,
+                     uint64_t seen) {
   ETag now;
   for (const Inode::Retag& retag : inode.retagged) {
-    if (retag.key == key && retag.from == (now.empty() ? version : now)) now = retag.to;
+    if (retag.serial > seen && retag.key == key && retag.from == (now.empty() ? version : now)) {
+      now = retag.to;
+    }
   }
   return now;
 }

@@ -84,17 +84,24 @@ struct Inode {
   // been sent yet. An open that drops them itself (keep_cache off) clears it: sent after that
   // open's reads, the drop would throw away the new version's pages.
   bool pages_drop_queued GUARDED_BY(mu) = false;
-  // New ETags this mount's own metadata changes gave unchanged bytes, oldest first (at most
-  // kMaxRetagged): a self-copy made of parts (a file above copy_part_threshold, SSE-KMS) is a
-  // new version of the same bytes. A handle opened at the old one reads on at the new one,
-  // where its reads would fail with If-Match (ESTALE). NoteRetagged, RetaggedVersion.
+  // New versions this mount's own metadata changes gave unchanged bytes, oldest first (at most
+  // kMaxRetagged): on a store that sets attributes in place (SFTP's SETSTAT), a touch gives
+  // the same bytes a new mtime, hence a new version. A handle that read_info'd the old one
+  // before the change reads on at the new one, where its reads would fail (ESTALE).
+  // NoteRetagged, RetaggedVersion. (Not S3: its self-copy may copy another client's bytes,
+  // since RGW ignores x-amz-copy-source-if-match, so a new ETag proves nothing.)
   struct Retag {
+    uint64_t serial = 0;  // retag_serial when noted
     std::string key;
     ETag from;
     ETag to;
   };
   static constexpr size_t kMaxRetagged = 8;
   std::vector<Retag> retagged GUARDED_BY(mu);
+  // Counts the retags noted; a handle keeps its value from when it learnt its version, and
+  // follows only later ones: a version that came back since (another client's rewrite) is not
+  // the retagged one.
+  std::atomic<uint64_t> retag_serial{0};
   // A metadata change (chmod, chown, utimens, setxattr) of the stored object, not applied to
   // the store yet (FilesystemOptions::metadata_delay); while set, `attr` and `extra_metadata`
   // hold the changed attributes.
@@ -113,8 +120,9 @@ struct Inode {
 // Notes that `to` is a new ETag of `key`'s bytes at `from` (Inode::retagged).
 void NoteRetagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to)
     REQUIRES(inode.mu);
-// The newest ETag this mount gave `key`'s bytes at `version`: empty when it gave none.
-ETag RetaggedVersion(const Inode& inode, const std::string& key, const ETag& version)
+// The newest ETag this mount gave `key`'s bytes at `version` in a retag noted after serial
+// `seen`: empty when it gave none.
+ETag RetaggedVersion(const Inode& inode, const std::string& key, const ETag& version, uint64_t seen)
     REQUIRES(inode.mu);
 
 // Holds `inode`'s mutex when there is an inode, for the few paths (unlink, rename) that act the

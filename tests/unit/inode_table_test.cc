@@ -33,27 +33,34 @@ TEST(InodeTableTest, StateIsMadeOnlyForInodesInUse) {
   EXPECT_EQ(local[0].first, opened);
 }
 
-// Self-copies that gave the same bytes new ETags chain; another key's, or a version never
-// retagged, have none; only the last kMaxRetagged are kept.
+// Versions this mount gave the same bytes chain; another key's, or a version never retagged,
+// have none; a handle follows only the retags noted after it learnt its version (one that came
+// back since is not the retagged one); only the last kMaxRetagged are kept.
 TEST(InodeTableTest, RetaggedVersionsFollowTheChainOfTheirKey) {
   Inode inode;
   MutexLock lock(&inode.mu);
-  NoteRetagged(inode, "f", ETag::Parse("a"), ETag::Parse("b-1"));
-  NoteRetagged(inode, "f", ETag::Parse("b-1"), ETag::Parse("c-1"));
-  NoteRetagged(inode, "g", ETag::Parse("c-1"), ETag::Parse("d-1"));
-  NoteRetagged(inode, "f", ETag::Parse("x"), ETag::Parse("x"));  // no change: nothing noted
-  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("a")), ETag::Parse("c-1"));
-  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("b-1")), ETag::Parse("c-1"));
-  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("c-1")), ETag());
-  EXPECT_EQ(RetaggedVersion(inode, "g", ETag::Parse("a")), ETag());
-  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("x")), ETag());
+  auto tag = [](const std::string& value) { return ETag::Parse(value); };
+  NoteRetagged(inode, "f", tag("v1"), tag("v2"));
+  const uint64_t after_first = inode.retag_serial.load();
+  NoteRetagged(inode, "f", tag("v2"), tag("v3"));
+  NoteRetagged(inode, "g", tag("v3"), tag("v4"));
+  NoteRetagged(inode, "f", tag("x"), tag("x"));  // no change: nothing noted
+  EXPECT_EQ(inode.retag_serial.load(), 3u);
+  EXPECT_EQ(RetaggedVersion(inode, "f", tag("v1"), 0), tag("v3"));
+  EXPECT_EQ(RetaggedVersion(inode, "f", tag("v2"), 0), tag("v3"));
+  EXPECT_EQ(RetaggedVersion(inode, "f", tag("v3"), 0), ETag());
+  EXPECT_EQ(RetaggedVersion(inode, "g", tag("v1"), 0), ETag());
+  EXPECT_EQ(RetaggedVersion(inode, "f", tag("x"), 0), ETag());
+  // Learnt after the first retag: v1 is another version that came back, not the retagged one.
+  EXPECT_EQ(RetaggedVersion(inode, "f", tag("v1"), after_first), ETag());
+  EXPECT_EQ(RetaggedVersion(inode, "f", tag("v2"), after_first), tag("v3"));
   for (size_t i = 0; i < Inode::kMaxRetagged; ++i) {
-    NoteRetagged(inode, "h", ETag::Parse("h" + std::to_string(i)),
-                 ETag::Parse("h" + std::to_string(i + 1)));
+    NoteRetagged(inode, "h", tag("h" + std::to_string(i)), tag("h" + std::to_string(i + 1)));
   }
-  EXPECT_EQ(RetaggedVersion(inode, "f", ETag::Parse("a")), ETag());
-  EXPECT_EQ(RetaggedVersion(inode, "h", ETag::Parse("h0")),
-            ETag::Parse("h" + std::to_string(Inode::kMaxRetagged)));
+  EXPECT_EQ(inode.retagged.size(), Inode::kMaxRetagged);
+  EXPECT_EQ(RetaggedVersion(inode, "f", tag("v1"), 0), ETag());
+  EXPECT_EQ(RetaggedVersion(inode, "h", tag("h0"), 0),
+            tag("h" + std::to_string(Inode::kMaxRetagged)));
 }
 
 }  // namespace
