@@ -172,8 +172,8 @@ struct CopyOptions {
   // A rename: where the source's Content-Type is the one its name gives, the destination gets
   // the one the new name gives (S3, from the mount's mime table; s3fs does the same). rsync
   // and editors write under a temporary name whose extension gives none. A type set otherwise
-  // (by another client) stays. Needs the source's metadata: with neither replace_metadata nor
-  // src.has_metadata the copy keeps what the source has.
+  // (by another client) stays. The source's metadata goes with the new type: replace_metadata,
+  // or src.metadata with source_known_current, or else what a HEAD finds.
   bool retype_by_name = false;
 };
 

@@ -1173,33 +1173,44 @@ Result<std::optional<AtRestEncryption>> S3Store::EncryptionToKeep(
   return current.status();
 }
 
-void S3Store::RetypeByName(const ObjectInfo& src, std::string_view dst, CopyOptions& copy) const {
+Status S3Store::RetypeByName(const ObjectInfo& src, std::string_view dst, CopyOptions& copy) {
   const MimeTypes* mime = options_.object_headers.mime_types.get();
-  if (mime == nullptr) return;
-  const Metadata* metadata = copy.replace_metadata ? &*copy.replace_metadata
-                             : src.has_metadata    ? &src.metadata
-                                                   : nullptr;
-  if (metadata == nullptr) return;
-  std::string type = src.content_type;
-  if (auto kept = metadata->find(kContentTypeMetadata); kept != metadata->end()) {
-    type = kept->second;
-  }
-  if (copy.content_type) type = *copy.content_type;
+  if (mime == nullptr) return Status::Ok();
   const std::string by_old = mime->TypeOf(src.key);
   const std::string by_new = mime->TypeOf(dst);
+  if (by_new.empty() || by_new == by_old) return Status::Ok();  // the type stays what it is
+  Metadata metadata;
+  std::string type = src.content_type;
+  if (copy.replace_metadata) {
+    metadata = *copy.replace_metadata;
+  } else if (copy.source_known_current && src.has_metadata) {
+    metadata = src.metadata;  // this mount's own write, as it stored it
+  } else {
+    // Another client's object: its metadata as it is now. New metadata from a cached record
+    // would revert a change made since that keeps the ETag (another client's chmod).
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo now, head(src.key));
+    if (copy.if_match_source && !src.etag.empty() && now.etag != src.etag) {
+      return PreconditionFailedError(What("COPY", src.key) + ": the source changed (ETag " +
+                                     now.etag.value() + ", expected " + src.etag.value() + ")");
+    }
+    metadata = std::move(now.metadata);
+    type = now.content_type;
+  }
+  if (auto kept = metadata.find(kContentTypeMetadata); kept != metadata.end()) type = kept->second;
+  if (copy.content_type) type = *copy.content_type;
   // The old name gives none: the server's default, stored or noted as none.
   const bool by_name = by_old.empty() ? IsUntyped(type) : type == by_old;
-  if (!by_name || by_new.empty() || by_new == type) return;
-  Metadata retyped = *metadata;
-  retyped[kContentTypeMetadata] = by_new;
-  copy.replace_metadata = std::move(retyped);
+  if (!by_name) return Status::Ok();
+  metadata[kContentTypeMetadata] = by_new;
+  copy.replace_metadata = std::move(metadata);
   copy.content_type = by_new;
+  return Status::Ok();
 }
 
 Result<ObjectInfo> S3Store::copy(const ObjectInfo& src, std::string_view dst,
                                  const CopyOptions& options) {
   CopyOptions resolved = options;
-  if (options.retype_by_name) RetypeByName(src, dst, resolved);
+  if (options.retype_by_name) OBJFS_RETURN_IF_ERROR(RetypeByName(src, dst, resolved));
   if (options.replaces_destination && !options.keep_encryption && !MountEncrypts()) {
     // The destination's own encryption, unknown to the caller, is what it keeps.
     Result<ObjectInfo> current = head(dst);

@@ -180,8 +180,10 @@ class S3Store : public ObjectStore {
   // AddObjectHeaders adds. None: the server's default, which such a copy gets anyway.
   void NoteContentType(std::string_view key, bool by_name, ObjectInfo& info) const;
   // CopyOptions::retype_by_name, applied to `copy` (a copy of `src` to `dst`): new metadata
-  // with the new name's type where the source's type is its name's.
-  void RetypeByName(const ObjectInfo& src, std::string_view dst, CopyOptions& copy) const;
+  // with the new name's type where the source's type is its old name's. The metadata is the
+  // copy's own, this mount's record of its own write, or else a HEAD's (one request, only
+  // where the two names' types differ); PreconditionFailed when that finds another version.
+  Status RetypeByName(const ObjectInfo& src, std::string_view dst, CopyOptions& copy);
   // Whether the ETag of an object (or part) stored with `asked` kept, as `reply` (if any) names
   // it, is the MD5 of its bytes (StoredETagIsMd5).
   bool ETagIsMd5(const std::optional<AtRestEncryption>& asked, const HttpResponse* reply) const;
