@@ -1404,6 +1404,19 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
     AbortMultipart(dst, upload_id);
     return st;
   }
+  if (count > 1 && !source.etag.empty()) {
+    // Each part is copied from whatever version is there when it runs (RGW ignores the
+    // condition above): another client's write in between would make the copy a mix of two
+    // versions. A version keeps its ETag for life, so the same one now as before the first part
+    // means every part came from it.
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo after, head(src.key));
+    if (after.etag != source.etag) {
+      AbortMultipart(dst, upload_id);
+      return PreconditionFailedError(What("COPY", src.key) + ": the source changed while it was " +
+                                     "copied (ETag " + after.etag.value() + ", expected " +
+                                     source.etag.value() + ")");
+    }
+  }
   Result<ETag> etag = CompleteMultipart(dst, upload_id, parts, {}, source.size);
   if (!etag.ok()) {
     AbortMultipart(dst, upload_id);

@@ -16,6 +16,7 @@
 #include "backend/upload_journal.h"
 #include "tests/conformance/object_store_conformance.h"
 #include "tests/fixtures/fault_proxy.h"
+#include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/free_port.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
@@ -173,6 +174,42 @@ TEST_F(S3StoreTest, UploadPartCopyEqualsSource) {
   Result<ObjectInfo> head = store_->head("copied");
   ASSERT_TRUE(head.ok());
   EXPECT_EQ(head->metadata["mode"], "33188");  // COPY semantics carried into the new upload
+}
+
+// Each part of a copy made of parts reads whatever version is there when it runs (RGW ignores
+// x-amz-copy-source-if-match): another client's write between two parts fails the copy, which
+// never completes as a mix of two versions, and leaves no upload behind.
+TEST_F(S3StoreTest, ASourceRewrittenBetweenTheCopysPartsFailsTheCopy) {
+  const std::string first = Pattern(2 * kPart + 777, 3);
+  ASSERT_TRUE(Put("src", first).ok());
+  Result<ObjectInfo> src = store_->head("src");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  const testing::S3TestServer& server = testing::SharedS3Server();
+  const std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
+  testing::FaultProxy proxy("127.0.0.1", std::stoi(hostport.substr(hostport.rfind(':') + 1)));
+  S3StoreOptions o = OptionsFor(bucket_);
+  o.endpoint = proxy.endpoint();
+  o.parallel_parts = 1;  // part 1 is copied before part 2 is asked for
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  proxy.HoldNextRequest("PUT /" + bucket_ + "/copied?partNumber=2&");
+  Result<ObjectInfo> copied = InternalError("not run");
+  std::thread copier([&] { copied = store->copy(*src, "copied", CopyOptions{}); });
+  const bool held = testing::WaitFor(60, [&] { return proxy.held_requests() == 1; });
+  if (held) {
+    EXPECT_TRUE(Put("src", Pattern(2 * kPart + 777, 4)).ok());
+  }
+  proxy.ReleaseHeldRequest();
+  copier.join();
+  ASSERT_TRUE(held) << "part 2 of the copy was never asked for";
+  ASSERT_FALSE(copied.ok()) << "copied as " << copied->etag.value();
+  EXPECT_EQ(copied.status().code(), StatusCode::kPreconditionFailed) << copied.status().ToString();
+  EXPECT_EQ(store_->head("copied").status().code(), StatusCode::kNotFound);
+  std::vector<std::string> list = testing::SignedCurlArgs(server, "");
+  list.push_back(server.endpoint + "/" + bucket_ + "?uploads=");
+  testing::CommandResult uploads = testing::RunCommand(list);
+  ASSERT_EQ(uploads.exit_code, 0) << uploads.err;
+  EXPECT_EQ(uploads.out.find("<Key>copied</Key>"), std::string::npos) << uploads.out;
 }
 
 TEST_F(S3StoreTest, SetAttributesOfAnObjectKnownCurrentIsOneRequestAndStillChecked) {
