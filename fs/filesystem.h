@@ -460,8 +460,6 @@ class Filesystem {
   void CheckPageVersion(uint64_t ino, const MetaRecord& rec);
   // Has the kernel drop its cached pages of `ino`, counted.
   void InvalidatePages(uint64_t ino);
-  // The version `handle` reads (its read_info's ETag).
-  static ETag HandleVersion(Handle& handle);
   // A read through a handle of `version` refills the kernel's pages with it: when that is not
   // the version they are said to hold, the next open must drop them.
   static void NoteReadVersion(Inode& inode, const ETag& version) REQUIRES(inode.mu);

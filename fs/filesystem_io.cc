@@ -197,11 +197,6 @@ Status Filesystem::FetchStagedRange(uint64_t ino, Inode& inode, uint64_t offset,
   return writer_->FetchStaged(inode, key, offset, std::min<uint64_t>(size, size_now - offset));
 }
 
-ETag Filesystem::HandleVersion(Handle& handle) {
-  MutexLock lock(&handle.mu);
-  return handle.read_info.etag;
-}
-
 void Filesystem::NoteReadVersion(Inode& inode, const ETag& version) {
   // A handle opened at an older version than the pages are now said to hold fills them with
   // that version's bytes: the next open must not keep them.
