@@ -1,0 +1,110 @@
+// fsx on real mounts of every backend (tests/fixtures/fsx.h): seeded random reads, writes,
+// truncates, mmap reads and writes, copy_file_range within the file and fsyncs, with closes and
+// reopens, each checked against a model of the file; and what a close accepted checked on the
+// server and through a fresh mount. Once with close uploading, once with remounts between the
+// reopens, once in the write-back window. `objfs-fsx` runs the same exerciser for longer by hand.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "backend/md5.h"
+#include "tests/fixtures/file_tools.h"
+#include "tests/fixtures/fsx.h"
+#include "tests/fixtures/mount.h"
+#include "tests/fixtures/remote.h"
+
+namespace objfs::testing {
+namespace {
+
+// "N bytes, MD5 ...": what is compared, so that a failure prints no file.
+std::string Digest(std::string_view data) {
+  return std::to_string(data.size()) + " bytes, MD5 " + HexMd5(Md5Of(data));
+}
+
+class MountFsxTest : public ::testing::TestWithParam<RemoteKind> {
+ protected:
+  void SetUp() override {
+    remote_ = Remote::Create(GetParam(), TestName());
+    ASSERT_TRUE(remote_);
+  }
+
+  // The file on the server, or "<missing: why>".
+  std::string OnServer() const {
+    Result<std::string> data = remote_->Read("fsx.bin");
+    return data.ok() ? std::move(data).value() : "<missing: " + data.status().ToString() + ">";
+  }
+
+  // After a run: the mount, a fresh mount and the server all hold the model.
+  void ExpectStored(ObjfsMount& mount, const FsxResult& result) {
+    ASSERT_TRUE(result.ok) << result.failure;
+    EXPECT_EQ(Digest(ReadFile(mount.path() + "/fsx.bin")), Digest(result.model));
+    ASSERT_TRUE(mount.Restart());
+    EXPECT_EQ(Digest(ReadFile(mount.path() + "/fsx.bin")), Digest(result.model))
+        << "through a fresh mount";
+    if (remote_->capabilities().server_access) {
+      EXPECT_EQ(Digest(OnServer()), Digest(result.model)) << "on the server";
+    }
+  }
+
+  std::unique_ptr<Remote> remote_;
+};
+
+TEST_P(MountFsxTest, RandomOperationsMatchTheModelAndEachCloseReachesTheServer) {
+  std::unique_ptr<ObjfsMount> mount = remote_->Mount();
+  ASSERT_TRUE(mount);
+  FsxOptions options;
+  options.seed = 1;
+  options.operations = 1500;
+  options.reopen_every = 100;
+  int closes = 0;
+  // close uploads: the server has each closed file at once.
+  options.while_closed = [&](const std::string& model) {
+    ++closes;
+    if (!remote_->capabilities().server_access) return true;
+    std::string stored = OnServer();
+    EXPECT_EQ(Digest(stored), Digest(model)) << "on the server after close " << closes;
+    return stored == model;
+  };
+  FsxResult result = RunFsx(mount->path() + "/fsx.bin", options);
+  EXPECT_EQ(result.done, options.operations) << result.counts;
+  EXPECT_EQ(closes, options.operations / options.reopen_every);
+  ExpectStored(*mount, result);
+}
+
+TEST_P(MountFsxTest, ARemountAtEveryReopenReadsBackWhatWasClosed) {
+  std::unique_ptr<ObjfsMount> mount = remote_->Mount();
+  ASSERT_TRUE(mount);
+  FsxOptions options;
+  options.seed = 2;
+  options.operations = 400;
+  options.reopen_every = 40;
+  // Each reopen meets a mount with nothing cached or staged: the data comes from the server.
+  options.while_closed = [&](const std::string&) { return mount->Restart(); };
+  FsxResult result = RunFsx(mount->path() + "/fsx.bin", options);
+  EXPECT_EQ(result.done, options.operations) << result.counts;
+  ExpectStored(*mount, result);
+}
+
+TEST_P(MountFsxTest, RandomOperationsInTheWriteBackWindow) {
+  // Every close lands in the window: the reopens find the file staged, not yet uploaded.
+  std::unique_ptr<ObjfsMount> mount = remote_->Mount("writeback=60");
+  ASSERT_TRUE(mount);
+  FsxOptions options;
+  options.seed = 3;
+  options.operations = 1000;
+  options.reopen_every = 50;
+  FsxResult result = RunFsx(mount->path() + "/fsx.bin", options);
+  EXPECT_EQ(result.done, options.operations) << result.counts;
+  ExpectStored(*mount, result);
+}
+
+INSTANTIATE_TEST_SUITE_P(Remotes, MountFsxTest, ::testing::ValuesIn(RemoteKinds()),
+                         [](const ::testing::TestParamInfo<RemoteKind>& info) {
+                           return RemoteKindName(info.param);
+                         });
+
+}  // namespace
+}  // namespace objfs::testing
