@@ -171,6 +171,15 @@ Result<std::array<uint8_t, 16>> Md5OfSource(const ByteSource& source, uint64_t o
   return md5.Final();
 }
 
+// The failure of a copy whose source is not the version it was asked to copy: `what` names the
+// request, `when` (" while it was copied", or "") says when it was seen.
+Status SourceChanged(const std::string& what, const ETag& found, const ETag& expected,
+                     std::string_view when = "") {
+  return PreconditionFailedError(what + ": the source changed" + std::string(when) + " (ETag " +
+                                 (found.empty() ? std::string("none") : found.value()) +
+                                 ", expected " + expected.value() + ")");
+}
+
 }  // namespace
 
 // One S3 request before signing.
@@ -1190,8 +1199,7 @@ Status S3Store::RetypeByName(const ObjectInfo& src, std::string_view dst, CopyOp
     // would revert a change made since that keeps the ETag (another client's chmod).
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo now, head(src.key));
     if (copy.if_match_source && !src.etag.empty() && now.etag != src.etag) {
-      return PreconditionFailedError(What("COPY", src.key) + ": the source changed (ETag " +
-                                     now.etag.value() + ", expected " + src.etag.value() + ")");
+      return SourceChanged(What("COPY", src.key), now.etag, src.etag);
     }
     metadata = std::move(now.metadata);
     type = now.content_type;
@@ -1255,9 +1263,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
     // a copy of a changed source fails before it has touched the destination.
     OBJFS_ASSIGN_OR_RETURN(current, head(src.key));
     if (options.if_match_source && !src.etag.empty() && current->etag != src.etag) {
-      return PreconditionFailedError(What("COPY", src.key) + ": the source changed (ETag " +
-                                     current->etag.value() + ", expected " + src.etag.value() +
-                                     ")");
+      return SourceChanged(What("COPY", src.key), current->etag, src.etag);
     }
     if (type_seen.empty()) type_seen = current->content_type;
     encryption = current->encryption;
@@ -1315,8 +1321,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
       (!encryption || StoredETagIsMd5(ObjectHeaderOptions{}, encryption->algorithm))) {
     // The source changed between the check above and the copy: a plain-MD5 copy of the
     // expected source has the source's ETag, so a different one means other bytes.
-    return PreconditionFailedError(req.what + ": the source changed (ETag " + result->etag.value() +
-                                   ", expected " + src.etag.value() + ")");
+    return SourceChanged(req.what, result->etag, src.etag);
   }
   ObjectInfo info;
   info.key = std::string(dst);
@@ -1351,7 +1356,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
     // source first.
     OBJFS_ASSIGN_OR_RETURN(source, head(src.key));
     if (options.if_match_source && !src.etag.empty() && source.etag != src.etag) {
-      return PreconditionFailedError(What("COPY", src.key) + ": the source changed");
+      return SourceChanged(What("COPY", src.key), source.etag, src.etag);
     }
   }
   const Metadata& metadata = options.replace_metadata ? *options.replace_metadata : source.metadata;
@@ -1412,9 +1417,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo after, head(src.key));
     if (after.etag != source.etag) {
       AbortMultipart(dst, upload_id);
-      return PreconditionFailedError(What("COPY", src.key) + ": the source changed while it was " +
-                                     "copied (ETag " + after.etag.value() + ", expected " +
-                                     source.etag.value() + ")");
+      return SourceChanged(What("COPY", src.key), after.etag, source.etag, " while it was copied");
     }
   }
   Result<ETag> etag = CompleteMultipart(dst, upload_id, parts, {}, source.size);
