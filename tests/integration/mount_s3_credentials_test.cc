@@ -331,8 +331,8 @@ CommandResult RadosgwAdmin(std::vector<std::string> args) {
 }
 
 TEST(MountS3CredentialsTest, KeyRotatedWithRadosgwAdminWhileMounted) {
-  const std::string suffix = std::to_string(::getpid());
-  const std::string uid = "rotate-" + suffix;
+  const std::string suffix = UniqueSuffix();
+  const std::string uid = "rotate" + suffix;
   const std::string key1 = "ROTATEONE" + suffix;
   const std::string key2 = "ROTATETWO" + suffix;
   CommandResult r = RadosgwAdmin({"user", "create", "--uid=" + uid, "--display-name=" + uid,
@@ -345,7 +345,7 @@ TEST(MountS3CredentialsTest, KeyRotatedWithRadosgwAdminWhileMounted) {
   };
   write_keys(key1, "secret-one");
   // The user's own bucket, made through a first mount.
-  const std::string bucket = "rotate-" + suffix;
+  const std::string bucket = "rotate" + suffix;
   std::map<std::string, std::string> env = {{"HOME", home.path()},
                                             {"AWS_EC2_METADATA_DISABLED", "true"}};
   {
@@ -390,8 +390,8 @@ TEST(MountS3CredentialsTest, KeyRotatedWithRadosgwAdminWhileMounted) {
 // where the source profile's own keys (the bucket's owner) could write.
 TEST(MountS3CredentialsTest, RoleArnWithASourceProfileMountsWithTheRolesCredentials) {
   const S3TestServer& server = SharedS3Server();
-  const std::string suffix = std::to_string(::getpid());
-  const std::string role = "objfs-reader-" + suffix;
+  const std::string suffix = UniqueSuffix();
+  const std::string role = "objfs-reader" + suffix;
   const std::string bucket = CreateTestBucket("role");
   CommandResult r = RadosgwAdmin(
       {"role", "create", "--role-name=" + role, "--path=/",
@@ -439,8 +439,8 @@ TEST(MountS3CredentialsTest, UserAllowedOnlyAPrefixMountsThatPrefix) {
   // The policy (set with PutBucketPolicy by the bucket's owner): the user may list the bucket
   // only under photos/, and read, write and delete only objects under photos/.
   const S3TestServer& server = SharedS3Server();
-  const std::string suffix = std::to_string(::getpid());
-  const std::string uid = "photos-" + suffix;
+  const std::string suffix = UniqueSuffix();
+  const std::string uid = "photos" + suffix;
   const std::string key = "PHOTOSONLY" + suffix;
   CommandResult r = RadosgwAdmin({"user", "create", "--uid=" + uid, "--display-name=" + uid,
                                   "--access-key=" + key, "--secret=photos-secret"});
