@@ -113,10 +113,10 @@ TEST_P(MountFsxTest, ALargeFileEditedInPlaceMatchesTheModel) {
   FsxOptions options;
   options.seed = 4;
   options.operations = 200;
-  // Short rounds between remounts, and no truncates: a truncate below the part size makes the
-  // next upload a whole put, after which the rest of the round has every byte here.
+  // Short rounds between remounts, and truncates to sizes above the part size only: a file
+  // truncated below it is uploaded whole, after which the rest of the round has every byte here.
   options.reopen_every = 10;
-  options.truncates = false;
+  options.min_truncate_size = 6 * 1024 * 1024;
   options.max_file_size = 12 * 1024 * 1024;
   options.max_operation_size = 1024 * 1024;
   // A remount at each reopen, and no read of the whole file after it: the file is opened again
