@@ -25,6 +25,15 @@ std::string Digest(std::string_view data) {
   return std::to_string(data.size()) + " bytes, MD5 " + HexMd5(Md5Of(data));
 }
 
+// The options of a run: its seed, its length, and how often the file is closed and reopened.
+FsxOptions RunOf(uint64_t seed, int operations, int reopen_every) {
+  FsxOptions options;
+  options.seed = seed;
+  options.operations = operations;
+  options.reopen_every = reopen_every;
+  return options;
+}
+
 class MountFsxTest : public ::testing::TestWithParam<RemoteKind> {
  protected:
   void SetUp() override {
@@ -56,10 +65,7 @@ class MountFsxTest : public ::testing::TestWithParam<RemoteKind> {
 TEST_P(MountFsxTest, RandomOperationsMatchTheModelAndEachCloseReachesTheServer) {
   std::unique_ptr<ObjfsMount> mount = remote_->Mount();
   ASSERT_TRUE(mount);
-  FsxOptions options;
-  options.seed = 1;
-  options.operations = 1500;
-  options.reopen_every = 100;
+  FsxOptions options = RunOf(1, 1500, 100);
   int closes = 0;
   // close uploads: the server has each closed file at once.
   options.while_closed = [&](const std::string& model) {
@@ -78,10 +84,7 @@ TEST_P(MountFsxTest, RandomOperationsMatchTheModelAndEachCloseReachesTheServer) 
 TEST_P(MountFsxTest, ARemountAtEveryReopenReadsBackWhatWasClosed) {
   std::unique_ptr<ObjfsMount> mount = remote_->Mount();
   ASSERT_TRUE(mount);
-  FsxOptions options;
-  options.seed = 2;
-  options.operations = 400;
-  options.reopen_every = 40;
+  FsxOptions options = RunOf(2, 400, 40);
   // Each reopen meets a mount with nothing cached or staged: the data comes from the server.
   options.while_closed = [&](const std::string&) { return mount->Restart(); };
   FsxResult result = RunFsx(mount->path() + "/fsx.bin", options);
@@ -93,10 +96,7 @@ TEST_P(MountFsxTest, RandomOperationsInTheWriteBackWindow) {
   // Every close lands in the window: the reopens find the file staged, not yet uploaded.
   std::unique_ptr<ObjfsMount> mount = remote_->Mount("writeback=60");
   ASSERT_TRUE(mount);
-  FsxOptions options;
-  options.seed = 3;
-  options.operations = 1000;
-  options.reopen_every = 50;
+  FsxOptions options = RunOf(3, 1000, 50);
   FsxResult result = RunFsx(mount->path() + "/fsx.bin", options);
   EXPECT_EQ(result.done, options.operations) << result.counts;
   ExpectStored(*mount, result);
@@ -110,12 +110,10 @@ TEST_P(MountFsxTest, ALargeFileEditedInPlaceMatchesTheModel) {
   std::unique_ptr<ObjfsMount> mount = remote_->Mount(
       remote_->kind() == RemoteKind::kRgw ? "multipart_threshold=5M,part_size=5M" : "");
   ASSERT_TRUE(mount);
-  FsxOptions options;
-  options.seed = 4;
-  options.operations = 200;
-  // Short rounds between remounts, and truncates to sizes above the part size only: a file
-  // truncated below it is uploaded whole, after which the rest of the round has every byte here.
-  options.reopen_every = 10;
+  FsxOptions options = RunOf(4, 150, 10);
+  // Short rounds between remounts (10 operations), and truncates to sizes above the part size
+  // only: a file truncated below it is uploaded whole, after which the rest of the round has
+  // every byte here.
   options.min_truncate_size = 6 * 1024 * 1024;
   options.max_file_size = 12 * 1024 * 1024;
   options.max_operation_size = 1024 * 1024;
