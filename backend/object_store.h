@@ -84,6 +84,10 @@ struct ObjectInfo {
   // S3: as the HEAD, GET or PUT reply said. Unset where no reply said (listings, records kept
   // on disk, SFTP): a store that needs it asks the server.
   std::optional<AtRestEncryption> encryption;
+  // Set by a copy (or set_attributes) that proved it copied the bytes of the version it was
+  // asked to match (CopyOptions::if_match_source): the ETag above, new or not, names the
+  // source's bytes. Never kept or listed; false where nothing was proved.
+  bool same_bytes_as_source = false;
 };
 
 struct ListOptions {

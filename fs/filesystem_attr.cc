@@ -155,10 +155,11 @@ Result<FileAttr> Filesystem::MutateMetadata(
     if (!rec.is_dir) {
       // Same bytes, new version: the kernel's pages of the old one still hold them.
       if (inode->page_version == rec.etag) inode->page_version = info.etag;
-      // Set in place (SFTP): a new version of the very bytes its readers are reading. (Not a
-      // self-copy: with a server that ignores its condition, it may have copied another
+      // Set in place (SFTP), or a self-copy that proved it copied the version it was based on
+      // (S3, made of parts): a new version of the very bytes its readers are reading. (Not any
+      // other self-copy: with a server that ignores its condition, it may have copied another
       // client's bytes, which the new ETag would then be.)
-      if (!store_->capabilities().attributes_by_copy) {
+      if (!store_->capabilities().attributes_by_copy || info.same_bytes_as_source) {
         NoteRetagged(*inode, key, rec.etag, info.etag);
       }
       inode->uploaded_etag = info.etag;

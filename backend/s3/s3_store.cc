@@ -1409,11 +1409,13 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
     AbortMultipart(dst, upload_id);
     return st;
   }
-  if (count > 1 && !source.etag.empty()) {
-    // Each part is copied from whatever version is there when it runs (RGW ignores the
-    // condition above): another client's write in between would make the copy a mix of two
-    // versions. A version keeps its ETag for life, so the same one now as before the first part
-    // means every part came from it.
+  // Each part is copied from whatever version is there when it runs (RGW ignores the
+  // condition above): another client's write in between would make the copy a mix of two
+  // versions. A version keeps its ETag for life, so the same one now as before the first part
+  // means every part came from it. With a version to match, one part is checked too: the copy
+  // then has that version's bytes, whatever its new ETag (set_attributes' self-copy).
+  const bool match = options.if_match_source && !src.etag.empty() && source.etag == src.etag;
+  if ((count > 1 || match) && !source.etag.empty()) {
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo after, head(src.key));
     if (after.etag != source.etag) {
       AbortMultipart(dst, upload_id);
@@ -1450,6 +1452,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   info.has_metadata = true;
   NoteContentType(dst, /*by_name=*/false, info);
   info.encryption = PassedOn(named);
+  info.same_bytes_as_source = match;
   return info;
 }
 

@@ -1533,13 +1533,16 @@ TEST_P(MountSuiteTest, AnOpenEditedFileTouchedAfterItsFsyncStaysReadableAndIsSto
   EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
 }
 
-// A chmod and touch through the mount keep the file's readers reading: on S3 a self-copy keeps
-// a plain-MD5 ETag; on SFTP the touch gives the same bytes a new mtime, hence a new version,
-// which the readers of the old one follow, where their reads would fail with ESTALE.
+// A chmod and touch through the mount keep the file's readers reading, where their reads would
+// fail with ESTALE: on S3 the self-copy is made of parts here (copy_part_threshold), which gives
+// the same bytes a new ETag, checked before and after; on SFTP the touch gives the same bytes a
+// new mtime, hence a new version. The readers of the old version follow the new one.
 TEST_P(MountSuiteTest, AReaderOpenBeforeAChmodAndTouchReadsOn) {
   const std::string model = PseudoRandomBytes(12 << 20, 86);
   ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "f", model));
-  std::unique_ptr<ObjfsMount> mount = remote().Mount("metadata_delay=0");
+  std::unique_ptr<ObjfsMount> mount =
+      remote().Mount(remote().kind() == RemoteKind::kRgw ? "metadata_delay=0,copy_part_threshold=5M"
+                                                         : "metadata_delay=0");
   ASSERT_TRUE(mount);
   const std::string path = mount->path() + "/f";
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
