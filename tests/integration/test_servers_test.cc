@@ -256,5 +256,67 @@ TEST(SftpTestServerTest, KnownHostsPinsTheHostKey) {
   EXPECT_NE(bad.err.find("HOST IDENTIFICATION HAS CHANGED"), std::string::npos) << bad.err;
 }
 
+// A TCP socket bound to 127.0.0.1 on a port of the kernel's choosing and held (not listening),
+// as an outgoing connection holds its local port: nothing else can bind that port meanwhile.
+class HeldPort {
+ public:
+  HeldPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~HeldPort() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = -1;
+};
+
+// Starts SCRIPT (rgw.sh or sshd.sh) told to try a port that is taken first, and checks that it
+// comes up on another one, said so in its log, and stops again.
+void ExpectServerStartsBesideATakenPort(const std::string& script, const std::string& env_name,
+                                        const std::string& log_name) {
+  HeldPort held;
+  ASSERT_GT(held.port(), 0);
+  LocalTempDir local;
+  std::string dir = (local.path() / "server").string();
+  std::string path = ScriptDir() + "/" + script;
+  CommandResult start = RunCommand({"env", "OBJFS_TEST_FIRST_PORT=" + std::to_string(held.port()),
+                                    "/bin/bash", path, "start", dir});
+  std::string log = ReadFile(dir + "/" + log_name);
+  CommandResult stop = RunCommand({"/bin/bash", path, "stop", dir});
+  ASSERT_EQ(start.exit_code, 0) << start.out << start.err << log;
+  EXPECT_EQ(stop.exit_code, 0) << stop.out << stop.err;
+  std::string env = ReadFile(dir + "/env");
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(env, m, std::regex(env_name + "=(?:http://127\\.0\\.0\\.1:)?(\\d+)")))
+      << env;
+  EXPECT_NE(std::stoi(m[1]), held.port()) << env;
+  EXPECT_NE(log.find("port " + std::to_string(held.port()) + " was taken"), std::string::npos)
+      << log;
+}
+
+// A server whose port is taken between the check and its bind (by another server starting at
+// the same moment) starts again on another port instead of failing the run.
+TEST(SftpTestServerTest, StartsOnAnotherPortWhenItsPortIsTaken) {
+  ExpectServerStartsBesideATakenPort("sshd.sh", "OBJFS_TEST_SFTP_PORT", "sshd.sh.log");
+}
+
+TEST(S3TestServerTest, StartsOnAnotherPortWhenItsPortIsTaken) {
+  ExpectServerStartsBesideATakenPort("rgw.sh", "OBJFS_TEST_S3_ENDPOINT", "log/rgw.sh.log");
+}
+
 }  // namespace
 }  // namespace objfs::testing
