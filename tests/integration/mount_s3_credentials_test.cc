@@ -2,7 +2,8 @@
 // metadata service (IMDSv2) and the container endpoint played by a loopback fake that hands out
 // the RGW's own keys, the order of the chain, credential_process, ~/.aws/config's region and
 // endpoint, a per-mount credentials file without HOME (an fstab mount), temporary credentials
-// renewed while mounted, and a key rotated with radosgw-admin under a mount.
+// renewed while mounted, a key rotated with radosgw-admin under a mount, and the bucket's region
+// learnt from the server when none is configured.
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -21,6 +22,7 @@
 
 #include "backend/s3/s3_store.h"
 #include "tests/fixtures/credential_server.h"
+#include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
@@ -488,6 +490,61 @@ TEST(MountS3CredentialsTest, UserAllowedOnlyAPrefixMountsThatPrefix) {
   EXPECT_NE(whole.exit_code, 0);
   EXPECT_THAT(whole.err, HasSubstr("ListObjectsV2"));
   EXPECT_THAT(whole.err, Not(HasSubstr("check the access key")));
+}
+
+// A mount with no region configured (no option, variable or profile) through a proxy that plays
+// a server in another region: its answer to the HEAD of the bucket names `eu-test-1`, with the
+// status `head_status` (0: the server's own). The mount must sign everything after that HEAD
+// for the bucket's region, and say where the region came from.
+void ExpectTheBucketsRegionIsLearnt(int head_status) {
+  const S3TestServer& server = SharedS3Server();
+  const std::string bucket = CreateTestBucket("region");
+  FaultProxy proxy("127.0.0.1", std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1)));
+  proxy.AddResponseHeader("HEAD /" + bucket + " ", "x-amz-bucket-region: eu-test-1", head_status);
+  TempHome home;
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket),
+                                 MountWith({{"HOME", home.path()},
+                                            {"AWS_EC2_METADATA_DISABLED", "true"},
+                                            {"AWS_ACCESS_KEY_ID", server.access_key},
+                                            {"AWS_SECRET_ACCESS_KEY", server.secret_key}},
+                                           "endpoint=" + proxy.endpoint() + ",path_style"));
+  ASSERT_TRUE(mount);
+  WriteThroughAndCheck(*mount, bucket, "a");
+  EXPECT_THAT(mount->log(), HasSubstr("region eu-test-1 (the bucket's, from x-amz-bucket-region)"));
+  // One request, the HEAD that asked, signed for the default region; everything else for the
+  // bucket's (RGW checks a signature in whatever region it is made for).
+  EXPECT_EQ(proxy.requests_seen("HEAD /" + bucket + " "), 1);
+  EXPECT_EQ(proxy.requests_containing("/us-east-1/s3/aws4_request"), 1);
+  EXPECT_GE(proxy.requests_containing("/eu-test-1/s3/aws4_request"), 2);  // the list, the PUT
+}
+
+TEST(MountS3CredentialsTest, NoRegionConfiguredSignsForTheBucketsRegion) {
+  ExpectTheBucketsRegionIsLearnt(0);
+}
+
+TEST(MountS3CredentialsTest, ARedirectNamingTheBucketsRegionIsFollowed) {
+  // AWS answers a HEAD of a bucket in another region with 301 Moved Permanently.
+  ExpectTheBucketsRegionIsLearnt(301);
+}
+
+TEST(MountS3CredentialsTest, AConfiguredRegionIsNotAskedFor) {
+  const S3TestServer& server = SharedS3Server();
+  const std::string bucket = CreateTestBucket("region");
+  FaultProxy proxy("127.0.0.1", std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1)));
+  proxy.AddResponseHeader("HEAD /" + bucket + " ", "x-amz-bucket-region: eu-test-1", 301);
+  TempHome home;
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket),
+                                 MountWith({{"HOME", home.path()},
+                                            {"AWS_EC2_METADATA_DISABLED", "true"},
+                                            {"AWS_REGION", "eu-central-1"},
+                                            {"AWS_ACCESS_KEY_ID", server.access_key},
+                                            {"AWS_SECRET_ACCESS_KEY", server.secret_key}},
+                                           "endpoint=" + proxy.endpoint() + ",path_style"));
+  ASSERT_TRUE(mount);
+  WriteThroughAndCheck(*mount, bucket, "a");
+  EXPECT_THAT(mount->log(), HasSubstr("region eu-central-1\n"));
+  EXPECT_EQ(proxy.requests_seen("HEAD /" + bucket + " "), 0);
+  EXPECT_EQ(proxy.requests_containing("/eu-test-1/s3/aws4_request"), 0);
 }
 
 }  // namespace
