@@ -88,6 +88,9 @@ struct ObjectInfo {
   // asked to match (CopyOptions::if_match_source): the ETag above, new or not, names the
   // source's bytes. Never kept or listed; false where nothing was proved.
   bool same_bytes_as_source = false;
+  // S3: how many object tags the version has, as a HEAD's x-amz-tagging-count said; 0 where
+  // no HEAD said (listings, PUT and copy replies). Never kept or listed.
+  uint32_t tag_count = 0;
 };
 
 struct ListOptions {
@@ -179,6 +182,11 @@ struct CopyOptions {
   // (by another client) stays. The source's metadata goes with the new type: replace_metadata,
   // or src.metadata with source_known_current, or else what a HEAD finds.
   bool retype_by_name = false;
+  // The destination keeps the source's object tags (S3): a rename, or set_attributes' copy onto
+  // itself. RGW's CopyObject and every copy made of parts would drop them, so the store reads
+  // them first (where the source's HEAD counts any) and puts them on the result. A copy of the
+  // bytes into another file (cp) starts with none, as a new file does.
+  bool keep_tags = false;
 };
 
 struct SetAttributesOptions {

@@ -44,10 +44,12 @@ Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string&
   // Copies run in parallel on the I/O pool; all must succeed before anything is deleted.
   std::vector<std::future<Status>> copies;
   copies.reserve(objects.size());
+  CopyOptions copy;
+  copy.keep_tags = true;
   for (const ObjectInfo& obj : objects) {
     std::string dst = to + "/" + obj.key.substr(prefix.size());
     copies.push_back(pool.Async(
-        [&store, obj, dst]() -> Status { return store.copy(obj, dst, CopyOptions()).status(); }));
+        [&store, obj, dst, copy]() -> Status { return store.copy(obj, dst, copy).status(); }));
   }
   Status first;
   for (auto& f : copies) {

@@ -273,6 +273,7 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     copy.source_known_current = source.own_write;
     // rsync's and editors' temporary names give no Content-Type; the file's name does.
     copy.retype_by_name = true;
+    copy.keep_tags = true;
     if (fold) source.metadata = inode->pending_metadata->metadata;
     // A copy that replaces the metadata anyway (a held change rides along) carries the
     // rename's ctime too. Otherwise the metadata is copied as it is, ctime included: POSIX

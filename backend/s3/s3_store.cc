@@ -134,6 +134,9 @@ ObjectInfo InfoFromHeaders(std::string_view key, const HttpResponse& r) {
   }
   info.has_metadata = true;
   info.encryption = EncryptionFromHeaders(r);
+  if (const std::string* v = r.header("x-amz-tagging-count")) {
+    info.tag_count = static_cast<uint32_t>(std::strtoul(v->c_str(), nullptr, 10));
+  }
   return info;
 }
 
@@ -1241,7 +1244,41 @@ Result<ObjectInfo> S3Store::set_attributes(std::string_view key, const Metadata&
   copy.content_type = options.content_type;
   copy.if_match_source = !src.etag.empty();
   copy.source_known_current = options.source_known_current;
+  copy.keep_tags = true;
   return this->copy(src, key, copy);
+}
+
+std::optional<std::string> S3Store::TagsToKeep(const ObjectInfo& source,
+                                               const CopyOptions& options) {
+  if (!options.keep_tags || source.tag_count == 0) return std::nullopt;
+  Request req;
+  req.method = "GET";
+  req.key = source.key;
+  req.query.emplace_back("tagging", "");
+  req.what = What("GetObjectTagging", source.key);
+  Result<HttpResponse> resp = Execute(req);
+  if (!resp.ok()) {
+    LogWarn(resp.status().message() + "; the copy goes on without the object's " +
+            std::to_string(source.tag_count) + " tag(s)");
+    return std::nullopt;
+  }
+  return std::move(resp->body);
+}
+
+void S3Store::RestoreTags(std::string_view key, const std::optional<std::string>& tags) {
+  if (!tags) return;
+  Request req;
+  req.method = "PUT";
+  req.key = std::string(key);
+  req.query.emplace_back("tagging", "");
+  req.what = What("PutObjectTagging", key);
+  req.body = *tags;
+  auto digest = Md5Of(std::span<const std::byte>(
+      reinterpret_cast<const std::byte*>(req.body.data()), req.body.size()));
+  req.headers.emplace_back("content-md5", ContentMd5(digest));
+  req.headers.emplace_back("content-type", "application/xml");
+  Result<HttpResponse> resp = Execute(req);
+  if (!resp.ok()) LogWarn(resp.status().message() + "; the copy has lost its source's tags");
 }
 
 Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view dst,
@@ -1287,6 +1324,9 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
       (!MountEncrypts() && named && IsKmsAlgorithm(named->algorithm))) {
     return from_parts();
   }
+  // Read before the copy: onto itself, the copy replaces the version that has them.
+  const std::optional<std::string> tags =
+      current ? TagsToKeep(*current, options) : TagsToKeep(src, options);
   Request req;
   req.method = "PUT";
   req.key = std::string(dst);
@@ -1339,6 +1379,7 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
     info.has_metadata = src.has_metadata;
   }
   info.encryption = PassedOn(named);
+  RestoreTags(dst, tags);
   if (info.etag.empty()) {
     OBJFS_ASSIGN_OR_RETURN(info, head(dst));
   }
@@ -1359,6 +1400,8 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
       return SourceChanged(What("COPY", src.key), source.etag, src.etag);
     }
   }
+  // Read before the upload completes: onto itself, that replaces the version that has them.
+  const std::optional<std::string> tags = TagsToKeep(source, options);
   const Metadata& metadata = options.replace_metadata ? *options.replace_metadata : source.metadata;
   std::string type = options.content_type.value_or(source.content_type);
   const std::optional<AtRestEncryption> named =
@@ -1371,7 +1414,9 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
     put.content_type = type;
     put.keep_encryption = named;
     if (dst == src.key && !source.etag.empty()) put.if_match = source.etag;
-    return PutSingle(dst, MemorySource(std::string_view()), put);
+    Result<ObjectInfo> put_info = PutSingle(dst, MemorySource(std::string_view()), put);
+    if (put_info.ok()) RestoreTags(dst, tags);
+    return put_info;
   }
   HeaderList headers;
   if (!type.empty()) headers.emplace_back("content-type", type);
@@ -1453,6 +1498,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   NoteContentType(dst, /*by_name=*/false, info);
   info.encryption = PassedOn(named);
   info.same_bytes_as_source = match;
+  RestoreTags(dst, tags);
   return info;
 }
 

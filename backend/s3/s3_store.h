@@ -161,6 +161,14 @@ class S3Store : public ObjectStore {
   // checked), so it is not HEADed again.
   Result<ObjectInfo> CopyMultipart(const ObjectInfo& src, std::string_view dst,
                                    const CopyOptions& options, bool source_checked = false);
+  // CopyOptions::keep_tags: the tag set (the body of GET ?tagging) of `source`, a version a
+  // HEAD described, when the copy keeps tags and it has any; nothing otherwise. Tags that cannot
+  // be read are logged and the copy goes on without them: a rename or chmod is not refused
+  // for tags.
+  std::optional<std::string> TagsToKeep(const ObjectInfo& source, const CopyOptions& options);
+  // Puts `tags` (from TagsToKeep) on `key`, the copy just made. A failure is logged: the copy
+  // stands.
+  void RestoreTags(std::string_view key, const std::optional<std::string>& tags);
   Result<std::string> InitiateMultipart(std::string_view key, const HeaderList& headers);
   Result<ETag> CompleteMultipart(std::string_view key, const std::string& upload_id,
                                  const std::vector<std::pair<int, ETag>>& parts,

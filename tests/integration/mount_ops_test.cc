@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <span>
 #include <string>
 #include <vector>
@@ -632,6 +633,86 @@ TEST(MountOpsTest, WhatAUserDoesKeepsTheHeadersAnotherClientSet) {
   EXPECT_TRUE(Contains(replaced, "content-type: text/x-other")) << replaced;
   EXPECT_FALSE(Contains(replaced, "content-encoding")) << replaced;
   EXPECT_FALSE(Contains(replaced, "cache-control")) << replaced;
+}
+
+// The tag set of `bucket`/`key`, as "k=v&k=v" in the order the server lists them ("" for
+// none; the reply itself when it is not a tag set).
+std::string TagsOf(const std::string& bucket, const std::string& key) {
+  const std::string body = GetSigned(bucket, key + "?tagging=");
+  if (!Contains(body, "<TagSet")) return body;
+  std::string tags;
+  static const std::regex kTag("<Tag><Key>([^<]*)</Key><Value>([^<]*)</Value></Tag>");
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), kTag); it != std::sregex_iterator();
+       ++it) {
+    if (!tags.empty()) tags += "&";
+    tags += (*it)[1].str() + "=" + (*it)[2].str();
+  }
+  return tags;
+}
+
+// Object tags another client set (lifecycle rules and cost reports key on them) stay on the file
+// through a chmod, a touch, a setfattr and an mv, of a file copied whole or made of parts, and of
+// a directory; RGW's CopyObject and every copy made of parts drop them. A cp is a new file and
+// starts with none. A file without tags costs no request more.
+TEST(MountOpsTest, ChmodTouchAndMvKeepTheTagsAnotherClientSet) {
+  std::string bucket = CreateTestBucket(TestName());
+  const std::string tagging = "x-amz-tagging: project=alpha&retain=7y";
+  const std::string small = "tagged by another client";
+  const std::string large = PseudoRandomBytes(6 << 20, 9);
+  const std::map<std::string, std::string> files = {
+      {"chmod.txt", small},    {"touch.txt", small},       {"xattr.txt", small},
+      {"empty.txt", ""},       {"chmod-large.bin", large}, {"mv.txt", small},
+      {"mv-large.bin", large}, {"dir/in-dir.txt", small},  {"cp.txt", small}};
+  for (const auto& [key, data] : files) PutWithHeaders(bucket, key, data, {tagging});
+  PutWithHeaders(bucket, "untagged.txt", small, {});
+
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  const std::string log = scratch.path() + "/objfs.log";
+  ObjfsMount::Options options;
+  // Copies above 5 MiB are made of parts.
+  options.extra_options = "copy_part_threshold=5M,log=" + log + ",log_level=debug";
+  auto mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  for (const char* name : {"chmod.txt", "empty.txt", "chmod-large.bin", "untagged.txt"}) {
+    ASSERT_EQ(::chmod((m + "/" + name).c_str(), 0600), 0) << name << ": " << std::strerror(errno);
+  }
+  ASSERT_EQ(RunCommand({"touch", m + "/touch.txt"}).exit_code, 0);
+  ASSERT_EQ(RunCommand({"setfattr", "-n", "user.note", "-v", "kept", m + "/xattr.txt"}).exit_code,
+            0);
+  ASSERT_EQ(RenameError(m + "/mv.txt", m + "/moved.txt"), "");
+  ASSERT_EQ(RenameError(m + "/mv-large.bin", m + "/moved-large.bin"), "");
+  ASSERT_EQ(RenameError(m + "/dir", m + "/moved-dir"), "");
+  ASSERT_EQ(RunCommand({"cp", m + "/cp.txt", m + "/copy.txt"}).exit_code, 0);
+  ASSERT_EQ(mount->Stop(), 0) << mount->log();
+
+  for (const char* key : {"chmod.txt", "touch.txt", "xattr.txt", "empty.txt", "chmod-large.bin",
+                          "moved.txt", "moved-large.bin", "moved-dir/in-dir.txt", "cp.txt"}) {
+    EXPECT_EQ(TagsOf(bucket, key), "project=alpha&retain=7y") << key;
+  }
+  EXPECT_EQ(TagsOf(bucket, "copy.txt"), "");
+  EXPECT_EQ(TagsOf(bucket, "untagged.txt"), "");
+  for (const char* key : {"chmod.txt", "empty.txt", "chmod-large.bin"}) {
+    EXPECT_TRUE(Contains(HeadObject(bucket, key), "x-amz-meta-mode: 33152")) << key;
+  }
+  EXPECT_TRUE(Contains(HeadObject(bucket, "chmod-large.bin"), "-1\"")) << "not made of parts";
+  // One read of the tags per tagged file changed or moved, and none for the untagged one.
+  const std::string text = ReadLocal(log);
+  int reads = 0;
+  for (const std::string& line : Lines(text)) {
+    if (Contains(line, " debug: s3 GET ") && Contains(line, "?tagging status=200")) ++reads;
+    EXPECT_FALSE(Contains(line, "s3 GET untagged.txt?tagging")) << line;
+  }
+  EXPECT_EQ(reads, 8) << text;
+  EXPECT_FALSE(Contains(text, "tag(s)")) << text;
+  EXPECT_FALSE(Contains(text, "lost its source's tags")) << text;
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(ReadFile(m + "/chmod-large.bin"), large);
+  EXPECT_EQ(ReadFile(m + "/moved-large.bin"), large);
+  EXPECT_EQ(ReadFile(m + "/moved-dir/in-dir.txt"), small);
+  EXPECT_EQ(mount->Stop(), 0);
 }
 
 // A server that takes sse= but does not encrypt (RGW 16.2 with AES256: its reply names no
