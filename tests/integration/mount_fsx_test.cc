@@ -78,6 +78,10 @@ TEST_P(MountFsxTest, RandomOperationsMatchTheModelAndEachCloseReachesTheServer) 
   FsxResult result = RunFsx(mount->path() + "/fsx.bin", options);
   EXPECT_EQ(result.done, options.operations) << result.counts;
   EXPECT_EQ(closes, options.operations / options.reopen_every);
+  // The copies of the whole other file into this one emptied were made on the server, as a
+  // cp's is: the run exercised that path, not only copies through this machine.
+  const std::string stats = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_GT(StatsCounter(stats, "server_copies"), 0) << stats;
   ExpectStored(*mount, result);
 }
 
