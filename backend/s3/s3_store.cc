@@ -1190,7 +1190,7 @@ Status S3Store::RetypeByName(const ObjectInfo& src, std::string_view dst, CopyOp
   if (mime == nullptr) return Status::Ok();
   const std::string by_old = mime->TypeOf(src.key);
   const std::string by_new = mime->TypeOf(dst);
-  if (by_new.empty() || by_new == by_old) return Status::Ok();  // the type stays what it is
+  if (by_new == by_old) return Status::Ok();  // the type stays what it is
   Metadata metadata;
   std::string type = src.content_type;
   if (copy.replace_metadata) {
@@ -1212,7 +1212,14 @@ Status S3Store::RetypeByName(const ObjectInfo& src, std::string_view dst, CopyOp
   // The old name gives none: the server's default, stored or noted as none.
   const bool by_name = by_old.empty() ? IsUntyped(type) : type == by_old;
   if (!by_name) return Status::Ok();
-  metadata[kContentTypeMetadata] = by_new;
+  if (by_new.empty()) {
+    // `mv page.html page.orig`: the old name's type no longer describes the file, and the new
+    // name gives none. The copy names none, as a new file of that name would: the server's
+    // default.
+    metadata.erase(kContentTypeMetadata);
+  } else {
+    metadata[kContentTypeMetadata] = by_new;
+  }
   copy.replace_metadata = std::move(metadata);
   copy.content_type = by_new;
   return Status::Ok();

@@ -737,6 +737,8 @@ TEST(MountOpsTest, RsyncAndMvGiveFilesTheTypeOfTheirNames) {
   std::string bucket = CreateTestBucket(TestName());
   PutWithHeaders(bucket, "custom.txt", "typed by another client", {"Content-Type: text/x-custom"});
   PutWithHeaders(bucket, "changed.txt", "changed by another client", {"x-amz-meta-foo: 1"});
+  PutWithHeaders(bucket, "custom-page.html", "typed by another client",
+                 {"Content-Type: text/x-custom"});
   const std::string source = fs::path(::testing::TempDir()) / (TestName() + "-site");
   fs::remove_all(source);
   fs::create_directories(source);
@@ -767,11 +769,15 @@ TEST(MountOpsTest, RsyncAndMvGiveFilesTheTypeOfTheirNames) {
   ASSERT_EQ(RenameError(m + "/site/style.css", m + "/site/style.html"), "");
   ASSERT_EQ(RenameError(m + "/custom.txt", m + "/custom.html"), "");
   ASSERT_EQ(RenameError(m + "/changed.txt", m + "/changed.html"), "");
+  // To a name that gives no type: the old name's no longer applies; another client's stays.
+  ASSERT_EQ(RenameError(m + "/site/data.json", m + "/site/data.orig"), "");
+  ASSERT_EQ(RenameError(m + "/custom-page.html", m + "/custom-page.orig"), "");
   ASSERT_EQ(mount->Stop(), 0) << mount->log();
   fs::remove_all(source);
 
   EXPECT_EQ(StoredType(bucket, "site/index.html"), "text/html");
-  EXPECT_EQ(StoredType(bucket, "site/data.json"), "application/json");
+  EXPECT_EQ(StoredType(bucket, "site/data.orig"), "binary/octet-stream");
+  EXPECT_EQ(StoredType(bucket, "custom-page.orig"), "text/x-custom");
   EXPECT_EQ(StoredType(bucket, "site/README"), "binary/octet-stream");
   EXPECT_EQ(StoredType(bucket, "site/style.html"), "text/html");
   EXPECT_EQ(StoredType(bucket, "written.html"), "text/html");
