@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -283,6 +284,44 @@ class HeldPort {
   int port_ = -1;
 };
 
+// How many processes have `text` in their command line (a server's directory: its daemons).
+int ProcessesNaming(const std::string& text) {
+  int n = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadFile(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    n += cmdline.find(text) != std::string::npos ? 1 : 0;
+  }
+  return n;
+}
+
+// Starts SCRIPT (rgw.sh or sshd.sh) and stops it: it comes up on the first port it tries,
+// and no daemon of it is left running after the stop.
+void ExpectServerStartsAndStopsCleanly(const std::string& script, const std::string& log_name) {
+  LocalTempDir local;
+  std::string dir = (local.path() / "server").string();
+  std::string path = ScriptDir() + "/" + script;
+  CommandResult start = RunCommand({"/bin/bash", path, "start", dir});
+  std::string log = ReadFile(dir + "/" + log_name);
+  const int running = ProcessesNaming(dir + "/");
+  CommandResult stop = RunCommand({"/bin/bash", path, "stop", dir});
+  ASSERT_EQ(start.exit_code, 0) << start.out << start.err << log;
+  EXPECT_EQ(stop.exit_code, 0) << stop.out << stop.err;
+  EXPECT_EQ(log.find("was taken"), std::string::npos) << log;
+  EXPECT_GE(running, 1);
+  EXPECT_EQ(ProcessesNaming(dir + "/"), 0) << "left running after the stop";
+}
+
+TEST(SftpTestServerTest, StartsOnceAndStopsEverything) {
+  ExpectServerStartsAndStopsCleanly("sshd.sh", "sshd.sh.log");
+}
+
+TEST(S3TestServerTest, StartsOnceAndStopsEverything) {
+  ExpectServerStartsAndStopsCleanly("rgw.sh", "log/rgw.sh.log");
+}
+
 // Starts SCRIPT (rgw.sh or sshd.sh) told to try a port that is taken first, and checks that it
 // comes up on another one, said so in its log, and stops again.
 void ExpectServerStartsBesideATakenPort(const std::string& script, const std::string& env_name,
@@ -306,6 +345,7 @@ void ExpectServerStartsBesideATakenPort(const std::string& script, const std::st
   EXPECT_NE(std::stoi(m[1]), held.port()) << env;
   EXPECT_NE(log.find("port " + std::to_string(held.port()) + " was taken"), std::string::npos)
       << log;
+  EXPECT_EQ(ProcessesNaming(dir + "/"), 0) << "left running after the stop";
 }
 
 // A server whose port is taken between the check and its bind (by another server starting at
