@@ -1331,9 +1331,12 @@ Result<ObjectInfo> S3Store::CopySingle(const ObjectInfo& src, std::string_view d
       (!MountEncrypts() && named && IsKmsAlgorithm(named->algorithm))) {
     return from_parts();
   }
-  // Read before the copy: onto itself, the copy replaces the version that has them.
-  const std::optional<std::string> tags =
-      current ? TagsToKeep(*current, options) : TagsToKeep(src, options);
+  // A copy with the COPY directive keeps the tags itself (S3's x-amz-tagging-directive defaults
+  // to COPY; RGW too). One with new metadata may drop them (RGW does): read them before it,
+  // since onto itself it replaces the version that has them.
+  const std::optional<std::string> tags = !options.replace_metadata ? std::nullopt
+                                          : current                 ? TagsToKeep(*current, options)
+                                                                    : TagsToKeep(src, options);
   Request req;
   req.method = "PUT";
   req.key = std::string(dst);
@@ -1407,8 +1410,6 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
       return SourceChanged(What("COPY", src.key), source.etag, src.etag);
     }
   }
-  // Read before the upload completes: onto itself, that replaces the version that has them.
-  const std::optional<std::string> tags = TagsToKeep(source, options);
   const Metadata& metadata = options.replace_metadata ? *options.replace_metadata : source.metadata;
   std::string type = options.content_type.value_or(source.content_type);
   const std::optional<AtRestEncryption> named =
@@ -1421,6 +1422,7 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
     put.content_type = type;
     put.keep_encryption = named;
     if (dst == src.key && !source.etag.empty()) put.if_match = source.etag;
+    const std::optional<std::string> tags = TagsToKeep(source, options);
     Result<ObjectInfo> put_info = PutSingle(dst, MemorySource(std::string_view()), put);
     if (put_info.ok()) RestoreTags(dst, tags);
     return put_info;
@@ -1467,13 +1469,22 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   // means every part came from it. With a version to match, one part is checked too: the copy
   // then has that version's bytes, whatever its new ETag (set_attributes' self-copy).
   const bool match = options.if_match_source && !src.etag.empty() && source.etag == src.etag;
+  // The tags are read last, just before the upload completes (onto itself, that replaces the
+  // version that has them): tags another client set while the parts were copied are kept too.
+  ObjectInfo tagged = source;
   if ((count > 1 || match) && !source.etag.empty()) {
-    OBJFS_ASSIGN_OR_RETURN(ObjectInfo after, head(src.key));
-    if (after.etag != source.etag) {
+    Result<ObjectInfo> after = head(src.key);
+    if (!after.ok()) {
       AbortMultipart(dst, upload_id);
-      return SourceChanged(What("COPY", src.key), after.etag, source.etag, " while it was copied");
+      return after.status();
     }
+    if (after->etag != source.etag) {
+      AbortMultipart(dst, upload_id);
+      return SourceChanged(What("COPY", src.key), after->etag, source.etag, " while it was copied");
+    }
+    tagged.tag_count = after->tag_count;
   }
+  const std::optional<std::string> tags = TagsToKeep(tagged, options);
   Result<ETag> etag = CompleteMultipart(dst, upload_id, parts, {}, source.size);
   if (!etag.ok()) {
     AbortMultipart(dst, upload_id);

@@ -7,10 +7,12 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backend/base64.h"
 #include "backend/md5.h"
 #include "backend/metrics_store.h"
 #include "backend/upload_journal.h"
@@ -210,6 +212,70 @@ TEST_F(S3StoreTest, ASourceRewrittenBetweenTheCopysPartsFailsTheCopy) {
   testing::CommandResult uploads = testing::RunCommand(list);
   ASSERT_EQ(uploads.exit_code, 0) << uploads.err;
   EXPECT_EQ(uploads.out.find("<Key>copied</Key>"), std::string::npos) << uploads.out;
+}
+
+// Another client's PUT ?tagging of `key`: the one tag `name`=`value`.
+void PutTag(const std::string& bucket, const std::string& key, const std::string& name,
+            const std::string& value) {
+  const testing::S3TestServer& server = testing::SharedS3Server();
+  const std::string body = "<Tagging><TagSet><Tag><Key>" + name + "</Key><Value>" + value +
+                           "</Value></Tag></TagSet></Tagging>";
+  const auto digest = Md5Of(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(body.data()), body.size()));
+  std::vector<std::string> argv = testing::SignedCurlArgs(server, body);
+  argv.insert(argv.end(),
+              {"-X", "PUT", "-H",
+               "Content-MD5: " + Base64(std::span<const uint8_t>(digest.data(), digest.size())),
+               "--data-binary", "@-", "-w", "%{http_code}",
+               server.endpoint + "/" + bucket + "/" + key + "?tagging="});
+  testing::CommandResult r = testing::RunCommand(argv, body);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(r.out.ends_with("200")) << r.out;
+}
+
+// The body of GET ?tagging of `key`.
+std::string GetTags(const std::string& bucket, const std::string& key) {
+  const testing::S3TestServer& server = testing::SharedS3Server();
+  std::vector<std::string> argv = testing::SignedCurlArgs(server, "");
+  argv.push_back(server.endpoint + "/" + bucket + "/" + key + "?tagging=");
+  return testing::RunCommand(argv).out;
+}
+
+// A chmod of an object copied in parts keeps its tags, also tags another client set while the
+// parts were copied: they are read just before the copy completes, not before it starts.
+TEST_F(S3StoreTest, ASelfCopyMadeOfPartsKeepsTagsSetWhileItRan) {
+  ASSERT_TRUE(Put("tagged", Pattern(2 * kPart + 777, 5)).ok());
+  PutTag(bucket_, "tagged", "stage", "before");
+  Result<ObjectInfo> src = store_->head("tagged");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_EQ(src->tag_count, 1u);
+  const testing::S3TestServer& server = testing::SharedS3Server();
+  const std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
+  testing::FaultProxy proxy("127.0.0.1", std::stoi(hostport.substr(hostport.rfind(':') + 1)));
+  S3StoreOptions o = OptionsFor(bucket_);
+  o.endpoint = proxy.endpoint();
+  o.parallel_parts = 1;  // part 1 is copied before part 2 is asked for
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  proxy.HoldNextRequest("PUT /" + bucket_ + "/tagged?partNumber=2&");
+  SetAttributesOptions attributes;
+  attributes.expected = *src;
+  Result<ObjectInfo> changed = InternalError("not run");
+  std::thread chmod([&] {
+    changed = store->set_attributes("tagged", {{"mode", "33152"}}, attributes);
+  });
+  const bool held = testing::WaitFor(60, [&] { return proxy.held_requests() == 1; });
+  if (held) PutTag(bucket_, "tagged", "stage", "during");
+  proxy.ReleaseHeldRequest();
+  chmod.join();
+  ASSERT_TRUE(held) << "part 2 of the copy was never asked for";
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  const std::string tags = GetTags(bucket_, "tagged");
+  EXPECT_NE(tags.find("<Key>stage</Key><Value>during</Value>"), std::string::npos) << tags;
+  Result<ObjectInfo> now = store_->head("tagged");
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_EQ(now->metadata["mode"], "33152");
+  EXPECT_EQ(now->tag_count, 1u);
 }
 
 TEST_F(S3StoreTest, SetAttributesOfAnObjectKnownCurrentIsOneRequestAndStillChecked) {
