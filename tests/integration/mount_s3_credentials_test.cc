@@ -492,30 +492,51 @@ TEST(MountS3CredentialsTest, UserAllowedOnlyAPrefixMountsThatPrefix) {
   EXPECT_THAT(whole.err, Not(HasSubstr("check the access key")));
 }
 
+// A proxy in front of the test server playing one in another region: its answers to a HEAD of
+// `bucket` name `eu-test-1`, with the status `head_status` (0: the server's own).
+std::unique_ptr<FaultProxy> RegionProxy(const std::string& bucket, int head_status) {
+  const S3TestServer& server = SharedS3Server();
+  auto proxy = std::make_unique<FaultProxy>(
+      "127.0.0.1", std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1)));
+  proxy->AddResponseHeader("HEAD /" + bucket + " ", "x-amz-bucket-region: eu-test-1", head_status);
+  return proxy;
+}
+
+// Mounts `bucket` through `proxy` with the test server's keys, `home` and `env` (nothing else
+// configured), writes a file through it and checks the server has it. `log`: what objfs said.
+bool WriteThroughRegionProxy(const FaultProxy& proxy, const std::string& bucket,
+                             const TempHome& home, std::map<std::string, std::string> env,
+                             std::string* log) {
+  const S3TestServer& server = SharedS3Server();
+  env.insert({{"HOME", home.path()},
+              {"AWS_EC2_METADATA_DISABLED", "true"},
+              {"AWS_ACCESS_KEY_ID", server.access_key},
+              {"AWS_SECRET_ACCESS_KEY", server.secret_key}});
+  auto mount =
+      ObjfsMount::Start(S3MountUrl(bucket),
+                        MountWith(std::move(env), "endpoint=" + proxy.endpoint() + ",path_style"));
+  if (!mount) return false;
+  WriteThroughAndCheck(*mount, bucket, "a");
+  *log = mount->log();
+  return true;
+}
+
 // A mount with no region configured (no option, variable or profile) through a proxy that plays
 // a server in another region: its answer to the HEAD of the bucket names `eu-test-1`, with the
 // status `head_status` (0: the server's own). The mount must sign everything after that HEAD
 // for the bucket's region, and say where the region came from.
 void ExpectTheBucketsRegionIsLearnt(int head_status) {
-  const S3TestServer& server = SharedS3Server();
   const std::string bucket = CreateTestBucket("region");
-  FaultProxy proxy("127.0.0.1", std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1)));
-  proxy.AddResponseHeader("HEAD /" + bucket + " ", "x-amz-bucket-region: eu-test-1", head_status);
+  std::unique_ptr<FaultProxy> proxy = RegionProxy(bucket, head_status);
   TempHome home;
-  auto mount = ObjfsMount::Start(S3MountUrl(bucket),
-                                 MountWith({{"HOME", home.path()},
-                                            {"AWS_EC2_METADATA_DISABLED", "true"},
-                                            {"AWS_ACCESS_KEY_ID", server.access_key},
-                                            {"AWS_SECRET_ACCESS_KEY", server.secret_key}},
-                                           "endpoint=" + proxy.endpoint() + ",path_style"));
-  ASSERT_TRUE(mount);
-  WriteThroughAndCheck(*mount, bucket, "a");
-  EXPECT_THAT(mount->log(), HasSubstr("region eu-test-1 (the bucket's, from x-amz-bucket-region)"));
+  std::string log;
+  ASSERT_TRUE(WriteThroughRegionProxy(*proxy, bucket, home, {}, &log));
+  EXPECT_THAT(log, HasSubstr("region eu-test-1 (the bucket's, from x-amz-bucket-region)"));
   // One request, the HEAD that asked, signed for the default region; everything else for the
   // bucket's (RGW checks a signature in whatever region it is made for).
-  EXPECT_EQ(proxy.requests_seen("HEAD /" + bucket + " "), 1);
-  EXPECT_EQ(proxy.requests_containing("/us-east-1/s3/aws4_request"), 1);
-  EXPECT_GE(proxy.requests_containing("/eu-test-1/s3/aws4_request"), 2);  // the list, the PUT
+  EXPECT_EQ(proxy->requests_seen("HEAD /" + bucket + " "), 1);
+  EXPECT_EQ(proxy->requests_containing("/us-east-1/s3/aws4_request"), 1);
+  EXPECT_GE(proxy->requests_containing("/eu-test-1/s3/aws4_request"), 2);  // the list, the PUT
 }
 
 TEST(MountS3CredentialsTest, NoRegionConfiguredSignsForTheBucketsRegion) {
@@ -528,23 +549,15 @@ TEST(MountS3CredentialsTest, ARedirectNamingTheBucketsRegionIsFollowed) {
 }
 
 TEST(MountS3CredentialsTest, AConfiguredRegionIsNotAskedFor) {
-  const S3TestServer& server = SharedS3Server();
   const std::string bucket = CreateTestBucket("region");
-  FaultProxy proxy("127.0.0.1", std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1)));
-  proxy.AddResponseHeader("HEAD /" + bucket + " ", "x-amz-bucket-region: eu-test-1", 301);
+  std::unique_ptr<FaultProxy> proxy = RegionProxy(bucket, 301);
   TempHome home;
-  auto mount = ObjfsMount::Start(S3MountUrl(bucket),
-                                 MountWith({{"HOME", home.path()},
-                                            {"AWS_EC2_METADATA_DISABLED", "true"},
-                                            {"AWS_REGION", "eu-central-1"},
-                                            {"AWS_ACCESS_KEY_ID", server.access_key},
-                                            {"AWS_SECRET_ACCESS_KEY", server.secret_key}},
-                                           "endpoint=" + proxy.endpoint() + ",path_style"));
-  ASSERT_TRUE(mount);
-  WriteThroughAndCheck(*mount, bucket, "a");
-  EXPECT_THAT(mount->log(), HasSubstr("region eu-central-1\n"));
-  EXPECT_EQ(proxy.requests_seen("HEAD /" + bucket + " "), 0);
-  EXPECT_EQ(proxy.requests_containing("/eu-test-1/s3/aws4_request"), 0);
+  std::string log;
+  ASSERT_TRUE(
+      WriteThroughRegionProxy(*proxy, bucket, home, {{"AWS_REGION", "eu-central-1"}}, &log));
+  EXPECT_THAT(log, HasSubstr("region eu-central-1\n"));
+  EXPECT_EQ(proxy->requests_seen("HEAD /" + bucket + " "), 0);
+  EXPECT_EQ(proxy->requests_containing("/eu-test-1/s3/aws4_request"), 0);
 }
 
 }  // namespace

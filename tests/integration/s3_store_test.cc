@@ -94,6 +94,19 @@ class S3StoreTest : public ::testing::Test {
     return store_->put(key, src, o);
   }
 
+  // A proxy in front of the test server, and a store of this test's bucket that goes through
+  // it and copies one part at a time (part 1 before part 2 is asked for).
+  std::shared_ptr<S3Store> StoreThrough(std::unique_ptr<testing::FaultProxy>* proxy) {
+    const testing::S3TestServer& server = testing::SharedS3Server();
+    const std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
+    *proxy = std::make_unique<testing::FaultProxy>(
+        "127.0.0.1", std::stoi(hostport.substr(hostport.rfind(':') + 1)));
+    S3StoreOptions o = OptionsFor(bucket_);
+    o.endpoint = (*proxy)->endpoint();
+    o.parallel_parts = 1;
+    return MakeStore(o);
+  }
+
   std::string bucket_;
   std::shared_ptr<S3Store> store_;
 };
@@ -186,27 +199,23 @@ TEST_F(S3StoreTest, ASourceRewrittenBetweenTheCopysPartsFailsTheCopy) {
   ASSERT_TRUE(Put("src", first).ok());
   Result<ObjectInfo> src = store_->head("src");
   ASSERT_TRUE(src.ok()) << src.status().ToString();
-  const testing::S3TestServer& server = testing::SharedS3Server();
-  const std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
-  testing::FaultProxy proxy("127.0.0.1", std::stoi(hostport.substr(hostport.rfind(':') + 1)));
-  S3StoreOptions o = OptionsFor(bucket_);
-  o.endpoint = proxy.endpoint();
-  o.parallel_parts = 1;  // part 1 is copied before part 2 is asked for
-  auto store = MakeStore(o);
+  std::unique_ptr<testing::FaultProxy> proxy;
+  auto store = StoreThrough(&proxy);
   ASSERT_NE(store, nullptr);
-  proxy.HoldNextRequest("PUT /" + bucket_ + "/copied?partNumber=2&");
+  proxy->HoldNextRequest("PUT /" + bucket_ + "/copied?partNumber=2&");
   Result<ObjectInfo> copied = InternalError("not run");
   std::thread copier([&] { copied = store->copy(*src, "copied", CopyOptions{}); });
-  const bool held = testing::WaitFor(60, [&] { return proxy.held_requests() == 1; });
+  const bool held = testing::WaitFor(60, [&] { return proxy->held_requests() == 1; });
   if (held) {
     EXPECT_TRUE(Put("src", Pattern(2 * kPart + 777, 4)).ok());
   }
-  proxy.ReleaseHeldRequest();
+  proxy->ReleaseHeldRequest();
   copier.join();
   ASSERT_TRUE(held) << "part 2 of the copy was never asked for";
   ASSERT_FALSE(copied.ok()) << "copied as " << copied->etag.value();
   EXPECT_EQ(copied.status().code(), StatusCode::kPreconditionFailed) << copied.status().ToString();
   EXPECT_EQ(store_->head("copied").status().code(), StatusCode::kNotFound);
+  const testing::S3TestServer& server = testing::SharedS3Server();
   std::vector<std::string> list = testing::SignedCurlArgs(server, "");
   list.push_back(server.endpoint + "/" + bucket_ + "?uploads=");
   testing::CommandResult uploads = testing::RunCommand(list);
@@ -249,24 +258,19 @@ TEST_F(S3StoreTest, ASelfCopyMadeOfPartsKeepsTagsSetWhileItRan) {
   Result<ObjectInfo> src = store_->head("tagged");
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   EXPECT_EQ(src->tag_count, 1u);
-  const testing::S3TestServer& server = testing::SharedS3Server();
-  const std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
-  testing::FaultProxy proxy("127.0.0.1", std::stoi(hostport.substr(hostport.rfind(':') + 1)));
-  S3StoreOptions o = OptionsFor(bucket_);
-  o.endpoint = proxy.endpoint();
-  o.parallel_parts = 1;  // part 1 is copied before part 2 is asked for
-  auto store = MakeStore(o);
+  std::unique_ptr<testing::FaultProxy> proxy;
+  auto store = StoreThrough(&proxy);
   ASSERT_NE(store, nullptr);
-  proxy.HoldNextRequest("PUT /" + bucket_ + "/tagged?partNumber=2&");
+  proxy->HoldNextRequest("PUT /" + bucket_ + "/tagged?partNumber=2&");
   SetAttributesOptions attributes;
   attributes.expected = *src;
   Result<ObjectInfo> changed = InternalError("not run");
   std::thread chmod([&] {
     changed = store->set_attributes("tagged", {{"mode", "33152"}}, attributes);
   });
-  const bool held = testing::WaitFor(60, [&] { return proxy.held_requests() == 1; });
+  const bool held = testing::WaitFor(60, [&] { return proxy->held_requests() == 1; });
   if (held) PutTag(bucket_, "tagged", "stage", "during");
-  proxy.ReleaseHeldRequest();
+  proxy->ReleaseHeldRequest();
   chmod.join();
   ASSERT_TRUE(held) << "part 2 of the copy was never asked for";
   ASSERT_TRUE(changed.ok()) << changed.status().ToString();
