@@ -191,6 +191,15 @@ std::shared_ptr<Filesystem::Handle> Filesystem::FindHandle(uint64_t fh) {
   return it == handles_.end() ? nullptr : it->second;
 }
 
+std::vector<std::shared_ptr<Filesystem::Handle>> Filesystem::HandlesOf(uint64_t ino) {
+  std::vector<std::shared_ptr<Handle>> out;
+  MutexLock lock(&handles_mu_);
+  for (const auto& [fh, handle] : handles_) {
+    if (handle->ino == ino) out.push_back(handle);
+  }
+  return out;
+}
+
 void Filesystem::CountOpenLocked(Inode& inode, int flags) {
   inode.open_handles.fetch_add(1);
   if ((flags & O_ACCMODE) != O_RDONLY) inode.open_writers.fetch_add(1);

@@ -66,9 +66,13 @@ namespace objfs {
 struct FilesystemOptions {
   uint32_t uid = 0;  // owner of objects without "uid" metadata, and of new objects
   uint32_t gid = 0;
-  uint32_t umask = 0022;          // applied to file_mode and dir_mode
-  uint32_t file_mode = 0644;      // permissions of files without "mode" metadata
-  uint32_t dir_mode = 0755;       // permissions of directories without a marker or "mode"
+  uint32_t umask = 0022;      // applied to file_mode and dir_mode
+  uint32_t file_mode = 0644;  // permissions of files without "mode" metadata
+  uint32_t dir_mode = 0755;   // permissions of directories without a marker or "mode"
+  // The longest copy_file_range the kernel passes on in one call (UINT_MAX & PAGE_MASK: a FUSE
+  // reply counts 32 bits). A call of this length at offset 0 is the start of a whole copy
+  // (the kernel shortens every other to the source's end), made on the server.
+  uint64_t max_copy_call = 0xfffff000;
   double attr_timeout = 1.0;      // seconds; also the metadata cache's TTL
   double entry_timeout = 1.0;     // seconds
   double negative_timeout = 1.0;  // seconds a "no such name" answer is cached
@@ -433,6 +437,9 @@ class Filesystem {
     uint64_t copied_from_fh GUARDED_BY(mu) = 0;
     uint64_t copied_size GUARDED_BY(mu) = 0;
     uint64_t copied_reported GUARDED_BY(mu) = 0;
+    // The copy's version: the follow-up calls are answered from the bookkeeping above only
+    // while the file is still that version, neither written nor truncated since.
+    ETag copied_etag GUARDED_BY(mu);
   };
 
   Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions options, Metrics* metrics,
@@ -485,6 +492,8 @@ class Filesystem {
   // `key` is bound to an inode with staged data (e.g. created and not uploaded yet).
   bool HasLocalFile(const std::string& key);
   std::shared_ptr<Handle> FindHandle(uint64_t fh);
+  // The open handles of inode `ino`.
+  std::vector<std::shared_ptr<Handle>> HandlesOf(uint64_t ino);
   int64_t NowNs() const;
 
   // filesystem_io.cc

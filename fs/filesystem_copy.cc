@@ -21,11 +21,14 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
   }
   if (len == 0) return uint64_t{0};
 
-  // The kernel's follow-up calls for the rest of a range already copied on the server.
+  // The kernel's follow-up calls for the rest of a range already copied on the server, while
+  // the file is still that copy (a write or truncate since stages it).
   {
+    MutexLock inode_lock(&out->inode->mu);
     MutexLock lock(&out->mu);
     if (out->copied_from_fh == fh_in && off_in == off_out && off_in == out->copied_reported &&
-        off_in <= out->copied_size) {
+        off_in <= out->copied_size && !out->inode->staged &&
+        out->inode->uploaded_etag == out->copied_etag) {
       uint64_t n = std::min(len, out->copied_size - off_in);
       out->copied_reported += n;
       Bump(metrics_->cache_hits);
@@ -76,7 +79,11 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     }
     // (A destination removed while open is no object to copy to: its name may be another
     // file's by now, or nobody's.)
-    if (src_clean && dst_size == 0 && src.size > 0 && !dst.removed()) {
+    // Only a copy of all of the source: the server copies whole objects. A call cut at the
+    // kernel's longest (options_.max_copy_call), from a larger source, is the start of one;
+    // its follow-ups are answered above.
+    const bool whole = len >= src.size || len >= options_.max_copy_call;
+    if (src_clean && whole && dst_size == 0 && src.size > 0 && !dst.removed()) {
       Metadata metadata = dst_extra;
       metadata.erase(kCtimeMetadata);  // new data: the ctime is the new mtime
       int64_t now = NowNs();
@@ -113,12 +120,24 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       rec.complete = true;
       rec.own_write = true;
       meta_cache_.Put(dst_key, rec);
+      // The file's other open handles read the copy from now on, as after a write through
+      // this one: what they learnt at open (and prefetched) is of the version it replaced.
+      for (const std::shared_ptr<Handle>& other : HandlesOf(out->ino)) {
+        if (other == out) continue;
+        MutexLock other_lock(&other->mu);
+        other->read_key = dst_key;
+        other->read_info = dst_info;
+        other->retags_seen = dst.retag_serial.load();
+        other->prefetcher.reset();
+        other->copied_from_fh = 0;
+      }
       dst_lock.Unlock();
       uint64_t n = std::min(len, src.size);
       MutexLock lock(&out->mu);
       out->copied_from_fh = fh_in;
       out->copied_size = src.size;
       out->copied_reported = n;
+      out->copied_etag = copied->etag;
       out->read_key = dst_key;
       out->read_info = dst_info;
       out->prefetcher.reset();

@@ -197,7 +197,14 @@ TEST_P(MountSuiteTest, CpInOutAndWithinTheMount) {
   ExpectSameContent(source, local.path() + "/out");
 
   // cp within the mount is copy_file_range: a server-side copy, no byte through this machine.
-  std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  // The kernel releases cp_out's descriptor after cp exits: its read-ahead may still be under
+  // way, and is not the copy's.
+  std::string before;
+  EXPECT_TRUE(WaitFor(30, [&] {
+    before = GetXattr(mount->path(), "user.objfs.stats");
+    return StatsCounter(before, "open_files") == 0 &&
+           StatsCounter(before, "in_flight_requests") == 0;
+  })) << before;
   CommandResult cp_within = RunCommand({"cp", in_mount, copy});
   ASSERT_EQ(cp_within.exit_code, 0) << cp_within.err;
   std::string after = GetXattr(mount->path(), "user.objfs.stats");
@@ -224,6 +231,81 @@ TEST_P(MountSuiteTest, CpInOutAndWithinTheMount) {
   // Nothing but the files themselves on the server.
   if (can().server_access) {
     EXPECT_EQ(ServerFiles(), "copy\nin\n");
+  }
+}
+
+// copy_file_range at offsets 0 into an empty file, of part of the source (Go's io.CopyN makes
+// this call): the part, not the whole file that a server-side copy would make.
+TEST_P(MountSuiteTest, CopyFileRangeOfPartOfAFileCopiesThatPart) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string data = PseudoRandomBytes(1 << 20, 11);
+  WriteFile(mount->path() + "/whole", data);
+  int in = ::open((mount->path() + "/whole").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(in, 0) << std::strerror(errno);
+  int out =
+      ::open((mount->path() + "/part").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(out, 0) << std::strerror(errno);
+  loff_t off_in = 0;
+  loff_t off_out = 0;
+  EXPECT_EQ(::copy_file_range(in, &off_in, out, &off_out, 100, 0), 100) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::fstat(out, &st), 0);
+  EXPECT_EQ(st.st_size, 100);
+  EXPECT_EQ(::close(out), 0) << std::strerror(errno);
+  EXPECT_EQ(::close(in), 0);
+  EXPECT_EQ(Digest(ReadFile(mount->path() + "/part")), Digest(data.substr(0, 100)));
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("part")), Digest(data.substr(0, 100)));
+  }
+}
+
+// A cp onto a file that another descriptor has open (for reading, some of it read already, or
+// none): that descriptor reads the copy afterwards, as after any other write through the mount,
+// not the old bytes and not ESTALE.
+TEST_P(MountSuiteTest, AReaderOfAFileCopiedOntoReadsTheCopy) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string old_data = PseudoRandomBytes(200000, 12);
+  const std::string new_data = PseudoRandomBytes(300000, 13);
+  WriteFile(m + "/target", old_data);
+  WriteFile(m + "/source", new_data);
+  int has_read = ::open((m + "/target").c_str(), O_RDONLY | O_CLOEXEC);
+  int not_read = ::open((m + "/target").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(has_read, 0) << std::strerror(errno);
+  ASSERT_GE(not_read, 0) << std::strerror(errno);
+  std::string head(4096, '\0');
+  ASSERT_EQ(::pread(has_read, head.data(), head.size(), 0), 4096) << std::strerror(errno);
+  EXPECT_EQ(head, old_data.substr(0, 4096));
+
+  // What cp does: open with O_TRUNC, then one copy_file_range of the whole source.
+  int in = ::open((m + "/source").c_str(), O_RDONLY | O_CLOEXEC);
+  int out = ::open((m + "/target").c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  ASSERT_GE(in, 0) << std::strerror(errno);
+  ASSERT_GE(out, 0) << std::strerror(errno);
+  loff_t off_in = 0;
+  loff_t off_out = 0;
+  EXPECT_EQ(::copy_file_range(in, &off_in, out, &off_out, 1 << 30, 0),
+            static_cast<ssize_t>(new_data.size()))
+      << std::strerror(errno);
+  EXPECT_EQ(::close(out), 0) << std::strerror(errno);
+  EXPECT_EQ(::close(in), 0);
+
+  for (int fd : {has_read, not_read}) {
+    SCOPED_TRACE(fd == has_read ? "the descriptor that had read" : "the one that had not");
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the read below reaches the mount
+    std::string got(new_data.size() + 1, '\0');
+    size_t done = 0;
+    for (;;) {
+      ssize_t n = ::pread(fd, got.data() + done, got.size() - done, static_cast<off_t>(done));
+      ASSERT_GE(n, 0) << std::strerror(errno);
+      if (n == 0) break;
+      done += static_cast<size_t>(n);
+    }
+    got.resize(done);
+    EXPECT_EQ(Digest(got), Digest(new_data));
+    EXPECT_EQ(::close(fd), 0);
   }
 }
 

@@ -44,6 +44,7 @@ class FilesystemCopyTest : public ::testing::Test {
     store_ = std::make_shared<MetricsStore>(memory_, metrics_);
     options_.cache_dir = cache_dir_ + "/staging";
     options_.prefetch.read_buffer = 16 << 10;
+    options_.max_copy_call = kKernelCap;
     fs_ = NewFilesystem();
   }
   void TearDown() override {
@@ -122,6 +123,31 @@ TEST_F(FilesystemCopyTest, WholeFileCopyIsOneServerCopyWithNoBytesMoved) {
   auto attr = fs_->GetAttr(dst->entry.attr.ino);
   ASSERT_TRUE(attr.ok());
   EXPECT_EQ(attr->attr.size, data.size());
+}
+
+// The follow-up calls of a whole copy are answered from its bookkeeping only while the file is
+// that copy: after a write in between, a follow-up copies its range for real.
+TEST_F(FilesystemCopyTest, AFollowUpAfterAWriteCopiesItsRange) {
+  const std::string data = Pattern(100000);
+  PutObject("src", data);
+  auto src_fh = fs_->Open(LookupIno("src"), O_RDONLY);
+  ASSERT_TRUE(src_fh.ok());
+  auto dst = fs_->Create(kRootIno, "dst", 0600, O_RDWR | O_CREAT | O_EXCL);
+  ASSERT_TRUE(dst.ok());
+  auto first = fs_->CopyFileRange(*src_fh, 0, dst->fh, 0, kKernelCap, 0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(*first, kKernelCap);
+  ASSERT_EQ(metrics_.copy_requests.load(), 1u);  // on the server, whole
+  ASSERT_TRUE(fs_->Write(dst->fh, kKernelCap, Bytes(std::string(50, 'X'))).ok());
+  auto next = fs_->CopyFileRange(*src_fh, kKernelCap, dst->fh, kKernelCap, kKernelCap, 0);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, kKernelCap);
+  ASSERT_TRUE(fs_->Release(dst->fh).ok());
+  ASSERT_TRUE(fs_->Release(*src_fh).ok());
+  const std::string stored = memory_->contents("dst");
+  ASSERT_GE(stored.size(), 2 * kKernelCap);
+  EXPECT_EQ(stored.substr(0, 2 * kKernelCap), data.substr(0, 2 * kKernelCap))
+      << "the X written at " << kKernelCap << " was not copied over";
 }
 
 TEST_F(FilesystemCopyTest, CopyOfUnsavedSourceUploadsItFirst) {
