@@ -28,6 +28,8 @@
 // (EOPNOTSUPP) for extended attributes.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -63,6 +65,13 @@
 
 namespace objfs {
 
+// UINT_MAX rounded down to this kernel's page size.
+inline uint64_t KernelMaxCopyCall() {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t mask = page > 0 ? ~(static_cast<uint64_t>(page) - 1) : ~uint64_t{4095};
+  return uint64_t{0xffffffff} & mask;
+}
+
 struct FilesystemOptions {
   uint32_t uid = 0;  // owner of objects without "uid" metadata, and of new objects
   uint32_t gid = 0;
@@ -70,9 +79,10 @@ struct FilesystemOptions {
   uint32_t file_mode = 0644;  // permissions of files without "mode" metadata
   uint32_t dir_mode = 0755;   // permissions of directories without a marker or "mode"
   // The longest copy_file_range the kernel passes on in one call (UINT_MAX & PAGE_MASK: a FUSE
-  // reply counts 32 bits). A call of this length at offset 0 is the start of a whole copy
-  // (the kernel shortens every other to the source's end), made on the server.
-  uint64_t max_copy_call = 0xfffff000;
+  // reply counts 32 bits; 0xfffff000 with 4 KiB pages, 0xffff0000 with 64 KiB). A call of this
+  // length at offset 0 is the start of a whole copy (the kernel shortens every other to the
+  // source's end), made on the server.
+  uint64_t max_copy_call = KernelMaxCopyCall();
   double attr_timeout = 1.0;      // seconds; also the metadata cache's TTL
   double entry_timeout = 1.0;     // seconds
   double negative_timeout = 1.0;  // seconds a "no such name" answer is cached
@@ -494,6 +504,10 @@ class Filesystem {
   std::shared_ptr<Handle> FindHandle(uint64_t fh);
   // The open handles of inode `ino`.
   std::vector<std::shared_ptr<Handle>> HandlesOf(uint64_t ino);
+  // At close of a handle whose file is still a server-side copy of which fewer bytes were
+  // asked for than the copy holds (a copy_file_range cut at max_copy_call from a larger source,
+  // and not followed up to its end): truncates the file to what was asked.
+  Status TrimUnaskedCopy(uint64_t fh, Handle& handle);
   int64_t NowNs() const;
 
   // filesystem_io.cc

@@ -120,27 +120,24 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       rec.complete = true;
       rec.own_write = true;
       meta_cache_.Put(dst_key, rec);
-      // The file's other open handles read the copy from now on, as after a write through
-      // this one: what they learnt at open (and prefetched) is of the version it replaced.
-      for (const std::shared_ptr<Handle>& other : HandlesOf(out->ino)) {
-        if (other == out) continue;
-        MutexLock other_lock(&other->mu);
-        other->read_key = dst_key;
-        other->read_info = dst_info;
-        other->retags_seen = dst.retag_serial.load();
-        other->prefetcher.reset();
-        other->copied_from_fh = 0;
+      // All the file's open handles read the copy from now on, as after a write through this
+      // one: what they learnt at open (and prefetched) is of the version it replaced. Under
+      // the inode's lock, so that no retag slips in between.
+      const uint64_t n = std::min(len, src.size);
+      for (const std::shared_ptr<Handle>& handle : HandlesOf(out->ino)) {
+        MutexLock handle_lock(&handle->mu);
+        handle->read_key = dst_key;
+        handle->read_info = dst_info;
+        handle->retags_seen = dst.retag_serial.load();
+        handle->prefetcher.reset();
+        handle->copied_from_fh = 0;
+        if (handle == out) {
+          handle->copied_from_fh = fh_in;
+          handle->copied_size = src.size;
+          handle->copied_reported = n;
+          handle->copied_etag = copied->etag;
+        }
       }
-      dst_lock.Unlock();
-      uint64_t n = std::min(len, src.size);
-      MutexLock lock(&out->mu);
-      out->copied_from_fh = fh_in;
-      out->copied_size = src.size;
-      out->copied_reported = n;
-      out->copied_etag = copied->etag;
-      out->read_key = dst_key;
-      out->read_info = dst_info;
-      out->prefetcher.reset();
       return n;
     }
   }
@@ -159,6 +156,33 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     if (n < want) break;
   }
   return done;
+}
+
+Status Filesystem::TrimUnaskedCopy(uint64_t fh, Handle& handle) {
+  uint64_t asked;
+  {
+    MutexLock inode_lock(&handle.inode->mu);
+    MutexLock lock(&handle.mu);
+    if (handle.copied_from_fh == 0 || handle.copied_reported >= handle.copied_size) {
+      return Status::Ok();
+    }
+    // Written or truncated since: the file is no longer the copy, and what it holds now is
+    // what the writes made of it.
+    if (handle.inode->staged || handle.inode->uploaded_etag != handle.copied_etag) {
+      handle.copied_from_fh = 0;
+      return Status::Ok();
+    }
+    asked = handle.copied_reported;
+  }
+  FileAttr attr;
+  attr.size = asked;
+  Status trimmed = SetAttr(handle.ino, kSetSize, attr, fh).status();
+  if (!trimmed.ok()) {  // the next close tries again
+    return trimmed.WithContext("cutting a copy to the " + std::to_string(asked) + " bytes asked");
+  }
+  MutexLock lock(&handle.mu);
+  handle.copied_from_fh = 0;
+  return Status::Ok();
 }
 
 }  // namespace objfs

@@ -331,6 +331,9 @@ Status Filesystem::Flush(uint64_t fh) {
       (handle->inode->open_writers.load() > 0 || writer_->Queued(handle->ino))) {
     return Status::Ok();
   }
+  if (IsWritable(handle->flags)) {
+    OBJFS_RETURN_IF_ERROR(ReportedAtClose("close", handle->ino, TrimUnaskedCopy(fh, *handle)));
+  }
   if (writer_->writeback()) {
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);

@@ -150,6 +150,41 @@ TEST_F(FilesystemCopyTest, AFollowUpAfterAWriteCopiesItsRange) {
       << "the X written at " << kKernelCap << " was not copied over";
 }
 
+// A caller that asks for less than the whole source, in calls the kernel cut at its longest,
+// gets what it asked for: the whole copy made on the server at the first call is cut back at
+// close to the bytes the calls reported.
+TEST_F(FilesystemCopyTest, ACopyStoppedShortOfTheSourcesEndIsCutToWhatWasAsked) {
+  const std::string data = Pattern(100000);
+  PutObject("src", data);
+  auto src_fh = fs_->Open(LookupIno("src"), O_RDONLY);
+  ASSERT_TRUE(src_fh.ok());
+  auto dst = fs_->Create(kRootIno, "dst", 0600, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(dst.ok());
+  auto first = fs_->CopyFileRange(*src_fh, 0, dst->fh, 0, kKernelCap, 0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(*first, kKernelCap);
+  ASSERT_EQ(metrics_.copy_requests.load(), 1u);  // on the server, whole
+  auto next = fs_->CopyFileRange(*src_fh, kKernelCap, dst->fh, kKernelCap, 20000, 0);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  ASSERT_EQ(*next, 20000u);
+  ASSERT_TRUE(fs_->Flush(dst->fh).ok());
+  ASSERT_TRUE(fs_->Release(dst->fh).ok());
+  ASSERT_TRUE(fs_->Release(*src_fh).ok());
+  const std::string stored = memory_->contents("dst");
+  EXPECT_EQ(stored.size(), kKernelCap + 20000) << "the copy holds more than was asked for";
+  EXPECT_TRUE(stored == data.substr(0, kKernelCap + 20000)) << "other bytes";
+  auto attr = fs_->GetAttr(dst->entry.attr.ino);
+  ASSERT_TRUE(attr.ok());
+  EXPECT_EQ(attr->attr.size, kKernelCap + 20000);
+}
+
+TEST(KernelMaxCopyCallTest, IsTheLargest32BitCountInWholePages) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(KernelMaxCopyCall() % page, 0u);
+  EXPECT_GT(KernelMaxCopyCall() + page, uint64_t{0xffffffff});
+  EXPECT_LE(KernelMaxCopyCall(), uint64_t{0xffffffff});
+}
+
 TEST_F(FilesystemCopyTest, CopyOfUnsavedSourceUploadsItFirst) {
   auto src = fs_->Create(kRootIno, "src", 0644, O_RDWR | O_CREAT);
   ASSERT_TRUE(src.ok());
