@@ -23,6 +23,7 @@
 #include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
+#include "tests/fixtures/own_s3_cluster.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
 
@@ -41,85 +42,8 @@ bool ProcessAlive(pid_t pid) {
   return state != 'Z' && state != 'X';
 }
 
-// A Ceph cluster of this test's own (tests/fixtures/rgw.sh), stopped and removed at scope end.
-class OwnCluster {
- public:
-  OwnCluster() {
-    char dir_template[] = "/tmp/objfs-outage-XXXXXX";
-    if (::mkdtemp(dir_template) == nullptr) {
-      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-      return;
-    }
-    dir_ = dir_template;
-    script_ = ScriptDir() + "/rgw.sh";
-    CommandResult r = RunCommand({"/bin/bash", script_, "start", dir_ + "/cluster"});
-    if (r.exit_code != 0) {
-      ADD_FAILURE() << "rgw.sh start failed: " << r.out << r.err;
-      return;
-    }
-    std::ifstream env(dir_ + "/cluster/env");
-    std::map<std::string, std::string> vars;
-    std::string line;
-    while (std::getline(env, line)) {
-      if (line.rfind("export ", 0) == 0) line.erase(0, 7);
-      size_t eq = line.find('=');
-      if (eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-    server_.endpoint = vars["OBJFS_TEST_S3_ENDPOINT"];
-    server_.access_key = vars["OBJFS_TEST_S3_ACCESS_KEY"];
-    server_.secret_key = vars["OBJFS_TEST_S3_SECRET_KEY"];
-    server_.region = vars["OBJFS_TEST_S3_REGION"];
-    server_.dir = dir_ + "/cluster";
-    ok_ = !server_.endpoint.empty() && !server_.access_key.empty();
-    if (!ok_) ADD_FAILURE() << "rgw.sh wrote no usable env file";
-  }
-  ~OwnCluster() {
-    if (dir_.empty()) return;
-    CommandResult r = RunCommand({"/bin/bash", script_, "stop", dir_ + "/cluster"});
-    if (r.exit_code != 0) ADD_FAILURE() << "rgw.sh stop failed: " << r.out << r.err;
-    if (::testing::Test::HasFailure()) {
-      std::cerr << "cluster logs kept in " << dir_ << "/cluster/log\n";
-    } else {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
-  }
-  OwnCluster(const OwnCluster&) = delete;
-  OwnCluster& operator=(const OwnCluster&) = delete;
-
-  bool ok() const { return ok_; }
-  const S3TestServer& server() const { return server_; }
-
-  // HTTP status of a signed request (curl's "000" when nothing answered).
-  std::string Request(const std::string& method, const std::string& path,
-                      std::string* body = nullptr) const {
-    std::vector<std::string> argv = SignedCurlArgs(server_, "");
-    for (std::string a : {std::string("--max-time"), std::string("10"), std::string("-X"), method,
-                          std::string("-w"), std::string("\n%{http_code}")}) {
-      argv.push_back(a);
-    }
-    argv.push_back(server_.endpoint + path);
-    CommandResult r = RunCommand(argv);
-    size_t nl = r.out.rfind('\n');
-    if (nl == std::string::npos) return "000";
-    if (body != nullptr) *body = r.out.substr(0, nl);
-    return r.out.substr(nl + 1);
-  }
-
-  pid_t RadosgwPid() const {
-    std::string text = ReadLocal(server_.dir + "/run/client.rgw.x.pid");
-    return static_cast<pid_t>(std::atoi(text.c_str()));
-  }
-
- private:
-  std::string dir_;
-  std::string script_;
-  S3TestServer server_;
-  bool ok_ = false;
-};
-
 TEST(MountS3OutageTest, ServerStoppedWhileWritingKeepsTheDataForARetry) {
-  OwnCluster cluster;
+  OwnS3Cluster cluster;
   ASSERT_TRUE(cluster.ok());
   const std::string bucket = "outage";
   ASSERT_EQ(cluster.Request("PUT", "/" + bucket), "200");
