@@ -205,6 +205,9 @@ struct S3Store::Request {
   uint64_t server_bytes = 0;
   // Any reply comes back as it is, errors too (the region discovery's HEAD).
   bool raw_reply = false;
+  // Signed with the access key but a secret known to be wrong: the mount check's question
+  // whether the server tells a wrong secret (SignatureDoesNotMatch) from a denial.
+  bool wrong_secret = false;
 };
 
 Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain, const LogFunction& log) {
@@ -362,7 +365,13 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
     sreq.payload_sha256 = Sha256Hex(req.body);
   }
   *used = credentials_->Current();
-  std::string auth = Sign(sreq, *used, options_.region, "s3", std::chrono::system_clock::now(),
+  Credentials wrong;
+  if (req.wrong_secret) {
+    wrong = *used;
+    wrong.secret_key += "-not-the-secret";
+  }
+  std::string auth = Sign(sreq, req.wrong_secret ? wrong : *used, options_.region, "s3",
+                          std::chrono::system_clock::now(),
                           /*add_content_sha256=*/true);
 
   HttpRequest hreq;
@@ -1623,7 +1632,10 @@ Status S3Store::CheckBucket(std::string_view prefix) {
                                "/" + std::string(prefix) + ", was denied: ";
     // Some servers deny unknown keys and wrong secrets with a plain AccessDenied too (Ceph RGW
     // with STS enabled). A ListBuckets, which any valid key may send to RGW (AWS wants
-    // s3:ListAllMyBuckets), tells the keys' fault from the policy's where it can.
+    // s3:ListAllMyBuckets), tells the keys' fault from the policy's where it can. Where that is
+    // denied too (a user scoped to one bucket, on AWS or MinIO), one more ListBuckets, signed
+    // with a wrong secret, asks whether the server says SignatureDoesNotMatch to a wrong
+    // secret: if it does, it did not say so to ours, and the keys are right.
     Request probe;
     probe.method = "GET";
     probe.service_level = true;
@@ -1637,7 +1649,8 @@ Status S3Store::CheckBucket(std::string_view prefix) {
                         ")",
                     keys_code);
     }
-    if (!keys.ok() && keys.status().code() == StatusCode::kPermissionDenied) {
+    if (!keys.ok() && keys.status().code() == StatusCode::kPermissionDenied &&
+        !TellsWrongSecrets(probe)) {
       return Status(st.code(),
                     denied + "either the user needs s3:ListBucket on " + scope +
                         ", or the access key or secret is wrong: ListBuckets was denied too, and "
@@ -1651,6 +1664,16 @@ Status S3Store::CheckBucket(std::string_view prefix) {
                   code);
   }
   return st;
+}
+
+bool S3Store::TellsWrongSecrets(const Request& probe) {
+  Request wrong = probe;
+  wrong.wrong_secret = true;
+  wrong.what = probe.what + " (signed with a wrong secret, to learn how the server answers one)";
+  Credentials used;
+  // Sent once, without the chain's renewal after a denial: the answer is the point.
+  Result<HttpResponse> told = ExecuteWithRetries(wrong, &used);
+  return !told.ok() && told.status().server_code() == "SignatureDoesNotMatch";
 }
 
 Status S3Store::CreateBucket() {

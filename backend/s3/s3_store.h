@@ -146,6 +146,9 @@ class S3Store : public ObjectStore {
                                    Credentials* used);
   // Execute without the second try after renewing refused credentials.
   Result<HttpResponse> ExecuteWithRetries(const Request& request, Credentials* used);
+  // Whether the server answers `probe` signed with a wrong secret with SignatureDoesNotMatch
+  // (AWS, MinIO, RGW without STS), rather than a plain AccessDenied (RGW with STS).
+  bool TellsWrongSecrets(const Request& probe);
   Status DiscoverRegion();
   // At log level debug: one line for one HTTP request, with the server's request id.
   void LogRequest(const Request& request, const Result<HttpResponse>& response,

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
+#include "tests/fixtures/own_s3_cluster.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
 
@@ -490,6 +492,53 @@ TEST(MountS3CredentialsTest, UserAllowedOnlyAPrefixMountsThatPrefix) {
   EXPECT_NE(whole.exit_code, 0);
   EXPECT_THAT(whole.err, HasSubstr("ListObjectsV2"));
   EXPECT_THAT(whole.err, Not(HasSubstr("check the access key")));
+}
+
+// On a server that answers a wrong secret with SignatureDoesNotMatch (AWS, MinIO; here an RGW
+// without STS, in a cluster of the test's own), a user denied both the mount's listing and
+// ListBuckets (as a user scoped to other buckets is, on AWS) is told what its policy lacks, not
+// that its keys may be wrong; with a wrong secret, it is told to check the keys.
+TEST(MountS3CredentialsTest, ADenialWhereWrongSecretsAreNamedBlamesThePolicyNotTheKeys) {
+  OwnS3Cluster cluster({"OBJFS_RGW_STS=off"});
+  ASSERT_TRUE(cluster.ok());
+  const S3TestServer& server = cluster.server();
+  const std::string bucket = "denied" + UniqueSuffix();
+  ASSERT_EQ(cluster.Request("PUT", "/" + bucket), "200");
+  CommandResult r = cluster.Admin({"user", "create", "--uid=scoped", "--display-name=scoped",
+                                   "--access-key=SCOPED", "--secret=scoped-secret"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = cluster.Admin({"caps", "add", "--uid=objfs-test", "--caps=user-policy=*"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // IAM PutUserPolicy: the user may not list its buckets (s3:ListAllMyBuckets).
+  const std::string body =
+      "Action=PutUserPolicy&Version=2010-05-08&UserName=scoped&PolicyName=no-buckets"
+      "&PolicyDocument=%7B%22Version%22%3A%222012-10-17%22%2C%22Statement%22%3A%5B%7B%22Effect"
+      "%22%3A%22Deny%22%2C%22Action%22%3A%5B%22s3%3AListAllMyBuckets%22%5D%2C%22Resource%22%3A"
+      "%22%2A%22%7D%5D%7D";
+  std::vector<std::string> argv = SignedCurlArgs(server, body);
+  argv.insert(argv.end(), {"-H", "content-type: application/x-www-form-urlencoded", "-w",
+                           "\n%{http_code}", "--data-binary", "@-", server.endpoint + "/"});
+  r = RunCommand(argv, body);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(r.out.ends_with("\n200")) << r.out;
+
+  TempHome home;
+  const std::string mountpoint = home.path() + "/mnt";
+  std::filesystem::create_directories(mountpoint);
+  const std::vector<std::string> args = {
+      "s3://" + bucket, mountpoint, "-o",
+      "endpoint=" + server.endpoint + ",path_style,region=" + server.region};
+  std::map<std::string, std::string> env = {{"HOME", home.path()},
+                                            {"AWS_EC2_METADATA_DISABLED", "true"},
+                                            {"AWS_ACCESS_KEY_ID", "SCOPED"},
+                                            {"AWS_SECRET_ACCESS_KEY", "scoped-secret"}};
+  ExpectMountFails(args, env, mountpoint, "the user needs s3:ListBucket on arn:aws:s3:::" + bucket);
+  CommandResult policy = RunObjfs(args, env);
+  EXPECT_THAT(policy.err, Not(HasSubstr("secret is wrong"))) << policy.err;
+  EXPECT_THAT(policy.err, Not(HasSubstr("scoped-secret")));
+
+  env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret";
+  ExpectMountFails(args, env, mountpoint, "check the access key and secret");
 }
 
 // A proxy in front of the test server playing one in another region: its answers to a HEAD of
