@@ -783,9 +783,26 @@ int FuseAdapter::Run(fuse_session* session) {
     invalidator = std::move(invalidator_);
   }
   // Before the session goes. A notification the kernel holds up is given up after a few seconds
-  // (PageInvalidator::Stop): the unmount must not wait for it.
-  invalidator->Stop();
+  // (PageInvalidator::Stop): the unmount must not wait for it. Its thread still uses the
+  // session: SessionReleased says when that ends.
+  if (!invalidator->Stop()) {
+    MutexLock lock(&mu_);
+    unfinished_ = std::move(invalidator);
+  }
   return result;
+}
+
+bool FuseAdapter::SessionReleased(std::chrono::milliseconds timeout) {
+  std::shared_ptr<PageInvalidator> unfinished;
+  {
+    MutexLock lock(&mu_);
+    unfinished = unfinished_;
+  }
+  if (unfinished == nullptr) return true;
+  if (!unfinished->Stop(timeout)) return false;
+  MutexLock lock(&mu_);
+  unfinished_.reset();
+  return true;
 }
 
 void FuseAdapter::InvalidatePages(uint64_t ino) {

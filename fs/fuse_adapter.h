@@ -6,6 +6,7 @@
 // init. A failing or misbehaving request is answered with an error and never ends the process.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,6 +66,11 @@ class FuseAdapter {
   // Called from the destroy request: uploads everything unsaved and remembers a failure.
   void FlushAllOnDestroy();
 
+  // Whether the session may be destroyed: true unless a page drop that Run() gave up waiting
+  // for is still in the kernel after another `timeout` (call it after fuse_session_unmount,
+  // which ends such a drop). Its thread uses the session until the drop returns.
+  bool SessionReleased(std::chrono::milliseconds timeout);
+
   // Has the kernel drop its cached pages of `ino`, from the thread that Run() starts
   // (fs/page_invalidator.h); nothing outside Run().
   void InvalidatePages(uint64_t ino);
@@ -76,6 +82,8 @@ class FuseAdapter {
   mutable Mutex mu_;  // lock 21 of fs/lock_order.h
   Status destroy_status_ GUARDED_BY(mu_);
   std::shared_ptr<PageInvalidator> invalidator_ GUARDED_BY(mu_);  // while Run() runs
+  // The invalidator whose thread had not ended when Run() returned.
+  std::shared_ptr<PageInvalidator> unfinished_ GUARDED_BY(mu_);
 };
 
 }  // namespace objfs

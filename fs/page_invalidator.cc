@@ -8,7 +8,17 @@ PageInvalidator::PageInvalidator(std::function<int(uint64_t ino)> notify)
     : state_(std::make_shared<State>(std::move(notify))),
       thread_([state = state_] { Run(state); }) {}
 
-PageInvalidator::~PageInvalidator() { Stop(); }
+PageInvalidator::~PageInvalidator() {
+  bool gave_up;
+  {
+    MutexLock lock(&state_->mu);
+    gave_up = state_->stopping;
+  }
+  if (!Stop(gave_up ? std::chrono::milliseconds(0) : std::chrono::seconds(5)) &&
+      thread_.joinable()) {
+    thread_.detach();
+  }
+}
 
 void PageInvalidator::Post(uint64_t ino) {
   MutexLock lock(&state_->mu);
@@ -17,8 +27,8 @@ void PageInvalidator::Post(uint64_t ino) {
   state_->cv.SignalAll();
 }
 
-void PageInvalidator::Stop(std::chrono::milliseconds timeout) {
-  if (!thread_.joinable()) return;
+bool PageInvalidator::Stop(std::chrono::milliseconds timeout) {
+  if (!thread_.joinable()) return true;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool done = false;
   {
@@ -30,11 +40,8 @@ void PageInvalidator::Stop(std::chrono::milliseconds timeout) {
     done = state_->done;
     if (!done) state_->queued.clear();
   }
-  if (done) {
-    thread_.join();
-  } else {
-    thread_.detach();
-  }
+  if (done) thread_.join();
+  return done;
 }
 
 uint64_t PageInvalidator::sent() const {

@@ -26,7 +26,9 @@ class PageInvalidator {
   // `notify` drops the pages of one inode (fuse_lowlevel_notify_inval_inode); its result (0 or a
   // negative errno) is ignored: an inode the kernel forgot has no pages left.
   explicit PageInvalidator(std::function<int(uint64_t ino)> notify);
-  ~PageInvalidator();  // Stop()
+  // Stop(); a thread that does not end then (or at once, after a Stop that gave up) is left to
+  // end on its own, keeping only what it shares with this.
+  ~PageInvalidator();
   PageInvalidator(const PageInvalidator&) = delete;
   PageInvalidator& operator=(const PageInvalidator&) = delete;
 
@@ -35,9 +37,12 @@ class PageInvalidator {
 
   // Sends what is queued and ends the thread, waiting at most `timeout`: a notification the
   // kernel holds up (a read of the file that the stopped request loop will never answer) must
-  // not keep the process from unmounting. The thread is then left to end on its own, and what
-  // it had not sent yet is dropped. Posts after Stop are dropped.
-  void Stop(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  // not keep the process from unmounting. Returns whether the thread has ended. If it has not,
+  // what it had not sent yet is dropped, and Stop may be called again to wait once more: the
+  // notification in progress still uses the FUSE session, which must not be destroyed before
+  // it returns (it does once the unmount fails the reads it waited for). Posts after Stop are
+  // dropped.
+  bool Stop(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   // Notifications sent so far.
   uint64_t sent() const;

@@ -897,7 +897,15 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
 
   fuse_remove_signal_handlers(session);
   fuse_session_unmount(session);
-  fuse_session_destroy(session);  // runs the destroy request's flush if the kernel sent none
+  if (adapter.SessionReleased(std::chrono::seconds(5))) {
+    fuse_session_destroy(session);  // runs the destroy request's flush if the kernel sent none
+  } else {
+    // A page drop still in the kernel after the unmount: its thread would touch the session
+    // after fuse_session_destroy freed it. The session is left to the process's exit, and the
+    // flush its destroy would run is run here.
+    reporter.Warn("a page drop sent to the kernel has not returned since the unmount");
+    adapter.FlushAllOnDestroy();
+  }
   fuse_opt_free_args(&args);
   if (fs.ok() && exit_code == 0 && !adapter.destroy_status().ok()) {
     reporter.Error("unsaved data could not be uploaded: " + adapter.destroy_status().message());

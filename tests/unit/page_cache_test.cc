@@ -203,13 +203,46 @@ TEST(PageInvalidatorTest, StopGivesUpOnANotificationThatHangs) {
     while (!blocker->entered) blocker->cv.Wait(&blocker->mu);
   }
   const auto start = std::chrono::steady_clock::now();
-  invalidator->Stop(std::chrono::milliseconds(200));
+  EXPECT_FALSE(invalidator->Stop(std::chrono::milliseconds(200)));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   invalidator.reset();  // the thread left behind keeps what it uses
   MutexLock lock(&blocker->mu);
   blocker->release = true;
   blocker->cv.SignalAll();
   while (!blocker->returned) blocker->cv.Wait(&blocker->mu);
+}
+
+// The session a hung notification uses must outlive it: after a Stop that gave up, another Stop
+// tells when the notification has returned (as the unmount makes it), and only then is the
+// thread done with the session.
+TEST(PageInvalidatorTest, AStopThatGaveUpCanWaitAgainForTheNotificationToReturn) {
+  Mutex mu;
+  CondVar cv;
+  bool entered = false;
+  bool release = false;
+  PageInvalidator invalidator([&](uint64_t) {
+    MutexLock lock(&mu);
+    entered = true;
+    cv.SignalAll();
+    while (!release) cv.Wait(&mu);
+    return 0;
+  });
+  invalidator.Post(1);
+  invalidator.Post(2);
+  {
+    MutexLock lock(&mu);
+    while (!entered) cv.Wait(&mu);
+  }
+  EXPECT_FALSE(invalidator.Stop(std::chrono::milliseconds(100)));
+  EXPECT_FALSE(invalidator.Stop(std::chrono::milliseconds(10)))
+      << "ended while still in the kernel";
+  {
+    MutexLock lock(&mu);
+    release = true;
+    cv.SignalAll();
+  }
+  EXPECT_TRUE(invalidator.Stop(std::chrono::seconds(30)));
+  EXPECT_EQ(invalidator.sent(), 1u) << "what was queued behind the hung one is dropped";
 }
 
 }  // namespace
