@@ -64,6 +64,21 @@ class FilesystemCopyTest : public ::testing::Test {
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return e.ok() ? e->attr.ino : 0;
   }
+  // Puts `data` at "src", opens it, creates "dst" open with `dst_access` (O_WRONLY or O_RDWR),
+  // and makes the kernel's first, cut call of a copy of all of it: one copy on the server.
+  void FirstCutCopy(const std::string& data, int dst_access, uint64_t* src_fh, uint64_t* dst_fh) {
+    PutObject("src", data);
+    auto src = fs_->Open(LookupIno("src"), O_RDONLY);
+    ASSERT_TRUE(src.ok());
+    auto dst = fs_->Create(kRootIno, "dst", 0600, dst_access | O_CREAT | O_EXCL);
+    ASSERT_TRUE(dst.ok());
+    *src_fh = *src;
+    *dst_fh = dst->fh;
+    auto first = fs_->CopyFileRange(*src_fh, 0, *dst_fh, 0, kKernelCap, 0);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    ASSERT_EQ(*first, kKernelCap);
+    ASSERT_EQ(metrics_.copy_requests.load(), 1u);  // on the server, whole
+  }
   static std::string Pattern(size_t n) {
     std::string s(n, '\0');
     for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 7 + i / 1000) % 256);
@@ -129,21 +144,15 @@ TEST_F(FilesystemCopyTest, WholeFileCopyIsOneServerCopyWithNoBytesMoved) {
 // that copy: after a write in between, a follow-up copies its range for real.
 TEST_F(FilesystemCopyTest, AFollowUpAfterAWriteCopiesItsRange) {
   const std::string data = Pattern(100000);
-  PutObject("src", data);
-  auto src_fh = fs_->Open(LookupIno("src"), O_RDONLY);
-  ASSERT_TRUE(src_fh.ok());
-  auto dst = fs_->Create(kRootIno, "dst", 0600, O_RDWR | O_CREAT | O_EXCL);
-  ASSERT_TRUE(dst.ok());
-  auto first = fs_->CopyFileRange(*src_fh, 0, dst->fh, 0, kKernelCap, 0);
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
-  ASSERT_EQ(*first, kKernelCap);
-  ASSERT_EQ(metrics_.copy_requests.load(), 1u);  // on the server, whole
-  ASSERT_TRUE(fs_->Write(dst->fh, kKernelCap, Bytes(std::string(50, 'X'))).ok());
-  auto next = fs_->CopyFileRange(*src_fh, kKernelCap, dst->fh, kKernelCap, kKernelCap, 0);
+  uint64_t src_fh = 0;
+  uint64_t dst_fh = 0;
+  ASSERT_NO_FATAL_FAILURE(FirstCutCopy(data, O_RDWR, &src_fh, &dst_fh));
+  ASSERT_TRUE(fs_->Write(dst_fh, kKernelCap, Bytes(std::string(50, 'X'))).ok());
+  auto next = fs_->CopyFileRange(src_fh, kKernelCap, dst_fh, kKernelCap, kKernelCap, 0);
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_EQ(*next, kKernelCap);
-  ASSERT_TRUE(fs_->Release(dst->fh).ok());
-  ASSERT_TRUE(fs_->Release(*src_fh).ok());
+  ASSERT_TRUE(fs_->Release(dst_fh).ok());
+  ASSERT_TRUE(fs_->Release(src_fh).ok());
   const std::string stored = memory_->contents("dst");
   ASSERT_GE(stored.size(), 2 * kKernelCap);
   EXPECT_EQ(stored.substr(0, 2 * kKernelCap), data.substr(0, 2 * kKernelCap))
@@ -155,25 +164,19 @@ TEST_F(FilesystemCopyTest, AFollowUpAfterAWriteCopiesItsRange) {
 // close to the bytes the calls reported.
 TEST_F(FilesystemCopyTest, ACopyStoppedShortOfTheSourcesEndIsCutToWhatWasAsked) {
   const std::string data = Pattern(100000);
-  PutObject("src", data);
-  auto src_fh = fs_->Open(LookupIno("src"), O_RDONLY);
-  ASSERT_TRUE(src_fh.ok());
-  auto dst = fs_->Create(kRootIno, "dst", 0600, O_WRONLY | O_CREAT | O_EXCL);
-  ASSERT_TRUE(dst.ok());
-  auto first = fs_->CopyFileRange(*src_fh, 0, dst->fh, 0, kKernelCap, 0);
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
-  ASSERT_EQ(*first, kKernelCap);
-  ASSERT_EQ(metrics_.copy_requests.load(), 1u);  // on the server, whole
-  auto next = fs_->CopyFileRange(*src_fh, kKernelCap, dst->fh, kKernelCap, 20000, 0);
+  uint64_t src_fh = 0;
+  uint64_t dst_fh = 0;
+  ASSERT_NO_FATAL_FAILURE(FirstCutCopy(data, O_WRONLY, &src_fh, &dst_fh));
+  auto next = fs_->CopyFileRange(src_fh, kKernelCap, dst_fh, kKernelCap, 20000, 0);
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   ASSERT_EQ(*next, 20000u);
-  ASSERT_TRUE(fs_->Flush(dst->fh).ok());
-  ASSERT_TRUE(fs_->Release(dst->fh).ok());
-  ASSERT_TRUE(fs_->Release(*src_fh).ok());
+  ASSERT_TRUE(fs_->Flush(dst_fh).ok());
+  ASSERT_TRUE(fs_->Release(dst_fh).ok());
+  ASSERT_TRUE(fs_->Release(src_fh).ok());
   const std::string stored = memory_->contents("dst");
   EXPECT_EQ(stored.size(), kKernelCap + 20000) << "the copy holds more than was asked for";
   EXPECT_TRUE(stored == data.substr(0, kKernelCap + 20000)) << "other bytes";
-  auto attr = fs_->GetAttr(dst->entry.attr.ino);
+  auto attr = fs_->GetAttr(LookupIno("dst"));
   ASSERT_TRUE(attr.ok());
   EXPECT_EQ(attr->attr.size, kKernelCap + 20000);
 }
