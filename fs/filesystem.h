@@ -450,6 +450,8 @@ class Filesystem {
     // The copy's version: the follow-up calls are answered from the bookkeeping above only
     // while the file is still that version, neither written nor truncated since.
     ETag copied_etag GUARDED_BY(mu);
+    // TrimUnaskedCopy began cutting the copy back (and, having failed, tries again).
+    bool trim_started GUARDED_BY(mu) = false;
   };
 
   Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions options, Metrics* metrics,
@@ -506,8 +508,14 @@ class Filesystem {
   std::vector<std::shared_ptr<Handle>> HandlesOf(uint64_t ino);
   // At close of a handle whose file is still a server-side copy of which fewer bytes were
   // asked for than the copy holds (a copy_file_range cut at max_copy_call from a larger source,
-  // and not followed up to its end): truncates the file to what was asked.
-  Status TrimUnaskedCopy(uint64_t fh, Handle& handle);
+  // and not followed up to its end): truncates the file to what was asked, keeping its mtime.
+  // Checked and cut under one hold of the inode's lock, so that no follow-up call or write
+  // slips in between.
+  Status TrimUnaskedCopy(Handle& handle);
+  // Truncates `inode`'s file (named `key`) to `size`: staged first where it is not (from the
+  // stored object), then marked for upload. `new_mtime`: the mtime (and ctime) become now.
+  Status TruncateLocked(Inode& inode, const std::string& key, uint64_t size, bool new_mtime)
+      REQUIRES(inode.mu);
   int64_t NowNs() const;
 
   // filesystem_io.cc

@@ -169,6 +169,26 @@ Result<FileAttr> Filesystem::MutateMetadata(
   }
 }
 
+Status Filesystem::TruncateLocked(Inode& inode, const std::string& key, uint64_t size,
+                                  bool new_mtime) {
+  if (!inode.staged) {
+    OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+    if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
+    bool empty = size == 0 || rec.size == 0;
+    OBJFS_RETURN_IF_ERROR(writer_->Stage(inode, key, rec, empty));
+  }
+  OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(inode, key, /*keep_content=*/size > 0));
+  OBJFS_RETURN_IF_ERROR(inode.staged->Truncate(size));
+  writer_->Truncated(inode, size);
+  inode.attr.size = size;
+  if (new_mtime) {
+    inode.attr.mtime_ns = NowNs();
+    inode.extra_metadata.erase(kCtimeMetadata);  // the ctime is the new mtime
+  }
+  meta_cache_.Invalidate(key);
+  return Status::Ok();
+}
+
 Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr& attr,
                                   std::optional<uint64_t> /*fh*/) {
   if (to_set & kSetSize) {
@@ -178,19 +198,7 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     std::shared_ptr<Inode> inode = inodes_.Get(ino);
     if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
     MutexLock lock(&inode->mu);
-    if (!inode->staged) {
-      OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
-      if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
-      bool empty = attr.size == 0 || rec.size == 0;
-      OBJFS_RETURN_IF_ERROR(writer_->Stage(*inode, key, rec, empty));
-    }
-    OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key, /*keep_content=*/attr.size > 0));
-    OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(attr.size));
-    writer_->Truncated(*inode, attr.size);
-    inode->attr.size = attr.size;
-    inode->attr.mtime_ns = NowNs();
-    inode->extra_metadata.erase(kCtimeMetadata);  // the ctime is the new mtime
-    meta_cache_.Invalidate(key);
+    OBJFS_RETURN_IF_ERROR(TruncateLocked(*inode, key, attr.size, /*new_mtime=*/true));
   }
   uint32_t meta_fields =
       kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow | kSetAtime | kSetAtimeNow;

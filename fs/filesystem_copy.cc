@@ -29,7 +29,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     if (out->copied_from_fh == fh_in && off_in == off_out && off_in == out->copied_reported &&
         off_in <= out->copied_size && !out->inode->staged &&
         out->inode->uploaded_etag == out->copied_etag) {
-      uint64_t n = std::min(len, out->copied_size - off_in);
+      uint64_t n = std::min({len, out->copied_size - off_in, options_.max_copy_call});
       out->copied_reported += n;
       Bump(metrics_->cache_hits);
       return n;
@@ -123,7 +123,8 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       // All the file's open handles read the copy from now on, as after a write through this
       // one: what they learnt at open (and prefetched) is of the version it replaced. Under
       // the inode's lock, so that no retag slips in between.
-      const uint64_t n = std::min(len, src.size);
+      // (A kernel without the cap passes more: a reply counts at most 32 bits.)
+      const uint64_t n = std::min({len, src.size, options_.max_copy_call});
       for (const std::shared_ptr<Handle>& handle : HandlesOf(out->ino)) {
         MutexLock handle_lock(&handle->mu);
         handle->read_key = dst_key;
@@ -158,25 +159,28 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
   return done;
 }
 
-Status Filesystem::TrimUnaskedCopy(uint64_t fh, Handle& handle) {
+Status Filesystem::TrimUnaskedCopy(Handle& handle) {
+  Inode& inode = *handle.inode;
+  MutexLock inode_lock(&inode.mu);
   uint64_t asked;
   {
-    MutexLock inode_lock(&handle.inode->mu);
     MutexLock lock(&handle.mu);
     if (handle.copied_from_fh == 0 || handle.copied_reported >= handle.copied_size) {
       return Status::Ok();
     }
-    // Written or truncated since: the file is no longer the copy, and what it holds now is
-    // what the writes made of it.
-    if (handle.inode->staged || handle.inode->uploaded_etag != handle.copied_etag) {
+    // Removed: its name may be another file's by now. Written, truncated or replaced since:
+    // the file is no longer the copy, and what it holds is what that made of it (unless it is
+    // this cut, begun and failed, that staged it).
+    if (inode.removed() ||
+        (!handle.trim_started && (inode.staged || inode.uploaded_etag != handle.copied_etag))) {
       handle.copied_from_fh = 0;
       return Status::Ok();
     }
+    handle.trim_started = true;
     asked = handle.copied_reported;
   }
-  FileAttr attr;
-  attr.size = asked;
-  Status trimmed = SetAttr(handle.ino, kSetSize, attr, fh).status();
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle.ino));
+  Status trimmed = TruncateLocked(inode, key, asked, /*new_mtime=*/false);
   if (!trimmed.ok()) {  // the next close tries again
     return trimmed.WithContext("cutting a copy to the " + std::to_string(asked) + " bytes asked");
   }

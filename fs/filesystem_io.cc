@@ -332,7 +332,7 @@ Status Filesystem::Flush(uint64_t fh) {
     return Status::Ok();
   }
   if (IsWritable(handle->flags)) {
-    OBJFS_RETURN_IF_ERROR(ReportedAtClose("close", handle->ino, TrimUnaskedCopy(fh, *handle)));
+    OBJFS_RETURN_IF_ERROR(ReportedAtClose("close", handle->ino, TrimUnaskedCopy(*handle)));
   }
   if (writer_->writeback()) {
     Inode& inode = *handle->inode;
