@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "backend/md5.h"
+#include "backend/object_version.h"
 #include "backend/status.h"
 
 namespace objfs {
@@ -67,6 +70,23 @@ TEST(StatusTest, ToStringIsOneLineWithServerCode) {
   Result<int> r = NotFoundError("x");
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+// A size-and-mtime version is trusted to name one content only once its mtime is
+// kRecentVersionNs (2 s) past: a rewrite within the same whole second keeps the version. A
+// version dated ahead of this clock (a server clock ahead) is not settled either.
+TEST(SettledVersionTest, OnlyVersionsTwoSecondsOldAreSettled) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  constexpr int64_t kSecond = 1'000'000'000;
+  EXPECT_TRUE(SettledVersion(VersionTag(10, now - 60 * kSecond)));
+  EXPECT_TRUE(SettledVersion(VersionTag(10, now - 3 * kSecond)));
+  EXPECT_FALSE(SettledVersion(VersionTag(10, now - kSecond)));
+  EXPECT_FALSE(SettledVersion(VersionTag(10, now)));
+  EXPECT_FALSE(SettledVersion(VersionTag(10, now + 60 * kSecond)));
+  // Other ETags are versions of their content.
+  EXPECT_TRUE(SettledVersion(ETag::FromMd5(Md5Of(std::string_view("x")))));
 }
 
 }  // namespace
