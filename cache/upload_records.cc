@@ -11,6 +11,7 @@
 #include <iterator>
 #include <system_error>
 
+#include "backend/log.h"
 #include "cache/codec.h"
 #include "cache/file_io.h"
 
@@ -72,7 +73,19 @@ Status UploadRecords::Opened(std::string_view name, std::string_view upload_id) 
     MutexLock lock(&mu_);
     n = next_++;
   }
-  OBJFS_RETURN_IF_ERROR(WriteFileAtomically(PathOf(n), bytes));
+  Status written = WriteFileAtomically(PathOf(n), bytes);
+  if (written.code() == StatusCode::kNoSpace) {
+    // A full cache disk: the upload goes on un-noted rather than not at all, as with a note
+    // lost to a power cut. It must: what fills the disk is most likely a file waiting for this
+    // very upload to free its room.
+    if (!full_disk_logged_.exchange(true)) {
+      LogWarn("no room in " + dir_ + " to note uploads in flight (" + written.message() +
+              "): an upload objfs dies in the middle of now stays on the server (S3: an "
+              "unfinished multipart upload; SFTP: a temporary file named .objfs-tmp-*)");
+    }
+    return Status::Ok();
+  }
+  OBJFS_RETURN_IF_ERROR(written);
   MutexLock lock(&mu_);
   open_[{std::move(record.name), std::move(record.upload_id)}] = n;
   return Status::Ok();

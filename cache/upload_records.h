@@ -15,6 +15,7 @@
 // A note is renamed into place whole, so a killed process never leaves a partial one.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -36,6 +37,7 @@ class UploadRecords : public UploadJournal {
   // Uses (and creates) the directory `dir`; the notes already there are an earlier mount's.
   static Result<std::unique_ptr<UploadRecords>> Open(std::string dir);
 
+  // Notes an upload. On a full disk, the upload is not noted, and the first such time logs it.
   Status Opened(std::string_view name, std::string_view upload_id) override;
   void Closed(std::string_view name, std::string_view upload_id) override;
 
@@ -62,6 +64,7 @@ class UploadRecords : public UploadJournal {
   std::vector<uint64_t> leftovers_ GUARDED_BY(mu_);  // notes found at Open
   // (name, id) -> note number
   std::map<std::pair<std::string, std::string>, uint64_t> open_ GUARDED_BY(mu_);
+  std::atomic<bool> full_disk_logged_{false};
 };
 
 }  // namespace objfs

@@ -22,6 +22,90 @@ namespace objfs {
 
 namespace {
 
+// The staged file's bytes, with the base's bytes it still lacks read from the server as they
+// are asked for rather than stored: the source of an upload made when cache_dir has no room to
+// fetch them (a file edited until the cache disk filled). They are read in aligned blocks of
+// `block` bytes, the last few kept, so that the upload's small reads (curl's buffer) make no
+// small backend calls; on S3 each block is read twice all the same (for the MD5, then to send).
+class BaseFilledSource : public ByteSource {
+ public:
+  BaseFilledSource(ObjectStore* store, const StagedFile& staged, uint64_t block)
+      : store_(store),
+        staged_(staged.Source()),
+        base_(staged.base_key()),
+        etag_(staged.base_etag()),
+        limit_(staged.base_limit()),
+        block_(std::max<uint64_t>(block, 4096)),
+        missing_(staged.MissingBase(0, staged.size())) {}
+
+  uint64_t size() const override { return staged_.size(); }
+
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const override {
+    const uint64_t end = std::min<uint64_t>(offset + buf.size(), size());
+    uint64_t at = offset;
+    while (at < end) {
+      // The first missing range that ends past `at`.
+      auto it = std::upper_bound(
+          missing_.begin(), missing_.end(), at,
+          [](uint64_t value, const ExtentSet::Range& range) { return value < range.end; });
+      if (it != missing_.end() && it->start <= at) {
+        const uint64_t stop = std::min({end, it->end, (at / block_ + 1) * block_});
+        OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<const std::vector<std::byte>> data,
+                               Block(at / block_));
+        const uint64_t from = at - at / block_ * block_;
+        if (from + (stop - at) > data->size()) {
+          return PreconditionFailedError("read " + base_ + ": shorter than the " +
+                                         std::to_string(limit_) + " bytes of its base");
+        }
+        std::copy_n(data->begin() + static_cast<std::ptrdiff_t>(from), stop - at,
+                    buf.begin() + static_cast<std::ptrdiff_t>(at - offset));
+        at = stop;
+        continue;
+      }
+      const uint64_t stop = it != missing_.end() ? std::min(end, it->start) : end;
+      OBJFS_ASSIGN_OR_RETURN(size_t n, staged_.read_at(at, buf.subspan(at - offset, stop - at)));
+      if (n == 0) break;
+      at += n;
+    }
+    return static_cast<size_t>(at - offset);
+  }
+
+ private:
+  static constexpr size_t kKeptBlocks = 8;
+
+  Result<std::shared_ptr<const std::vector<std::byte>>> Block(uint64_t index) const {
+    {
+      MutexLock lock(&mu_);
+      auto found = blocks_.find(index);
+      if (found != blocks_.end()) return found->second;
+    }
+    const uint64_t start = index * block_;
+    auto data = std::make_shared<std::vector<std::byte>>(
+        std::min(block_, limit_ > start ? limit_ - start : 0));
+    OBJFS_ASSIGN_OR_RETURN(size_t n,
+                           store_->read(base_, start, *data, etag_.empty() ? nullptr : &etag_));
+    data->resize(n);
+    MutexLock lock(&mu_);
+    if (blocks_.size() >= kKeptBlocks) {
+      blocks_.erase(order_.front());
+      order_.erase(order_.begin());
+    }
+    if (blocks_.emplace(index, data).second) order_.push_back(index);
+    return std::shared_ptr<const std::vector<std::byte>>(data);
+  }
+
+  ObjectStore* const store_;
+  const FileSource staged_;
+  const std::string base_;
+  const ETag etag_;
+  const uint64_t limit_;
+  const uint64_t block_;
+  const std::vector<ExtentSet::Range> missing_;
+  mutable Mutex mu_;  // lock 31 of fs/lock_order.h: a leaf
+  mutable std::map<uint64_t, std::shared_ptr<const std::vector<std::byte>>> blocks_ GUARDED_BY(mu_);
+  mutable std::vector<uint64_t> order_ GUARDED_BY(mu_);  // blocks_, oldest first
+};
+
 std::chrono::nanoseconds Seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
@@ -432,6 +516,12 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     result = std::move(*streamed);
   } else if (Status fetched = FetchStaged(inode, key, 0, inode.staged->size()); fetched.ok()) {
     result = store_->put(key, inode.staged->Source(), put);
+  } else if (fetched.code() == StatusCode::kNoSpace && inode.staged->has_base()) {
+    // No room in cache_dir for what the file lacks: read from the server as it goes up, or
+    // the edit would stay here, filling the disk, at every retry.
+    Log(LogLevel::kWarn, "uploading " + key + " with the bytes it lacks read from " +
+                             inode.staged->base_key() + " as they are sent: " + fetched.message());
+    result = store_->put(key, BaseFilledSource(store_, *inode.staged, options_.read_buffer), put);
   } else {
     result = fetched;
   }

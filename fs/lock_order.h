@@ -60,6 +60,8 @@
 //                         only across the open of an object file not open yet.
 //  30. CredentialsHolder::mu_ (backend/s3/credentials.h)  the credentials requests are signed
 //                         with; never held while they are resolved again.
+//  31. BaseFilledSource::mu_ (fs/file_writer.cc)  the base's blocks an upload read last; never
+//                         held across the read of one.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

@@ -209,5 +209,73 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
   }
 }
 
+// An edit of a stored file that fills the cache disk: the bytes the file lacks are not fetched
+// into the full disk but read from the server as the file goes up, so what was written is
+// uploaded at close and its room freed. (Before, every try to upload it failed on the full disk,
+// and the edit stayed there across remounts, every new file failing with ENOSPC.)
+TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string disk = local.path() + "/disk";
+  ASSERT_EQ(::mkdir(disk.c_str(), 0700), 0) << std::strerror(errno);
+  CommandResult made = RunCommand({"mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", disk});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  struct Unmount {
+    std::string path;
+    ~Unmount() { RunCommand({"umount", "-l", path}); }
+  } unmount{disk};
+
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  const std::string old = PseudoRandomBytes(24 << 20, 23);
+  const std::string patch = PseudoRandomBytes(12 << 20, 24);
+  constexpr size_t kAt = 6 << 20;
+  {
+    std::unique_ptr<ObjfsMount> seed = ObjfsMount::Start(url);
+    ASSERT_TRUE(seed);
+    WriteFile(seed->path() + "/big", old);
+    EXPECT_EQ(seed->Stop(), 0) << seed->log();
+  }
+  ObjfsMount::Options options;
+  options.cache_dir = disk + "/c";
+  // Multipart, whose upload is noted in the full cache_dir: it goes on un-noted.
+  options.extra_options = "multipart_threshold=5M,part_size=5M";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+  ASSERT_TRUE(mount);
+  const int fd = ::open((mount->path() + "/big").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  size_t written = 0;
+  int error = 0;
+  while (written < patch.size()) {
+    const ssize_t n = ::pwrite(fd, patch.data() + written,
+                               std::min<size_t>(1 << 20, patch.size() - written), kAt + written);
+    if (n < 0) {
+      error = errno;
+      break;
+    }
+    written += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(error, ENOSPC) << std::strerror(error);
+  ASSERT_GT(written, 0u);
+  EXPECT_EQ(::close(fd), 0) << std::strerror(errno) << "\n" << mount->log();
+  // Its staging file goes once the kernel releases the file, after close(2) returned.
+  EXPECT_TRUE(WaitFor(20, [&] {
+    return StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "open_files") == 0;
+  }));
+  WriteFile(mount->path() + "/after", "room again");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+
+  std::string expected = old;
+  expected.replace(kAt, written, patch.substr(0, written));
+  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
+  ASSERT_TRUE(fresh);
+  const std::string big = ReadFile(fresh->path() + "/big");
+  EXPECT_EQ(big.size(), old.size());
+  EXPECT_TRUE(big == expected) << "big is not the old file with the " << written
+                               << " bytes written at " << kAt;
+  EXPECT_NE(GetXattr(fresh->path() + "/big", "user.etag").find('-'), std::string::npos)
+      << "not made of parts";
+  EXPECT_EQ(ReadFile(fresh->path() + "/after"), "room again");
+}
+
 }  // namespace
 }  // namespace objfs::testing
