@@ -143,18 +143,23 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     }
   }
 
-  // Anything else is copied here, in read_buffer-sized pieces.
+  // Anything else is copied here, in read_buffer-sized pieces. A failure after some pieces
+  // were copied gives their count, as write(2) does (a full cache disk: ENOSPC at the next
+  // call).
   std::vector<std::byte> buf(std::max<size_t>(options_.prefetch.read_buffer, 4096));
   uint64_t done = 0;
   while (done < len) {
     size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), len - done));
-    OBJFS_ASSIGN_OR_RETURN(size_t n,
-                           Read(fh_in, off_in + done, std::span<std::byte>(buf.data(), want)));
-    if (n == 0) break;
-    OBJFS_ASSIGN_OR_RETURN(
-        size_t written, Write(fh_out, off_out + done, std::span<const std::byte>(buf.data(), n)));
-    done += written;
-    if (n < want) break;
+    Result<size_t> n = Read(fh_in, off_in + done, std::span<std::byte>(buf.data(), want));
+    if (!n.ok()) return done > 0 ? Result<uint64_t>(done) : Result<uint64_t>(n.status());
+    if (*n == 0) break;
+    Result<size_t> written =
+        Write(fh_out, off_out + done, std::span<const std::byte>(buf.data(), *n));
+    if (!written.ok()) {
+      return done > 0 ? Result<uint64_t>(done) : Result<uint64_t>(written.status());
+    }
+    done += *written;
+    if (*n < want) break;
   }
   return done;
 }

@@ -277,5 +277,60 @@ TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
   EXPECT_EQ(ReadFile(fresh->path() + "/after"), "room again");
 }
 
+// A copy_file_range made through this machine (part of a file) that fills the cache disk
+// reports what it copied, as write(2) does, and ENOSPC only at the next call; the bytes it
+// reported are uploaded at close.
+TEST(MountS3IoTest, ACopyThatFillsTheCacheDiskReportsWhatItCopied) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string disk = local.path() + "/disk";
+  ASSERT_EQ(::mkdir(disk.c_str(), 0700), 0) << std::strerror(errno);
+  CommandResult made = RunCommand({"mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", disk});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  struct Unmount {
+    std::string path;
+    ~Unmount() { RunCommand({"umount", "-l", path}); }
+  } unmount{disk};
+
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  const std::string data = PseudoRandomBytes(20 << 20, 25);
+  {
+    std::unique_ptr<ObjfsMount> seed = ObjfsMount::Start(url);
+    ASSERT_TRUE(seed);
+    WriteFile(seed->path() + "/src", data);
+    EXPECT_EQ(seed->Stop(), 0) << seed->log();
+  }
+  ObjfsMount::Options options;
+  options.cache_dir = disk + "/c";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+  ASSERT_TRUE(mount);
+  const int in = ::open((mount->path() + "/src").c_str(), O_RDONLY);
+  ASSERT_GE(in, 0) << std::strerror(errno);
+  const int out = ::open((mount->path() + "/dst").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  ASSERT_GE(out, 0) << std::strerror(errno);
+  constexpr off_t kFrom = 1 << 20;
+  off_t off_in = kFrom;
+  uint64_t copied = 0;
+  int error = 0;
+  while (copied < data.size() - kFrom) {
+    const ssize_t n = ::copy_file_range(in, &off_in, out, nullptr, data.size() - kFrom - copied, 0);
+    if (n <= 0) {
+      error = n < 0 ? errno : 0;
+      break;
+    }
+    copied += static_cast<uint64_t>(n);
+  }
+  EXPECT_EQ(error, ENOSPC) << std::strerror(error);
+  EXPECT_GT(copied, 0u) << "the first call failed instead of giving what it copied";
+  EXPECT_EQ(::close(out), 0) << std::strerror(errno);
+  ::close(in);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
+  ASSERT_TRUE(fresh);
+  const std::string dst = ReadFile(fresh->path() + "/dst");
+  EXPECT_EQ(dst.size(), copied);
+  EXPECT_TRUE(dst == data.substr(kFrom, copied)) << "dst is not the bytes reported copied";
+}
+
 }  // namespace
 }  // namespace objfs::testing
