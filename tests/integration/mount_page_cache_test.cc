@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,6 +103,14 @@ TEST_P(PageCacheTest, SecondReadOfAnUnchangedFileMakesNoBackendRead) {
   std::unique_ptr<ObjfsMount> mount = remote().Mount();
   ASSERT_TRUE(mount);
   const std::string path = mount->path() + "/f";
+  // A mapping made before the reads shows which pages the kernel holds between them, with no
+  // open of its own (the opens are what is tested). Under memory pressure (sanitizer builds of
+  // a CI run side by side) the kernel evicts file pages whatever objfs asked; a second read
+  // must fetch those again, and then only objfs's counters can be checked.
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  void* map = ::mmap(nullptr, data.size(), PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED) << std::strerror(errno);
 
   const std::string before_first = Stats(*mount);
   EXPECT_EQ(Digest(Cat(path)), Digest(data));
@@ -109,11 +118,20 @@ TEST_P(PageCacheTest, SecondReadOfAnUnchangedFileMakesNoBackendRead) {
   EXPECT_GE(StatsCounter(before, "bytes_read") - StatsCounter(before_first, "bytes_read"),
             static_cast<int64_t>(data.size()));
 
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t evicted = data.size() / page - ResidentPages(map, data.size());
   EXPECT_EQ(Digest(Cat(path)), Digest(data));
   const std::string after = Stats(*mount);
-  ExpectNoBackendRead(before, after);
+  if (evicted == 0) {
+    ExpectNoBackendRead(before, after);
+  } else {
+    std::cerr << "the kernel evicted " << evicted << " pages between the reads\n";
+  }
   ExpectCounterDelta(before, after, "page_cache_keeps", 1);
   ExpectCounterDelta(before, after, "page_cache_drops", 0);
+  ExpectCounterDelta(before, after, "page_cache_invalidations", 0);
+  ::munmap(map, data.size());
+  ::close(fd);
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
