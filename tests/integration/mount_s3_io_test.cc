@@ -127,21 +127,52 @@ TEST(MountS3IoTest, DirectIoBypassesThePageCache) {
       << after;
 }
 
+// An 8 MiB tmpfs to put a mount's cache_dir on, unmounted at scope end.
+class SmallDisk {
+ public:
+  SmallDisk() {
+    if (local_.path().empty()) return;
+    path_ = local_.path() + "/disk";
+    if (::mkdir(path_.c_str(), 0700) != 0) {
+      ADD_FAILURE() << "mkdir " << path_ << ": " << std::strerror(errno);
+      return;
+    }
+    CommandResult made = RunCommand({"mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", path_});
+    mounted_ = made.exit_code == 0;
+    if (!mounted_) ADD_FAILURE() << "mount -t tmpfs: " << made.err;
+  }
+  ~SmallDisk() {
+    if (mounted_) RunCommand({"umount", "-l", path_});
+  }
+  SmallDisk(const SmallDisk&) = delete;
+  SmallDisk& operator=(const SmallDisk&) = delete;
+
+  bool ok() const { return mounted_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  ScratchDir local_;
+  std::string path_;
+  bool mounted_ = false;
+};
+
+// Writes `data` to `name` in the bucket of `url` through a mount of its own (with a cache_dir
+// of its own), and unmounts.
+void WriteThroughAMount(const std::string& url, const std::string& name, const std::string& data) {
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url);
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/" + name, data);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 // A cache disk (cache_dir) too small for a file: the write that does not fit fails with ENOSPC,
 // what was written before it reaches the bucket, the disk is free again for the next file, and
 // no other file suffers. With a write-back window, files waiting in it are uploaded early to
 // make room.
 TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
-  ScratchDir local;
-  ASSERT_FALSE(local.path().empty());
-  const std::string disk = local.path() + "/disk";
-  ASSERT_EQ(::mkdir(disk.c_str(), 0700), 0) << std::strerror(errno);
-  CommandResult made = RunCommand({"mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", disk});
-  ASSERT_EQ(made.exit_code, 0) << made.err;
-  struct Unmount {
-    std::string path;
-    ~Unmount() { RunCommand({"umount", "-l", path}); }
-  } unmount{disk};
+  SmallDisk small;
+  ASSERT_TRUE(small.ok());
+  const std::string& disk = small.path();
 
   const std::string url = S3MountUrl(CreateTestBucket(TestName()));
   const std::string data = PseudoRandomBytes(16 << 20, 21);
@@ -214,27 +245,15 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
 // uploaded at close and its room freed. (Before, every try to upload it failed on the full disk,
 // and the edit stayed there across remounts, every new file failing with ENOSPC.)
 TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
-  ScratchDir local;
-  ASSERT_FALSE(local.path().empty());
-  const std::string disk = local.path() + "/disk";
-  ASSERT_EQ(::mkdir(disk.c_str(), 0700), 0) << std::strerror(errno);
-  CommandResult made = RunCommand({"mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", disk});
-  ASSERT_EQ(made.exit_code, 0) << made.err;
-  struct Unmount {
-    std::string path;
-    ~Unmount() { RunCommand({"umount", "-l", path}); }
-  } unmount{disk};
+  SmallDisk small;
+  ASSERT_TRUE(small.ok());
+  const std::string& disk = small.path();
 
   const std::string url = S3MountUrl(CreateTestBucket(TestName()));
   const std::string old = PseudoRandomBytes(24 << 20, 23);
   const std::string patch = PseudoRandomBytes(12 << 20, 24);
   constexpr size_t kAt = 6 << 20;
-  {
-    std::unique_ptr<ObjfsMount> seed = ObjfsMount::Start(url);
-    ASSERT_TRUE(seed);
-    WriteFile(seed->path() + "/big", old);
-    EXPECT_EQ(seed->Stop(), 0) << seed->log();
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteThroughAMount(url, "big", old));
   ObjfsMount::Options options;
   options.cache_dir = disk + "/c";
   // Multipart, whose upload is noted in the full cache_dir: it goes on un-noted.
@@ -281,25 +300,13 @@ TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
 // reports what it copied, as write(2) does, and ENOSPC only at the next call; the bytes it
 // reported are uploaded at close.
 TEST(MountS3IoTest, ACopyThatFillsTheCacheDiskReportsWhatItCopied) {
-  ScratchDir local;
-  ASSERT_FALSE(local.path().empty());
-  const std::string disk = local.path() + "/disk";
-  ASSERT_EQ(::mkdir(disk.c_str(), 0700), 0) << std::strerror(errno);
-  CommandResult made = RunCommand({"mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", disk});
-  ASSERT_EQ(made.exit_code, 0) << made.err;
-  struct Unmount {
-    std::string path;
-    ~Unmount() { RunCommand({"umount", "-l", path}); }
-  } unmount{disk};
+  SmallDisk small;
+  ASSERT_TRUE(small.ok());
+  const std::string& disk = small.path();
 
   const std::string url = S3MountUrl(CreateTestBucket(TestName()));
   const std::string data = PseudoRandomBytes(20 << 20, 25);
-  {
-    std::unique_ptr<ObjfsMount> seed = ObjfsMount::Start(url);
-    ASSERT_TRUE(seed);
-    WriteFile(seed->path() + "/src", data);
-    EXPECT_EQ(seed->Stop(), 0) << seed->log();
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteThroughAMount(url, "src", data));
   ObjfsMount::Options options;
   options.cache_dir = disk + "/c";
   std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
