@@ -38,6 +38,8 @@ struct MemoryStoreOptions {
   // Above 0: puts and copies whose user metadata (names and values) takes more bytes are
   // refused with InvalidArgument [MetadataTooLarge], as S3 does above 2 KiB.
   size_t max_metadata = 0;
+  // Reported in capabilities() (0: no limit); puts are not checked against it.
+  uint64_t max_object_size = 0;
   // As SFTP's posix-rename: rename() moves a file, or a directory with every key under it, in
   // one step, keeping content, metadata, mtime and version; it replaces a file or an empty
   // directory at the target. False: rename() is Unsupported, as on S3.
