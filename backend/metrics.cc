@@ -21,6 +21,7 @@ std::string Metrics::ToText() const {
   line("upload_requests", upload_requests);
   line("streamed_parts", streamed_parts);
   line("streamed_fallbacks", streamed_fallbacks);
+  line("unfinished_set_aside", unfinished_set_aside);
   line("failed_requests", failed_requests);
   line("in_flight_requests", in_flight_requests);
   line("bytes_read", bytes_read);

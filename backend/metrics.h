@@ -30,6 +30,9 @@ struct Metrics {
   // the streamed uploads given up for a whole put at close.
   std::atomic<uint64_t> streamed_parts{0};
   std::atomic<uint64_t> streamed_fallbacks{0};
+  // Files whose writer's write failed and that were set aside in cache_dir/unfinished/ at its
+  // close instead of uploaded (FileWriter::SetAsideUnfinished).
+  std::atomic<uint64_t> unfinished_set_aside{0};
   std::atomic<uint64_t> failed_requests{0};
   // Backend calls under way now (a gauge): a number that stays up says the server is slow.
   std::atomic<uint64_t> in_flight_requests{0};

@@ -443,6 +443,16 @@ Result<std::string> StagingArea::SetAside(const StagedLeftover& left) const {
   return IoError("no free name in " + dir + " for " + left.key);
 }
 
+Result<std::string> StagingArea::SetAside(StagedFile& file, std::string_view key) const {
+  StagedLeftover left;
+  left.key = key;
+  left.data_path = file.data_path_;
+  left.meta_path = file.meta_path_;
+  Result<std::string> kept = SetAside(left);
+  if (kept.ok()) file.removed_ = true;  // both names are gone already
+  return kept;
+}
+
 Result<std::unique_ptr<StagedFile>> StagingArea::Adopt(const StagedLeftover& left) const {
   int fd = ::open(left.data_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return ErrnoStatus("open", left.data_path, errno);

@@ -211,6 +211,10 @@ class StagingArea {
   // Moves the data of a leftover that must not be uploaded into "unfinished/" under a name made
   // from its key, deletes its record, and returns the new path.
   Result<std::string> SetAside(const StagedLeftover& left) const;
+  // The same for the data of `file`, a staging file of this process that must not be uploaded
+  // under `key`: on success `file` is removed (its descriptor stays open, its bytes are at the
+  // returned path).
+  Result<std::string> SetAside(StagedFile& file, std::string_view key) const;
   // Reopens the data of a publishable leftover as a staging file that keeps its record (key,
   // metadata, state kAccepted, base and present ranges): the next mount serves and uploads it
   // like a file closed and not uploaded yet.

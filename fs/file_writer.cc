@@ -336,6 +336,7 @@ void FileWriter::Discard(Inode& inode) {
   GiveUpStream(inode, "", std::nullopt, Status::Ok());  // nothing of it is ever to be stored
   inode.base.reset();
   inode.touched.Clear();
+  inode.unwritten.Clear();
   inode.state = Inode::FileState::kRemoved;
   ForgetHeldMetadata(inode);
   MetadataCoalescer::Forget(inode.carried);
@@ -355,6 +356,7 @@ void FileWriter::DropStaging(Inode& inode) {
   inode.may_stream = false;
   inode.base.reset();
   inode.touched.Clear();
+  inode.unwritten.Clear();
   MetadataCoalescer::Forget(inode.carried);
   if (inode.accepted_copy) {
     inode.accepted_copy->Remove();
@@ -486,6 +488,7 @@ Metadata FileWriter::UploadMetadata(const Inode& inode) {
 }
 
 Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
+  if (Unfinished(inode)) return UnfinishedError(inode, key);
   Metadata metadata = UploadMetadata(inode);
   // A writer's close or an fsync vouches for the data as it is: should objfs die during the
   // upload, the next mount uploads it. (Not synced first: the upload is what keeps it, and a
@@ -661,6 +664,7 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
 
 void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, uint64_t length) {
   if (inode.base) inode.touched.Add(offset, length);
+  inode.unwritten.Remove(offset, length);  // a failed write's bytes, written after all
   if (!inode.staged || !inode.unsaved()) return;
   const uint64_t size = inode.staged->size();
   if (inode.stream) {
@@ -707,8 +711,68 @@ void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, ui
 void FileWriter::Truncated(Inode& inode, uint64_t size) {
   // What lies past the new end is not the base's any more, should the file grow again.
   if (inode.base) inode.touched.Add(size, UINT64_MAX);
+  inode.unwritten.TrimFrom(size);  // a failed write past the end is not missed any more
   if (inode.stream) inode.stream->Truncated(size);
   if (size == 0 && inode.unsaved()) inode.may_stream = true;
+}
+
+void FileWriter::WriteFailed(Inode& inode, uint64_t offset, uint64_t length,
+                             const Status& failure) {
+  if (!inode.unsaved() || length == 0) return;
+  if (inode.unwritten.empty()) inode.write_failure = failure;
+  inode.unwritten.Add(offset, length);
+}
+
+Status FileWriter::UnfinishedError(const Inode& inode, const std::string& key) const {
+  const Status& failure = inode.write_failure;
+  return Status(failure.code(),
+                key + " is not uploaded: a write to it failed (" + failure.message() +
+                    ") and no later write put those bytes there",
+                failure.server_code());
+}
+
+Status FileWriter::SetAsideUnfinished(Inode& inode, const std::string& key) {
+  Status error = UnfinishedError(inode, key);
+  // Its streamed parts never become an object (only the completion would make one).
+  GiveUpStream(inode, key, std::nullopt, Status::Ok());
+  const uint64_t size = inode.staged->size();
+  const bool sparse = inode.staged->has_base() && !inode.staged->present().Covers(0, size);
+  Result<std::string> kept = staging_->SetAside(*inode.staged, key);
+  if (!kept.ok()) {
+    // Staged and Unfinished as it is: never uploaded, and its record (kWriting) has the next
+    // mount set it aside.
+    Log(LogLevel::kError, error.message() + "; it stays staged, not uploaded, as " +
+                              inode.staged->data_path() + ": " + kept.status().message());
+    return error;
+  }
+  Log(LogLevel::kError,
+      error.message() + ", so it is not what its writer meant it to be and does not replace " +
+          (inode.accepted_copy ? "the version closed before"
+           : inode.in_store    ? "the stored file"
+                               : "anything (it was new)") +
+          "; its " + std::to_string(size) + " bytes are in " + *kept +
+          (sparse ? " (holes where the stored file's bytes were not fetched)" : "") +
+          (error.code() == StatusCode::kNoSpace ? ", taking room in cache_dir until removed" : ""));
+  Bump(metrics_->unfinished_set_aside);
+  inode.staged.reset();
+  inode.unwritten.Clear();
+  inode.write_failure = Status::Ok();
+  inode.page_version = ETag();  // the kernel's pages hold the data set aside
+  inode.pages_drop_queued = true;
+  meta_cache_->Invalidate(key);
+  if (inode.accepted_copy) {
+    // The version a close accepted is the file again, waiting for its upload as before.
+    inode.staged = std::move(inode.accepted_copy);
+    inode.attr.size = inode.staged->size();
+    return error;
+  }
+  inode.base.reset();
+  inode.touched.Clear();
+  inode.may_stream = false;
+  MetadataCoalescer::Forget(inode.carried);  // the change it carried applies to the object
+  inode.state = Inode::FileState::kStored;
+  inode.has_local_data.store(inode.pending_metadata.has_value());
+  return error;
 }
 
 void FileWriter::Retagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to) {
@@ -963,6 +1027,15 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
 }
 
 Status FileWriter::Close(uint64_t ino, Inode& inode) {
+  if (Unfinished(inode)) {
+    auto key = KeyOf(ino);
+    if (!key.ok()) return key.status();
+    Status error = SetAsideUnfinished(inode, *key);
+    if (!inode.unsaved() || Unfinished(inode)) return error;
+    // The version a close accepted before is the file again: uploaded as it would have been.
+    Status closed = Close(ino, inode);
+    return closed.ok() ? error : closed;
+  }
   if (writeback()) return DeferUpload(ino, inode);
   auto key = KeyOf(ino);
   Status status = key.ok() ? Upload(inode, *key) : key.status();
@@ -1067,6 +1140,7 @@ Status FileWriter::Flush(uint64_t ino, const std::shared_ptr<Inode>& inode, bool
 Status FileWriter::DeferUpload(uint64_t ino, Inode& inode) {
   auto key = KeyOf(ino);
   if (!key.ok()) return key.status();
+  if (Unfinished(inode)) return UnfinishedError(inode, *key);  // never accepted
   const Metadata metadata = UploadMetadata(inode);
   // The record names what a crash before the upload must still upload at the next mount; the
   // data is on disk first, so that after a power loss no record describes lost data. (As with a

@@ -159,6 +159,24 @@ class FileWriter {
       REQUIRES(inode.mu);
   // The staged file was truncated to `size` (after MarkDirty).
   void Truncated(Inode& inode, uint64_t size) REQUIRES(inode.mu);
+  // A writer's write of [offset, offset + length) to the unsaved file failed with `failure`
+  // (told to the writer): until later writes put those bytes there or a truncate cuts them
+  // off, the file is not what its writers meant it to be (Unfinished), and it never replaces
+  // the stored file. (A write that changed nothing of a clean file leaves nothing to upload.)
+  void WriteFailed(Inode& inode, uint64_t offset, uint64_t length, const Status& failure)
+      REQUIRES(inode.mu);
+  // The unsaved data lacks bytes a writer's failed write meant to put there (WriteFailed).
+  static bool Unfinished(const Inode& inode) REQUIRES(inode.mu) {
+    return inode.unsaved() && !inode.unwritten.empty();
+  }
+  // What a close or fsync of an Unfinished file says: the first write's failure, named.
+  Status UnfinishedError(const Inode& inode, const std::string& key) const REQUIRES(inode.mu);
+  // The last writer of an Unfinished file is done: its data is set aside in
+  // cache_dir/unfinished/ (logged with its path, never uploaded), and the file is again the
+  // version a close accepted and not uploaded yet (inode.accepted_copy), else what the store
+  // has (the complete earlier file, or no file if it was new). Returns UnfinishedError. Should
+  // the data not move, it stays staged and Unfinished, and the next mount sets it aside.
+  Status SetAsideUnfinished(Inode& inode, const std::string& key) REQUIRES(inode.mu);
   // The stored object `key` kept its bytes but its ETag went from `from` to `to` (a metadata
   // change): the staged file fetches what it lacks, and an edit copies, by the new one. (Never
   // after another client's version: its ETag is not `from`.)

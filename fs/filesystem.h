@@ -333,11 +333,18 @@ class Filesystem {
 
   // Writes `data` at `offset` into the inode's staging file (fetching the object's content
   // into it first, in read_buffer-sized reads, unless the file is empty). Returns data.size().
-  Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data);
+  // A write that fails after the file has unsaved data leaves it unfinished until later writes
+  // cover those bytes (FileWriter::WriteFailed; `note_failure` false: the caller reports a
+  // short count instead, so nothing is missed).
+  Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data,
+                       bool note_failure = true);
 
   // Uploads the inode's unsaved data and metadata, if any, with one put. On failure the data
   // stays staged and unsaved, and a later Flush/Fsync/Release/FlushAll retries the upload.
   // With a write-back window, Flush schedules the upload instead; Fsync always uploads.
+  // An unfinished file (a write failed) is never uploaded: fsync fails with that write's
+  // error, and so does the close of its last writer, which sets its data aside
+  // (FileWriter::SetAsideUnfinished); the close of another writer fails and waits for it.
   Status Flush(uint64_t fh);
   Status Fsync(uint64_t fh, bool datasync);
 
@@ -516,6 +523,13 @@ class Filesystem {
   // stored object), then marked for upload. `new_mtime`: the mtime (and ctime) become now.
   Status TruncateLocked(Inode& inode, const std::string& key, uint64_t size, bool new_mtime)
       REQUIRES(inode.mu);
+  // Write's work under the inode's lock; `*offset` becomes where the data went (O_APPEND).
+  Result<size_t> WriteLocked(const Handle& handle, Inode& inode, uint64_t* offset,
+                             std::span<const std::byte> data) REQUIRES(inode.mu);
+  // The close of a writer of an unfinished file (FileWriter::Unfinished): the last one sets
+  // its data aside and has the kernel drop the pages it wrote; any close fails with the
+  // write's error.
+  Status CloseUnfinished(uint64_t ino, Inode& inode) REQUIRES(inode.mu);
   int64_t NowNs() const;
 
   // filesystem_io.cc

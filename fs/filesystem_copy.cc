@@ -153,8 +153,9 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     Result<size_t> n = Read(fh_in, off_in + done, std::span<std::byte>(buf.data(), want));
     if (!n.ok()) return done > 0 ? Result<uint64_t>(done) : Result<uint64_t>(n.status());
     if (*n == 0) break;
+    // A failure after some pieces is a short count, not a failed write: nothing is missed.
     Result<size_t> written =
-        Write(fh_out, off_out + done, std::span<const std::byte>(buf.data(), *n));
+        Write(fh_out, off_out + done, std::span<const std::byte>(buf.data(), *n), done == 0);
     if (!written.ok()) {
       return done > 0 ? Result<uint64_t>(done) : Result<uint64_t>(written.status());
     }

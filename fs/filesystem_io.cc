@@ -278,20 +278,31 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
   }
 }
 
-Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data) {
+Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data,
+                                 bool note_failure) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
   if (!IsWritable(handle->flags)) return InvalidArgumentError("handle not open for writing");
   Inode& inode = *handle->inode;
   MutexLock lock(&inode.mu);
-  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle->ino));
+  Result<size_t> written = WriteLocked(*handle, inode, &offset, data);
+  if (!written.ok() && note_failure) {
+    writer_->WriteFailed(inode, offset, data.size(), written.status());
+  }
+  return written;
+}
+
+Result<size_t> Filesystem::WriteLocked(const Handle& handle, Inode& inode, uint64_t* at,
+                                       std::span<const std::byte> data) {
+  uint64_t& offset = *at;
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle.ino));
   if (!inode.staged) {
     OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
     if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
     OBJFS_RETURN_IF_ERROR(writer_->Stage(inode, key, rec, /*empty=*/rec.size == 0));
   }
-  if (handle->flags & O_APPEND) offset = inode.staged->size();
+  if (handle.flags & O_APPEND) offset = inode.staged->size();
   OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, offset + data.size()));
   OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(inode, key));
   // A change of the data: the ctime is the new mtime (before a streamed upload takes the
@@ -332,6 +343,11 @@ Status Filesystem::Flush(uint64_t fh) {
     return Status::Ok();
   }
   if (IsWritable(handle->flags)) {
+    {
+      Inode& inode = *handle->inode;
+      MutexLock lock(&inode.mu);
+      if (FileWriter::Unfinished(inode)) return CloseUnfinished(handle->ino, inode);
+    }
     OBJFS_RETURN_IF_ERROR(ReportedAtClose("close", handle->ino, TrimUnaskedCopy(*handle)));
   }
   if (writer_->writeback()) {
@@ -350,9 +366,26 @@ Status Filesystem::Flush(uint64_t fh) {
 Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) {
   std::shared_ptr<Handle> handle = FindHandle(fh);
   if (handle == nullptr) return InvalidArgumentError("unknown file handle");
+  {
+    Inode& inode = *handle->inode;
+    MutexLock lock(&inode.mu);
+    if (FileWriter::Unfinished(inode)) {  // its writers may still mend it
+      OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle->ino));
+      return writer_->UnfinishedError(inode, key);
+    }
+  }
   return ReportedAtClose("fsync", handle->ino,
                          writer_->Flush(handle->ino, handle->inode, /*with_metadata=*/true,
                                         /*accept=*/true));
+}
+
+Status Filesystem::CloseUnfinished(uint64_t ino, Inode& inode) {
+  OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+  // Another writer may still mend it: its close decides.
+  if (inode.open_writers.load() > 1) return writer_->UnfinishedError(inode, key);
+  Status error = writer_->SetAsideUnfinished(inode, key);
+  if (!FileWriter::Unfinished(inode)) InvalidatePages(ino);  // set aside: its pages were that
+  return error;
 }
 
 Status Filesystem::Release(uint64_t fh) {
@@ -377,7 +410,15 @@ Status Filesystem::Release(uint64_t fh) {
       // A reader's release: the writer's close or the queued upload decides (see Flush). A
       // clean copy kept only for open handles goes with the last of them.
       if (remaining == 0 && !inode.unsaved()) writer_->DropStaging(inode);
-    } else if (inode.unsaved()) {
+    } else if (FileWriter::Unfinished(inode) && writers == 0) {
+      // (Its last writer's close did this already, unless that close was never flushed.)
+      status = CloseUnfinished(handle->ino, inode);
+      if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
+        (void)writer_->Close(handle->ino, inode);  // the version closed before: as it was
+      } else if (remaining == 0 && !inode.unsaved()) {
+        writer_->DropStaging(inode);
+      }
+    } else if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
       status = writer_->Close(handle->ino, inode);
     } else if (remaining == 0) {
       writer_->DropStaging(inode);

@@ -110,6 +110,18 @@ class FilesystemTest : public ::testing::Test {
     return out;
   }
 
+  // A fresh store whose objects hold at most `limit` bytes: a write past it fails (EFBIG) after
+  // earlier writes were taken, as one on a full cache disk does (ENOSPC).
+  void UseMaxObjectSize(uint64_t limit) {
+    fs_.reset();
+    MemoryStoreOptions o;
+    o.max_object_size = limit;
+    memory_ = std::make_shared<MemoryStore>(o);
+    faults_ = std::make_shared<FaultInjectingStore>(memory_);
+    store_ = std::make_shared<MetricsStore>(faults_, metrics_);
+    fs_ = NewFilesystem();
+  }
+
   // A fresh store whose copies behave as S3Store's on RGW (see MemoryStoreOptions).
   void UseRgwLikeCopies() {
     fs_.reset();
@@ -2170,6 +2182,106 @@ TEST_F(WritebackTest, RenameNoReplaceOntoADirectoryIsAlreadyExists) {
   EXPECT_EQ(fs_->Rename(kRootIno, "f", kRootIno, "d", kRenameNoReplace).code(),
             StatusCode::kAlreadyExists);
   EXPECT_EQ(fs_->Rename(kRootIno, "f", kRootIno, "d", 0).code(), StatusCode::kIsDirectory);
+}
+
+// A write that fails (here past the largest object; on a full cache disk, ENOSPC) leaves the
+// file unfinished: neither fsync nor close uploads it over the complete stored file. Its data
+// is set aside in cache_dir/unfinished/, and the file is the stored one again.
+TEST_F(FilesystemTest, AFailedWriteNeverReplacesTheStoredFile) {
+  UseMaxObjectSize(64);
+  PutObject("f", "the complete file");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("the start")).ok());
+  EXPECT_EQ(fs_->Write(*fh, 9, Bytes(std::string(100, 'x'))).status().code(),
+            StatusCode::kFileTooLarge);
+  const Status synced = fs_->Fsync(*fh, false);
+  EXPECT_EQ(synced.code(), StatusCode::kFileTooLarge) << synced.ToString();
+  EXPECT_NE(synced.message().find("f is not uploaded: a write to it failed"), std::string::npos)
+      << synced.ToString();
+  const Status closed = fs_->Flush(*fh);
+  EXPECT_EQ(closed.code(), StatusCode::kFileTooLarge) << closed.ToString();
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("f"), "the complete file");
+  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "the start"}}));
+  EXPECT_EQ(metrics_.unfinished_set_aside.load(), 1u);
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.size, 17u);
+  EXPECT_EQ(ReadFile(*fs_, ino), "the complete file");
+  // Nothing of it is left to upload.
+  fs_.reset();
+  EXPECT_EQ(memory_->contents("f"), "the complete file");
+}
+
+// A new file whose write failed is not created by its close either.
+TEST_F(FilesystemTest, AFailedWriteLeavesNoNewFile) {
+  UseMaxObjectSize(64);
+  auto created = fs_->Create(kRootIno, "new", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("begun")).ok());
+  EXPECT_FALSE(fs_->Write(created->fh, 5, Bytes(std::string(100, 'x'))).ok());
+  EXPECT_EQ(fs_->Flush(created->fh).code(), StatusCode::kFileTooLarge);
+  EXPECT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_FALSE(memory_->head("new").ok());
+  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"new", "begun"}}));
+}
+
+// A later truncate that cuts off what a failed write meant to put there finishes the file (as
+// would a write of those bytes): its close uploads it.
+TEST_F(FilesystemTest, ATruncateBeforeAFailedWriteFinishesTheFile) {
+  UseMaxObjectSize(64);
+  PutObject("f", "stored");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new content")).ok());
+  EXPECT_FALSE(fs_->Write(*fh, 11, Bytes(std::string(100, 'x'))).ok());
+  FileAttr attr;
+  attr.size = 11;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetSize, attr, *fh).ok());
+  EXPECT_TRUE(fs_->Flush(*fh).ok());
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("f"), "new content");
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+}
+
+// Of two writers, the close of the one whose write did not fail does not upload the file
+// either: the last close decides, and sets it aside.
+TEST_F(FilesystemTest, AnotherWritersCloseDoesNotUploadAFailedWrite) {
+  UseMaxObjectSize(64);
+  PutObject("f", "stored");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto failing = fs_->Open(ino, O_WRONLY);
+  auto other = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(failing.ok() && other.ok());
+  ASSERT_TRUE(fs_->Write(*other, 0, Bytes("STO")).ok());
+  EXPECT_FALSE(fs_->Write(*failing, 6, Bytes(std::string(100, 'x'))).ok());
+  EXPECT_EQ(fs_->Flush(*other).code(), StatusCode::kFileTooLarge);
+  EXPECT_TRUE(fs_->Release(*other).ok());
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_EQ(fs_->Flush(*failing).code(), StatusCode::kFileTooLarge);
+  EXPECT_TRUE(fs_->Release(*failing).ok());
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_EQ(SetAside(options_.cache_dir).size(), 1u);
+}
+
+// A file closed into the write-back window, then rewritten by a writer whose write failed: the
+// version the first close accepted is the file again, and goes up at the window's end.
+TEST_F(WritebackTest, AFailedRewriteLeavesTheVersionClosedBefore) {
+  UseMaxObjectSize(64);
+  const uint64_t ino = WriteAndClose("f", "first version");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("second")).ok());
+  EXPECT_FALSE(fs_->Write(*fh, 6, Bytes(std::string(100, 'x'))).ok());
+  EXPECT_EQ(fs_->Flush(*fh).code(), StatusCode::kFileTooLarge);
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(ReadFile(*fs_, ino), "first version");
+  EXPECT_FALSE(memory_->head("f").ok());  // still in the window
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("f"), "first version");
+  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "second"}}));
 }
 
 TEST_F(WritebackTest, FailedUploadsAreCounted) {
