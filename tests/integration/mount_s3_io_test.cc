@@ -10,13 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
@@ -166,33 +164,38 @@ void WriteThroughAMount(const std::string& url, const std::string& name, const s
 }
 
 // A cache disk (cache_dir) too small for a file: the write that does not fit fails with ENOSPC,
-// what was written before it reaches the bucket, the disk is free again for the next file, and
-// no other file suffers. With a write-back window, files waiting in it are uploaded early to
-// make room.
+// as on a full local disk, and so does the close. The file is not finished, so it does not
+// replace the complete file of that name: the bucket keeps the earlier version (with a
+// write-back window, the version closed into it goes up), and what was written is set aside in
+// cache_dir/unfinished/, named in the log, for the user to keep or delete. No other file
+// suffers.
 TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
   SmallDisk small;
   ASSERT_TRUE(small.ok());
   const std::string& disk = small.path();
 
   const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  const std::string old = PseudoRandomBytes(1 << 20, 20);
   const std::string data = PseudoRandomBytes(16 << 20, 21);
   const std::string second = PseudoRandomBytes(3 << 20, 22);
   for (const std::string mode : {"", "writeback=600"}) {
     SCOPED_TRACE(mode.empty() ? "upload at close" : mode);
-    const std::string dir = mode.empty() ? "/at-close" : "/window";
-    size_t written = 0;
+    const std::string dir = mode.empty() ? "at-close" : "window";
     {
       ObjfsMount::Options options;
-      options.cache_dir = disk + dir;
+      options.cache_dir = disk + "/" + dir;
       options.extra_options = mode;
       std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
       ASSERT_TRUE(mount);
-      const std::string root = mount->path() + dir;
+      const std::string root = mount->path() + "/" + dir;
       ASSERT_EQ(::mkdir(root.c_str(), 0755), 0) << std::strerror(errno);
       WriteFile(root + "/kept", "kept");
+      WriteFile(root + "/big", old);  // complete (uploaded, or waiting in the window)
 
-      int fd = ::open((root + "/big").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const std::string before = GetXattr(mount->path(), "user.objfs.stats");
+      int fd = ::open((root + "/big").c_str(), O_WRONLY | O_TRUNC);
       ASSERT_GE(fd, 0) << std::strerror(errno);
+      size_t written = 0;
       int error = 0;
       while (written < data.size()) {
         ssize_t n =
@@ -206,44 +209,47 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
       EXPECT_EQ(error, ENOSPC) << std::strerror(error);
       EXPECT_GT(written, 0u);
       EXPECT_LT(written, data.size());
-      std::string before = GetXattr(mount->path(), "user.objfs.stats");
-      // What was written is uploaded (at close, or from the window when room is needed), as a
-      // local file system keeps what fitted.
-      EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
-      // The kernel releases the file after close(2) returns; its staging file is freed then.
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "open_files") != 0 &&
-             std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      errno = 0;
+      EXPECT_EQ(::close(fd), -1);
+      EXPECT_EQ(errno, ENOSPC) << std::strerror(errno);
+      // The kernel releases the file after close(2) returns.
+      EXPECT_TRUE(WaitFor(20, [&] {
+        return StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "open_files") == 0;
+      }));
+      const std::string after = GetXattr(mount->path(), "user.objfs.stats");
+      EXPECT_EQ(StatsCounter(after, "unfinished_set_aside") -
+                    StatsCounter(before, "unfinished_set_aside"),
+                1)
+          << after;
+      // The mount shows the complete file again.
+      EXPECT_TRUE(ReadFile(root + "/big") == old) << "big is not the complete file";
 
-      // The next file finds room: big's staging file is gone, or goes up early to free it.
+      // What was written is in cache_dir/unfinished/, named in the log.
+      const std::string aside = options.cache_dir + "/unfinished/" + dir + "%2Fbig";
+      const std::string kept = ReadFile(aside);
+      EXPECT_GE(kept.size(), written);
+      EXPECT_TRUE(kept == data.substr(0, kept.size())) << aside << " is not what was written";
+      EXPECT_NE(mount->log().find(aside), std::string::npos) << mount->log();
+      // The user deletes it, and the disk has room again.
+      EXPECT_EQ(::unlink(aside.c_str()), 0) << aside << ": " << std::strerror(errno);
       WriteFile(root + "/second", second);
-      std::string after = GetXattr(mount->path(), "user.objfs.stats");
-      if (!mode.empty()) {
-        // Long before the window's end.
-        EXPECT_GE(StatsCounter(after, "put_requests") - StatsCounter(before, "put_requests"), 1)
-            << "big was not uploaded:\n"
-            << before << after;
-      }
       EXPECT_EQ(mount->Stop(), 0) << mount->log();
     }
     // Nothing left staged, nothing lost: a mount with its own cache sees it all.
     std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
     ASSERT_TRUE(fresh);
-    const std::string root = fresh->path() + dir;
+    const std::string root = fresh->path() + "/" + dir;
     EXPECT_EQ(ReadFile(root + "/kept"), "kept");
-    std::string big = ReadFile(root + "/big");
-    EXPECT_EQ(big.size(), written);
-    EXPECT_TRUE(big == data.substr(0, written)) << "big differs from what was written";
+    EXPECT_TRUE(ReadFile(root + "/big") == old) << "big is not the complete file it was";
     EXPECT_TRUE(ReadFile(root + "/second") == second) << "second differs";
   }
 }
 
-// An edit of a stored file that fills the cache disk: the bytes the file lacks are not fetched
-// into the full disk but read from the server as the file goes up, so what was written is
-// uploaded at close and its room freed. (Before, every try to upload it failed on the full disk,
-// and the edit stayed there across remounts, every new file failing with ENOSPC.)
+// An edit of a stored file whose close cannot fetch what the file lacks into the full cache
+// disk (a multipart file written in every part, so no part is copied on the server): those
+// bytes are read from the server as the file goes up, so the edit is uploaded at close and its
+// room freed. (Before, every try to upload it failed on the full disk, and the edit stayed
+// there across remounts, every new file failing with ENOSPC.)
 TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
   SmallDisk small;
   ASSERT_TRUE(small.ok());
@@ -251,8 +257,7 @@ TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
 
   const std::string url = S3MountUrl(CreateTestBucket(TestName()));
   const std::string old = PseudoRandomBytes(24 << 20, 23);
-  const std::string patch = PseudoRandomBytes(12 << 20, 24);
-  constexpr size_t kAt = 6 << 20;
+  const std::string patch = PseudoRandomBytes(1 << 20, 24);
   ASSERT_NO_FATAL_FAILURE(WriteThroughAMount(url, "big", old));
   ObjfsMount::Options options;
   options.cache_dir = disk + "/c";
@@ -262,43 +267,39 @@ TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
   ASSERT_TRUE(mount);
   const int fd = ::open((mount->path() + "/big").c_str(), O_WRONLY);
   ASSERT_GE(fd, 0) << std::strerror(errno);
-  size_t written = 0;
-  int error = 0;
-  while (written < patch.size()) {
-    const ssize_t n = ::pwrite(fd, patch.data() + written,
-                               std::min<size_t>(1 << 20, patch.size() - written), kAt + written);
-    if (n < 0) {
-      error = errno;
-      break;
-    }
-    written += static_cast<size_t>(n);
+  // 1 MiB into each of the five parts: 5 MiB on the 8 MiB disk, which the other 19 do not fit.
+  std::string expected = old;
+  for (size_t part = 0; part < 5; ++part) {
+    const size_t at = part * (5 << 20) + (2 << 20);
+    ASSERT_EQ(::pwrite(fd, patch.data(), patch.size(), static_cast<off_t>(at)),
+              static_cast<ssize_t>(patch.size()))
+        << std::strerror(errno);
+    expected.replace(at, patch.size(), patch);
   }
-  EXPECT_EQ(error, ENOSPC) << std::strerror(error);
-  ASSERT_GT(written, 0u);
   EXPECT_EQ(::close(fd), 0) << std::strerror(errno) << "\n" << mount->log();
+  EXPECT_NE(mount->log().find("with the bytes it lacks read from big as they are sent"),
+            std::string::npos)
+      << mount->log();
   // Its staging file goes once the kernel releases the file, after close(2) returned.
   EXPECT_TRUE(WaitFor(20, [&] {
     return StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "open_files") == 0;
   }));
-  WriteFile(mount->path() + "/after", "room again");
+  WriteFile(mount->path() + "/after", PseudoRandomBytes(6 << 20, 26));
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 
-  std::string expected = old;
-  expected.replace(kAt, written, patch.substr(0, written));
   std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
   ASSERT_TRUE(fresh);
   const std::string big = ReadFile(fresh->path() + "/big");
   EXPECT_EQ(big.size(), old.size());
-  EXPECT_TRUE(big == expected) << "big is not the old file with the " << written
-                               << " bytes written at " << kAt;
+  EXPECT_TRUE(big == expected) << "big is not the old file with 1 MiB written into each part";
   EXPECT_NE(GetXattr(fresh->path() + "/big", "user.etag").find('-'), std::string::npos)
       << "not made of parts";
-  EXPECT_EQ(ReadFile(fresh->path() + "/after"), "room again");
+  EXPECT_TRUE(ReadFile(fresh->path() + "/after") == PseudoRandomBytes(6 << 20, 26));
 }
 
 // A copy_file_range made through this machine (part of a file) that fills the cache disk
-// reports what it copied, as write(2) does, and ENOSPC only at the next call; the bytes it
-// reported are uploaded at close.
+// reports what it copied, as write(2) does: those bytes are uploaded at close. (ENOSPC comes
+// only at a next call, whose failure then leaves the file unfinished, as a failed write does.)
 TEST(MountS3IoTest, ACopyThatFillsTheCacheDiskReportsWhatItCopied) {
   SmallDisk small;
   ASSERT_TRUE(small.ok());
@@ -317,25 +318,18 @@ TEST(MountS3IoTest, ACopyThatFillsTheCacheDiskReportsWhatItCopied) {
   ASSERT_GE(out, 0) << std::strerror(errno);
   constexpr off_t kFrom = 1 << 20;
   off_t off_in = kFrom;
-  uint64_t copied = 0;
-  int error = 0;
-  while (copied < data.size() - kFrom) {
-    const ssize_t n = ::copy_file_range(in, &off_in, out, nullptr, data.size() - kFrom - copied, 0);
-    if (n <= 0) {
-      error = n < 0 ? errno : 0;
-      break;
-    }
-    copied += static_cast<uint64_t>(n);
-  }
-  EXPECT_EQ(error, ENOSPC) << std::strerror(error);
-  EXPECT_GT(copied, 0u) << "the first call failed instead of giving what it copied";
+  const size_t want = data.size() - kFrom;
+  const ssize_t copied = ::copy_file_range(in, &off_in, out, nullptr, want, 0);
+  ASSERT_GT(copied, 0) << "the call failed instead of giving what it copied: "
+                       << std::strerror(errno);
+  EXPECT_LT(static_cast<size_t>(copied), want) << "more than the disk holds";
   EXPECT_EQ(::close(out), 0) << std::strerror(errno);
   ::close(in);
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
   std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
   ASSERT_TRUE(fresh);
   const std::string dst = ReadFile(fresh->path() + "/dst");
-  EXPECT_EQ(dst.size(), copied);
+  EXPECT_EQ(dst.size(), static_cast<size_t>(copied));
   EXPECT_TRUE(dst == data.substr(kFrom, copied)) << "dst is not the bytes reported copied";
 }
 
