@@ -336,7 +336,7 @@ void FileWriter::Discard(Inode& inode) {
   GiveUpStream(inode, "", std::nullopt, Status::Ok());  // nothing of it is ever to be stored
   inode.base.reset();
   inode.touched.Clear();
-  inode.unwritten.Clear();
+  inode.unwritten.clear();
   inode.state = Inode::FileState::kRemoved;
   ForgetHeldMetadata(inode);
   MetadataCoalescer::Forget(inode.carried);
@@ -356,7 +356,7 @@ void FileWriter::DropStaging(Inode& inode) {
   inode.may_stream = false;
   inode.base.reset();
   inode.touched.Clear();
-  inode.unwritten.Clear();
+  inode.unwritten.clear();
   MetadataCoalescer::Forget(inode.carried);
   if (inode.accepted_copy) {
     inode.accepted_copy->Remove();
@@ -664,7 +664,9 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
 
 void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, uint64_t length) {
   if (inode.base) inode.touched.Add(offset, length);
-  inode.unwritten.Remove(offset, length);  // a failed write's bytes, written after all
+  // A failed write's bytes, written after all.
+  for (auto& [fh, ranges] : inode.unwritten) ranges.Remove(offset, length);
+  std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.empty(); });
   if (!inode.staged || !inode.unsaved()) return;
   const uint64_t size = inode.staged->size();
   if (inode.stream) {
@@ -711,16 +713,18 @@ void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, ui
 void FileWriter::Truncated(Inode& inode, uint64_t size) {
   // What lies past the new end is not the base's any more, should the file grow again.
   if (inode.base) inode.touched.Add(size, UINT64_MAX);
-  inode.unwritten.TrimFrom(size);  // a failed write past the end is not missed any more
+  // A failed write past the end is not missed any more.
+  for (auto& [fh, ranges] : inode.unwritten) ranges.TrimFrom(size);
+  std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.empty(); });
   if (inode.stream) inode.stream->Truncated(size);
   if (size == 0 && inode.unsaved()) inode.may_stream = true;
 }
 
-void FileWriter::WriteFailed(Inode& inode, uint64_t offset, uint64_t length,
+void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_t length,
                              const Status& failure) {
   if (!inode.unsaved() || length == 0) return;
   if (inode.unwritten.empty()) inode.write_failure = failure;
-  inode.unwritten.Add(offset, length);
+  inode.unwritten[fh].Add(offset, length);
 }
 
 Status FileWriter::UnfinishedError(const Inode& inode, const std::string& key) const {
@@ -755,7 +759,7 @@ Status FileWriter::SetAsideUnfinished(Inode& inode, const std::string& key) {
           (error.code() == StatusCode::kNoSpace ? ", taking room in cache_dir until removed" : ""));
   Bump(metrics_->unfinished_set_aside);
   inode.staged.reset();
-  inode.unwritten.Clear();
+  inode.unwritten.clear();
   inode.write_failure = Status::Ok();
   inode.page_version = ETag();  // the kernel's pages hold the data set aside
   inode.pages_drop_queued = true;

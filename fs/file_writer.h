@@ -159,12 +159,16 @@ class FileWriter {
       REQUIRES(inode.mu);
   // The staged file was truncated to `size` (after MarkDirty).
   void Truncated(Inode& inode, uint64_t size) REQUIRES(inode.mu);
-  // A writer's write of [offset, offset + length) to the unsaved file failed with `failure`
-  // (told to the writer): until later writes put those bytes there or a truncate cuts them
-  // off, the file is not what its writers meant it to be (Unfinished), and it never replaces
-  // the stored file. (A write that changed nothing of a clean file leaves nothing to upload.)
-  void WriteFailed(Inode& inode, uint64_t offset, uint64_t length, const Status& failure)
-      REQUIRES(inode.mu);
+  // A write of [offset, offset + length) through handle `fh` to the unsaved file failed with
+  // `failure` (told to the writer): until later writes put those bytes there, a truncate cuts
+  // them off, or a later write through `fh` succeeds (its writer handled the error and carried
+  // on, CarriedOn), the file is not what its writers meant it to be (Unfinished), and it never
+  // replaces the stored file. (A write that changed nothing of a clean file leaves nothing to
+  // upload.)
+  void WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_t length,
+                   const Status& failure) REQUIRES(inode.mu);
+  // A write through `fh` succeeded: what failed before through it no longer counts.
+  static void CarriedOn(Inode& inode, uint64_t fh) REQUIRES(inode.mu) { inode.unwritten.erase(fh); }
   // The unsaved data lacks bytes a writer's failed write meant to put there (WriteFailed).
   static bool Unfinished(const Inode& inode) REQUIRES(inode.mu) {
     return inode.unsaved() && !inode.unwritten.empty();

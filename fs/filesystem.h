@@ -334,8 +334,8 @@ class Filesystem {
   // Writes `data` at `offset` into the inode's staging file (fetching the object's content
   // into it first, in read_buffer-sized reads, unless the file is empty). Returns data.size().
   // A write that fails after the file has unsaved data leaves it unfinished until later writes
-  // cover those bytes (FileWriter::WriteFailed; `note_failure` false: the caller reports a
-  // short count instead, so nothing is missed).
+  // cover those bytes or one through `fh` succeeds (FileWriter::WriteFailed; `note_failure`
+  // false: the caller reports a short count instead, so nothing is missed).
   Result<size_t> Write(uint64_t fh, uint64_t offset, std::span<const std::byte> data,
                        bool note_failure = true);
 

@@ -287,8 +287,10 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
   Inode& inode = *handle->inode;
   MutexLock lock(&inode.mu);
   Result<size_t> written = WriteLocked(*handle, inode, &offset, data);
-  if (!written.ok() && note_failure) {
-    writer_->WriteFailed(inode, offset, data.size(), written.status());
+  if (written.ok()) {
+    FileWriter::CarriedOn(inode, fh);
+  } else if (note_failure) {
+    writer_->WriteFailed(inode, fh, offset, data.size(), written.status());
   }
   return written;
 }

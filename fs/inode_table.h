@@ -65,11 +65,11 @@ struct Inode {
   // server. Unset when there is none (a new or emptied file).
   std::optional<ObjectInfo> base GUARDED_BY(mu);
   ExtentSet touched GUARDED_BY(mu);
-  // The ranges of unsaved data that a writer's write(2) failed to put in `staged` (a full cache
-  // disk, a size past the store's largest object) and no later write put there, and the first
-  // of those failures: while any is left the file is not what its writers meant it to be, and
-  // is never uploaded (FileWriter::WriteFailed).
-  ExtentSet unwritten GUARDED_BY(mu);
+  // By handle, the ranges of unsaved data that a write(2) through it failed to put in `staged`
+  // (a full cache disk, a size past the store's largest object) and no later write put there
+  // (no entry is empty), and the first of those failures: while any is left the file is not
+  // what its writers meant it to be, and is never uploaded (FileWriter::WriteFailed).
+  std::unordered_map<uint64_t, ExtentSet> unwritten GUARDED_BY(mu);
   Status write_failure GUARDED_BY(mu);
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.

@@ -2226,6 +2226,23 @@ TEST_F(FilesystemTest, AFailedWriteLeavesNoNewFile) {
   EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"new", "begun"}}));
 }
 
+// A writer whose write failed and that goes on writing through the same handle handled the
+// error: its close uploads the file, as a local file system keeps it. (cp, rsync and dd stop at
+// the error instead.)
+TEST_F(FilesystemTest, AWriterThatCarriesOnAfterAFailedWriteHasItsFileUploaded) {
+  UseMaxObjectSize(64);
+  PutObject("f", "stored");
+  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("abc")).ok());
+  EXPECT_FALSE(fs_->Write(*fh, 100, Bytes("past the limit")).ok());
+  ASSERT_TRUE(fs_->Write(*fh, 3, Bytes("d")).ok());
+  EXPECT_TRUE(fs_->Flush(*fh).ok());
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("f"), "abcd");
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+}
+
 // A later truncate that cuts off what a failed write meant to put there finishes the file (as
 // would a write of those bytes): its close uploads it.
 TEST_F(FilesystemTest, ATruncateBeforeAFailedWriteFinishesTheFile) {
