@@ -722,7 +722,12 @@ void FileWriter::Truncated(Inode& inode, uint64_t size) {
 
 void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_t length,
                              const Status& failure) {
-  if (!inode.unsaved() || length == 0) return;
+  // Only data a writer is changing: a write that failed before it changed an accepted (or
+  // recovered) version, which is complete, leaves that version as it is.
+  if (!inode.unsaved() || length == 0 || !inode.staged ||
+      inode.staged->state() != StagedFile::State::kWriting) {
+    return;
+  }
   if (inode.unwritten.empty()) inode.write_failure = failure;
   inode.unwritten[fh].Add(offset, length);
 }
@@ -735,29 +740,42 @@ Status FileWriter::UnfinishedError(const Inode& inode, const std::string& key) c
                 failure.server_code());
 }
 
-Status FileWriter::SetAsideUnfinished(Inode& inode, const std::string& key) {
+Status FileWriter::SetAsideUnfinished(uint64_t ino, Inode& inode, const std::string& key) {
   Status error = UnfinishedError(inode, key);
   // Its streamed parts never become an object (only the completion would make one).
   GiveUpStream(inode, key, std::nullopt, Status::Ok());
   const uint64_t size = inode.staged->size();
   const bool sparse = inode.staged->has_base() && !inode.staged->present().Covers(0, size);
-  Result<std::string> kept = staging_->SetAside(*inode.staged, key);
-  if (!kept.ok()) {
-    // Staged and Unfinished as it is: never uploaded, and its record (kWriting) has the next
-    // mount set it aside.
-    Log(LogLevel::kError, error.message() + "; it stays staged, not uploaded, as " +
-                              inode.staged->data_path() + ": " + kept.status().message());
-    return error;
+  // Nothing a writer wrote is there (emptied and never written, or only the stored file's
+  // bytes): nothing to keep.
+  const bool nothing_written = size == 0 || (inode.base && inode.touched.empty());
+  std::string kept_as;
+  if (nothing_written) {
+    inode.staged->Remove();
+  } else {
+    Result<std::string> kept = staging_->SetAside(*inode.staged, key);
+    if (!kept.ok()) {
+      // Staged and Unfinished as it is: never uploaded, and its record (kWriting) has the
+      // next mount set it aside.
+      Log(LogLevel::kError, error.message() + "; it stays staged, not uploaded, as " +
+                                inode.staged->data_path() + ": " + kept.status().message());
+      return error;
+    }
+    kept_as = *std::move(kept);
+    Bump(metrics_->unfinished_set_aside);
   }
   Log(LogLevel::kError,
       error.message() + ", so it is not what its writer meant it to be and does not replace " +
           (inode.accepted_copy ? "the version closed before"
            : inode.in_store    ? "the stored file"
                                : "anything (it was new)") +
-          "; its " + std::to_string(size) + " bytes are in " + *kept +
-          (sparse ? " (holes where the stored file's bytes were not fetched)" : "") +
-          (error.code() == StatusCode::kNoSpace ? ", taking room in cache_dir until removed" : ""));
-  Bump(metrics_->unfinished_set_aside);
+          (nothing_written
+               ? "; it holds nothing its writers wrote, and is dropped"
+               : "; its " + std::to_string(size) + " bytes are in " + kept_as +
+                     (sparse ? " (holes where the stored file's bytes were not fetched)" : "") +
+                     (error.code() == StatusCode::kNoSpace
+                          ? ", taking room in cache_dir until removed"
+                          : "")));
   inode.staged.reset();
   inode.unwritten.clear();
   inode.write_failure = Status::Ok();
@@ -773,8 +791,24 @@ Status FileWriter::SetAsideUnfinished(Inode& inode, const std::string& key) {
   inode.base.reset();
   inode.touched.Clear();
   inode.may_stream = false;
-  MetadataCoalescer::Forget(inode.carried);  // the change it carried applies to the object
   inode.state = Inode::FileState::kStored;
+  // A metadata change held when the writer began (and what joined it since) still applies to
+  // the object, as it would after a crash: held again, and due as a held change is.
+  if (std::optional<HeldChange> held = MetadataCoalescer::Uncarry(inode.carried)) {
+    ObjectInfo info = held->object;
+    info.key = key;
+    info.metadata = held->metadata;
+    info.has_metadata = true;
+    MetaRecord shown = attrs_->FromInfo(info, false);
+    shown.complete = true;
+    shown.own_write = held->own_write;
+    inode.attr = ObjectAttrs::ToAttr(ino, shown);
+    inode.extra_metadata = WithoutPosixMetadata(held->metadata);
+    inode.pending_metadata = std::move(held);
+    meta_cache_->Put(key, shown);
+    queue_->ScheduleNoLaterThan(ino, clock_->now() + std::chrono::nanoseconds(static_cast<int64_t>(
+                                                         options_.hold_metadata * 1e9)));
+  }
   inode.has_local_data.store(inode.pending_metadata.has_value());
   return error;
 }
@@ -1034,7 +1068,7 @@ Status FileWriter::Close(uint64_t ino, Inode& inode) {
   if (Unfinished(inode)) {
     auto key = KeyOf(ino);
     if (!key.ok()) return key.status();
-    Status error = SetAsideUnfinished(inode, *key);
+    Status error = SetAsideUnfinished(ino, inode, *key);
     if (!inode.unsaved() || Unfinished(inode)) return error;
     // The version a close accepted before is the file again: uploaded as it would have been.
     Status closed = Close(ino, inode);
@@ -1221,7 +1255,21 @@ Status FileWriter::FlushAll() {
     inos.push_back(ino);
     local.emplace(ino, std::move(inode));
   }
-  Status first = queue_->RunAll(inos, [&](uint64_t ino) { return Flush(ino, local.at(ino)); });
+  Status first = queue_->RunAll(inos, [&](uint64_t ino) {
+    const std::shared_ptr<Inode>& inode = local.at(ino);
+    {
+      MutexLock lock(&inode->mu);
+      if (Unfinished(*inode)) {
+        // Its writers are still at work as the mount goes, and left it unfinished: set aside
+        // as a crash would, and the version a close accepted, if any, goes up.
+        auto key = KeyOf(ino);
+        if (!key.ok()) return key.status();
+        Status error = SetAsideUnfinished(ino, *inode, *key);
+        if (Unfinished(*inode)) return error;  // could not move: staged for the next mount
+      }
+    }
+    return Flush(ino, inode);
+  });
   // Files taken over from an earlier mount that this uploaded (or that were removed or
   // uploaded meanwhile) are done: the log says so when they were the last.
   for (uint64_t ino : recovery_.Pending()) {

@@ -176,11 +176,13 @@ class FileWriter {
   // What a close or fsync of an Unfinished file says: the first write's failure, named.
   Status UnfinishedError(const Inode& inode, const std::string& key) const REQUIRES(inode.mu);
   // The last writer of an Unfinished file is done: its data is set aside in
-  // cache_dir/unfinished/ (logged with its path, never uploaded), and the file is again the
-  // version a close accepted and not uploaded yet (inode.accepted_copy), else what the store
-  // has (the complete earlier file, or no file if it was new). Returns UnfinishedError. Should
-  // the data not move, it stays staged and Unfinished, and the next mount sets it aside.
-  Status SetAsideUnfinished(Inode& inode, const std::string& key) REQUIRES(inode.mu);
+  // cache_dir/unfinished/ (logged with its path, never uploaded; dropped when it holds nothing a
+  // writer wrote), and the file is again the version a close accepted and not uploaded yet
+  // (inode.accepted_copy), else what the store has (the complete earlier file, or no file if it
+  // was new) with the metadata change held when the writer began, held again. Returns
+  // UnfinishedError. Should the data not move, it stays staged and Unfinished, and the next
+  // mount sets it aside.
+  Status SetAsideUnfinished(uint64_t ino, Inode& inode, const std::string& key) REQUIRES(inode.mu);
   // The stored object `key` kept its bytes but its ETag went from `from` to `to` (a metadata
   // change): the staged file fetches what it lacks, and an edit copies, by the new one. (Never
   // after another client's version: its ETag is not `from`.)

@@ -342,9 +342,9 @@ class Filesystem {
   // Uploads the inode's unsaved data and metadata, if any, with one put. On failure the data
   // stays staged and unsaved, and a later Flush/Fsync/Release/FlushAll retries the upload.
   // With a write-back window, Flush schedules the upload instead; Fsync always uploads.
-  // An unfinished file (a write failed) is never uploaded: fsync fails with that write's
-  // error, and so does the close of its last writer, which sets its data aside
-  // (FileWriter::SetAsideUnfinished); the close of another writer fails and waits for it.
+  // An unfinished file (a write failed) is never uploaded: fsync and every writer's close fail
+  // with that write's error, and the release of its last writer sets its data aside
+  // (FileWriter::SetAsideUnfinished).
   Status Flush(uint64_t fh);
   Status Fsync(uint64_t fh, bool datasync);
 
@@ -526,9 +526,8 @@ class Filesystem {
   // Write's work under the inode's lock; `*offset` becomes where the data went (O_APPEND).
   Result<size_t> WriteLocked(const Handle& handle, Inode& inode, uint64_t* offset,
                              std::span<const std::byte> data) REQUIRES(inode.mu);
-  // The close of a writer of an unfinished file (FileWriter::Unfinished): the last one sets
-  // its data aside and has the kernel drop the pages it wrote; any close fails with the
-  // write's error.
+  // The release of the last writer of an unfinished file (FileWriter::Unfinished): sets its
+  // data aside and has the kernel drop the pages it wrote. Returns the write's error.
   Status CloseUnfinished(uint64_t ino, Inode& inode) REQUIRES(inode.mu);
   int64_t NowNs() const;
 

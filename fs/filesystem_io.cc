@@ -346,9 +346,14 @@ Status Filesystem::Flush(uint64_t fh) {
   }
   if (IsWritable(handle->flags)) {
     {
+      // Said at every close(2); the release of the last writer's open file sets it aside (a
+      // descriptor closed here may have duplicates that write on).
       Inode& inode = *handle->inode;
       MutexLock lock(&inode.mu);
-      if (FileWriter::Unfinished(inode)) return CloseUnfinished(handle->ino, inode);
+      if (FileWriter::Unfinished(inode)) {
+        OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(handle->ino));
+        return writer_->UnfinishedError(inode, key);
+      }
     }
     OBJFS_RETURN_IF_ERROR(ReportedAtClose("close", handle->ino, TrimUnaskedCopy(*handle)));
   }
@@ -385,7 +390,7 @@ Status Filesystem::CloseUnfinished(uint64_t ino, Inode& inode) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   // Another writer may still mend it: its close decides.
   if (inode.open_writers.load() > 1) return writer_->UnfinishedError(inode, key);
-  Status error = writer_->SetAsideUnfinished(inode, key);
+  Status error = writer_->SetAsideUnfinished(ino, inode, key);
   if (!FileWriter::Unfinished(inode)) InvalidatePages(ino);  // set aside: its pages were that
   return error;
 }
@@ -413,7 +418,6 @@ Status Filesystem::Release(uint64_t fh) {
       // clean copy kept only for open handles goes with the last of them.
       if (remaining == 0 && !inode.unsaved()) writer_->DropStaging(inode);
     } else if (FileWriter::Unfinished(inode) && writers == 0) {
-      // (Its last writer's close did this already, unless that close was never flushed.)
       status = CloseUnfinished(handle->ino, inode);
       if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
         (void)writer_->Close(handle->ino, inode);  // the version closed before: as it was

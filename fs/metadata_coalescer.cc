@@ -124,8 +124,21 @@ void MetadataCoalescer::Carry(std::optional<HeldChange>& held, CarriedChange& ca
     carried.record = std::move(held->record);
     carried.etag = held->object.etag;
     carried.metadata = held->metadata;
+    carried.object = held->object;
+    carried.own_write = held->own_write;
   }
   held.reset();  // its record, if any, is `carried`'s now
+}
+
+std::optional<HeldChange> MetadataCoalescer::Uncarry(CarriedChange& carried) {
+  if (carried.record == nullptr) return std::nullopt;
+  HeldChange held;
+  held.object = std::move(carried.object);
+  held.own_write = carried.own_write;
+  held.metadata = std::move(carried.metadata);
+  held.record = std::move(carried.record);
+  carried = CarriedChange();
+  return held;
 }
 
 void MetadataCoalescer::Forget(std::optional<HeldChange>& held) {

@@ -41,6 +41,8 @@ struct CarriedChange {
   std::unique_ptr<PendingAttrs> record;
   ETag etag;
   Metadata metadata;
+  ObjectInfo object;       // the held change's object and
+  bool own_write = false;  // its own_write, to hold it again (Uncarry)
   explicit operator bool() const { return record != nullptr; }
 };
 
@@ -89,6 +91,9 @@ class MetadataCoalescer {
   // A writer changed the file of `held`: the change travels with the data from now on, and its
   // crash record moves to `carried` (replacing what was there).
   static void Carry(std::optional<HeldChange>& held, CarriedChange& carried);
+  // The writer's data went without changing the object: the change, with all it gathered since,
+  // is held for that object again.
+  static std::optional<HeldChange> Uncarry(CarriedChange& carried);
   // Forgets a change and its crash record (applied, carried by an upload or a copy, or moot).
   static void Forget(std::optional<HeldChange>& held);
   static void Forget(CarriedChange& carried);

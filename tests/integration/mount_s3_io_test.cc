@@ -209,6 +209,12 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
       EXPECT_EQ(error, ENOSPC) << std::strerror(error);
       EXPECT_GT(written, 0u);
       EXPECT_LT(written, data.size());
+      // A duplicate closed (as a shell's redirection does) fails too, and leaves the file open.
+      const std::string aside = options.cache_dir + "/unfinished/" + dir + "%2Fbig";
+      errno = 0;
+      EXPECT_EQ(::close(::dup(fd)), -1);
+      EXPECT_EQ(errno, ENOSPC) << std::strerror(errno);
+      EXPECT_NE(::access(aside.c_str(), F_OK), 0) << "set aside while still open";
       errno = 0;
       EXPECT_EQ(::close(fd), -1);
       EXPECT_EQ(errno, ENOSPC) << std::strerror(errno);
@@ -225,7 +231,6 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
       EXPECT_TRUE(ReadFile(root + "/big") == old) << "big is not the complete file";
 
       // What was written is in cache_dir/unfinished/, named in the log.
-      const std::string aside = options.cache_dir + "/unfinished/" + dir + "%2Fbig";
       const std::string kept = ReadFile(aside);
       EXPECT_GE(kept.size(), written);
       EXPECT_TRUE(kept == data.substr(0, kept.size())) << aside << " is not what was written";

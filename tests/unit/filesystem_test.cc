@@ -2202,7 +2202,8 @@ TEST_F(FilesystemTest, AFailedWriteNeverReplacesTheStoredFile) {
       << synced.ToString();
   const Status closed = fs_->Flush(*fh);
   EXPECT_EQ(closed.code(), StatusCode::kFileTooLarge) << closed.ToString();
-  EXPECT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty()) << "set aside before the release";
+  EXPECT_EQ(fs_->Release(*fh).code(), StatusCode::kFileTooLarge);
   EXPECT_EQ(memory_->contents("f"), "the complete file");
   EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "the start"}}));
   EXPECT_EQ(metrics_.unfinished_set_aside.load(), 1u);
@@ -2221,7 +2222,7 @@ TEST_F(FilesystemTest, AFailedWriteLeavesNoNewFile) {
   ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("begun")).ok());
   EXPECT_FALSE(fs_->Write(created->fh, 5, Bytes(std::string(100, 'x'))).ok());
   EXPECT_EQ(fs_->Flush(created->fh).code(), StatusCode::kFileTooLarge);
-  EXPECT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_FALSE(fs_->Release(created->fh).ok());
   EXPECT_FALSE(memory_->head("new").ok());
   EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"new", "begun"}}));
 }
@@ -2276,8 +2277,9 @@ TEST_F(FilesystemTest, AnotherWritersCloseDoesNotUploadAFailedWrite) {
   EXPECT_EQ(fs_->Flush(*other).code(), StatusCode::kFileTooLarge);
   EXPECT_TRUE(fs_->Release(*other).ok());
   EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty()) << "set aside before the last release";
   EXPECT_EQ(fs_->Flush(*failing).code(), StatusCode::kFileTooLarge);
-  EXPECT_TRUE(fs_->Release(*failing).ok());
+  EXPECT_EQ(fs_->Release(*failing).code(), StatusCode::kFileTooLarge);
   EXPECT_EQ(memory_->contents("f"), "stored");
   EXPECT_EQ(SetAside(options_.cache_dir).size(), 1u);
 }
@@ -2292,11 +2294,77 @@ TEST_F(WritebackTest, AFailedRewriteLeavesTheVersionClosedBefore) {
   ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("second")).ok());
   EXPECT_FALSE(fs_->Write(*fh, 6, Bytes(std::string(100, 'x'))).ok());
   EXPECT_EQ(fs_->Flush(*fh).code(), StatusCode::kFileTooLarge);
-  EXPECT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_FALSE(fs_->Release(*fh).ok());
   EXPECT_EQ(ReadFile(*fs_, ino), "first version");
   EXPECT_FALSE(memory_->head("f").ok());  // still in the window
   clock_->Advance(std::chrono::seconds(61));
   ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("f"), "first version");
+  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "second"}}));
+}
+
+// A duplicate of the failed writer's descriptor closed (a shell's redirection, a fork) fails
+// as every close does, but the file stays open and unfinished: only the release of the open
+// file sets it aside, and nothing uploads it meanwhile.
+TEST_F(FilesystemTest, AClosedDuplicateOfAFailedWriterSetsNothingAside) {
+  UseMaxObjectSize(64);
+  PutObject("f", "stored");
+  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new")).ok());
+  EXPECT_FALSE(fs_->Write(*fh, 3, Bytes(std::string(100, 'x'))).ok());
+  EXPECT_EQ(fs_->Flush(*fh).code(), StatusCode::kFileTooLarge);  // close(dup(fd))
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+  EXPECT_EQ(fs_->Fsync(*fh, false).code(), StatusCode::kFileTooLarge);
+  EXPECT_EQ(fs_->Flush(*fh).code(), StatusCode::kFileTooLarge);  // close(fd)
+  EXPECT_FALSE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "new"}}));
+}
+
+// An unfinished file that holds nothing its writer wrote (emptied, and the first write failed)
+// leaves nothing to set aside: the stored file stays, and unfinished/ gets no empty file.
+TEST_F(FilesystemTest, AnUnfinishedFileWithNothingWrittenIsDropped) {
+  UseMaxObjectSize(64);
+  PutObject("f", "stored");
+  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  EXPECT_FALSE(fs_->Write(*fh, 0, Bytes(std::string(100, 'x'))).ok());
+  EXPECT_EQ(fs_->Flush(*fh).code(), StatusCode::kFileTooLarge);
+  EXPECT_FALSE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+  EXPECT_EQ(metrics_.unfinished_set_aside.load(), 0u);
+}
+
+// A write that fails before it changes the version a close accepted into the window (past the
+// largest object: refused before the writer's copy is made) leaves that version whole: the
+// close succeeds, and it goes up.
+TEST_F(WritebackTest, AFailedWriteThatChangedNothingKeepsTheClosedVersion) {
+  UseMaxObjectSize(64);
+  const uint64_t ino = WriteAndClose("f", "accepted version");
+  auto fh = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  EXPECT_FALSE(fs_->Write(*fh, 100, Bytes("x")).ok());
+  EXPECT_TRUE(fs_->Flush(*fh).ok());
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(ReadFile(*fs_, ino), "accepted version");
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("f"), "accepted version");
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+}
+
+// Unmount with a writer of an unfinished file still at work: its data is set aside as a crash
+// would, and the version a close accepted goes up.
+TEST_F(WritebackTest, UnmountUploadsTheClosedVersionOfAnUnfinishedFile) {
+  UseMaxObjectSize(64);
+  const uint64_t ino = WriteAndClose("f", "first version");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("second")).ok());
+  EXPECT_FALSE(fs_->Write(*fh, 6, Bytes(std::string(100, 'x'))).ok());
+  EXPECT_TRUE(fs_->FlushAll().ok());
   EXPECT_EQ(memory_->contents("f"), "first version");
   EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "second"}}));
 }
@@ -2801,6 +2869,30 @@ TEST_F(MetadataDelayTest, WithoutDelayEachChangeIsACopyAtOnce) {
   EXPECT_EQ(Copies(), 1u);
   EXPECT_EQ(StoredMode("a"), FileMode(0600));
   EXPECT_EQ(metrics_.metadata_deferred.load(), 0u);
+}
+
+// A chmod held when a writer began travels with its data; that data unfinished and set aside,
+// the change still applies to the stored file, as it would after a crash.
+TEST_F(MetadataDelayTest, AHeldChangeOutlivesAnUnfinishedWrite) {
+  UseMaxObjectSize(64);
+  PutObject("f", "stored");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));  // held
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new")).ok());
+  EXPECT_FALSE(fs_->Write(*fh, 3, Bytes(std::string(100, 'x'))).ok());
+  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  EXPECT_FALSE(fs_->Release(*fh).ok());
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+  clock_->Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_EQ(StoredMode("f"), FileMode(0600));
+  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "new"}}));
+  for (const auto& entry : std::filesystem::directory_iterator(options_.cache_dir)) {
+    EXPECT_EQ(entry.path().filename(), "unfinished") << "a record is left: " << entry.path();
+  }
 }
 
 }  // namespace
