@@ -88,7 +88,7 @@ class SftpWire {
   Result<size_t> Read(const Handle& handle, uint64_t offset, std::span<std::byte> buf,
                       uint32_t chunk, int in_flight, std::atomic<uint64_t>* requests);
   // Writes `data` at `offset` with up to `in_flight` WRITE requests outstanding, each at most
-  // limits().max_write bytes.
+  // limits().max_write bytes, and no more of them than hold 1 MiB (at least one).
   Status WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,
                   int in_flight);
   // Finishes a file written through `handle` in one round trip: FSETSTAT `attrs`, fsync@openssh
