@@ -122,6 +122,23 @@ class FilesystemTest : public ::testing::Test {
     fs_ = NewFilesystem();
   }
 
+  // "f", stored as "stored" on a store of 64-byte objects, opened with O_TRUNC, `written`
+  // written at 0, and then a write past the limit refused (EFBIG): an unfinished file. Returns
+  // its handle (0 after a failure).
+  uint64_t UnfinishedF(std::string_view written) {
+    UseMaxObjectSize(64);
+    PutObject("f", "stored");
+    auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
+    EXPECT_TRUE(fh.ok()) << fh.status().ToString();
+    if (!fh.ok()) return 0;
+    if (!written.empty()) {
+      EXPECT_TRUE(fs_->Write(*fh, 0, Bytes(written)).ok());
+    }
+    EXPECT_EQ(fs_->Write(*fh, written.size(), Bytes(std::string(100, 'x'))).status().code(),
+              StatusCode::kFileTooLarge);
+    return *fh;
+  }
+
   // A fresh store whose copies behave as S3Store's on RGW (see MemoryStoreOptions).
   void UseRgwLikeCopies() {
     fs_.reset();
@@ -2188,30 +2205,25 @@ TEST_F(WritebackTest, RenameNoReplaceOntoADirectoryIsAlreadyExists) {
 // file unfinished: neither fsync nor close uploads it over the complete stored file. Its data
 // is set aside in cache_dir/unfinished/, and the file is the stored one again.
 TEST_F(FilesystemTest, AFailedWriteNeverReplacesTheStoredFile) {
-  UseMaxObjectSize(64);
-  PutObject("f", "the complete file");
+  const uint64_t fh = UnfinishedF("the start");
+  ASSERT_NE(fh, 0u);
   const uint64_t ino = LookupIno(kRootIno, "f");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("the start")).ok());
-  EXPECT_EQ(fs_->Write(*fh, 9, Bytes(std::string(100, 'x'))).status().code(),
-            StatusCode::kFileTooLarge);
-  const Status synced = fs_->Fsync(*fh, false);
+  const Status synced = fs_->Fsync(fh, false);
   EXPECT_EQ(synced.code(), StatusCode::kFileTooLarge) << synced.ToString();
   EXPECT_NE(synced.message().find("f is not uploaded: a write to it failed"), std::string::npos)
       << synced.ToString();
-  const Status closed = fs_->Flush(*fh);
+  const Status closed = fs_->Flush(fh);
   EXPECT_EQ(closed.code(), StatusCode::kFileTooLarge) << closed.ToString();
   EXPECT_TRUE(SetAside(options_.cache_dir).empty()) << "set aside before the release";
-  EXPECT_EQ(fs_->Release(*fh).code(), StatusCode::kFileTooLarge);
-  EXPECT_EQ(memory_->contents("f"), "the complete file");
+  EXPECT_EQ(fs_->Release(fh).code(), StatusCode::kFileTooLarge);
+  EXPECT_EQ(memory_->contents("f"), "stored");
   EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "the start"}}));
   EXPECT_EQ(metrics_.unfinished_set_aside.load(), 1u);
-  EXPECT_EQ(fs_->GetAttr(ino)->attr.size, 17u);
-  EXPECT_EQ(ReadFile(*fs_, ino), "the complete file");
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.size, 6u);
+  EXPECT_EQ(ReadFile(*fs_, ino), "stored");
   // Nothing of it is left to upload.
   fs_.reset();
-  EXPECT_EQ(memory_->contents("f"), "the complete file");
+  EXPECT_EQ(memory_->contents("f"), "stored");
 }
 
 // A new file whose write failed is not created by its close either.
@@ -2231,15 +2243,11 @@ TEST_F(FilesystemTest, AFailedWriteLeavesNoNewFile) {
 // error: its close uploads the file, as a local file system keeps it. (cp, rsync and dd stop at
 // the error instead.)
 TEST_F(FilesystemTest, AWriterThatCarriesOnAfterAFailedWriteHasItsFileUploaded) {
-  UseMaxObjectSize(64);
-  PutObject("f", "stored");
-  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("abc")).ok());
-  EXPECT_FALSE(fs_->Write(*fh, 100, Bytes("past the limit")).ok());
-  ASSERT_TRUE(fs_->Write(*fh, 3, Bytes("d")).ok());
-  EXPECT_TRUE(fs_->Flush(*fh).ok());
-  EXPECT_TRUE(fs_->Release(*fh).ok());
+  const uint64_t fh = UnfinishedF("abc");
+  ASSERT_NE(fh, 0u);
+  ASSERT_TRUE(fs_->Write(fh, 3, Bytes("d")).ok());
+  EXPECT_TRUE(fs_->Flush(fh).ok());
+  EXPECT_TRUE(fs_->Release(fh).ok());
   EXPECT_EQ(memory_->contents("f"), "abcd");
   EXPECT_TRUE(SetAside(options_.cache_dir).empty());
 }
@@ -2247,18 +2255,14 @@ TEST_F(FilesystemTest, AWriterThatCarriesOnAfterAFailedWriteHasItsFileUploaded) 
 // A later truncate that cuts off what a failed write meant to put there finishes the file (as
 // would a write of those bytes): its close uploads it.
 TEST_F(FilesystemTest, ATruncateBeforeAFailedWriteFinishesTheFile) {
-  UseMaxObjectSize(64);
-  PutObject("f", "stored");
+  const uint64_t fh = UnfinishedF("new content");
+  ASSERT_NE(fh, 0u);
   const uint64_t ino = LookupIno(kRootIno, "f");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new content")).ok());
-  EXPECT_FALSE(fs_->Write(*fh, 11, Bytes(std::string(100, 'x'))).ok());
   FileAttr attr;
   attr.size = 11;
-  ASSERT_TRUE(fs_->SetAttr(ino, kSetSize, attr, *fh).ok());
-  EXPECT_TRUE(fs_->Flush(*fh).ok());
-  EXPECT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetSize, attr, fh).ok());
+  EXPECT_TRUE(fs_->Flush(fh).ok());
+  EXPECT_TRUE(fs_->Release(fh).ok());
   EXPECT_EQ(memory_->contents("f"), "new content");
   EXPECT_TRUE(SetAside(options_.cache_dir).empty());
 }
@@ -2307,17 +2311,13 @@ TEST_F(WritebackTest, AFailedRewriteLeavesTheVersionClosedBefore) {
 // as every close does, but the file stays open and unfinished: only the release of the open
 // file sets it aside, and nothing uploads it meanwhile.
 TEST_F(FilesystemTest, AClosedDuplicateOfAFailedWriterSetsNothingAside) {
-  UseMaxObjectSize(64);
-  PutObject("f", "stored");
-  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new")).ok());
-  EXPECT_FALSE(fs_->Write(*fh, 3, Bytes(std::string(100, 'x'))).ok());
-  EXPECT_EQ(fs_->Flush(*fh).code(), StatusCode::kFileTooLarge);  // close(dup(fd))
+  const uint64_t fh = UnfinishedF("new");
+  ASSERT_NE(fh, 0u);
+  EXPECT_EQ(fs_->Flush(fh).code(), StatusCode::kFileTooLarge);  // close(dup(fd))
   EXPECT_TRUE(SetAside(options_.cache_dir).empty());
-  EXPECT_EQ(fs_->Fsync(*fh, false).code(), StatusCode::kFileTooLarge);
-  EXPECT_EQ(fs_->Flush(*fh).code(), StatusCode::kFileTooLarge);  // close(fd)
-  EXPECT_FALSE(fs_->Release(*fh).ok());
+  EXPECT_EQ(fs_->Fsync(fh, false).code(), StatusCode::kFileTooLarge);
+  EXPECT_EQ(fs_->Flush(fh).code(), StatusCode::kFileTooLarge);  // close(fd)
+  EXPECT_FALSE(fs_->Release(fh).ok());
   EXPECT_EQ(memory_->contents("f"), "stored");
   EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "new"}}));
 }
@@ -2325,13 +2325,10 @@ TEST_F(FilesystemTest, AClosedDuplicateOfAFailedWriterSetsNothingAside) {
 // An unfinished file that holds nothing its writer wrote (emptied, and the first write failed)
 // leaves nothing to set aside: the stored file stays, and unfinished/ gets no empty file.
 TEST_F(FilesystemTest, AnUnfinishedFileWithNothingWrittenIsDropped) {
-  UseMaxObjectSize(64);
-  PutObject("f", "stored");
-  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  EXPECT_FALSE(fs_->Write(*fh, 0, Bytes(std::string(100, 'x'))).ok());
-  EXPECT_EQ(fs_->Flush(*fh).code(), StatusCode::kFileTooLarge);
-  EXPECT_FALSE(fs_->Release(*fh).ok());
+  const uint64_t fh = UnfinishedF("");
+  ASSERT_NE(fh, 0u);
+  EXPECT_EQ(fs_->Flush(fh).code(), StatusCode::kFileTooLarge);
+  EXPECT_FALSE(fs_->Release(fh).ok());
   EXPECT_EQ(memory_->contents("f"), "stored");
   EXPECT_TRUE(SetAside(options_.cache_dir).empty());
   EXPECT_EQ(metrics_.unfinished_set_aside.load(), 0u);
