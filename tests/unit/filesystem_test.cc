@@ -113,13 +113,9 @@ class FilesystemTest : public ::testing::Test {
   // A fresh store whose objects hold at most `limit` bytes: a write past it fails (EFBIG) after
   // earlier writes were taken, as one on a full cache disk does (ENOSPC).
   void UseMaxObjectSize(uint64_t limit) {
-    fs_.reset();
     MemoryStoreOptions o;
     o.max_object_size = limit;
-    memory_ = std::make_shared<MemoryStore>(o);
-    faults_ = std::make_shared<FaultInjectingStore>(memory_);
-    store_ = std::make_shared<MetricsStore>(faults_, metrics_);
-    fs_ = NewFilesystem();
+    UseStore(o);
   }
 
   // "f", stored as "stored" on a store of 64-byte objects, opened with O_TRUNC, `written`
@@ -141,10 +137,15 @@ class FilesystemTest : public ::testing::Test {
 
   // A fresh store whose copies behave as S3Store's on RGW (see MemoryStoreOptions).
   void UseRgwLikeCopies() {
-    fs_.reset();
     MemoryStoreOptions o;
     o.copy_ignores_source_condition = true;
-    memory_ = std::make_shared<MemoryStore>(o);
+    UseStore(o);
+  }
+
+  // A fresh, empty store of `options`, and a new mount over it.
+  void UseStore(const MemoryStoreOptions& options) {
+    fs_.reset();
+    memory_ = std::make_shared<MemoryStore>(options);
     faults_ = std::make_shared<FaultInjectingStore>(memory_);
     store_ = std::make_shared<MetricsStore>(faults_, metrics_);
     fs_ = NewFilesystem();
@@ -1379,6 +1380,20 @@ class WritebackTest : public FilesystemTest {
     return created->entry.attr.ino;
   }
 
+  // "f" closed into the window as "first version" on a store of 64-byte objects, then opened
+  // with O_TRUNC, "second" written and a write past the limit refused. Returns the handle (0
+  // after a failure) and sets `*ino`.
+  uint64_t ClosedThenUnfinished(uint64_t* ino) {
+    UseMaxObjectSize(64);
+    *ino = WriteAndClose("f", "first version");
+    auto fh = fs_->Open(*ino, O_WRONLY | O_TRUNC);
+    EXPECT_TRUE(fh.ok()) << fh.status().ToString();
+    if (!fh.ok()) return 0;
+    EXPECT_TRUE(fs_->Write(*fh, 0, Bytes("second")).ok());
+    EXPECT_FALSE(fs_->Write(*fh, 6, Bytes(std::string(100, 'x'))).ok());
+    return *fh;
+  }
+
   uint64_t Requests() const {
     return metrics_.put_requests.load() + metrics_.copy_requests.load() +
            metrics_.set_attributes_requests.load() + metrics_.remove_requests.load();
@@ -2291,14 +2306,11 @@ TEST_F(FilesystemTest, AnotherWritersCloseDoesNotUploadAFailedWrite) {
 // A file closed into the write-back window, then rewritten by a writer whose write failed: the
 // version the first close accepted is the file again, and goes up at the window's end.
 TEST_F(WritebackTest, AFailedRewriteLeavesTheVersionClosedBefore) {
-  UseMaxObjectSize(64);
-  const uint64_t ino = WriteAndClose("f", "first version");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("second")).ok());
-  EXPECT_FALSE(fs_->Write(*fh, 6, Bytes(std::string(100, 'x'))).ok());
-  EXPECT_EQ(fs_->Flush(*fh).code(), StatusCode::kFileTooLarge);
-  EXPECT_FALSE(fs_->Release(*fh).ok());
+  uint64_t ino = 0;
+  const uint64_t fh = ClosedThenUnfinished(&ino);
+  ASSERT_NE(fh, 0u);
+  EXPECT_EQ(fs_->Flush(fh).code(), StatusCode::kFileTooLarge);
+  EXPECT_FALSE(fs_->Release(fh).ok());
   EXPECT_EQ(ReadFile(*fs_, ino), "first version");
   EXPECT_FALSE(memory_->head("f").ok());  // still in the window
   clock_->Advance(std::chrono::seconds(61));
@@ -2355,12 +2367,9 @@ TEST_F(WritebackTest, AFailedWriteThatChangedNothingKeepsTheClosedVersion) {
 // Unmount with a writer of an unfinished file still at work: its data is set aside as a crash
 // would, and the version a close accepted goes up.
 TEST_F(WritebackTest, UnmountUploadsTheClosedVersionOfAnUnfinishedFile) {
-  UseMaxObjectSize(64);
-  const uint64_t ino = WriteAndClose("f", "first version");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("second")).ok());
-  EXPECT_FALSE(fs_->Write(*fh, 6, Bytes(std::string(100, 'x'))).ok());
+  uint64_t ino = 0;
+  const uint64_t fh = ClosedThenUnfinished(&ino);
+  ASSERT_NE(fh, 0u);
   EXPECT_TRUE(fs_->FlushAll().ok());
   EXPECT_EQ(memory_->contents("f"), "first version");
   EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "second"}}));
