@@ -555,8 +555,9 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   inode.may_stream = false;  // further writes edit a stored object
   inode.uploaded_etag = result->etag;
   // Every byte of it was written through the kernel, whose pages hold them: the next open of
-  // this version keeps them.
-  inode.page_version = result->etag;
+  // this version keeps them. Unless a drop of them is still queued: they may hold other data
+  // (an unfinished writer's, set aside), and the next open drops them.
+  inode.page_version = inode.pages_drop_queued ? ETag() : result->etag;
   inode.page_version_settled = true;
   inode.touched.Clear();
   inode.base.reset();
@@ -754,14 +755,15 @@ Status FileWriter::SetAsideUnfinished(uint64_t ino, Inode& inode, const std::str
     inode.staged->Remove();
   } else {
     Result<std::string> kept = staging_->SetAside(*inode.staged, key);
-    if (!kept.ok()) {
-      // Staged and Unfinished as it is: never uploaded, and its record (kWriting) has the
-      // next mount set it aside.
-      Log(LogLevel::kError, error.message() + "; it stays staged, not uploaded, as " +
-                                inode.staged->data_path() + ": " + kept.status().message());
-      return error;
+    if (kept.ok()) {
+      kept_as = *std::move(kept);
+    } else {
+      // Left where it is, with its record (kWriting), which has the next mount set it aside.
+      // The file moves on all the same: its readers never see it, and a version a close
+      // accepted goes up.
+      kept_as = inode.staged->data_path() + " (it could not move: " + kept.status().message() +
+                "; the next mount sets it aside)";
     }
-    kept_as = *std::move(kept);
     Bump(metrics_->unfinished_set_aside);
   }
   Log(LogLevel::kError,
@@ -1069,7 +1071,7 @@ Status FileWriter::Close(uint64_t ino, Inode& inode) {
     auto key = KeyOf(ino);
     if (!key.ok()) return key.status();
     Status error = SetAsideUnfinished(ino, inode, *key);
-    if (!inode.unsaved() || Unfinished(inode)) return error;
+    if (!inode.unsaved()) return error;
     // The version a close accepted before is the file again: uploaded as it would have been.
     Status closed = Close(ino, inode);
     return closed.ok() ? error : closed;
@@ -1264,8 +1266,7 @@ Status FileWriter::FlushAll() {
         // as a crash would, and the version a close accepted, if any, goes up.
         auto key = KeyOf(ino);
         if (!key.ok()) return key.status();
-        Status error = SetAsideUnfinished(ino, *inode, *key);
-        if (Unfinished(*inode)) return error;  // could not move: staged for the next mount
+        (void)SetAsideUnfinished(ino, *inode, *key);  // logged
       }
     }
     return Flush(ino, inode);

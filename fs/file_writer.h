@@ -180,8 +180,9 @@ class FileWriter {
   // writer wrote), and the file is again the version a close accepted and not uploaded yet
   // (inode.accepted_copy), else what the store has (the complete earlier file, or no file if it
   // was new) with the metadata change held when the writer began, held again. Returns
-  // UnfinishedError. Should the data not move, it stays staged and Unfinished, and the next
-  // mount sets it aside.
+  // UnfinishedError. Should the data not move (a full disk may refuse even a directory), it
+  // stays in the staging area with its record, which has the next mount set it aside; the file
+  // moves on all the same.
   Status SetAsideUnfinished(uint64_t ino, Inode& inode, const std::string& key) REQUIRES(inode.mu);
   // The stored object `key` kept its bytes but its ETag went from `from` to `to` (a metadata
   // change): the staged file fetches what it lacks, and an edit copies, by the new one. (Never

@@ -391,7 +391,7 @@ Status Filesystem::CloseUnfinished(uint64_t ino, Inode& inode) {
   // Another writer may still mend it: its close decides.
   if (inode.open_writers.load() > 1) return writer_->UnfinishedError(inode, key);
   Status error = writer_->SetAsideUnfinished(ino, inode, key);
-  if (!FileWriter::Unfinished(inode)) InvalidatePages(ino);  // set aside: its pages were that
+  InvalidatePages(ino);  // its pages were the data set aside
   return error;
 }
 
@@ -419,7 +419,7 @@ Status Filesystem::Release(uint64_t fh) {
       if (remaining == 0 && !inode.unsaved()) writer_->DropStaging(inode);
     } else if (FileWriter::Unfinished(inode) && writers == 0) {
       status = CloseUnfinished(handle->ino, inode);
-      if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
+      if (inode.unsaved()) {
         (void)writer_->Close(handle->ino, inode);  // the version closed before: as it was
       } else if (remaining == 0 && !inode.unsaved()) {
         writer_->DropStaging(inode);

@@ -2241,6 +2241,54 @@ TEST_F(FilesystemTest, AFailedWriteNeverReplacesTheStoredFile) {
   EXPECT_EQ(memory_->contents("f"), "stored");
 }
 
+// Data that cannot move to unfinished/ (there a file stands in the directory's way; a full
+// disk may refuse even the directory) stays in the staging area, and the file is the stored
+// one all the same: its readers never see the unfinished data, and the next mount sets the
+// data aside.
+TEST_F(FilesystemTest, AnUnfinishedFileThatCannotMoveIsSetAsideByTheNextMount) {
+  const uint64_t fh = UnfinishedF("the start");
+  ASSERT_NE(fh, 0u);
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  const std::string blocked = options_.cache_dir + "/unfinished";
+  std::filesystem::remove_all(blocked);
+  std::ofstream(blocked) << "not a directory";
+  EXPECT_EQ(fs_->Release(fh).code(), StatusCode::kFileTooLarge);
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.size, 6u);
+  EXPECT_EQ(ReadFile(*fs_, ino), "stored");
+  fs_.reset();
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  std::filesystem::remove(blocked);
+  (void)RecoverImage(options_.cache_dir);
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "the start"}}));
+}
+
+// A version a close accepted but could not upload, then rewritten by a writer whose write
+// failed: the release sets the rewrite aside and uploads the accepted version. The kernel's
+// pages still hold the rewrite until the queued drop is done, so the upload does not claim
+// them for its version: an open in between drops them instead of showing the rewrite.
+TEST_F(FilesystemTest, TheUploadAfterASetAsideKeepsNoPagesOfTheDataSetAside) {
+  UseMaxObjectSize(64);
+  PutObject("f", "stored");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto first = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(fs_->Write(*first, 0, Bytes("accepted")).ok());
+  faults_->FailNth(StoreOp::kPut, 1, TransientError("503 SlowDown"));
+  EXPECT_FALSE(fs_->Release(*first).ok());  // accepted, staged, not uploaded
+  auto second = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(fs_->Write(*second, 0, Bytes("rewrite")).ok());
+  EXPECT_FALSE(fs_->Write(*second, 7, Bytes(std::string(100, 'x'))).ok());
+  EXPECT_EQ(fs_->Release(*second).code(), StatusCode::kFileTooLarge);
+  EXPECT_EQ(memory_->contents("f"), "accepted");
+  bool keep = true;
+  auto reader = fs_->Open(ino, O_RDONLY, &keep);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_FALSE(keep) << "the pages of the data set aside were kept";
+  EXPECT_TRUE(fs_->Release(*reader).ok());
+}
+
 // A new file whose write failed is not created by its close either.
 TEST_F(FilesystemTest, AFailedWriteLeavesNoNewFile) {
   UseMaxObjectSize(64);
