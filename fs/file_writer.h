@@ -173,6 +173,10 @@ class FileWriter {
   static bool Unfinished(const Inode& inode) REQUIRES(inode.mu) {
     return inode.unsaved() && !inode.unwritten.empty();
   }
+  static bool IsUnfinished(Inode& inode) EXCLUDES(inode.mu) {
+    MutexLock lock(&inode.mu);
+    return Unfinished(inode);
+  }
   // What a close or fsync of an Unfinished file says: the first write's failure, named.
   Status UnfinishedError(const Inode& inode, const std::string& key) const REQUIRES(inode.mu);
   // The last writer of an Unfinished file is done: its data is set aside in

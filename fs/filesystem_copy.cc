@@ -38,8 +38,11 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
 
   if (off_in == 0 && off_out == 0 && in->ino != out->ino) {
     // The source must be clean: upload its unsaved data first (a metadata change it waits
-    // with is no matter: the copy gets the destination's).
-    OBJFS_RETURN_IF_ERROR(writer_->Flush(in->ino, in->inode, /*with_metadata=*/false));
+    // with is no matter: the copy gets the destination's). An unfinished source is never
+    // uploaded: its bytes, as its readers see them, are copied through this machine below.
+    if (!FileWriter::IsUnfinished(*in->inode)) {
+      OBJFS_RETURN_IF_ERROR(writer_->Flush(in->ino, in->inode, /*with_metadata=*/false));
+    }
     OBJFS_ASSIGN_OR_RETURN(std::string src_key, KeyOf(in->ino));
     OBJFS_ASSIGN_OR_RETURN(std::string dst_key, KeyOf(out->ino));
     OBJFS_ASSIGN_OR_RETURN(MetaRecord src, Resolve(src_key));

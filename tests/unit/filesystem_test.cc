@@ -2289,6 +2289,39 @@ TEST_F(FilesystemTest, TheUploadAfterASetAsideKeepsNoPagesOfTheDataSetAside) {
   EXPECT_TRUE(fs_->Release(*reader).ok());
 }
 
+// A rename onto an unfinished file replaces it, as an unlink would: its writer's data is
+// neither uploaded first (the rename does not fail with the write's error) nor set aside.
+TEST_F(FilesystemTest, ARenameOntoAnUnfinishedFileReplacesIt) {
+  const uint64_t fh = UnfinishedF("the start");
+  ASSERT_NE(fh, 0u);
+  PutObject("g", "other");
+  ASSERT_TRUE(fs_->Rename(kRootIno, "g", kRootIno, "f", 0).ok());
+  EXPECT_EQ(memory_->contents("f"), "other");
+  EXPECT_FALSE(memory_->head("g").ok());
+  EXPECT_TRUE(fs_->Release(fh).ok());
+  EXPECT_EQ(memory_->contents("f"), "other");
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+}
+
+// copy_file_range from an unfinished file copies what its readers see, through this machine,
+// instead of failing with the write's error: the source is never uploaded for a copy.
+TEST_F(FilesystemTest, ACopyFromAnUnfinishedFileCopiesWhatItHolds) {
+  const uint64_t fh = UnfinishedF("the start");
+  ASSERT_NE(fh, 0u);
+  auto reader = fs_->Open(LookupIno(kRootIno, "f"), O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  auto created = fs_->Create(kRootIno, "g", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok());
+  auto copied = fs_->CopyFileRange(*reader, 0, created->fh, 0, 100, 0);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(*copied, 9u);
+  EXPECT_TRUE(fs_->Release(created->fh).ok());
+  EXPECT_EQ(memory_->contents("g"), "the start");
+  EXPECT_TRUE(fs_->Release(*reader).ok());
+  EXPECT_FALSE(fs_->Release(fh).ok());
+  EXPECT_EQ(memory_->contents("f"), "stored");
+}
+
 // A new file whose write failed is not created by its close either.
 TEST_F(FilesystemTest, AFailedWriteLeavesNoNewFile) {
   UseMaxObjectSize(64);
