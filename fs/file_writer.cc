@@ -666,8 +666,8 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
 void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, uint64_t length) {
   if (inode.base) inode.touched.Add(offset, length);
   // A failed write's bytes, written after all.
-  for (auto& [fh, ranges] : inode.unwritten) ranges.Remove(offset, length);
-  std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.empty(); });
+  for (auto& [fh, entry] : inode.unwritten) entry.ranges.Remove(offset, length);
+  std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.ranges.empty(); });
   if (!inode.staged || !inode.unsaved()) return;
   const uint64_t size = inode.staged->size();
   if (inode.stream) {
@@ -715,8 +715,8 @@ void FileWriter::Truncated(Inode& inode, uint64_t size) {
   // What lies past the new end is not the base's any more, should the file grow again.
   if (inode.base) inode.touched.Add(size, UINT64_MAX);
   // A failed write past the end is not missed any more.
-  for (auto& [fh, ranges] : inode.unwritten) ranges.TrimFrom(size);
-  std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.empty(); });
+  for (auto& [fh, entry] : inode.unwritten) entry.ranges.TrimFrom(size);
+  std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.ranges.empty(); });
   if (inode.stream) inode.stream->Truncated(size);
   if (size == 0 && inode.unsaved()) inode.may_stream = true;
 }
@@ -729,12 +729,21 @@ void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_
       inode.staged->state() != StagedFile::State::kWriting) {
     return;
   }
-  if (inode.unwritten.empty()) inode.write_failure = failure;
-  inode.unwritten[fh].Add(offset, length);
+  Inode::Unwritten& entry = inode.unwritten[fh];
+  if (entry.ranges.empty()) {
+    entry.failure = failure;
+    entry.serial = ++inode.write_failures;
+  }
+  entry.ranges.Add(offset, length);
 }
 
 Status FileWriter::UnfinishedError(const Inode& inode, const std::string& key) const {
-  const Status& failure = inode.write_failure;
+  // The first failure of those still missing: another writer's may have been mended since.
+  const Inode::Unwritten* first = nullptr;
+  for (const auto& [fh, entry] : inode.unwritten) {
+    if (first == nullptr || entry.serial < first->serial) first = &entry;
+  }
+  const Status failure = first != nullptr ? first->failure : IoError("no write failed");
   return Status(failure.code(),
                 key + " is not uploaded: a write to it failed (" + failure.message() +
                     ") and no later write put those bytes there",
@@ -780,7 +789,6 @@ Status FileWriter::SetAsideUnfinished(uint64_t ino, Inode& inode, const std::str
                           : "")));
   inode.staged.reset();
   inode.unwritten.clear();
-  inode.write_failure = Status::Ok();
   inode.page_version = ETag();  // the kernel's pages hold the data set aside
   inode.pages_drop_queued = true;
   meta_cache_->Invalidate(key);

@@ -67,10 +67,15 @@ struct Inode {
   ExtentSet touched GUARDED_BY(mu);
   // By handle, the ranges of unsaved data that a write(2) through it failed to put in `staged`
   // (a full cache disk, a size past the store's largest object) and no later write put there
-  // (no entry is empty), and the first of those failures: while any is left the file is not
+  // (no entry is empty), with the first of those failures: while any is left the file is not
   // what its writers meant it to be, and is never uploaded (FileWriter::WriteFailed).
-  std::unordered_map<uint64_t, ExtentSet> unwritten GUARDED_BY(mu);
-  Status write_failure GUARDED_BY(mu);
+  struct Unwritten {
+    ExtentSet ranges;
+    Status failure;
+    uint64_t serial = 0;  // of `failure`, among this inode's write failures
+  };
+  std::unordered_map<uint64_t, Unwritten> unwritten GUARDED_BY(mu);
+  uint64_t write_failures GUARDED_BY(mu) = 0;
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.
   FileAttr attr GUARDED_BY(mu);

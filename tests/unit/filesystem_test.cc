@@ -2322,6 +2322,28 @@ TEST_F(FilesystemTest, ACopyFromAnUnfinishedFileCopiesWhatItHolds) {
   EXPECT_EQ(memory_->contents("f"), "stored");
 }
 
+// Of two writers' failures, the one left after the other writer carried on is what the close
+// names: not the first failure, mended since.
+TEST_F(FilesystemTest, TheCloseOfAnUnfinishedFileNamesTheFailureLeft) {
+  UseMaxObjectSize(64);
+  PutObject("f", "stored");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto mended = fs_->Open(ino, O_WRONLY);
+  auto left = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(mended.ok() && left.ok());
+  ASSERT_TRUE(fs_->Write(*mended, 0, Bytes("S")).ok());
+  EXPECT_FALSE(fs_->Write(*mended, 6, Bytes(std::string(100, 'x'))).ok());  // 106 bytes
+  EXPECT_FALSE(fs_->Write(*left, 10, Bytes(std::string(100, 'x'))).ok());   // 110 bytes
+  ASSERT_TRUE(fs_->Write(*mended, 6, Bytes("!")).ok());                     // carries on
+  EXPECT_TRUE(fs_->Release(*mended).ok());
+  const Status closed = fs_->Flush(*left);
+  EXPECT_EQ(closed.code(), StatusCode::kFileTooLarge);
+  EXPECT_NE(closed.message().find("110 bytes"), std::string::npos) << closed.ToString();
+  EXPECT_FALSE(fs_->Release(*left).ok());
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_EQ(SetAside(options_.cache_dir).size(), 1u);
+}
+
 // A new file whose write failed is not created by its close either.
 TEST_F(FilesystemTest, AFailedWriteLeavesNoNewFile) {
   UseMaxObjectSize(64);
