@@ -766,6 +766,7 @@ Status FileWriter::SetAsideUnfinished(uint64_t ino, Inode& inode, const std::str
     Result<std::string> kept = staging_->SetAside(*inode.staged, key);
     if (kept.ok()) {
       kept_as = *std::move(kept);
+      Bump(metrics_->unfinished_set_aside);
     } else {
       // Left where it is, with its record (kWriting), which has the next mount set it aside.
       // The file moves on all the same: its readers never see it, and a version a close
@@ -773,7 +774,6 @@ Status FileWriter::SetAsideUnfinished(uint64_t ino, Inode& inode, const std::str
       kept_as = inode.staged->data_path() + " (it could not move: " + kept.status().message() +
                 "; the next mount sets it aside)";
     }
-    Bump(metrics_->unfinished_set_aside);
   }
   Log(LogLevel::kError,
       error.message() + ", so it is not what its writer meant it to be and does not replace " +

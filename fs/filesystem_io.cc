@@ -70,7 +70,9 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
       }
     } else if (!truncate) {
       // Staged here: every change of it went through the kernel, whose pages hold it too.
-      keep = true;
+      // Unless a drop of them is still queued (they held data set aside since): dropped now.
+      keep = !inode->pages_drop_queued;
+      inode->pages_drop_queued = false;
     } else if (truncate && inode->staged->size() > 0) {
       OBJFS_RETURN_IF_ERROR(writer_->MarkDirty(*inode, key, /*keep_content=*/false));
       OBJFS_RETURN_IF_ERROR(inode->staged->Truncate(0));

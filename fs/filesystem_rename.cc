@@ -75,10 +75,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
 
   if (uint64_t ino = inodes_.InoOf(to)) {
     // A metadata change of the target goes too: should the rename fail, the target keeps it.
-    // An unfinished target has nothing to go up: the rename replaces it, as an unlink would.
-    if (auto inode = inodes_.Get(ino); inode != nullptr && !FileWriter::IsUnfinished(*inode)) {
-      OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
-    }
+    if (auto inode = inodes_.Get(ino)) OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
   }
   if (flags & kRenameNoReplace) meta_cache_.Invalidate(to);
   auto dst = Resolve(to);

@@ -2289,18 +2289,17 @@ TEST_F(FilesystemTest, TheUploadAfterASetAsideKeepsNoPagesOfTheDataSetAside) {
   EXPECT_TRUE(fs_->Release(*reader).ok());
 }
 
-// A rename onto an unfinished file replaces it, as an unlink would: its writer's data is
-// neither uploaded first (the rename does not fail with the write's error) nor set aside.
-TEST_F(FilesystemTest, ARenameOntoAnUnfinishedFileReplacesIt) {
+// A rename onto an unfinished file fails with its write's error and changes nothing: the
+// replaced file's state would go before the store's rename, which may still fail.
+TEST_F(FilesystemTest, ARenameOntoAnUnfinishedFileChangesNothing) {
   const uint64_t fh = UnfinishedF("the start");
   ASSERT_NE(fh, 0u);
   PutObject("g", "other");
-  ASSERT_TRUE(fs_->Rename(kRootIno, "g", kRootIno, "f", 0).ok());
-  EXPECT_EQ(memory_->contents("f"), "other");
-  EXPECT_FALSE(memory_->head("g").ok());
-  EXPECT_TRUE(fs_->Release(fh).ok());
-  EXPECT_EQ(memory_->contents("f"), "other");
-  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+  EXPECT_EQ(fs_->Rename(kRootIno, "g", kRootIno, "f", 0).code(), StatusCode::kFileTooLarge);
+  EXPECT_EQ(memory_->contents("g"), "other");
+  EXPECT_FALSE(fs_->Release(fh).ok());
+  EXPECT_EQ(memory_->contents("f"), "stored");
+  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "the start"}}));
 }
 
 // copy_file_range from an unfinished file copies what its readers see, through this machine,
@@ -2420,6 +2419,23 @@ TEST_F(WritebackTest, AFailedRewriteLeavesTheVersionClosedBefore) {
   ASSERT_TRUE(fs_->UploadDue().ok());
   EXPECT_EQ(memory_->contents("f"), "first version");
   EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "second"}}));
+}
+
+// The version a close put in the window is the file again after a set-aside, but until the
+// queued drop is done the kernel's pages hold the data set aside: an open in between drops
+// them, and the next keeps what it read.
+TEST_F(WritebackTest, AnOpenAfterASetAsideDropsThePagesOfTheDataSetAside) {
+  uint64_t ino = 0;
+  const uint64_t fh = ClosedThenUnfinished(&ino);
+  ASSERT_NE(fh, 0u);
+  EXPECT_FALSE(fs_->Release(fh).ok());
+  for (const bool kept : {false, true}) {
+    bool keep = !kept;
+    auto reader = fs_->Open(ino, O_RDONLY, &keep);
+    ASSERT_TRUE(reader.ok());
+    EXPECT_EQ(keep, kept);
+    EXPECT_TRUE(fs_->Release(*reader).ok());
+  }
 }
 
 // A duplicate of the failed writer's descriptor closed (a shell's redirection, a fork) fails
