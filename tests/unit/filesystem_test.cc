@@ -135,6 +135,24 @@ class FilesystemTest : public ::testing::Test {
     return *fh;
   }
 
+  // Two handles open for writing "f", stored as "stored" on a store of 64-byte objects.
+  std::pair<Result<uint64_t>, Result<uint64_t>> TwoWritersOfF() {
+    UseMaxObjectSize(64);
+    PutObject("f", "stored");
+    const uint64_t ino = LookupIno(kRootIno, "f");
+    auto first = fs_->Open(ino, O_WRONLY);
+    return {std::move(first), fs_->Open(ino, O_WRONLY)};
+  }
+
+  // The release of `fh`, the last writer of the unfinished "f" made by UnfinishedF, fails;
+  // "f" is still "stored", and `data` is set aside.
+  void ReleaseSetsAside(uint64_t fh, std::string_view data) {
+    EXPECT_FALSE(fs_->Release(fh).ok());
+    EXPECT_EQ(memory_->contents("f"), "stored");
+    EXPECT_EQ(SetAside(options_.cache_dir),
+              (std::map<std::string, std::string>{{"f", std::string(data)}}));
+  }
+
   // A fresh store whose copies behave as S3Store's on RGW (see MemoryStoreOptions).
   void UseRgwLikeCopies() {
     MemoryStoreOptions o;
@@ -2297,9 +2315,7 @@ TEST_F(FilesystemTest, ARenameOntoAnUnfinishedFileChangesNothing) {
   PutObject("g", "other");
   EXPECT_EQ(fs_->Rename(kRootIno, "g", kRootIno, "f", 0).code(), StatusCode::kFileTooLarge);
   EXPECT_EQ(memory_->contents("g"), "other");
-  EXPECT_FALSE(fs_->Release(fh).ok());
-  EXPECT_EQ(memory_->contents("f"), "stored");
-  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "the start"}}));
+  ReleaseSetsAside(fh, "the start");
 }
 
 // copy_file_range from an unfinished file copies what its readers see, through this machine,
@@ -2324,11 +2340,7 @@ TEST_F(FilesystemTest, ACopyFromAnUnfinishedFileCopiesWhatItHolds) {
 // Of two writers' failures, the one left after the other writer carried on is what the close
 // names: not the first failure, mended since.
 TEST_F(FilesystemTest, TheCloseOfAnUnfinishedFileNamesTheFailureLeft) {
-  UseMaxObjectSize(64);
-  PutObject("f", "stored");
-  const uint64_t ino = LookupIno(kRootIno, "f");
-  auto mended = fs_->Open(ino, O_WRONLY);
-  auto left = fs_->Open(ino, O_WRONLY);
+  auto [mended, left] = TwoWritersOfF();
   ASSERT_TRUE(mended.ok() && left.ok());
   ASSERT_TRUE(fs_->Write(*mended, 0, Bytes("S")).ok());
   EXPECT_FALSE(fs_->Write(*mended, 6, Bytes(std::string(100, 'x'))).ok());  // 106 bytes
@@ -2387,11 +2399,7 @@ TEST_F(FilesystemTest, ATruncateBeforeAFailedWriteFinishesTheFile) {
 // Of two writers, the close of the one whose write did not fail does not upload the file
 // either: the last close decides, and sets it aside.
 TEST_F(FilesystemTest, AnotherWritersCloseDoesNotUploadAFailedWrite) {
-  UseMaxObjectSize(64);
-  PutObject("f", "stored");
-  const uint64_t ino = LookupIno(kRootIno, "f");
-  auto failing = fs_->Open(ino, O_WRONLY);
-  auto other = fs_->Open(ino, O_WRONLY);
+  auto [failing, other] = TwoWritersOfF();
   ASSERT_TRUE(failing.ok() && other.ok());
   ASSERT_TRUE(fs_->Write(*other, 0, Bytes("STO")).ok());
   EXPECT_FALSE(fs_->Write(*failing, 6, Bytes(std::string(100, 'x'))).ok());
@@ -2448,9 +2456,7 @@ TEST_F(FilesystemTest, AClosedDuplicateOfAFailedWriterSetsNothingAside) {
   EXPECT_TRUE(SetAside(options_.cache_dir).empty());
   EXPECT_EQ(fs_->Fsync(fh, false).code(), StatusCode::kFileTooLarge);
   EXPECT_EQ(fs_->Flush(fh).code(), StatusCode::kFileTooLarge);  // close(fd)
-  EXPECT_FALSE(fs_->Release(fh).ok());
-  EXPECT_EQ(memory_->contents("f"), "stored");
-  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "new"}}));
+  ReleaseSetsAside(fh, "new");
 }
 
 // An unfinished file that holds nothing its writer wrote (emptied, and the first write failed)
