@@ -2,6 +2,7 @@
 // attribute of single-part and multipart objects. (cp, rsync and mv on every backend:
 // mount_suite_test.cc.)
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -136,6 +137,37 @@ TEST(MountS3CopyTest, EtagOfSinglePartAndMultipartFiles) {
   EXPECT_EQ(GetXattr(m + "/big", "user.etag"), etag);
   EXPECT_FALSE(GetXattr(m + "/big-copy", "user.etag").empty());
   EXPECT_EQ(GetXattr(m + "/small", "user.etag"), Md5sum(small_local));
+}
+
+// A chmod of a file made of parts, below copy_part_threshold, is one CopyObject onto itself.
+// RGW keeps the parts' ETag for it, so the file's readers read on at the version they opened.
+// (A server that gave it a new ETag would fail them with ESTALE: that copy could not tell
+// whether it copied their version.)
+TEST(MountS3CopyTest, AReaderOfAMultipartFileReadsOnAfterAChmod) {
+  ObjfsMount::Options options;
+  options.extra_options = "multipart_threshold=8M,part_size=5M,metadata_delay=0";
+  std::unique_ptr<ObjfsMount> mount =
+      ObjfsMount::Start(S3MountUrl(CreateTestBucket(TestName())), options);
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/big";
+  const std::string model = PseudoRandomBytes(12 << 20, 87);
+  WriteFile(path, model);
+  const std::string etag = GetXattr(path, "user.etag");
+  ASSERT_TRUE(std::regex_match(etag, std::regex("[0-9a-f]{32}-3"))) << etag;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0) << std::strerror(errno);
+  std::string got(model.size(), '\0');
+  EXPECT_EQ(::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()))
+      << std::strerror(errno);
+  EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
+  EXPECT_TRUE(got == model) << "the reader read other bytes";
+  EXPECT_EQ(GetXattr(path, "user.etag"), etag);
+  ASSERT_TRUE(mount->Restart());
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_TRUE(ReadFile(path) == model);
 }
 
 }  // namespace
