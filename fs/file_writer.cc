@@ -655,6 +655,7 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
   // ... but its own record stays until this data is accepted: a crash before that sets the data
   // aside, and the change, acknowledged already, still applies to the stored object.
   MetadataCoalescer::Carry(inode.pending_metadata, inode.carried);
+  inode.set_while_written = 0;
   inode.has_local_data.store(true);
   inode.state = Inode::FileState::kUnsaved;
   // Written from empty: its parts may go up while it is written (and none is the base's).

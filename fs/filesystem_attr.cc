@@ -54,7 +54,17 @@ Result<FileAttr> Filesystem::MutateMetadata(
   if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
   MutexLock lock(&inode->mu);
   // The change rides along with the pending upload.
-  if (inode->unsaved()) return writer_->ChangeUnsavedMetadata(ino, *inode, key, mutate);
+  if (inode->unsaved()) {
+    const FileAttr before = inode->attr;
+    Result<FileAttr> changed = writer_->ChangeUnsavedMetadata(ino, *inode, key, mutate);
+    if (changed.ok() && inode->unsaved() && inode->staged &&
+        inode->staged->state() == StagedFile::State::kWriting) {
+      if ((before.mode & 07777) != (inode->attr.mode & 07777)) inode->set_while_written |= kSetMode;
+      if (before.uid != inode->attr.uid) inode->set_while_written |= kSetUid;
+      if (before.gid != inode->attr.gid) inode->set_while_written |= kSetGid;
+    }
+    return changed;
+  }
   if (inode->pending_metadata && !inode->removed()) {
     // An earlier change still waits: this one joins it.
     FileAttr attr = inode->attr;

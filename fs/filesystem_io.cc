@@ -408,6 +408,8 @@ Status Filesystem::Release(uint64_t fh) {
   }
   Inode& inode = *handle->inode;
   Status status;
+  uint32_t reapply = 0;  // the fields of `changed` to set again
+  FileAttr changed;
   {
     MutexLock lock(&inode.mu);
     int remaining = inode.open_handles.fetch_sub(1) - 1;
@@ -420,16 +422,30 @@ Status Filesystem::Release(uint64_t fh) {
       // clean copy kept only for open handles goes with the last of them.
       if (remaining == 0 && !inode.unsaved()) writer_->DropStaging(inode);
     } else if (FileWriter::Unfinished(inode) && writers == 0) {
+      changed = inode.attr;
       status = CloseUnfinished(handle->ino, inode);
       if (inode.unsaved()) {
         (void)writer_->Close(handle->ino, inode);  // the version closed before: as it was
-      } else if (remaining == 0 && !inode.unsaved()) {
-        writer_->DropStaging(inode);
+      } else {
+        if (remaining == 0) writer_->DropStaging(inode);
+        // A chmod or chown made while the writer wrote went with its data, set aside now: the
+        // stored file, the file again, gets it (below, as any such change of it).
+        if (inode.in_store && !inode.removed()) reapply = inode.set_while_written;
       }
+      inode.set_while_written = 0;
     } else if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
       status = writer_->Close(handle->ino, inode);
     } else if (remaining == 0) {
       writer_->DropStaging(inode);
+    }
+  }
+  if (reapply != 0) {
+    Result<Entry> set = SetAttr(handle->ino, reapply, changed, std::nullopt);
+    if (!set.ok()) {
+      Log(LogLevel::kError,
+          "the mode or owner given to a file while it was written unfinished "
+          "is lost: " +
+              set.status().message());
     }
   }
   {

@@ -2544,6 +2544,33 @@ class MetadataDelayTest : public FilesystemTest {
     EXPECT_EQ(e->attr.mode & 07777, mode);
   }
 
+  // "f", stored, is given mode 0600 before a writer opens it with O_TRUNC (held then) or while
+  // it writes; its write fails, and its data is set aside at the release: the stored file has
+  // the mode all the same.
+  void ChmodOutlivesAnUnfinishedWrite(bool before) {
+    UseMaxObjectSize(64);
+    PutObject("f", "stored");
+    const uint64_t ino = LookupIno(kRootIno, "f");
+    if (before) {
+      ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
+    }
+    auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+    ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+    ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new")).ok());
+    if (!before) {
+      ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
+    }
+    EXPECT_FALSE(fs_->Write(*fh, 3, Bytes(std::string(100, 'x'))).ok());
+    EXPECT_FALSE(fs_->Flush(*fh).ok());
+    EXPECT_FALSE(fs_->Release(*fh).ok());
+    EXPECT_EQ(fs_->GetAttr(ino)->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+    clock_->Advance(std::chrono::seconds(2));
+    ASSERT_TRUE(fs_->UploadDue().ok());
+    EXPECT_EQ(memory_->contents("f"), "stored");
+    EXPECT_EQ(StoredMode("f"), FileMode(0600));
+    EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "new"}}));
+  }
+
   // The mode an object's metadata holds ("" without one).
   std::string StoredMode(const std::string& key) {
     auto head = memory_->head(key);
@@ -3005,25 +3032,16 @@ TEST_F(MetadataDelayTest, WithoutDelayEachChangeIsACopyAtOnce) {
 // A chmod held when a writer began travels with its data; that data unfinished and set aside,
 // the change still applies to the stored file, as it would after a crash.
 TEST_F(MetadataDelayTest, AHeldChangeOutlivesAnUnfinishedWrite) {
-  UseMaxObjectSize(64);
-  PutObject("f", "stored");
-  const uint64_t ino = LookupIno(kRootIno, "f");
-  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));  // held
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("new")).ok());
-  EXPECT_FALSE(fs_->Write(*fh, 3, Bytes(std::string(100, 'x'))).ok());
-  EXPECT_FALSE(fs_->Flush(*fh).ok());
-  EXPECT_FALSE(fs_->Release(*fh).ok());
-  EXPECT_EQ(fs_->GetAttr(ino)->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
-  clock_->Advance(std::chrono::seconds(2));
-  ASSERT_TRUE(fs_->UploadDue().ok());
-  EXPECT_EQ(memory_->contents("f"), "stored");
-  EXPECT_EQ(StoredMode("f"), FileMode(0600));
-  EXPECT_EQ(SetAside(options_.cache_dir), (std::map<std::string, std::string>{{"f", "new"}}));
+  ASSERT_NO_FATAL_FAILURE(ChmodOutlivesAnUnfinishedWrite(/*before=*/true));
   for (const auto& entry : std::filesystem::directory_iterator(options_.cache_dir)) {
     EXPECT_EQ(entry.path().filename(), "unfinished") << "a record is left: " << entry.path();
   }
+}
+
+// A chmod made while the writer wrote, with nothing held from before, went with the data: set
+// aside, the stored file gets it all the same, as a change of it held as usual.
+TEST_F(MetadataDelayTest, AChmodDuringAnUnfinishedWriteStillApplies) {
+  ChmodOutlivesAnUnfinishedWrite(/*before=*/false);
 }
 
 }  // namespace
