@@ -53,6 +53,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
   if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
   MutexLock lock(&inode->mu);
+  ++inode->metadata_changes;
   // The change rides along with the pending upload.
   if (inode->unsaved()) {
     const FileAttr before = inode->attr;

@@ -410,6 +410,7 @@ Status Filesystem::Release(uint64_t fh) {
   Status status;
   uint32_t reapply = 0;  // the fields of `changed` to set again
   FileAttr changed;
+  uint64_t changes = 0;  // inode.metadata_changes when they were known
   {
     MutexLock lock(&inode.mu);
     int remaining = inode.open_handles.fetch_sub(1) - 1;
@@ -433,6 +434,7 @@ Status Filesystem::Release(uint64_t fh) {
         if (inode.in_store && !inode.removed()) reapply = inode.set_while_written;
       }
       inode.set_while_written = 0;
+      changes = inode.metadata_changes;
     } else if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
       status = writer_->Close(handle->ino, inode);
     } else if (remaining == 0) {
@@ -440,7 +442,18 @@ Status Filesystem::Release(uint64_t fh) {
     }
   }
   if (reapply != 0) {
-    Result<Entry> set = SetAttr(handle->ino, reapply, changed, std::nullopt);
+    const std::shared_ptr<Inode> target = handle->inode;
+    auto again = [&](FileAttr& attr, Metadata&) -> Status {
+      target->mu.AssertHeld();  // run by MutateMetadata, under the inode's lock
+      // A chmod or chown the user made since the lock was dropped (this change counts one)
+      // is newer: it stands.
+      if (target->metadata_changes != changes + 1) return Status::Ok();
+      if (reapply & kSetMode) attr.mode = (attr.mode & S_IFMT) | (changed.mode & 07777);
+      if (reapply & kSetUid) attr.uid = changed.uid;
+      if (reapply & kSetGid) attr.gid = changed.gid;
+      return Status::Ok();
+    };
+    Result<FileAttr> set = MutateMetadata(handle->ino, again);
     if (!set.ok()) {
       Log(LogLevel::kError,
           "the mode or owner given to a file while it was written unfinished "

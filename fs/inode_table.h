@@ -79,6 +79,9 @@ struct Inode {
   // unsaved data was being written: they rode with it, and should it be set aside, they are set
   // on the file it is again. From the write's start (FileWriter::MarkDirty).
   uint32_t set_while_written GUARDED_BY(mu) = 0;
+  // Counts the attribute changes made through the mount (Filesystem::MutateMetadata): one
+  // made on the user's behalf later checks that none came in between.
+  uint64_t metadata_changes GUARDED_BY(mu) = 0;
   uint64_t write_failures GUARDED_BY(mu) = 0;
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.
