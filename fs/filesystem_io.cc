@@ -456,9 +456,7 @@ Status Filesystem::Release(uint64_t fh) {
     Result<FileAttr> set = MutateMetadata(handle->ino, again);
     if (!set.ok()) {
       Log(LogLevel::kError,
-          "the mode or owner given to a file while it was written unfinished "
-          "is lost: " +
-              set.status().message());
+          "a chmod or chown made while a write failed is lost: " + set.status().message());
     }
   }
   {

@@ -75,6 +75,7 @@ struct Inode {
     uint64_t serial = 0;  // of `failure`, among this inode's write failures
   };
   std::unordered_map<uint64_t, Unwritten> unwritten GUARDED_BY(mu);
+  uint64_t write_failures GUARDED_BY(mu) = 0;  // numbers them (Unwritten::serial)
   // The owner and mode fields (kSetMode, kSetUid, kSetGid) a chmod or chown set while the
   // unsaved data was being written: they rode with it, and should it be set aside, they are set
   // on the file it is again. From the write's start (FileWriter::MarkDirty).
@@ -82,7 +83,6 @@ struct Inode {
   // Counts the attribute changes made through the mount (Filesystem::MutateMetadata): one
   // made on the user's behalf later checks that none came in between.
   uint64_t metadata_changes GUARDED_BY(mu) = 0;
-  uint64_t write_failures GUARDED_BY(mu) = 0;
   // Attributes of the staged file (size, mode, owner, mtime) and the metadata the upload
   // carries besides mode/uid/gid/mtime (xattrs, unknown names), valid while `staged`.
   FileAttr attr GUARDED_BY(mu);
