@@ -323,7 +323,10 @@ class Upload {
   virtual uint64_t max_size() const = 0;
 
   // Stores `length` bytes of `source`, read from `source_offset`, as [offset, offset + length)
-  // of the new object. The source is read by this call only (hashed and sent in pieces).
+  // of the new object. The source is read by this call only (hashed and sent in pieces), maybe
+  // more than once (a repeated attempt; SFTP hashes a range sent ahead of the ranges before it
+  // again once they are in): a range whose bytes change meanwhile must be written again, which
+  // leaves a store's content MD5 unknown.
   virtual Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
                        uint64_t length) = 0;
   // Copies [base_offset, base_offset + length) of the object `base` (its key, size and ETag are

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "backend/md5.h"
@@ -857,10 +858,14 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
       status = IoError("put " + std::string(key) + ": the source ended early");
       break;
     }
-    std::span<const std::byte> data(buf.data(), *n);
-    md5.Update(data);
-    if (options_.metrics != nullptr) Bump(options_.metrics->bytes_hashed, *n);
-    status = wire.WriteAll(*handle, offset, data, options_.requests_in_flight);
+    // Each request's bytes are hashed while the server takes the ones before.
+    status = wire.WriteAll(*handle, offset, std::span<const std::byte>(buf.data(), *n),
+                           options_.requests_in_flight, [&](std::span<const std::byte> piece) {
+                             md5.Update(piece);
+                             if (options_.metrics != nullptr) {
+                               Bump(options_.metrics->bytes_hashed, piece.size());
+                             }
+                           });
     offset += *n;
   }
   if (!status.ok()) {
@@ -908,15 +913,25 @@ class SftpStore::Session : public Upload {
     if (length == 0) return InvalidArgumentError(what + ": an empty range");
     OBJFS_RETURN_IF_ERROR(CheckOpen(what));
     OBJFS_RETURN_IF_ERROR(NoteExtent(what, offset, length));
+    Writing writing(this, offset);
+    // Sized by the first connection's limits; not zeroed: every byte sent is read into it first.
+    std::unique_ptr<std::byte[]> buf;
+    size_t buf_size = 0;
+    // What this call fed to the MD5: a repeated attempt skips it. `ahead`: where this call's
+    // bytes were past the MD5's end, so that it hashes them, from `source` again, once the
+    // writes before it have (parts go up in parallel).
+    uint64_t hashed_here = offset;
+    std::optional<uint64_t> ahead;
     // A repeated write (after a broken connection) rewrites the same bytes.
     Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
       SftpWire& wire = c.wire();
       OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, wire.OpenFile(staged_, kOpenWrite, 0));
-      const size_t block = std::max<uint64_t>(wire.limits().max_write, 4096) *
-                           static_cast<size_t>(std::max(1, store_->options_.requests_in_flight));
-      // Not zeroed: every byte sent is read into it first.
-      const size_t buf_size = std::min<uint64_t>(block, length);
-      std::unique_ptr<std::byte[]> buf = std::make_unique_for_overwrite<std::byte[]>(buf_size);
+      if (buf == nullptr) {
+        const size_t block = std::max<uint64_t>(wire.limits().max_write, 4096) *
+                             static_cast<size_t>(std::max(1, store_->options_.requests_in_flight));
+        buf_size = std::min<uint64_t>(block, length);
+        buf = std::make_unique_for_overwrite<std::byte[]>(buf_size);
+      }
       Status st;
       for (uint64_t done = 0; done < length && st.ok();) {
         const size_t want = std::min<uint64_t>(buf_size, length - done);
@@ -929,15 +944,39 @@ class SftpStore::Session : public Upload {
           st = IoError(what + ": the source ended early");
           break;
         }
-        std::span<const std::byte> data(buf.get(), *n);
-        Hash(offset + done, data);
-        st = wire.WriteAll(handle, offset + done, data, store_->options_.requests_in_flight);
+        const uint64_t at = offset + done;
+        // Each request's bytes are hashed while the server takes the ones before.
+        uint64_t piece_at = at;
+        auto hash = [&](std::span<const std::byte> piece) {
+          const uint64_t end = piece_at + piece.size();
+          if (!ahead && end > hashed_here) {
+            const uint64_t skip = hashed_here - std::min(piece_at, hashed_here);
+            if (Hash(hashed_here, piece.subspan(skip))) {
+              hashed_here = end;
+            } else {
+              ahead = hashed_here;
+            }
+          }
+          piece_at = end;
+        };
+        st = wire.WriteAll(handle, at, std::span<const std::byte>(buf.get(), *n),
+                           store_->options_.requests_in_flight, hash);
         done += *n;
       }
       Status closed = wire.Close(handle);
       return st.ok() ? closed : st;
     });
-    if (!status.ok()) return status.WithContext(what);
+    if (!status.ok()) {
+      // Some of its bytes may be on the server, and the range is written again or not at all.
+      MutexLock lock(&mu_);
+      md5_valid_ = false;
+      hashed_changed_.SignalAll();
+      return status.WithContext(what);
+    }
+    if (ahead) {
+      HashInTurn(writing, *ahead, offset + length, source, source_offset + (*ahead - offset),
+                 std::span(buf.get(), buf_size));
+    }
     MutexLock lock(&mu_);
     covered_.Add(offset, offset + length);
     return Status::Ok();
@@ -956,6 +995,7 @@ class SftpStore::Session : public Upload {
     {
       MutexLock lock(&mu_);
       md5_valid_ = false;  // bytes this machine never saw
+      hashed_changed_.SignalAll();
     }
     Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
       SftpWire& wire = c.wire();
@@ -1065,18 +1105,91 @@ class SftpStore::Session : public Upload {
     return Status::Ok();
   }
 
-  // Feeds bytes about to be written at `offset` to the running MD5 when they continue it.
-  void Hash(uint64_t offset, std::span<const std::byte> data) {
-    MutexLock lock(&mu_);
-    if (!md5_valid_) return;
-    if (offset != hashed_) {
-      md5_valid_ = false;  // out of order, or written twice: the MD5 stays unknown
-      return;
+  // A write() in progress, from `offset` on: the writes that wait to hash their bytes in turn
+  // wait for it.
+  class Writing {
+   public:
+    Writing(Session* session, uint64_t offset) : session_(session) {
+      MutexLock lock(&session_->mu_);
+      it_ = session_->writing_.insert(offset);
     }
+    ~Writing() {
+      MutexLock lock(&session_->mu_);
+      session_->writing_.erase(it_);
+      session_->hashed_changed_.SignalAll();
+    }
+    Writing(const Writing&) = delete;
+    Writing& operator=(const Writing&) = delete;
+    std::multiset<uint64_t>::const_iterator entry() const { return it_; }
+
+   private:
+    Session* session_;
+    std::multiset<uint64_t>::iterator it_;
+  };
+
+  // Feeds bytes about to be written at `offset` to the running MD5 when they continue it.
+  // False when they lie past its end (to be hashed in turn); bytes before its end, written
+  // again, leave the MD5 unknown.
+  bool Hash(uint64_t offset, std::span<const std::byte> data) {
+    MutexLock lock(&mu_);
+    if (!md5_valid_) return true;
+    if (offset > hashed_) return false;
+    if (offset < hashed_) {
+      md5_valid_ = false;  // written twice: the MD5 stays unknown
+      hashed_changed_.SignalAll();
+      return true;
+    }
+    HashLocked(data);
+    return true;
+  }
+
+  void HashLocked(std::span<const std::byte> data) REQUIRES(mu_) {
     md5_.Update(data);
     hashed_ += data.size();
+    hashed_changed_.SignalAll();
     if (store_->options_.metrics != nullptr)
       Bump(store_->options_.metrics->bytes_hashed, data.size());
+  }
+
+  // Hashes [from, to) of the object, read again from `source` at `source_from`, once the MD5
+  // has reached `from`: waits while another write() that begins before `from` is in progress
+  // (`self` is the caller's own). Its
+  // bytes were sent already, so only this call waits, not the upload. When no such write is
+  // left and the MD5 ends before `from`, the MD5 stays short of the object (complete() then
+  // returns none).
+  void HashInTurn(const Writing& self, uint64_t from, uint64_t to, const ByteSource& source,
+                  uint64_t source_from, std::span<std::byte> buf) {
+    {
+      MutexLock lock(&mu_);
+      while (md5_valid_ && hashed_ < from && OtherWriteBeforeLocked(self, from)) {
+        hashed_changed_.Wait(&mu_);
+      }
+      if (!md5_valid_ || hashed_ < from) return;
+      if (hashed_ > from) {
+        md5_valid_ = false;  // another write hashed some of these bytes
+        hashed_changed_.SignalAll();
+        return;
+      }
+    }
+    for (uint64_t at = from; at < to;) {
+      const size_t want = std::min<uint64_t>(buf.size(), to - at);
+      Result<size_t> n = source.read_at(source_from + (at - from), buf.first(want));
+      MutexLock lock(&mu_);
+      if (!n.ok() || *n == 0 || !md5_valid_ || hashed_ != at) {
+        md5_valid_ = false;  // these bytes, sent already, cannot be hashed in turn now
+        hashed_changed_.SignalAll();
+        return;
+      }
+      HashLocked(buf.first(*n));
+      at += *n;
+    }
+  }
+
+  bool OtherWriteBeforeLocked(const Writing& self, uint64_t offset) REQUIRES(mu_) {
+    for (auto it = writing_.cbegin(); it != writing_.cend() && *it < offset; ++it) {
+      if (it != self.entry()) return true;
+    }
+    return false;
   }
 
   // Removes the temporary file, and its note once it is gone.
@@ -1100,6 +1213,8 @@ class SftpStore::Session : public Upload {
   Md5 md5_ GUARDED_BY(mu_);
   uint64_t hashed_ GUARDED_BY(mu_) = 0;
   bool md5_valid_ GUARDED_BY(mu_) = true;
+  std::multiset<uint64_t> writing_ GUARDED_BY(mu_);  // where the write() calls in progress begin
+  CondVar hashed_changed_;                           // hashed_, md5_valid_ or writing_ changed
 };
 
 Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,

@@ -526,7 +526,8 @@ Result<SftpWire::ReadResult> SftpWire::ReadPipelined(const Handle& handle, uint6
 }
 
 Status SftpWire::WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,
-                          int in_flight) {
+                          int in_flight,
+                          const std::function<void(std::span<const std::byte>)>& sent_hook) {
   const size_t chunk = std::max<uint64_t>(1, limits_.max_write);
   // At most kWriteBytesInFlight of data outstanding, whatever the request count allows.
   in_flight = static_cast<int>(std::clamp<size_t>(kWriteBytesInFlight / chunk, 1,
@@ -554,6 +555,7 @@ Status SftpWire::WriteAll(const Handle& handle, uint64_t offset, std::span<const
       PutString(packet, std::string_view(reinterpret_cast<const char*>(data.data()) + sent, n));
       OBJFS_RETURN_IF_ERROR(SendPacket(packet));
       outstanding.push_back(id);
+      if (sent_hook) sent_hook(data.subspan(sent, n));
       sent += n;
       continue;
     }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -88,9 +89,12 @@ class SftpWire {
   Result<size_t> Read(const Handle& handle, uint64_t offset, std::span<std::byte> buf,
                       uint32_t chunk, int in_flight, std::atomic<uint64_t>* requests);
   // Writes `data` at `offset` with up to `in_flight` WRITE requests outstanding, each at most
-  // limits().max_write bytes, and no more of them than hold 1 MiB (at least one).
+  // limits().max_write bytes, and no more of them than hold 1 MiB (at least one). `sent`, if
+  // set, is given each request's bytes, in order, once the request is on its way: work done
+  // there overlaps the server's.
   Status WriteAll(const Handle& handle, uint64_t offset, std::span<const std::byte> data,
-                  int in_flight);
+                  int in_flight,
+                  const std::function<void(std::span<const std::byte>)>& sent = nullptr);
   // Finishes a file written through `handle` in one round trip: FSETSTAT `attrs`, fsync@openssh
   // (when `sync`), FSTAT and CLOSE, all in flight at once. The server runs them in order, so the
   // FSTAT shows what it made of the attributes. Returns that, or the first failure; the handle

@@ -321,4 +321,27 @@ TEST(MountSftpTest, ChownChangesTheOwnerOnTheServer) {
 }
 
 }  // namespace
+TEST(MountSftpTest, AFileCopiedInHasItsMd5AtOnce) {
+  // cp writes faster than the parts go up, so they go up several at once: the MD5 still
+  // follows the bytes, and asking for it reads nothing back from the server.
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string content = PseudoRandomBytes((48 << 20) + 5, 8);
+  WriteFile(local.path() + "/source", content);
+  const std::string md5 = Md5sum(local.path() + "/source");
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  CommandResult cp = RunCommand({"cp", local.path() + "/source", mount->path() + "/copied"});
+  ASSERT_EQ(cp.exit_code, 0) << cp.err;
+  const std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_GE(StatsCounter(before, "streamed_parts"), 2) << before;
+  EXPECT_EQ(StatsCounter(before, "bytes_hashed"), static_cast<int64_t>(content.size())) << before;
+  EXPECT_EQ(GetXattr(mount->path() + "/copied", "user.etag"), md5);
+  const std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(after, "read_requests"), StatsCounter(before, "read_requests")) << after;
+  EXPECT_EQ(StatsCounter(after, "bytes_hashed"), StatsCounter(before, "bytes_hashed")) << after;
+  EXPECT_TRUE(ReadFile(dir.path + "/copied") == content);
+}
+
 }  // namespace objfs::testing

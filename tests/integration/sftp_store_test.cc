@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/md5.h"
@@ -1128,6 +1130,101 @@ TEST_F(SftpStoreTest, UploadSessionUnderContentEtagsRecordsOnlyAComputedMd5) {
   Result<ETag> md5 = etags_->ContentEtag("md5/ordered");
   ASSERT_TRUE(md5.ok()) << md5.status().ToString();
   EXPECT_EQ(*md5, ETag::FromMd5(Md5Of(expected)));
+}
+
+// Bytes in memory whose reads wait until Open(), and that counts the reads asked of it.
+class GatedSource : public ByteSource {
+ public:
+  explicit GatedSource(std::string_view data, bool open) : data_(data), open_(open) {}
+  uint64_t size() const override { return data_.size(); }
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const override {
+    {
+      std::unique_lock lock(mu_);
+      ++reads_;
+      changed_.notify_all();
+      if (!changed_.wait_for(lock, std::chrono::seconds(60), [&] { return open_; })) {
+        return IoError("the test never opened this source");
+      }
+    }
+    return data_.read_at(offset, buf);
+  }
+  void Open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    changed_.notify_all();
+  }
+  // True once `n` reads were asked (false after 60 s).
+  bool WaitForReads(int n) const {
+    std::unique_lock lock(mu_);
+    return changed_.wait_for(lock, std::chrono::seconds(60), [&] { return reads_ >= n; });
+  }
+
+ private:
+  MemorySource data_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  mutable int reads_ = 0;
+  bool open_;
+};
+
+TEST_F(SftpStoreTest, PartsSentInParallelStillGetTheFilesMd5) {
+  // A streamed upload sends its parts on several connections at once: the second part's
+  // bytes go up while the first part's are still on their way. They are hashed in turn.
+  const std::string first = Pattern(1 << 20, 47);
+  const std::string second = Pattern(20 << 20, 48);  // more than one read of the session's
+  GatedSource first_source(first, /*open=*/false);
+  GatedSource second_source(second, /*open=*/true);
+  Result<std::unique_ptr<Upload>> upload = store_->start_upload("md5/parallel", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  Status first_sent, second_sent;
+  std::thread first_writer, second_writer;
+  // However the test ends, the writers end before it.
+  struct Joined {
+    GatedSource& gate;
+    std::thread& a;
+    std::thread& b;
+    ~Joined() {
+      gate.Open();
+      if (a.joinable()) a.join();
+      if (b.joinable()) b.join();
+    }
+  } joined{first_source, first_writer, second_writer};
+  first_writer =
+      std::thread([&] { first_sent = (*upload)->write(0, first_source, 0, first.size()); });
+  // The first part is under way, held at its first read, and nothing of it is hashed yet.
+  ASSERT_TRUE(first_source.WaitForReads(1));
+  second_writer = std::thread(
+      [&] { second_sent = (*upload)->write(first.size(), second_source, 0, second.size()); });
+  // The second part has read (and sent) its first bytes, past the end of the MD5 so far.
+  ASSERT_TRUE(second_source.WaitForReads(2));
+  first_source.Open();
+  first_writer.join();
+  second_writer.join();
+  ASSERT_TRUE(first_sent.ok()) << first_sent.ToString();
+  ASSERT_TRUE(second_sent.ok()) << second_sent.ToString();
+  const uint64_t hashed = metrics_.bytes_hashed.load();
+  Result<ObjectInfo> done = (*upload)->complete(first.size() + second.size(), PutOptions{});
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->etag.value(), ETag::FromMd5(Md5Of(first + second)).value());
+  EXPECT_EQ(hashed, first.size() + second.size());  // each byte once
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "md5/parallel") == first + second);
+}
+
+TEST_F(SftpStoreTest, APartSentBeforeTheOnesBeforeItLeavesTheMd5Unknown) {
+  // No write before it is under way: there is nothing to wait for, and the MD5 cannot follow
+  // the bytes in order. complete() returns the version, and no wrong MD5.
+  const std::string first = Pattern(1 << 20, 49);
+  const std::string second = Pattern(1 << 20, 50);
+  MemorySource first_source(first);
+  MemorySource second_source(second);
+  Result<std::unique_ptr<Upload>> upload = store_->start_upload("md5/reversed", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  ASSERT_TRUE((*upload)->write(first.size(), second_source, 0, second.size()).ok());
+  ASSERT_TRUE((*upload)->write(0, first_source, 0, first.size()).ok());
+  Result<ObjectInfo> done = (*upload)->complete(first.size() + second.size(), PutOptions{});
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_TRUE(IsVersionTag(done->etag)) << done->etag.value();
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "md5/reversed") == first + second);
 }
 
 }  // namespace
