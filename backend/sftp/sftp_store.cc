@@ -1127,9 +1127,9 @@ class SftpStore::Session : public Upload {
     std::multiset<uint64_t>::iterator it_;
   };
 
-  // Feeds bytes about to be written at `offset` to the running MD5 when they continue it.
-  // False when they lie past its end (to be hashed in turn); bytes before its end, written
-  // again, leave the MD5 unknown.
+  // Feeds bytes on their way to `offset` to the running MD5 when they continue it. False when
+  // they lie past its end (to be hashed in turn); bytes before its end, written again, leave
+  // the MD5 unknown.
   bool Hash(uint64_t offset, std::span<const std::byte> data) {
     MutexLock lock(&mu_);
     if (!md5_valid_) return true;
@@ -1152,11 +1152,10 @@ class SftpStore::Session : public Upload {
   }
 
   // Hashes [from, to) of the object, read again from `source` at `source_from`, once the MD5
-  // has reached `from`: waits while another write() that begins before `from` is in progress
-  // (`self` is the caller's own). Its
-  // bytes were sent already, so only this call waits, not the upload. When no such write is
-  // left and the MD5 ends before `from`, the MD5 stays short of the object (complete() then
-  // returns none).
+  // has reached `from`: waits while another write() that begins before `from` (`self` is the
+  // caller's own) is in progress. Those bytes were sent already, so only this call waits, not
+  // the upload. When no such write is left and the MD5 ends before `from`, the MD5 stays short
+  // of the object (complete() then returns none).
   void HashInTurn(const Writing& self, uint64_t from, uint64_t to, const ByteSource& source,
                   uint64_t source_from, std::span<std::byte> buf) {
     {
