@@ -46,6 +46,10 @@ Result<StoreSpace> ObjectStore::space() {
   return UnsupportedError(describe() + " has no capacity to report");
 }
 
+Result<OptionalMd5> ObjectStore::server_md5(std::string_view /*key*/, uint64_t /*size*/) {
+  return OptionalMd5();
+}
+
 Result<std::unique_ptr<Upload>> ObjectStore::start_upload(std::string_view key,
                                                           const UploadOptions& /*options*/) {
   return UnsupportedError("cannot upload " + std::string(key) + " in pieces to " + describe());

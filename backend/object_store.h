@@ -14,6 +14,7 @@
 // - A server error or a timeout is never reported as NotFound.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -114,6 +115,9 @@ struct Listing {
 
 // A random-access source of the bytes to upload. read_at may be called from several threads
 // at once (parts of a multipart upload are read in parallel).
+// An MD5 digest, or none.
+using OptionalMd5 = std::optional<std::array<uint8_t, 16>>;
+
 class ByteSource {
  public:
   virtual ~ByteSource() = default;
@@ -435,6 +439,12 @@ class ObjectStore {
   // object store has no meaningful capacity.
   virtual Result<StoreSpace> space();
 
+  // The MD5 of the content of `key` (of `size` bytes, which bounds how long the server may take),
+  // computed where it is stored, with none of its bytes through this machine (SFTP: `md5sum`
+  // run on the server); nullopt where the store cannot (the default), and the caller reads and
+  // hashes the bytes itself. The caller checks that the object did not change meanwhile.
+  virtual Result<OptionalMd5> server_md5(std::string_view key, uint64_t size);
+
   // Starts putting `key` together from pieces (see Upload). Unsupported by default
   // (capabilities().upload_sessions false).
   virtual Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
@@ -483,6 +493,9 @@ class ForwardingStore : public ObjectStore {
   }
   Result<std::string> read_link(std::string_view key) override { return target_->read_link(key); }
   Result<StoreSpace> space() override { return target_->space(); }
+  Result<OptionalMd5> server_md5(std::string_view key, uint64_t size) override {
+    return target_->server_md5(key, size);
+  }
   Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
                                                const UploadOptions& options) override {
     return target_->start_upload(key, options);

@@ -102,6 +102,11 @@ Result<std::string> PrefixStore::read_link(std::string_view key) {
   return ForwardingStore::read_link(full);
 }
 
+Result<OptionalMd5> PrefixStore::server_md5(std::string_view key, uint64_t size) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  return ForwardingStore::server_md5(full, size);
+}
+
 Capabilities PrefixStore::capabilities() const {
   Capabilities c = ForwardingStore::capabilities();
   // The prefix is part of every key the store counts.

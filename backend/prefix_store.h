@@ -35,6 +35,7 @@ class PrefixStore : public ForwardingStore {
   Result<ObjectInfo> symlink(std::string_view key, std::string_view target,
                              const PutOptions& options) override;
   Result<std::string> read_link(std::string_view key) override;
+  Result<OptionalMd5> server_md5(std::string_view key, uint64_t size) override;
   // The session's key, its bases' keys and its result are mapped as for put() and copy().
   Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
                                                const UploadOptions& options) override;

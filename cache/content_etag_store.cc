@@ -360,42 +360,57 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
       }
       return *shared;
     }
-    // Hash the version head() saw: every read checks it, so a replacement meanwhile fails.
-    if (buf.empty()) buf.resize(kHashReadBytes);
-    const ETag* if_match = info.etag.empty() ? nullptr : &info.etag;
-    Md5 md5;
-    uint64_t offset = 0;
     Status status;
-    while (true) {
-      Result<size_t> n = inner_->read(key, offset, buf, if_match);
-      if (!n.ok()) {
-        status = n.status();
-        break;
-      }
-      if (*n == 0) break;
-      md5.Update(std::span<const std::byte>(buf.data(), *n));
-      if (metrics_ != nullptr) Bump(metrics_->bytes_hashed, *n);
-      offset += *n;
-      if (*n < buf.size()) break;
-    }
-    if (status.ok() && offset != info.size) {
-      status = PreconditionFailedError("hashing " + std::string(key) + ": the object changed (" +
-                                       std::to_string(offset) + " bytes, expected " +
-                                       std::to_string(info.size) + ")");
-    }
-    if (status.ok() && if_match == nullptr) {
-      // No version to read against: the object must be the same after the reads.
+    std::optional<Md5Digest> digest;
+    // The server's own MD5 where it can make one: no byte of the file comes here. The same
+    // version before and after, or it is tried again.
+    Result<OptionalMd5> on_server = inner_->server_md5(key, info.size);
+    if (on_server.ok() && on_server->has_value()) {
       OBJFS_ASSIGN_OR_RETURN(ObjectInfo after, inner_->head(key));
-      if (after.size != info.size || after.mtime_ns != info.mtime_ns) {
-        status = PreconditionFailedError("hashing " + std::string(key) + ": the object changed");
+      if (after.size != info.size || after.mtime_ns != info.mtime_ns || after.etag != info.etag) {
+        status = PreconditionFailedError("hashing " + std::string(key) +
+                                         " on the server: the object changed");
+      } else {
+        digest = **on_server;
       }
+    } else {
+      // Hash the version head() saw: every read checks it, so a replacement meanwhile fails.
+      if (buf.empty()) buf.resize(kHashReadBytes);
+      const ETag* if_match = info.etag.empty() ? nullptr : &info.etag;
+      Md5 md5;
+      uint64_t offset = 0;
+      while (true) {
+        Result<size_t> n = inner_->read(key, offset, buf, if_match);
+        if (!n.ok()) {
+          status = n.status();
+          break;
+        }
+        if (*n == 0) break;
+        md5.Update(std::span<const std::byte>(buf.data(), *n));
+        if (metrics_ != nullptr) Bump(metrics_->bytes_hashed, *n);
+        offset += *n;
+        if (*n < buf.size()) break;
+      }
+      if (status.ok() && offset != info.size) {
+        status = PreconditionFailedError("hashing " + std::string(key) + ": the object changed (" +
+                                         std::to_string(offset) + " bytes, expected " +
+                                         std::to_string(info.size) + ")");
+      }
+      if (status.ok() && if_match == nullptr) {
+        // No version to read against: the object must be the same after the reads.
+        OBJFS_ASSIGN_OR_RETURN(ObjectInfo after, inner_->head(key));
+        if (after.size != info.size || after.mtime_ns != info.mtime_ns) {
+          status = PreconditionFailedError("hashing " + std::string(key) + ": the object changed");
+        }
+      }
+      if (status.ok()) digest = md5.Final();
     }
     if (!status.ok()) {
       if (status.code() != StatusCode::kPreconditionFailed) return status;
       last = status;
       continue;
     }
-    ETag etag = ETag::FromMd5(md5.Final());
+    ETag etag = ETag::FromMd5(*digest);
     // Too recent to trust its version (see kRacyNs): returned, not recorded.
     const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::system_clock::now().time_since_epoch())

@@ -90,6 +90,7 @@ class SftpConnection {
   SftpConnection& operator=(const SftpConnection&) = delete;
 
   sftp_session sftp() const { return sftp_; }
+  ssh_session ssh() const { return ssh_; }
   // The cipher the server sends with, e.g. "aes128-gcm@openssh.com".
   std::string cipher() const;
   SftpWire& wire() const { return *wire_; }

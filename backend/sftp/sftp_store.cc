@@ -1490,6 +1490,189 @@ Result<std::string> SftpStore::read_link(std::string_view key) {
   });
 }
 
+namespace {
+
+// Whether `path` between single quotes is itself and nothing else to any shell an account may
+// have: letters, digits, the bytes of UTF-8 sequences, space and `._,+=@:/-`. Quotes, `$`,
+// backquotes, backslashes, `%`, `!`, `&`, `|`, `<`, `>`, `^`, parentheses and control
+// characters (a newline ends a command in csh even between quotes) all mean something to some
+// shell, cmd.exe's among them.
+bool QuotableForAnyShell(std::string_view path) {
+  if (path.empty()) return false;
+  constexpr std::string_view kPunctuation = "._,+=@:/- ";
+  return std::all_of(path.begin(), path.end(), [&](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x80 || (u >= '0' && u <= '9') || (u >= 'A' && u <= 'Z') ||
+           (u >= 'a' && u <= 'z') || kPunctuation.find(c) != std::string_view::npos;
+  });
+}
+
+// The digest in GNU md5sum's line for the file `path`: 32 hex digits, a space, a space or `*`,
+// the path as given, a newline. nullopt for anything else (a shell that prints a banner, an
+// SFTP server's silence, a shell that read the path as another one).
+OptionalMd5 ParseMd5sumLine(std::string_view out, std::string_view path) {
+  if (out.size() != 32 + 2 + path.size() + 1 || out[32] != ' ' ||
+      (out[33] != ' ' && out[33] != '*') || out.substr(34, path.size()) != path ||
+      out.back() != '\n') {
+    return std::nullopt;
+  }
+  std::array<uint8_t, 16> digest{};
+  for (size_t i = 0; i < 32; ++i) {
+    const char c = out[i];
+    int v = -1;
+    if (c >= '0' && c <= '9') v = c - '0';
+    if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
+    if (v < 0) return std::nullopt;
+    digest[i / 2] = static_cast<uint8_t>((digest[i / 2] << 4) | v);
+  }
+  return digest;
+}
+
+struct ServerCommand {
+  bool started = false;  // false: the server refused the channel or the command
+  // Its exit status; -1 when unknown (killed by a signal, or none came in time).
+  int exit_status = -1;
+  std::string out;       // the first bytes of its standard output
+  bool out_cut = false;  // it wrote more than that
+};
+
+// Runs `command` on the server on a channel of its own over `c`'s connection, with its
+// standard input closed, and keeps up to `max_out` bytes of its standard output (its standard
+// error is read and dropped, so that it never holds the command up). Transient, with the
+// connection marked broken so that it is not used again (the caller's retry makes a new one),
+// when the connection failed, an answer did not come in time, or the command ran past
+// `deadline`; the watchdog also cuts a command silent for longer than its allowance.
+Result<ServerCommand> RunOnServer(SftpConnection& c, const std::string& command, size_t max_out,
+                                  DeadlineClock::time_point deadline) {
+  ssh_session ssh = c.ssh();
+  ServerCommand result;
+  ssh_channel channel = ssh_channel_new(ssh);
+  if (channel == nullptr) return TransientError("cannot create an SSH channel");
+  auto broken = [&](const std::string& what) -> Status {
+    c.MarkBroken();  // the channel's state on the server is unknown: never reused
+    return TransientError(what + ": " + ssh_get_error(ssh));
+  };
+  int rc = ssh_channel_open_session(channel);
+  if (rc == SSH_OK) rc = ssh_channel_request_exec(channel, command.c_str());
+  if (rc != SSH_OK) {
+    ssh_channel_free(channel);
+    // SSH_AGAIN: no answer in time. Only an answer that says no is a refusal.
+    if (rc != SSH_ERROR || ssh_is_connected(ssh) == 0 || c.marked_broken()) {
+      return broken("running a command on the server");
+    }
+    return result;
+  }
+  result.started = true;
+  Status status;
+  if (ssh_channel_send_eof(channel) != SSH_OK) status = broken("closing the command's input");
+  char buf[4096];
+  while (status.ok()) {
+    // Standard error first: it is dropped, and a channel is at its end only once both are read.
+    while (ssh_channel_read_nonblocking(channel, buf, sizeof buf, /*is_stderr=*/1) > 0) {
+    }
+    const int n = ssh_channel_read_timeout(channel, buf, sizeof buf, /*is_stderr=*/0, 1000);
+    if (n == SSH_ERROR || ssh_is_connected(ssh) == 0 || c.marked_broken()) {
+      status = broken("reading the command's output");
+    } else if (n > 0) {
+      const size_t keep = std::min<size_t>(static_cast<size_t>(n), max_out - result.out.size());
+      result.out.append(buf, keep);
+      if (keep < static_cast<size_t>(n)) result.out_cut = true;
+    } else if (ssh_channel_poll(channel, /*is_stderr=*/0) == SSH_EOF &&
+               ssh_channel_poll(channel, /*is_stderr=*/1) == SSH_EOF) {
+      break;
+    } else if (DeadlineClock::now() >= deadline) {
+      status = broken("the command ran out of time");
+    }
+  }
+  if (status.ok()) {
+    result.exit_status = ssh_channel_get_exit_status(channel);
+    if (ssh_is_connected(ssh) == 0 || c.marked_broken()) {
+      status = broken("waiting for the command's exit status");
+    }
+  }
+  ssh_channel_close(channel);
+  ssh_channel_free(channel);
+  if (!status.ok()) return status;
+  return result;
+}
+
+}  // namespace
+
+Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
+  if (!options_.server_md5 || server_md5_state_.load() == kServerMd5Off) return OptionalMd5();
+  // Small, or empty (as SFTP shows a FIFO or a device too, on which md5sum would wait): read
+  // here sooner.
+  if (size == 0 || size < options_.server_md5_min_size) return OptionalMd5();
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  if (!QuotableForAnyShell(paths.data)) return OptionalMd5();
+  // A connection hashing on the server serves nothing else meanwhile: at most half of them do.
+  const int most = std::max(1, options_.sessions / 2);
+  if (server_md5_running_.fetch_add(1) >= most) {
+    server_md5_running_.fetch_sub(1);
+    return OptionalMd5();
+  }
+  struct Running {
+    std::atomic<int>& count;
+    ~Running() { count.fetch_sub(1); }
+  } running{server_md5_running_};
+  server_md5_runs_.fetch_add(1);
+  const std::string command = options_.server_md5_command + " '" + paths.data + "'";
+  Result<ServerCommand> ran = WithRetry([&](SftpConnection& c) -> Result<ServerCommand> {
+    const std::chrono::milliseconds allowed = ServerWorkSilence(options_.request_timeout, size);
+    SftpSessionPool::SilenceAllowance hashing(pool_, c, allowed);
+    // md5sum's one line: the digest, two spaces, the path and a newline.
+    return RunOnServer(c, command, paths.data.size() + 64,
+                       DeadlineClock::now() + allowed + options_.request_timeout);
+  });
+  // The caller reads the file instead, and meets whatever made this fail.
+  if (!ran.ok()) return OptionalMd5();
+  OptionalMd5 digest;
+  if (ran->started && ran->exit_status == 0 && !ran->out_cut) {
+    digest = ParseMd5sumLine(ran->out, paths.data);
+  }
+  if (server_md5_state_.load() == kServerMd5Trusted) {
+    // Gone, unreadable, killed: the read says why.
+    if (digest && options_.metrics != nullptr) Bump(options_.metrics->server_md5s);
+    return digest;
+  }
+  // The first answer is checked against the file's bytes, read here: that md5sum runs, says
+  // what GNU md5sum says, and sees the files SFTP shows (a chroot or a virtual file system may
+  // show the shell others). Anything else turns it off for the mount, for good: an account
+  // that cannot run it would otherwise cost an exec per file.
+  std::string why;
+  if (!ran->started) {
+    why = "the server refused to run it";
+  } else if (!digest) {
+    why = "exit status " + std::to_string(ran->exit_status) + ", " +
+          std::to_string(ran->out.size()) + (ran->out_cut ? " or more" : "") + " bytes of output";
+  } else {
+    Md5 md5;
+    std::vector<std::byte> buf(4 << 20);
+    uint64_t offset = 0;
+    while (true) {
+      Result<size_t> n = read(key, offset, buf, nullptr);
+      if (!n.ok()) return OptionalMd5();  // not decided: the caller's read meets it
+      md5.Update(std::span<const std::byte>(buf.data(), *n));
+      if (options_.metrics != nullptr) Bump(options_.metrics->bytes_hashed, *n);
+      offset += *n;
+      if (*n < buf.size()) break;
+    }
+    if (offset != size) return OptionalMd5();  // changed meanwhile: not decided
+    if (md5.Final() == *digest) {
+      server_md5_state_.store(kServerMd5Trusted);
+      if (options_.metrics != nullptr) Bump(options_.metrics->server_md5s);
+      return digest;
+    }
+    why = "its MD5 of " + paths.data + " is not that of the bytes SFTP reads";
+  }
+  if (server_md5_state_.exchange(kServerMd5Off) != kServerMd5Off && options_.log) {
+    options_.log(LogLevel::kInfo, describe() + ": md5sum cannot run on the server (" + why +
+                                      "): MD5s are computed here, from the files' bytes");
+  }
+  return OptionalMd5();
+}
+
 Result<StoreSpace> SftpStore::space() {
   return WithRetry([&](SftpConnection& c) -> Result<StoreSpace> {
     if (!c.wire().HasExtension("statvfs@openssh.com", "2")) {

@@ -63,6 +63,15 @@ struct SftpStoreOptions {
   // Replace files with the server's posix-rename@openssh.com when it has one; false uses plain
   // SFTP RENAME (as on servers without the extension).
   bool use_posix_rename = true;
+  // Ask the server for the MD5 of a file nobody hashed yet (server_md5: `md5sum` over an SSH
+  // exec channel); false reads and hashes every such file here.
+  bool server_md5 = true;
+  // Smaller files are read and hashed here: one read costs less than starting a command (the
+  // account's shell reads its start-up files first).
+  uint64_t server_md5_min_size = 4 << 20;
+  // The command server_md5 runs, the file's quoted path after it (tests name one that is not
+  // there, to stand for a server that cannot run md5sum).
+  std::string server_md5_command = "md5sum --";
   Metrics* metrics = nullptr;  // not owned; may be null
   std::chrono::seconds connect_timeout{10};
   // Notes each upload's temporary file from before it is created until it is renamed into
@@ -114,6 +123,15 @@ class SftpStore : public ObjectStore {
   Result<std::string> read_link(std::string_view key) override;
   // statvfs@openssh.com of the root; Unsupported when the server lacks it.
   Result<StoreSpace> space() override;
+  // `md5sum` of the file, run on the server over an SSH exec channel, as rclone's SFTP backend
+  // does: no byte of the file comes here. Its first answer is checked against the file's
+  // bytes, read here. nullopt (the caller reads and hashes) for a small file, for a name with
+  // a character a shell might take for something else, while half the connections hash, and
+  // for the rest of the mount once md5sum could not run (no shell access, `ForceCommand
+  // internal-sftp`, no md5sum, a shell that prints more) or its first answer was wrong.
+  Result<OptionalMd5> server_md5(std::string_view key, uint64_t size) override;
+  // The commands server_md5 ran on the server.
+  uint64_t server_md5_runs() const { return server_md5_runs_.load(); }
   // A temporary file, as put() makes it, filled by pipelined WRITEs of ranges and by copy-data
   // of ranges of existing files (checked against the base's version on the handle copied
   // from), cut to its final size, fsynced and renamed into place by complete().
@@ -204,6 +222,14 @@ class SftpStore : public ObjectStore {
 
   SftpStoreOptions options_;  // root resolved by CheckRoot, then unchanged
   std::atomic<bool> owner_refused_{false};
+  // server_md5: untried; trusted once its first answer matched the file's bytes; off for the
+  // rest of the mount once it did not, or md5sum could not run.
+  static constexpr int kServerMd5Untried = 0;
+  static constexpr int kServerMd5Trusted = 1;
+  static constexpr int kServerMd5Off = 2;
+  std::atomic<int> server_md5_state_{kServerMd5Untried};
+  std::atomic<int> server_md5_running_{0};
+  std::atomic<uint64_t> server_md5_runs_{0};
   // False while Create checks the root: its error is the caller's to report.
   bool log_timeouts_ = true;
   SftpSessionPool pool_;

@@ -520,6 +520,17 @@ std::vector<OptionSpec> BuildOptionSpecs() {
              out.accept_new_host_key = true;
              return Status::Ok();
            }},
+      {.names = {"no_server_md5"},
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "compute the MD5 (user.etag) of a file nobody hashed yet here, from its bytes, "
+                  "never by running md5sum on the server",
+       .default_value = "md5sum on the server where the account may run it",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.no_server_md5 = true;
+             return Status::Ok();
+           }},
       {.names = {"sessions"},
        .value = V::kRequired,
        .value_name = "N",

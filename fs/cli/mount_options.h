@@ -164,6 +164,9 @@ struct MountOptions {
   // accept_new_host_key: record the key of a host that known_hosts does not list (trust on
   // first use). A changed key is refused all the same.
   bool accept_new_host_key = false;
+  // no_server_md5: hash a file nobody hashed yet here, from its bytes, never by running
+  // md5sum on the server.
+  bool no_server_md5 = false;
   std::optional<int> sessions;  // sessions=N: SSH connections (1..64)
   // password_file=FILE (its first line) or password_stdin (one line read at start): a password
   // to log in with when no key is accepted. Never on the command line itself.

@@ -55,7 +55,10 @@ TEST(MountSftpTest, EtagIsTheContentMd5ComputedOnceAndReused) {
   // within two seconds of its mtime is not recorded).
   ASSERT_EQ(RunCommand({"touch", "-d", "1 hour ago", dir.path + "/server-made"}).exit_code, 0);
 
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  // Hashed here, from its bytes (AServerMadeFileGetsItsMd5FromTheServer: by the server).
+  ObjfsMount::Options options;
+  options.extra_options = "no_server_md5";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
   ASSERT_TRUE(mount);
   const std::string file = mount->path() + "/server-made";
   std::string before = GetXattr(mount->path(), "user.objfs.stats");
@@ -342,6 +345,50 @@ TEST(MountSftpTest, AFileCopiedInHasItsMd5AtOnce) {
   EXPECT_EQ(StatsCounter(after, "read_requests"), StatsCounter(before, "read_requests")) << after;
   EXPECT_EQ(StatsCounter(after, "bytes_hashed"), StatsCounter(before, "bytes_hashed")) << after;
   EXPECT_TRUE(ReadFile(dir.path + "/copied") == content);
+}
+
+TEST(MountSftpTest, AServerMadeFileGetsItsMd5FromTheServer) {
+  // md5sum runs on the server. Its first answer in a mount is checked against the bytes; after
+  // that no byte of a file comes here. A name no shell may see is hashed here.
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string content = PseudoRandomBytes((9 << 20) + 17, 9);
+  WriteFile(local.path() + "/source", content);
+  const std::string md5 = Md5sum(local.path() + "/source");
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  const std::string first = PseudoRandomBytes(5 << 20, 10);  // over 4 MiB: asked of md5sum
+  WriteFile(dir.path + "/first", first);
+  WriteFile(dir.path + "/server-made", content);
+  WriteFile(dir.path + "/it's", content);
+  for (const char* name : {"/first", "/server-made", "/it's"}) {
+    ASSERT_EQ(RunCommand({"touch", "-d", "1 hour ago", dir.path + name}).exit_code, 0);
+  }
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  WriteFile(local.path() + "/first", first);
+  EXPECT_EQ(GetXattr(mount->path() + "/first", "user.etag"), Md5sum(local.path() + "/first"));
+  std::string before = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(before, "server_md5s"), 1) << before;
+  EXPECT_EQ(GetXattr(mount->path() + "/server-made", "user.etag"), md5);
+  std::string after = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(after, "server_md5s") - StatsCounter(before, "server_md5s"), 1) << after;
+  EXPECT_EQ(StatsCounter(after, "read_requests"), StatsCounter(before, "read_requests")) << after;
+  EXPECT_EQ(StatsCounter(after, "bytes_hashed"), StatsCounter(before, "bytes_hashed")) << after;
+
+  before = after;
+  EXPECT_EQ(GetXattr(mount->path() + "/it's", "user.etag"), md5);
+  after = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(after, "server_md5s"), StatsCounter(before, "server_md5s")) << after;
+  EXPECT_EQ(StatsCounter(after, "bytes_hashed") - StatsCounter(before, "bytes_hashed"),
+            static_cast<int64_t>(content.size()))
+      << after;
+
+  // Recorded: a remount asks nobody.
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(GetXattr(mount->path() + "/server-made", "user.etag"), md5);
+  after = GetXattr(mount->path(), "user.objfs.stats");
+  EXPECT_EQ(StatsCounter(after, "server_md5s"), 0) << after;
+  EXPECT_EQ(StatsCounter(after, "bytes_hashed"), 0) << after;
 }
 
 }  // namespace objfs::testing

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -64,6 +65,7 @@ SftpStoreOptions OptionsFor(const std::string& root) {
   o.root = root;
   o.identity_files = {server.key_path};
   o.known_hosts = server.known_hosts;
+  o.server_md5_min_size = 1;  // the tests' files are small: md5sum is run for any
   return o;
 }
 
@@ -133,8 +135,14 @@ class ReadCountingStore : public ForwardingStore {
     smallest_read = std::min(smallest_read, buf.size());
     return ForwardingStore::read(key, offset, buf, if_match);
   }
+  // Off unless a test turns it on: the tests of hashing by reading read.
+  Result<OptionalMd5> server_md5(std::string_view key, uint64_t size) override {
+    if (!ask_server) return OptionalMd5();
+    return ForwardingStore::server_md5(key, size);
+  }
   uint64_t reads = 0;  // single-threaded tests only
   size_t smallest_read = SIZE_MAX;
+  bool ask_server = false;
 };
 
 // Every entry under `root`, relative to it, as std::filesystem sees the server's directory.
@@ -1225,6 +1233,218 @@ TEST_F(SftpStoreTest, APartSentBeforeTheOnesBeforeItLeavesTheMd5Unknown) {
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   EXPECT_TRUE(IsVersionTag(done->etag)) << done->etag.value();
   EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "md5/reversed") == first + second);
+}
+
+TEST_F(SftpStoreTest, TheServerComputesTheMd5OfAFileNobodyHashed) {
+  // Written on the server, with a space and UTF-8 in its name: md5sum there hashes it. Its first
+  // answer is checked against the bytes, read here; after that no byte comes here.
+  const std::string name = "dir/caf\xc3\xa9 outside";
+  const std::string data = Pattern((3 << 20) + 7, 51);
+  fs::create_directories(fs::path(root_) / "dir");
+  {
+    std::ofstream out(fs::path(root_) / name, std::ios::binary);
+    out << data;
+  }
+  Result<OptionalMd5> md5 = store_->server_md5(name, data.size());
+  ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+  ASSERT_TRUE(md5->has_value());
+  EXPECT_EQ(**md5, Md5Of(data));
+  EXPECT_EQ(metrics_.server_md5s.load(), 1u);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());  // the check
+  EXPECT_EQ(store_->server_md5_runs(), 1u);
+
+  // Through ContentEtagStore: the server's MD5, recorded; no read, nothing hashed here.
+  OpenContentEtags();
+  counting_->ask_server = true;
+  Result<ETag> etag = etags_->ContentEtag(name);
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, ETag::FromMd5(Md5Of(data)));
+  EXPECT_EQ(counting_->reads, 0u);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+  EXPECT_EQ(metrics_.server_md5s.load(), 2u);
+  OpenContentEtags();  // another mount of the same cache directory: recorded
+  Result<ETag> again = etags_->ContentEtag(name);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *etag);
+  EXPECT_EQ(metrics_.server_md5s.load(), 2u);
+
+  // A file that is not there: none, and md5sum is still asked for the next one.
+  Result<OptionalMd5> missing = store_->server_md5("dir/missing", 10);
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+  Result<OptionalMd5> still = store_->server_md5(name, data.size());
+  ASSERT_TRUE(still.ok());
+  EXPECT_TRUE(still->has_value());
+  // An empty file is not asked for (SFTP shows FIFOs and devices empty too).
+  Result<OptionalMd5> empty = store_->server_md5(name, 0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_FALSE(empty->has_value());
+  EXPECT_EQ(store_->server_md5_runs(), 4u);
+}
+
+TEST_F(SftpStoreTest, OddButHarmlessNamesGetTheServersMd5) {
+  // Characters no shell reads as more than themselves between single quotes, and bytes that
+  // are no UTF-8 at all: sent, and md5sum's line must name the file as sent.
+  const std::vector<std::string> names = {"-looks-like-an-option", "a=b@c:d,e+f g.h_i",
+                                          "caf\xc3\xa9", "\xff\xfe raw", "\xe2\x80\x99 quote"};
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    {
+      std::ofstream out(fs::path(root_) / name, std::ios::binary);
+      out << "bytes of " << name;
+    }
+    Result<OptionalMd5> md5 = store_->server_md5(name, 9 + name.size());
+    ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+    ASSERT_TRUE(md5->has_value());
+    EXPECT_EQ(**md5, Md5Of("bytes of " + name));
+  }
+  EXPECT_EQ(metrics_.server_md5s.load(), names.size());
+}
+
+TEST_F(SftpStoreTest, NamesAShellCouldMisreadAreNeverSentToIt) {
+  // Each would run a command of its own in some shell (sh, csh, cmd.exe) if quoting went
+  // wrong: none is sent (no command runs at all), and the file is hashed by reading.
+  // Relative: a command run there starts in the account's home (the server is this machine's).
+  const std::string canary_name = "objfs-canary-" + std::to_string(::getpid());
+  const struct passwd* account = ::getpwnam(testing::SharedSftpServer().user.c_str());
+  ASSERT_NE(account, nullptr);
+  const fs::path canary = fs::path(account->pw_dir) / canary_name;
+  const std::string touch = "touch " + canary_name;
+  const std::vector<std::string> names = {"q'; " + touch + "; '",
+                                          "d$(" + touch + ")",
+                                          "b`" + touch + "`",
+                                          "n\n" + touch,
+                                          "s\\'x",
+                                          "a & " + touch,
+                                          "p | " + touch,
+                                          "c;" + touch,
+                                          "%PATH%",
+                                          "x!y",
+                                          "l\nm"};
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    {
+      std::ofstream out(fs::path(root_) / name, std::ios::binary);
+      out << "bytes of " << name;
+    }
+    Result<OptionalMd5> md5 = store_->server_md5(name, 64);
+    ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+    EXPECT_FALSE(md5->has_value());
+  }
+  EXPECT_EQ(store_->server_md5_runs(), 0u);
+  EXPECT_FALSE(fs::exists(canary));
+  // Hashed by reading instead.
+  OpenContentEtags();
+  counting_->ask_server = true;
+  const std::string name = names[0];
+  Result<ETag> etag = etags_->ContentEtag(name);
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, ETag::FromMd5(Md5Of("bytes of " + name)));
+  EXPECT_GT(counting_->reads, 0u);
+  EXPECT_EQ(store_->server_md5_runs(), 0u);
+}
+
+// A store whose server_md5 runs `command` on the server, and the lines it logged.
+struct LoggingStore {
+  std::shared_ptr<SftpStore> store;
+  std::shared_ptr<std::vector<std::string>> logged = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
+  size_t Said(std::string_view text) const {
+    std::lock_guard lock(*mu);
+    return static_cast<size_t>(std::count_if(logged->begin(), logged->end(), [&](const auto& l) {
+      return l.find(text) != std::string::npos;
+    }));
+  }
+};
+LoggingStore StoreRunning(const std::string& root, Metrics* metrics, const std::string& command) {
+  LoggingStore made;
+  SftpStoreOptions o = OptionsFor(root);
+  o.metrics = metrics;
+  o.server_md5_command = command;
+  o.log = [logged = made.logged, mu = made.mu](LogLevel, const std::string& line) {
+    std::lock_guard lock(*mu);
+    logged->push_back(line);
+  };
+  made.store = MakeStore(o);
+  return made;
+}
+
+TEST_F(SftpStoreTest, AServerThatCannotRunMd5sumIsNotAskedAgain) {
+  // Stands for an account without a shell, or one without md5sum: the command is not found.
+  LoggingStore s = StoreRunning(root_, &metrics_, "objfs-no-such-command --");
+  ASSERT_NE(s.store, nullptr);
+  for (const char* name : {"one", "two"}) {
+    std::ofstream out(fs::path(root_) / name, std::ios::binary);
+    out << name;
+  }
+  for (const char* name : {"one", "two"}) {
+    Result<OptionalMd5> md5 = s.store->server_md5(name, 3);
+    ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+    EXPECT_FALSE(md5->has_value());
+  }
+  EXPECT_EQ(s.store->server_md5_runs(), 1u);  // not asked for the second
+  EXPECT_EQ(metrics_.server_md5s.load(), 0u);
+  EXPECT_EQ(s.Said("md5sum cannot run on the server (exit status 127"), 1u);
+}
+
+TEST_F(SftpStoreTest, AServerWhoseFirstMd5IsWrongIsNotTrusted) {
+  // Stands for a shell that sees other files than SFTP shows (a chroot, a virtual file system):
+  // a well-formed line with another file's MD5.
+  LoggingStore s =
+      StoreRunning(root_, &metrics_, "printf '%s  %s\\n' 0123456789abcdef0123456789abcdef");
+  ASSERT_NE(s.store, nullptr);
+  for (const char* name : {"one", "two"}) {
+    std::ofstream out(fs::path(root_) / name, std::ios::binary);
+    out << name;
+  }
+  for (const char* name : {"one", "two"}) {
+    Result<OptionalMd5> md5 = s.store->server_md5(name, 3);
+    ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+    EXPECT_FALSE(md5->has_value());
+  }
+  EXPECT_EQ(s.store->server_md5_runs(), 1u);
+  EXPECT_EQ(metrics_.server_md5s.load(), 0u);
+  EXPECT_EQ(s.Said("is not that of the bytes SFTP reads"), 1u);
+}
+
+TEST_F(SftpStoreTest, NoServerMd5HashesHere) {
+  SftpStoreOptions o = OptionsFor(root_);
+  o.metrics = &metrics_;
+  o.server_md5 = false;
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  {
+    std::ofstream out(fs::path(root_) / "file", std::ios::binary);
+    out << "file";
+  }
+  Result<OptionalMd5> md5 = store->server_md5("file", 4);
+  ASSERT_TRUE(md5.ok());
+  EXPECT_FALSE(md5->has_value());
+  EXPECT_EQ(store->server_md5_runs(), 0u);
+}
+
+TEST_F(SftpStoreTest, ASmallFileIsReadRatherThanHashedOnTheServer) {
+  SftpStoreOptions o = OptionsFor(root_);
+  o.server_md5_min_size = 4 << 20;  // the default
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  const std::string data = Pattern((4 << 20) - 1, 52);
+  {
+    std::ofstream out(fs::path(root_) / "small", std::ios::binary);
+    out << data;
+  }
+  Result<OptionalMd5> small = store->server_md5("small", data.size());
+  ASSERT_TRUE(small.ok());
+  EXPECT_FALSE(small->has_value());
+  EXPECT_EQ(store->server_md5_runs(), 0u);
+  {
+    std::ofstream out(fs::path(root_) / "small", std::ios::binary | std::ios::app);
+    out << "x";
+  }
+  Result<OptionalMd5> big = store->server_md5("small", data.size() + 1);
+  ASSERT_TRUE(big.ok());
+  ASSERT_TRUE(big->has_value());
+  EXPECT_EQ(**big, Md5Of(data + "x"));
 }
 
 }  // namespace

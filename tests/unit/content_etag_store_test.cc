@@ -472,5 +472,44 @@ TEST_F(ContentEtagStoreTest, RecordsSurviveReopeningTheDatabase) {
   EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
 }
 
+// A store below whose server computes MD5s (as SFTP's md5sum), and whose file changes while the
+// first one is computed.
+class ServerMd5Store : public ForwardingStore {
+ public:
+  ServerMd5Store(std::shared_ptr<MemoryStore> target, std::string change_to)
+      : ForwardingStore(target), memory_(std::move(target)), change_to_(std::move(change_to)) {}
+  Result<OptionalMd5> server_md5(std::string_view key, uint64_t /*size*/) override {
+    ++calls;
+    std::string data(1 << 20, '\0');
+    OBJFS_ASSIGN_OR_RETURN(
+        size_t n,
+        memory_->read(key, 0,
+                      std::span<std::byte>(reinterpret_cast<std::byte*>(data.data()), data.size()),
+                      nullptr));
+    data.resize(n);
+    if (calls == 1) {  // replaced as it was hashed
+      OBJFS_RETURN_IF_ERROR(memory_->put(key, MemorySource(change_to_), PutOptions{}).status());
+    }
+    return OptionalMd5(Md5Of(data));
+  }
+  int calls = 0;
+
+ private:
+  std::shared_ptr<MemoryStore> memory_;
+  std::string change_to_;
+};
+
+TEST_F(ContentEtagStoreTest, AnMd5TheServerComputedIsTakenOnlyForTheVersionBeforeAndAfter) {
+  ASSERT_TRUE(Put(*inner_, "f", "the old content").ok());
+  auto server = std::make_shared<ServerMd5Store>(inner_, "new content, another size");
+  ContentEtagStore store(server, db_, &metrics_, /*racy_ns=*/0);
+  Result<ETag> etag = store.ContentEtag("f");
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  // The first answer was of the content replaced meanwhile: asked again.
+  EXPECT_EQ(*etag, Md5Tag("new content, another size"));
+  EXPECT_EQ(server->calls, 2);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), 0u);  // nothing read here
+}
+
 }  // namespace
 }  // namespace objfs

@@ -504,6 +504,8 @@ TEST(ParseMountOptionsTest, SftpOptions) {
             (std::vector<std::string>{"/keys/a", "/home/u/.ssh/b", "rel/c"}));  // in order
   EXPECT_EQ(parsed->known_hosts, "/home/u/kh");
   EXPECT_TRUE(parsed->accept_new_host_key);
+  EXPECT_FALSE(parsed->no_server_md5);
+  EXPECT_TRUE(Parse({"sftp://h/p", "/mnt", "-o", "no_server_md5"})->no_server_md5);
   EXPECT_EQ(parsed->sessions, 64);
   EXPECT_EQ(Parse({"sftp://h/p", "/mnt", "-o", "sessions=1"})->sessions, 1);
   EXPECT_EQ(parsed->ciphers, "");  // objfs's default order
@@ -551,7 +553,7 @@ TEST(ParseMountOptionsTest, OptionsOfTheOtherSchemeAreRefused) {
     ExpectError({"-o", option, "sftp://host/p", "/mnt"}, "applies to s3:// URLs");
   }
   for (const char* option : {"identity=/k", "known_hosts=/kh", "accept_new_host_key", "sessions=2",
-                             "ciphers=aes128-ctr"}) {
+                             "ciphers=aes128-ctr", "no_server_md5"}) {
     SCOPED_TRACE(option);
     std::string name = std::string(option).substr(0, std::string(option).find('='));
     ExpectError({"s3://bucket", "/mnt", "-o", option},
