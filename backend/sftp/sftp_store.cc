@@ -1567,9 +1567,15 @@ Result<ServerCommand> RunOnServer(SftpConnection& c, const std::string& command,
   Status status;
   if (ssh_channel_send_eof(channel) != SSH_OK) status = broken("closing the command's input");
   char buf[4096];
+  // Standard error is read and dropped, up to this much: a command that says more is not the
+  // one asked for.
+  constexpr size_t kMostStderr = 64 << 10;
+  size_t stderr_bytes = 0;
   while (status.ok()) {
-    // Standard error first: it is dropped, and a channel is at its end only once both are read.
-    while (ssh_channel_read_nonblocking(channel, buf, sizeof buf, /*is_stderr=*/1) > 0) {
+    // Standard error first: a channel is at its end only once both streams are read.
+    for (int got; stderr_bytes <= kMostStderr &&
+                  (got = ssh_channel_read_nonblocking(channel, buf, sizeof buf, 1)) > 0;) {
+      stderr_bytes += static_cast<size_t>(got);
     }
     const int n = ssh_channel_read_timeout(channel, buf, sizeof buf, /*is_stderr=*/0, 1000);
     if (n == SSH_ERROR || ssh_is_connected(ssh) == 0 || c.marked_broken()) {
@@ -1577,15 +1583,27 @@ Result<ServerCommand> RunOnServer(SftpConnection& c, const std::string& command,
     } else if (n > 0) {
       const size_t keep = std::min<size_t>(static_cast<size_t>(n), max_out - result.out.size());
       result.out.append(buf, keep);
-      if (keep < static_cast<size_t>(n)) result.out_cut = true;
+      // More than the answer can be: not read on (the channel is left as it is, and with it
+      // the connection).
+      if (keep < static_cast<size_t>(n)) {
+        result.out_cut = true;
+        c.MarkBroken();
+        break;
+      }
     } else if (ssh_channel_poll(channel, /*is_stderr=*/0) == SSH_EOF &&
                ssh_channel_poll(channel, /*is_stderr=*/1) == SSH_EOF) {
       break;
-    } else if (DeadlineClock::now() >= deadline) {
+    }
+    if (status.ok() && stderr_bytes > kMostStderr) {
+      result.out_cut = true;
+      c.MarkBroken();
+      break;
+    }
+    if (status.ok() && DeadlineClock::now() >= deadline) {
       status = broken("the command ran out of time");
     }
   }
-  if (status.ok()) {
+  if (status.ok() && !result.out_cut) {
     result.exit_status = ssh_channel_get_exit_status(channel);
     if (ssh_is_connected(ssh) == 0 || c.marked_broken()) {
       status = broken("waiting for the command's exit status");
@@ -1606,8 +1624,9 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
   if (size == 0 || size < options_.server_md5_min_size) return OptionalMd5();
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
   if (!QuotableForAnyShell(paths.data)) return OptionalMd5();
-  // A connection hashing on the server serves nothing else meanwhile: at most half of them do.
-  const int most = std::max(1, options_.sessions / 2);
+  // A connection hashing on the server serves nothing else meanwhile: at most half of them do
+  // (none of one).
+  const int most = options_.sessions / 2;
   if (server_md5_running_.fetch_add(1) >= most) {
     server_md5_running_.fetch_sub(1);
     return OptionalMd5();
@@ -1616,6 +1635,14 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
     std::atomic<int>& count;
     ~Running() { count.fetch_sub(1); }
   } running{server_md5_running_};
+  const bool trusted = server_md5_state_.load() == kServerMd5Trusted;
+  // Not trusted yet: the version the check below reads (the same size and mtime throughout).
+  std::optional<ObjectInfo> version;
+  if (!trusted) {
+    Result<ObjectInfo> before = head(key);
+    if (!before.ok() || before->size != size) return OptionalMd5();  // the caller's read decides
+    version = std::move(before).value();
+  }
   server_md5_runs_.fetch_add(1);
   const std::string command = options_.server_md5_command + " '" + paths.data + "'";
   Result<ServerCommand> ran = WithRetry([&](SftpConnection& c) -> Result<ServerCommand> {
@@ -1631,46 +1658,51 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
   if (ran->started && ran->exit_status == 0 && !ran->out_cut) {
     digest = ParseMd5sumLine(ran->out, paths.data);
   }
-  if (server_md5_state_.load() == kServerMd5Trusted) {
+  if (trusted) {
     // Gone, unreadable, killed: the read says why.
     if (digest && options_.metrics != nullptr) Bump(options_.metrics->server_md5s);
     return digest;
   }
   // The first answer is checked against the file's bytes, read here: that md5sum runs, says
   // what GNU md5sum says, and sees the files SFTP shows (a chroot or a virtual file system may
-  // show the shell others). Anything else turns it off for the mount, for good: an account
-  // that cannot run it would otherwise cost an exec per file.
+  // show the shell others). A command that could not run, or a wrong answer, turns it off for
+  // the mount, for good: an account that cannot run it would otherwise cost an exec per file.
+  // A file gone, changed or unreadable meanwhile decides nothing.
   std::string why;
   if (!ran->started) {
     why = "the server refused to run it";
-  } else if (!digest) {
+  } else if (!digest && ran->exit_status != 1 && ran->exit_status != -1) {
     why = "exit status " + std::to_string(ran->exit_status) + ", " +
           std::to_string(ran->out.size()) + (ran->out_cut ? " or more" : "") + " bytes of output";
-  } else {
+  }
+  OptionalMd5 here;
+  if (why.empty()) {
     Md5 md5;
     std::vector<std::byte> buf(4 << 20);
-    uint64_t offset = 0;
-    while (true) {
-      Result<size_t> n = read(key, offset, buf, nullptr);
-      if (!n.ok()) return OptionalMd5();  // not decided: the caller's read meets it
+    for (uint64_t offset = 0; offset < size;) {
+      Result<size_t> n = read(key, offset, buf, &version->etag);
+      if (!n.ok() || *n == 0) return OptionalMd5();  // not decided: the caller's read meets it
       md5.Update(std::span<const std::byte>(buf.data(), *n));
       if (options_.metrics != nullptr) Bump(options_.metrics->bytes_hashed, *n);
       offset += *n;
-      if (*n < buf.size()) break;
     }
-    if (offset != size) return OptionalMd5();  // changed meanwhile: not decided
-    if (md5.Final() == *digest) {
-      server_md5_state_.store(kServerMd5Trusted);
+    here = md5.Final();
+    if (digest && *digest == *here) {
+      int untried = kServerMd5Untried;
+      server_md5_state_.compare_exchange_strong(untried, kServerMd5Trusted);
       if (options_.metrics != nullptr) Bump(options_.metrics->server_md5s);
       return digest;
     }
-    why = "its MD5 of " + paths.data + " is not that of the bytes SFTP reads";
+    why = digest ? "its MD5 of " + paths.data + " is not that of the bytes SFTP reads"
+                 : "it failed (exit status " + std::to_string(ran->exit_status) +
+                       ") on a file SFTP reads";
   }
-  if (server_md5_state_.exchange(kServerMd5Off) != kServerMd5Off && options_.log) {
+  int untried = kServerMd5Untried;
+  if (server_md5_state_.compare_exchange_strong(untried, kServerMd5Off) && options_.log) {
     options_.log(LogLevel::kInfo, describe() + ": md5sum cannot run on the server (" + why +
                                       "): MD5s are computed here, from the files' bytes");
   }
-  return OptionalMd5();
+  return here;  // the bytes' own MD5 where the check read them, so that they are not read again
 }
 
 Result<StoreSpace> SftpStore::space() {

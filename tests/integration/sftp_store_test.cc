@@ -1397,11 +1397,15 @@ TEST_F(SftpStoreTest, AServerWhoseFirstMd5IsWrongIsNotTrusted) {
     std::ofstream out(fs::path(root_) / name, std::ios::binary);
     out << name;
   }
-  for (const char* name : {"one", "two"}) {
-    Result<OptionalMd5> md5 = s.store->server_md5(name, 3);
-    ASSERT_TRUE(md5.ok()) << md5.status().ToString();
-    EXPECT_FALSE(md5->has_value());
-  }
+  // The first: the MD5 of the bytes the check read, never the server's.
+  Result<OptionalMd5> first = s.store->server_md5("one", 3);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ(**first, Md5Of("one"));
+  // The next: not asked.
+  Result<OptionalMd5> second = s.store->server_md5("two", 3);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(second->has_value());
   EXPECT_EQ(s.store->server_md5_runs(), 1u);
   EXPECT_EQ(metrics_.server_md5s.load(), 0u);
   EXPECT_EQ(s.Said("is not that of the bytes SFTP reads"), 1u);
@@ -1445,6 +1449,43 @@ TEST_F(SftpStoreTest, ASmallFileIsReadRatherThanHashedOnTheServer) {
   ASSERT_TRUE(big.ok());
   ASSERT_TRUE(big->has_value());
   EXPECT_EQ(**big, Md5Of(data + "x"));
+}
+
+TEST_F(SftpStoreTest, AFirstFileGoneOrChangedDecidesNothing) {
+  // The check of the first answer needs the file as md5sum saw it: gone, or of another size
+  // than asked for, the question stays open, and md5sum is asked for the next file.
+  Result<OptionalMd5> gone = store_->server_md5("gone", 10);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(gone->has_value());
+  {
+    std::ofstream out(fs::path(root_) / "file", std::ios::binary);
+    out << "the file's bytes";
+  }
+  Result<OptionalMd5> resized = store_->server_md5("file", 3);
+  ASSERT_TRUE(resized.ok());
+  EXPECT_FALSE(resized->has_value());
+  Result<OptionalMd5> md5 = store_->server_md5("file", 16);
+  ASSERT_TRUE(md5.ok());
+  ASSERT_TRUE(md5->has_value());
+  EXPECT_EQ(**md5, Md5Of("the file's bytes"));
+  EXPECT_EQ(metrics_.server_md5s.load(), 1u);
+}
+
+TEST_F(SftpStoreTest, ACommandThatNeverStopsTalkingIsLeft) {
+  // Stands for a ForceCommand menu that answers a closed input without end: objfs stops
+  // reading at once (more than md5sum's one line), drops the connection, and hashes here.
+  LoggingStore s = StoreRunning(root_, &metrics_, "yes --");
+  ASSERT_NE(s.store, nullptr);
+  {
+    std::ofstream out(fs::path(root_) / "file", std::ios::binary);
+    out << "bytes";
+  }
+  Result<OptionalMd5> md5 = s.store->server_md5("file", 5);
+  ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+  ASSERT_TRUE(md5->has_value());
+  EXPECT_EQ(**md5, Md5Of("bytes"));  // read here
+  EXPECT_EQ(metrics_.server_md5s.load(), 0u);
+  EXPECT_EQ(s.Said("md5sum cannot run on the server"), 1u);
 }
 
 }  // namespace
