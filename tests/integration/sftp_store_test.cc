@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,7 @@
 #include "cache/content_etag_store.h"
 #include "cache/store_db.h"
 #include "tests/conformance/object_store_conformance.h"
+#include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
 
@@ -1141,16 +1143,19 @@ TEST_F(SftpStoreTest, UploadSessionUnderContentEtagsRecordsOnlyAComputedMd5) {
 }
 
 // Bytes in memory whose reads wait until Open(), and that counts the reads asked of it.
+// Its reads from the `held_from`th on (counted from 1) wait until Open(); kNeverHeld: none.
 class GatedSource : public ByteSource {
  public:
-  explicit GatedSource(std::string_view data, bool open) : data_(data), open_(open) {}
+  static constexpr int kNeverHeld = INT_MAX;
+  GatedSource(std::string_view data, int held_from) : data_(data), held_from_(held_from) {}
   uint64_t size() const override { return data_.size(); }
   Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const override {
     {
       std::unique_lock lock(mu_);
-      ++reads_;
+      const int read = ++reads_;
       changed_.notify_all();
-      if (!changed_.wait_for(lock, std::chrono::seconds(60), [&] { return open_; })) {
+      if (read >= held_from_ &&
+          !changed_.wait_for(lock, std::chrono::seconds(60), [&] { return open_; })) {
         return IoError("the test never opened this source");
       }
     }
@@ -1169,10 +1174,11 @@ class GatedSource : public ByteSource {
 
  private:
   MemorySource data_;
+  const int held_from_;
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   mutable int reads_ = 0;
-  bool open_;
+  bool open_ = false;
 };
 
 TEST_F(SftpStoreTest, PartsSentInParallelStillGetTheFilesMd5) {
@@ -1180,8 +1186,8 @@ TEST_F(SftpStoreTest, PartsSentInParallelStillGetTheFilesMd5) {
   // bytes go up while the first part's are still on their way. They are hashed in turn.
   const std::string first = Pattern(1 << 20, 47);
   const std::string second = Pattern(20 << 20, 48);  // more than one read of the session's
-  GatedSource first_source(first, /*open=*/false);
-  GatedSource second_source(second, /*open=*/true);
+  GatedSource first_source(first, /*held_from=*/1);
+  GatedSource second_source(second, GatedSource::kNeverHeld);
   Result<std::unique_ptr<Upload>> upload = store_->start_upload("md5/parallel", UploadOptions{});
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
   Status first_sent, second_sent;
@@ -1233,6 +1239,55 @@ TEST_F(SftpStoreTest, APartSentBeforeTheOnesBeforeItLeavesTheMd5Unknown) {
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   EXPECT_TRUE(IsVersionTag(done->etag)) << done->etag.value();
   EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "md5/reversed") == first + second);
+}
+
+TEST_F(SftpStoreTest, AWriteRepeatedOnANewConnectionHashesEachByteOnce) {
+  // The connection under a part's write dies halfway (a firewall drops it, the server's process
+  // for it is killed): the write starts again on a fresh connection and sends the whole range
+  // again. The bytes hashed before the cut are not hashed again, and the MD5 stays the file's.
+  const testing::SftpTestServer& server = testing::SharedSftpServer();
+  testing::FaultProxy proxy("127.0.0.1", server.port);
+  proxy.PassBytesThrough();  // SSH, not HTTP
+  SftpStoreOptions o = OptionsFor(root_);
+  o.port = proxy.port();
+  o.known_hosts = scratch_ + "/known_hosts";
+  ASSERT_TRUE(testing::WriteKnownHostsForProxy(o.known_hosts, proxy.port()));
+  o.metrics = &metrics_;
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+
+  // Three of the session's reads (of max_write * requests_in_flight bytes, 8 MiB on OpenSSH).
+  const std::string data = Pattern(20 << 20, 53);
+  GatedSource source(data, /*held_from=*/2);
+  Result<std::unique_ptr<Upload>> upload = store->start_upload("md5/retried", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  Status sent;
+  std::thread writer;
+  struct Joined {
+    GatedSource& source;
+    std::thread& thread;
+    ~Joined() {
+      source.Open();
+      if (thread.joinable()) thread.join();
+    }
+  } joined{source, writer};
+  writer = std::thread([&] { sent = (*upload)->write(0, source, 0, data.size()); });
+  // The first read's bytes are on the server, and hashed; the second read waits.
+  ASSERT_TRUE(source.WaitForReads(2));
+  const uint64_t hashed_before_cut = metrics_.bytes_hashed.load();
+  EXPECT_GT(hashed_before_cut, 0u);
+  EXPECT_LT(hashed_before_cut, data.size());
+  const int connections = proxy.forwarded_connections();
+  EXPECT_GE(proxy.CutOpenConnections(), 1);
+  source.Open();
+  writer.join();
+  ASSERT_TRUE(sent.ok()) << sent.ToString();
+  EXPECT_GT(proxy.forwarded_connections(), connections);  // it went on on a fresh one
+  Result<ObjectInfo> done = (*upload)->complete(data.size(), PutOptions{});
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->etag.value(), ETag::FromMd5(Md5Of(data)).value());
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());  // each byte once
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "md5/retried") == data);
 }
 
 TEST_F(SftpStoreTest, TheServerComputesTheMd5OfAFileNobodyHashed) {
