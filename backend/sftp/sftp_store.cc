@@ -1537,12 +1537,20 @@ struct ServerCommand {
   bool out_cut = false;  // it wrote more than that
 };
 
+// How long md5sum on the server may take for a file of `size` bytes: request_timeout, and the
+// file read at kServerWorkMinRate.
+std::chrono::milliseconds Md5sumTime(std::chrono::milliseconds request_timeout, uint64_t size) {
+  return request_timeout +
+         std::chrono::seconds((size + kServerWorkMinRate - 1) / kServerWorkMinRate);
+}
+
 // Runs `command` on the server on a channel of its own over `c`'s connection, with its
 // standard input closed, and keeps up to `max_out` bytes of its standard output (its standard
 // error is read and dropped, so that it never holds the command up). Transient, with the
 // connection marked broken so that it is not used again (the caller's retry makes a new one),
-// when the connection failed, an answer did not come in time, or the command ran past
-// `deadline`; the watchdog also cuts a command silent for longer than its allowance.
+// when the connection failed or an answer did not come in time; TimedOut, with the connection
+// marked broken too, when the command ran past `deadline` (not retried: it would take as long
+// again). The watchdog also cuts a command silent for longer than its allowance.
 Result<ServerCommand> RunOnServer(SftpConnection& c, const std::string& command, size_t max_out,
                                   DeadlineClock::time_point deadline) {
   ssh_session ssh = c.ssh();
@@ -1600,7 +1608,10 @@ Result<ServerCommand> RunOnServer(SftpConnection& c, const std::string& command,
       break;
     }
     if (status.ok() && DeadlineClock::now() >= deadline) {
-      status = broken("the command ran out of time");
+      // Not Transient: the connection is sound, the command is slow, and running it again
+      // would wait as long again.
+      c.MarkBroken();  // the command may still be running: the connection is not reused
+      status = TimedOutError("the command on the server ran past its time");
     }
   }
   if (status.ok() && !result.out_cut) {
@@ -1646,11 +1657,14 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
   server_md5_runs_.fetch_add(1);
   const std::string command = options_.server_md5_command + " '" + paths.data + "'";
   Result<ServerCommand> ran = WithRetry([&](SftpConnection& c) -> Result<ServerCommand> {
-    const std::chrono::milliseconds allowed = ServerWorkSilence(options_.request_timeout, size);
-    SftpSessionPool::SilenceAllowance hashing(pool_, c, allowed);
+    // Only a shortcut: the file can always be read here instead. So md5sum gets request_timeout
+    // and the time to read the file at kServerWorkMinRate, not the minutes a copy or an fsync
+    // may take, and its own deadline ends it before the watchdog would cut the connection as
+    // a stalled server's (which would fail every call for request_timeout).
+    const std::chrono::milliseconds allowed = Md5sumTime(options_.request_timeout, size);
+    SftpSessionPool::SilenceAllowance hashing(pool_, c, allowed + options_.request_timeout);
     // md5sum's one line: the digest, two spaces, the path and a newline.
-    return RunOnServer(c, command, paths.data.size() + 64,
-                       DeadlineClock::now() + allowed + options_.request_timeout);
+    return RunOnServer(c, command, paths.data.size() + 64, DeadlineClock::now() + allowed);
   });
   // The caller reads the file instead, and meets whatever made this fail.
   if (!ran.ok()) return OptionalMd5();

@@ -1466,6 +1466,40 @@ TEST_F(SftpStoreTest, AServerWhoseFirstMd5IsWrongIsNotTrusted) {
   EXPECT_EQ(s.Said("is not that of the bytes SFTP reads"), 1u);
 }
 
+TEST_F(SftpStoreTest, AnMd5sumThatNeverAnswersIsWaitedForBoundedly) {
+  // Stands for a server whose disk under the file stalls: the command says nothing for longer
+  // than its time (request_timeout, and the file read at 10 MiB/s). The call ends then, without
+  // an MD5 (the caller reads the file instead); it is not tried again, and the store goes on
+  // serving at once.
+  LoggingStore s;
+  {
+    SftpStoreOptions o = OptionsFor(root_);
+    o.metrics = &metrics_;
+    o.server_md5_command = "sleep 20; md5sum --";
+    o.request_timeout = std::chrono::milliseconds(1000);
+    o.operation_timeout = std::chrono::milliseconds(5000);
+    s.store = MakeStore(o);
+  }
+  ASSERT_NE(s.store, nullptr);
+  {
+    std::ofstream out(fs::path(root_) / "stalled", std::ios::binary);
+    out << "stalled";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Result<OptionalMd5> md5 = s.store->server_md5("stalled", 7);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  // A bound, not a speed: it did not wait for the command's 20 s.
+  EXPECT_LT(waited, std::chrono::seconds(15));
+  ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+  EXPECT_FALSE(md5->has_value());  // the caller reads the file instead
+  EXPECT_EQ(metrics_.server_md5s.load(), 0u);
+  EXPECT_EQ(s.store->server_md5_runs(), 1u);
+  // Not taken for a stalled server: the next call is served.
+  Result<ObjectInfo> info = s.store->head("stalled");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->size, 7u);
+}
+
 TEST_F(SftpStoreTest, NoServerMd5HashesHere) {
   SftpStoreOptions o = OptionsFor(root_);
   o.metrics = &metrics_;
