@@ -30,12 +30,17 @@ Md5Digest DigestOf(const ETag& etag) {
 }  // namespace
 
 ContentEtagStore::ContentEtagStore(std::shared_ptr<ObjectStore> inner, std::shared_ptr<StoreDb> db,
-                                   Metrics* metrics, int64_t racy_ns)
+                                   Metrics* metrics, int64_t racy_ns, WallClock wall_clock)
     : ForwardingStore(inner),
       inner_(std::move(inner)),
       db_(std::move(db)),
       metrics_(metrics),
-      racy_ns_(racy_ns) {}
+      racy_ns_(racy_ns),
+      wall_clock_(wall_clock ? std::move(wall_clock) : WallClock([] {
+        return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+      })) {}
 
 std::optional<ContentETagRecord> ContentEtagStore::ValidRecord(std::string_view key, uint64_t size,
                                                                int64_t mtime_ns) {
@@ -178,9 +183,7 @@ void ContentEtagStore::ShareWithCopies(const std::string& key, const ETag& versi
       if (it->second.version == version) copies.push_back(it->second);
     }
   }
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  const int64_t now_ns = wall_clock_();
   for (const Copy& copy : copies) {
     Result<ObjectInfo> other = inner_->head(copy.other);
     if (!other.ok() || VersionTag(other->size, other->mtime_ns) != copy.other_version) continue;
@@ -343,6 +346,9 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
   std::vector<std::byte> buf;
   Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {
+    // Whether the version can be trusted is decided by the time hashing began: a same-second
+    // rewrite during a long hash keeps the version, and the bytes read would be a mix.
+    const int64_t started_ns = wall_clock_();
     OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, inner_->head(key));
     if (std::optional<ContentETagRecord> record = ValidRecord(key, info.size, info.mtime_ns)) {
       return ETag::FromMd5(record->md5);
@@ -352,10 +358,7 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
     const ETag version = VersionTag(info.size, info.mtime_ns);
     if (std::optional<ETag> shared = FromCopies(std::string(key), version)) {
       if (metrics_ != nullptr) Bump(metrics_->etags_reused);
-      const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count();
-      if (info.mtime_ns <= now_ns - racy_ns_) {
+      if (info.mtime_ns <= started_ns - racy_ns_) {
         (void)Record(std::string(key), info.size, info.mtime_ns, *shared);
       }
       return *shared;
@@ -411,11 +414,9 @@ Result<ETag> ContentEtagStore::ContentEtag(std::string_view key) {
       continue;
     }
     ETag etag = ETag::FromMd5(*digest);
-    // Too recent to trust its version (see kRacyNs): returned, not recorded.
-    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
-    if (info.mtime_ns > now_ns - racy_ns_) return etag;
+    // Too recent, when the hashing began, to trust its version (see kRacyNs): returned, not
+    // recorded.
+    if (info.mtime_ns > started_ns - racy_ns_) return etag;
     ContentETagRecord record;
     record.path = std::string(key);
     record.size = info.size;

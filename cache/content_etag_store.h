@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,11 +51,15 @@ class ContentEtagStore : public ForwardingStore {
   // returned but not recorded (as git treats "racily clean" index entries).
   static constexpr int64_t kRacyNs = 2'000'000'000;
 
+  // Nanoseconds since the epoch, as the server's mtimes count them (tests pass a fake).
+  using WallClock = std::function<int64_t()>;
+
   // `metrics` may be null; it must outlive the store. `inner` is a store without native ETags
   // whose ETags are versions (SftpStore, or MemoryStore with native_etags false).
-  // A file hashed by ContentEtag() whose mtime is less than `racy_ns` old is not recorded.
+  // A file hashed by ContentEtag() whose mtime was less than `racy_ns` old when the hashing
+  // began is not recorded. `wall_clock`: empty for the system's.
   ContentEtagStore(std::shared_ptr<ObjectStore> inner, std::shared_ptr<StoreDb> db,
-                   Metrics* metrics, int64_t racy_ns = kRacyNs);
+                   Metrics* metrics, int64_t racy_ns = kRacyNs, WallClock wall_clock = {});
 
   // Bytes read per call while hashing.
   static constexpr size_t kHashReadBytes = 4u << 20;
@@ -122,6 +127,7 @@ class ContentEtagStore : public ForwardingStore {
   std::shared_ptr<StoreDb> db_;
   Metrics* metrics_;
   const int64_t racy_ns_;
+  const WallClock wall_clock_;
   // Serialises each read-check-write of a record against writes of the same key's record
   // (the records are in db_, whose own lock is taken under this one). Lock 9 of
   // fs/lock_order.h.

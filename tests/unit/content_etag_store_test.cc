@@ -472,6 +472,60 @@ TEST_F(ContentEtagStoreTest, RecordsSurviveReopeningTheDatabase) {
   EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
 }
 
+// A store below whose file is rewritten by another program while it is hashed, within its
+// mtime's second (the same size and mtime: the same version), on the second read; the hashing
+// takes `hashing_ns` of the fake wall clock.
+class RewrittenWhileHashedStore : public ForwardingStore {
+ public:
+  RewrittenWhileHashedStore(std::shared_ptr<MemoryStore> target, std::string rewrite_to,
+                            std::atomic<int64_t>* wall_ns, int64_t hashing_ns)
+      : ForwardingStore(target),
+        memory_(std::move(target)),
+        rewrite_to_(std::move(rewrite_to)),
+        wall_ns_(wall_ns),
+        hashing_ns_(hashing_ns) {}
+  Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                      const ETag* if_match) override {
+    if (++reads == 2) {
+      OBJFS_ASSIGN_OR_RETURN(ObjectInfo before, memory_->head(key));
+      OBJFS_RETURN_IF_ERROR(memory_->put(key, MemorySource(rewrite_to_), PutOptions{}).status());
+      memory_->set_mtime(key, before.mtime_ns);
+      wall_ns_->fetch_add(hashing_ns_);
+    }
+    return ForwardingStore::read(key, offset, buf, if_match);
+  }
+  int reads = 0;
+
+ private:
+  std::shared_ptr<MemoryStore> memory_;
+  std::string rewrite_to_;
+  std::atomic<int64_t>* wall_ns_;
+  int64_t hashing_ns_;
+};
+
+TEST_F(ContentEtagStoreTest, AFileRewrittenInItsSecondWhileHashedIsNotRecorded) {
+  // Hashing began within the file's mtime second and took long: a rewrite by another program
+  // in that second kept its version, so what was read may be a mix. Whether the version can be
+  // trusted is decided by when the hashing began, not when it ended.
+  const std::string old_data = Pattern(2 * ContentEtagStore::kHashReadBytes, 61);
+  const std::string new_data = Pattern(2 * ContentEtagStore::kHashReadBytes, 62);
+  ASSERT_TRUE(Put(*inner_, "f", old_data).ok());
+  std::atomic<int64_t> wall_ns{1'800'000'000'000'000'000};
+  inner_->set_mtime("f", wall_ns.load() - 1'000'000'000);  // written a second ago
+  auto rewriting = std::make_shared<RewrittenWhileHashedStore>(inner_, new_data, &wall_ns,
+                                                               /*hashing_ns=*/5'000'000'000);
+  ContentEtagStore store(rewriting, db_, &metrics_, ContentEtagStore::kRacyNs,
+                         [&wall_ns] { return wall_ns.load(); });
+  Result<ETag> first = store.ContentEtag("f");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(rewriting->reads, 3);  // the rewrite came between the reads
+  EXPECT_FALSE(RecordOf("f").has_value());
+  // Hashed again, now that nothing rewrites it: the bytes the server has.
+  Result<ETag> second = store.ContentEtag("f");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->value(), Md5Tag(new_data).value());
+}
+
 // A store below whose server computes MD5s (as SFTP's md5sum), and whose file changes while the
 // first one is computed.
 class ServerMd5Store : public ForwardingStore {
