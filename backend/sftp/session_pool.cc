@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -441,6 +442,19 @@ SftpConnection::~SftpConnection() {
   if (ssh_ != nullptr) {
     ssh_disconnect(ssh_);
     ssh_free(ssh_);
+  }
+  // libssh closes a descriptor given with SSH_OPTIONS_FD only when the connection fails (and
+  // that number may have gone to another file since), not at ssh_disconnect or ssh_free: left
+  // open, each dropped connection kept a descriptor, and its SSH session on the server, for the
+  // rest of the mount. Closed here while it is still this socket, as the watchdog's own
+  // descriptor of it shows.
+  if (socket_ >= 0 && watch_socket_ >= 0) {
+    struct stat ours {};
+    struct stat number {};
+    if (::fstat(watch_socket_, &ours) == 0 && ::fstat(socket_, &number) == 0 &&
+        ours.st_dev == number.st_dev && ours.st_ino == number.st_ino) {
+      ::close(socket_);
+    }
   }
   if (watch_socket_ >= 0) ::close(watch_socket_);
   if (proxy_pid_ > 0) {
