@@ -199,6 +199,7 @@ void ContentEtagStore::ShareWithCopies(const std::string& key, const ETag& versi
 
 Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_view dst,
                                           const CopyOptions& options) {
+  const int64_t started_ns = wall_clock_();
   ObjectInfo inner_src = src;
   std::optional<ETag> md5;  // the MD5 of the source version that the inner store checks
   if (!options.if_match_source) {
@@ -225,7 +226,11 @@ Result<ObjectInfo> ContentEtagStore::copy(const ObjectInfo& src, std::string_vie
   }
   Forget(key);
   info.etag = VersionTag(info.size, info.mtime_ns);
-  if (options.if_match_source && !inner_src.etag.empty() && src.key != key && !IsMarker(key)) {
+  // A source whose mtime second had not ended well before the copy could be rewritten in it,
+  // by another program, keeping its version: the two would then differ with nothing to show
+  // it, so nothing is shared between them.
+  if (options.if_match_source && !inner_src.etag.empty() && src.key != key && !IsMarker(key) &&
+      src.mtime_ns <= started_ns - racy_ns_) {
     // The bytes of the version the copy checked, which nobody has hashed yet.
     MutexLock lock(&copies_mu_);
     // Only a hint: past the bound, the oldest knowledge goes (those files are hashed again).

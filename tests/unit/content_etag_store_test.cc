@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -334,6 +335,34 @@ TEST_F(ContentEtagStoreTest, ACopyTooRecentToRecordStillUsesItsSourcesMd5) {
   ASSERT_TRUE(dst.ok()) << dst.status().ToString();
   EXPECT_EQ(*dst, Md5Tag(data));
   EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
+}
+
+// A copy made within its source's mtime second: another program may rewrite the source in
+// that second, keeping its version, so the two share nothing.
+TEST_F(ContentEtagStoreTest, ACopyOfASourceWrittenInItsSecondSharesNoMd5) {
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  std::atomic<int64_t> wall_ns{now_ns};
+  ContentEtagStore racy(counting_, db_, &metrics_, ContentEtagStore::kRacyNs,
+                        [&wall_ns] { return wall_ns.load(); });
+  const std::string a = Pattern(1 << 20, 63);
+  const std::string b = Pattern(1 << 20, 64);
+  ASSERT_TRUE(Put(*inner_, "src", a).ok());
+  inner_->set_mtime("src", now_ns - 500'000'000);  // half a second ago
+  Result<ObjectInfo> src = racy.head("src");
+  ASSERT_TRUE(src.ok());
+  ASSERT_TRUE(racy.copy(*src, "dst", CopyOptions{}).ok());
+  // Rewritten in the same second, at the same size: the same version.
+  ASSERT_TRUE(Put(*inner_, "src", b).ok());
+  inner_->set_mtime("src", src->mtime_ns);
+  wall_ns += 5'000'000'000;  // both versions old enough to record now
+  Result<ETag> dst = racy.ContentEtag("dst");
+  ASSERT_TRUE(dst.ok()) << dst.status().ToString();
+  EXPECT_EQ(dst->value(), Md5Tag(a).value());
+  Result<ETag> from_src = racy.ContentEtag("src");
+  ASSERT_TRUE(from_src.ok()) << from_src.status().ToString();
+  EXPECT_EQ(from_src->value(), Md5Tag(b).value());
 }
 
 // What a copy left behind is forgotten when the destination is written again: a second copy
