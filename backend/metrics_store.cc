@@ -189,6 +189,14 @@ class MetricsUpload : public ForwardingUpload {
     if (status.ok()) Bump(metrics_.bytes_copied_on_server, length);
     return status;
   }
+  Status copy_whole(const ObjectInfo& base) override {
+    Status status = ForwardingUpload::copy_whole(base);
+    if (status.code() == StatusCode::kUnsupported) return status;  // nothing was asked
+    Bump(metrics_.copy_requests);
+    Count(status);
+    if (status.ok()) Bump(metrics_.bytes_copied_on_server, base.size);
+    return status;
+  }
   Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
     done_ = true;
     Bump(metrics_.upload_requests);

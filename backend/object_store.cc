@@ -50,6 +50,10 @@ Result<OptionalMd5> ObjectStore::server_md5(std::string_view /*key*/, uint64_t /
   return OptionalMd5();
 }
 
+Status Upload::copy_whole(const ObjectInfo& base) {
+  return UnsupportedError("copy " + base.key + " into " + key() + ": no whole-object copy");
+}
+
 Result<std::unique_ptr<Upload>> ObjectStore::start_upload(std::string_view key,
                                                           const UploadOptions& /*options*/) {
   return UnsupportedError("cannot upload " + std::string(key) + " in pieces to " + describe());

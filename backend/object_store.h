@@ -340,6 +340,14 @@ class Upload {
   // capabilities().copy_ranges.
   virtual Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
                       uint64_t length) = 0;
+  // Copies all of `base` to [0, base.size) at once, where the server has a faster way than
+  // copy() by ranges (SFTP: `cp` run on the server, which a file system that can clones
+  // without reading or writing a data block). Called first, before any write() or copy().
+  // Ok: those bytes are in place, as after copy() of every range. Unsupported: there is no
+  // such way here, or it did not work (what it left in the range is overwritten by later
+  // calls): copy() the ranges instead. Any other failure leaves the upload unusable (a copy
+  // may still be running on the server): abort() it. Also PreconditionFailed as for copy().
+  virtual Status copy_whole(const ObjectInfo& base);
   // Makes the object of `size` bytes visible under key(), with options' metadata and content
   // type (on S3 at the cost of a self-copy when they are not UploadOptions'), if
   // options.if_match / if_none_match hold as for put(). Returns the new object's info:
@@ -369,6 +377,7 @@ class ForwardingUpload : public Upload {
               uint64_t length) override {
     return target_->copy(offset, base, base_offset, length);
   }
+  Status copy_whole(const ObjectInfo& base) override { return target_->copy_whole(base); }
   Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
     return target_->complete(size, options);
   }

@@ -132,6 +132,11 @@ class PrefixStore::PrefixUpload : public ForwardingUpload {
     OBJFS_ASSIGN_OR_RETURN(mapped.key, store_->Map(base.key));
     return ForwardingUpload::copy(offset, mapped, base_offset, length);
   }
+  Status copy_whole(const ObjectInfo& base) override {
+    ObjectInfo mapped = base;
+    OBJFS_ASSIGN_OR_RETURN(mapped.key, store_->Map(base.key));
+    return ForwardingUpload::copy_whole(mapped);
+  }
   Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
     return store_->UnmapInfo(ForwardingUpload::complete(size, options));
   }

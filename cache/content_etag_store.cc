@@ -141,6 +141,13 @@ class ContentEtagStore::Session : public ForwardingUpload {
     }
     return ForwardingUpload::copy(offset, inner, base_offset, length);
   }
+  Status copy_whole(const ObjectInfo& base) override {
+    ObjectInfo inner = base;
+    if (base.etag.is_plain_md5()) {
+      OBJFS_ASSIGN_OR_RETURN(inner.etag, store_->InnerETag(base.key, base.etag, "copy"));
+    }
+    return ForwardingUpload::copy_whole(inner);
+  }
 
   Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
     const std::string key = this->key();

@@ -918,11 +918,20 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
   // Once a piece failed the upload is given up: pieces not started yet are skipped (on a server
   // that stopped answering each would wait operation_timeout, stream_threads at a time).
   std::atomic<bool> gave_up{false};
+  // Where the server copies the whole base at once (SFTP: cp, which clones the file where the
+  // file system can), it does so first, and the untouched ranges need no copy of their own.
+  bool whole_copied = false;
+  if (Status whole = upload.copy_whole(base); whole.ok()) {
+    whole_copied = true;
+  } else if (whole.code() != StatusCode::kUnsupported) {
+    failed = whole;
+  }
   for (const EditPiece& piece : pieces) {
     const uint64_t offset = piece.offset;
     const uint64_t length = piece.length;
     const bool copy = piece.copy;
-    if (gave_up.load()) break;
+    if (!failed.ok() || gave_up.load()) break;
+    if (copy && whole_copied) continue;
     if (!copy) failed = FetchStaged(inode, key, offset, length);
     if (!failed.ok()) break;
     parts.push_back(stream_pool_->Async([&upload, &source, &base, &gave_up, offset, length, copy] {

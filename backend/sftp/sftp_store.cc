@@ -1037,6 +1037,46 @@ class SftpStore::Session : public Upload {
     return Status::Ok();
   }
 
+  // cp on the server (CopyWithCp), into the temporary file before anything else is written.
+  // Not repeated on a fresh connection: a cp whose connection failed may still be writing.
+  Status copy_whole(const ObjectInfo& base) override {
+    const std::string what = "copy " + base.key + " into " + key_;
+    OBJFS_RETURN_IF_ERROR(CheckOpen(what));
+    OBJFS_ASSIGN_OR_RETURN(KeyPaths base_paths, store_->PathsOf(base.key));
+    OBJFS_ASSIGN_OR_RETURN(SftpSessionPool::Lease lease, store_->pool_.Acquire());
+    SftpConnection& c = *lease;
+    // The version of the file at the base's path, before and after the copy: objfs replaces
+    // files by renaming others onto them, so the bytes cp copied are that version's.
+    auto check = [&]() -> Status {
+      Attributes a(sftp_stat(c.sftp(), base_paths.data.c_str()));
+      if (a == nullptr) return LibsshStatus(c, what);
+      if (a->size != base.size || (!base.etag.empty() && VersionOf(*a) != base.etag)) {
+        return PreconditionFailedError(what + ": the base changed (version " +
+                                       VersionOf(*a).value() + ", expected " + base.etag.value() +
+                                       ")");
+      }
+      return Status::Ok();
+    };
+    OBJFS_RETURN_IF_ERROR(check());
+    OBJFS_RETURN_IF_ERROR(NoteExtent(what, 0, base.size));
+    {
+      MutexLock lock(&mu_);
+      md5_valid_ = false;  // bytes this machine never saw
+      hashed_changed_.SignalAll();
+    }
+    Result<bool> copied = store_->CopyWithCp(c, base_paths.data, staged_, base.size);
+    if (!copied.ok()) {
+      MutexLock lock(&mu_);
+      cp_may_run_ = true;
+      return copied.status().WithContext(what);
+    }
+    if (!*copied) return UnsupportedError(what + ": cp does not copy on this server");
+    OBJFS_RETURN_IF_ERROR(check());
+    MutexLock lock(&mu_);
+    covered_.Add(0, base.size);
+    return Status::Ok();
+  }
+
   Result<ObjectInfo> complete(uint64_t size, const PutOptions& options) override {
     const std::string what = "complete " + key_;
     uint64_t extent = 0;
@@ -1085,6 +1125,9 @@ class SftpStore::Session : public Upload {
       MutexLock lock(&mu_);
       if (finished_) return Status::Ok();
       finished_ = true;
+      // A cp that may still write the file would make it again once removed: it stays, with
+      // its note in the journal, and the next mount removes it.
+      if (cp_may_run_) return Status::Ok();
     }
     return Drop();
   }
@@ -1212,6 +1255,7 @@ class SftpStore::Session : public Upload {
   Md5 md5_ GUARDED_BY(mu_);
   uint64_t hashed_ GUARDED_BY(mu_) = 0;
   bool md5_valid_ GUARDED_BY(mu_) = true;
+  bool cp_may_run_ GUARDED_BY(mu_) = false;  // copy_whole's cp failed with its outcome unknown
   std::multiset<uint64_t> writing_ GUARDED_BY(mu_);  // where the write() calls in progress begin
   CondVar hashed_changed_;                           // hashed_, md5_valid_ or writing_ changed
 };
@@ -1312,7 +1356,17 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   ETag etag;
   Status status;
   uint64_t copied = current.size;
-  if (copy_data) {
+  Result<bool> by_cp = CopyWithCp(c, src_paths.data, staged, current.size);
+  if (!by_cp.ok()) {
+    // cp may still be writing the temporary file: it stays, noted, for the next mount.
+    (void)wire.Close(*dst_handle);
+    (void)wire.Close(src_handle);
+    return by_cp.status().WithContext(what);
+  }
+  if (*by_cp) {
+    // The bytes are the source's: a content MD5 the caller vouches for stays true.
+    if (src.etag.is_plain_md5()) etag = src.etag;
+  } else if (copy_data) {
     // The server copies the whole file before it answers.
     SftpSessionPool::SilenceAllowance copying(
         pool_, c, ServerWorkSilence(options_.request_timeout, current.size));
@@ -1629,7 +1683,7 @@ Result<ServerCommand> RunOnServer(SftpConnection& c, const std::string& command,
 }  // namespace
 
 Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
-  if (!options_.server_md5 || server_md5_state_.load() == kServerMd5Off) return OptionalMd5();
+  if (!options_.server_md5 || server_md5_state_.load() == kServerCommandOff) return OptionalMd5();
   // Small, or empty (as SFTP shows a FIFO or a device too, on which md5sum would wait): read
   // here sooner.
   if (size == 0 || size < options_.server_md5_min_size) return OptionalMd5();
@@ -1646,7 +1700,7 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
     std::atomic<int>& count;
     ~Running() { count.fetch_sub(1); }
   } running{server_md5_running_};
-  const bool trusted = server_md5_state_.load() == kServerMd5Trusted;
+  const bool trusted = server_md5_state_.load() == kServerCommandTrusted;
   // Not trusted yet: the version the check below reads (the same size and mtime throughout).
   std::optional<ObjectInfo> version;
   if (!trusted) {
@@ -1702,8 +1756,8 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
     }
     here = md5.Final();
     if (digest && *digest == *here) {
-      int untried = kServerMd5Untried;
-      server_md5_state_.compare_exchange_strong(untried, kServerMd5Trusted);
+      int untried = kServerCommandUntried;
+      server_md5_state_.compare_exchange_strong(untried, kServerCommandTrusted);
       if (options_.metrics != nullptr) Bump(options_.metrics->server_md5s);
       return digest;
     }
@@ -1711,12 +1765,63 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
                  : "it failed (exit status " + std::to_string(ran->exit_status) +
                        ") on a file SFTP reads";
   }
-  int untried = kServerMd5Untried;
-  if (server_md5_state_.compare_exchange_strong(untried, kServerMd5Off) && options_.log) {
+  int untried = kServerCommandUntried;
+  if (server_md5_state_.compare_exchange_strong(untried, kServerCommandOff) && options_.log) {
     options_.log(LogLevel::kInfo, describe() + ": md5sum cannot run on the server (" + why +
                                       "): MD5s are computed here, from the files' bytes");
   }
   return here;  // the bytes' own MD5 where the check read them, so that they are not read again
+}
+
+Result<bool> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
+                                   const std::string& to, uint64_t size) {
+  if (!options_.server_cp || server_cp_state_.load() == kServerCommandOff) return false;
+  // Small, or empty (as SFTP shows a FIFO or a device too, on which cp would wait): copy-data
+  // costs less than starting a command.
+  if (size == 0 || size < options_.server_cp_min_size) return false;
+  if (!QuotableForAnyShell(from) || !QuotableForAnyShell(to)) return false;
+  server_cp_runs_.fetch_add(1);
+  const std::string command = options_.server_cp_command + " '" + from + "' '" + to + "'";
+  // The time a copy-data of the file has, ended by cp's own deadline before the watchdog would
+  // cut the connection as a stalled server's.
+  const std::chrono::milliseconds allowed = ServerWorkSilence(options_.request_timeout, size);
+  Result<ServerCommand> ran = [&] {
+    SftpSessionPool::SilenceAllowance copying(pool_, c, allowed + options_.request_timeout);
+    // cp prints nothing: more than a line on its standard output is a shell's, not cp's.
+    return RunOnServer(c, command, 1024, DeadlineClock::now() + allowed);
+  }();
+  if (!ran.ok()) return ran.status();
+  if (ran->out_cut) {
+    // Not read to its end: whatever runs there may still be writing.
+    server_cp_state_.store(kServerCommandOff);
+    return IoError("cp on the server: the shell printed more than cp does");
+  }
+  std::string why;
+  if (!ran->started) {
+    why = "the server refused to run it";
+  } else if (ran->exit_status != 0) {
+    why = "exit status " + std::to_string(ran->exit_status);
+  } else {
+    // `to` was made over SFTP: only a cp that sees the files SFTP shows (no chroot or virtual
+    // file system that shows the shell others) filled it.
+    Attributes copied(sftp_stat(c.sftp(), to.c_str()));
+    if (copied == nullptr) return LibsshStatus(c, "stat " + to);
+    if (copied->size == size) {
+      int untried = kServerCommandUntried;
+      server_cp_state_.compare_exchange_strong(untried, kServerCommandTrusted);
+      if (options_.metrics != nullptr) Bump(options_.metrics->server_cps);
+      return true;
+    }
+    why = "the copy SFTP shows has " + std::to_string(copied->size) + " bytes of " +
+          std::to_string(size);
+  }
+  // Once it worked, a failure is this copy's (a full disk, a file gone): copy-data says why.
+  int untried = kServerCommandUntried;
+  if (server_cp_state_.compare_exchange_strong(untried, kServerCommandOff) && options_.log) {
+    options_.log(LogLevel::kInfo, describe() + ": cp cannot copy files on the server (" + why +
+                                      "): copies use copy-data");
+  }
+  return false;
 }
 
 Result<StoreSpace> SftpStore::space() {

@@ -72,6 +72,15 @@ struct SftpStoreOptions {
   // The command server_md5 runs, the file's quoted path after it (tests name one that is not
   // there, to stand for a server that cannot run md5sum).
   std::string server_md5_command = "md5sum --";
+  // Copy a file on the server (a copy within the mount, and the unchanged bytes of an edit)
+  // by running `cp` there over an SSH exec channel, before copy-data: a file system that can
+  // (XFS, Btrfs) clones the file without reading or writing a data block, and others copy it
+  // in the kernel. false: copy-data only.
+  bool server_cp = true;
+  // Smaller files are copied with copy-data: it costs less than starting a command.
+  uint64_t server_cp_min_size = 4 << 20;
+  // The command server_cp runs, the quoted source and destination after it.
+  std::string server_cp_command = "cp --reflink=auto --";
   Metrics* metrics = nullptr;  // not owned; may be null
   std::chrono::seconds connect_timeout{10};
   // Notes each upload's temporary file from before it is created until it is renamed into
@@ -132,6 +141,8 @@ class SftpStore : public ObjectStore {
   Result<OptionalMd5> server_md5(std::string_view key, uint64_t size) override;
   // The commands server_md5 ran on the server.
   uint64_t server_md5_runs() const { return server_md5_runs_.load(); }
+  // The cp commands CopyWithCp ran on the server.
+  uint64_t server_cp_runs() const { return server_cp_runs_.load(); }
   // A temporary file, as put() makes it, filled by pipelined WRITEs of ranges and by copy-data
   // of ranges of existing files (checked against the base's version on the handle copied
   // from), cut to its final size, fsynced and renamed into place by complete().
@@ -216,20 +227,35 @@ class SftpStore : public ObjectStore {
   // Removes the temporary file `path` after a failed upload, and its note once it is gone (a
   // broken connection leaves both: the next mount removes the file).
   void DropTemporary(SftpConnection& c, const std::string& path);
+  // Copies the file at `from` (a regular file of `size` bytes) over the file `to`, which this
+  // mount made and writes nothing else into meanwhile, by running cp on the server over `c`
+  // (server_cp). Ok(true): `to` holds `size` bytes (the caller checks that the source kept its
+  // version). Ok(false): cp is not used here, or it ended without copying (turned off for the
+  // mount if it never worked); `to` may hold some of the bytes, and a copy-data of the same
+  // ranges overwrites them. An error: the connection failed, or cp ran past its time, and it
+  // may still be writing `to`, which must not be used or removed (the journal's note stays,
+  // so that the next mount removes it).
+  Result<bool> CopyWithCp(SftpConnection& c, const std::string& from, const std::string& to,
+                          uint64_t size);
   // Serialises the changes of one key (of the keys that hash alike): lock 8 of
   // fs/lock_order.h, held across calls to the server.
   Mutex& KeyLock(std::string_view key);
 
   SftpStoreOptions options_;  // root resolved by CheckRoot, then unchanged
   std::atomic<bool> owner_refused_{false};
-  // server_md5: untried; trusted once its first answer matched the file's bytes; off for the
-  // rest of the mount once it did not, or md5sum could not run.
-  static constexpr int kServerMd5Untried = 0;
-  static constexpr int kServerMd5Trusted = 1;
-  static constexpr int kServerMd5Off = 2;
-  std::atomic<int> server_md5_state_{kServerMd5Untried};
+  // The states of a command run on the server. server_md5: untried; trusted once its first
+  // answer matched the file's bytes; off for the rest of the mount once it did not, or md5sum
+  // could not run.
+  static constexpr int kServerCommandUntried = 0;
+  static constexpr int kServerCommandTrusted = 1;
+  static constexpr int kServerCommandOff = 2;
+  std::atomic<int> server_md5_state_{kServerCommandUntried};
   std::atomic<int> server_md5_running_{0};
   std::atomic<uint64_t> server_md5_runs_{0};
+  // server_cp: untried; trusted once a copy checked out; off once cp could not run or did not
+  // copy before it ever had.
+  std::atomic<int> server_cp_state_{kServerCommandUntried};
+  std::atomic<uint64_t> server_cp_runs_{0};
   // False while Create checks the root: its error is the caller's to report.
   bool log_timeouts_ = true;
   SftpSessionPool pool_;

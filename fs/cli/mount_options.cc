@@ -531,6 +531,18 @@ std::vector<OptionSpec> BuildOptionSpecs() {
              out.no_server_md5 = true;
              return Status::Ok();
            }},
+      {.names = {"no_server_cp"},
+       .schemes = sftp,
+       .group = G::kSftp,
+       .meaning = "copy files on the server (cp within the mount, the unchanged bytes of an "
+                  "edit) with copy-data only, never by running cp there",
+       .default_value = "cp on the server where the account may run it (a file system that can "
+                        "clones the file)",
+       .apply =
+           [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
+             out.no_server_cp = true;
+             return Status::Ok();
+           }},
       {.names = {"sessions"},
        .value = V::kRequired,
        .value_name = "N",

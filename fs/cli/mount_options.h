@@ -167,6 +167,8 @@ struct MountOptions {
   // no_server_md5: hash a file nobody hashed yet here, from its bytes, never by running
   // md5sum on the server.
   bool no_server_md5 = false;
+  // no_server_cp: copy files on the server with copy-data only, never by running cp there.
+  bool no_server_cp = false;
   std::optional<int> sessions;  // sessions=N: SSH connections (1..64)
   // password_file=FILE (its first line) or password_stdin (one line read at start): a password
   // to log in with when no key is accepted. Never on the command line itself.

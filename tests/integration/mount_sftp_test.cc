@@ -391,4 +391,42 @@ TEST(MountSftpTest, AServerMadeFileGetsItsMd5FromTheServer) {
   EXPECT_EQ(StatsCounter(after, "bytes_hashed"), 0) << after;
 }
 
+TEST(MountSftpTest, ACopyWithinTheMountIsMadeByCpOnTheServer) {
+  // cp on the server, which clones the file where the file system can; with no_server_cp,
+  // copy-data. Either way no byte comes here, and the copy keeps its source's MD5.
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string content = PseudoRandomBytes((6 << 20) + 11, 12);
+  WriteFile(local.path() + "/source", content);
+  const std::string md5 = Md5sum(local.path() + "/source");
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  for (const std::string mode : {"", "no_server_cp"}) {
+    SCOPED_TRACE("-o " + mode);
+    ObjfsMount::Options options;
+    options.extra_options = mode;
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+    ASSERT_TRUE(mount);
+    const std::string m = mount->path();
+    CommandResult in = RunCommand({"cp", local.path() + "/source", m + "/source"});
+    ASSERT_EQ(in.exit_code, 0) << in.err;
+    const std::string before = GetXattr(m, "user.objfs.stats");
+    CommandResult cp = RunCommand({"cp", m + "/source", m + "/copy"});
+    ASSERT_EQ(cp.exit_code, 0) << cp.err;
+    EXPECT_EQ(GetXattr(m + "/copy", "user.etag"), md5);
+    const std::string after = GetXattr(m, "user.objfs.stats");
+    auto delta = [&](const std::string& counter) {
+      return StatsCounter(after, counter) - StatsCounter(before, counter);
+    };
+    EXPECT_EQ(delta("server_cps"), mode.empty() ? 1 : 0) << after;
+    EXPECT_EQ(delta("server_copies"), 1) << after;
+    EXPECT_EQ(delta("bytes_read"), 0) << after;
+    EXPECT_EQ(delta("bytes_written"), 0) << after;
+    EXPECT_EQ(delta("bytes_hashed"), 0) << after;
+    EXPECT_TRUE(ReadFile(dir.path + "/copy") == content);
+    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+    EXPECT_EQ(ServerFiles(dir.path), "./copy\n./source\n");
+    fs::remove(dir.path + "/copy");
+  }
+}
+
 }  // namespace objfs::testing

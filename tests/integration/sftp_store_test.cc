@@ -1411,11 +1411,15 @@ struct LoggingStore {
     }));
   }
 };
-LoggingStore StoreRunning(const std::string& root, Metrics* metrics, const std::string& command) {
+LoggingStore StoreRunning(const std::string& root, Metrics* metrics, const std::string& command,
+                          const std::string& cp_command = SftpStoreOptions().server_cp_command,
+                          std::shared_ptr<UploadJournal> journal = nullptr) {
   LoggingStore made;
   SftpStoreOptions o = OptionsFor(root);
   o.metrics = metrics;
   o.server_md5_command = command;
+  o.server_cp_command = cp_command;
+  o.journal = std::move(journal);
   o.log = [logged = made.logged, mu = made.mu](LogLevel, const std::string& line) {
     std::lock_guard lock(*mu);
     logged->push_back(line);
@@ -1592,6 +1596,161 @@ TEST_F(SftpStoreTest, ACommandThatNeverStopsTalkingIsLeft) {
   EXPECT_EQ(**md5, Md5Of("bytes"));  // read here
   EXPECT_EQ(metrics_.server_md5s.load(), 0u);
   EXPECT_EQ(s.Said("md5sum cannot run on the server"), 1u);
+}
+
+// ---- cp on the server: copies within the mount, and the unchanged bytes of an edit ----
+
+TEST_F(SftpStoreTest, ACopyOfABigFileIsMadeByCpOnTheServer) {
+  const std::string data = Pattern((6 << 20) + 3, 61);
+  Result<ObjectInfo> src = Put("cp/big", data);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  // put's MD5 as the source's ETag, as ContentEtagStore gives it (which checks the version).
+  CopyOptions unchecked;
+  unchecked.if_match_source = false;
+  Result<ObjectInfo> copied = store_->copy(*src, "cp/copy", unchecked);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(store_->server_cp_runs(), 1u);
+  EXPECT_EQ(metrics_.server_cps.load(), 1u);
+  EXPECT_EQ(copied->etag, src->etag);  // kept: the same bytes
+  EXPECT_EQ(copied->size, data.size());
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "cp/copy") == data);
+
+  // A source whose name a shell could misread, and a file under 4 MiB: copy-data, no cp. (The
+  // destination's name never reaches the shell: cp writes the temporary file.)
+  Result<ObjectInfo> quoted = Put("cp/it's", data);
+  ASSERT_TRUE(quoted.ok()) << quoted.status().ToString();
+  ASSERT_TRUE(store_->copy(*quoted, "cp/unquoted", unchecked).ok());
+  Result<ObjectInfo> small = Put("cp/small", Pattern(1 << 20, 62));
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  ASSERT_TRUE(store_->copy(*small, "cp/small-copy", unchecked).ok());
+  EXPECT_EQ(store_->server_cp_runs(), 1u);
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "cp/unquoted") == data);
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "cp/small-copy") == Pattern(1 << 20, 62));
+  EXPECT_TRUE(TemporaryFiles(root_).empty());
+}
+
+TEST_F(SftpStoreTest, ACpThatCopiesNothingIsNotRunAgain) {
+  // `true` exits 0 and copies nothing, as a cp would that sees other files than SFTP shows (a
+  // chroot, a virtual file system); a missing command exits 127 (no shell, no cp).
+  for (const std::string command : {"true", "objfs-no-such-command --"}) {
+    SCOPED_TRACE(command);
+    Metrics metrics;
+    LoggingStore s = StoreRunning(root_, &metrics, "md5sum --", command);
+    ASSERT_NE(s.store, nullptr);
+    const std::string data = Pattern(5 << 20, 63);
+    MemorySource bytes(data);
+    ASSERT_TRUE(s.store->put("nothing/src", bytes, PutOptions{}).ok());
+    Result<ObjectInfo> src = s.store->head("nothing/src");
+    ASSERT_TRUE(src.ok()) << src.status().ToString();
+    for (const char* dst : {"nothing/one", "nothing/two"}) {
+      Result<ObjectInfo> copied = s.store->copy(*src, dst, CopyOptions{});
+      ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+      EXPECT_TRUE(ReadLocalFile(fs::path(root_) / dst) == data);  // by copy-data
+    }
+    EXPECT_EQ(s.store->server_cp_runs(), 1u);  // not run for the second
+    EXPECT_EQ(metrics.server_cps.load(), 0u);
+    EXPECT_EQ(s.Said("cp cannot copy files on the server"), 1u);
+    EXPECT_TRUE(TemporaryFiles(root_).empty());
+  }
+}
+
+TEST_F(SftpStoreTest, AnEditCopiesItsBaseWithCpBeforeWritingTheChanges) {
+  const uint64_t kMiB = 1 << 20;
+  const std::string old_data = Pattern(8 * kMiB, 64);
+  ASSERT_TRUE(Put("edit/big", old_data).ok());
+  Result<ObjectInfo> base = store_->head("edit/big");
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  Metrics counted_metrics;
+  MetricsStore store(store_, counted_metrics);
+
+  // A stale version is refused, before anything is copied.
+  {
+    ObjectInfo stale = *base;
+    stale.etag = VersionTag(stale.size, 1000000000);
+    Result<std::unique_ptr<Upload>> upload = store.start_upload("edit/big", UploadOptions{});
+    ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+    EXPECT_EQ((*upload)->copy_whole(stale).code(), StatusCode::kPreconditionFailed);
+    EXPECT_EQ(store_->server_cp_runs(), 0u);
+  }
+
+  Result<std::unique_ptr<Upload>> upload = store.start_upload("edit/big", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  ASSERT_TRUE((*upload)->copy_whole(*base).ok());
+  const std::string patch = Pattern(4096, 65);
+  MemorySource patch_source(patch);
+  ASSERT_TRUE((*upload)->write(3 * kMiB, patch_source, 0, patch.size()).ok());
+  // Cut short, too: the copy's bytes past the end go.
+  PutOptions put;
+  put.if_match = base->etag;
+  Result<ObjectInfo> done = (*upload)->complete(7 * kMiB, put);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  std::string want = old_data.substr(0, 7 * kMiB);
+  want.replace(3 * kMiB, patch.size(), patch);
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "edit/big") == want);
+  EXPECT_TRUE(IsVersionTag(done->etag)) << done->etag.value();  // no MD5 of bytes never seen
+  EXPECT_EQ(store_->server_cp_runs(), 1u);
+  EXPECT_EQ(counted_metrics.bytes_copied_on_server.load(), 8 * kMiB);
+  EXPECT_EQ(counted_metrics.bytes_written.load(), patch.size());
+  EXPECT_EQ(counted_metrics.bytes_read.load(), 0u);
+  EXPECT_TRUE(TemporaryFiles(root_).empty());
+}
+
+TEST_F(SftpStoreTest, AnEditWhoseCpCannotRunCopiesTheRangesInstead) {
+  const uint64_t kMiB = 1 << 20;
+  LoggingStore s = StoreRunning(root_, &metrics_, "md5sum --", "true");
+  ASSERT_NE(s.store, nullptr);
+  const std::string old_data = Pattern(6 * kMiB, 66);
+  MemorySource bytes(old_data);
+  Result<ObjectInfo> base = s.store->put("edit/ranges", bytes, PutOptions{});
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  base->etag = s.store->head("edit/ranges")->etag;  // the version, as the writer holds it
+  Result<std::unique_ptr<Upload>> upload = s.store->start_upload("edit/ranges", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  EXPECT_EQ((*upload)->copy_whole(*base).code(), StatusCode::kUnsupported);
+  ASSERT_TRUE((*upload)->copy(0, *base, 0, 6 * kMiB).ok());
+  const std::string tail = Pattern(kMiB, 67);
+  MemorySource tail_source(tail);
+  ASSERT_TRUE((*upload)->write(6 * kMiB, tail_source, 0, kMiB).ok());
+  Result<ObjectInfo> done = (*upload)->complete(7 * kMiB, PutOptions{});
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "edit/ranges") == old_data + tail);
+  EXPECT_EQ(s.store->server_cp_runs(), 1u);
+  EXPECT_EQ(s.Said("cp cannot copy files on the server"), 1u);
+}
+
+TEST_F(SftpStoreTest, ACpWhoseEndIsUnknownLeavesItsTemporaryFileToTheNextMount) {
+  // Stands for a ForceCommand menu that answers without end: the command is left running, so
+  // whatever it does may still write the temporary file. The upload cannot be used; its abort
+  // leaves the file, noted, for the next mount's clean-up, instead of removing a file the
+  // command could make again. A copy gives up the same way.
+  auto journal = std::make_shared<RecordingJournal>();
+  LoggingStore s = StoreRunning(root_, &metrics_, "md5sum --", "yes --", journal);
+  ASSERT_NE(s.store, nullptr);
+  const std::string data = Pattern(5 << 20, 68);
+  MemorySource bytes(data);
+  Result<ObjectInfo> base = s.store->put("unknown/f", bytes, PutOptions{});
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  base->etag = s.store->head("unknown/f")->etag;
+  const size_t events_before = journal->events().size();
+  Result<std::unique_ptr<Upload>> upload = s.store->start_upload("unknown/f", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  Status whole = (*upload)->copy_whole(*base);
+  EXPECT_FALSE(whole.ok());
+  EXPECT_NE(whole.code(), StatusCode::kUnsupported) << whole.ToString();
+  std::vector<std::string> temporary = TemporaryFiles(root_);
+  ASSERT_EQ(temporary.size(), 1u);
+  EXPECT_TRUE((*upload)->abort().ok());
+  upload->reset();
+  EXPECT_EQ(TemporaryFiles(root_), temporary);
+  std::vector<std::string> events = journal->events();
+  ASSERT_EQ(events.size(), events_before + 1);
+  EXPECT_EQ(events.back(), "opened " + temporary[0]);                 // never closed
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "unknown/f") == data);  // untouched
+  // Off for the store: the next copy runs nothing and goes by copy-data.
+  Result<ObjectInfo> copied = s.store->copy(*base, "unknown/copy", CopyOptions{});
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "unknown/copy") == data);
+  EXPECT_EQ(s.store->server_cp_runs(), 1u);
 }
 
 }  // namespace

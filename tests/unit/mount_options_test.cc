@@ -506,6 +506,8 @@ TEST(ParseMountOptionsTest, SftpOptions) {
   EXPECT_TRUE(parsed->accept_new_host_key);
   EXPECT_FALSE(parsed->no_server_md5);
   EXPECT_TRUE(Parse({"sftp://h/p", "/mnt", "-o", "no_server_md5"})->no_server_md5);
+  EXPECT_FALSE(parsed->no_server_cp);
+  EXPECT_TRUE(Parse({"sftp://h/p", "/mnt", "-o", "no_server_cp"})->no_server_cp);
   EXPECT_EQ(parsed->sessions, 64);
   EXPECT_EQ(Parse({"sftp://h/p", "/mnt", "-o", "sessions=1"})->sessions, 1);
   EXPECT_EQ(parsed->ciphers, "");  // objfs's default order
@@ -553,7 +555,7 @@ TEST(ParseMountOptionsTest, OptionsOfTheOtherSchemeAreRefused) {
     ExpectError({"-o", option, "sftp://host/p", "/mnt"}, "applies to s3:// URLs");
   }
   for (const char* option : {"identity=/k", "known_hosts=/kh", "accept_new_host_key", "sessions=2",
-                             "ciphers=aes128-ctr", "no_server_md5"}) {
+                             "ciphers=aes128-ctr", "no_server_md5", "no_server_cp"}) {
     SCOPED_TRACE(option);
     std::string name = std::string(option).substr(0, std::string(option).find('='));
     ExpectError({"s3://bucket", "/mnt", "-o", option},
