@@ -3,7 +3,10 @@
 # bluestore Ceph RGW and OpenSSH sshd on 127.0.0.1, in rounds that alternate the tools:
 #   - append 1 MiB to a SIZE_MIB file (`cat >>`);
 #   - then write 4 KiB into its middle (`dd conv=notrunc`).
-# s3:// against s3fs, sftp:// against sshfs. Each row gives the median time and the client's
+# s3:// against s3fs, sftp:// against sshfs. SFTP runs on the server's ext4 directory, with
+# objfs's default (which tries a clone by cp once per mount, fails on ext4, and copies with
+# copy-data) and with no_server_cp (copy-data only), and again on an XFS file system made on a
+# loop device, where cp clones, when mkfs.xfs is installed. Each row gives the median time and the client's
 # /proc/PID/io rchar + wchar (objfs; s3fs; sshfs and its ssh): bytes through read(2)- and
 # write(2)-like calls, FUSE's device, staged files and pipes. Sockets read and written with
 # recv/send (libcurl and libssh: objfs, s3fs) are not in it; OpenSSH's ssh uses read/write, so
@@ -38,6 +41,20 @@ tests/fixtures/sshd.sh start "$WORK/sshd" >/dev/null
 H=$OBJFS_TEST_SFTP_HOST P=$OBJFS_TEST_SFTP_PORT U=$OBJFS_TEST_SFTP_USER
 KEY=$OBJFS_TEST_SFTP_KEY KH=$OBJFS_TEST_SFTP_KNOWN_HOSTS DATA=$OBJFS_TEST_SFTP_ROOT/bench
 mkdir -p "$DATA"
+# The same server directory on XFS (reflink on: mkfs.xfs's default since xfsprogs 5.1).
+XFS_DATA=$OBJFS_TEST_SFTP_ROOT/xfs
+XFS_TOOLS=""
+if command -v mkfs.xfs >/dev/null; then
+  truncate -s $((SIZE_MIB * 4 + 1024))M "$WORK/xfs.img"
+  mkfs.xfs -q "$WORK/xfs.img"
+  mkdir -p "$XFS_DATA"
+  mount -o loop "$WORK/xfs.img" "$XFS_DATA"
+  trap 'umount "$XFS_DATA" 2>/dev/null || true; tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true; bench_cleanup' EXIT
+  XFS_TOOLS="objfs-sftp-xfs sshfs-xfs"
+fi
+data_of() {  # data_of TOOL: the server directory TOOL's SFTP mount shows
+  case $1 in *-xfs) echo "$XFS_DATA" ;; *) echo "$DATA" ;; esac
+}
 echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" > "$WORK/s3fs.passwd"
 chmod 600 "$WORK/s3fs.passwd"
 
@@ -57,17 +74,20 @@ mount_tool() {  # mount_tool TOOL
               PID=$! ;;
     s3fs) s3fs bench "$MNT" -f -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd" \
             >/dev/null 2>&1 & PID=$! ;;
-    objfs-sftp) build/objfs "sftp://$U@$H:$P$DATA" "$MNT" -f \
-                  -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache" & PID=$! ;;
-    sshfs) sshfs "$U@$H:$DATA" "$MNT" -f -p "$P" -o "IdentityFile=$KEY,UserKnownHostsFile=$KH" \
-             -o StrictHostKeyChecking=yes >/dev/null 2>&1 & PID=$! ;;
+    objfs-sftp*) local extra=""
+                 [ "$1" = objfs-sftp-copydata ] && extra=",no_server_cp"
+                 build/objfs "sftp://$U@$H:$P$(data_of "$1")" "$MNT" -f \
+                   -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache$extra" & PID=$! ;;
+    sshfs*) sshfs "$U@$H:$(data_of "$1")" "$MNT" -f -p "$P" \
+              -o "IdentityFile=$KEY,UserKnownHostsFile=$KH" \
+              -o StrictHostKeyChecking=yes >/dev/null 2>&1 & PID=$! ;;
   esac
   wait_mounted
 }
 # The client's processes: sshfs runs ssh for its connection (not as its child: found by port).
 client_io() {  # client_io TOOL: rchar + wchar of the client's processes, in bytes
   local pids=("$PID") total=0 p n
-  if [ "$1" = sshfs ]; then mapfile -t -O 1 pids < <(pgrep -f -- "^ssh .*-oPort=$P( |\$)" || true); fi
+  if [[ $1 = sshfs* ]]; then mapfile -t -O 1 pids < <(pgrep -f -- "^ssh .*-oPort=$P( |\$)" || true); fi
   for p in "${pids[@]}"; do
     n=$(awk '/^(rchar|wchar):/ {s += $2} END {print s + 0}' "/proc/$p/io" 2>/dev/null || echo 0)
     total=$((total + n))
@@ -77,7 +97,7 @@ client_io() {  # client_io TOOL: rchar + wchar of the client's processes, in byt
 server_md5() {  # server_md5 TOOL
   case $1 in
     objfs-s3|s3fs) s3curl "$EP/bench/f.bin" | md5sum | cut -c1-32 ;;
-    *) md5sum < "$DATA/f.bin" | cut -c1-32 ;;
+    *) md5sum < "$(data_of "$1")/f.bin" | cut -c1-32 ;;
   esac
 }
 now() { date +%s.%N; }
@@ -88,7 +108,7 @@ APPENDS=$WORK/appends.txt PATCHES=$WORK/patches.txt
 edit_round() {  # edit_round TOOL
   case $1 in
     objfs-s3|s3fs) s3curl -T "$WORK/base.bin" "$EP/bench/f.bin" >/dev/null ;;
-    *) cp "$WORK/base.bin" "$DATA/f.bin" ;;
+    *) cp "$WORK/base.bin" "$(data_of "$1")/f.bin" ;;
   esac
   if ! mount_tool "$1"; then echo "$1|did not mount|" >> "$APPENDS"; unmount_all; return; fi
   local t0 t1 t2 io0 io1 io2 got
@@ -110,7 +130,9 @@ edit_round() {  # edit_round TOOL
     'BEGIN { printf "%s|%.3f|%.1f\n", tool, t2 - t1, b / 1048576 }' >> "$PATCHES"
 }
 for _ in $(seq "$ROUNDS"); do
-  for tool in objfs-s3 s3fs objfs-sftp sshfs; do edit_round "$tool"; done
+  for tool in objfs-s3 s3fs objfs-sftp objfs-sftp-copydata sshfs $XFS_TOOLS; do
+    edit_round "$tool"
+  done
 done
 echo "| edit of a $SIZE_MIB MiB file, close included | tool | seconds (median, range, runs) | client rchar+wchar MiB (median) |"
 echo "|---|---|---|---|"

@@ -21,6 +21,7 @@ test_pkgs=(
   openssh-server openssh-client
   radosgw ceph-mon ceph-osd ceph-common
   attr rsync curl procps psmisc bc
+  xfsprogs  # an XFS file system on a loop device: where the SFTP server's cp clones files
   media-types
 )
 # tools/package.sh and its test (tests/packaging/): what CPack runs (file), checks of the

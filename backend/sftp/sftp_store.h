@@ -73,14 +73,19 @@ struct SftpStoreOptions {
   // there, to stand for a server that cannot run md5sum).
   std::string server_md5_command = "md5sum --";
   // Copy a file on the server (a copy within the mount, and the unchanged bytes of an edit)
-  // by running `cp` there over an SSH exec channel, before copy-data: a file system that can
-  // (XFS, Btrfs) clones the file without reading or writing a data block, and others copy it
-  // in the kernel. false: copy-data only.
+  // by running `cp` there over an SSH exec channel. Where the server has copy-data, only
+  // `cp --reflink=always`, which a file system that can (XFS, Btrfs) answers with a clone that
+  // reads and writes no data block, and only for files that copy-data would take longer to
+  // copy than the account's shell takes to start; elsewhere `cp --reflink=auto`, which beats
+  // streaming the file through this machine. false: never.
   bool server_cp = true;
-  // Smaller files are copied with copy-data: it costs less than starting a command.
+  // Smaller files are never copied with cp.
   uint64_t server_cp_min_size = 4 << 20;
-  // The command server_cp runs, the quoted source and destination after it.
-  std::string server_cp_command = "cp --reflink=auto --";
+  // The program server_cp runs, its options and the quoted source and destination after it.
+  std::string server_cp_command = "cp";
+  // What copy-data is taken to reach, in bytes per second: where the server has it, cp clones
+  // only files that copy-data would take longer on than the fastest clone took (0: all).
+  uint64_t server_cp_copy_data_rate = 1ull << 30;
   Metrics* metrics = nullptr;  // not owned; may be null
   std::chrono::seconds connect_timeout{10};
   // Notes each upload's temporary file from before it is created until it is renamed into
@@ -229,14 +234,15 @@ class SftpStore : public ObjectStore {
   void DropTemporary(SftpConnection& c, const std::string& path);
   // Copies the file at `from` (a regular file of `size` bytes) over the file `to`, which this
   // mount made and writes nothing else into meanwhile, by running cp on the server over `c`
-  // (server_cp). Ok(true): `to` holds `size` bytes (the caller checks that the source kept its
+  // (server_cp; `copy_data`: whether the server has copy-data, so that cp is there only to
+  // clone). Ok(true): `to` holds `size` bytes (the caller checks that the source kept its
   // version). Ok(false): cp is not used here, or it ended without copying (turned off for the
   // mount if it never worked); `to` may hold some of the bytes, and a copy-data of the same
   // ranges overwrites them. An error: the connection failed, or cp ran past its time, and it
   // may still be writing `to`, which must not be used or removed (the journal's note stays,
   // so that the next mount removes it).
   Result<bool> CopyWithCp(SftpConnection& c, const std::string& from, const std::string& to,
-                          uint64_t size);
+                          uint64_t size, bool copy_data);
   // Serialises the changes of one key (of the keys that hash alike): lock 8 of
   // fs/lock_order.h, held across calls to the server.
   Mutex& KeyLock(std::string_view key);
@@ -256,6 +262,9 @@ class SftpStore : public ObjectStore {
   // copy before it ever had.
   std::atomic<int> server_cp_state_{kServerCommandUntried};
   std::atomic<uint64_t> server_cp_runs_{0};
+  // The shortest time a clone by cp took, in ns (-1: none yet): what the account's shell takes
+  // to start, on the whole.
+  std::atomic<int64_t> cp_clone_ns_{-1};
   // False while Create checks the root: its error is the caller's to report.
   bool log_timeouts_ = true;
   SftpSessionPool pool_;

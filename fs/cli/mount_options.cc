@@ -536,8 +536,8 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .group = G::kSftp,
        .meaning = "copy files on the server (cp within the mount, the unchanged bytes of an "
                   "edit) with copy-data only, never by running cp there",
-       .default_value = "cp on the server where the account may run it (a file system that can "
-                        "clones the file)",
+       .default_value = "a clone by cp on the server where its file system can (XFS, Btrfs) and "
+                        "the account may run it",
        .apply =
            [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
              out.no_server_cp = true;

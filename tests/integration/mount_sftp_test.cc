@@ -391,15 +391,19 @@ TEST(MountSftpTest, AServerMadeFileGetsItsMd5FromTheServer) {
   EXPECT_EQ(StatsCounter(after, "bytes_hashed"), 0) << after;
 }
 
-TEST(MountSftpTest, ACopyWithinTheMountIsMadeByCpOnTheServer) {
-  // cp on the server, which clones the file where the file system can; with no_server_cp,
-  // copy-data. Either way no byte comes here, and the copy keeps its source's MD5.
+TEST(MountSftpTest, OnXfsACopyOrAnEditInTheMountIsACloneOnTheServer) {
+  // cp --reflink=always on the server, where the file system clones; with no_server_cp,
+  // copy-data. Either way no byte comes here, and a copy keeps its source's MD5. (Each mount's
+  // first cp is run whatever the file's size: it tells how long the account's shell takes to
+  // start.)
+  XfsSftpTestDir xfs(TestName());
+  if (xfs.dir().path.empty()) GTEST_SKIP() << xfs.why();
+  const SftpTestDir& dir = xfs.dir();
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());
   const std::string content = PseudoRandomBytes((6 << 20) + 11, 12);
   WriteFile(local.path() + "/source", content);
   const std::string md5 = Md5sum(local.path() + "/source");
-  SftpTestDir dir = CreateSftpTestDir(TestName());
   for (const std::string mode : {"", "no_server_cp"}) {
     SCOPED_TRACE("-o " + mode);
     ObjfsMount::Options options;
@@ -427,6 +431,31 @@ TEST(MountSftpTest, ACopyWithinTheMountIsMadeByCpOnTheServer) {
     EXPECT_EQ(ServerFiles(dir.path), "./copy\n./source\n");
     fs::remove(dir.path + "/copy");
   }
+
+  // An append in a fresh mount: the old bytes cloned, the new one written, nothing fetched.
+  const std::string big = PseudoRandomBytes(20 << 20, 14);  // an edit leaves a whole part as it was
+  WriteFile(dir.path + "/big", big);
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string tail = PseudoRandomBytes(1 << 20, 13);
+  WriteFile(local.path() + "/tail", tail);
+  const std::string before = GetXattr(m, "user.objfs.stats");
+  CommandResult append =
+      RunCommand({"sh", "-c", "cat \"$0\" >> \"$1\"", local.path() + "/tail", m + "/big"});
+  ASSERT_EQ(append.exit_code, 0) << append.err;
+  const std::string after = GetXattr(m, "user.objfs.stats");
+  auto delta = [&](const std::string& counter) {
+    return StatsCounter(after, counter) - StatsCounter(before, counter);
+  };
+  EXPECT_EQ(delta("server_cps"), 1) << after;
+  EXPECT_EQ(delta("copy_requests"), 1) << after;
+  EXPECT_EQ(delta("bytes_copied_on_server"), static_cast<int64_t>(big.size())) << after;
+  EXPECT_EQ(delta("bytes_written"), static_cast<int64_t>(tail.size())) << after;
+  EXPECT_EQ(delta("bytes_read"), 0) << after;
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_TRUE(ReadFile(dir.path + "/big") == big + tail);
+  EXPECT_EQ(ServerFiles(dir.path), "./big\n./source\n");
 }
 
 }  // namespace objfs::testing

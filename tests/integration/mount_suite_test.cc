@@ -1393,94 +1393,80 @@ TEST_P(MountSuiteTest, RsyncOfALargeFileIntoTheWriteBackWindowIsOneUpload) {
 
 // A 1 MiB append to a large file and a 4 KiB patch in its middle: where the server copies
 // ranges (S3; SFTP with copy-data), close copies the unchanged bytes from the stored object and
-// uploads only the parts that changed (S3: whole parts) or the bytes written (SFTP). On SFTP the
-// copy is first one cp on the server, of the whole file (which a file system that can clones),
-// then, with no_server_cp, copy-data of the untouched ranges.
+// uploads only the parts that changed (S3: whole parts) or the bytes written (SFTP).
 TEST_P(MountSuiteTest, AnAppendAndAPatchOfALargeFileUploadOnlyTheChangedParts) {
   // 5 MiB parts on S3 (the smallest it copies), SFTP's own 8 MiB elsewhere.
   const uint64_t part = can().native_etags ? 5 << 20 : 8 << 20;
-  const bool whole_parts = can().native_etags;
-  const std::vector<std::string> modes = whole_parts ? std::vector<std::string>{"part_size=5M"}
-                                                     : std::vector<std::string>{"", "no_server_cp"};
-  for (const std::string& mode : modes) {
-    SCOPED_TRACE("-o " + mode);
-    const bool by_cp = !whole_parts && mode.empty();
-    std::string model = PseudoRandomBytes(60 << 20, 80);
-    if (can().server_access) {
-      Status written = remote().Write("large", model);
-      ASSERT_TRUE(written.ok()) << written.ToString();
-    } else {
-      std::unique_ptr<ObjfsMount> writer = remote().Mount();
-      ASSERT_TRUE(writer);
-      WriteFile(writer->path() + "/large", model);
-      EXPECT_EQ(writer->Stop(), 0);
-    }
-    std::unique_ptr<ObjfsMount> mount = remote().Mount(mode);
-    ASSERT_TRUE(mount);
-    const std::string m = mount->path();
-    const std::string file = m + "/large";
-    ScratchDir local;
-    ASSERT_FALSE(local.path().empty());
-
-    struct Step {
-      std::string name;
-      std::string command;
-      uint64_t changed;  // bytes uploaded: of the parts that changed (S3), written (SFTP)
-    };
-    const std::string chunk = PseudoRandomBytes(1 << 20, 81);
-    WriteFile(local.path() + "/chunk", chunk);
-    const std::string patch = PseudoRandomBytes(4096, 82);
-    WriteFile(local.path() + "/patch", patch);
-    const uint64_t patch_at = (30 << 20) + 8192;
-    for (const Step& step : {Step{"append", "cat \"$0/chunk\" >> \"$1\"",
-                                  whole_parts ? (60 << 20) % part + (1 << 20) : 1 << 20},
-                             Step{"patch",
-                                  "dd if=\"$0/patch\" of=\"$1\" bs=4096 seek=" +
-                                      std::to_string(patch_at / 4096) + " conv=notrunc status=none",
-                                  whole_parts ? part : 4096}}) {
-      SCOPED_TRACE(step.name);
-      const std::string before = GetXattr(m, "user.objfs.stats");
-      CommandResult r = RunCommand({"sh", "-c", step.command, local.path(), file});
-      ASSERT_EQ(r.exit_code, 0) << r.err;
-      if (step.name == "append") {
-        model += chunk;
-      } else {
-        model.replace(patch_at, patch.size(), patch);
-      }
-      const std::string after = GetXattr(m, "user.objfs.stats");
-      auto delta = [&](const std::string& counter) {
-        return StatsCounter(after, counter) - StatsCounter(before, counter);
-      };
-      const int64_t copies = delta("copy_requests");
-      const int64_t written = delta("bytes_written");
-      const int64_t copied = delta("bytes_copied_on_server");
-      // Both servers copy ranges (RGW UploadPartCopy, OpenSSH's copy-data).
-      if (whole_parts) {
-        // 60 MiB in 5 MiB parts leaves at least 10 untouched parts to copy.
-        EXPECT_GE(copies, 10) << after;
-        EXPECT_NE(GetXattr(file, "user.etag").find('-'), std::string::npos);
-      } else if (by_cp) {
-        // The whole file as it was (60 MiB, then 61 MiB), by one cp.
-        EXPECT_EQ(copied, step.name == "append" ? 60 << 20 : 61 << 20) << after;
-        EXPECT_EQ(copies, 1) << after;
-        EXPECT_EQ(delta("server_cps"), 1) << after;
-      } else {
-        // Everything but the bytes written (the file is 61 MiB once appended to), in a few
-        // large copies.
-        EXPECT_EQ(copied, step.name == "append" ? 60 << 20 : (61 << 20) - 4096) << after;
-        EXPECT_LE(copies, 2) << after;
-        EXPECT_EQ(delta("server_cps"), 0) << after;
-      }
-      // The changed part(s) only, not the 60 MiB.
-      EXPECT_LE(written, static_cast<int64_t>(step.changed) + (64 << 10)) << after;
-      if (can().server_access) {
-        EXPECT_EQ(Digest(OnServer("large")), Digest(model));
-      }
-    }
-    ASSERT_TRUE(mount->Restart());
-    EXPECT_EQ(Digest(ReadFile(file)), Digest(model));
-    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  std::string model = PseudoRandomBytes(60 << 20, 80);
+  if (can().server_access) {
+    Status written = remote().Write("large", model);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+  } else {
+    std::unique_ptr<ObjfsMount> writer = remote().Mount();
+    ASSERT_TRUE(writer);
+    WriteFile(writer->path() + "/large", model);
+    EXPECT_EQ(writer->Stop(), 0);
   }
+  std::unique_ptr<ObjfsMount> mount = remote().Mount(can().native_etags ? "part_size=5M" : "");
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string file = m + "/large";
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+
+  struct Step {
+    std::string name;
+    std::string command;
+    uint64_t changed;  // bytes uploaded: of the parts that changed (S3), written (SFTP)
+  };
+  const bool whole_parts = can().native_etags;
+  const std::string chunk = PseudoRandomBytes(1 << 20, 81);
+  WriteFile(local.path() + "/chunk", chunk);
+  const std::string patch = PseudoRandomBytes(4096, 82);
+  WriteFile(local.path() + "/patch", patch);
+  const uint64_t patch_at = (30 << 20) + 8192;
+  for (const Step& step : {Step{"append", "cat \"$0/chunk\" >> \"$1\"",
+                                whole_parts ? (60 << 20) % part + (1 << 20) : 1 << 20},
+                           Step{"patch",
+                                "dd if=\"$0/patch\" of=\"$1\" bs=4096 seek=" +
+                                    std::to_string(patch_at / 4096) + " conv=notrunc status=none",
+                                whole_parts ? part : 4096}}) {
+    SCOPED_TRACE(step.name);
+    const std::string before = GetXattr(m, "user.objfs.stats");
+    CommandResult r = RunCommand({"sh", "-c", step.command, local.path(), file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (step.name == "append") {
+      model += chunk;
+    } else {
+      model.replace(patch_at, patch.size(), patch);
+    }
+    const std::string after = GetXattr(m, "user.objfs.stats");
+    const int64_t copies =
+        StatsCounter(after, "copy_requests") - StatsCounter(before, "copy_requests");
+    const int64_t written =
+        StatsCounter(after, "bytes_written") - StatsCounter(before, "bytes_written");
+    const int64_t copied = StatsCounter(after, "bytes_copied_on_server") -
+                           StatsCounter(before, "bytes_copied_on_server");
+    // Both servers copy ranges (RGW UploadPartCopy, OpenSSH's copy-data).
+    if (whole_parts) {
+      // 60 MiB in 5 MiB parts leaves at least 10 untouched parts to copy.
+      EXPECT_GE(copies, 10) << after;
+      EXPECT_NE(GetXattr(file, "user.etag").find('-'), std::string::npos);
+    } else {
+      // Everything but the bytes written (the file is 61 MiB once appended to), in a few
+      // large copies.
+      EXPECT_EQ(copied, step.name == "append" ? 60 << 20 : (61 << 20) - 4096) << after;
+      EXPECT_LE(copies, 2) << after;
+    }
+    // The changed part(s) only, not the 60 MiB.
+    EXPECT_LE(written, static_cast<int64_t>(step.changed) + (64 << 10)) << after;
+    if (can().server_access) {
+      EXPECT_EQ(Digest(OnServer("large")), Digest(model));
+    }
+  }
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(file)), Digest(model));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
 // The server stops answering while an edit of a large file is closed, which would copy the

@@ -419,6 +419,106 @@ TEST_F(FileWriterTest, AnEditStopsSendingPiecesOnceOneGaveUp) {
   EXPECT_TRUE(memory_->contents("f") == object);
 }
 
+// An upload whose copy_whole() copies the whole base at once, as SFTP's cp on the server does
+// (emulated by copies of its parts), or fails as a cp whose end is unknown; counts the calls.
+class WholeCopies : public ForwardingUpload {
+ public:
+  WholeCopies(std::unique_ptr<Upload> target, std::atomic<int>* wholes, std::atomic<int>* copies,
+              bool fail)
+      : ForwardingUpload(std::move(target)), wholes_(wholes), copies_(copies), fail_(fail) {}
+  Status copy_whole(const ObjectInfo& base) override {
+    ++*wholes_;
+    if (fail_) return TransientError("cp on the server: the connection broke");
+    for (uint64_t at = 0; at < base.size; at += part_size()) {
+      OBJFS_RETURN_IF_ERROR(
+          ForwardingUpload::copy(at, base, at, std::min(part_size(), base.size - at)));
+    }
+    return Status::Ok();
+  }
+  Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
+              uint64_t length) override {
+    ++*copies_;
+    return ForwardingUpload::copy(offset, base, base_offset, length);
+  }
+
+ private:
+  std::atomic<int>* wholes_;
+  std::atomic<int>* copies_;
+  bool fail_;
+};
+
+class WholeCopyStore : public ForwardingStore {
+ public:
+  WholeCopyStore(std::shared_ptr<ObjectStore> target, bool fail)
+      : ForwardingStore(std::move(target)), fail_(fail) {}
+  Result<std::unique_ptr<Upload>> start_upload(std::string_view key,
+                                               const UploadOptions& options) override {
+    OBJFS_ASSIGN_OR_RETURN(std::unique_ptr<Upload> started,
+                           ForwardingStore::start_upload(key, options));
+    return std::unique_ptr<Upload>(
+        std::make_unique<WholeCopies>(std::move(started), &wholes, &copies, fail_));
+  }
+  std::atomic<int> wholes{0};
+  std::atomic<int> copies{0};
+
+ private:
+  bool fail_;
+};
+
+// Where the server copies the whole base at once (SFTP's cp), an edit does that first and
+// copies no range of its own; only the touched part goes up.
+TEST_F(FileWriterTest, AnEditCopiesTheWholeBaseAtOnceWhereTheServerCan) {
+  const std::string object = Pattern(24 << 20, 32);
+  Put("f", object);
+  auto whole = std::make_shared<WholeCopyStore>(faults_, /*fail=*/false);
+  store_ = whole;
+  Mount();
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  const int puts_before = faults_->calls(StoreOp::kPut);
+  const uint64_t at = (12 << 20) + 5;
+  std::string edited = object;
+  edited.replace(at, 5, "PATCH");
+  ASSERT_TRUE(WriteAt(*inode, "f", at, "PATCH").ok());
+  {
+    MutexLock lock(&inode->mu);
+    Status closed = writer_->Upload(*inode, "f", /*accept=*/true);
+    ASSERT_TRUE(closed.ok()) << closed.ToString();
+  }
+  EXPECT_EQ(whole->wholes.load(), 1);
+  EXPECT_EQ(whole->copies.load(), 0);
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), puts_before);
+  EXPECT_EQ(metrics_.streamed_fallbacks.load(), 0u);
+  EXPECT_TRUE(memory_->contents("f") == edited);
+}
+
+// A whole copy whose end is unknown leaves that upload unused: the edit is uploaded whole
+// instead (its missing bytes fetched from the unchanged base), never assembled over a copy that
+// may still be running.
+TEST_F(FileWriterTest, AnEditWhoseWholeCopyFailedIsUploadedWhole) {
+  const std::string object = Pattern(24 << 20, 33);
+  Put("f", object);
+  auto whole = std::make_shared<WholeCopyStore>(faults_, /*fail=*/true);
+  store_ = whole;
+  Mount();
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  const int puts_before = faults_->calls(StoreOp::kPut);
+  const uint64_t at = (12 << 20) + 5;
+  std::string edited = object;
+  edited.replace(at, 5, "PATCH");
+  ASSERT_TRUE(WriteAt(*inode, "f", at, "PATCH").ok());
+  {
+    MutexLock lock(&inode->mu);
+    Status closed = writer_->Upload(*inode, "f", /*accept=*/true);
+    ASSERT_TRUE(closed.ok()) << closed.ToString();
+  }
+  EXPECT_EQ(whole->wholes.load(), 1);
+  EXPECT_EQ(whole->copies.load(), 0);  // no piece went up over it
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), puts_before + 1);
+  EXPECT_EQ(metrics_.streamed_fallbacks.load(), 1u);
+  EXPECT_TRUE(memory_->contents("f") == edited);
+  EXPECT_EQ(memory_->uploads_in_progress(), 0);
+}
+
 TEST_F(FileWriterTest, AnUploadNotAcceptedLeavesNoAcceptedRecordOnFailure) {
   // A rename uploading a file still being written must not vouch for it.
   std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/false);
