@@ -1783,7 +1783,7 @@ Result<bool> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
   if (size == 0 || size < options_.server_cp_min_size) return false;
   if (!QuotableForAnyShell(from) || !QuotableForAnyShell(to)) return false;
   // A clone costs what the account's shell takes to start (its start-up files may run
-  // programs: 0.4 s on the test machine's root, a few ms for most), copy-data a read and a
+  // programs: 0.48 s on the test machine's root, a few ms for most), copy-data a read and a
   // write of each byte, and the fsync after it writes them out (0.7 s for 512 MiB on the test
   // machine's ext4 and XFS, about 1 GiB/s at best): cp only where that would take longer.
   const int64_t clone_ns = cp_clone_ns_.load();
