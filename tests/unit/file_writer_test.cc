@@ -465,57 +465,53 @@ class WholeCopyStore : public ForwardingStore {
   bool fail_;
 };
 
-// Where the server copies the whole base at once (SFTP's cp), an edit does that first and
-// copies no range of its own; only the touched part goes up.
-TEST_F(FileWriterTest, AnEditCopiesTheWholeBaseAtOnceWhereTheServerCan) {
-  const std::string object = Pattern(24 << 20, 32);
-  Put("f", object);
-  auto whole = std::make_shared<WholeCopyStore>(faults_, /*fail=*/false);
-  store_ = whole;
-  Mount();
-  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
-  const int puts_before = faults_->calls(StoreOp::kPut);
-  const uint64_t at = (12 << 20) + 5;
-  std::string edited = object;
-  edited.replace(at, 5, "PATCH");
-  ASSERT_TRUE(WriteAt(*inode, "f", at, "PATCH").ok());
-  {
+class WholeCopyEditTest : public FileWriterTest {
+ protected:
+  // Patches a stored 24 MiB file "f" in its middle through a WholeCopyStore (whose
+  // copy_whole() fails, or not) and closes it; returns the store. `edited_` is what "f" must
+  // then hold, and `puts_before_` the puts made before the close.
+  std::shared_ptr<WholeCopyStore> PatchAndClose(bool fail) {
+    const std::string object = Pattern(24 << 20, 32);
+    Put("f", object);
+    auto whole = std::make_shared<WholeCopyStore>(faults_, fail);
+    store_ = whole;
+    Mount();
+    std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+    puts_before_ = faults_->calls(StoreOp::kPut);
+    const uint64_t at = (12 << 20) + 5;
+    edited_ = object;
+    edited_.replace(at, 5, "PATCH");
+    EXPECT_TRUE(WriteAt(*inode, "f", at, "PATCH").ok());
     MutexLock lock(&inode->mu);
     Status closed = writer_->Upload(*inode, "f", /*accept=*/true);
-    ASSERT_TRUE(closed.ok()) << closed.ToString();
+    EXPECT_TRUE(closed.ok()) << closed.ToString();
+    return whole;
   }
+  std::string edited_;
+  int puts_before_ = 0;
+};
+
+// Where the server copies the whole base at once (SFTP's cp), an edit does that first and
+// copies no range of its own; only the touched part goes up.
+TEST_F(WholeCopyEditTest, AnEditCopiesTheWholeBaseAtOnceWhereTheServerCan) {
+  std::shared_ptr<WholeCopyStore> whole = PatchAndClose(/*fail=*/false);
   EXPECT_EQ(whole->wholes.load(), 1);
   EXPECT_EQ(whole->copies.load(), 0);
-  EXPECT_EQ(faults_->calls(StoreOp::kPut), puts_before);
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), puts_before_);
   EXPECT_EQ(metrics_.streamed_fallbacks.load(), 0u);
-  EXPECT_TRUE(memory_->contents("f") == edited);
+  EXPECT_TRUE(memory_->contents("f") == edited_);
 }
 
 // A whole copy whose end is unknown leaves that upload unused: the edit is uploaded whole
 // instead (its missing bytes fetched from the unchanged base), never assembled over a copy that
 // may still be running.
-TEST_F(FileWriterTest, AnEditWhoseWholeCopyFailedIsUploadedWhole) {
-  const std::string object = Pattern(24 << 20, 33);
-  Put("f", object);
-  auto whole = std::make_shared<WholeCopyStore>(faults_, /*fail=*/true);
-  store_ = whole;
-  Mount();
-  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
-  const int puts_before = faults_->calls(StoreOp::kPut);
-  const uint64_t at = (12 << 20) + 5;
-  std::string edited = object;
-  edited.replace(at, 5, "PATCH");
-  ASSERT_TRUE(WriteAt(*inode, "f", at, "PATCH").ok());
-  {
-    MutexLock lock(&inode->mu);
-    Status closed = writer_->Upload(*inode, "f", /*accept=*/true);
-    ASSERT_TRUE(closed.ok()) << closed.ToString();
-  }
+TEST_F(WholeCopyEditTest, AnEditWhoseWholeCopyFailedIsUploadedWhole) {
+  std::shared_ptr<WholeCopyStore> whole = PatchAndClose(/*fail=*/true);
   EXPECT_EQ(whole->wholes.load(), 1);
   EXPECT_EQ(whole->copies.load(), 0);  // no piece went up over it
-  EXPECT_EQ(faults_->calls(StoreOp::kPut), puts_before + 1);
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), puts_before_ + 1);
   EXPECT_EQ(metrics_.streamed_fallbacks.load(), 1u);
-  EXPECT_TRUE(memory_->contents("f") == edited);
+  EXPECT_TRUE(memory_->contents("f") == edited_);
   EXPECT_EQ(memory_->uploads_in_progress(), 0);
 }
 
