@@ -896,17 +896,40 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
   options.part_size = part;
   options.metadata = metadata;
   KeepStoredEncryption(inode, options);
-  Result<std::unique_ptr<objfs::Upload>> started = store_->start_upload(key, options);
-  if (!started.ok() && started.status().code() == StatusCode::kTimedOut) {
-    // The server did not answer within operation_timeout: a whole put would fetch what the
-    // file lacks and wait as long again. The close reports it; the data stays accepted and the
-    // retry tries the edit again.
-    return Result<ObjectInfo>(started.status());
-  }
-  if (!started.ok()) {
-    Bump(metrics_->streamed_fallbacks);
-    GiveUpStream(inode, key, Fallback::kEditFailed, started.status());
-    return std::nullopt;
+  Status failed;
+  // Where the server copies the whole base at once (SFTP: cp, which clones the file where the
+  // file system can), it does so first, and the untouched ranges need no copy of their own.
+  bool whole_copied = false;
+  Result<std::unique_ptr<objfs::Upload>> started = UnsupportedError("not started");
+  for (bool copy_whole = true;;) {
+    started = store_->start_upload(key, options);
+    if (!started.ok() && started.status().code() == StatusCode::kTimedOut) {
+      // The server did not answer within operation_timeout: a whole put would fetch what the
+      // file lacks and wait as long again. The close reports it; the data stays accepted and
+      // the retry tries the edit again.
+      return Result<ObjectInfo>(started.status());
+    }
+    if (!started.ok()) {
+      Bump(metrics_->streamed_fallbacks);
+      GiveUpStream(inode, key, Fallback::kEditFailed, started.status());
+      return std::nullopt;
+    }
+    if (!copy_whole) break;
+    const Status whole = (*started)->copy_whole(base);
+    whole_copied = whole.ok();
+    if (whole.ok() || whole.code() == StatusCode::kUnsupported) break;
+    if (whole.code() == StatusCode::kPreconditionFailed) {
+      failed = whole;  // the base changed: as a failed copy of a range
+      break;
+    }
+    // The whole copy's end is unknown (SFTP: cp may still write that upload's temporary
+    // file): that upload is left to its abort, and the edit starts again on a new one, with
+    // copies of the ranges.
+    Log(LogLevel::kInfo, "editing " + key + ": " + whole.ToString() + "; copying its ranges");
+    stream_pool_->Submit([abandoned = std::shared_ptr<objfs::Upload>(std::move(*started))] {
+      (void)abandoned->abort();
+    });
+    copy_whole = false;
   }
   objfs::Upload& upload = **started;
   const std::vector<EditPiece> pieces =
@@ -914,18 +937,9 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
   const FileSource source = inode.staged->Source();
   // Copies of the untouched ranges and uploads of the others, a few at a time.
   std::vector<std::future<Status>> parts;
-  Status failed;
   // Once a piece failed the upload is given up: pieces not started yet are skipped (on a server
   // that stopped answering each would wait operation_timeout, stream_threads at a time).
   std::atomic<bool> gave_up{false};
-  // Where the server copies the whole base at once (SFTP: cp, which clones the file where the
-  // file system can), it does so first, and the untouched ranges need no copy of their own.
-  bool whole_copied = false;
-  if (Status whole = upload.copy_whole(base); whole.ok()) {
-    whole_copied = true;
-  } else if (whole.code() != StatusCode::kUnsupported) {
-    failed = whole;
-  }
   for (const EditPiece& piece : pieces) {
     const uint64_t offset = piece.offset;
     const uint64_t length = piece.length;

@@ -1066,13 +1066,16 @@ class SftpStore::Session : public Upload {
     }
     const bool copy_data =
         store_->options_.use_copy_data && c.wire().HasExtension("copy-data", "1");
-    Result<bool> copied = store_->CopyWithCp(c, base_paths.data, staged_, base.size, copy_data);
+    Result<CpOutcome> copied =
+        store_->CopyWithCp(c, base_paths.data, staged_, base.size, copy_data);
     if (!copied.ok()) {
       MutexLock lock(&mu_);
       cp_may_run_ = true;
-      return copied.status().WithContext(what);
+      return copied.status().WithContext(what + " (cp may still be writing the temporary file)");
     }
-    if (!*copied) return UnsupportedError(what + ": cp does not copy on this server");
+    if (*copied != CpOutcome::kCopied) {
+      return UnsupportedError(what + ": cp does not copy on this server");
+    }
     OBJFS_RETURN_IF_ERROR(check());
     MutexLock lock(&mu_);
     covered_.Add(0, base.size);
@@ -1296,6 +1299,16 @@ Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,
 
 Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
                                    const CopyOptions& options) {
+  bool cp_unknown = false;
+  Result<ObjectInfo> copied = CopyFile(src, dst, options, &cp_unknown);
+  // cp may still be writing the first temporary file (left, noted, for the next mount): once
+  // more under another name, without cp, which is off now.
+  if (cp_unknown) copied = CopyFile(src, dst, options, &cp_unknown);
+  return copied;
+}
+
+Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view dst,
+                                       const CopyOptions& options, bool* cp_unknown) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths src_paths, PathsOf(src.key));
   OBJFS_ASSIGN_OR_RETURN(KeyPaths dst_paths, PathsOf(dst));
   if (IsMarker(src.key) || IsMarker(dst)) {
@@ -1358,14 +1371,25 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   ETag etag;
   Status status;
   uint64_t copied = current.size;
-  Result<bool> by_cp = CopyWithCp(c, src_paths.data, staged, current.size, copy_data);
+  Result<CpOutcome> by_cp = CopyWithCp(c, src_paths.data, staged, current.size, copy_data);
   if (!by_cp.ok()) {
     // cp may still be writing the temporary file: it stays, noted, for the next mount.
     (void)wire.Close(*dst_handle);
     (void)wire.Close(src_handle);
+    *cp_unknown = true;
     return by_cp.status().WithContext(what);
   }
-  if (*by_cp) {
+  if (*by_cp != CpOutcome::kNotRun) {
+    // cp made the temporary file anew: the handle is the one it removed.
+    (void)wire.Close(*dst_handle);
+    dst_handle = wire.OpenFile(staged, kOpenWrite, 0);
+    if (!dst_handle.ok()) {
+      (void)wire.Close(src_handle);
+      cleanup();
+      return dst_handle.status().WithContext(what);
+    }
+  }
+  if (*by_cp == CpOutcome::kCopied) {
     // The bytes are the source's: a content MD5 the caller vouches for stays true.
     if (src.etag.is_plain_md5()) etag = src.etag;
   } else if (copy_data) {
@@ -1775,13 +1799,16 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
   return here;  // the bytes' own MD5 where the check read them, so that they are not read again
 }
 
-Result<bool> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
-                                   const std::string& to, uint64_t size, bool copy_data) {
-  if (!options_.server_cp || server_cp_state_.load() == kServerCommandOff) return false;
+Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
+                                                   const std::string& to, uint64_t size,
+                                                   bool copy_data) {
+  if (!options_.server_cp || server_cp_state_.load() == kServerCommandOff) {
+    return CpOutcome::kNotRun;
+  }
   // Small, or empty (as SFTP shows a FIFO or a device too, on which cp would wait): copy-data
   // costs less than starting a command.
-  if (size == 0 || size < options_.server_cp_min_size) return false;
-  if (!QuotableForAnyShell(from) || !QuotableForAnyShell(to)) return false;
+  if (size == 0 || size < options_.server_cp_min_size) return CpOutcome::kNotRun;
+  if (!QuotableForAnyShell(from) || !QuotableForAnyShell(to)) return CpOutcome::kNotRun;
   // A clone costs what the account's shell takes to start (its start-up files may run
   // programs: 0.48 s on the test machine's root, a few ms for most), copy-data a read and a
   // write of each byte, and the fsync after it writes them out (0.7 s for 512 MiB on the test
@@ -1790,15 +1817,22 @@ Result<bool> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
   if (copy_data && clone_ns >= 0 &&
       static_cast<double>(size) <
           static_cast<double>(options_.server_cp_copy_data_rate) * 1e-9 * clone_ns) {
-    return false;
+    return CpOutcome::kNotRun;
   }
   server_cp_runs_.fetch_add(1);
-  const std::string command = options_.server_cp_command +
-                              (copy_data ? " --reflink=always -- '" : " --reflink=auto -- '") +
-                              from + "' '" + to + "'";
-  // The time a copy-data of the file has, ended by cp's own deadline before the watchdog would
-  // cut the connection as a stalled server's.
-  const std::chrono::milliseconds allowed = ServerWorkSilence(options_.request_timeout, size);
+  // --remove-destination: cp removes `to` and makes its own with O_EXCL, so that a link put in
+  // its place (by anyone who may write the directory) is never followed to a file elsewhere.
+  // umask 077: the new file is private until renamed into place, as the one made over SFTP.
+  const std::string command = "umask 077; " + options_.server_cp_command +
+                              (copy_data ? " --reflink=always" : " --reflink=auto") +
+                              " --remove-destination -- '" + from + "' '" + to + "'";
+  // A clone is only a shortcut past copy-data: it gets request_timeout, and the file at
+  // copy-data's rate, not the minutes server work may take; a copy (no copy-data here) gets
+  // what copy-data would. Its own deadline ends it before the watchdog would cut the
+  // connection as a stalled server's.
+  const std::chrono::milliseconds allowed =
+      copy_data ? Md5sumTime(options_.request_timeout, size / 64)  // 640 MiB/s
+                : ServerWorkSilence(options_.request_timeout, size);
   const auto started = DeadlineClock::now();
   Result<ServerCommand> ran = [&] {
     SftpSessionPool::SilenceAllowance copying(pool_, c, allowed + options_.request_timeout);
@@ -1807,10 +1841,23 @@ Result<bool> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
   }();
   const int64_t took_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(DeadlineClock::now() - started).count();
-  if (!ran.ok()) return ran.status();
+  auto turn_off = [&](const std::string& why, const std::string& then) {
+    int state = server_cp_state_.exchange(kServerCommandOff);
+    if (state != kServerCommandOff && options_.log) {
+      options_.log(LogLevel::kInfo, describe() +
+                                        (copy_data ? ": cp cannot clone files on the server ("
+                                                   : ": cp cannot copy files on the server (") +
+                                        why + "): " + then);
+    }
+  };
+  // Whatever runs there may still be writing `to`: the caller leaves it. A server whose cp
+  // hangs or talks is not asked again.
+  if (!ran.ok()) {
+    turn_off(ran.status().message(), "it is not run again in this mount");
+    return ran.status();
+  }
   if (ran->out_cut) {
-    // Not read to its end: whatever runs there may still be writing.
-    server_cp_state_.store(kServerCommandOff);
+    turn_off("the shell printed more than cp does", "it is not run again in this mount");
     return IoError("cp on the server: the shell printed more than cp does");
   }
   std::string why;
@@ -1821,9 +1868,9 @@ Result<bool> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
   } else {
     // `to` was made over SFTP: only a cp that sees the files SFTP shows (no chroot or virtual
     // file system that shows the shell others) filled it.
-    Attributes copied(sftp_stat(c.sftp(), to.c_str()));
+    Attributes copied(sftp_lstat(c.sftp(), to.c_str()));
     if (copied == nullptr) return LibsshStatus(c, "stat " + to);
-    if (copied->size == size) {
+    if (copied->type == SSH_FILEXFER_TYPE_REGULAR && copied->size == size) {
       int untried = kServerCommandUntried;
       server_cp_state_.compare_exchange_strong(untried, kServerCommandTrusted);
       if (options_.metrics != nullptr) Bump(options_.metrics->server_cps);
@@ -1833,23 +1880,22 @@ Result<bool> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
                !cp_clone_ns_.compare_exchange_weak(shortest, took_ns)) {
         }
       }
-      return true;
+      return CpOutcome::kCopied;
     }
     why = "the copy SFTP shows has " + std::to_string(copied->size) + " bytes of " +
           std::to_string(size);
   }
-  // Once it worked, a failure is this copy's (a full disk, a file gone, another file system):
-  // copy-data, or the copy through this machine, says why.
-  int untried = kServerCommandUntried;
-  if (server_cp_state_.compare_exchange_strong(untried, kServerCommandOff) && options_.log) {
-    options_.log(LogLevel::kInfo,
-                 describe() +
-                     (copy_data ? ": cp cannot clone files on the server ("
-                                : ": cp cannot copy files on the server (") +
-                     why + "): copies use " +
-                     (copy_data ? "copy-data" : "this machine, which reads and writes them"));
+  // cp ended: `to` is made again, empty, for copy-data (cp may have removed it).
+  SftpWire& wire = c.wire();
+  OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle remade,
+                         wire.OpenFile(to, kOpenWrite | kOpenCreate | kOpenTruncate, 0600));
+  OBJFS_RETURN_IF_ERROR(wire.Close(remade));
+  // Once it worked, a failure is this copy's (a full disk, a file gone or changed meanwhile,
+  // another file system): copy-data, or the copy through this machine, says why.
+  if (server_cp_state_.load() == kServerCommandUntried) {
+    turn_off(why, copy_data ? "copies use copy-data" : "copies go through this machine");
   }
-  return false;
+  return CpOutcome::kFailed;
 }
 
 Result<StoreSpace> SftpStore::space() {

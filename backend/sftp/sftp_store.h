@@ -232,17 +232,21 @@ class SftpStore : public ObjectStore {
   // Removes the temporary file `path` after a failed upload, and its note once it is gone (a
   // broken connection leaves both: the next mount removes the file).
   void DropTemporary(SftpConnection& c, const std::string& path);
-  // Copies the file at `from` (a regular file of `size` bytes) over the file `to`, which this
-  // mount made and writes nothing else into meanwhile, by running cp on the server over `c`
-  // (server_cp; `copy_data`: whether the server has copy-data, so that cp is there only to
-  // clone). Ok(true): `to` holds `size` bytes (the caller checks that the source kept its
-  // version). Ok(false): cp is not used here, or it ended without copying (turned off for the
-  // mount if it never worked); `to` may hold some of the bytes, and a copy-data of the same
-  // ranges overwrites them. An error: the connection failed, or cp ran past its time, and it
-  // may still be writing `to`, which must not be used or removed (the journal's note stays,
-  // so that the next mount removes it).
-  Result<bool> CopyWithCp(SftpConnection& c, const std::string& from, const std::string& to,
-                          uint64_t size, bool copy_data);
+  // Copies the file at `from` (a regular file of `size` bytes) to the temporary file `to`,
+  // which this mount made, by running cp on the server over `c` (server_cp; `copy_data`:
+  // whether the server has copy-data, so that cp is there only to clone). cp removes `to` and
+  // makes its own. kCopied: `to` is a regular file of `size` bytes (the caller checks that the
+  // source kept its version). kNotRun: cp is not used for this file. kFailed: cp ended without
+  // copying (turned off for the mount if it never worked), and `to` is made again, empty. An
+  // error: the connection failed, cp ran past its time or its shell talked without end; it
+  // may still be writing `to`, which must not be used or removed (the journal's note stays, so
+  // that the next mount removes it), and cp is off for the mount.
+  enum class CpOutcome { kNotRun, kCopied, kFailed };
+  Result<CpOutcome> CopyWithCp(SftpConnection& c, const std::string& from, const std::string& to,
+                               uint64_t size, bool copy_data);
+  // copy() of a file, once: `cp_unknown` is set when cp's end is unknown (see CopyWithCp).
+  Result<ObjectInfo> CopyFile(const ObjectInfo& src, std::string_view dst,
+                              const CopyOptions& options, bool* cp_unknown);
   // Serialises the changes of one key (of the keys that hash alike): lock 8 of
   // fs/lock_order.h, held across calls to the server.
   Mutex& KeyLock(std::string_view key);

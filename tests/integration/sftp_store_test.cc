@@ -1787,6 +1787,76 @@ TEST_F(SftpStoreTest, AnEditWhoseCpCannotRunCopiesTheRangesInstead) {
   EXPECT_EQ(s.Said("cp cannot clone files on the server"), 1u);
 }
 
+TEST_F(SftpStoreTest, ALinkPutInPlaceOfTheTemporaryFileIsNeverFollowed) {
+  // Anyone who may write the directory could swap the temporary file for a link to a file of
+  // the account's elsewhere, between its creation and cp: the command here does that first. cp
+  // removes the link and makes its own file, and the file linked to stays as it was.
+  const std::string victim = scratch_ + "/victim";
+  {
+    std::ofstream out(victim, std::ios::binary);
+    out << "not to be written";
+  }
+  SftpStoreOptions o = OptionsFor(root_);
+  o.metrics = &metrics_;
+  o.use_copy_data = false;  // cp --reflink=auto, which copies on the test server's ext4
+  o.server_cp_command =
+      "swap() { for last; do :; done; ln -sf '" + victim + "' \"$last\"; cp \"$@\"; }; swap";
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  const std::string data = Pattern(5 << 20, 72);
+  MemorySource bytes(data);
+  Result<ObjectInfo> src = store->put("link/src", bytes, PutOptions{});
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  CopyOptions unchecked;
+  unchecked.if_match_source = false;
+  Result<ObjectInfo> copied = store->copy(*src, "link/copy", unchecked);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(store->server_cp_runs(), 1u);
+  EXPECT_TRUE(ReadLocalFile(victim) == "not to be written");
+  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "link/copy") == data);
+  EXPECT_FALSE(fs::is_symlink(fs::path(root_) / "link/copy"));
+  EXPECT_TRUE(TemporaryFiles(root_).empty());
+}
+
+TEST_F(SftpStoreTest, ACpThatHangsIsGivenUpBoundedlyAndNotRunAgain) {
+  // A clone is a shortcut: it gets request_timeout and the file at 640 MiB/s, not the minutes
+  // server work may take. Then the copy is made again under another name by copy-data (the cp
+  // may still write the first), and cp is not run again in the store.
+  auto journal = std::make_shared<RecordingJournal>();
+  LoggingStore s;
+  {
+    SftpStoreOptions o = OptionsFor(root_);
+    o.metrics = &metrics_;
+    o.server_cp_command = "sleep 20; cp";
+    o.request_timeout = std::chrono::milliseconds(1000);
+    o.operation_timeout = std::chrono::milliseconds(5000);
+    o.journal = journal;
+    o.log = [logged = s.logged, mu = s.mu](LogLevel, const std::string& line) {
+      std::lock_guard lock(*mu);
+      logged->push_back(line);
+    };
+    s.store = MakeStore(o);
+  }
+  ASSERT_NE(s.store, nullptr);
+  const std::string data = Pattern(5 << 20, 73);
+  MemorySource bytes(data);
+  ASSERT_TRUE(s.store->put("hang/src", bytes, PutOptions{}).ok());
+  Result<ObjectInfo> src = s.store->head("hang/src");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  for (const char* dst : {"hang/one", "hang/two"}) {
+    const auto start = std::chrono::steady_clock::now();
+    Result<ObjectInfo> copied = s.store->copy(*src, dst, CopyOptions{});
+    // A bound, not a speed: it did not wait for the command's 20 s.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+    ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+    EXPECT_TRUE(ReadLocalFile(fs::path(root_) / dst) == data);
+  }
+  EXPECT_EQ(s.store->server_cp_runs(), 1u);
+  EXPECT_EQ(metrics_.server_cps.load(), 0u);
+  EXPECT_EQ(s.Said("it is not run again in this mount"), 1u);
+  EXPECT_EQ(TemporaryFiles(root_).size(), 1u);  // the one cp may still write, left noted
+}
+
 TEST_F(SftpStoreTest, ACpWhoseEndIsUnknownLeavesItsTemporaryFileToTheNextMount) {
   // Stands for a ForceCommand menu that answers without end: the command is left running, so
   // whatever it does may still write the temporary file. The upload cannot be used; its abort
