@@ -504,8 +504,14 @@ TEST_P(MountSuiteTest, AutoUnmountAndKernelFlagsReachTheMount) {
 
   // Killed outright, objfs cannot unmount: FUSE's auto_unmount does, instead of leaving a
   // mount point that answers "Transport endpoint is not connected".
+  // The wait is long: twice in loaded CI runs the mount was still there after 30 s, and gone
+  // by the restart below. On failure the processes' states show what it waited for.
   ASSERT_EQ(::kill(mount->pid(), SIGKILL), 0);
-  EXPECT_TRUE(WaitFor(30, [&] { return !IsFuseMountPoint(mount->path()); }));
+  EXPECT_TRUE(WaitFor(120, [&] { return !IsFuseMountPoint(mount->path()); }))
+      << RunCommand({"sh", "-c",
+                     "ps -eo pid,ppid,stat,etimes,wchan:32,args | grep -E "
+                     "'[o]bjfs|[f]usermount'"})
+             .out;
   EXPECT_EQ(mount->WaitUntilExited(60), 128 + SIGKILL);
   // The staged data survived in the cache directory: the next mount of it uploads it.
   ASSERT_TRUE(mount->Restart());
