@@ -1820,9 +1820,10 @@ Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std:
     return CpOutcome::kNotRun;
   }
   server_cp_runs_.fetch_add(1);
-  // --remove-destination: cp removes `to` and makes its own with O_EXCL, so that a link put in
-  // its place (by anyone who may write the directory) is never followed to a file elsewhere.
-  // umask 077: the new file is private until renamed into place, as the one made over SFTP.
+  // --remove-destination: cp removes `to` and makes its own with O_EXCL, so that cp itself
+  // never follows a link put in its place (by anyone who may write the directory; objfs's own
+  // opens by name still do: see "Uploads" in the README). umask 077: the new file is private
+  // until renamed into place, as the one made over SFTP.
   const std::string command = "umask 077; " + options_.server_cp_command +
                               (copy_data ? " --reflink=always" : " --reflink=auto") +
                               " --remove-destination -- '" + from + "' '" + to + "'";
@@ -1885,10 +1886,16 @@ Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std:
     why = "the copy SFTP shows has " + std::to_string(copied->size) + " bytes of " +
           std::to_string(size);
   }
-  // cp ended: `to` is made again, empty, for copy-data (cp may have removed it).
+  // cp ended: `to` is made again, empty, for copy-data (cp may have removed it, or left what
+  // SFTP showed there: a link is removed, not followed).
+  if (sftp_unlink(c.sftp(), to.c_str()) != 0) {
+    Status gone = LibsshStatus(c, "remove " + to);
+    if (gone.code() != StatusCode::kNotFound) return gone;
+  }
   SftpWire& wire = c.wire();
-  OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle remade,
-                         wire.OpenFile(to, kOpenWrite | kOpenCreate | kOpenTruncate, 0600));
+  OBJFS_ASSIGN_OR_RETURN(
+      SftpWire::Handle remade,
+      wire.OpenFile(to, kOpenWrite | kOpenCreate | kOpenTruncate | kOpenExclusive, 0600));
   OBJFS_RETURN_IF_ERROR(wire.Close(remade));
   // Once it worked, a failure is this copy's (a full disk, a file gone or changed meanwhile,
   // another file system): copy-data, or the copy through this machine, says why.

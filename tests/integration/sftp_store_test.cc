@@ -1789,33 +1789,37 @@ TEST_F(SftpStoreTest, AnEditWhoseCpCannotRunCopiesTheRangesInstead) {
 
 TEST_F(SftpStoreTest, ALinkPutInPlaceOfTheTemporaryFileIsNeverFollowed) {
   // Anyone who may write the directory could swap the temporary file for a link to a file of
-  // the account's elsewhere, between its creation and cp: the command here does that first. cp
-  // removes the link and makes its own file, and the file linked to stays as it was.
+  // the account's elsewhere, between its creation and cp: the command here does that first.
+  // Then either cp runs, which removes the link and makes its own file, or nothing does, and
+  // objfs, finding no copy, removes the link and makes the file again for copy-data. Either way
+  // the file linked to stays as it was.
   const std::string victim = scratch_ + "/victim";
-  {
-    std::ofstream out(victim, std::ios::binary);
-    out << "not to be written";
+  const std::string swap = "swap() { for last; do :; done; ln -sf '" + victim + "' \"$last\"; ";
+  for (const bool copy_data : {false, true}) {
+    SCOPED_TRACE(copy_data ? "swap only, then copy-data" : "swap, then cp");
+    {
+      std::ofstream out(victim, std::ios::binary);
+      out << "not to be written";
+    }
+    SftpStoreOptions o = OptionsFor(root_);
+    o.use_copy_data = copy_data;  // without: cp --reflink=auto, which copies on ext4
+    o.server_cp_command = swap + (copy_data ? "}; swap" : "cp \"$@\"; }; swap");
+    std::shared_ptr<SftpStore> store = MakeStore(o);
+    ASSERT_NE(store, nullptr);
+    const std::string data = Pattern(5 << 20, 72);
+    MemorySource bytes(data);
+    Result<ObjectInfo> src = store->put("link/src", bytes, PutOptions{});
+    ASSERT_TRUE(src.ok()) << src.status().ToString();
+    CopyOptions unchecked;
+    unchecked.if_match_source = false;
+    Result<ObjectInfo> copied = store->copy(*src, "link/copy", unchecked);
+    ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+    EXPECT_EQ(store->server_cp_runs(), 1u);
+    EXPECT_TRUE(ReadLocalFile(victim) == "not to be written");
+    EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "link/copy") == data);
+    EXPECT_FALSE(fs::is_symlink(fs::path(root_) / "link/copy"));
+    EXPECT_TRUE(TemporaryFiles(root_).empty());
   }
-  SftpStoreOptions o = OptionsFor(root_);
-  o.metrics = &metrics_;
-  o.use_copy_data = false;  // cp --reflink=auto, which copies on the test server's ext4
-  o.server_cp_command =
-      "swap() { for last; do :; done; ln -sf '" + victim + "' \"$last\"; cp \"$@\"; }; swap";
-  std::shared_ptr<SftpStore> store = MakeStore(o);
-  ASSERT_NE(store, nullptr);
-  const std::string data = Pattern(5 << 20, 72);
-  MemorySource bytes(data);
-  Result<ObjectInfo> src = store->put("link/src", bytes, PutOptions{});
-  ASSERT_TRUE(src.ok()) << src.status().ToString();
-  CopyOptions unchecked;
-  unchecked.if_match_source = false;
-  Result<ObjectInfo> copied = store->copy(*src, "link/copy", unchecked);
-  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
-  EXPECT_EQ(store->server_cp_runs(), 1u);
-  EXPECT_TRUE(ReadLocalFile(victim) == "not to be written");
-  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "link/copy") == data);
-  EXPECT_FALSE(fs::is_symlink(fs::path(root_) / "link/copy"));
-  EXPECT_TRUE(TemporaryFiles(root_).empty());
 }
 
 TEST_F(SftpStoreTest, ACpThatHangsIsGivenUpBoundedlyAndNotRunAgain) {
