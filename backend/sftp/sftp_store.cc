@@ -1,6 +1,7 @@
 #include "backend/sftp/sftp_store.h"
 
 #include <fcntl.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -289,6 +290,52 @@ std::string SftpStore::TempName(const std::string& dir) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(n));
   return dir + "/" + std::string(kReservedPrefix) + "tmp-" + hex;
+}
+
+Result<SftpStore::StagedIdentity> SftpStore::MarkStaged(SftpWire& wire,
+                                                        const SftpWire::Handle& handle) {
+  OBJFS_ASSIGN_OR_RETURN(SftpWire::FileAttrs made, wire.Fstat(handle));
+  // A second of the next four years, past the first day: no file has it, and reading the file
+  // leaves it (relatime, the default, and noatime move an atime only once it is behind the
+  // mtime or a day old). Until 2033 it is one that file systems without times past 2038 keep.
+  uint32_t random = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&random), sizeof random) != 1) {
+    random = std::random_device()();
+  }
+  const auto now = static_cast<uint64_t>(std::time(nullptr));
+  SftpWire::NewAttrs attrs;
+  attrs.mtime_s = static_cast<uint32_t>(made.mtime_s);
+  attrs.atime_s = static_cast<uint32_t>(
+      std::min<uint64_t>(now + 86400 + random % (uint64_t{1} << 27), UINT32_MAX));
+  StagedIdentity identity;
+  identity.uid = made.uid;
+  Result<SftpWire::FileAttrs> set = wire.SetAttrs(handle, attrs);
+  if (!set.ok() && set.status().code() == StatusCode::kTransient) return set.status();
+  // A server that refuses FSETSTAT, or keeps another atime: the owner is what is checked.
+  if (set.ok() && set->atime_s == *attrs.atime_s) identity.atime_s = *attrs.atime_s;
+  return identity;
+}
+
+Result<SftpWire::Handle> SftpStore::OpenStaged(SftpWire& wire, const std::string& path,
+                                               const StagedIdentity& identity,
+                                               std::optional<uint64_t> size) {
+  OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, wire.OpenFile(path, kOpenWrite, 0));
+  Result<SftpWire::FileAttrs> a = wire.Fstat(handle);
+  if (!a.ok()) {
+    (void)wire.Close(handle);
+    return a.status();
+  }
+  const bool regular =
+      (a->flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 || (a->permissions & S_IFMT) == S_IFREG;
+  if (!regular || a->uid != identity.uid || (identity.atime_s && a->atime_s != *identity.atime_s) ||
+      (size && a->size != *size)) {
+    (void)wire.Close(handle);
+    return Status(StatusCode::kPermissionDenied,
+                  path +
+                      " is no longer the file this upload made (a link or another file took its "
+                      "name): nothing is written through it");
+  }
+  return handle;
 }
 
 Status SftpStore::NoteTemporary(const std::string& path, std::string_view what) {
@@ -894,12 +941,14 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
 // connection of its own and opens the file there, so that calls run in parallel.
 class SftpStore::Session : public Upload {
  public:
-  Session(SftpStore* store, std::string key, KeyPaths paths, std::string staged, uint64_t part_size)
+  Session(SftpStore* store, std::string key, KeyPaths paths, std::string staged, uint64_t part_size,
+          StagedIdentity identity)
       : store_(store),
         key_(std::move(key)),
         paths_(std::move(paths)),
         staged_(std::move(staged)),
-        part_size_(part_size) {}
+        part_size_(part_size),
+        identity_(identity) {}
   ~Session() override { (void)abort(); }
 
   const std::string& key() const override { return key_; }
@@ -925,7 +974,7 @@ class SftpStore::Session : public Upload {
     // A repeated write (after a broken connection) rewrites the same bytes.
     Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
       SftpWire& wire = c.wire();
-      OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, wire.OpenFile(staged_, kOpenWrite, 0));
+      OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, OpenStaged(wire, staged_, Identity()));
       if (buf == nullptr) {
         const size_t block = std::max<uint64_t>(wire.limits().max_write, 4096) *
                              static_cast<size_t>(std::max(1, store_->options_.requests_in_flight));
@@ -1000,7 +1049,7 @@ class SftpStore::Session : public Upload {
     Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
       SftpWire& wire = c.wire();
       OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle from, wire.OpenFile(base_paths.data, kOpenRead, 0));
-      Result<SftpWire::Handle> to = wire.OpenFile(staged_, kOpenWrite, 0);
+      Result<SftpWire::Handle> to = OpenStaged(wire, staged_, Identity());
       if (!to.ok()) {
         (void)wire.Close(from);
         return to.status();
@@ -1066,12 +1115,17 @@ class SftpStore::Session : public Upload {
     }
     const bool copy_data =
         store_->options_.use_copy_data && c.wire().HasExtension("copy-data", "1");
+    StagedIdentity identity = Identity();
     Result<CpOutcome> copied =
-        store_->CopyWithCp(c, base_paths.data, staged_, base.size, copy_data);
+        store_->CopyWithCp(c, base_paths.data, staged_, base.size, copy_data, &identity);
     if (!copied.ok()) {
       MutexLock lock(&mu_);
       cp_may_run_ = true;
       return copied.status().WithContext(what + " (cp may still be writing the temporary file)");
+    }
+    if (*copied != CpOutcome::kNotRun) {
+      MutexLock lock(&mu_);
+      identity_ = identity;  // cp made the file anew (or objfs did, after cp)
     }
     if (*copied != CpOutcome::kCopied) {
       return UnsupportedError(what + ": cp does not copy on this server");
@@ -1102,7 +1156,7 @@ class SftpStore::Session : public Upload {
     }
     Result<ObjectInfo> info = store_->WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
       SftpWire& wire = c.wire();
-      OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, wire.OpenFile(staged_, kOpenWrite, 0));
+      OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, OpenStaged(wire, staged_, Identity()));
       if (extent > size) {
         if (Status cut = wire.Truncate(handle, size); !cut.ok()) {
           (void)wire.Close(handle);
@@ -1252,6 +1306,11 @@ class SftpStore::Session : public Upload {
   const std::string key_;
   const KeyPaths paths_;
   const std::string staged_;
+  StagedIdentity Identity() {
+    MutexLock lock(&mu_);
+    return identity_;
+  }
+
   const uint64_t part_size_;
   Mutex mu_;  // lock 25 of fs/lock_order.h: guards the fields below
   bool finished_ GUARDED_BY(mu_) = false;
@@ -1261,6 +1320,7 @@ class SftpStore::Session : public Upload {
   uint64_t hashed_ GUARDED_BY(mu_) = 0;
   bool md5_valid_ GUARDED_BY(mu_) = true;
   bool cp_may_run_ GUARDED_BY(mu_) = false;  // copy_whole's cp failed with its outcome unknown
+  StagedIdentity identity_ GUARDED_BY(mu_);  // of the temporary file (remade by cp)
   std::multiset<uint64_t> writing_ GUARDED_BY(mu_);  // where the write() calls in progress begin
   CondVar hashed_changed_;                           // hashed_, md5_valid_ or writing_ changed
 };
@@ -1274,16 +1334,28 @@ Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,
   const std::string what = "upload " + std::string(key);
   const std::string staged = TempName(paths.dir);
   OBJFS_RETURN_IF_ERROR(NoteTemporary(staged, what));
+  StagedIdentity identity;
+  int attempts = 0;
   Status created = WithRetry([&](SftpConnection& c) -> Status {
     SftpWire& wire = c.wire();
-    const uint32_t create = kOpenWrite | kOpenCreate | kOpenTruncate;
+    // A try before this one may have made the file: only a file made here, never one (or a
+    // link) that took the name meanwhile, is written.
+    if (attempts++ > 0 && sftp_unlink(c.sftp(), staged.c_str()) != 0) {
+      Status gone = LibsshStatus(c, "remove " + staged);
+      if (gone.code() != StatusCode::kNotFound) return gone;
+    }
+    const uint32_t create = kOpenWrite | kOpenCreate | kOpenTruncate | kOpenExclusive;
     Result<SftpWire::Handle> handle = wire.OpenFile(staged, create, 0600);
     if (!handle.ok() && handle.status().code() == StatusCode::kNotFound) {
       OBJFS_RETURN_IF_ERROR(MakeDirs(c, paths.dir));
       handle = wire.OpenFile(staged, create, 0600);
     }
     if (!handle.ok()) return handle.status();
-    return wire.Close(*handle);
+    Result<StagedIdentity> marked = MarkStaged(wire, *handle);
+    Status closed = wire.Close(*handle);
+    if (!marked.ok()) return marked.status();
+    identity = *marked;
+    return closed;
   });
   if (!created.ok()) {
     if (RemoveTemporary(staged).ok() && options_.journal != nullptr) {
@@ -1293,8 +1365,8 @@ Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,
   }
   constexpr uint64_t kDefaultPartSize = 8 << 20;
   const uint64_t part_size = options.part_size != 0 ? options.part_size : kDefaultPartSize;
-  return std::unique_ptr<Upload>(
-      std::make_unique<Session>(this, std::string(key), std::move(paths), staged, part_size));
+  return std::unique_ptr<Upload>(std::make_unique<Session>(this, std::string(key), std::move(paths),
+                                                           staged, part_size, identity));
 }
 
 Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
@@ -1371,7 +1443,22 @@ Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view d
   ETag etag;
   Status status;
   uint64_t copied = current.size;
-  Result<CpOutcome> by_cp = CopyWithCp(c, src_paths.data, staged, current.size, copy_data);
+  StagedIdentity identity;
+  const bool may_cp = MayRunCp(current.size);
+  if (may_cp) {
+    // cp makes the file anew: what it made must be this account's.
+    Result<SftpWire::FileAttrs> made = wire.Fstat(*dst_handle);
+    if (!made.ok()) {
+      (void)wire.Close(*dst_handle);
+      (void)wire.Close(src_handle);
+      cleanup();
+      return made.status().WithContext(what);
+    }
+    identity.uid = made->uid;
+  }
+  Result<CpOutcome> by_cp =
+      may_cp ? CopyWithCp(c, src_paths.data, staged, current.size, copy_data, &identity)
+             : Result<CpOutcome>(CpOutcome::kNotRun);
   if (!by_cp.ok()) {
     // cp may still be writing the temporary file: it stays, noted, for the next mount.
     (void)wire.Close(*dst_handle);
@@ -1382,7 +1469,7 @@ Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view d
   if (*by_cp != CpOutcome::kNotRun) {
     // cp made the temporary file anew: the handle is the one it removed.
     (void)wire.Close(*dst_handle);
-    dst_handle = wire.OpenFile(staged, kOpenWrite, 0);
+    dst_handle = OpenStaged(wire, staged, identity);
     if (!dst_handle.ok()) {
       (void)wire.Close(src_handle);
       cleanup();
@@ -1799,15 +1886,17 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
   return here;  // the bytes' own MD5 where the check read them, so that they are not read again
 }
 
-Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
-                                                   const std::string& to, uint64_t size,
-                                                   bool copy_data) {
-  if (!options_.server_cp || server_cp_state_.load() == kServerCommandOff) {
-    return CpOutcome::kNotRun;
-  }
+bool SftpStore::MayRunCp(uint64_t size) const {
   // Small, or empty (as SFTP shows a FIFO or a device too, on which cp would wait): copy-data
   // costs less than starting a command.
-  if (size == 0 || size < options_.server_cp_min_size) return CpOutcome::kNotRun;
+  return options_.server_cp && server_cp_state_.load() != kServerCommandOff && size != 0 &&
+         size >= options_.server_cp_min_size;
+}
+
+Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std::string& from,
+                                                   const std::string& to, uint64_t size,
+                                                   bool copy_data, StagedIdentity* identity) {
+  if (!MayRunCp(size)) return CpOutcome::kNotRun;
   if (!QuotableForAnyShell(from) || !QuotableForAnyShell(to)) return CpOutcome::kNotRun;
   // A clone costs what the account's shell takes to start (its start-up files may run
   // programs: 0.48 s on the test machine's root, a few ms for most), copy-data a read and a
@@ -1822,7 +1911,7 @@ Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std:
   server_cp_runs_.fetch_add(1);
   // --remove-destination: cp removes `to` and makes its own with O_EXCL, so that cp itself
   // never follows a link put in its place (by anyone who may write the directory; objfs's own
-  // opens by name still do: see "Uploads" in the README). umask 077: the new file is private
+  // opens by name check what they opened: OpenStaged). umask 077: the new file is private
   // until renamed into place, as the one made over SFTP.
   const std::string command = "umask 077; " + options_.server_cp_command +
                               (copy_data ? " --reflink=always" : " --reflink=auto") +
@@ -1872,6 +1961,17 @@ Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std:
     Attributes copied(sftp_lstat(c.sftp(), to.c_str()));
     if (copied == nullptr) return LibsshStatus(c, "stat " + to);
     if (copied->type == SSH_FILEXFER_TYPE_REGULAR && copied->size == size) {
+      // Opened once more (that open follows a link put there since the lstat): the file must
+      // still be a regular file of this account's, of that size, before it gets its own atime.
+      SftpWire& wire = c.wire();
+      StagedIdentity cps;  // cp's file has an atime of its own
+      cps.uid = identity->uid;
+      OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle made, OpenStaged(wire, to, cps, size));
+      Result<StagedIdentity> marked = MarkStaged(wire, made);
+      Status closed = wire.Close(made);
+      if (!marked.ok()) return marked.status();
+      OBJFS_RETURN_IF_ERROR(closed);
+      *identity = *marked;
       int untried = kServerCommandUntried;
       server_cp_state_.compare_exchange_strong(untried, kServerCommandTrusted);
       if (options_.metrics != nullptr) Bump(options_.metrics->server_cps);
@@ -1896,7 +1996,11 @@ Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std:
   OBJFS_ASSIGN_OR_RETURN(
       SftpWire::Handle remade,
       wire.OpenFile(to, kOpenWrite | kOpenCreate | kOpenTruncate | kOpenExclusive, 0600));
-  OBJFS_RETURN_IF_ERROR(wire.Close(remade));
+  Result<StagedIdentity> marked = MarkStaged(wire, remade);
+  Status closed = wire.Close(remade);
+  if (!marked.ok()) return marked.status();
+  OBJFS_RETURN_IF_ERROR(closed);
+  *identity = *marked;
   // Once it worked, a failure is this copy's (a full disk, a file gone or changed meanwhile,
   // another file system): copy-data, or the copy through this machine, says why.
   if (server_cp_state_.load() == kServerCommandUntried) {

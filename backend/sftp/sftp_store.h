@@ -226,6 +226,26 @@ class SftpStore : public ObjectStore {
   Status Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
                 const std::string& staged_data, const PutOptions& preconditions);
   Status Rename(SftpConnection& c, const std::string& from, const std::string& to);
+  // What an upload's temporary file showed when it was made. SFTP has no O_NOFOLLOW, and
+  // whoever may write its directory may put something else in its place between two opens of
+  // its name: a link to a file of the account's elsewhere, or a file of their own. Each open of
+  // the name after the first is checked against this before a byte is written through it.
+  struct StagedIdentity {
+    uint32_t uid = 0;
+    // A random atime given at creation, which writes leave alone: another file of the same
+    // owner (a link's target) has its own. Unset where the server does not keep the one given.
+    std::optional<int64_t> atime_s;
+  };
+  // Gives the temporary file open as `handle`, just made by this mount, a secret atime (its
+  // mtime stays), and returns what identifies it.
+  static Result<StagedIdentity> MarkStaged(SftpWire& wire, const SftpWire::Handle& handle);
+  // Opens the temporary file `path` for writing again; fails, having written nothing, unless it
+  // is a regular file that `identity` describes (and, if given, of `size` bytes).
+  static Result<SftpWire::Handle> OpenStaged(SftpWire& wire, const std::string& path,
+                                             const StagedIdentity& identity,
+                                             std::optional<uint64_t> size = std::nullopt);
+  // Whether CopyWithCp may run cp for a file of `size` bytes (it may still decide not to).
+  bool MayRunCp(uint64_t size) const;
   std::string TempName(const std::string& dir);
   // Notes the temporary file `path` in the journal before it is created.
   Status NoteTemporary(const std::string& path, std::string_view what);
@@ -237,13 +257,14 @@ class SftpStore : public ObjectStore {
   // whether the server has copy-data, so that cp is there only to clone). cp removes `to` and
   // makes its own. kCopied: `to` is a regular file of `size` bytes (the caller checks that the
   // source kept its version). kNotRun: cp is not used for this file. kFailed: cp ended without
-  // copying (turned off for the mount if it never worked), and `to` is made again, empty. An
+  // copying (turned off for the mount if it never worked), and `to` is made again, empty.
+  // kCopied and kFailed set `identity` (whose uid the file must have) to the new file's. An
   // error: the connection failed, cp ran past its time or its shell talked without end; it
   // may still be writing `to`, which must not be used or removed (the journal's note stays, so
   // that the next mount removes it), and cp is off for the mount.
   enum class CpOutcome { kNotRun, kCopied, kFailed };
   Result<CpOutcome> CopyWithCp(SftpConnection& c, const std::string& from, const std::string& to,
-                               uint64_t size, bool copy_data);
+                               uint64_t size, bool copy_data, StagedIdentity* identity);
   // copy() of a file, once: `cp_unknown` is set when cp's end is unknown (see CopyWithCp).
   Result<ObjectInfo> CopyFile(const ObjectInfo& src, std::string_view dst,
                               const CopyOptions& options, bool* cp_unknown);

@@ -403,6 +403,16 @@ Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttr
   return got;
 }
 
+Result<SftpWire::FileAttrs> SftpWire::SetAttrs(const Handle& handle, const NewAttrs& attrs) {
+  std::vector<std::pair<uint8_t, std::string>> requests;
+  requests.emplace_back(kFxpFsetstat, StringBody(handle));
+  PutNewAttrs(requests.back().second, attrs);
+  requests.emplace_back(kFxpFstat, StringBody(handle));
+  OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
+  OBJFS_RETURN_IF_ERROR(StatusOf(replies[0], "set attributes"));
+  return AttrsOf(replies[1], "fstat");
+}
+
 Result<SftpWire::FileAttrs> SftpWire::SetStat(std::string_view path, const NewAttrs& attrs) {
   std::vector<std::pair<uint8_t, std::string>> requests;
   requests.emplace_back(kFxpSetstat, StringBody(path));

@@ -102,6 +102,8 @@ class SftpWire {
   // and take a SETSTAT of the path instead); the file is complete and closed.
   Result<FileAttrs> Finish(const Handle& handle, const NewAttrs& attrs, bool sync,
                            bool* attributes_refused);
+  // FSETSTAT `attrs` on the file open as `handle` and FSTAT it, in one round trip.
+  Result<FileAttrs> SetAttrs(const Handle& handle, const NewAttrs& attrs);
   // SETSTAT `attrs` on `path` and STAT it, in one round trip (both follow links).
   Result<FileAttrs> SetStat(std::string_view path, const NewAttrs& attrs);
   // lsetstat@openssh.com `attrs` on the link `path` itself and LSTAT it, in one round trip.

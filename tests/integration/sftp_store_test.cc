@@ -1824,6 +1824,72 @@ TEST_F(SftpStoreTest, ALinkPutInPlaceOfTheTemporaryFileIsNeverFollowed) {
   }
 }
 
+// Whoever may write the directory may put something else in place of an upload's temporary
+// file between two of its writes: a link to a file of the account's elsewhere (which SFTP, with
+// no O_NOFOLLOW, would open), or a file of their own made to look like it. No byte goes there,
+// and nothing takes the destination's name.
+TEST_F(SftpStoreTest, WhatTookTheTemporaryFilesNameIsNeverWrittenNorRenamed) {
+  const std::string victim = scratch_ + "/victim";
+  enum class Swap { kLinkToAFileOfTheAccount, kFileOfAnotherOwner };
+  for (const Swap swap : {Swap::kLinkToAFileOfTheAccount, Swap::kFileOfAnotherOwner}) {
+    for (const bool before_complete : {false, true}) {
+      SCOPED_TRACE(std::string(swap == Swap::kLinkToAFileOfTheAccount ? "a link" : "a file") +
+                   (before_complete ? ", before complete" : ", before a write"));
+      const std::string original = "not to be written";
+      {
+        std::ofstream out(victim, std::ios::binary | std::ios::trunc);
+        out << original;
+      }
+      const std::string part = Pattern(1 << 20, 73);
+      MemorySource bytes(part);
+      Result<std::unique_ptr<Upload>> upload = store_->start_upload("swap/f", UploadOptions{});
+      ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+      ASSERT_TRUE((*upload)->write(0, bytes, 0, bytes.size()).ok());
+      if (before_complete) {
+        ASSERT_TRUE((*upload)->write(part.size(), bytes, 0, bytes.size()).ok());
+      }
+      std::vector<std::string> temporary = TemporaryFiles(root_);
+      ASSERT_EQ(temporary.size(), 1u);
+      struct stat made {};
+      ASSERT_EQ(::lstat(temporary[0].c_str(), &made), 0);
+      ASSERT_EQ(::unlink(temporary[0].c_str()), 0);
+      std::string impostor = victim;
+      if (swap == Swap::kLinkToAFileOfTheAccount) {
+        ASSERT_EQ(::symlink(victim.c_str(), temporary[0].c_str()), 0) << std::strerror(errno);
+      } else {
+        // Its owner's own file, with the mode and the times the temporary file had (linked
+        // from elsewhere too, to be read after objfs removed the name).
+        impostor = scratch_ + "/impostor";
+        ::unlink(impostor.c_str());
+        {
+          std::ofstream out(impostor, std::ios::binary);
+          out << original;
+        }
+        ASSERT_EQ(::chown(impostor.c_str(), 65534, 65534), 0) << std::strerror(errno);
+        ASSERT_EQ(::chmod(impostor.c_str(), made.st_mode & 07777), 0);
+        const timespec times[2] = {made.st_atim, made.st_mtim};
+        ASSERT_EQ(::utimensat(AT_FDCWD, impostor.c_str(), times, 0), 0);
+        ASSERT_EQ(::link(impostor.c_str(), temporary[0].c_str()), 0) << std::strerror(errno);
+      }
+      if (!before_complete) {
+        Status wrote = (*upload)->write(part.size(), bytes, 0, bytes.size());
+        EXPECT_FALSE(wrote.ok());
+        EXPECT_NE(wrote.message().find("no longer the file this upload made"), std::string::npos)
+            << wrote.ToString();
+      }
+      Result<ObjectInfo> done = (*upload)->complete(2 * part.size(), PutOptions{});
+      EXPECT_FALSE(done.ok());
+      EXPECT_TRUE(ReadLocalFile(impostor) == original) << "written through what took the name";
+      std::error_code ignored;
+      EXPECT_FALSE(fs::exists(fs::symlink_status(fs::path(root_) / "swap/f", ignored)))
+          << "renamed onto the destination";
+      (void)(*upload)->abort();
+      upload->reset();
+      EXPECT_TRUE(TemporaryFiles(root_).empty());
+    }
+  }
+}
+
 TEST_F(SftpStoreTest, ACpThatHangsIsGivenUpBoundedlyAndNotRunAgain) {
   // A clone is a shortcut: it gets request_timeout and the file at 640 MiB/s, not the minutes
   // server work may take. Then the copy is made again under another name by copy-data (the cp
