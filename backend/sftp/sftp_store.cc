@@ -309,6 +309,7 @@ Result<SftpStore::StagedIdentity> SftpStore::MarkStaged(SftpWire& wire,
       std::min<uint64_t>(now + 86400 + random % (uint64_t{1} << 27), UINT32_MAX));
   StagedIdentity identity;
   identity.uid = made.uid;
+  identity.made_s = made.mtime_s;
   Result<SftpWire::FileAttrs> set = wire.SetAttrs(handle, attrs);
   if (!set.ok() && set.status().code() == StatusCode::kTransient) return set.status();
   // A server that refuses FSETSTAT, or keeps another atime: the owner is what is checked.
@@ -319,7 +320,7 @@ Result<SftpStore::StagedIdentity> SftpStore::MarkStaged(SftpWire& wire,
 Result<SftpWire::Handle> SftpStore::OpenStaged(SftpWire& wire, const std::string& path,
                                                const StagedIdentity& identity,
                                                std::optional<uint64_t> size) {
-  OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, wire.OpenFile(path, kOpenWrite, 0));
+  OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle, wire.OpenFile(path, kOpenRead | kOpenWrite, 0));
   Result<SftpWire::FileAttrs> a = wire.Fstat(handle);
   if (!a.ok()) {
     (void)wire.Close(handle);
@@ -327,13 +328,13 @@ Result<SftpWire::Handle> SftpStore::OpenStaged(SftpWire& wire, const std::string
   }
   const bool regular =
       (a->flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 || (a->permissions & S_IFMT) == S_IFREG;
-  if (!regular || a->uid != identity.uid || (identity.atime_s && a->atime_s != *identity.atime_s) ||
-      (size && a->size != *size)) {
+  if (!regular || a->uid != identity.uid || a->mtime_s < identity.made_s ||
+      (identity.atime_s && a->atime_s != *identity.atime_s) || (size && a->size != *size)) {
     (void)wire.Close(handle);
     return Status(StatusCode::kPermissionDenied,
                   path +
                       " is no longer the file this upload made (a link or another file took its "
-                      "name): nothing is written through it");
+                      "name, or its atime was changed): nothing is written through it");
   }
   return handle;
 }
@@ -1455,6 +1456,7 @@ Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view d
       return made.status().WithContext(what);
     }
     identity.uid = made->uid;
+    identity.made_s = made->mtime_s;
   }
   Result<CpOutcome> by_cp =
       may_cp ? CopyWithCp(c, src_paths.data, staged, current.size, copy_data, &identity)
@@ -1966,6 +1968,7 @@ Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std:
       SftpWire& wire = c.wire();
       StagedIdentity cps;  // cp's file has an atime of its own
       cps.uid = identity->uid;
+      cps.made_s = identity->made_s;
       OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle made, OpenStaged(wire, to, cps, size));
       Result<StagedIdentity> marked = MarkStaged(wire, made);
       Status closed = wire.Close(made);

@@ -232,6 +232,9 @@ class SftpStore : public ObjectStore {
   // the name after the first is checked against this before a byte is written through it.
   struct StagedIdentity {
     uint32_t uid = 0;
+    // The file's mtime when it was made, by the server's clock: later files (cp's clone) have
+    // one at least as late, which an older file of the account's, linked there, lacks.
+    int64_t made_s = 0;
     // A random atime given at creation, which writes leave alone: another file of the same
     // owner (a link's target) has its own. Unset where the server does not keep the one given.
     std::optional<int64_t> atime_s;
@@ -239,8 +242,9 @@ class SftpStore : public ObjectStore {
   // Gives the temporary file open as `handle`, just made by this mount, a secret atime (its
   // mtime stays), and returns what identifies it.
   static Result<StagedIdentity> MarkStaged(SftpWire& wire, const SftpWire::Handle& handle);
-  // Opens the temporary file `path` for writing again; fails, having written nothing, unless it
-  // is a regular file that `identity` describes (and, if given, of `size` bytes).
+  // Opens the temporary file `path` for writing again (and reading: a FIFO put there opens at
+  // once); fails, having written nothing, unless it is a regular file that `identity` describes
+  // (and, if given, of `size` bytes).
   static Result<SftpWire::Handle> OpenStaged(SftpWire& wire, const std::string& path,
                                              const StagedIdentity& identity,
                                              std::optional<uint64_t> size = std::nullopt);

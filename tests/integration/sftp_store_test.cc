@@ -1830,10 +1830,12 @@ TEST_F(SftpStoreTest, ALinkPutInPlaceOfTheTemporaryFileIsNeverFollowed) {
 // and nothing takes the destination's name.
 TEST_F(SftpStoreTest, WhatTookTheTemporaryFilesNameIsNeverWrittenNorRenamed) {
   const std::string victim = scratch_ + "/victim";
-  enum class Swap { kLinkToAFileOfTheAccount, kFileOfAnotherOwner };
-  for (const Swap swap : {Swap::kLinkToAFileOfTheAccount, Swap::kFileOfAnotherOwner}) {
+  enum class Swap { kLinkToAFileOfTheAccount, kFileOfAnotherOwner, kFifo };
+  for (const Swap swap : {Swap::kLinkToAFileOfTheAccount, Swap::kFileOfAnotherOwner, Swap::kFifo}) {
     for (const bool before_complete : {false, true}) {
-      SCOPED_TRACE(std::string(swap == Swap::kLinkToAFileOfTheAccount ? "a link" : "a file") +
+      SCOPED_TRACE(std::string(swap == Swap::kLinkToAFileOfTheAccount ? "a link"
+                               : swap == Swap::kFifo                  ? "a FIFO (opened at once)"
+                                                                      : "a file") +
                    (before_complete ? ", before complete" : ", before a write"));
       const std::string original = "not to be written";
       {
@@ -1856,6 +1858,8 @@ TEST_F(SftpStoreTest, WhatTookTheTemporaryFilesNameIsNeverWrittenNorRenamed) {
       std::string impostor = victim;
       if (swap == Swap::kLinkToAFileOfTheAccount) {
         ASSERT_EQ(::symlink(victim.c_str(), temporary[0].c_str()), 0) << std::strerror(errno);
+      } else if (swap == Swap::kFifo) {
+        ASSERT_EQ(::mkfifo(temporary[0].c_str(), 0600), 0) << std::strerror(errno);
       } else {
         // Its owner's own file, with the mode and the times the temporary file had (linked
         // from elsewhere too, to be read after objfs removed the name).
@@ -1888,6 +1892,58 @@ TEST_F(SftpStoreTest, WhatTookTheTemporaryFilesNameIsNeverWrittenNorRenamed) {
       EXPECT_TRUE(TemporaryFiles(root_).empty());
     }
   }
+}
+
+// The same for cp's clone, which objfs opens by name before it writes into it or renames it:
+// a hard link put in its place, to an older file of the account's of the same size (where the
+// server lets others link files they do not own: fs.protected_hardlinks=0, the BSDs), is not
+// taken for it. The cp run here makes that link once it has copied.
+TEST_F(SftpStoreTest, AHardLinkPutInPlaceOfTheCloneIsNotTakenForIt) {
+  const std::string data = Pattern(5 << 20, 74);
+  const std::string victim = scratch_ + "/victim";
+  {
+    std::ofstream out(victim, std::ios::binary);
+    out << std::string(data.size(), 'v');
+  }
+  timespec old_times[2] = {};
+  old_times[0].tv_sec = old_times[1].tv_sec = 1600000000;
+  ASSERT_EQ(::utimensat(AT_FDCWD, victim.c_str(), old_times, 0), 0);
+  SftpStoreOptions o = OptionsFor(root_);
+  o.use_copy_data = false;  // cp --reflink=auto, which copies on ext4
+  o.server_cp_command = "swap() { cp \"$@\" || return; for last; do :; done; ln -f '" + victim +
+                        "' \"$last\"; }; swap";
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  MemorySource bytes(data);
+  Result<ObjectInfo> src = store->put("hard/src", bytes, PutOptions{});
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  auto victim_kept = [&] {
+    struct stat st {};
+    EXPECT_EQ(::stat(victim.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mtim.tv_sec, 1600000000) << "the victim's times were set";
+    EXPECT_TRUE(ReadLocalFile(victim) == std::string(data.size(), 'v')) << "the victim was written";
+    struct stat dst {};
+    if (::lstat((root_ + "/hard/copy").c_str(), &dst) == 0) {
+      EXPECT_NE(dst.st_ino, st.st_ino) << "the victim was renamed onto the destination";
+    }
+  };
+  CopyOptions unchecked;
+  unchecked.if_match_source = false;
+  Result<ObjectInfo> copied = store->copy(*src, "hard/copy", unchecked);
+  EXPECT_FALSE(copied.ok());
+  victim_kept();
+
+  Result<std::unique_ptr<Upload>> upload = store->start_upload("hard/copy", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  Status whole = (*upload)->copy_whole(*src);
+  if (whole.ok()) {
+    const std::string tail = "appended";
+    MemorySource more(tail);
+    (void)(*upload)->write(data.size(), more, 0, tail.size());
+    (void)(*upload)->complete(data.size() + tail.size(), PutOptions{});
+  }
+  (void)(*upload)->abort();
+  victim_kept();
 }
 
 TEST_F(SftpStoreTest, ACpThatHangsIsGivenUpBoundedlyAndNotRunAgain) {
