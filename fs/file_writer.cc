@@ -1249,6 +1249,9 @@ void FileWriter::NoteUploadFailure(const Status& failure) {
 void FileWriter::RetryLater(uint64_t ino, const Status& failure) {
   NoteUploadFailure(failure);
   queue_->RetryLater(ino);
+  // Without a write-back window or held metadata nothing else started the thread, and the retry
+  // the log line promises would wait for the unmount.
+  if (options_.writeback_thread) queue_->Start();
 }
 
 uint64_t FileWriter::MakeRoom(const Inode* busy, uint64_t needed) {

@@ -1151,6 +1151,30 @@ TEST_F(FilesystemTest, FailedReleaseIsRetriedByFlushAll) {
   EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
 }
 
+// A mount with neither a write-back window nor held metadata (an sftp:// mount's defaults) has
+// no background work until an upload fails: the retry its log promises must still happen, not
+// wait for the unmount.
+TEST_F(FilesystemTest, FailedReleaseIsRetriedInTheBackgroundWithoutAWindow) {
+  fs_.reset();
+  options_.writeback = 0;
+  options_.metadata_delay = 0;
+  options_.writeback_thread = true;
+  fs_ = NewFilesystem();
+  auto created = fs_->Create(kRootIno, "later", 0644, O_WRONLY | O_CREAT);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("not at unmount")).ok());
+  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
+  EXPECT_FALSE(fs_->Release(created->fh).ok());
+  faults_->Clear();
+  clock_->Advance(std::chrono::seconds(11));
+  // The thread looks at the clock at least once a second; wait for its upload, not a time.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!memory_->head("later").ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(memory_->contents("later"), "not at unmount");
+}
+
 TEST_F(FilesystemTest, RecoverStagedUploadsLeftovers) {
   auto created = fs_->Create(kRootIno, "crash", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(created.ok());
