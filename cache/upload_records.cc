@@ -143,6 +143,13 @@ UploadRecords::ClearResult UploadRecords::ClearLeftovers(
   return result;
 }
 
+void UploadRecords::AbandonOpen() {
+  MutexLock lock(&mu_);
+  for (const auto& [upload, n] : open_) leftovers_.push_back(n);
+  open_.clear();
+  std::sort(leftovers_.begin(), leftovers_.end());
+}
+
 size_t UploadRecords::CountForTesting() const {
   MutexLock lock(&mu_);
   return leftovers_.size() + open_.size();

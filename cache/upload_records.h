@@ -51,6 +51,11 @@ class UploadRecords : public UploadJournal {
   // the server, and returns ok when the server no longer holds it).
   ClearResult ClearLeftovers(const std::function<Status(const OpenUploadRecord&)>& clear);
 
+  // Once nothing can use an upload any more (the filesystem is gone, at unmount): the uploads
+  // still noted open are those whose abort failed, and become leftovers for ClearLeftovers, now
+  // or at the next mount.
+  void AbandonOpen();
+
   // The notes now kept: the earlier mount's that are left, and this mount's open uploads.
   size_t CountForTesting() const;
 

@@ -336,9 +336,10 @@ Status CheckCacheDirectory(const std::string& dir, std::string_view option = "ca
   return Status::Ok();
 }
 
-// Hands the uploads an earlier mount over the same cache directory left on the server (noted
-// in `records`) to `clear`, before this mount serves anything, and says what it did.
-void ClearDeadUploads(UploadRecords& records, std::string_view kind,
+// Hands the uploads left on the server (noted in `records`) to `clear`, and says what it did.
+// At the start, before this mount serves anything, those are an earlier mount's (`whose`: "an
+// earlier mount"); at the unmount, this one's whose abort failed while the server was away.
+void ClearDeadUploads(UploadRecords& records, std::string_view kind, std::string_view whose,
                       const std::function<Status(const OpenUploadRecord&)>& clear,
                       const LogFunction& log) {
   UploadRecords::ClearResult result = records.ClearLeftovers(clear);
@@ -346,16 +347,17 @@ void ClearDeadUploads(UploadRecords& records, std::string_view kind,
     return std::to_string(n) + " " + std::string(kind) + (n == 1 ? "" : "s");
   };
   if (result.cleared != 0) {
-    LogInfo("cleared " + count(result.cleared) + " left on the server by an earlier mount");
+    log(LogLevel::kInfo,
+        "cleared " + count(result.cleared) + " left on the server by " + std::string(whose));
   }
   if (result.damaged != 0) {
     log(LogLevel::kWarn, "dropped " + std::to_string(result.damaged) +
-                             " damaged notes of an earlier mount's uploads");
+                             " damaged notes of uploads left by " + std::string(whose));
   }
   if (result.failed != 0) {
-    log(LogLevel::kWarn, count(result.failed) +
-                             " of an earlier mount not cleared (tried again at the next mount): " +
-                             result.first_error.message());
+    log(LogLevel::kWarn,
+        count(result.failed) + " of " + std::string(whose) +
+            " not cleared (tried again at the next mount): " + result.first_error.message());
   }
 }
 
@@ -430,9 +432,14 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
       s3->credentials().StartRefreshing();
     };
   }
-  ClearDeadUploads(
-      *uploads, "multipart upload",
-      [s3](const OpenUploadRecord& r) { return s3->AbortUpload(r.name, r.upload_id); }, log);
+  auto abort = [s3](const OpenUploadRecord& r) { return s3->AbortUpload(r.name, r.upload_id); };
+  ClearDeadUploads(*uploads, "multipart upload", "an earlier mount", abort, log);
+  if (context.clear_abandoned_uploads != nullptr) {
+    *context.clear_abandoned_uploads = [uploads, abort, log] {
+      uploads->AbandonOpen();
+      ClearDeadUploads(*uploads, "multipart upload", "this mount's failed aborts", abort, log);
+    };
+  }
 
   std::shared_ptr<ObjectStore> store =
       std::make_shared<MetricsStore>(std::shared_ptr<ObjectStore>(std::move(s3_store)), metrics);
@@ -597,9 +604,15 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
   if (context.start_threads != nullptr) {
     *context.start_threads = [sftp] { sftp->StartThreads(); };
   }
-  ClearDeadUploads(
-      *uploads, "temporary upload file",
-      [sftp](const OpenUploadRecord& r) { return sftp->RemoveTemporary(r.name); }, log);
+  auto remove = [sftp](const OpenUploadRecord& r) { return sftp->RemoveTemporary(r.name); };
+  ClearDeadUploads(*uploads, "temporary upload file", "an earlier mount", remove, log);
+  if (context.clear_abandoned_uploads != nullptr) {
+    *context.clear_abandoned_uploads = [uploads, remove, log] {
+      uploads->AbandonOpen();
+      ClearDeadUploads(*uploads, "temporary upload file", "this mount's failed aborts", remove,
+                       log);
+    };
+  }
 
   // ---- The SFTP store stack, bottom to top: ----
   //   SftpStore -> MetricsStore -> ContentEtagStore -> Filesystem
@@ -727,14 +740,15 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   // What the store, the caches and the file system say, each line at its level, to the sink
   // chosen by -o log= (the Reporter's, so on standard error until the mount serves).
   const LogFunction log = [](LogLevel level, const std::string& message) { Log(level, message); };
-  std::function<void()> stop_threads, start_threads;
+  std::function<void()> stop_threads, start_threads, clear_abandoned_uploads;
   Result<std::shared_ptr<ObjectStore>> store =
       scheme.open(StoreContext{.options = options,
                                .metrics = metrics,
                                .uploads = uploads,
                                .log = log,
                                .stop_threads = &stop_threads,
-                               .start_threads = &start_threads});
+                               .start_threads = &start_threads,
+                               .clear_abandoned_uploads = &clear_abandoned_uploads});
   if (!store.ok()) {
     reporter.Error(store.status().message());
     return 1;
@@ -914,6 +928,11 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
     exit_code = 1;
   }
   adapter.set_filesystem(nullptr);
+  // Its destruction runs the aborts still queued; the uploads whose abort failed while the
+  // server was away would otherwise stay on the server until the next mount, which may never
+  // come (within the deadline above: a server still away leaves them for that mount).
+  if (fs.ok()) fs->reset();
+  if (clear_abandoned_uploads) clear_abandoned_uploads();
   return exit_code;
 }
 

@@ -35,6 +35,9 @@ struct StoreContext {
   // the store may set these to stop them before it and start them again after it.
   std::function<void()>* stop_threads = nullptr;
   std::function<void()>* start_threads = nullptr;
+  // Set by the store: removes from the server the uploads this mount noted in `uploads` and
+  // could not abort (the server was away then); run at the unmount, once the filesystem is gone.
+  std::function<void()>* clear_abandoned_uploads = nullptr;
 };
 
 struct Scheme {

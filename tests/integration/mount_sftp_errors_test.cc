@@ -539,6 +539,46 @@ TEST(MountSftpErrorsTest, ServerKilledWhileWritingKeepsTheDataForARetry) {
   EXPECT_EQ(mount->Stop(), 0);
 }
 
+// A server that hangs while a file is streamed to it: close() gives EIO within its bounded
+// wait. Once the server answers again the mount uploads the file by itself, with nothing but
+// the passing of its retry time (an sftp:// mount has no write-back window to start a thread
+// for it), and the streamed upload's temporary file, whose abort failed while the server hung,
+// is gone from the server after the unmount instead of waiting for a next mount.
+TEST(MountSftpErrorsTest, AHungServerGetsTheFileByItselfAndKeepsNoTemporaryFile) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount(",request_timeout=2,operation_timeout=6");
+  ASSERT_TRUE(mount);
+  const std::string data = PseudoRandomBytes(32 << 20, 37);
+  int fd =
+      ::open((mount->path() + "/retried").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()))
+      << std::strerror(errno);
+  auto temporary_files = [&root] {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(root)) {
+      std::string name = entry.path().filename().string();
+      if (name.rfind(".objfs-tmp-", 0) == 0) names.push_back(name);
+    }
+    return names;
+  };
+  ASSERT_FALSE(temporary_files().empty()) << "the write was not streamed";
+
+  ASSERT_TRUE(sshd.StopAll());
+  errno = 0;
+  EXPECT_NE(::close(fd), 0) << "close() succeeded with the server hung";
+  EXPECT_EQ(errno, EIO) << std::strerror(errno);
+  ASSERT_TRUE(sshd.StopAll(/*resume=*/true));
+
+  EXPECT_TRUE(WaitFor(60, [&] { return ReadLocal(root + "/retried") == data; }))
+      << "the file did not reach the server while mounted; log:\n"
+      << mount->log();
+  EXPECT_EQ(mount->Stop(), 0);
+  EXPECT_EQ(temporary_files(), std::vector<std::string>{}) << mount->log();
+}
+
 // A server that refuses the OpenSSH extensions objfs uses when offered (sftp-server -P):
 // reads fall back to 32 KiB requests, df to the constants of an object store, and a link's own
 // times cannot be set (EOPNOTSUPP), never its target's instead.

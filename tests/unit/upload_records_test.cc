@@ -104,6 +104,32 @@ TEST_F(UploadRecordsTest, AFailedClearKeepsTheNoteForTheMountAfter) {
   EXPECT_EQ(result.cleared, 2u);
 }
 
+// At the unmount, the uploads still open are those whose abort failed: cleared then, and one
+// whose clearing fails too is left to the next mount.
+TEST_F(UploadRecordsTest, AtTheUnmountTheUploadsStillOpenAreCleared) {
+  {
+    auto records = Open();
+    ASSERT_NE(records, nullptr);
+    ASSERT_TRUE(records->Opened("done", "1").ok());
+    ASSERT_TRUE(records->Opened("abort failed", "2").ok());
+    ASSERT_TRUE(records->Opened("still away", "3").ok());
+    records->Closed("done", "1");
+    UploadRecords::ClearResult result;
+    EXPECT_TRUE(Clear(*records, &result).empty());  // open uploads are never offered
+    records->AbandonOpen();
+    std::vector<OpenUploadRecord> want = {{"abort failed", "2"}, {"still away", "3"}};
+    EXPECT_EQ(Clear(*records, &result, "still away"), want);
+    EXPECT_EQ(result.cleared, 1u);
+    EXPECT_EQ(result.failed, 1u);
+    EXPECT_EQ(FilesInDir(), 1u);
+  }
+  auto next = Open();
+  ASSERT_NE(next, nullptr);
+  UploadRecords::ClearResult result;
+  std::vector<OpenUploadRecord> want = {{"still away", "3"}};
+  EXPECT_EQ(Clear(*next, &result), want);
+}
+
 TEST_F(UploadRecordsTest, DamagedAndPartialNotesAreDroppedNotCleared) {
   {
     auto records = Open();
