@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <cmath>
@@ -949,6 +950,7 @@ class SftpStore::Session : public Upload {
         paths_(std::move(paths)),
         staged_(std::move(staged)),
         part_size_(part_size),
+        md5_valid_(store->HashesStreamedUploads()),
         identity_(identity) {}
   ~Session() override { (void)abort(); }
 
@@ -1319,7 +1321,7 @@ class SftpStore::Session : public Upload {
   uint64_t extent_ GUARDED_BY(mu_) = 0;  // the end of the furthest range sent, or tried
   Md5 md5_ GUARDED_BY(mu_);
   uint64_t hashed_ GUARDED_BY(mu_) = 0;
-  bool md5_valid_ GUARDED_BY(mu_) = true;
+  bool md5_valid_ GUARDED_BY(mu_);           // false: the MD5 stays unknown
   bool cp_may_run_ GUARDED_BY(mu_) = false;  // copy_whole's cp failed with its outcome unknown
   StagedIdentity identity_ GUARDED_BY(mu_);  // of the temporary file (remade by cp)
   std::multiset<uint64_t> writing_ GUARDED_BY(mu_);  // where the write() calls in progress begin
@@ -1815,7 +1817,14 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
     std::atomic<int>& count;
     ~Running() { count.fetch_sub(1); }
   } running{server_md5_running_};
-  const bool trusted = server_md5_state_.load() == kServerCommandTrusted;
+  bool trusted = server_md5_state_.load() == kServerCommandTrusted;
+  if (!trusted) {
+    const Md5Probe probe = ProbeServerMd5(paths.dir);
+    if (probe == Md5Probe::kOff || probe == Md5Probe::kNoAnswer) {
+      return OptionalMd5();  // the caller reads the file
+    }
+    trusted = probe == Md5Probe::kTrusted;
+  }
   // Not trusted yet: the version the check below reads (the same size and mtime throughout).
   std::optional<ObjectInfo> version;
   if (!trusted) {
@@ -1880,12 +1889,74 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
                  : "it failed (exit status " + std::to_string(ran->exit_status) +
                        ") on a file SFTP reads";
   }
+  TurnServerMd5Off(why);
+  return here;  // the bytes' own MD5 where the check read them, so that they are not read again
+}
+
+void SftpStore::TurnServerMd5Off(const std::string& why) {
   int untried = kServerCommandUntried;
   if (server_md5_state_.compare_exchange_strong(untried, kServerCommandOff) && options_.log) {
     options_.log(LogLevel::kInfo, describe() + ": md5sum cannot run on the server (" + why +
                                       "): MD5s are computed here, from the files' bytes");
   }
-  return here;  // the bytes' own MD5 where the check read them, so that they are not read again
+}
+
+SftpStore::Md5Probe SftpStore::ProbeServerMd5(const std::string& dir) {
+  std::array<std::byte, 4096> bytes{};
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), bytes.size()) != 1) {
+    return Md5Probe::kNoProbe;
+  }
+  const std::string probe = TempName(dir);  // no character a shell takes for another
+  if (!NoteTemporary(probe, "md5sum probe").ok()) return Md5Probe::kNoProbe;
+  bool made = false;
+  Result<ServerCommand> ran = WithRetry([&](SftpConnection& c) -> Result<ServerCommand> {
+    SftpWire& wire = c.wire();
+    // Made here (O_EXCL), never a file that took the name; a retry after a broken connection
+    // finds its own and decides nothing.
+    OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle handle,
+                           wire.OpenFile(probe, kOpenWrite | kOpenCreate | kOpenExclusive, 0600));
+    Status wrote = wire.WriteAll(handle, 0, bytes, 1);
+    Status closed = wire.Close(handle);
+    OBJFS_RETURN_IF_ERROR(wrote);
+    OBJFS_RETURN_IF_ERROR(closed);
+    made = true;
+    const std::chrono::milliseconds allowed = Md5sumTime(options_.request_timeout, bytes.size());
+    SftpSessionPool::SilenceAllowance hashing(pool_, c, allowed + options_.request_timeout);
+    server_md5_runs_.fetch_add(1);
+    return RunOnServer(c, options_.server_md5_command + " '" + probe + "'", probe.size() + 64,
+                       DeadlineClock::now() + allowed);
+  });
+  if (RemoveTemporary(probe).ok() && options_.journal != nullptr) {
+    options_.journal->Closed(probe, "");
+  }
+  if (!ran.ok() && !made && ran.status().code() != StatusCode::kTransient) {
+    return Md5Probe::kNoProbe;
+  }
+  // Killed, or no status came: nothing decided, unless it said more than md5sum ever does.
+  if (!ran.ok() || (ran->started && ran->exit_status == -1 && !ran->out_cut)) {
+    return Md5Probe::kNoAnswer;
+  }
+  OptionalMd5 digest;
+  if (ran->started && ran->exit_status == 0 && !ran->out_cut) {
+    digest = ParseMd5sumLine(ran->out, probe);
+  }
+  if (digest && *digest == Md5Of(std::span<const std::byte>(bytes))) {
+    int untried = kServerCommandUntried;
+    server_md5_state_.compare_exchange_strong(untried, kServerCommandTrusted);
+    return Md5Probe::kTrusted;
+  }
+  std::string why;
+  if (!ran->started) {
+    why = "the server refused to run it";
+  } else if (digest) {
+    why = "its MD5 of a file objfs wrote there is not that of the bytes written";
+  } else {
+    why = "exit status " + std::to_string(ran->exit_status) + ", " +
+          std::to_string(ran->out.size()) + (ran->out_cut ? " or more" : "") +
+          " bytes of output, for a file objfs wrote there";
+  }
+  TurnServerMd5Off(why);
+  return Md5Probe::kOff;
 }
 
 bool SftpStore::MayRunCp(uint64_t size) const {

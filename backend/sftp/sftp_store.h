@@ -69,6 +69,12 @@ struct SftpStoreOptions {
   // Smaller files are read and hashed here: one read costs less than starting a command (the
   // account's shell reads its start-up files first).
   uint64_t server_md5_min_size = 4 << 20;
+  // A streamed upload (a file written past its first part) is not hashed while the server may
+  // hash it (server_md5, and md5sum not found unable to): its MD5 is left unknown, for the
+  // server to compute when it is first asked for. On two cores shared with the server, hashing
+  // every byte on its way up cost cp into the mount a third of its speed; most files' MD5 is
+  // never asked for. false: hashed on the way up, as whole puts always are.
+  bool leave_upload_md5_to_server = false;
   // The command server_md5 runs, the file's quoted path after it (tests name one that is not
   // there, to stand for a server that cannot run md5sum).
   std::string server_md5_command = "md5sum --";
@@ -144,6 +150,11 @@ class SftpStore : public ObjectStore {
   // for the rest of the mount once md5sum could not run (no shell access, `ForceCommand
   // internal-sftp`, no md5sum, a shell that prints more) or its first answer was wrong.
   Result<OptionalMd5> server_md5(std::string_view key, uint64_t size) override;
+  // Whether a streamed upload starting now hashes its bytes (leave_upload_md5_to_server).
+  bool HashesStreamedUploads() const {
+    return !(options_.leave_upload_md5_to_server && options_.server_md5 &&
+             server_md5_state_.load() != kServerCommandOff);
+  }
   // The commands server_md5 ran on the server.
   uint64_t server_md5_runs() const { return server_md5_runs_.load(); }
   // The cp commands CopyWithCp ran on the server.
@@ -253,6 +264,16 @@ class SftpStore : public ObjectStore {
   std::string TempName(const std::string& dir);
   // Notes the temporary file `path` in the journal before it is created.
   Status NoteTemporary(const std::string& path, std::string_view what);
+  // The check of md5sum's first answer in a mount, on a probe file of 4 KiB of random bytes
+  // made for it (as an upload's temporary file, and removed) in `dir`, instead of on the file
+  // asked for, read here, which may be gigabytes. Trusted: md5sum runs and sees the files SFTP
+  // shows. Off: it could not run or answered wrongly (logged). NoAnswer: it did not answer in
+  // time, or the connection failed (not asked for the file either). NoProbe: none could be made
+  // (a directory the account may not write): the file's own bytes, read here, decide.
+  enum class Md5Probe { kTrusted, kOff, kNoAnswer, kNoProbe };
+  Md5Probe ProbeServerMd5(const std::string& dir);
+  // Turns server_md5 off for the rest of the mount, once, saying why.
+  void TurnServerMd5Off(const std::string& why);
   // Removes the temporary file `path` after a failed upload, and its note once it is gone (a
   // broken connection leaves both: the next mount removes the file).
   void DropTemporary(SftpConnection& c, const std::string& path);

@@ -523,6 +523,7 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
   sftp_options.operation_timeout = Millis(options.operation_timeout);
   sftp_options.log = log;
   sftp_options.server_md5 = !options.no_server_md5;
+  sftp_options.leave_upload_md5_to_server = true;
   sftp_options.server_cp = !options.no_server_cp;
   // A replaced file keeps an owner that is not the mount's own (see mount_owner).
   sftp_options.mount_owner = std::make_pair(options.fs.uid, options.fs.gid);

@@ -524,8 +524,10 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .schemes = sftp,
        .group = G::kSftp,
        .meaning = "compute the MD5 (user.etag) of a file nobody hashed yet here, from its bytes, "
-                  "never by running md5sum on the server",
-       .default_value = "md5sum on the server where the account may run it",
+                  "never by running md5sum on the server; files streamed up through the mount are "
+                  "then hashed on their way up",
+       .default_value = "md5sum on the server where the account may run it, and streamed uploads "
+                        "left unhashed for it",
        .apply =
            [](std::string_view, std::string_view, MountOptions& out, OptionState&) {
              out.no_server_md5 = true;

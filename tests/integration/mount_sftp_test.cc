@@ -324,27 +324,40 @@ TEST(MountSftpTest, ChownChangesTheOwnerOnTheServer) {
 }
 
 }  // namespace
-TEST(MountSftpTest, AFileCopiedInHasItsMd5AtOnce) {
-  // cp writes faster than the parts go up, so they go up several at once: the MD5 still
-  // follows the bytes, and asking for it reads nothing back from the server.
+// A file copied in is streamed up unhashed where md5sum may run on the server, which computes
+// its MD5 when it is first asked for (the first answer checked on a 4 KiB probe, not on the
+// file); with no_server_md5 it is hashed on its way up instead, several parts going up at once.
+// Either way asking for it reads no byte of the file back.
+TEST(MountSftpTest, AFileCopiedInGetsItsMd5WithoutBeingReadBack) {
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());
   const std::string content = PseudoRandomBytes((48 << 20) + 5, 8);
   WriteFile(local.path() + "/source", content);
   const std::string md5 = Md5sum(local.path() + "/source");
   SftpTestDir dir = CreateSftpTestDir(TestName());
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
-  ASSERT_TRUE(mount);
-  CommandResult cp = RunCommand({"cp", local.path() + "/source", mount->path() + "/copied"});
-  ASSERT_EQ(cp.exit_code, 0) << cp.err;
-  const std::string before = GetXattr(mount->path(), "user.objfs.stats");
-  EXPECT_GE(StatsCounter(before, "streamed_parts"), 2) << before;
-  EXPECT_EQ(StatsCounter(before, "bytes_hashed"), static_cast<int64_t>(content.size())) << before;
-  EXPECT_EQ(GetXattr(mount->path() + "/copied", "user.etag"), md5);
-  const std::string after = GetXattr(mount->path(), "user.objfs.stats");
-  EXPECT_EQ(StatsCounter(after, "read_requests"), StatsCounter(before, "read_requests")) << after;
-  EXPECT_EQ(StatsCounter(after, "bytes_hashed"), StatsCounter(before, "bytes_hashed")) << after;
-  EXPECT_TRUE(ReadFile(dir.path + "/copied") == content);
+  for (const std::string mode : {"", "no_server_md5"}) {
+    SCOPED_TRACE("-o " + mode);
+    ObjfsMount::Options options;
+    options.extra_options = mode;
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+    ASSERT_TRUE(mount);
+    CommandResult cp = RunCommand({"cp", local.path() + "/source", mount->path() + "/copied"});
+    ASSERT_EQ(cp.exit_code, 0) << cp.err;
+    const std::string before = GetXattr(mount->path(), "user.objfs.stats");
+    EXPECT_GE(StatsCounter(before, "streamed_parts"), 2) << before;
+    EXPECT_EQ(StatsCounter(before, "bytes_hashed"),
+              mode.empty() ? 0 : static_cast<int64_t>(content.size()))
+        << before;
+    EXPECT_EQ(GetXattr(mount->path() + "/copied", "user.etag"), md5);
+    const std::string after = GetXattr(mount->path(), "user.objfs.stats");
+    EXPECT_EQ(StatsCounter(after, "read_requests"), StatsCounter(before, "read_requests")) << after;
+    EXPECT_EQ(StatsCounter(after, "bytes_hashed"), StatsCounter(before, "bytes_hashed")) << after;
+    EXPECT_EQ(StatsCounter(after, "server_md5s"), mode.empty() ? 1 : 0) << after;
+    EXPECT_TRUE(ReadFile(dir.path + "/copied") == content);
+    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+    EXPECT_EQ(ServerFiles(dir.path), "./copied\n");  // no probe or temporary file left
+    fs::remove(dir.path + "/copied");
+  }
 }
 
 TEST(MountSftpTest, AServerMadeFileGetsItsMd5FromTheServer) {
