@@ -564,7 +564,9 @@ TEST(MountSftpErrorsTest, AHungServerGetsTheFileByItselfAndKeepsNoTemporaryFile)
     }
     return names;
   };
-  ASSERT_FALSE(temporary_files().empty()) << "the write was not streamed";
+  // The upload starts in the background once the file passes its first part.
+  ASSERT_TRUE(WaitFor(30, [&] { return !temporary_files().empty(); }))
+      << "the write was not streamed";
 
   ASSERT_TRUE(sshd.StopAll());
   errno = 0;
