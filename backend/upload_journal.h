@@ -26,6 +26,10 @@ class UploadJournal {
   // The server no longer holds the upload (completed, aborted or removed). Unknown uploads are
   // ignored.
   virtual void Closed(std::string_view name, std::string_view upload_id) = 0;
+
+  // Its abort (or removal) failed: the server may still hold it, and nobody uses it any more,
+  // so it may be cleared later without waiting for the next mount. Unknown uploads are ignored.
+  virtual void Abandoned(std::string_view /*name*/, std::string_view /*upload_id*/) {}
 };
 
 }  // namespace objfs

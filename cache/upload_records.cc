@@ -103,15 +103,18 @@ void UploadRecords::Closed(std::string_view name, std::string_view upload_id) {
   ::unlink(PathOf(n).c_str());
 }
 
-UploadRecords::ClearResult UploadRecords::ClearLeftovers(
-    const std::function<Status(const OpenUploadRecord&)>& clear) {
-  std::vector<uint64_t> notes;
-  {
-    MutexLock lock(&mu_);
-    notes.swap(leftovers_);
-  }
+void UploadRecords::Abandoned(std::string_view name, std::string_view upload_id) {
+  MutexLock lock(&mu_);
+  auto it = open_.find({std::string(name), std::string(upload_id)});
+  if (it == open_.end()) return;
+  abandoned_.push_back(it->second);
+  open_.erase(it);
+}
+
+UploadRecords::ClearResult UploadRecords::ClearNotes(
+    const std::vector<uint64_t>& notes, const std::function<Status(const OpenUploadRecord&)>& clear,
+    std::vector<uint64_t>* kept) {
   ClearResult result;
-  std::vector<uint64_t> kept;
   for (uint64_t n : notes) {
     const std::string path = PathOf(n);
     std::ifstream in(path, std::ios::binary);
@@ -119,7 +122,7 @@ UploadRecords::ClearResult UploadRecords::ClearLeftovers(
     if (!in.good() && !in.eof()) {
       if (result.first_error.ok()) result.first_error = IoError("cannot read " + path);
       ++result.failed;
-      kept.push_back(n);
+      kept->push_back(n);
       continue;
     }
     Result<OpenUploadRecord> record = OpenUploadCodec::Decode(bytes);
@@ -132,27 +135,48 @@ UploadRecords::ClearResult UploadRecords::ClearLeftovers(
     if (!cleared.ok()) {
       if (result.first_error.ok()) result.first_error = cleared;
       ++result.failed;
-      kept.push_back(n);
+      kept->push_back(n);
       continue;
     }
     ++result.cleared;
     ::unlink(path.c_str());
   }
-  MutexLock lock(&mu_);
-  leftovers_ = std::move(kept);
   return result;
 }
 
-void UploadRecords::AbandonOpen() {
+UploadRecords::ClearResult UploadRecords::ClearLeftovers(
+    const std::function<Status(const OpenUploadRecord&)>& clear) {
+  std::vector<uint64_t> notes;
+  {
+    MutexLock lock(&mu_);
+    notes.swap(leftovers_);
+  }
+  std::vector<uint64_t> kept;
+  ClearResult result = ClearNotes(notes, clear, &kept);
   MutexLock lock(&mu_);
-  for (const auto& [upload, n] : open_) leftovers_.push_back(n);
-  open_.clear();
+  leftovers_.insert(leftovers_.end(), kept.begin(), kept.end());
   std::sort(leftovers_.begin(), leftovers_.end());
+  return result;
+}
+
+UploadRecords::ClearResult UploadRecords::ClearAbandoned(
+    const std::function<Status(const OpenUploadRecord&)>& clear) {
+  std::vector<uint64_t> notes;
+  {
+    MutexLock lock(&mu_);
+    notes.swap(abandoned_);
+  }
+  if (notes.empty()) return {};
+  std::vector<uint64_t> kept;
+  ClearResult result = ClearNotes(notes, clear, &kept);
+  MutexLock lock(&mu_);
+  abandoned_.insert(abandoned_.end(), kept.begin(), kept.end());
+  return result;
 }
 
 size_t UploadRecords::CountForTesting() const {
   MutexLock lock(&mu_);
-  return leftovers_.size() + open_.size();
+  return leftovers_.size() + open_.size() + abandoned_.size();
 }
 
 }  // namespace objfs

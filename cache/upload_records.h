@@ -40,6 +40,7 @@ class UploadRecords : public UploadJournal {
   // Notes an upload. On a full disk, the upload is not noted, and the first such time logs it.
   Status Opened(std::string_view name, std::string_view upload_id) override;
   void Closed(std::string_view name, std::string_view upload_id) override;
+  void Abandoned(std::string_view name, std::string_view upload_id) override;
 
   struct ClearResult {
     size_t cleared = 0;  // uploads `clear` removed (or found gone), their notes dropped
@@ -51,10 +52,10 @@ class UploadRecords : public UploadJournal {
   // the server, and returns ok when the server no longer holds it).
   ClearResult ClearLeftovers(const std::function<Status(const OpenUploadRecord&)>& clear);
 
-  // Once nothing can use an upload any more (the filesystem is gone, at unmount): the uploads
-  // still noted open are those whose abort failed, and become leftovers for ClearLeftovers, now
-  // or at the next mount.
-  void AbandonOpen();
+  // The same for this mount's uploads whose abort failed (Abandoned): called once the server
+  // answers again, and at the unmount. One whose clearing fails again stays for the next call,
+  // and for the next mount.
+  ClearResult ClearAbandoned(const std::function<Status(const OpenUploadRecord&)>& clear);
 
   // The notes now kept: the earlier mount's that are left, and this mount's open uploads.
   size_t CountForTesting() const;
@@ -62,6 +63,10 @@ class UploadRecords : public UploadJournal {
  private:
   explicit UploadRecords(std::string dir) : dir_(std::move(dir)) {}
   std::string PathOf(uint64_t n) const;
+  // Hands the notes `notes` to `clear`; returns the numbers of those that stay in `kept`.
+  ClearResult ClearNotes(const std::vector<uint64_t>& notes,
+                         const std::function<Status(const OpenUploadRecord&)>& clear,
+                         std::vector<uint64_t>* kept);
 
   const std::string dir_;
   mutable Mutex mu_;                                 // lock 15 of fs/lock_order.h
@@ -69,6 +74,7 @@ class UploadRecords : public UploadJournal {
   std::vector<uint64_t> leftovers_ GUARDED_BY(mu_);  // notes found at Open
   // (name, id) -> note number
   std::map<std::pair<std::string, std::string>, uint64_t> open_ GUARDED_BY(mu_);
+  std::vector<uint64_t> abandoned_ GUARDED_BY(mu_);  // this mount's, whose abort failed
   std::atomic<bool> full_disk_logged_{false};
 };
 

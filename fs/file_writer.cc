@@ -1345,6 +1345,7 @@ Status FileWriter::UploadDueFile(uint64_t ino) {
     }
     if (!status.ok()) RetryLater(ino, status);
   }
+  if (status.ok() && options_.clear_abandoned_uploads) options_.clear_abandoned_uploads();
   inodes_->Forget(ino, 0);  // an inode the kernel forgot goes once it is clean
   return status;
 }

@@ -87,6 +87,8 @@ class FileWriter {
     size_t read_buffer = 1 << 20;
     // Runs the write-back thread (tests that drive UploadDue themselves turn it off).
     bool writeback_thread = true;
+    // FilesystemOptions::clear_abandoned_uploads.
+    std::function<void()> clear_abandoned_uploads;
     // Files uploaded at once by the write-back thread and FlushAll.
     size_t upload_threads = 4;
     // Parts of one file being written sent at once while it is written (fs/streamed_upload.h);

@@ -50,6 +50,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
   writer.hold_metadata = raw->attributes_in_place_ ? 0 : raw->options_.metadata_delay;
   writer.read_buffer = raw->options_.prefetch.read_buffer;
   writer.writeback_thread = raw->options_.writeback_thread;
+  writer.clear_abandoned_uploads = raw->options_.clear_abandoned_uploads;
   writer.upload_threads = kUploadThreads;
   writer.log = [raw](LogLevel level, const std::string& line) { raw->Log(level, line); };
   fs->writer_ = std::make_unique<FileWriter>(raw->store_.get(), raw->staging_.get(), &raw->inodes_,

@@ -132,6 +132,10 @@ struct FilesystemOptions {
   // Where problems found in the background (a failed write-back upload) are reported, one line
   // each; null: stderr.
   LogFunction log;
+  // Called once a file the background uploaded is on the server, a sign that the server answers
+  // again: clears the uploads whose abort failed while it did not (the mount's UploadRecords
+  // ClearAbandoned), so that they do not wait for the unmount. Null: nothing.
+  std::function<void()> clear_abandoned_uploads;
   // Runs the thread that uploads files whose write-back window has passed (and the files
   // RecoverStaged takes over, window or not). Tests that drive UploadDue() themselves turn it
   // off.

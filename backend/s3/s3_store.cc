@@ -704,7 +704,10 @@ Status S3Store::AbortUpload(std::string_view key, std::string_view upload_id) {
   req.query.emplace_back("uploadId", std::string(upload_id));
   Result<HttpResponse> resp = Execute(req);
   // NoSuchUpload: aborted or completed already.
-  if (!resp.ok() && resp.status().code() != StatusCode::kNotFound) return resp.status();
+  if (!resp.ok() && resp.status().code() != StatusCode::kNotFound) {
+    if (options_.journal != nullptr) options_.journal->Abandoned(key, upload_id);
+    return resp.status();
+  }
   if (options_.journal != nullptr) options_.journal->Closed(key, upload_id);
   return Status::Ok();
 }

@@ -361,11 +361,13 @@ Status SftpStore::RemoveTemporary(const std::string& path) {
   if (!name.starts_with(std::string(kReservedPrefix) + "tmp-")) {
     return InvalidArgumentError("remove " + path + ": not the name of a temporary file");
   }
-  return WithRetry([&](SftpConnection& c) -> Status {
+  Status removed = WithRetry([&](SftpConnection& c) -> Status {
     if (sftp_unlink(c.sftp(), path.c_str()) == 0) return Status::Ok();
     Status status = LibsshStatus(c, "remove " + path);
     return status.code() == StatusCode::kNotFound ? Status::Ok() : status;
   });
+  if (!removed.ok() && options_.journal != nullptr) options_.journal->Abandoned(path, "");
+  return removed;
 }
 
 Result<ObjectInfo> SftpStore::HeadOn(SftpConnection& c, std::string_view key) {

@@ -336,13 +336,12 @@ Status CheckCacheDirectory(const std::string& dir, std::string_view option = "ca
   return Status::Ok();
 }
 
-// Hands the uploads left on the server (noted in `records`) to `clear`, and says what it did.
-// At the start, before this mount serves anything, those are an earlier mount's (`whose`: "an
-// earlier mount"); at the unmount, this one's whose abort failed while the server was away.
-void ClearDeadUploads(UploadRecords& records, std::string_view kind, std::string_view whose,
-                      const std::function<Status(const OpenUploadRecord&)>& clear,
-                      const LogFunction& log) {
-  UploadRecords::ClearResult result = records.ClearLeftovers(clear);
+// Says what a clearing of uploads left on the server did (`kind`: what an upload is on this
+// store). At the start, before this mount serves anything, they are an earlier mount's
+// (`whose`: "an earlier mount"); while it runs, and at the unmount, this one's whose abort
+// failed while the server was away.
+void SayCleared(const UploadRecords::ClearResult& result, std::string_view kind,
+                std::string_view whose, const LogFunction& log) {
   auto count = [kind](size_t n) {
     return std::to_string(n) + " " + std::string(kind) + (n == 1 ? "" : "s");
   };
@@ -433,13 +432,8 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
     };
   }
   auto abort = [s3](const OpenUploadRecord& r) { return s3->AbortUpload(r.name, r.upload_id); };
-  ClearDeadUploads(*uploads, "multipart upload", "an earlier mount", abort, log);
-  if (context.clear_abandoned_uploads != nullptr) {
-    *context.clear_abandoned_uploads = [uploads, abort, log] {
-      uploads->AbandonOpen();
-      ClearDeadUploads(*uploads, "multipart upload", "this mount's failed aborts", abort, log);
-    };
-  }
+  SayCleared(uploads->ClearLeftovers(abort), "multipart upload", "an earlier mount", log);
+  if (context.clear_upload != nullptr) *context.clear_upload = {abort, "multipart upload"};
 
   std::shared_ptr<ObjectStore> store =
       std::make_shared<MetricsStore>(std::shared_ptr<ObjectStore>(std::move(s3_store)), metrics);
@@ -606,14 +600,8 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
     *context.start_threads = [sftp] { sftp->StartThreads(); };
   }
   auto remove = [sftp](const OpenUploadRecord& r) { return sftp->RemoveTemporary(r.name); };
-  ClearDeadUploads(*uploads, "temporary upload file", "an earlier mount", remove, log);
-  if (context.clear_abandoned_uploads != nullptr) {
-    *context.clear_abandoned_uploads = [uploads, remove, log] {
-      uploads->AbandonOpen();
-      ClearDeadUploads(*uploads, "temporary upload file", "this mount's failed aborts", remove,
-                       log);
-    };
-  }
+  SayCleared(uploads->ClearLeftovers(remove), "temporary upload file", "an earlier mount", log);
+  if (context.clear_upload != nullptr) *context.clear_upload = {remove, "temporary upload file"};
 
   // ---- The SFTP store stack, bottom to top: ----
   //   SftpStore -> MetricsStore -> ContentEtagStore -> Filesystem
@@ -741,7 +729,8 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   // What the store, the caches and the file system say, each line at its level, to the sink
   // chosen by -o log= (the Reporter's, so on standard error until the mount serves).
   const LogFunction log = [](LogLevel level, const std::string& message) { Log(level, message); };
-  std::function<void()> stop_threads, start_threads, clear_abandoned_uploads;
+  std::function<void()> stop_threads, start_threads;
+  UploadClearing clearing;
   Result<std::shared_ptr<ObjectStore>> store =
       scheme.open(StoreContext{.options = options,
                                .metrics = metrics,
@@ -749,7 +738,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
                                .log = log,
                                .stop_threads = &stop_threads,
                                .start_threads = &start_threads,
-                               .clear_abandoned_uploads = &clear_abandoned_uploads});
+                               .clear_upload = &clearing});
   if (!store.ok()) {
     reporter.Error(store.status().message());
     return 1;
@@ -852,6 +841,14 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   // With direct_io the kernel caches no pages to keep.
   logged_options.kernel_page_cache = !options.direct_io;
   logged_options.log = log;
+  // An upload whose abort failed while the server was away is cleared once the background
+  // uploads show that it answers again.
+  constexpr std::string_view kFailedAborts = "this mount's failed aborts";
+  if (clearing.clear) {
+    logged_options.clear_abandoned_uploads = [uploads, clearing, log, kFailedAborts] {
+      SayCleared(uploads->ClearAbandoned(clearing.clear), clearing.kind, kFailedAborts, log);
+    };
+  }
   std::shared_ptr<ObjectStore> served = *store;
   if (options.url.scheme == UrlScheme::kS3) {
     // S3 listings lack metadata: what HEADs found is kept for the next mount, on top of the
@@ -931,9 +928,13 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   adapter.set_filesystem(nullptr);
   // Its destruction runs the aborts still queued; the uploads whose abort failed while the
   // server was away would otherwise stay on the server until the next mount, which may never
-  // come (within the deadline above: a server still away leaves them for that mount).
+  // come (within the deadline above: a server still away leaves them for that mount). Only
+  // those: an upload a cp on the server may still be writing was never aborted, and stays
+  // noted for the next mount, as a cp that has not opened it yet could make it again.
   if (fs.ok()) fs->reset();
-  if (clear_abandoned_uploads) clear_abandoned_uploads();
+  if (clearing.clear) {
+    SayCleared(uploads->ClearAbandoned(clearing.clear), clearing.kind, kFailedAborts, log);
+  }
   return exit_code;
 }
 

@@ -24,6 +24,13 @@ namespace objfs {
 
 // What a store factory gets. It runs after the cache directory exists and is locked, before the
 // kernel mount; an error it returns is printed as objfs's one-line error (exit status 1).
+// How a store clears one upload it noted (S3: AbortMultipartUpload; SFTP: removes the temporary
+// file); `kind` names such an upload in the log.
+struct UploadClearing {
+  std::function<Status(const OpenUploadRecord&)> clear;
+  std::string kind;
+};
+
 struct StoreContext {
   const MountOptions& options;
   Metrics& metrics;
@@ -35,9 +42,9 @@ struct StoreContext {
   // the store may set these to stop them before it and start them again after it.
   std::function<void()>* stop_threads = nullptr;
   std::function<void()>* start_threads = nullptr;
-  // Set by the store: removes from the server the uploads this mount noted in `uploads` and
-  // could not abort (the server was away then); run at the unmount, once the filesystem is gone.
-  std::function<void()>* clear_abandoned_uploads = nullptr;
+  // Set by the store: how it removes from the server an upload noted in `uploads` whose abort
+  // failed (the server was away then), while the mount runs and at the unmount.
+  UploadClearing* clear_upload = nullptr;
 };
 
 struct Scheme {

@@ -540,22 +540,14 @@ TEST(MountSftpErrorsTest, ServerKilledWhileWritingKeepsTheDataForARetry) {
 }
 
 // A server that hangs while a file is streamed to it: close() gives EIO within its bounded
-// wait. Once the server answers again the mount uploads the file by itself, with nothing but
-// the passing of its retry time (an sftp:// mount has no write-back window to start a thread
-// for it), and the streamed upload's temporary file, whose abort failed while the server hung,
-// is gone from the server after the unmount instead of waiting for a next mount.
+// wait, and the streamed upload's abort fails too. Once the server answers again the mount
+// uploads the file by itself, with nothing but the passing of its retry time (an sftp:// mount
+// has no write-back window to start a thread for it), and then removes the temporary file whose
+// abort failed, instead of leaving it for the unmount or a next mount.
 TEST(MountSftpErrorsTest, AHungServerGetsTheFileByItselfAndKeepsNoTemporaryFile) {
   PrivateSshd sshd;
   ASSERT_TRUE(sshd.started());
   const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
-  std::unique_ptr<ObjfsMount> mount = sshd.Mount(",request_timeout=2,operation_timeout=6");
-  ASSERT_TRUE(mount);
-  const std::string data = PseudoRandomBytes(32 << 20, 37);
-  int fd =
-      ::open((mount->path() + "/retried").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()))
-      << std::strerror(errno);
   auto temporary_files = [&root] {
     std::vector<std::string> names;
     for (const auto& entry : fs::directory_iterator(root)) {
@@ -564,20 +556,37 @@ TEST(MountSftpErrorsTest, AHungServerGetsTheFileByItselfAndKeepsNoTemporaryFile)
     }
     return names;
   };
-  // The upload starts in the background once the file passes its first part.
-  ASSERT_TRUE(WaitFor(30, [&] { return !temporary_files().empty(); }))
-      << "the write was not streamed";
+  // Writes `data` to `name` in `mount`, hangs the server while the upload is streamed, and
+  // resumes it once close() has failed.
+  auto write_while_hung = [&](ObjfsMount& mount, const std::string& name, const std::string& data) {
+    int fd =
+        ::open((mount.path() + "/" + name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()))
+        << std::strerror(errno);
+    // The upload starts in the background once the file passes its first part.
+    ASSERT_TRUE(WaitFor(30, [&] { return !temporary_files().empty(); }))
+        << "the write was not streamed";
+    ASSERT_TRUE(sshd.StopAll());
+    errno = 0;
+    EXPECT_NE(::close(fd), 0) << "close() succeeded with the server hung";
+    EXPECT_EQ(errno, EIO) << std::strerror(errno);
+    ASSERT_TRUE(sshd.StopAll(/*resume=*/true));
+  };
 
-  ASSERT_TRUE(sshd.StopAll());
-  errno = 0;
-  EXPECT_NE(::close(fd), 0) << "close() succeeded with the server hung";
-  EXPECT_EQ(errno, EIO) << std::strerror(errno);
-  ASSERT_TRUE(sshd.StopAll(/*resume=*/true));
-
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount(",request_timeout=2,operation_timeout=6");
+  ASSERT_TRUE(mount);
+  const std::string data = PseudoRandomBytes(32 << 20, 37);
+  ASSERT_NO_FATAL_FAILURE(write_while_hung(*mount, "retried", data));
   EXPECT_TRUE(WaitFor(60, [&] { return ReadLocal(root + "/retried") == data; }))
       << "the file did not reach the server while mounted; log:\n"
       << mount->log();
-  EXPECT_EQ(mount->Stop(), 0);
+  EXPECT_TRUE(WaitFor(30, [&] { return temporary_files().empty(); }))
+      << "the temporary file stayed while mounted; log:\n"
+      << mount->log();
+  EXPECT_NE(mount->log().find("by this mount's failed aborts"), std::string::npos) << mount->log();
+
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
   EXPECT_EQ(temporary_files(), std::vector<std::string>{}) << mount->log();
 }
 

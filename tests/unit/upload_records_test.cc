@@ -104,29 +104,41 @@ TEST_F(UploadRecordsTest, AFailedClearKeepsTheNoteForTheMountAfter) {
   EXPECT_EQ(result.cleared, 2u);
 }
 
-// At the unmount, the uploads still open are those whose abort failed: cleared then, and one
-// whose clearing fails too is left to the next mount.
-TEST_F(UploadRecordsTest, AtTheUnmountTheUploadsStillOpenAreCleared) {
+// An upload whose abort failed is cleared while the mount runs (and at the unmount), never one
+// still open; one whose clearing fails again stays for the next call and the next mount.
+TEST_F(UploadRecordsTest, AbandonedUploadsAreClearedWhileTheMountRuns) {
   {
     auto records = Open();
     ASSERT_NE(records, nullptr);
-    ASSERT_TRUE(records->Opened("done", "1").ok());
+    ASSERT_TRUE(records->Opened("in use", "1").ok());
     ASSERT_TRUE(records->Opened("abort failed", "2").ok());
     ASSERT_TRUE(records->Opened("still away", "3").ok());
-    records->Closed("done", "1");
+    records->Abandoned("abort failed", "2");
+    records->Abandoned("still away", "3");
+    records->Abandoned("unknown", "4");  // ignored
     UploadRecords::ClearResult result;
-    EXPECT_TRUE(Clear(*records, &result).empty());  // open uploads are never offered
-    records->AbandonOpen();
+    std::vector<OpenUploadRecord> offered;
+    result = records->ClearAbandoned([&](const OpenUploadRecord& r) {
+      offered.push_back(r);
+      return r.name == "still away" ? IoError("server down") : Status::Ok();
+    });
     std::vector<OpenUploadRecord> want = {{"abort failed", "2"}, {"still away", "3"}};
-    EXPECT_EQ(Clear(*records, &result, "still away"), want);
+    EXPECT_EQ(offered, want);
     EXPECT_EQ(result.cleared, 1u);
     EXPECT_EQ(result.failed, 1u);
-    EXPECT_EQ(FilesInDir(), 1u);
+    EXPECT_EQ(FilesInDir(), 2u);
+    offered.clear();
+    result = records->ClearAbandoned([&](const OpenUploadRecord& r) {
+      offered.push_back(r);
+      return IoError("server down");
+    });
+    EXPECT_EQ(offered, (std::vector<OpenUploadRecord>{{"still away", "3"}}));
+    EXPECT_TRUE(Clear(*records, &result).empty());  // this mount's notes are no leftovers
   }
   auto next = Open();
   ASSERT_NE(next, nullptr);
   UploadRecords::ClearResult result;
-  std::vector<OpenUploadRecord> want = {{"still away", "3"}};
+  std::vector<OpenUploadRecord> want = {{"in use", "1"}, {"still away", "3"}};
   EXPECT_EQ(Clear(*next, &result), want);
 }
 
