@@ -952,7 +952,8 @@ class SftpStore::Session : public Upload {
         paths_(std::move(paths)),
         staged_(std::move(staged)),
         part_size_(part_size),
-        md5_valid_(store->HashesStreamedUploads()),
+        may_leave_md5_(store->MayLeaveMd5ToServer(paths_.data)),
+        md5_valid_(!may_leave_md5_ || store->Md5sumOff()),
         identity_(identity) {}
   ~Session() override { (void)abort(); }
 
@@ -1323,6 +1324,8 @@ class SftpStore::Session : public Upload {
   uint64_t extent_ GUARDED_BY(mu_) = 0;  // the end of the furthest range sent, or tried
   Md5 md5_ GUARDED_BY(mu_);
   uint64_t hashed_ GUARDED_BY(mu_) = 0;
+  // The MD5 is left to the server unless md5sum there is known not to answer right.
+  const bool may_leave_md5_;
   bool md5_valid_ GUARDED_BY(mu_);           // false: the MD5 stays unknown
   bool cp_may_run_ GUARDED_BY(mu_) = false;  // copy_whole's cp failed with its outcome unknown
   StagedIdentity identity_ GUARDED_BY(mu_);  // of the temporary file (remade by cp)
@@ -1337,6 +1340,7 @@ Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,
     return InvalidArgumentError("upload " + std::string(key) + ": a directory holds no data");
   }
   const std::string what = "upload " + std::string(key);
+  if (options_.leave_upload_md5_to_server) StartMd5Probe(paths.dir);
   const std::string staged = TempName(paths.dir);
   OBJFS_RETURN_IF_ERROR(NoteTemporary(staged, what));
   StagedIdentity identity;
@@ -1819,14 +1823,10 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
     std::atomic<int>& count;
     ~Running() { count.fetch_sub(1); }
   } running{server_md5_running_};
-  bool trusted = server_md5_state_.load() == kServerCommandTrusted;
-  if (!trusted) {
-    const Md5Probe probe = ProbeServerMd5(paths.dir);
-    if (probe == Md5Probe::kOff || probe == Md5Probe::kNoAnswer) {
-      return OptionalMd5();  // the caller reads the file
-    }
-    trusted = probe == Md5Probe::kTrusted;
-  }
+  // Not checked yet (no streamed upload of this mount probed it): checked on this file, below.
+  // A read never writes a probe: a getfattr must not change a directory, nor write on a
+  // read-only mount.
+  const bool trusted = server_md5_state_.load() == kServerCommandTrusted;
   // Not trusted yet: the version the check below reads (the same size and mtime throughout).
   std::optional<ObjectInfo> version;
   if (!trusted) {
@@ -1895,6 +1895,26 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
   return here;  // the bytes' own MD5 where the check read them, so that they are not read again
 }
 
+bool SftpStore::MayLeaveMd5ToServer(std::string_view path) const {
+  // As server_md5 would ask md5sum for it: a name any shell takes as it is, and a connection
+  // that may hash (at most half of them do).
+  return options_.leave_upload_md5_to_server && options_.server_md5 && options_.sessions >= 2 &&
+         QuotableForAnyShell(path);
+}
+
+void SftpStore::StartMd5Probe(const std::string& dir) {
+  if (!options_.server_md5 || server_md5_state_.load() != kServerCommandUntried) return;
+  if (md5_probe_started_.exchange(true)) return;
+  md5_probe_ = std::thread([this, dir] {
+    (void)ProbeServerMd5(dir);
+    md5_probe_done_.store(true);
+  });
+}
+
+SftpStore::~SftpStore() {
+  if (md5_probe_.joinable()) md5_probe_.join();
+}
+
 void SftpStore::TurnServerMd5Off(const std::string& why) {
   int untried = kServerCommandUntried;
   if (server_md5_state_.compare_exchange_strong(untried, kServerCommandOff) && options_.log) {
@@ -1945,6 +1965,7 @@ SftpStore::Md5Probe SftpStore::ProbeServerMd5(const std::string& dir) {
   if (digest && *digest == Md5Of(std::span<const std::byte>(bytes))) {
     int untried = kServerCommandUntried;
     server_md5_state_.compare_exchange_strong(untried, kServerCommandTrusted);
+    if (options_.metrics != nullptr) Bump(options_.metrics->server_md5_probes);
     return Md5Probe::kTrusted;
   }
   std::string why;

@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -69,11 +70,14 @@ struct SftpStoreOptions {
   // Smaller files are read and hashed here: one read costs less than starting a command (the
   // account's shell reads its start-up files first).
   uint64_t server_md5_min_size = 4 << 20;
-  // A streamed upload (a file written past its first part) is not hashed while the server may
-  // hash it (server_md5, and md5sum not found unable to): its MD5 is left unknown, for the
-  // server to compute when it is first asked for. On two cores shared with the server, hashing
-  // every byte on its way up cost cp into the mount a third of its speed; most files' MD5 is
-  // never asked for. false: hashed on the way up, as whole puts always are.
+  // A streamed upload (a file written past its first part) is not hashed where md5sum on the
+  // server may give its MD5 (server_md5, and not found unable to; a name any shell takes as it
+  // is; sessions >= 2, so that a connection may hash): its MD5 is left unknown, for the server
+  // to compute when it is first asked for. On two cores shared with the server, hashing every
+  // byte on its way up cost cp into the mount a third of its speed; most files' MD5 is never
+  // asked for. The first streamed upload of a mount starts the check of md5sum (a probe, in
+  // the directory it uploads to); once it fails, uploads are hashed again. false: hashed on
+  // the way up, as whole puts always are.
   bool leave_upload_md5_to_server = false;
   // The command server_md5 runs, the file's quoted path after it (tests name one that is not
   // there, to stand for a server that cannot run md5sum).
@@ -119,6 +123,7 @@ class SftpStore : public ObjectStore {
  public:
   // Checks the options; the first connection is made by the first call (or by CheckRoot).
   static Result<std::unique_ptr<SftpStore>> Create(SftpStoreOptions options);
+  ~SftpStore() override;  // waits for the check of md5sum, if one runs
 
   // Connects and checks that the root is a directory: the errors a user should see at mount.
   Status CheckRoot();
@@ -150,11 +155,13 @@ class SftpStore : public ObjectStore {
   // for the rest of the mount once md5sum could not run (no shell access, `ForceCommand
   // internal-sftp`, no md5sum, a shell that prints more) or its first answer was wrong.
   Result<OptionalMd5> server_md5(std::string_view key, uint64_t size) override;
-  // Whether a streamed upload starting now hashes its bytes (leave_upload_md5_to_server).
-  bool HashesStreamedUploads() const {
-    return !(options_.leave_upload_md5_to_server && options_.server_md5 &&
-             server_md5_state_.load() != kServerCommandOff);
-  }
+  // Whether a streamed upload to `path` may leave its MD5 to the server
+  // (leave_upload_md5_to_server), and what the check of md5sum found.
+  bool MayLeaveMd5ToServer(std::string_view path) const;
+  bool Md5sumTrusted() const { return server_md5_state_.load() == kServerCommandTrusted; }
+  bool Md5sumOff() const { return server_md5_state_.load() == kServerCommandOff; }
+  // The check StartMd5Probe started has ended (whatever it decided).
+  bool Md5ProbeDone() const { return md5_probe_done_.load(); }
   // The commands server_md5 ran on the server.
   uint64_t server_md5_runs() const { return server_md5_runs_.load(); }
   // The cp commands CopyWithCp ran on the server.
@@ -264,9 +271,12 @@ class SftpStore : public ObjectStore {
   std::string TempName(const std::string& dir);
   // Notes the temporary file `path` in the journal before it is created.
   Status NoteTemporary(const std::string& path, std::string_view what);
-  // The check of md5sum's first answer in a mount, on a probe file of 4 KiB of random bytes
-  // made for it (as an upload's temporary file, and removed) in `dir`, instead of on the file
-  // asked for, read here, which may be gigabytes. Trusted: md5sum runs and sees the files SFTP
+  // Starts ProbeServerMd5(dir) on a thread of its own, once per mount, for the first streamed
+  // upload (into `dir`, which it changes anyway) while md5sum is untried.
+  void StartMd5Probe(const std::string& dir);
+  // The check of md5sum in a mount before any file is asked of it, on a probe file of 4 KiB of
+  // random bytes made for it (as an upload's temporary file, and removed) in `dir`: never a
+  // file read back here, which may be gigabytes. Trusted: md5sum runs and sees the files SFTP
   // shows. Off: it could not run or answered wrongly (logged). NoAnswer: it did not answer in
   // time, or the connection failed (not asked for the file either). NoProbe: none could be made
   // (a directory the account may not write): the file's own bytes, read here, decide.
@@ -308,6 +318,9 @@ class SftpStore : public ObjectStore {
   std::atomic<int> server_md5_state_{kServerCommandUntried};
   std::atomic<int> server_md5_running_{0};
   std::atomic<uint64_t> server_md5_runs_{0};
+  std::atomic<bool> md5_probe_started_{false};
+  std::atomic<bool> md5_probe_done_{false};
+  std::thread md5_probe_;  // set once, by the call that started it; joined by the destructor
   // server_cp: untried; trusted once a copy checked out; off once cp could not run or did not
   // copy before it ever had.
   std::atomic<int> server_cp_state_{kServerCommandUntried};

@@ -324,10 +324,10 @@ TEST(MountSftpTest, ChownChangesTheOwnerOnTheServer) {
 }
 
 }  // namespace
-// A file copied in is streamed up unhashed where md5sum may run on the server, which computes
-// its MD5 when it is first asked for (the first answer checked on a 4 KiB probe, not on the
-// file); with no_server_md5 it is hashed on its way up instead, several parts going up at once.
-// Either way asking for it reads no byte of the file back.
+// A file copied in is streamed up unhashed once md5sum on the server has passed its check on a
+// probe (which the mount's first streamed upload starts), and the server computes its MD5 when
+// it is first asked for; with no_server_md5 it is hashed on its way up instead, several parts
+// going up at once. Either way asking for it reads no byte of the file back.
 TEST(MountSftpTest, AFileCopiedInGetsItsMd5WithoutBeingReadBack) {
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());
@@ -341,22 +341,37 @@ TEST(MountSftpTest, AFileCopiedInGetsItsMd5WithoutBeingReadBack) {
     options.extra_options = mode;
     std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
     ASSERT_TRUE(mount);
-    CommandResult cp = RunCommand({"cp", local.path() + "/source", mount->path() + "/copied"});
+    const std::string m = mount->path();
+    // The mount's first streamed upload, hashed while md5sum's check runs.
+    CommandResult first = RunCommand({"cp", local.path() + "/source", m + "/first"});
+    ASSERT_EQ(first.exit_code, 0) << first.err;
+    if (mode.empty()) {
+      EXPECT_TRUE(WaitFor(30, [&] {
+        return StatsCounter(GetXattr(m, "user.objfs.stats"), "server_md5_probes") == 1;
+      })) << mount->log();
+    }
+    std::string before = GetXattr(m, "user.objfs.stats");
+    CommandResult cp = RunCommand({"cp", local.path() + "/source", m + "/copied"});
     ASSERT_EQ(cp.exit_code, 0) << cp.err;
-    const std::string before = GetXattr(mount->path(), "user.objfs.stats");
-    EXPECT_GE(StatsCounter(before, "streamed_parts"), 2) << before;
-    EXPECT_EQ(StatsCounter(before, "bytes_hashed"),
+    std::string after = GetXattr(m, "user.objfs.stats");
+    EXPECT_GE(StatsCounter(after, "streamed_parts") - StatsCounter(before, "streamed_parts"), 2)
+        << after;
+    EXPECT_EQ(StatsCounter(after, "bytes_hashed") - StatsCounter(before, "bytes_hashed"),
               mode.empty() ? 0 : static_cast<int64_t>(content.size()))
-        << before;
-    EXPECT_EQ(GetXattr(mount->path() + "/copied", "user.etag"), md5);
-    const std::string after = GetXattr(mount->path(), "user.objfs.stats");
+        << after;
+    before = after;
+    EXPECT_EQ(GetXattr(m + "/copied", "user.etag"), md5);
+    after = GetXattr(m, "user.objfs.stats");
     EXPECT_EQ(StatsCounter(after, "read_requests"), StatsCounter(before, "read_requests")) << after;
     EXPECT_EQ(StatsCounter(after, "bytes_hashed"), StatsCounter(before, "bytes_hashed")) << after;
-    EXPECT_EQ(StatsCounter(after, "server_md5s"), mode.empty() ? 1 : 0) << after;
+    EXPECT_EQ(StatsCounter(after, "server_md5s") - StatsCounter(before, "server_md5s"),
+              mode.empty() ? 1 : 0)
+        << after;
     EXPECT_TRUE(ReadFile(dir.path + "/copied") == content);
     EXPECT_EQ(mount->Stop(), 0) << mount->log();
-    EXPECT_EQ(ServerFiles(dir.path), "./copied\n");  // no probe or temporary file left
+    EXPECT_EQ(ServerFiles(dir.path), "./copied\n./first\n");  // no probe or temporary file
     fs::remove(dir.path + "/copied");
+    fs::remove(dir.path + "/first");
   }
 }
 

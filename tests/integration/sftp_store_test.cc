@@ -1298,10 +1298,97 @@ TEST_F(SftpStoreTest, AWriteRepeatedOnANewConnectionHashesEachByteOnce) {
   EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "md5/retried") == data);
 }
 
+// The names in `dir`, sorted, each as "./NAME\n".
+std::string ServerFiles(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.insert("./" + entry.path().filename().string() + "\n");
+  }
+  std::string out;
+  for (const std::string& name : names) out += name;
+  return out;
+}
+
+// Waits (boundedly) for the check of md5sum the first streamed upload started.
+bool WaitForMd5Probe(const SftpStore& store) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!store.Md5ProbeDone()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// Uploads `data` to `key` in one streamed session; its completion.
+Result<ObjectInfo> StreamUp(SftpStore& store, const std::string& key, const std::string& data) {
+  MemorySource source(data);
+  Result<std::unique_ptr<Upload>> upload = store.start_upload(key, UploadOptions{});
+  if (!upload.ok()) return upload.status();
+  Status sent = (*upload)->write(0, source, 0, data.size());
+  if (!sent.ok()) return sent;
+  return (*upload)->complete(data.size(), PutOptions{});
+}
+
+// With leave_upload_md5_to_server (a mount's default), the first streamed upload checks md5sum
+// on a probe of known bytes in its directory (removed at once), never on a file read back
+// here. Once it has passed, streamed uploads are not hashed, and the server gives their MD5;
+// a name no shell may see is still hashed, as md5sum would never be asked for it.
+TEST_F(SftpStoreTest, AStreamedUploadChecksMd5sumOnAProbeThenLeavesTheMd5ToIt) {
+  SftpStoreOptions o = OptionsFor(root_);
+  o.metrics = &metrics_;
+  o.leave_upload_md5_to_server = true;
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  const std::string data = Pattern((5 << 20) + 3, 54);
+  Result<ObjectInfo> first = StreamUp(*store, "probed/first", data);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(WaitForMd5Probe(*store));
+  EXPECT_TRUE(store->Md5sumTrusted());
+  EXPECT_EQ(store->server_md5_runs(), 1u);  // the probe
+
+  const uint64_t hashed = metrics_.bytes_hashed.load();
+  Result<ObjectInfo> second = StreamUp(*store, "probed/second", data);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_TRUE(IsVersionTag(second->etag)) << second->etag.value();
+  EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);
+  Result<OptionalMd5> md5 = store->server_md5("probed/second", data.size());
+  ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+  ASSERT_TRUE(md5->has_value());
+  EXPECT_EQ(**md5, Md5Of(data));
+  EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);  // no byte read back here
+  EXPECT_EQ(store->server_md5_runs(), 2u);
+
+  Result<ObjectInfo> quoted = StreamUp(*store, "probed/it's", data);
+  ASSERT_TRUE(quoted.ok()) << quoted.status().ToString();
+  EXPECT_EQ(quoted->etag.value(), ETag::FromMd5(Md5Of(data)).value());
+  EXPECT_EQ(ServerFiles(root_ + "/probed"), "./first\n./it's\n./second\n");
+}
+
+// A probe md5sum answers wrongly turns it off: uploads stay hashed, and no file is asked of it.
+TEST_F(SftpStoreTest, AProbeAnsweredWronglyKeepsUploadsHashed) {
+  SftpStoreOptions o = OptionsFor(root_);
+  o.metrics = &metrics_;
+  o.leave_upload_md5_to_server = true;
+  o.server_md5_command = "printf '%s  %s\\n' 0123456789abcdef0123456789abcdef";
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  const std::string data = Pattern((5 << 20) + 3, 55);
+  ASSERT_TRUE(StreamUp(*store, "wrong/first", data).ok());
+  ASSERT_TRUE(WaitForMd5Probe(*store));
+  EXPECT_FALSE(store->Md5sumTrusted());
+  Result<ObjectInfo> second = StreamUp(*store, "wrong/second", data);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->etag.value(), ETag::FromMd5(Md5Of(data)).value());
+  Result<OptionalMd5> md5 = store->server_md5("wrong/second", data.size());
+  ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+  EXPECT_FALSE(md5->has_value());  // read here by the caller
+  EXPECT_EQ(store->server_md5_runs(), 1u);
+  EXPECT_EQ(ServerFiles(root_ + "/wrong"), "./first\n./second\n");
+}
+
 TEST_F(SftpStoreTest, TheServerComputesTheMd5OfAFileNobodyHashed) {
   // Written on the server, with a space and UTF-8 in its name: md5sum there hashes it. Its first
-  // answer is checked on a probe of known bytes objfs writes next to the file (and removes), so
-  // no byte of the file comes here, not even for that check.
+  // answer is checked against the bytes, read here; after that no byte comes here.
   const std::string name = "dir/caf\xc3\xa9 outside";
   const std::string data = Pattern((3 << 20) + 7, 51);
   fs::create_directories(fs::path(root_) / "dir");
@@ -1314,12 +1401,8 @@ TEST_F(SftpStoreTest, TheServerComputesTheMd5OfAFileNobodyHashed) {
   ASSERT_TRUE(md5->has_value());
   EXPECT_EQ(**md5, Md5Of(data));
   EXPECT_EQ(metrics_.server_md5s.load(), 1u);
-  EXPECT_EQ(metrics_.bytes_hashed.load(), 0u);
-  EXPECT_EQ(store_->server_md5_runs(), 2u);  // the probe, then the file
-  for (const auto& entry : fs::directory_iterator(fs::path(root_) / "dir")) {
-    EXPECT_EQ(entry.path().filename().string().rfind(".objfs-", 0), std::string::npos)
-        << entry.path();
-  }
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());  // the check
+  EXPECT_EQ(store_->server_md5_runs(), 1u);
 
   // Through ContentEtagStore: the server's MD5, recorded; no read, nothing hashed here.
   OpenContentEtags();
@@ -1328,7 +1411,7 @@ TEST_F(SftpStoreTest, TheServerComputesTheMd5OfAFileNobodyHashed) {
   ASSERT_TRUE(etag.ok()) << etag.status().ToString();
   EXPECT_EQ(*etag, ETag::FromMd5(Md5Of(data)));
   EXPECT_EQ(counting_->reads, 0u);
-  EXPECT_EQ(metrics_.bytes_hashed.load(), 0u);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), data.size());
   EXPECT_EQ(metrics_.server_md5s.load(), 2u);
   OpenContentEtags();  // another mount of the same cache directory: recorded
   Result<ETag> again = etags_->ContentEtag(name);
@@ -1347,7 +1430,7 @@ TEST_F(SftpStoreTest, TheServerComputesTheMd5OfAFileNobodyHashed) {
   Result<OptionalMd5> empty = store_->server_md5(name, 0);
   ASSERT_TRUE(empty.ok());
   EXPECT_FALSE(empty->has_value());
-  EXPECT_EQ(store_->server_md5_runs(), 5u);
+  EXPECT_EQ(store_->server_md5_runs(), 4u);
 }
 
 TEST_F(SftpStoreTest, OddButHarmlessNamesGetTheServersMd5) {
@@ -1469,56 +1552,16 @@ TEST_F(SftpStoreTest, AServerWhoseFirstMd5IsWrongIsNotTrusted) {
     std::ofstream out(fs::path(root_) / name, std::ios::binary);
     out << name;
   }
-  // Neither is the server's: the probe's answer was wrong, and the caller reads the files.
-  for (const char* name : {"one", "two"}) {
-    Result<OptionalMd5> md5 = s.store->server_md5(name, 3);
-    ASSERT_TRUE(md5.ok()) << md5.status().ToString();
-    EXPECT_FALSE(md5->has_value());
-  }
-  EXPECT_EQ(s.store->server_md5_runs(), 1u);  // the probe only
-  EXPECT_EQ(metrics_.server_md5s.load(), 0u);
-  EXPECT_EQ(s.Said("is not that of the bytes written"), 1u);
-}
-
-// Makes `dir` immutable (chattr +i: no file can be made in it, even by root, while its files
-// can still be written), and mutable again at destruction.
-class ImmutableDir {
- public:
-  explicit ImmutableDir(std::string dir) : dir_(std::move(dir)) {
-    made_ = testing::RunCommand({"chattr", "+i", dir_}).exit_code == 0;
-  }
-  ~ImmutableDir() {
-    if (made_) testing::RunCommand({"chattr", "-i", dir_});
-  }
-  bool made() const { return made_; }
-
- private:
-  std::string dir_;
-  bool made_ = false;
-};
-
-// Where no probe can be made (a directory the account may not write), md5sum's first answer is
-// checked against the file's bytes, read here: a wrong one turns it off, and the caller gets
-// the MD5 of the bytes the check read, never the server's.
-TEST_F(SftpStoreTest, WithoutAProbeTheFirstMd5IsCheckedOnTheFilesBytes) {
-  LoggingStore s =
-      StoreRunning(root_, &metrics_, "printf '%s  %s\\n' 0123456789abcdef0123456789abcdef");
-  ASSERT_NE(s.store, nullptr);
-  fs::create_directories(fs::path(root_) / "ro");
-  for (const char* name : {"ro/one", "ro/two"}) {
-    std::ofstream out(fs::path(root_) / name, std::ios::binary);
-    out << name;
-  }
-  ImmutableDir ro(root_ + "/ro");
-  if (!ro.made()) GTEST_SKIP() << "chattr +i is not available here";
-  Result<OptionalMd5> first = s.store->server_md5("ro/one", 6);
+  // The first: the MD5 of the bytes the check read, never the server's.
+  Result<OptionalMd5> first = s.store->server_md5("one", 3);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_TRUE(first->has_value());
-  EXPECT_EQ(**first, Md5Of("ro/one"));
-  Result<OptionalMd5> second = s.store->server_md5("ro/two", 6);
+  EXPECT_EQ(**first, Md5Of("one"));
+  // The next: not asked.
+  Result<OptionalMd5> second = s.store->server_md5("two", 3);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_FALSE(second->has_value());
-  EXPECT_EQ(s.store->server_md5_runs(), 1u);  // the file's, no probe's
+  EXPECT_EQ(s.store->server_md5_runs(), 1u);
   EXPECT_EQ(metrics_.server_md5s.load(), 0u);
   EXPECT_EQ(s.Said("is not that of the bytes SFTP reads"), 1u);
 }
@@ -1615,22 +1658,19 @@ TEST_F(SftpStoreTest, ASmallFileIsReadRatherThanHashedOnTheServer) {
 }
 
 TEST_F(SftpStoreTest, AFirstFileGoneOrChangedDecidesNothing) {
-  // Without a probe, the check of the first answer needs the file as md5sum saw it: gone, or of
-  // another size than asked for, the question stays open, and md5sum is asked for the next file.
-  fs::create_directories(fs::path(root_) / "ro");
-  {
-    std::ofstream out(fs::path(root_) / "ro/file", std::ios::binary);
-    out << "the file's bytes";
-  }
-  ImmutableDir ro(root_ + "/ro");
-  if (!ro.made()) GTEST_SKIP() << "chattr +i is not available here";
-  Result<OptionalMd5> gone = store_->server_md5("ro/gone", 10);
+  // The check of the first answer needs the file as md5sum saw it: gone, or of another size
+  // than asked for, the question stays open, and md5sum is asked for the next file.
+  Result<OptionalMd5> gone = store_->server_md5("gone", 10);
   ASSERT_TRUE(gone.ok());
   EXPECT_FALSE(gone->has_value());
-  Result<OptionalMd5> resized = store_->server_md5("ro/file", 3);
+  {
+    std::ofstream out(fs::path(root_) / "file", std::ios::binary);
+    out << "the file's bytes";
+  }
+  Result<OptionalMd5> resized = store_->server_md5("file", 3);
   ASSERT_TRUE(resized.ok());
   EXPECT_FALSE(resized->has_value());
-  Result<OptionalMd5> md5 = store_->server_md5("ro/file", 16);
+  Result<OptionalMd5> md5 = store_->server_md5("file", 16);
   ASSERT_TRUE(md5.ok());
   ASSERT_TRUE(md5->has_value());
   EXPECT_EQ(**md5, Md5Of("the file's bytes"));
@@ -1639,22 +1679,19 @@ TEST_F(SftpStoreTest, AFirstFileGoneOrChangedDecidesNothing) {
 
 TEST_F(SftpStoreTest, ACommandThatNeverStopsTalkingIsLeft) {
   // Stands for a ForceCommand menu that answers a closed input without end: objfs stops
-  // reading at once (more than md5sum's one line), drops the connection, and the caller hashes
-  // here. The probe meets it, and md5sum is not asked for the file, nor again.
+  // reading at once (more than md5sum's one line), drops the connection, and hashes here.
   LoggingStore s = StoreRunning(root_, &metrics_, "yes --");
   ASSERT_NE(s.store, nullptr);
   {
     std::ofstream out(fs::path(root_) / "file", std::ios::binary);
     out << "bytes";
   }
-  for (int asked = 0; asked < 2; ++asked) {
-    Result<OptionalMd5> md5 = s.store->server_md5("file", 5);
-    ASSERT_TRUE(md5.ok()) << md5.status().ToString();
-    EXPECT_FALSE(md5->has_value());  // the caller reads the file
-  }
-  EXPECT_EQ(s.store->server_md5_runs(), 1u);
+  Result<OptionalMd5> md5 = s.store->server_md5("file", 5);
+  ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+  ASSERT_TRUE(md5->has_value());
+  EXPECT_EQ(**md5, Md5Of("bytes"));  // read here
   EXPECT_EQ(metrics_.server_md5s.load(), 0u);
-  EXPECT_EQ(s.Said("md5sum cannot run on the server (exit status -1, "), 1u);
+  EXPECT_EQ(s.Said("md5sum cannot run on the server"), 1u);
 }
 
 // ---- cp on the server: copies within the mount, and the unchanged bytes of an edit ----
