@@ -1179,6 +1179,9 @@ class SftpStore::Session : public Upload {
       return info.status().WithContext(what);
     }
     if (store_->options_.journal != nullptr) store_->options_.journal->Closed(staged_, "");
+    // After the upload, not beside it: the check costs the server a shell's start, which would
+    // slow the upload down on a busy machine.
+    if (may_leave_md5_) store_->StartMd5Probe(paths_.dir);
     // The MD5 of exactly the bytes written, when all of them passed here in order; else the
     // version (ContentEtagStore hashes the file when asked).
     if (md5) info->etag = *md5;
@@ -1340,7 +1343,6 @@ Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,
     return InvalidArgumentError("upload " + std::string(key) + ": a directory holds no data");
   }
   const std::string what = "upload " + std::string(key);
-  if (options_.leave_upload_md5_to_server) StartMd5Probe(paths.dir);
   const std::string staged = TempName(paths.dir);
   OBJFS_RETURN_IF_ERROR(NoteTemporary(staged, what));
   StagedIdentity identity;

@@ -75,9 +75,9 @@ struct SftpStoreOptions {
   // is; sessions >= 2, so that a connection may hash): its MD5 is left unknown, for the server
   // to compute when it is first asked for. On two cores shared with the server, hashing every
   // byte on its way up cost cp into the mount a third of its speed; most files' MD5 is never
-  // asked for. The first streamed upload of a mount starts the check of md5sum (a probe, in
-  // the directory it uploads to); once it fails, uploads are hashed again. false: hashed on
-  // the way up, as whole puts always are.
+  // asked for. The first such upload of a mount, once complete, starts the check of md5sum (a
+  // probe, in the directory it uploaded to); once it fails, uploads are hashed again. false: hashed
+  // on the way up, as whole puts always are.
   bool leave_upload_md5_to_server = false;
   // The command server_md5 runs, the file's quoted path after it (tests name one that is not
   // there, to stand for a server that cannot run md5sum).
@@ -271,8 +271,9 @@ class SftpStore : public ObjectStore {
   std::string TempName(const std::string& dir);
   // Notes the temporary file `path` in the journal before it is created.
   Status NoteTemporary(const std::string& path, std::string_view what);
-  // Starts ProbeServerMd5(dir) on a thread of its own, once per mount, for the first streamed
-  // upload (into `dir`, which it changes anyway) while md5sum is untried.
+  // Starts ProbeServerMd5(dir) on a thread of its own, once per mount, when the first streamed
+  // upload left unhashed has completed (into `dir`, which it changed anyway), while md5sum is
+  // untried.
   void StartMd5Probe(const std::string& dir);
   // The check of md5sum in a mount before any file is asked of it, on a probe file of 4 KiB of
   // random bytes made for it (as an upload's temporary file, and removed) in `dir`: never a
