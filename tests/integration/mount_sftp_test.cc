@@ -342,7 +342,7 @@ TEST(MountSftpTest, AFileCopiedInGetsItsMd5WithoutBeingReadBack) {
     std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
     ASSERT_TRUE(mount);
     const std::string m = mount->path();
-    // The mount's first streamed upload, hashed while md5sum's check runs.
+    // The mount's first streamed upload; md5sum's check runs once it is complete.
     CommandResult first = RunCommand({"cp", local.path() + "/source", m + "/first"});
     ASSERT_EQ(first.exit_code, 0) << first.err;
     if (mode.empty()) {
