@@ -74,8 +74,8 @@ struct SftpStoreOptions {
   // server may give its MD5 (server_md5, and not found unable to; a name any shell takes as it
   // is; sessions >= 2, so that a connection may hash): its MD5 is left unknown, for the server
   // to compute when it is first asked for. On two cores shared with the server, hashing every
-  // byte on its way up cost cp into the mount a third of its speed; most files' MD5 is never
-  // asked for. The first such upload of a mount, once complete, starts the check of md5sum (a
+  // byte on its way up cost cp into the mount half of the daemon's CPU; most files' MD5 is
+  // never asked for. The first such upload of a mount, once complete, starts the check of md5sum (a
   // probe, in the directory it uploaded to); once it fails, uploads are hashed again. false: hashed
   // on the way up, as whole puts always are.
   bool leave_upload_md5_to_server = false;
