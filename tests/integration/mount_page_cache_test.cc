@@ -45,14 +45,54 @@ std::string Cat(const std::string& path) {
 
 std::string Stats(const ObjfsMount& mount) { return GetXattr(mount.path(), "user.objfs.stats"); }
 
-// Expects nothing of the file to have been fetched between two snapshots of the statistics.
-void ExpectNoBackendRead(const std::string& before, const std::string& after) {
-  ExpectCounterDelta(before, after, "bytes_read", 0);
-  ExpectCounterDelta(before, after, "read_requests", 0);
-  ExpectCounterDelta(before, after, "kernel_reads", 0);
-  if (StatsCounter(before, "sftp_read_requests") >= 0) {
-    ExpectCounterDelta(before, after, "sftp_read_requests", 0);
+// The backend reads between two snapshots of the statistics: 0 when the kernel's pages served.
+int64_t BackendReads(const std::string& before, const std::string& after) {
+  int64_t n = 0;
+  for (const char* name : {"bytes_read", "read_requests", "kernel_reads", "sftp_read_requests"}) {
+    if (StatsCounter(before, name) >= 0)
+      n += StatsCounter(after, name) - StatsCounter(before, name);
   }
+  return n;
+}
+
+// Tries `read` (a whole read of a file whose pages objfs keeps) up to three times, and expects
+// at least one try to reach no backend: `fetched` says what a try fetched (0: nothing).
+//
+// The kernel evicts clean file pages whatever objfs asks. A trace of the test machine's page
+// cache (the tracepoint filemap:mm_filemap_delete_from_page_cache, with stacks) caught its
+// proactive reclaim, DAMON's kdamond with the `pageout` action, taking three single pages of a
+// test file between two reads, though the pages were mapped and locked; the second read then
+// fetched the 4 MB around them. An objfs that dropped the pages at each open (what these tests
+// are for) fetches on every try, so it still fails; a one-off eviction passes on the next try.
+template <typename Read, typename Fetched>
+void ExpectAReadFromKeptPages(const std::string& what, Read read, Fetched fetched) {
+  constexpr int kTries = 3;
+  for (int i = 1; i <= kTries; ++i) {
+    const int64_t n = fetched(read);
+    if (n == 0) return;
+    std::cerr << what << ", try " << i << " of " << kTries << ": " << n
+              << " backend reads or requests (pages the kernel evicted, or objfs dropped)\n";
+  }
+  ADD_FAILURE() << what << ": each of " << kTries << " reads reached the backend";
+}
+
+// `cat PATH` again, which must be served by the pages kept from the reads before, once objfs's
+// own read-ahead is over: each try an open that keeps them (page_cache_keeps) and no drop.
+void ExpectCatFromKeptPages(const ObjfsMount& mount, const std::string& path,
+                            const std::string& want) {
+  ExpectAReadFromKeptPages(
+      "cat " + path, [&] { EXPECT_EQ(Digest(Cat(path)), Digest(want)); },
+      [&](auto& cat) -> int64_t {
+        EXPECT_TRUE(
+            WaitFor(30, [&] { return StatsCounter(Stats(mount), "in_flight_requests") == 0; }));
+        const std::string before = Stats(mount);
+        cat();
+        const std::string after = Stats(mount);
+        ExpectCounterDelta(before, after, "page_cache_keeps", 1);
+        ExpectCounterDelta(before, after, "page_cache_drops", 0);
+        ExpectCounterDelta(before, after, "page_cache_invalidations", 0);
+        return BackendReads(before, after);
+      });
 }
 
 // How many of the pages of the mapping [addr, addr+size) are in the page cache.
@@ -103,11 +143,9 @@ TEST_P(PageCacheTest, SecondReadOfAnUnchangedFileMakesNoBackendRead) {
   std::unique_ptr<ObjfsMount> mount = remote().Mount();
   ASSERT_TRUE(mount);
   const std::string path = mount->path() + "/f";
-  // A mapping made before the reads holds the pages between them, locked, with no open of its
-  // own (the opens are what is tested): under memory pressure (sanitizer builds of a CI run
-  // side by side) the kernel evicts file pages whatever objfs asked, even during the second
-  // read, which would fetch them again. Where locking is refused, the mapping shows which pages
-  // the kernel kept, and with any evicted only objfs's counters can be checked.
+  // A mapping made before the reads, locked once they filled it, holds the pages against
+  // memory reclaim (sanitizer builds side by side), with no open of its own: the opens are what
+  // is tested. Proactive reclaim may take some anyway (ExpectAReadFromKeptPages).
   const int fd = ::open(path.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   void* map = ::mmap(nullptr, data.size(), PROT_READ, MAP_SHARED, fd, 0);
@@ -115,27 +153,10 @@ TEST_P(PageCacheTest, SecondReadOfAnUnchangedFileMakesNoBackendRead) {
 
   const std::string before_first = Stats(*mount);
   EXPECT_EQ(Digest(Cat(path)), Digest(data));
-  // (Locking faults in, through objfs, any page evicted already: before `before`.)
-  const bool locked = ::mlock(map, data.size()) == 0;
-  // objfs's own read-ahead of the first read may still be fetching a block: `before` counts
-  // it, once no backend call is under way.
-  ASSERT_TRUE(WaitFor(30, [&] { return StatsCounter(Stats(*mount), "in_flight_requests") == 0; }));
-  const std::string before = Stats(*mount);
-  EXPECT_GE(StatsCounter(before, "bytes_read") - StatsCounter(before_first, "bytes_read"),
+  (void)::mlock(map, data.size());
+  EXPECT_GE(StatsCounter(Stats(*mount), "bytes_read") - StatsCounter(before_first, "bytes_read"),
             static_cast<int64_t>(data.size()));
-
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t evicted = locked ? 0 : data.size() / page - ResidentPages(map, data.size());
-  EXPECT_EQ(Digest(Cat(path)), Digest(data));
-  const std::string after = Stats(*mount);
-  if (evicted == 0) {
-    ExpectNoBackendRead(before, after);
-  } else {
-    std::cerr << "the kernel evicted " << evicted << " pages between the reads\n";
-  }
-  ExpectCounterDelta(before, after, "page_cache_keeps", 1);
-  ExpectCounterDelta(before, after, "page_cache_drops", 0);
-  ExpectCounterDelta(before, after, "page_cache_invalidations", 0);
+  ExpectCatFromKeptPages(*mount, path, data);
   ::munmap(map, data.size());
   ::close(fd);
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
@@ -178,9 +199,7 @@ TEST_P(PageCacheTest, FileReplacedByAnotherClientIsReadAnewAfterAttrTimeout) {
   // by a thread of its own, and on a loaded machine can reach the kernel after the read above
   // filled the pages: one more read takes the pages that drop leaves, then they are kept.
   EXPECT_EQ(Digest(Cat(path)), Digest(second));
-  const std::string before = Stats(*mount);
-  EXPECT_EQ(Digest(Cat(path)), Digest(second));
-  ExpectNoBackendRead(before, Stats(*mount));
+  ExpectCatFromKeptPages(*mount, path, second);
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
@@ -260,11 +279,7 @@ TEST_P(PageCacheTest, LocalWritesAndTruncatesReadBackRight) {
   const std::string path = mount->path() + "/f";
   std::string model = PseudoRandomBytes(1 << 20, 6);  // whole pages: every one written is whole
   WriteFile(path, model);
-  std::string before = Stats(*mount);
-  EXPECT_EQ(Digest(Cat(path)), Digest(model));
-  std::string after = Stats(*mount);
-  ExpectNoBackendRead(before, after);
-  ExpectCounterDelta(before, after, "page_cache_keeps", 1);
+  ExpectCatFromKeptPages(*mount, path, model);
 
   // In place, in the middle, through a second open.
   int fd = ::open(path.c_str(), O_WRONLY);
@@ -316,35 +331,38 @@ TEST_P(PageCacheTest, CopyAndRenameOntoACachedFileReadAsTheSource) {
   EXPECT_EQ(Digest(Cat(root + "/b")), Digest(a));
 
   // Held open with its pages cached while it is replaced: the name reads the new file, and the
-  // descriptor still reads the file it opened, as POSIX has it (its object is gone from the
-  // server, so only the kept pages can serve it).
+  // descriptor still reads the file it opened, as POSIX has it. Its object is gone from the
+  // server, so only the kept pages can serve it. A locked mapping holds them against memory
+  // reclaim; objfs's own invalidation would still drop it.
   int fd = ::open((root + "/c").c_str(), O_RDONLY);
   ASSERT_GE(fd, 0) << std::strerror(errno);
-  // The kernel reclaims clean file pages whatever objfs asked (seen on a loaded CI machine:
-  // single pages of the held file gone while another file was read). A locked mapping holds
-  // them, as in SecondReadOfAnUnchangedFileMakesNoBackendRead; objfs's own invalidation would
-  // still drop it.
   void* map = ::mmap(nullptr, c.size(), PROT_READ, MAP_SHARED, fd, 0);
   ASSERT_NE(map, MAP_FAILED) << std::strerror(errno);
-  const bool locked = ::mlock(map, c.size()) == 0;
+  (void)::mlock(map, c.size());
   CommandResult mv = RunCommand({"mv", root + "/b", root + "/c"});
   ASSERT_EQ(mv.exit_code, 0) << mv.err;
   EXPECT_EQ(Digest(Cat(root + "/c")), Digest(a));
-  std::string held(c.size(), '\0');
-  const ssize_t n = ::pread(fd, held.data(), held.size(), 0);
-  if (locked) {
-    EXPECT_EQ(n, static_cast<ssize_t>(held.size())) << std::strerror(errno);
-    EXPECT_EQ(Digest(held), Digest(c)) << "the replaced file's holder lost its content";
-  } else {
-    // Unlocked pages may have gone, and the object with them: whatever is read is the held
-    // file's, never the new one's.
+  // Read page by page: a page that proactive reclaim took anyway (ExpectAReadFromKeptPages)
+  // cannot be fetched again and fails with ESTALE, and only that page. Every page read is the
+  // held file's, never the new one's, and most are there: pages dropped at the mv would leave
+  // none.
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  size_t pages = 0;
+  size_t served = 0;
+  for (size_t at = 0; at < c.size(); at += page, ++pages) {
+    std::string held(std::min(page, c.size() - at), '\0');
+    const ssize_t n = ::pread(fd, held.data(), held.size(), static_cast<off_t>(at));
     if (n < 0) {
-      EXPECT_EQ(errno, ESTALE) << std::strerror(errno);
-    } else {
-      EXPECT_EQ(Digest(held.substr(0, static_cast<size_t>(n))),
-                Digest(c.substr(0, static_cast<size_t>(n))));
+      EXPECT_EQ(errno, ESTALE) << "page " << pages << ": " << std::strerror(errno);
+      continue;
     }
+    held.resize(static_cast<size_t>(n));
+    EXPECT_EQ(Digest(held), Digest(c.substr(at, held.size())))
+        << "page " << pages << " of the replaced file's holder";
+    if (held.size() == std::min(page, c.size() - at)) ++served;
   }
+  EXPECT_GE(served * 10, pages * 9) << "the replaced file's holder lost its content: " << served
+                                    << " of " << pages << " pages read";
   ::munmap(map, c.size());
   ::close(fd);
   Result<std::string> stored = remote().Read("c");
@@ -383,10 +401,18 @@ TEST(PageCacheS3Test, SecondCatSendsNoGetToTheServer) {
     stats = GetXattr(mount->path(), "user.objfs.stats");
     return StatsCounter(stats, "open_files") == 0 && StatsCounter(stats, "in_flight_requests") == 0;
   })) << stats;
-  const int before_second = proxy.requests_seen(get);
-  EXPECT_GT(before_second, before_first);
-  EXPECT_EQ(Digest(Cat(mount->path() + "/f")), Digest(data));
-  EXPECT_EQ(proxy.requests_seen(get), before_second) << "the second cat fetched the file again";
+  EXPECT_GT(proxy.requests_seen(get), before_first);
+  ExpectAReadFromKeptPages(
+      "a second cat sent GETs", [&] { EXPECT_EQ(Digest(Cat(mount->path() + "/f")), Digest(data)); },
+      [&](auto& cat) -> int64_t {
+        EXPECT_TRUE(WaitFor(30, [&] {
+          return StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "in_flight_requests") ==
+                 0;
+        }));
+        const int before = proxy.requests_seen(get);
+        cat();
+        return proxy.requests_seen(get) - before;
+      });
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
