@@ -427,6 +427,7 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
       return TransientError("SFTP handshake with " + where + " failed: " + ssh_get_error(ssh));
     }
     OBJFS_ASSIGN_OR_RETURN(c->wire_, SftpWire::Open(ssh));
+    c->wire_->set_reply_timeout(ReplyTimeoutFor(options, std::chrono::milliseconds(0)));
     return Status::Ok();
   }();
   // The watchdog cut the connection: whatever libssh made of that (a refused key, among
@@ -434,6 +435,12 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
   if (!login.ok() && c->marked_broken()) return LoginTimedOut(options, start);
   OBJFS_RETURN_IF_ERROR(login);
   return c;
+}
+
+std::chrono::milliseconds ReplyTimeoutFor(const SftpConnectOptions& options,
+                                          std::chrono::milliseconds allowed) {
+  return std::max(options.reply_timeout,
+                  std::max(options.request_timeout, allowed) + options.request_timeout);
 }
 
 SftpConnection::~SftpConnection() {

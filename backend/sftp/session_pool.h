@@ -64,10 +64,19 @@ struct SftpConnectOptions {
   std::string ciphers;
   // A borrowed connection that receives nothing for this long is cut (see above).
   std::chrono::milliseconds request_timeout{30000};
+  // The least a connection's wire waits for a reply before it gives the channel up by itself
+  // (SftpWire::set_reply_timeout): raised to stay above request_timeout and any silence
+  // allowance, so that the watchdog, which logs why, always cuts first.
+  std::chrono::milliseconds reply_timeout{SftpWire::kDefaultReplyTimeout};
   // Told (one line each) about cut connections and about refusals of a server that let us in
   // before (a host key that changed during the mount); may be empty.
   LogFunction log;
 };
+
+// The wire's reply timeout for a call that may be silent for `allowed` (0: request_timeout):
+// reply_timeout, or request_timeout more than the watchdog's limit if that is longer.
+std::chrono::milliseconds ReplyTimeoutFor(const SftpConnectOptions& options,
+                                          std::chrono::milliseconds allowed);
 
 // AES-GCM first on a CPU with AES and carry-less multiply instructions, where it costs both
 // ends less per byte than chacha20-poly1305 (libssh's and OpenSSH's first choice); elsewhere
@@ -166,8 +175,14 @@ class SftpSessionPool {
                      std::chrono::milliseconds allowed)
         : pool_(pool), connection_(connection) {
       pool_.AllowSilence(connection_, allowed);
+      // The caller holds the connection: its wire is this thread's to set.
+      connection_.wire().set_reply_timeout(ReplyTimeoutFor(pool_.options(), allowed));
     }
-    ~SilenceAllowance() { pool_.AllowSilence(connection_, std::chrono::milliseconds(0)); }
+    ~SilenceAllowance() {
+      connection_.wire().set_reply_timeout(
+          ReplyTimeoutFor(pool_.options(), std::chrono::milliseconds(0)));
+      pool_.AllowSilence(connection_, std::chrono::milliseconds(0));
+    }
     SilenceAllowance(const SilenceAllowance&) = delete;
     SilenceAllowance& operator=(const SilenceAllowance&) = delete;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <utility>
 
 namespace objfs::sftp {
@@ -39,8 +40,6 @@ constexpr uint32_t kMaxReply = 1 << 20;
 // window OpenSSH grants a channel, 2 MiB, bounds it). 1 MiB still fills a link of 1 MiB per
 // round trip per connection, and a streamed upload sends its parts on several.
 constexpr size_t kWriteBytesInFlight = 1 << 20;
-// A server that answers nothing for this long is treated as gone.
-constexpr int kReplyTimeoutMs = 120000;
 
 void PutU32(std::string& out, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
@@ -227,14 +226,20 @@ Status SftpWire::SendPacket(std::string_view packet) {
   return Status::Ok();
 }
 
+void SftpWire::set_reply_timeout(std::chrono::milliseconds timeout) {
+  // libssh takes an int of milliseconds.
+  reply_timeout_ms_ =
+      static_cast<int>(std::clamp<int64_t>(timeout.count(), 1, std::numeric_limits<int>::max()));
+}
+
 Status SftpWire::ReadExact(void* dst, size_t n) {
   auto* out = static_cast<char*>(dst);
   size_t done = 0;
   while (done < n) {
     int got = ssh_channel_read_timeout(channel_, out + done, static_cast<uint32_t>(n - done), 0,
-                                       kReplyTimeoutMs);
+                                       reply_timeout_ms_);
     if (got == 0 && ssh_channel_is_eof(channel_) == 0) {
-      return Broken("no SFTP reply within " + std::to_string(kReplyTimeoutMs / 1000) + " s");
+      return Broken("no SFTP reply within " + std::to_string(reply_timeout_ms_ / 1000) + " s");
     }
     if (got <= 0) return Broken("the SFTP channel closed or failed while reading");
     done += static_cast<size_t>(got);

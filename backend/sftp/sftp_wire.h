@@ -10,6 +10,7 @@
 #include <libssh/libssh.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -120,6 +121,16 @@ class SftpWire {
   // False once a transport error was seen; the connection should then be dropped.
   bool healthy() const { return healthy_; }
 
+  // How long a reply may keep the caller waiting before the channel is given up as broken: a
+  // backstop behind the session pool's watchdog, which cuts a silent connection sooner
+  // (request_timeout) or, for a server's own work, later (SilenceAllowance). The pool sets it
+  // above both, so that it never cuts first.
+  static constexpr std::chrono::milliseconds kDefaultReplyTimeout{120000};
+  void set_reply_timeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds reply_timeout() const {
+    return std::chrono::milliseconds(reply_timeout_ms_);
+  }
+
  private:
   explicit SftpWire(ssh_channel channel) : channel_(channel) {}
 
@@ -160,6 +171,7 @@ class SftpWire {
   ssh_channel channel_;
   uint32_t next_id_ = 1;
   bool healthy_ = true;
+  int reply_timeout_ms_ = static_cast<int>(kDefaultReplyTimeout.count());
   std::map<std::string, std::string, std::less<>> extensions_;
   SftpLimits limits_;
 };

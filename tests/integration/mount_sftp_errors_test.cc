@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "backend/sftp/session_pool.h"
+#include "backend/sftp/sftp_wire.h"
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/free_port.h"
 #include "tests/fixtures/mount.h"
@@ -959,6 +961,53 @@ TEST(MountSftpErrorsTest, HostKeyChangedDuringAMountIsRefusedAndLogged) {
       << log;
   EXPECT_NE(log.find(sha), std::string::npos) << log;
   mount->Stop();
+}
+
+// A call waiting on the server's work (copy-data, an fsync) gets its reply however long its
+// silence allowance lets it be silent, past the wire's own reply timeout. That timeout was a
+// fixed 120 s that cut every call first: a server-side copy taking longer (12 GiB at 100 MB/s:
+// cp within the mount, or the unchanged bytes of an edit) failed on every try, whatever its
+// allowance said. Here the wire's floor is 1 s and the server answers nothing (SIGSTOP) for 3 s
+// in the middle of a call that may be silent for 10 s.
+TEST(MountSftpErrorsTest, ServerWorkOutlastsTheWiresReplyTimeoutWithinItsAllowance) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  sftp::SftpConnectOptions options;
+  options.host = "127.0.0.1";
+  options.port = sshd.port();
+  options.user = sshd.var("OBJFS_TEST_SFTP_USER");
+  options.identity_files = {sshd.var("OBJFS_TEST_SFTP_KEY")};
+  options.known_hosts = sshd.var("OBJFS_TEST_SFTP_KNOWN_HOSTS");
+  options.request_timeout = std::chrono::milliseconds(500);
+  options.reply_timeout = std::chrono::seconds(1);
+  sftp::SftpSessionPool pool(options, 1);
+  Result<sftp::SftpSessionPool::Lease> lease = pool.Acquire();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  sftp::SftpConnection& c = **lease;
+  Result<sftp::SftpWire::Handle> handle =
+      c.wire().OpenFile(sshd.var("OBJFS_TEST_SFTP_ROOT"), SSH_FXF_READ, 0);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  EXPECT_EQ(c.wire().reply_timeout(), std::chrono::seconds(1));
+  {
+    sftp::SftpSessionPool::SilenceAllowance allowance(pool, c, std::chrono::seconds(10));
+    EXPECT_GT(c.wire().reply_timeout(), std::chrono::seconds(10));
+    ASSERT_TRUE(sshd.StopAll());
+    const Clock::time_point stopped = Clock::now();
+    // The server's silence, not a wait for something: it answers again 3 s on.
+    std::thread resume([&] {
+      std::this_thread::sleep_until(stopped + std::chrono::seconds(3));
+      sshd.StopAll(/*resume=*/true);
+    });
+    Result<sftp::SftpWire::FileAttrs> attrs = c.wire().Fstat(*handle);
+    resume.join();
+    EXPECT_TRUE(attrs.ok()) << attrs.status().ToString();
+    EXPECT_GE(Clock::now() - stopped, std::chrono::seconds(3));
+  }
+  EXPECT_EQ(pool.cut_connections(), 0);
+  EXPECT_TRUE(c.healthy());
+  // Back to the floor once the server's work is over.
+  EXPECT_EQ(c.wire().reply_timeout(), std::chrono::seconds(1));
+  EXPECT_TRUE(c.wire().Close(*handle).ok());
 }
 
 // A server that lets a login wait (slow or stuck, the credentials fine) is a timeout, never a
