@@ -186,7 +186,10 @@ SftpStore::SftpStore(SftpStoreOptions options)
                                .ciphers = options_.ciphers,
                                .request_timeout = options_.request_timeout,
                                .log = options_.log},
-            options_.sessions) {}
+            options_.sessions) {
+  const int slots = std::clamp(options_.sessions / 2, 0, static_cast<int>(Md5Slots::max()));
+  if (slots > 0) md5_slots_ = std::make_unique<Md5Slots>(slots);
+}
 
 Status SftpStore::CheckRoot() {
   return WithRetry([&](SftpConnection& c) -> Status {
@@ -1815,16 +1818,18 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
   if (!QuotableForAnyShell(paths.data)) return OptionalMd5();
   // A connection hashing on the server serves nothing else meanwhile: at most half of them do
-  // (none of one).
-  const int most = options_.sessions / 2;
-  if (server_md5_running_.fetch_add(1) >= most) {
-    server_md5_running_.fetch_sub(1);
+  // (none of one). A call that finds them all hashing waits for one, as long as md5sum may take
+  // on this file, rather than read it here at once: that costs the whole file on the wire and
+  // its hash here (a dozen getfattr at once read each file back, up to three times its size).
+  if (md5_slots_ == nullptr ||
+      !md5_slots_->try_acquire_for(
+          std::min(options_.operation_timeout, Md5sumTime(options_.request_timeout, size)))) {
     return OptionalMd5();
   }
   struct Running {
-    std::atomic<int>& count;
-    ~Running() { count.fetch_sub(1); }
-  } running{server_md5_running_};
+    Md5Slots& slots;
+    ~Running() { slots.release(); }
+  } running{*md5_slots_};
   // Not checked yet (no streamed upload of this mount probed it): checked on this file, below.
   // A read never writes a probe: a getfattr must not change a directory, nor write on a
   // read-only mount.

@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <semaphore>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -317,7 +318,9 @@ class SftpStore : public ObjectStore {
   static constexpr int kServerCommandTrusted = 1;
   static constexpr int kServerCommandOff = 2;
   std::atomic<int> server_md5_state_{kServerCommandUntried};
-  std::atomic<int> server_md5_running_{0};
+  // The connections that may be hashing on the server at once: half of them (none of one).
+  using Md5Slots = std::counting_semaphore<32>;
+  std::unique_ptr<Md5Slots> md5_slots_;
   std::atomic<uint64_t> server_md5_runs_{0};
   std::atomic<bool> md5_probe_started_{false};
   std::atomic<bool> md5_probe_done_{false};

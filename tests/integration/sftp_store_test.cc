@@ -1617,6 +1617,44 @@ TEST_F(SftpStoreTest, AnMd5sumThatNeverAnswersIsWaitedForBoundedly) {
   EXPECT_EQ(metrics_.server_md5s.load(), 0u);
 }
 
+// More MD5s asked at once than the connections that may hash on the server (half of them):
+// the calls that find every one hashing wait for one, and each file's MD5 still comes from the
+// server, none read back here. md5sum takes a second here, so that the calls overlap.
+TEST_F(SftpStoreTest, Md5sumCallsBeyondItsConnectionsWaitRatherThanReadTheFile) {
+  SftpStoreOptions o = OptionsFor(root_);
+  o.metrics = &metrics_;
+  o.sessions = 2;  // one may hash
+  o.server_md5_command = "sleep 1; md5sum --";
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  std::vector<std::string> data;
+  for (int i = 0; i < 4; ++i) {
+    data.push_back(Pattern((1 << 20) + i, 61 + i));
+    std::ofstream out(fs::path(root_) / ("f" + std::to_string(i)), std::ios::binary);
+    out << data.back();
+  }
+  // Trusted first: its first answer is checked against the file's bytes, read here.
+  Result<OptionalMd5> first = store->server_md5("f0", data[0].size());
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status().ToString();
+  const uint64_t hashed = metrics_.bytes_hashed.load();
+
+  std::vector<std::optional<Result<OptionalMd5>>> got(3);
+  std::vector<std::thread> askers;
+  for (int i = 1; i <= 3; ++i) {
+    askers.emplace_back(
+        [&, i] { got[i - 1] = store->server_md5("f" + std::to_string(i), data[i].size()); });
+  }
+  for (std::thread& t : askers) t.join();
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(got[i - 1]->ok()) << got[i - 1]->status().ToString();
+    ASSERT_TRUE((*got[i - 1])->has_value()) << "f" << i << " was left to be read here";
+    EXPECT_EQ(**(*got[i - 1]), Md5Of(data[i]));
+  }
+  EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);  // no byte read back
+  EXPECT_EQ(store->server_md5_runs(), 4u);
+  EXPECT_EQ(metrics_.server_md5s.load(), 4u);
+}
+
 TEST_F(SftpStoreTest, NoServerMd5HashesHere) {
   SftpStoreOptions o = OptionsFor(root_);
   o.metrics = &metrics_;
