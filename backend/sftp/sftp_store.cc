@@ -349,10 +349,17 @@ Status SftpStore::NoteTemporary(const std::string& path, std::string_view what) 
 }
 
 void SftpStore::DropTemporary(SftpConnection& c, const std::string& path) {
-  if (!c.healthy()) return;
+  // Not removed now (the connection broke, as when a server-side copy into it was cut): marked
+  // abandoned, for the mount to remove once the server answers again (after an upload, and at
+  // the unmount), rather than left to a next mount that may never come. Only objfs writes it:
+  // a copy-data the server may still be running writes through its handle, not the name.
+  auto abandon = [&] {
+    if (options_.journal != nullptr) options_.journal->Abandoned(path, "");
+  };
+  if (!c.healthy()) return abandon();
   if (sftp_unlink(c.sftp(), path.c_str()) != 0 &&
       LibsshStatus(c, "remove " + path).code() != StatusCode::kNotFound) {
-    return;
+    return abandon();
   }
   if (options_.journal != nullptr) options_.journal->Closed(path, "");
 }

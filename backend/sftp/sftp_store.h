@@ -286,8 +286,9 @@ class SftpStore : public ObjectStore {
   Md5Probe ProbeServerMd5(const std::string& dir);
   // Turns server_md5 off for the rest of the mount, once, saying why.
   void TurnServerMd5Off(const std::string& why);
-  // Removes the temporary file `path` after a failed upload, and its note once it is gone (a
-  // broken connection leaves both: the next mount removes the file).
+  // Removes the temporary file `path` after a failed upload or copy, and its note once it is
+  // gone. What it cannot remove now (a broken connection) it marks abandoned in the journal,
+  // for the mount to remove once the server answers again.
   void DropTemporary(SftpConnection& c, const std::string& path);
   // Copies the file at `from` (a regular file of `size` bytes) to the temporary file `to`,
   // which this mount made, by running cp on the server over `c` (server_cp; `copy_data`:

@@ -592,6 +592,50 @@ TEST(MountSftpErrorsTest, AHungServerGetsTheFileByItselfAndKeepsNoTemporaryFile)
   EXPECT_EQ(temporary_files(), std::vector<std::string>{}) << mount->log();
 }
 
+// A copy on the server (cp within the mount: copy-data into a temporary file) whose connection
+// breaks midway, its server process killed: the temporary file could not be removed then. The
+// mount removes it once the server answers again, at the latest at its unmount, rather than
+// leaving gigabytes on the server for a next mount over the same cache_dir that may never come.
+TEST(MountSftpErrorsTest, ACopyCutMidwayLeavesNoTemporaryFileOnTheServer) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
+  auto temporary_files = [&root] {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(root)) {
+      std::string name = entry.path().filename().string();
+      if (name.rfind(".objfs-tmp-", 0) == 0) names.push_back(name);
+    }
+    return names;
+  };
+  auto temporary_bytes = [&] {
+    uint64_t bytes = 0;
+    for (const std::string& name : temporary_files()) {
+      struct stat st {};
+      if (::stat((root + "/" + name).c_str(), &st) == 0) bytes += static_cast<uint64_t>(st.st_size);
+    }
+    return bytes;
+  };
+  // Sparse here; copy-data writes every byte of it, which takes a while.
+  { std::ofstream big(root + "/big", std::ios::binary); }
+  ASSERT_EQ(::truncate((root + "/big").c_str(), 1LL << 30), 0) << std::strerror(errno);
+  std::unique_ptr<ObjfsMount> mount = sshd.Mount(",no_server_cp");
+  ASSERT_TRUE(mount);
+  CommandResult cp;
+  std::thread copying([&] {
+    cp = RunCommand({"cp", mount->path() + "/big", mount->path() + "/copy"});
+  });
+  const bool started = WaitFor(60, [&] { return temporary_bytes() > 0; });
+  sshd.KillConnections();
+  copying.join();
+  ASSERT_TRUE(started) << "no copy on the server was seen; log:\n" << mount->log();
+  // Whatever cp made of it (EIO, or a copy through the mount), the cut copy's file is gone by
+  // the end of the mount, and the log says so.
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(temporary_files(), std::vector<std::string>{}) << cp.err << mount->log();
+  EXPECT_NE(mount->log().find("by this mount's failed aborts"), std::string::npos) << mount->log();
+}
+
 // A server that refuses the OpenSSH extensions objfs uses when offered (sftp-server -P):
 // reads fall back to 32 KiB requests, df to the constants of an object store, and a link's own
 // times cannot be set (EOPNOTSUPP), never its target's instead.
