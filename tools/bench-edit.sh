@@ -6,11 +6,16 @@
 # s3:// against s3fs, sftp:// against sshfs. SFTP runs on the server's ext4 directory, with
 # objfs's default (which tries a clone by cp once per mount, fails on ext4, and copies with
 # copy-data) and with no_server_cp (copy-data only), and again on an XFS file system made on a
-# loop device, where cp clones, when mkfs.xfs is installed. Each row gives the median time and the client's
-# /proc/PID/io rchar + wchar (objfs; s3fs; sshfs and its ssh): bytes through read(2)- and
-# write(2)-like calls, FUSE's device, staged files and pipes. Sockets read and written with
-# recv/send (libcurl and libssh: objfs, s3fs) are not in it; OpenSSH's ssh uses read/write, so
-# sshfs's network bytes are. Every round checks the server's copy against the expected bytes
+# loop device, where cp clones, when mkfs.xfs is installed. objfs's cp and md5sum run in the
+# account's shell, whose start-up files are read first (root's here may run programs), so the
+# "-fast" rows are objfs again through a second sshd that gives the sessions an empty HOME: what
+# an account whose start-up files return at once costs. The file edited is on the server's disk
+# (synced) before each round, as a file is that was not just written: a clone of a file whose
+# bytes are still in the page cache makes its fsync write them out. Each row gives the median
+# time and the client's /proc/PID/io rchar + wchar (objfs; s3fs; sshfs and its ssh): bytes
+# through read(2)- and write(2)-like calls, FUSE's device, staged files and pipes. Sockets read
+# and written with recv/send (libcurl and libssh: objfs, s3fs) are not in it; OpenSSH's ssh uses
+# read/write, so sshfs's network bytes are. Every round checks the server's copy against the expected bytes
 # ("WRONG" in the table otherwise). Not a test: numbers, not assertions.
 #
 # usage: tools/bench-edit.sh [SIZE_MIB]   (as root; default 512)
@@ -34,8 +39,13 @@ ninja -C build objfs >/dev/null
 . tools/bench-lib.sh
 bench_start_rgw bench-edit
 # sshd first: bench_cleanup removes $WORK, where sshd.sh finds what to stop.
-trap 'tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true; bench_cleanup' EXIT
+trap 'tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true; tests/fixtures/sshd.sh stop "$WORK/sshd-fast" >/dev/null 2>&1 || true; bench_cleanup' EXIT
 tests/fixtures/sshd.sh start "$WORK/sshd" >/dev/null
+mkdir -p "$WORK/home"
+OBJFS_SSHD_HOME=$WORK/home tests/fixtures/sshd.sh start "$WORK/sshd-fast" >/dev/null
+# shellcheck disable=SC1091
+. "$WORK/sshd-fast/env"
+FAST_P=$OBJFS_TEST_SFTP_PORT FAST_KEY=$OBJFS_TEST_SFTP_KEY FAST_KH=$OBJFS_TEST_SFTP_KNOWN_HOSTS
 # shellcheck disable=SC1091
 . "$WORK/sshd/env"
 H=$OBJFS_TEST_SFTP_HOST P=$OBJFS_TEST_SFTP_PORT U=$OBJFS_TEST_SFTP_USER
@@ -49,11 +59,11 @@ if command -v mkfs.xfs >/dev/null; then
   mkfs.xfs -q "$WORK/xfs.img"
   mkdir -p "$XFS_DATA"
   mount -o loop "$WORK/xfs.img" "$XFS_DATA"
-  trap 'umount "$XFS_DATA" 2>/dev/null || true; tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true; bench_cleanup' EXIT
-  XFS_TOOLS="objfs-sftp-xfs sshfs-xfs"
+  trap 'umount "$XFS_DATA" 2>/dev/null || true; tests/fixtures/sshd.sh stop "$WORK/sshd" >/dev/null 2>&1 || true; tests/fixtures/sshd.sh stop "$WORK/sshd-fast" >/dev/null 2>&1 || true; bench_cleanup' EXIT
+  XFS_TOOLS="objfs-sftp-xfs objfs-sftp-xfs-fast sshfs-xfs"
 fi
 data_of() {  # data_of TOOL: the server directory TOOL's SFTP mount shows
-  case $1 in *-xfs) echo "$XFS_DATA" ;; *) echo "$DATA" ;; esac
+  case $1 in *-xfs|*-xfs-fast) echo "$XFS_DATA" ;; *) echo "$DATA" ;; esac
 }
 echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" > "$WORK/s3fs.passwd"
 chmod 600 "$WORK/s3fs.passwd"
@@ -74,10 +84,11 @@ mount_tool() {  # mount_tool TOOL
               PID=$! ;;
     s3fs) s3fs bench "$MNT" -f -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd" \
             >/dev/null 2>&1 & PID=$! ;;
-    objfs-sftp*) local extra=""
+    objfs-sftp*) local extra="" port=$P key=$KEY kh=$KH
                  [ "$1" = objfs-sftp-copydata ] && extra=",no_server_cp"
-                 build/objfs "sftp://$U@$H:$P$(data_of "$1")" "$MNT" -f \
-                   -o "identity=$KEY,known_hosts=$KH,cache_dir=$WORK/objfs-cache$extra" & PID=$! ;;
+                 [[ $1 = *-fast ]] && port=$FAST_P key=$FAST_KEY kh=$FAST_KH
+                 build/objfs "sftp://$U@$H:$port$(data_of "$1")" "$MNT" -f \
+                   -o "identity=$key,known_hosts=$kh,cache_dir=$WORK/objfs-cache$extra" & PID=$! ;;
     sshfs*) sshfs "$U@$H:$(data_of "$1")" "$MNT" -f -p "$P" \
               -o "IdentityFile=$KEY,UserKnownHostsFile=$KH" \
               -o StrictHostKeyChecking=yes >/dev/null 2>&1 & PID=$! ;;
@@ -108,7 +119,8 @@ APPENDS=$WORK/appends.txt PATCHES=$WORK/patches.txt
 edit_round() {  # edit_round TOOL
   case $1 in
     objfs-s3|s3fs) s3curl -T "$WORK/base.bin" "$EP/bench/f.bin" >/dev/null ;;
-    *) cp "$WORK/base.bin" "$(data_of "$1")/f.bin" ;;
+    *) cp "$WORK/base.bin" "$(data_of "$1")/f.bin"
+       sync "$(data_of "$1")/f.bin" ;;
   esac
   if ! mount_tool "$1"; then echo "$1|did not mount|" >> "$APPENDS"; unmount_all; return; fi
   local t0 t1 t2 io0 io1 io2 got
@@ -130,7 +142,7 @@ edit_round() {  # edit_round TOOL
     'BEGIN { printf "%s|%.3f|%.1f\n", tool, t2 - t1, b / 1048576 }' >> "$PATCHES"
 }
 for _ in $(seq "$ROUNDS"); do
-  for tool in objfs-s3 s3fs objfs-sftp objfs-sftp-copydata sshfs $XFS_TOOLS; do
+  for tool in objfs-s3 s3fs objfs-sftp objfs-sftp-fast objfs-sftp-copydata sshfs $XFS_TOOLS; do
     edit_round "$tool"
   done
 done
