@@ -240,6 +240,16 @@ bool Accepts(int port) {
   return ok;
 }
 
+// The names of the temporary upload files (".objfs-tmp-*") in server directory `dir`.
+std::vector<std::string> TemporaryFiles(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(".objfs-tmp-", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
 // An sshd started with sshd.sh in a temporary directory, stopped (with every connection
 // process it started) and removed at destruction. The shared server is never touched.
 class PrivateSshd {
@@ -550,14 +560,7 @@ TEST(MountSftpErrorsTest, AHungServerGetsTheFileByItselfAndKeepsNoTemporaryFile)
   PrivateSshd sshd;
   ASSERT_TRUE(sshd.started());
   const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
-  auto temporary_files = [&root] {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(root)) {
-      std::string name = entry.path().filename().string();
-      if (name.rfind(".objfs-tmp-", 0) == 0) names.push_back(name);
-    }
-    return names;
-  };
+  auto temporary_files = [&root] { return TemporaryFiles(root); };
   // Writes `data` to `name` in `mount`, hangs the server while the upload is streamed, and
   // resumes it once close() has failed.
   auto write_while_hung = [&](ObjfsMount& mount, const std::string& name, const std::string& data) {
@@ -600,14 +603,7 @@ TEST(MountSftpErrorsTest, ACopyCutMidwayLeavesNoTemporaryFileOnTheServer) {
   PrivateSshd sshd;
   ASSERT_TRUE(sshd.started());
   const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
-  auto temporary_files = [&root] {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(root)) {
-      std::string name = entry.path().filename().string();
-      if (name.rfind(".objfs-tmp-", 0) == 0) names.push_back(name);
-    }
-    return names;
-  };
+  auto temporary_files = [&root] { return TemporaryFiles(root); };
   auto temporary_bytes = [&] {
     uint64_t bytes = 0;
     for (const std::string& name : temporary_files()) {
