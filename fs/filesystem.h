@@ -435,6 +435,13 @@ class Filesystem {
   void set_page_invalidator(std::function<void(uint64_t ino)> invalidate) {
     invalidate_pages_ = std::move(invalidate);
   }
+  // Where a name the kernel may still have cached goes when its file is gone without an unlink
+  // (a new file set aside because its writer did not finish): the kernel would otherwise
+  // answer an open(O_CREAT) of that name with the gone file, ENOENT, until entry_timeout.
+  // Likewise set before requests are served, cleared after; must not block on the kernel.
+  void set_entry_invalidator(std::function<void(uint64_t parent, const std::string& name)> f) {
+    invalidate_entry_ = std::move(f);
+  }
   // Asked by the page invalidator just before it sends a queued drop of `ino`'s pages: false
   // when an open has dropped them since (and its reads may have filled them with the new
   // version, which must stay). Clears the queued mark.
@@ -621,9 +628,10 @@ class Filesystem {
   std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_ GUARDED_BY(handles_mu_);
   uint64_t next_fh_ GUARDED_BY(handles_mu_) = 1;
   std::atomic<uint64_t> skipped_names_{0};
-  std::function<void(uint64_t)> invalidate_pages_;  // set_page_invalidator
-  int64_t mount_time_ns_;                           // the root's mtime
-  KeyResolver resolver_;                            // what a key is, through meta_cache_
+  std::function<void(uint64_t)> invalidate_pages_;                      // set_page_invalidator
+  std::function<void(uint64_t, const std::string&)> invalidate_entry_;  // set_entry_invalidator
+  int64_t mount_time_ns_;                                               // the root's mtime
+  KeyResolver resolver_;  // what a key is, through meta_cache_
 
   // Directory times: creating or removing an entry moves its directory's mtime and ctime. An S3
   // directory's marker would need a copy for each, so they are kept here, for the mount's

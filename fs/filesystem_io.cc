@@ -394,6 +394,13 @@ Status Filesystem::CloseUnfinished(uint64_t ino, Inode& inode) {
   if (inode.open_writers.load() > 1) return writer_->UnfinishedError(inode, key);
   Status error = writer_->SetAsideUnfinished(ino, inode, key);
   InvalidatePages(ino);  // its pages were the data set aside
+  // A new file its writer did not finish is no file now: the kernel forgets its name, so that
+  // the next open(O_CREAT) of it makes a file rather than open the gone one (ENOENT).
+  if (!inode.staged && !inode.in_store && invalidate_entry_) {
+    const size_t slash = key.rfind('/');
+    const uint64_t parent = inodes_.InoOf(slash == std::string::npos ? "" : key.substr(0, slash));
+    if (parent != 0) invalidate_entry_(parent, key.substr(slash + 1));
+  }
   return error;
 }
 

@@ -768,15 +768,27 @@ int FuseAdapter::Run(fuse_session* session) {
   {
     MutexLock lock(&mu_);
     Filesystem* fs = fs_;
-    invalidator_ = std::make_shared<PageInvalidator>([session, fs](uint64_t ino) {
-      if (fs != nullptr && !fs->TakeQueuedPageDrop(ino)) return 0;
-      return fuse_lowlevel_notify_inval_inode(session, static_cast<fuse_ino_t>(ino), 0, 0);
-    });
+    invalidator_ = std::make_shared<PageInvalidator>(
+        [session, fs](uint64_t ino) {
+          if (fs != nullptr && !fs->TakeQueuedPageDrop(ino)) return 0;
+          return fuse_lowlevel_notify_inval_inode(session, static_cast<fuse_ino_t>(ino), 0, 0);
+        },
+        [session](uint64_t parent, const std::string& name) {
+          return fuse_lowlevel_notify_inval_entry(session, static_cast<fuse_ino_t>(parent),
+                                                  name.c_str(), name.size());
+        });
   }
-  if (fs_ != nullptr) fs_->set_page_invalidator([this](uint64_t ino) { InvalidatePages(ino); });
+  if (fs_ != nullptr) {
+    fs_->set_page_invalidator([this](uint64_t ino) { InvalidatePages(ino); });
+    fs_->set_entry_invalidator(
+        [this](uint64_t parent, const std::string& name) { InvalidateEntry(parent, name); });
+  }
   int result = fuse_session_loop_mt(session, config);
   fuse_loop_cfg_destroy(config);
-  if (fs_ != nullptr) fs_->set_page_invalidator(nullptr);
+  if (fs_ != nullptr) {
+    fs_->set_page_invalidator(nullptr);
+    fs_->set_entry_invalidator(nullptr);
+  }
   std::shared_ptr<PageInvalidator> invalidator;
   {
     MutexLock lock(&mu_);
@@ -812,6 +824,15 @@ void FuseAdapter::InvalidatePages(uint64_t ino) {
     invalidator = invalidator_;
   }
   if (invalidator != nullptr) invalidator->Post(ino);
+}
+
+void FuseAdapter::InvalidateEntry(uint64_t parent, const std::string& name) {
+  std::shared_ptr<PageInvalidator> invalidator;
+  {
+    MutexLock lock(&mu_);
+    invalidator = invalidator_;
+  }
+  if (invalidator != nullptr) invalidator->PostEntry(parent, name);
 }
 
 Status FuseAdapter::destroy_status() const {

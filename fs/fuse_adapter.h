@@ -74,6 +74,8 @@ class FuseAdapter {
   // Has the kernel drop its cached pages of `ino`, from the thread that Run() starts
   // (fs/page_invalidator.h); nothing outside Run().
   void InvalidatePages(uint64_t ino);
+  // Has the kernel forget its entry for `name` in directory `parent`, likewise.
+  void InvalidateEntry(uint64_t parent, const std::string& name);
 
  private:
   FuseAdapterOptions options_;

@@ -52,8 +52,9 @@
 //                         written; taken under Inode::mu, never held across a server call or
 //                         IoPool::Submit.
 //  27. Filesystem::dir_times_mu_  the directory times this mount moved (fs/filesystem.h).
-//  28. PageInvalidator::State::mu (fs/page_invalidator.h)  the inodes whose kernel pages are to be
-//                         dropped; never held while the kernel is notified.
+//  28. PageInvalidator::State::mu (fs/page_invalidator.h)  the inodes whose kernel pages, and the
+//                         names whose kernel entries, are to be dropped; never held while the
+//                         kernel is notified.
 //  29. DataCache::mu_ (cache/data_cache.h)  the disk cache's blocks and their LRU order; never
 //                         held across a file or index (14) write, nor an eviction's punch or
 //                         removal (done after it, with the range marked as being freed); held

@@ -7,7 +7,9 @@
 // until a request thread answers them: sent from a request handler, the notification can stall
 // that handler behind requests that need it (libfuse: do not call it from a filesystem
 // operation). Handlers only queue the inode here; one thread, holding no objfs lock, sends the
-// notifications.
+// notifications. The same thread drops the kernel's cached names of files that are gone
+// (fuse_lowlevel_notify_inval_entry), which waits for the directory's lock in the kernel, held
+// by requests on that directory until they are answered.
 #pragma once
 
 #include <chrono>
@@ -15,7 +17,9 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "backend/mutex.h"
 
@@ -25,7 +29,11 @@ class PageInvalidator {
  public:
   // `notify` drops the pages of one inode (fuse_lowlevel_notify_inval_inode); its result (0 or a
   // negative errno) is ignored: an inode the kernel forgot has no pages left.
-  explicit PageInvalidator(std::function<int(uint64_t ino)> notify);
+  // `notify_entry` drops the kernel's entry for `name` in directory `parent`
+  // (fuse_lowlevel_notify_inval_entry); without it, PostEntry does nothing.
+  explicit PageInvalidator(
+      std::function<int(uint64_t ino)> notify,
+      std::function<int(uint64_t parent, const std::string& name)> notify_entry = {});
   // Stop(); a thread that does not end then (or at once, after a Stop that gave up) is left to
   // end on its own, keeping only what it shares with this.
   ~PageInvalidator();
@@ -34,6 +42,8 @@ class PageInvalidator {
 
   // Queues `ino`; an inode already queued is sent once. Never blocks on the kernel.
   void Post(uint64_t ino);
+  // Queues the name `name` in directory `parent`, likewise.
+  void PostEntry(uint64_t parent, const std::string& name);
 
   // Sends what is queued and ends the thread, waiting at most `timeout`: a notification the
   // kernel holds up (a read of the file that the stopped request loop will never answer) must
@@ -50,11 +60,15 @@ class PageInvalidator {
  private:
   // What the thread uses: shared with it, so that a thread left behind by Stop outlives this.
   struct State {
-    explicit State(std::function<int(uint64_t)> notify) : notify(std::move(notify)) {}
+    State(std::function<int(uint64_t)> notify,
+          std::function<int(uint64_t, const std::string&)> notify_entry)
+        : notify(std::move(notify)), notify_entry(std::move(notify_entry)) {}
     const std::function<int(uint64_t)> notify;
+    const std::function<int(uint64_t, const std::string&)> notify_entry;
     Mutex mu;  // lock 28 of fs/lock_order.h: a leaf, never held while the kernel is notified
     CondVar cv;
     std::set<uint64_t> queued GUARDED_BY(mu);
+    std::set<std::pair<uint64_t, std::string>> entries GUARDED_BY(mu);
     bool stopping GUARDED_BY(mu) = false;
     bool done GUARDED_BY(mu) = false;  // the thread has returned
     uint64_t sent GUARDED_BY(mu) = 0;

@@ -429,6 +429,28 @@ TEST(MountS3PosixTest, SizesOverTheLargestObjectAreFileTooLarge) {
   EXPECT_EQ(HeadObject(s.bucket, "shared/f")["content-length"], "4");
 }
 
+// A new file whose writer failed (a write past 5 TiB) is not made at its close: its bytes are
+// set aside in cache_dir. Its name is free again at once, though the kernel had it cached: a
+// shell's `>` (an open with O_CREAT) makes a new file there, where it got ENOENT until the
+// kernel's entry timed out.
+TEST(MountS3PosixTest, ANewFileWhoseWriterFailedLeavesItsNameFreeAtOnce) {
+  SharedMount s = StartSharedMount();
+  ASSERT_TRUE(s.mount);
+  const std::string file = s.shared + "/failed";
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "0123456789", 10), 10) << std::strerror(errno);
+  errno = 0;
+  EXPECT_EQ(::pwrite(fd, "z", 1, static_cast<off_t>((uint64_t{5} << 40) + 10)), -1);
+  EXPECT_EQ(errno, EFBIG) << std::strerror(errno);
+  (void)::close(fd);  // its error: the file was not made
+  EXPECT_TRUE(HeadObject(s.bucket, "shared/failed", /*may_be_absent=*/true).empty());
+  CommandResult redirect = RunCommand({"sh", "-c", "echo hello > \"$1\"", "sh", file});
+  EXPECT_EQ(redirect.exit_code, 0) << redirect.err;
+  EXPECT_EQ(ReadFile(file), "hello\n");
+  EXPECT_EQ(HeadObject(s.bucket, "shared/failed")["content-length"], "6");
+}
+
 // fstat of a file still open after its removal shows no link and its size, on both a stored
 // file and one written and not closed yet (whose data it still reads).
 TEST(MountS3PosixTest, FstatAfterUnlinkShowsNoLinks) {

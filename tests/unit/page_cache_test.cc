@@ -177,6 +177,46 @@ TEST(PageInvalidatorTest, SendsEachQueuedInodeOnceAndAllBeforeStopping) {
   EXPECT_EQ(invalidator.sent(), 3u);
 }
 
+// Names go through the same queue: each queued name once, all before Stop returns; with no
+// entry notifier given, PostEntry does nothing.
+TEST(PageInvalidatorTest, SendsEachQueuedNameOnceBesideThePages) {
+  Mutex mu;
+  CondVar cv;
+  bool release = false;
+  std::vector<std::string> sent;
+  auto gate = [&](std::string what) {
+    MutexLock lock(&mu);
+    while (!release) cv.Wait(&mu);  // a kernel slow to answer
+    sent.push_back(std::move(what));
+    return 0;
+  };
+  PageInvalidator invalidator([&](uint64_t ino) { return gate("pages of " + std::to_string(ino)); },
+                              [&](uint64_t parent, const std::string& name) {
+                                return gate(std::to_string(parent) + "/" + name);
+                              });
+  // The pages go first, and hold the thread until released: the names queue up behind them.
+  invalidator.Post(4);
+  for (int i = 0; i < 2; ++i) {
+    invalidator.PostEntry(1, "a");
+    invalidator.PostEntry(9, "b c");
+  }
+  {
+    MutexLock lock(&mu);
+    release = true;
+    cv.SignalAll();
+  }
+  invalidator.Stop();
+  invalidator.PostEntry(1, "late");  // after Stop: dropped
+  std::sort(sent.begin(), sent.end());
+  EXPECT_EQ(sent, (std::vector<std::string>{"1/a", "9/b c", "pages of 4"}));
+  EXPECT_EQ(invalidator.sent(), 3u);
+
+  PageInvalidator pages_only([](uint64_t) { return 0; });
+  pages_only.PostEntry(1, "a");
+  pages_only.Stop();
+  EXPECT_EQ(pages_only.sent(), 0u);
+}
+
 // A notification the kernel never finishes (a read the stopped loop will not answer) must not
 // keep Stop, and so the unmount, waiting.
 TEST(PageInvalidatorTest, StopGivesUpOnANotificationThatHangs) {
