@@ -222,7 +222,15 @@ Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {
   return entry;
 }
 
+std::optional<Inode::CopyUnderWay> Filesystem::CopyUnderWayOf(Inode& inode) {
+  MutexLock lock(&inode.copy_mu);
+  return inode.copy_under_way;
+}
+
 std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
+  if (std::optional<Inode::CopyUnderWay> copy = CopyUnderWayOf(inode)) {
+    return copy->local ? std::optional<FileAttr>(copy->attr) : std::nullopt;
+  }
   MutexLock lock(&inode.mu);
   return LocalAttrLocked(inode, ino);
 }
@@ -240,6 +248,12 @@ Result<Entry> Filesystem::Lookup(uint64_t parent, std::string_view name) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
   if (uint64_t known = inodes_.InoOf(key)) {
     if (auto inode = inodes_.Find(known)) {
+      // A copy under way answers with the attributes from before it, for no time: the copy
+      // changes them when it ends.
+      if (std::optional<Inode::CopyUnderWay> copy = CopyUnderWayOf(*inode)) {
+        inodes_.AddLookup(known);
+        return MakeEntry(copy->attr, false);
+      }
       if (auto attr = LocalAttr(*inode, known)) {
         inodes_.AddLookup(known);
         return MakeEntry(*attr, true);
@@ -259,6 +273,9 @@ void Filesystem::AddLookup(uint64_t ino) { inodes_.AddLookup(ino); }
 Result<Entry> Filesystem::GetAttr(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (auto inode = inodes_.Find(ino)) {
+    if (std::optional<Inode::CopyUnderWay> copy = CopyUnderWayOf(*inode)) {
+      return MakeEntry(copy->attr, false);  // as in Lookup
+    }
     MutexLock lock(&inode->mu);
     if (auto attr = LocalAttrLocked(*inode, ino)) return MakeEntry(*attr, true);
     if (inode->removed()) {
@@ -279,6 +296,8 @@ void Filesystem::CheckPageVersion(uint64_t ino, const MetaRecord& rec) {
   if (!options_.kernel_page_cache || rec.is_dir) return;
   std::shared_ptr<Inode> inode = inodes_.Find(ino);
   if (inode == nullptr) return;  // never opened: the kernel has no pages of it
+  // A copy into the file sets the version of the pages when it ends.
+  if (CopyUnderWayOf(*inode)) return;
   {
     MutexLock lock(&inode->mu);
     // Staged here, its pages are what was written; an object without a version cannot tell.

@@ -133,6 +133,18 @@ struct Inode {
   std::atomic<int> open_writers{0};
   // `staged` or `pending_metadata` is set (mirrors them for the table).
   std::atomic<bool> has_local_data{false};
+  // A server-side copy into this file is under way (Filesystem::CopyFileRange): it holds `mu`
+  // until the server answers, up to its allowance for the copy, which is minutes for gigabytes
+  // or a stuck server. Meanwhile stat, lookups and listings answer from what it left here, the
+  // file's attributes from before the copy, rather than wait for `mu`: `ls` of the directory
+  // `cp` writes into never hangs on it. `local`: the file had local data (LocalAttr). Taken
+  // alone or under `mu`, never the other way round (fs/lock_order.h).
+  struct CopyUnderWay {
+    FileAttr attr;
+    bool local = false;
+  };
+  Mutex copy_mu;
+  std::optional<CopyUnderWay> copy_under_way GUARDED_BY(copy_mu);
 };
 
 // Notes that `to` is a new ETag of `key`'s bytes at `from` (Inode::retagged).

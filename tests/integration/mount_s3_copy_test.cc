@@ -9,13 +9,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
@@ -95,6 +98,62 @@ TEST(MountS3CopyTest, RsyncWithAWritebackWindow) {
   CommandResult diff_u = RunCommand({"diff", "-r", tree, check->path() + "/u"});
   EXPECT_EQ(diff_u.exit_code, 0) << diff_u.out << diff_u.err;
   EXPECT_EQ(TreeListing(check->path() + "/u"), want_listing);
+}
+
+// `ls -l` and `stat` of the directory cp writes into, while RGW copies on the server (for
+// gigabytes, minutes): they waited for the whole copy. A proxy between objfs and RGW holds the
+// copy's request until they have answered.
+TEST(MountS3CopyTest, LsAndStatWhileTheServerCopiesDoNotWaitForTheCopy) {
+  const S3TestServer& server = SharedS3Server();
+  const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
+  FaultProxy proxy("127.0.0.1", port);
+  const std::string bucket = CreateTestBucket(TestName());
+  ObjfsMount::Options options;
+  // Every stat asks objfs, not the kernel's cache.
+  options.extra_options = "endpoint=" + proxy.endpoint() + ",attr_timeout=0";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(mount);
+  std::string data(3 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + i / 4093);
+  const std::string src = mount->path() + "/src";
+  const std::string dst = mount->path() + "/dst";
+  WriteFile(src, data);
+  struct stat st {};
+  ASSERT_EQ(::stat(src.c_str(), &st), 0);
+
+  proxy.HoldNextRequest("PUT /" + bucket + "/dst ");
+  CommandResult cp;
+  std::thread copier([&] { cp = RunCommand({"cp", src, dst}); });
+  const bool held = WaitFor(60, [&] { return proxy.held_requests() == 1; });
+  std::atomic<bool> answered{false};
+  int stat_result = -1;
+  struct stat during {};
+  CommandResult ls;
+  std::thread looker([&] {
+    stat_result = ::stat(dst.c_str(), &during);
+    ls = RunCommand({"ls", "-l", mount->path()});
+    answered = true;
+  });
+  // (A bound for a failure to show as one, not a pause: they answer at once.)
+  const bool in_time = held && WaitFor(30, [&] { return answered.load(); });
+  proxy.ReleaseHeldRequest();
+  looker.join();
+  copier.join();
+  ASSERT_TRUE(held) << "cp made no copy on the server\n" << mount->log();
+  EXPECT_TRUE(in_time) << "stat and ls waited for the copy on the server";
+  EXPECT_EQ(stat_result, 0);
+  EXPECT_EQ(during.st_size, 0);  // the file as it was until the copy ends
+  EXPECT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find(" dst\n"), std::string::npos) << ls.out;
+
+  ASSERT_EQ(cp.exit_code, 0) << cp.err;
+  EXPECT_EQ(proxy.requests_containing("x-amz-copy-source:"), 1);
+  ASSERT_EQ(::stat(dst.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  std::unique_ptr<ObjfsMount> check = ObjfsMount::Start(S3MountUrl(bucket));
+  ASSERT_TRUE(check);
+  EXPECT_TRUE(ReadLocal(check->path() + "/dst") == data);
 }
 
 TEST(MountS3CopyTest, EtagOfSinglePartAndMultipartFiles) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -235,6 +236,108 @@ TEST_F(FilesystemCopyTest, TheCloseOfACopyRemovedMeanwhileSucceeds) {
   EXPECT_TRUE(fs_->Release(dst_fh).ok());
   EXPECT_TRUE(fs_->Release(src_fh).ok());
   EXPECT_FALSE(memory_->head("dst").ok());
+}
+
+// A store whose server-side copies, once asked for, wait until the test lets them go on: the
+// copy of gigabytes, or a stuck server.
+class HeldCopyStore : public ForwardingStore {
+ public:
+  explicit HeldCopyStore(std::shared_ptr<ObjectStore> target)
+      : ForwardingStore(std::move(target)), go_on_(go_on_promise_.get_future().share()) {}
+  ~HeldCopyStore() override { GoOn(); }
+  Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
+                          const CopyOptions& options) override {
+    if (!asked_once_.exchange(true)) asked_.set_value();
+    go_on_.wait();
+    return ForwardingStore::copy(src, dst, options);
+  }
+  // Ready once a copy was asked for.
+  std::future<void> Asked() { return asked_.get_future(); }
+  // Lets the copies go on (again and again: no matter).
+  void GoOn() {
+    if (!going_on_.exchange(true)) go_on_promise_.set_value();
+  }
+
+ private:
+  std::promise<void> asked_;
+  std::atomic<bool> asked_once_{false};
+  std::promise<void> go_on_promise_;
+  std::shared_future<void> go_on_;
+  std::atomic<bool> going_on_{false};
+};
+
+// `ls -l` of the directory cp writes into waited for the whole copy on the server (minutes
+// for gigabytes, the copy's allowance on a stuck server): the copy held the file's lock, and
+// stat, lookups and listings of the file took it.
+TEST_F(FilesystemCopyTest, StatAndListingsOfTheDestinationDoNotWaitForItsServerCopy) {
+  const std::string data = Pattern(100000);
+  PutObject("src", data);
+  fs_.reset();
+  auto held = std::make_shared<HeldCopyStore>(store_);
+  std::future<void> asked = held->Asked();
+  options_.max_copy_call = data.size();  // one call copies it all
+  auto fs = Filesystem::Create(held, options_, &metrics_, std::make_shared<FakeClock>());
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  fs_ = std::move(fs).value();
+  auto src = fs_->Open(LookupIno("src"), O_RDONLY);
+  ASSERT_TRUE(src.ok());
+  auto dst = fs_->Create(kRootIno, "dst", 0640, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(dst.ok());
+  const uint64_t dst_ino = dst->entry.attr.ino;
+
+  struct Seen {
+    Result<Entry> attr = Entry();
+    Result<Entry> lookup = Entry();
+    Result<std::vector<DirEntry>> listing = std::vector<DirEntry>();
+  };
+  std::future<Result<uint64_t>> copying = std::async(
+      std::launch::async, [&] { return fs_->CopyFileRange(*src, 0, dst->fh, 0, data.size(), 0); });
+  std::future<Seen> during;
+  // However this test ends, the copy ends too (before the futures wait for their threads).
+  struct GoOnAtEnd {
+    HeldCopyStore* store;
+    ~GoOnAtEnd() { store->GoOn(); }
+  } go_on_at_end{held.get()};
+  ASSERT_EQ(asked.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  during = std::async(std::launch::async, [&] {
+    Seen seen;
+    seen.attr = fs_->GetAttr(dst_ino);
+    seen.lookup = fs_->Lookup(kRootIno, "dst");
+    seen.listing = fs_->ReadDir(kRootIno);
+    return seen;
+  });
+  // (A bound for a failure to show as one, not a pause: they answer at once.)
+  const bool answered = during.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  held->GoOn();
+  ASSERT_TRUE(answered) << "stat or the listing waited for the server's copy";
+  Seen seen = during.get();
+  // What the file was before the copy, for no time: the copy changes it when it ends.
+  ASSERT_TRUE(seen.attr.ok()) << seen.attr.status().ToString();
+  EXPECT_EQ(seen.attr->attr.size, 0u);
+  EXPECT_EQ(seen.attr->attr.mode & 07777, 0640u);
+  EXPECT_EQ(seen.attr->attr_timeout, 0);
+  ASSERT_TRUE(seen.lookup.ok()) << seen.lookup.status().ToString();
+  EXPECT_EQ(seen.lookup->attr.ino, dst_ino);
+  EXPECT_EQ(seen.lookup->attr.size, 0u);
+  EXPECT_EQ(seen.lookup->entry_timeout, 0);
+  ASSERT_TRUE(seen.listing.ok()) << seen.listing.status().ToString();
+  const auto listed = std::find_if(seen.listing->begin(), seen.listing->end(),
+                                   [](const DirEntry& e) { return e.name == "dst"; });
+  ASSERT_NE(listed, seen.listing->end());
+  EXPECT_EQ(listed->entry.attr.size, 0u);
+
+  Result<uint64_t> copied = copying.get();
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(*copied, data.size());
+  EXPECT_EQ(metrics_.copy_requests.load(), 1u);
+  auto after = fs_->GetAttr(dst_ino);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->attr.size, data.size());
+  EXPECT_TRUE(fs_->Release(dst->fh).ok());
+  EXPECT_TRUE(fs_->Release(*src).ok());
+  Result<ObjectInfo> stored = memory_->head("dst");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size, data.size());
 }
 
 TEST(KernelMaxCopyCallTest, IsTheLargest32BitCountInWholePages) {
