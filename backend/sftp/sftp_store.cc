@@ -987,6 +987,7 @@ class SftpStore::Session : public Upload {
     // writes before it have (parts go up in parallel).
     uint64_t hashed_here = offset;
     std::optional<uint64_t> ahead;
+    bool counted = false;  // toward the next early flush (FlushEarly)
     // A repeated write (after a broken connection) rewrites the same bytes.
     Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
       SftpWire& wire = c.wire();
@@ -1028,6 +1029,7 @@ class SftpStore::Session : public Upload {
                            store_->options_.requests_in_flight, hash);
         done += *n;
       }
+      if (st.ok()) st = FlushEarly(c, handle, length, &counted);
       Status closed = wire.Close(handle);
       return st.ok() ? closed : st;
     });
@@ -1321,6 +1323,42 @@ class SftpStore::Session : public Upload {
     return removed;
   }
 
+  // The server's fsync at completion writes out every byte of the file that its disk does not
+  // have yet, and complete() waits for it: for 512 MiB on the test machine's ext4, 0.7 s, a
+  // third of a `cp`. So the server writes the file out while it arrives: after each
+  // kFlushEvery bytes written through the session, the write() that passes the mark has the
+  // server fsync the file, on its own connection while the other parts go on. The fsync at
+  // completion then writes out what came since. One at a time: a server whose disk is slower
+  // than its network is still writing the last one out. Counted once per write() call, however
+  // many connections it took.
+  Status FlushEarly(SftpConnection& c, const SftpWire::Handle& handle, uint64_t length,
+                    bool* counted) {
+    if (*counted) return Status::Ok();
+    *counted = true;
+    uint64_t unflushed = 0;
+    {
+      MutexLock lock(&mu_);
+      unflushed_ += length;
+      if (flushing_ || unflushed_ < kFlushEvery) return Status::Ok();
+      if (!c.wire().HasExtension("fsync@openssh.com", "1")) return Status::Ok();
+      flushing_ = true;
+      unflushed = std::exchange(unflushed_, 0);
+    }
+    Status flushed;
+    {
+      SftpSessionPool::SilenceAllowance flushing(
+          store_->pool_, c, ServerWorkSilence(store_->options_.request_timeout, unflushed));
+      flushed = c.wire().Fsync(handle);
+    }
+    if (flushed.ok() && store_->options_.metrics != nullptr) {
+      Bump(store_->options_.metrics->server_early_flushes);
+    }
+    MutexLock lock(&mu_);
+    flushing_ = false;
+    return flushed;
+  }
+  static constexpr uint64_t kFlushEvery = uint64_t{64} << 20;
+
   SftpStore* store_;
   const std::string key_;
   const KeyPaths paths_;
@@ -1344,6 +1382,8 @@ class SftpStore::Session : public Upload {
   StagedIdentity identity_ GUARDED_BY(mu_);  // of the temporary file (remade by cp)
   std::multiset<uint64_t> writing_ GUARDED_BY(mu_);  // where the write() calls in progress begin
   CondVar hashed_changed_;                           // hashed_, md5_valid_ or writing_ changed
+  uint64_t unflushed_ GUARDED_BY(mu_) = 0;  // bytes written since the last early flush began
+  bool flushing_ GUARDED_BY(mu_) = false;   // an early flush is under way (FlushEarly)
 };
 
 Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,
