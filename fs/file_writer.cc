@@ -403,6 +403,8 @@ bool FileWriter::HoldMetadata(uint64_t ino, Inode& inode, const std::string& key
 
 Status FileWriter::ApplyHeldMetadata(Inode& inode, const std::string& key) {
   if (!inode.pending_metadata) return Status::Ok();
+  // (S3: a self-copy, minutes for gigabytes.) Stat and listings answer meanwhile.
+  ServerWorkScope working(inode);
   OBJFS_ASSIGN_OR_RETURN(MetadataCoalescer::Applied applied,
                          coalescer_.Apply(*inode.pending_metadata, key));
   switch (applied.outcome) {
@@ -489,6 +491,8 @@ Metadata FileWriter::UploadMetadata(const Inode& inode) {
 
 Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   if (Unfinished(inode)) return UnfinishedError(inode, key);
+  // Stat and listings answer while the file goes up (its tail, or all of it).
+  ServerWorkScope working(inode);
   Metadata metadata = UploadMetadata(inode);
   // A writer's close or an fsync vouches for the data as it is: should objfs die during the
   // upload, the next mount uploads it. (Not synced first: the upload is what keeps it, and a

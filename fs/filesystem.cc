@@ -222,25 +222,24 @@ Entry Filesystem::MakeEntry(const FileAttr& attr, bool exact) const {
   return entry;
 }
 
-std::optional<Inode::CopyUnderWay> Filesystem::CopyUnderWayOf(Inode& inode) {
-  MutexLock lock(&inode.copy_mu);
-  return inode.copy_under_way;
+std::optional<Inode::ServerWork> Filesystem::ServerWorkOf(Inode& inode, uint64_t ino) {
+  MutexLock lock(&inode.work_mu);
+  std::optional<Inode::ServerWork> work = inode.server_work;
+  if (work) work->attr.ino = ino;
+  return work;
 }
 
 std::optional<FileAttr> Filesystem::LocalAttr(Inode& inode, uint64_t ino) {
-  if (std::optional<Inode::CopyUnderWay> copy = CopyUnderWayOf(inode)) {
-    return copy->local ? std::optional<FileAttr>(copy->attr) : std::nullopt;
+  if (std::optional<Inode::ServerWork> work = ServerWorkOf(inode, ino)) {
+    return work->local ? std::optional<FileAttr>(work->attr) : std::nullopt;
   }
   MutexLock lock(&inode.mu);
   return LocalAttrLocked(inode, ino);
 }
 
 std::optional<FileAttr> Filesystem::LocalAttrLocked(const Inode& inode, uint64_t ino) {
-  if (!inode.staged && !inode.pending_metadata) return std::nullopt;
-  FileAttr attr = WithStoredTimes(inode.attr, inode.extra_metadata);
-  attr.ino = ino;
-  attr.size = inode.staged ? inode.staged->size() : inode.pending_metadata->object.size;
-  if (inode.removed()) attr.nlink = 0;  // removed while open: no name leads to it any more
+  std::optional<FileAttr> attr = LocalAttrOf(inode);
+  if (attr) attr->ino = ino;
   return attr;
 }
 
@@ -248,11 +247,11 @@ Result<Entry> Filesystem::Lookup(uint64_t parent, std::string_view name) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
   if (uint64_t known = inodes_.InoOf(key)) {
     if (auto inode = inodes_.Find(known)) {
-      // A copy under way answers with the attributes from before it, for no time: the copy
-      // changes them when it ends.
-      if (std::optional<Inode::CopyUnderWay> copy = CopyUnderWayOf(*inode)) {
+      // Server work under way answers with the attributes from before it, for no time: the
+      // work may change them when it ends.
+      if (std::optional<Inode::ServerWork> work = ServerWorkOf(*inode, known)) {
         inodes_.AddLookup(known);
-        return MakeEntry(copy->attr, false);
+        return MakeEntry(work->attr, false);
       }
       if (auto attr = LocalAttr(*inode, known)) {
         inodes_.AddLookup(known);
@@ -273,8 +272,8 @@ void Filesystem::AddLookup(uint64_t ino) { inodes_.AddLookup(ino); }
 Result<Entry> Filesystem::GetAttr(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (auto inode = inodes_.Find(ino)) {
-    if (std::optional<Inode::CopyUnderWay> copy = CopyUnderWayOf(*inode)) {
-      return MakeEntry(copy->attr, false);  // as in Lookup
+    if (std::optional<Inode::ServerWork> work = ServerWorkOf(*inode, ino)) {
+      return MakeEntry(work->attr, false);  // as in Lookup
     }
     MutexLock lock(&inode->mu);
     if (auto attr = LocalAttrLocked(*inode, ino)) return MakeEntry(*attr, true);
@@ -296,8 +295,8 @@ void Filesystem::CheckPageVersion(uint64_t ino, const MetaRecord& rec) {
   if (!options_.kernel_page_cache || rec.is_dir) return;
   std::shared_ptr<Inode> inode = inodes_.Find(ino);
   if (inode == nullptr) return;  // never opened: the kernel has no pages of it
-  // A copy into the file sets the version of the pages when it ends.
-  if (CopyUnderWayOf(*inode)) return;
+  // Server work on the file sets the version of the pages when it ends, if it changes it.
+  if (ServerWorkOf(*inode, ino)) return;
   {
     MutexLock lock(&inode->mu);
     // Staged here, its pages are what was written; an object without a version cannot tell.

@@ -507,11 +507,11 @@ class Filesystem {
   // true when the handle reads another version now (moved by this call or another read's),
   // and the read may be made again.
   static bool FollowRetag(Handle& handle, const ETag& version);
-  // What a server-side copy into `inode` that is under way left for stat and listings
-  // (Inode::copy_under_way), or nullopt when none is.
-  static std::optional<Inode::CopyUnderWay> CopyUnderWayOf(Inode& inode);
-  // Attributes of an inode with local (staged) state, or nullopt. Never waits for a copy into
-  // it (CopyUnderWayOf).
+  // What server work on inode `ino` that is under way left for stat and listings
+  // (Inode::server_work), or nullopt when none is.
+  static std::optional<Inode::ServerWork> ServerWorkOf(Inode& inode, uint64_t ino);
+  // Attributes of an inode with local (staged) state, or nullopt. Never waits for server work
+  // on it (ServerWorkOf).
   std::optional<FileAttr> LocalAttr(Inode& inode, uint64_t ino);
   // The same, for a caller holding inode.mu.
   static std::optional<FileAttr> LocalAttrLocked(const Inode& inode, uint64_t ino)

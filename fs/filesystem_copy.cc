@@ -8,29 +8,6 @@
 #include "fs/object_metadata.h"
 
 namespace objfs {
-namespace {
-
-// Inode::copy_under_way for the life of a copy into the inode, whose mutex its caller holds
-// throughout: set with the attributes the file has before the copy, cleared when the caller
-// has made the file the copy (or not), before it lets go of the mutex.
-class CopyUnderWayScope {
- public:
-  CopyUnderWayScope(Inode& inode, const Inode::CopyUnderWay& copy) : inode_(inode) {
-    MutexLock lock(&inode_.copy_mu);
-    inode_.copy_under_way = copy;
-  }
-  ~CopyUnderWayScope() {
-    MutexLock lock(&inode_.copy_mu);
-    inode_.copy_under_way.reset();
-  }
-  CopyUnderWayScope(const CopyUnderWayScope&) = delete;
-  CopyUnderWayScope& operator=(const CopyUnderWayScope&) = delete;
-
- private:
-  Inode& inode_;
-};
-
-}  // namespace
 
 Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint64_t fh_out,
                                            uint64_t off_out, uint64_t len, int flags) {
@@ -128,9 +105,7 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
       copy.keep_encryption = dst_encryption;
       copy.replaces_destination = dst_exists;
       // Stat and listings answer without waiting for the server meanwhile.
-      std::optional<FileAttr> local = LocalAttrLocked(dst, out->ino);
-      CopyUnderWayScope under_way(dst,
-                                  Inode::CopyUnderWay{local.value_or(dst_attr), local.has_value()});
+      ServerWorkScope copying(dst, dst_attr);
       auto copied = store_->copy(info, dst_key, copy);
       if (!copied.ok()) return copied.status().WithContext("copying " + src_key);
       if (copied->etag == src.etag && src.etag.is_plain_md5()) Bump(metrics_->etags_reused);

@@ -252,6 +252,9 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
   std::shared_ptr<Inode> inode = ino ? inodes_.Get(ino) : nullptr;
   OptionalInodeLock lock(inode.get());
   MetaRecord source = src;
+  // (S3: a copy, minutes for gigabytes.) Stat and listings of an open file answer meanwhile.
+  std::optional<ServerWorkScope> working;
+  if (inode != nullptr) working.emplace(*inode, AttrFromRecord(ino, src));
   if (inode != nullptr) {
     if (inode->unsaved()) {
       OBJFS_RETURN_IF_ERROR(writer_->Upload(*inode, from, /*accept=*/false));

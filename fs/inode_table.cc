@@ -1,5 +1,7 @@
 #include "fs/inode_table.h"
 
+#include "fs/object_attrs.h"
+
 namespace objfs {
 
 namespace {
@@ -11,6 +13,29 @@ bool IsUnder(const std::string& key, const std::string& prefix) {
 }
 
 }  // namespace
+
+std::optional<FileAttr> LocalAttrOf(const Inode& inode) {
+  if (!inode.staged && !inode.pending_metadata) return std::nullopt;
+  FileAttr attr = WithStoredTimes(inode.attr, inode.extra_metadata);
+  attr.size = inode.staged ? inode.staged->size() : inode.pending_metadata->object.size;
+  if (inode.removed()) attr.nlink = 0;  // removed while open: no name leads to it any more
+  return attr;
+}
+
+ServerWorkScope::ServerWorkScope(Inode& inode, const std::optional<FileAttr>& otherwise)
+    : inode_(inode) {
+  std::optional<FileAttr> local = LocalAttrOf(inode);
+  MutexLock lock(&inode_.work_mu);
+  outer_ = inode_.server_work;
+  if (local || otherwise) {
+    inode_.server_work = Inode::ServerWork{local ? *local : *otherwise, local.has_value()};
+  }
+}
+
+ServerWorkScope::~ServerWorkScope() {
+  MutexLock lock(&inode_.work_mu);
+  inode_.server_work = outer_;
+}
 
 void NoteRetagged(Inode& inode, const std::string& key, const ETag& from, const ETag& to) {
   if (from.empty() || to.empty() || from == to) return;

@@ -133,18 +133,42 @@ struct Inode {
   std::atomic<int> open_writers{0};
   // `staged` or `pending_metadata` is set (mirrors them for the table).
   std::atomic<bool> has_local_data{false};
-  // A server-side copy into this file is under way (Filesystem::CopyFileRange): it holds `mu`
-  // until the server answers, up to its allowance for the copy, which is minutes for gigabytes
-  // or a stuck server. Meanwhile stat, lookups and listings answer from what it left here, the
-  // file's attributes from before the copy, rather than wait for `mu`: `ls` of the directory
-  // `cp` writes into never hangs on it. `local`: the file had local data (LocalAttr). Taken
-  // alone or under `mu`, never the other way round (fs/lock_order.h).
-  struct CopyUnderWay {
-    FileAttr attr;
+  // Server work on this file is under way, and holds `mu` until the server answers, for as
+  // long as the work's allowance: an upload at close or fsync (the tail of a streamed file, or
+  // all of it), a server-side copy into it (Filesystem::CopyFileRange), a rename's copy, a held
+  // chmod's self-copy. Minutes for gigabytes, or for a stuck server. Meanwhile stat, lookups
+  // and listings answer from what the work left here, the file's attributes as they were when
+  // it began (ServerWorkScope), rather than wait for `mu`: `ls -l` of the directory a file is
+  // uploaded to, or copied into, never hangs on it. What reads or changes the file still waits.
+  // `local`: the file had local data (LocalAttrOf gave `attr`). Taken alone or under `mu`,
+  // never the other way round (fs/lock_order.h).
+  struct ServerWork {
+    FileAttr attr;  // its ino aside (the reader's)
     bool local = false;
   };
-  Mutex copy_mu;
-  std::optional<CopyUnderWay> copy_under_way GUARDED_BY(copy_mu);
+  Mutex work_mu;
+  std::optional<ServerWork> server_work GUARDED_BY(work_mu);
+};
+
+// The attributes of a file with local state (staged data, or a held metadata change), but for
+// its inode number, or nullopt.
+std::optional<FileAttr> LocalAttrOf(const Inode& inode) REQUIRES(inode.mu);
+
+// Inode::server_work for the life of server work made under the inode's mutex, which its
+// caller holds throughout: set at construction to the file's attributes then (LocalAttrOf, or
+// `otherwise` for a file without local state; nothing is set when both are unset), and put back
+// as it was (an outer scope's, or none) at destruction, before the caller lets go of the mutex.
+class ServerWorkScope {
+ public:
+  explicit ServerWorkScope(Inode& inode, const std::optional<FileAttr>& otherwise = std::nullopt)
+      REQUIRES(inode.mu);
+  ~ServerWorkScope();
+  ServerWorkScope(const ServerWorkScope&) = delete;
+  ServerWorkScope& operator=(const ServerWorkScope&) = delete;
+
+ private:
+  Inode& inode_;
+  std::optional<Inode::ServerWork> outer_;
 };
 
 // Notes that `to` is a new ETag of `key`'s bytes at `from` (Inode::retagged).

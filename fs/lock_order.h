@@ -63,9 +63,8 @@
 //                         with; never held while they are resolved again.
 //  31. BaseFilledSource::mu_ (fs/file_writer.cc)  the base's blocks an upload read last; never
 //                         held across the read of one.
-//  32. Inode::copy_mu (fs/inode_table.h)  what stat and listings of a file answer while a
-//                         server-side copy into it holds its Inode::mu; held only to set, clear
-//                         or read that.
+//  32. Inode::work_mu (fs/inode_table.h)  what stat and listings of a file answer while server
+//                         work on it holds its Inode::mu; held only to set, clear or read that.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

@@ -1,5 +1,6 @@
-// Copying through a real objfs mount on RGW: rsync with a write-back window, and the ETag
-// attribute of single-part and multipart objects. (cp, rsync and mv on every backend:
+// Copying through a real objfs mount on RGW: rsync with a write-back window, stat and ls while
+// the server copies or takes an upload, and the ETag attribute of single-part and multipart
+// objects. (cp, rsync and mv on every backend:
 // mount_suite_test.cc.)
 
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -100,10 +102,45 @@ TEST(MountS3CopyTest, RsyncWithAWritebackWindow) {
   EXPECT_EQ(TreeListing(check->path() + "/u"), want_listing);
 }
 
+// Runs `work` in a thread until the proxy holds its request (the next whose request line
+// starts with `held`), then `stat` of `path` and `ls -l` of the mount, which must answer while
+// the request is held, with the file as it was before (`size_before`); then lets the request
+// go on and waits for `work`.
+void ExpectStatAndLsAnswerWhileHeld(FaultProxy& proxy, const std::string& held,
+                                    const std::string& path, off_t size_before,
+                                    const std::function<void()>& work) {
+  const int held_before = proxy.held_requests();
+  proxy.HoldNextRequest(held);
+  std::thread worker(work);
+  const bool was_held = WaitFor(60, [&] { return proxy.held_requests() == held_before + 1; });
+  std::atomic<bool> answered{false};
+  int stat_result = -1;
+  struct stat during {};
+  CommandResult ls;
+  const std::string dir = path.substr(0, path.rfind('/'));
+  std::thread looker([&] {
+    stat_result = ::stat(path.c_str(), &during);
+    ls = RunCommand({"ls", "-l", dir});
+    answered = true;
+  });
+  // (A bound for a failure to show as one, not a pause: they answer at once.)
+  const bool in_time = was_held && WaitFor(30, [&] { return answered.load(); });
+  proxy.ReleaseHeldRequest();
+  looker.join();
+  worker.join();
+  ASSERT_TRUE(was_held) << "no request was held: " << held;
+  EXPECT_TRUE(in_time) << "stat and ls waited for the server";
+  EXPECT_EQ(stat_result, 0);
+  EXPECT_EQ(during.st_size, size_before);
+  EXPECT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find(" " + path.substr(path.rfind('/') + 1) + "\n"), std::string::npos)
+      << ls.out;
+}
+
 // `ls -l` and `stat` of the directory cp writes into, while RGW copies on the server (for
-// gigabytes, minutes): they waited for the whole copy. A proxy between objfs and RGW holds the
-// copy's request until they have answered.
-TEST(MountS3CopyTest, LsAndStatWhileTheServerCopiesDoNotWaitForTheCopy) {
+// gigabytes, minutes), and while a file goes up at its close: they waited for all of it. A
+// proxy between objfs and RGW holds the copy's or the upload's request until they answered.
+TEST(MountS3CopyTest, LsAndStatDoNotWaitForACopyOrAnUploadOnTheServer) {
   const S3TestServer& server = SharedS3Server();
   const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
   FaultProxy proxy("127.0.0.1", port);
@@ -117,42 +154,27 @@ TEST(MountS3CopyTest, LsAndStatWhileTheServerCopiesDoNotWaitForTheCopy) {
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + i / 4093);
   const std::string src = mount->path() + "/src";
   const std::string dst = mount->path() + "/dst";
-  WriteFile(src, data);
-  struct stat st {};
-  ASSERT_EQ(::stat(src.c_str(), &st), 0);
+  const std::string written = mount->path() + "/written";
 
-  proxy.HoldNextRequest("PUT /" + bucket + "/dst ");
+  // The upload at close of a file written here (one PUT: smaller than a part).
+  ASSERT_NO_FATAL_FAILURE(ExpectStatAndLsAnswerWhileHeld(proxy, "PUT /" + bucket + "/src ", src,
+                                                         static_cast<off_t>(data.size()),
+                                                         [&] { WriteFile(src, data); }));
+  // A copy on the server: cp within the mount (the file is empty until the copy ends).
   CommandResult cp;
-  std::thread copier([&] { cp = RunCommand({"cp", src, dst}); });
-  const bool held = WaitFor(60, [&] { return proxy.held_requests() == 1; });
-  std::atomic<bool> answered{false};
-  int stat_result = -1;
-  struct stat during {};
-  CommandResult ls;
-  std::thread looker([&] {
-    stat_result = ::stat(dst.c_str(), &during);
-    ls = RunCommand({"ls", "-l", mount->path()});
-    answered = true;
-  });
-  // (A bound for a failure to show as one, not a pause: they answer at once.)
-  const bool in_time = held && WaitFor(30, [&] { return answered.load(); });
-  proxy.ReleaseHeldRequest();
-  looker.join();
-  copier.join();
-  ASSERT_TRUE(held) << "cp made no copy on the server\n" << mount->log();
-  EXPECT_TRUE(in_time) << "stat and ls waited for the copy on the server";
-  EXPECT_EQ(stat_result, 0);
-  EXPECT_EQ(during.st_size, 0);  // the file as it was until the copy ends
-  EXPECT_EQ(ls.exit_code, 0) << ls.err;
-  EXPECT_NE(ls.out.find(" dst\n"), std::string::npos) << ls.out;
-
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectStatAndLsAnswerWhileHeld(proxy, "PUT /" + bucket + "/dst ", dst, 0, [&] {
+        cp = RunCommand({"cp", src, dst});
+      }));
   ASSERT_EQ(cp.exit_code, 0) << cp.err;
   EXPECT_EQ(proxy.requests_containing("x-amz-copy-source:"), 1);
+  struct stat st {};
   ASSERT_EQ(::stat(dst.c_str(), &st), 0);
   EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
   std::unique_ptr<ObjfsMount> check = ObjfsMount::Start(S3MountUrl(bucket));
   ASSERT_TRUE(check);
+  EXPECT_TRUE(ReadLocal(check->path() + "/src") == data);
   EXPECT_TRUE(ReadLocal(check->path() + "/dst") == data);
 }
 

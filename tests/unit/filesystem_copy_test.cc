@@ -1,4 +1,5 @@
-// copy_file_range and extended attributes of the Filesystem, over the in-memory store.
+// copy_file_range and extended attributes of the Filesystem, over the in-memory store, and what
+// answers while server work holds a file.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -6,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -238,27 +240,40 @@ TEST_F(FilesystemCopyTest, TheCloseOfACopyRemovedMeanwhileSucceeds) {
   EXPECT_FALSE(memory_->head("dst").ok());
 }
 
-// A store whose server-side copies, once asked for, wait until the test lets them go on: the
-// copy of gigabytes, or a stuck server.
-class HeldCopyStore : public ForwardingStore {
+// A store whose server-side copies or puts (`held`), once asked for, wait until the test lets
+// them go on: the copy or upload of gigabytes, or a stuck server.
+class HeldStore : public ForwardingStore {
  public:
-  explicit HeldCopyStore(std::shared_ptr<ObjectStore> target)
-      : ForwardingStore(std::move(target)), go_on_(go_on_promise_.get_future().share()) {}
-  ~HeldCopyStore() override { GoOn(); }
+  enum class Call { kCopy, kPut };
+  HeldStore(std::shared_ptr<ObjectStore> target, Call held)
+      : ForwardingStore(std::move(target)),
+        held_(held),
+        go_on_(go_on_promise_.get_future().share()) {}
+  ~HeldStore() override { GoOn(); }
   Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
                           const CopyOptions& options) override {
-    if (!asked_once_.exchange(true)) asked_.set_value();
-    go_on_.wait();
+    if (held_ == Call::kCopy) Hold();
     return ForwardingStore::copy(src, dst, options);
   }
-  // Ready once a copy was asked for.
+  Result<ObjectInfo> put(std::string_view key, const ByteSource& source,
+                         const PutOptions& options) override {
+    if (held_ == Call::kPut) Hold();
+    return ForwardingStore::put(key, source, options);
+  }
+  // Ready once the held call was asked for.
   std::future<void> Asked() { return asked_.get_future(); }
-  // Lets the copies go on (again and again: no matter).
+  // Lets the held calls go on (again and again: no matter).
   void GoOn() {
     if (!going_on_.exchange(true)) go_on_promise_.set_value();
   }
 
  private:
+  void Hold() {
+    if (!asked_once_.exchange(true)) asked_.set_value();
+    go_on_.wait();
+  }
+
+  const Call held_;
   std::promise<void> asked_;
   std::atomic<bool> asked_once_{false};
   std::promise<void> go_on_promise_;
@@ -266,69 +281,93 @@ class HeldCopyStore : public ForwardingStore {
   std::atomic<bool> going_on_{false};
 };
 
+class FilesystemServerWorkTest : public FilesystemCopyTest {
+ protected:
+  // A Filesystem over a store that holds `call`.
+  void HoldCalls(HeldStore::Call call) {
+    fs_.reset();
+    held_ = std::make_shared<HeldStore>(store_, call);
+    auto fs = Filesystem::Create(held_, options_, &metrics_, std::make_shared<FakeClock>());
+    ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+    fs_ = std::move(fs).value();
+  }
+
+  // Makes `work` in a thread until the store holds its call, then a stat, a lookup and a
+  // listing of `name` in the root, which must answer while the call is held: the file as it was
+  // before, for no time. Then lets the call go on; what `work` returned is in `*done`.
+  void ExpectStatAndListingsWhileHeld(uint64_t ino, const std::string& name, uint64_t size,
+                                      uint32_t mode, const std::function<Status()>& work,
+                                      Status* done) {
+    std::future<void> asked = held_->Asked();
+    std::future<Status> working = std::async(std::launch::async, work);
+    struct Seen {
+      Result<Entry> attr = Entry();
+      Result<Entry> lookup = Entry();
+      Result<std::vector<DirEntry>> listing = std::vector<DirEntry>();
+    };
+    std::future<Seen> during;
+    // However this ends, the work ends too (before the futures wait for their threads).
+    struct GoOnAtEnd {
+      HeldStore* store;
+      ~GoOnAtEnd() { store->GoOn(); }
+    } go_on_at_end{held_.get()};
+    ASSERT_EQ(asked.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    during = std::async(std::launch::async, [&] {
+      Seen seen;
+      seen.attr = fs_->GetAttr(ino);
+      seen.lookup = fs_->Lookup(kRootIno, name);
+      seen.listing = fs_->ReadDir(kRootIno);
+      return seen;
+    });
+    // (A bound for a failure to show as one, not a pause: they answer at once.)
+    const bool answered = during.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+    held_->GoOn();
+    *done = working.get();
+    ASSERT_TRUE(answered) << "stat or the listing waited for the server";
+    Seen seen = during.get();
+    ASSERT_TRUE(seen.attr.ok()) << seen.attr.status().ToString();
+    EXPECT_EQ(seen.attr->attr.ino, ino);
+    EXPECT_EQ(seen.attr->attr.size, size);
+    EXPECT_EQ(seen.attr->attr.mode & 07777, mode);
+    EXPECT_EQ(seen.attr->attr_timeout, 0);
+    ASSERT_TRUE(seen.lookup.ok()) << seen.lookup.status().ToString();
+    EXPECT_EQ(seen.lookup->attr.ino, ino);
+    EXPECT_EQ(seen.lookup->attr.size, size);
+    EXPECT_EQ(seen.lookup->entry_timeout, 0);
+    ASSERT_TRUE(seen.listing.ok()) << seen.listing.status().ToString();
+    const auto listed = std::find_if(seen.listing->begin(), seen.listing->end(),
+                                     [&](const DirEntry& e) { return e.name == name; });
+    ASSERT_NE(listed, seen.listing->end());
+    EXPECT_EQ(listed->entry.attr.size, size);
+  }
+
+  std::shared_ptr<HeldStore> held_;
+};
+
 // `ls -l` of the directory cp writes into waited for the whole copy on the server (minutes
 // for gigabytes, the copy's allowance on a stuck server): the copy held the file's lock, and
 // stat, lookups and listings of the file took it.
-TEST_F(FilesystemCopyTest, StatAndListingsOfTheDestinationDoNotWaitForItsServerCopy) {
+TEST_F(FilesystemServerWorkTest, StatAndListingsOfTheDestinationDoNotWaitForItsServerCopy) {
   const std::string data = Pattern(100000);
   PutObject("src", data);
-  fs_.reset();
-  auto held = std::make_shared<HeldCopyStore>(store_);
-  std::future<void> asked = held->Asked();
   options_.max_copy_call = data.size();  // one call copies it all
-  auto fs = Filesystem::Create(held, options_, &metrics_, std::make_shared<FakeClock>());
-  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-  fs_ = std::move(fs).value();
+  ASSERT_NO_FATAL_FAILURE(HoldCalls(HeldStore::Call::kCopy));
   auto src = fs_->Open(LookupIno("src"), O_RDONLY);
   ASSERT_TRUE(src.ok());
   auto dst = fs_->Create(kRootIno, "dst", 0640, O_WRONLY | O_CREAT | O_EXCL);
   ASSERT_TRUE(dst.ok());
   const uint64_t dst_ino = dst->entry.attr.ino;
 
-  struct Seen {
-    Result<Entry> attr = Entry();
-    Result<Entry> lookup = Entry();
-    Result<std::vector<DirEntry>> listing = std::vector<DirEntry>();
-  };
-  std::future<Result<uint64_t>> copying = std::async(
-      std::launch::async, [&] { return fs_->CopyFileRange(*src, 0, dst->fh, 0, data.size(), 0); });
-  std::future<Seen> during;
-  // However this test ends, the copy ends too (before the futures wait for their threads).
-  struct GoOnAtEnd {
-    HeldCopyStore* store;
-    ~GoOnAtEnd() { store->GoOn(); }
-  } go_on_at_end{held.get()};
-  ASSERT_EQ(asked.wait_for(std::chrono::seconds(60)), std::future_status::ready);
-  during = std::async(std::launch::async, [&] {
-    Seen seen;
-    seen.attr = fs_->GetAttr(dst_ino);
-    seen.lookup = fs_->Lookup(kRootIno, "dst");
-    seen.listing = fs_->ReadDir(kRootIno);
-    return seen;
-  });
-  // (A bound for a failure to show as one, not a pause: they answer at once.)
-  const bool answered = during.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
-  held->GoOn();
-  ASSERT_TRUE(answered) << "stat or the listing waited for the server's copy";
-  Seen seen = during.get();
-  // What the file was before the copy, for no time: the copy changes it when it ends.
-  ASSERT_TRUE(seen.attr.ok()) << seen.attr.status().ToString();
-  EXPECT_EQ(seen.attr->attr.size, 0u);
-  EXPECT_EQ(seen.attr->attr.mode & 07777, 0640u);
-  EXPECT_EQ(seen.attr->attr_timeout, 0);
-  ASSERT_TRUE(seen.lookup.ok()) << seen.lookup.status().ToString();
-  EXPECT_EQ(seen.lookup->attr.ino, dst_ino);
-  EXPECT_EQ(seen.lookup->attr.size, 0u);
-  EXPECT_EQ(seen.lookup->entry_timeout, 0);
-  ASSERT_TRUE(seen.listing.ok()) << seen.listing.status().ToString();
-  const auto listed = std::find_if(seen.listing->begin(), seen.listing->end(),
-                                   [](const DirEntry& e) { return e.name == "dst"; });
-  ASSERT_NE(listed, seen.listing->end());
-  EXPECT_EQ(listed->entry.attr.size, 0u);
-
-  Result<uint64_t> copied = copying.get();
-  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
-  EXPECT_EQ(*copied, data.size());
+  Status copied;
+  ASSERT_NO_FATAL_FAILURE(ExpectStatAndListingsWhileHeld(
+      dst_ino, "dst", 0, 0640,
+      [&]() -> Status {
+        Result<uint64_t> n = fs_->CopyFileRange(*src, 0, dst->fh, 0, data.size(), 0);
+        if (!n.ok()) return n.status();
+        return *n == data.size() ? Status::Ok() : IoError(std::to_string(*n) + " copied");
+      },
+      &copied));
+  ASSERT_TRUE(copied.ok()) << copied.ToString();
   EXPECT_EQ(metrics_.copy_requests.load(), 1u);
   auto after = fs_->GetAttr(dst_ino);
   ASSERT_TRUE(after.ok());
@@ -336,6 +375,51 @@ TEST_F(FilesystemCopyTest, StatAndListingsOfTheDestinationDoNotWaitForItsServerC
   EXPECT_TRUE(fs_->Release(dst->fh).ok());
   EXPECT_TRUE(fs_->Release(*src).ok());
   Result<ObjectInfo> stored = memory_->head("dst");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size, data.size());
+}
+
+// The same for the upload at close: `ls -l` beside a `cp` into the mount waited for its close
+// (the tail of a streamed file, all of a small one; a stuck server's allowance).
+TEST_F(FilesystemServerWorkTest, StatAndListingsOfAFileDoNotWaitForItsUploadAtClose) {
+  const std::string data = Pattern(100000);
+  ASSERT_NO_FATAL_FAILURE(HoldCalls(HeldStore::Call::kPut));
+  auto file = fs_->Create(kRootIno, "new", 0640, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(file.ok());
+  auto wrote = fs_->Write(file->fh, 0, Bytes(data));
+  ASSERT_TRUE(wrote.ok());
+  ASSERT_EQ(*wrote, data.size());
+
+  Status closed;
+  ASSERT_NO_FATAL_FAILURE(ExpectStatAndListingsWhileHeld(
+      file->entry.attr.ino, "new", data.size(), 0640, [&] { return fs_->Flush(file->fh); },
+      &closed));
+  ASSERT_TRUE(closed.ok()) << closed.ToString();
+  EXPECT_TRUE(fs_->Release(file->fh).ok());
+  Result<ObjectInfo> stored = memory_->head("new");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size, data.size());
+}
+
+// And for a rename's copy (S3) of a file open here.
+TEST_F(FilesystemServerWorkTest, StatAndListingsOfAnOpenFileDoNotWaitForItsRenamesCopy) {
+  const std::string data = Pattern(100000);
+  PutObject("old", data);
+  ASSERT_NO_FATAL_FAILURE(HoldCalls(HeldStore::Call::kCopy));
+  const uint64_t ino = LookupIno("old");
+  auto open = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(open.ok());
+  auto before = fs_->GetAttr(ino);
+  ASSERT_TRUE(before.ok());
+
+  Status renamed;
+  ASSERT_NO_FATAL_FAILURE(ExpectStatAndListingsWhileHeld(
+      ino, "old", data.size(), before->attr.mode & 07777,
+      [&] { return fs_->Rename(kRootIno, "old", kRootIno, "new", 0); }, &renamed));
+  ASSERT_TRUE(renamed.ok()) << renamed.ToString();
+  EXPECT_TRUE(fs_->Release(*open).ok());
+  EXPECT_FALSE(memory_->head("old").ok());
+  Result<ObjectInfo> stored = memory_->head("new");
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->size, data.size());
 }
