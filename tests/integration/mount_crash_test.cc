@@ -178,8 +178,7 @@ TEST(MountCrashTest, S3TheClosedVersionInTheWindowSurvivesAKilledRewrite) {
 // refuses every upload; they reach the server once it takes them again.
 TEST(MountCrashTest, S3TheNextMountServesTheBacklogBeforeTheServerHasIt) {
   const S3TestServer& server = SharedS3Server();
-  const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
-  FaultProxy proxy("127.0.0.1", port);
+  FaultProxy proxy("127.0.0.1", server.port());
   const std::string bucket = CreateTestBucket(TestName());
   ScratchDir cache;
   ObjfsMount::Options options;

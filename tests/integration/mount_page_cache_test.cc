@@ -380,8 +380,7 @@ INSTANTIATE_TEST_SUITE_P(Remotes, PageCacheTest, ::testing::ValuesIn(RemoteKinds
 // second cat of the same file sends no GET at all.
 TEST(PageCacheS3Test, SecondCatSendsNoGetToTheServer) {
   const S3TestServer& server = SharedS3Server();
-  const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
-  FaultProxy proxy("127.0.0.1", port);
+  FaultProxy proxy("127.0.0.1", server.port());
   const std::string bucket = CreateTestBucket(TestName());
   ObjfsMount::Options options;
   options.extra_options = "endpoint=" + proxy.endpoint();

@@ -545,8 +545,7 @@ TEST(MountS3CredentialsTest, ADenialWhereWrongSecretsAreNamedBlamesThePolicyNotT
 // `bucket` name `eu-test-1`, with the status `head_status` (0: the server's own).
 std::unique_ptr<FaultProxy> RegionProxy(const std::string& bucket, int head_status) {
   const S3TestServer& server = SharedS3Server();
-  auto proxy = std::make_unique<FaultProxy>(
-      "127.0.0.1", std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1)));
+  auto proxy = std::make_unique<FaultProxy>("127.0.0.1", server.port());
   proxy->AddResponseHeader("HEAD /" + bucket + " ", "x-amz-bucket-region: eu-test-1", head_status);
   return proxy;
 }

@@ -74,11 +74,6 @@ CallOutcome BoundedCall(ObjfsMount& mount, const std::function<long()>& call) {
   return out;
 }
 
-int ServerPort() {
-  const std::string& endpoint = SharedS3Server().endpoint;
-  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
-}
-
 // PUTs `data` as `key` straight to the server (not through the proxy).
 void PutObject(const std::string& bucket, const std::string& key, const std::string& data) {
   const S3TestServer& s3 = SharedS3Server();
@@ -108,7 +103,7 @@ struct ProxiedMount {
 ProxiedMount MountThroughProxy(const std::string& extra = "") {
   ProxiedMount m;
   m.bucket = CreateTestBucket(TestName());
-  m.proxy = std::make_unique<FaultProxy>("127.0.0.1", ServerPort());
+  m.proxy = std::make_unique<FaultProxy>("127.0.0.1", SharedS3Server().port());
   ObjfsMount::Options options;
   options.extra_options = "endpoint=" + m.proxy->endpoint() + kTimeouts + extra;
   m.mount = ObjfsMount::Start(S3MountUrl(m.bucket), options);

@@ -140,8 +140,7 @@ TEST(MountS3OutageTest, ServerStoppedWhileWritingKeepsTheDataForARetry) {
 // reports EIO instead of success, the staged data stays, and a retry stores the right bytes.
 TEST(MountS3OutageTest, AnUploadDamagedInTransitFailsCloseAndIsRetried) {
   const S3TestServer& server = SharedS3Server();
-  const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
-  FaultProxy proxy("127.0.0.1", port);
+  FaultProxy proxy("127.0.0.1", server.port());
   const std::string bucket = CreateTestBucket(TestName());
   ObjfsMount::Options options;
   options.extra_options = "endpoint=" + proxy.endpoint();

@@ -53,8 +53,7 @@ void RmDuringTheUpload(const std::string& name, bool stored) {
     GTEST_SKIP() << "needs /proc/PID/stack to see rm wait for objfs";
   }
   const S3TestServer& server = SharedS3Server();
-  const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
-  FaultProxy proxy("127.0.0.1", port);
+  FaultProxy proxy("127.0.0.1", server.port());
   const std::string bucket = CreateTestBucket(TestName());
   ObjfsMount::Options options;
   // A long attr_timeout keeps the name in the kernel's cache: rm sends UNLINK and no LOOKUP.

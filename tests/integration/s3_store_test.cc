@@ -97,10 +97,7 @@ class S3StoreTest : public ::testing::Test {
   // A proxy in front of the test server, and a store of this test's bucket that goes through
   // it and copies one part at a time (part 1 before part 2 is asked for).
   std::shared_ptr<S3Store> StoreThrough(std::unique_ptr<testing::FaultProxy>* proxy) {
-    const testing::S3TestServer& server = testing::SharedS3Server();
-    const std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
-    *proxy = std::make_unique<testing::FaultProxy>(
-        "127.0.0.1", std::stoi(hostport.substr(hostport.rfind(':') + 1)));
+    *proxy = std::make_unique<testing::FaultProxy>("127.0.0.1", testing::SharedS3Server().port());
     S3StoreOptions o = OptionsFor(bucket_);
     o.endpoint = (*proxy)->endpoint();
     o.parallel_parts = 1;
@@ -471,10 +468,7 @@ TEST_F(S3StoreTest, StoppedServerIsTransientNamingTheEndpoint) {
 
 TEST_F(S3StoreTest, Injected503sAreRetriedAndSucceed) {
   ASSERT_TRUE(Put("k", "payload").ok());
-  const testing::S3TestServer& server = testing::SharedS3Server();
-  std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
-  int port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
-  testing::FaultProxy proxy("127.0.0.1", port);
+  testing::FaultProxy proxy("127.0.0.1", testing::SharedS3Server().port());
   proxy.FailNextConnections(3, 503, "SlowDown");
   S3StoreOptions o = OptionsFor(bucket_);
   o.endpoint = proxy.endpoint();
@@ -490,10 +484,7 @@ TEST_F(S3StoreTest, Injected503sAreRetriedAndSucceed) {
 }
 
 TEST_F(S3StoreTest, RetriesGiveUpWithTransient) {
-  const testing::S3TestServer& server = testing::SharedS3Server();
-  std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
-  int port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
-  testing::FaultProxy proxy("127.0.0.1", port);
+  testing::FaultProxy proxy("127.0.0.1", testing::SharedS3Server().port());
   proxy.FailNextConnections(100, 500, "InternalError");
   S3StoreOptions o = OptionsFor(bucket_);
   o.endpoint = proxy.endpoint();
@@ -567,10 +558,7 @@ class S3IntegrityTest : public S3StoreTest {
  protected:
   void SetUp() override {
     S3StoreTest::SetUp();
-    const testing::S3TestServer& server = testing::SharedS3Server();
-    std::string hostport = server.endpoint.substr(server.endpoint.find("://") + 3);
-    int port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
-    proxy_ = std::make_unique<testing::FaultProxy>("127.0.0.1", port);
+    proxy_ = std::make_unique<testing::FaultProxy>("127.0.0.1", testing::SharedS3Server().port());
     S3StoreOptions o = OptionsFor(bucket_);
     o.endpoint = proxy_->endpoint();
     o.retry.base_delay = std::chrono::milliseconds(1);
