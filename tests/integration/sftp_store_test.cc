@@ -1365,8 +1365,8 @@ TEST_F(SftpStoreTest, AStreamedUploadChecksMd5sumOnAProbeThenLeavesTheMd5ToIt) {
 }
 
 // The server writes a large upload out to its disk while it arrives: the write that brings
-// 64 MiB since the last fsync has it fsync the temporary file, so that the fsync at completion has only the
-// rest to write out (on the test machine's ext4 that fsync took 0.7 s of a 512 MiB `cp`).
+// 64 MiB since the last fsync has it fsync the temporary file, so that the fsync at completion has
+// only the rest to write out (on the test machine's ext4 that fsync took 0.7 s of a 512 MiB `cp`).
 TEST_F(SftpStoreTest, ALargeUploadIsWrittenOutOnTheServerWhileItArrives) {
   SftpStoreOptions o = OptionsFor(root_);
   o.metrics = &metrics_;
