@@ -295,8 +295,6 @@ void Filesystem::CheckPageVersion(uint64_t ino, const MetaRecord& rec) {
   if (!options_.kernel_page_cache || rec.is_dir) return;
   std::shared_ptr<Inode> inode = inodes_.Find(ino);
   if (inode == nullptr) return;  // never opened: the kernel has no pages of it
-  // Server work on the file sets the version of the pages when it ends, if it changes it.
-  if (ServerWorkOf(*inode, ino)) return;
   {
     MutexLock lock(&inode->mu);
     // Staged here, its pages are what was written; an object without a version cannot tell.
@@ -397,6 +395,10 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
     FileAttr attr = WithDirTimes(child, AttrFromRecord(child_ino, rec));
     bool exact = rec.complete;
     if (auto inode = inodes_.Find(child_ino)) {
+      if (std::optional<Inode::ServerWork> work = ServerWorkOf(*inode, child_ino)) {
+        out.push_back(DirEntry{named.name, MakeEntry(work->attr, false), /*name_only=*/true});
+        continue;
+      }
       if (auto local = LocalAttr(*inode, child_ino)) {
         attr = *local;
         exact = true;
@@ -461,8 +463,11 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
     if (child_ino == 0) continue;
     auto inode = inodes_.Find(child_ino);
     if (inode == nullptr) continue;
-    if (auto attr = LocalAttr(*inode, child_ino))
+    if (std::optional<Inode::ServerWork> work = ServerWorkOf(*inode, child_ino)) {
+      if (work->local) out.push_back(DirEntry{name, MakeEntry(work->attr, false), true});
+    } else if (auto attr = LocalAttr(*inode, child_ino)) {
       out.push_back(DirEntry{name, MakeEntry(*attr, true)});
+    }
   }
   cursor->local_names.clear();
   cursor->recent_files.clear();

@@ -156,6 +156,10 @@ struct FilesystemOptions {
 struct DirEntry {
   std::string name;
   Entry entry;
+  // The attributes are the file's from before server work on it that was under way when the
+  // listing was made (Inode::server_work): readdirplus, which may send them after the work
+  // ended, gives the kernel the name only, and it looks the file up when it wants them.
+  bool name_only = false;
 };
 
 // What statfs reports.

@@ -56,6 +56,8 @@ Result<uint64_t> Filesystem::CopyFileRange(uint64_t fh_in, uint64_t off_in, uint
     }
     Inode& dst = *out->inode;
     MutexLock dst_lock(&dst.mu);
+    // From the start: what comes before the copy may ask the server too.
+    ServerWorkScope looking(dst);
     uint64_t dst_size;
     FileAttr dst_attr;
     Metadata dst_extra;

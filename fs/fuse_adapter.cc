@@ -535,7 +535,14 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
       if (needed > room) break;
     } else {
       const DirEntry& entry = dir->entries[index - 2 - dir->base];
-      if (plus) {
+      if (plus && entry.name_only) {
+        fuse_entry_param param{};
+        param.attr.st_ino = entry.entry.attr.ino;
+        param.attr.st_mode = entry.entry.attr.mode;
+        // ino 0: the kernel takes neither attributes nor a reference, only the name
+        needed = fuse_add_direntry_plus(req, dest, room, entry.name.c_str(), &param, next);
+        if (needed > room) break;
+      } else if (plus) {
         fuse_entry_param param = ToEntryParam(entry.entry);
         needed = fuse_add_direntry_plus(req, dest, room, entry.name.c_str(), &param, next);
         if (needed > room) break;

@@ -3,6 +3,7 @@
 // objects. (cp, rsync and mv on every backend:
 // mount_suite_test.cc.)
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -142,8 +143,7 @@ void ExpectStatAndLsAnswerWhileHeld(FaultProxy& proxy, const std::string& held,
 // proxy between objfs and RGW holds the copy's or the upload's request until they answered.
 TEST(MountS3CopyTest, LsAndStatDoNotWaitForACopyOrAnUploadOnTheServer) {
   const S3TestServer& server = SharedS3Server();
-  const int port = std::stoi(server.endpoint.substr(server.endpoint.rfind(':') + 1));
-  FaultProxy proxy("127.0.0.1", port);
+  FaultProxy proxy("127.0.0.1", server.port());
   const std::string bucket = CreateTestBucket(TestName());
   ObjfsMount::Options options;
   // Every stat asks objfs, not the kernel's cache.
@@ -172,10 +172,39 @@ TEST(MountS3CopyTest, LsAndStatDoNotWaitForACopyOrAnUploadOnTheServer) {
   ASSERT_EQ(::stat(dst.c_str(), &st), 0);
   EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
+
+  // A listing opened while the server copies, and read after the copy ended, on a mount whose
+  // kernel caches attributes: readdirplus must not hand it the size from before the copy (it
+  // gives the name only), or `stat` after `cp` says 0 bytes for attr_timeout.
+  ObjfsMount::Options cached_options;
+  cached_options.extra_options = "endpoint=" + proxy.endpoint() + ",attr_timeout=30";
+  std::unique_ptr<ObjfsMount> cached = ObjfsMount::Start(S3MountUrl(bucket), cached_options);
+  ASSERT_TRUE(cached);
+  const std::string again = cached->path() + "/again";
+  const int held_before = proxy.held_requests();
+  proxy.HoldNextRequest("PUT /" + bucket + "/again ");
+  CommandResult cp_again;
+  std::thread copier([&] { cp_again = RunCommand({"cp", cached->path() + "/src", again}); });
+  const bool held = WaitFor(60, [&] { return proxy.held_requests() == held_before + 1; });
+  DIR* listing = held ? ::opendir(cached->path().c_str()) : nullptr;
+  proxy.ReleaseHeldRequest();
+  copier.join();
+  ASSERT_TRUE(held);
+  ASSERT_NE(listing, nullptr) << std::strerror(errno);
+  ASSERT_EQ(cp_again.exit_code, 0) << cp_again.err;
+  std::vector<std::string> names;
+  while (dirent* entry = ::readdir(listing)) names.emplace_back(entry->d_name);
+  ::closedir(listing);
+  EXPECT_NE(std::find(names.begin(), names.end(), "again"), names.end());
+  ASSERT_EQ(::stat(again.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
+  EXPECT_EQ(cached->Stop(), 0) << cached->log();
+
   std::unique_ptr<ObjfsMount> check = ObjfsMount::Start(S3MountUrl(bucket));
   ASSERT_TRUE(check);
   EXPECT_TRUE(ReadLocal(check->path() + "/src") == data);
   EXPECT_TRUE(ReadLocal(check->path() + "/dst") == data);
+  EXPECT_TRUE(ReadLocal(check->path() + "/again") == data);
 }
 
 TEST(MountS3CopyTest, EtagOfSinglePartAndMultipartFiles) {

@@ -339,6 +339,8 @@ class FilesystemServerWorkTest : public FilesystemCopyTest {
                                      [&](const DirEntry& e) { return e.name == name; });
     ASSERT_NE(listed, seen.listing->end());
     EXPECT_EQ(listed->entry.attr.size, size);
+    // The kernel gets the name only: it may get the listing after the work ended.
+    EXPECT_TRUE(listed->name_only);
   }
 
   std::shared_ptr<HeldStore> held_;
