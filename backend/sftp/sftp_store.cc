@@ -974,6 +974,11 @@ class SftpStore::Session : public Upload {
 
   Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
                uint64_t length) override {
+    {
+      // The completion is bound to fail: the rest of the file need not go up first.
+      MutexLock lock(&mu_);
+      if (!flush_failure_.ok()) return FlushFailure("write " + key_);
+    }
     OBJFS_RETURN_IF_ERROR(WriteRange(offset, source, source_offset, length));
     // Once the range is in, and other writes no longer wait for it (to hash in turn).
     FlushEarly(length);
@@ -1180,8 +1185,7 @@ class SftpStore::Session : public Upload {
       if (!flush_failure_.ok()) {
         // The server may have spent that error on the early fsync: the one below would not see
         // it, and would put a file it could not write out in the old one's place.
-        Status failed = flush_failure_.WithContext(
-            what + ": the server failed to write part of it out to its disk");
+        Status failed = FlushFailure(what);
         lock.Unlock();
         (void)Drop();
         return failed;
@@ -1381,6 +1385,10 @@ class SftpStore::Session : public Upload {
     MutexLock lock(&mu_);
     flushing_ = false;
     if (!flushed.ok() && flush_failure_.ok()) flush_failure_ = flushed;
+  }
+  Status FlushFailure(const std::string& what) REQUIRES(mu_) {
+    return flush_failure_.WithContext(
+        what + ": an fsync of it on the server, made while it was written, failed or was cut off");
   }
   static constexpr uint64_t kFlushEvery = uint64_t{64} << 20;
 
