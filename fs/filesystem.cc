@@ -475,6 +475,34 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
   return out;
 }
 
+void Filesystem::Refresh(uint64_t dir, DirEntry& entry) {
+  const uint64_t ino = entry.entry.attr.ino;
+  if (S_ISDIR(entry.entry.attr.mode)) return;
+  std::shared_ptr<Inode> inode = inodes_.Find(ino);
+  if (inode == nullptr) return;  // never opened nor changed here: the listing is as new
+  if (std::optional<Inode::ServerWork> work = ServerWorkOf(*inode, ino)) {
+    entry.entry = MakeEntry(work->attr, false);
+    entry.name_only = true;
+    return;
+  }
+  if (std::optional<FileAttr> local = LocalAttr(*inode, ino)) {
+    entry.entry = MakeEntry(*local, true);
+    // Removed (or replaced) since: the name is no longer this file's.
+    entry.name_only = local->nlink == 0;
+    return;
+  }
+  std::optional<std::string> dir_key = inodes_.KeyOf(dir);
+  MetaCache::Hit hit;
+  if (dir_key) hit = meta_cache_.Get(DirPrefix(*dir_key) + entry.name);
+  if (dir_key && hit.state == MetaCache::State::kPositive && hit.record.complete &&
+      !hit.record.is_dir && inodes_.InoOf(DirPrefix(*dir_key) + entry.name) == ino) {
+    entry.entry = MakeEntry(AttrFromRecord(ino, hit.record), true);
+    entry.name_only = false;
+    return;
+  }
+  entry.name_only = true;  // nothing newer known: the kernel looks it up
+}
+
 Result<FsStats> Filesystem::StatFs() const {
   FsStats stats;
   Result<StoreSpace> space = store_->space();

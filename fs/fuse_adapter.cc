@@ -534,7 +534,8 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
       }
       if (needed > room) break;
     } else {
-      const DirEntry& entry = dir->entries[index - 2 - dir->base];
+      DirEntry& entry = dir->entries[index - 2 - dir->base];
+      if (plus) fs.Refresh(ino, entry);
       if (plus && entry.name_only) {
         fuse_entry_param param{};
         param.attr.st_ino = entry.entry.attr.ino;

@@ -9,6 +9,7 @@
 // Tests for what only one backend does (ETag kinds, host keys, metadata limits, multipart
 // uploads, listing attributes) stay in the mount_s3_* and mount_sftp* files.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -419,6 +420,33 @@ TEST_P(MountSuiteTest, MkdirListRmdir) {
   if (can().server_access) {
     EXPECT_EQ(ServerFiles(), "");
   }
+}
+
+// A listing opened before a write and read after it: readdirplus sent the entry built at
+// opendir (an empty file), and the kernel kept that size for attr_timeout: stat said 0 bytes and
+// reads gave none, even after close.
+TEST_P(MountSuiteTest, AListingOpenedBeforeAWriteAndReadAfterItShowsTheWrite) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("attr_timeout=30");
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/new";
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_EXCL, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  DIR* listing = ::opendir(mount->path().c_str());
+  ASSERT_NE(listing, nullptr) << std::strerror(errno);
+  const std::string data(1 << 20, 'w');
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  std::vector<std::string> names;
+  while (dirent* entry = ::readdir(listing)) names.emplace_back(entry->d_name);
+  ::closedir(listing);
+  EXPECT_NE(std::find(names.begin(), names.end(), "new"), names.end());
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
+  EXPECT_TRUE(ReadLocal(path) == data);
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  ASSERT_EQ(::stat(path.c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
+  EXPECT_TRUE(ReadLocal(path) == data);
 }
 
 TEST_P(MountSuiteTest, RmdirOfANonEmptyDirectoryFails) {
