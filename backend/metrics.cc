@@ -32,7 +32,6 @@ std::string Metrics::ToText() const {
   line("server_md5s", server_md5s);
   line("server_md5_probes", server_md5_probes);
   line("server_cps", server_cps);
-  line("server_early_flushes", server_early_flushes);
   line("etags_reused", etags_reused);
   line("http_requests", http_requests);
   line("retries", retries);

@@ -46,8 +46,6 @@ struct Metrics {
   // SFTP: checks of md5sum on a probe file that it passed (at most one a mount).
   std::atomic<uint64_t> server_md5_probes{0};
   std::atomic<uint64_t> server_cps{0};    // server copies made by SFTP's cp run there
-  // SFTP: fsyncs of a file being uploaded, made before its completion (SftpStore's Session).
-  std::atomic<uint64_t> server_early_flushes{0};
   std::atomic<uint64_t> etags_reused{0};  // copies whose ETag came from the source, unhashed
 
   // Protocol-level requests below the ObjectStore calls (HTTP requests incl. retries, SFTP

@@ -974,19 +974,6 @@ class SftpStore::Session : public Upload {
 
   Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
                uint64_t length) override {
-    {
-      // The completion is bound to fail: the rest of the file need not go up first.
-      MutexLock lock(&mu_);
-      if (!flush_failure_.ok()) return FlushFailure("write " + key_);
-    }
-    OBJFS_RETURN_IF_ERROR(WriteRange(offset, source, source_offset, length));
-    // Once the range is in, and other writes no longer wait for it (to hash in turn).
-    FlushEarly(length);
-    return Status::Ok();
-  }
-
-  Status WriteRange(uint64_t offset, const ByteSource& source, uint64_t source_offset,
-                    uint64_t length) {
     const std::string what = "write " + key_;
     if (length == 0) return InvalidArgumentError(what + ": an empty range");
     OBJFS_RETURN_IF_ERROR(CheckOpen(what));
@@ -1182,14 +1169,6 @@ class SftpStore::Session : public Upload {
       }
       extent = extent_;
       if (md5_valid_ && hashed_ == size) md5 = ETag::FromMd5(md5_.Final());
-      if (!flush_failure_.ok()) {
-        // The server may have spent that error on the early fsync: the one below would not see
-        // it, and would put a file it could not write out in the old one's place.
-        Status failed = FlushFailure(what);
-        lock.Unlock();
-        (void)Drop();
-        return failed;
-      }
     }
     Result<ObjectInfo> info = store_->WithRetry([&](SftpConnection& c) -> Result<ObjectInfo> {
       SftpWire& wire = c.wire();
@@ -1342,56 +1321,6 @@ class SftpStore::Session : public Upload {
     return removed;
   }
 
-  // The server's fsync at completion writes out every byte of the file that its disk does not
-  // have yet, and complete() waits for it: for 512 MiB on the test machine's ext4, 0.7 s, a
-  // third of a `cp`. So the server writes the file out while it arrives: each kFlushEvery bytes
-  // written through the session, the write() that brought them has the server fsync the file,
-  // on a connection of its own while the other parts go on, after its own range is in (never
-  // sent again for it). One at a time: a server whose disk is slower than its network is still
-  // writing the last one out. An fsync that failed, or whose answer never came, fails the
-  // completion: its error may have been the server's only report of data it could not write.
-  void FlushEarly(uint64_t length) {
-    uint64_t unflushed = 0;
-    {
-      MutexLock lock(&mu_);
-      unflushed_ += length;
-      if (flushing_ || finished_ || unflushed_ < kFlushEvery) return;
-      flushing_ = true;
-      unflushed = std::exchange(unflushed_, 0);
-    }
-    Status flushed;  // of the fsync itself; what fails before it is sent is no matter
-    bool counted = false;
-    Result<SftpSessionPool::Lease> lease = store_->pool_.Acquire(
-        std::chrono::steady_clock::now() + store_->options_.operation_timeout);
-    if (lease.ok()) {
-      SftpWire& wire = (*lease)->wire();
-      Result<SftpWire::Handle> handle = wire.HasExtension("fsync@openssh.com", "1")
-                                            ? OpenStaged(wire, staged_, Identity())
-                                            : Result<SftpWire::Handle>(UnsupportedError("fsync"));
-      if (handle.ok()) {
-        {
-          SftpSessionPool::SilenceAllowance flushing(
-              store_->pool_, **lease,
-              ServerWorkSilence(store_->options_.request_timeout, unflushed));
-          flushed = wire.Fsync(*handle);
-        }
-        counted = flushed.ok();
-        (void)wire.Close(*handle);
-      }
-    }
-    if (counted && store_->options_.metrics != nullptr) {
-      Bump(store_->options_.metrics->server_early_flushes);
-    }
-    MutexLock lock(&mu_);
-    flushing_ = false;
-    if (!flushed.ok() && flush_failure_.ok()) flush_failure_ = flushed;
-  }
-  Status FlushFailure(const std::string& what) REQUIRES(mu_) {
-    return flush_failure_.WithContext(
-        what + ": an fsync of it on the server, made while it was written, failed or was cut off");
-  }
-  static constexpr uint64_t kFlushEvery = uint64_t{64} << 20;
-
   SftpStore* store_;
   const std::string key_;
   const KeyPaths paths_;
@@ -1415,9 +1344,6 @@ class SftpStore::Session : public Upload {
   StagedIdentity identity_ GUARDED_BY(mu_);  // of the temporary file (remade by cp)
   std::multiset<uint64_t> writing_ GUARDED_BY(mu_);  // where the write() calls in progress begin
   CondVar hashed_changed_;                           // hashed_, md5_valid_ or writing_ changed
-  uint64_t unflushed_ GUARDED_BY(mu_) = 0;  // bytes written since the last early flush began
-  bool flushing_ GUARDED_BY(mu_) = false;   // an early flush is under way (FlushEarly)
-  Status flush_failure_ GUARDED_BY(mu_);    // the first early fsync that failed
 };
 
 Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,

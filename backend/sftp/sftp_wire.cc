@@ -408,13 +408,6 @@ Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttr
   return got;
 }
 
-Status SftpWire::Fsync(const Handle& handle) {
-  std::string body = StringBody("fsync@openssh.com");
-  PutString(body, handle);
-  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpExtended, body));
-  return StatusOf(reply, "fsync");
-}
-
 Result<SftpWire::FileAttrs> SftpWire::SetAttrs(const Handle& handle, const NewAttrs& attrs) {
   std::vector<std::pair<uint8_t, std::string>> requests;
   requests.emplace_back(kFxpFsetstat, StringBody(handle));

@@ -103,8 +103,6 @@ class SftpWire {
   // and take a SETSTAT of the path instead); the file is complete and closed.
   Result<FileAttrs> Finish(const Handle& handle, const NewAttrs& attrs, bool sync,
                            bool* attributes_refused);
-  // fsync@openssh.com of the file open as `handle`.
-  Status Fsync(const Handle& handle);
   // FSETSTAT `attrs` on the file open as `handle` and FSTAT it, in one round trip.
   Result<FileAttrs> SetAttrs(const Handle& handle, const NewAttrs& attrs);
   // SETSTAT `attrs` on `path` and STAT it, in one round trip (both follow links).

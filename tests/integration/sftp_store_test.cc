@@ -1364,33 +1364,6 @@ TEST_F(SftpStoreTest, AStreamedUploadChecksMd5sumOnAProbeThenLeavesTheMd5ToIt) {
   EXPECT_EQ(ServerFiles(root_ + "/probed"), "./first\n./it's\n./second\n");
 }
 
-// The server writes a large upload out to its disk while it arrives: the write that brings
-// 64 MiB since the last fsync has it fsync the temporary file, so that the fsync at completion has
-// only the rest to write out (on the test machine's ext4 that fsync took 0.7 s of a 512 MiB `cp`).
-TEST_F(SftpStoreTest, ALargeUploadIsWrittenOutOnTheServerWhileItArrives) {
-  SftpStoreOptions o = OptionsFor(root_);
-  o.metrics = &metrics_;
-  std::shared_ptr<SftpStore> store = MakeStore(o);
-  ASSERT_NE(store, nullptr);
-  const uint64_t kPart = uint64_t{16} << 20;
-  const std::string part = Pattern(kPart, 57);
-  MemorySource source(part);
-  Result<std::unique_ptr<Upload>> upload = store->start_upload("flushed", UploadOptions{});
-  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
-  std::string all;
-  for (uint64_t i = 0; i < 8; ++i) {
-    ASSERT_TRUE((*upload)->write(i * kPart, source, 0, kPart).ok());
-    all += part;
-    // The writes that reached 64 MiB (the fourth) and 128 MiB (the eighth), and no other.
-    EXPECT_EQ(metrics_.server_early_flushes.load(), i < 3 ? 0u : (i < 7 ? 1u : 2u)) << i;
-  }
-  Result<ObjectInfo> done = (*upload)->complete(8 * kPart, PutOptions{});
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  EXPECT_EQ(metrics_.server_early_flushes.load(), 2u);
-  EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "flushed") == all);
-  EXPECT_TRUE(TemporaryFiles(root_).empty());
-}
-
 // A probe md5sum answers wrongly turns it off: uploads stay hashed, and no file is asked of it.
 TEST_F(SftpStoreTest, AProbeAnsweredWronglyKeepsUploadsHashed) {
   SftpStoreOptions o = OptionsFor(root_);
