@@ -10,7 +10,9 @@
 #   - `cp` of that file within the mount (objfs uses the server's copy-data);
 #   - `rsync -a` of 300 files of 8 KiB into the mount;
 #   - `cp` of a SIZE_MIB file into the mount, close included (objfs uploads parts while cp
-#     writes), against sshfs and `ssh cat > file` with the AES-GCM cipher objfs prefers.
+#     writes, and its close returns with the file on the server's disk), against sshfs and
+#     `ssh cat > file` with the AES-GCM cipher objfs prefers, with and without a `sync` of the
+#     file on the server after it.
 # Prints a Markdown table. Not a test: numbers, not assertions.
 #
 # usage: tools/bench-sftp.sh [SIZE_MIB]   (as root; default 512)
@@ -189,6 +191,16 @@ for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
   t1=$(now)
   awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" \
     'BEGIN { printf "ssh cat > file, aes128-gcm (ceiling)|%.0f|\n", s / (t1 - t0) }' >> "$WRITES"
+  rm -f "$DATA/in-ssh.bin"
+  # The same, with the file on the server's disk when it returns, as objfs's close has it
+  # (fsync@openssh.com before the rename); sshfs leaves it in the server's page cache.
+  t0=$(now)
+  ssh "${SSH_OPTS[@]}" -c aes128-gcm@openssh.com -p "$P" "$U@$H" \
+    "cat > $DATA/in-ssh.bin && sync $DATA/in-ssh.bin" < "$WORK/src.bin"
+  t1=$(now)
+  awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" 'BEGIN {
+    printf "ssh cat > file; sync file, aes128-gcm (durable ceiling)|%.0f|\n", s / (t1 - t0) }' \
+    >> "$WRITES"
   rm -f "$DATA/in-ssh.bin"
   for tool in objfs ${BASELINE:+baseline-objfs} sshfs sshfs-aesgcm; do
     if ! mount_tool "$tool"; then echo "$tool|did not mount|" >> "$WRITES"; unmount_all; continue; fi
