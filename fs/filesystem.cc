@@ -475,32 +475,45 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
   return out;
 }
 
-void Filesystem::Refresh(uint64_t dir, DirEntry& entry) {
-  const uint64_t ino = entry.entry.attr.ino;
-  if (S_ISDIR(entry.entry.attr.mode)) return;
+std::optional<std::string> Filesystem::ListingPrefix(uint64_t dir) {
+  std::optional<std::string> key = inodes_.KeyOf(dir);
+  if (!key) return std::nullopt;
+  return DirPrefix(*key);
+}
+
+DirEntry Filesystem::Refreshed(const std::string& prefix, const DirEntry& built) {
+  const uint64_t ino = built.entry.attr.ino;
+  if (S_ISDIR(built.entry.attr.mode)) return built;
   std::shared_ptr<Inode> inode = inodes_.Find(ino);
-  if (inode == nullptr) return;  // never opened nor changed here: the listing is as new
-  if (std::optional<Inode::ServerWork> work = ServerWorkOf(*inode, ino)) {
-    entry.entry = MakeEntry(work->attr, false);
+  if (inode == nullptr) return built;  // never opened nor changed here: the listing is as new
+  DirEntry entry = built;
+  const std::string key = prefix + entry.name;
+  auto name_only = [&](const FileAttr& attr) {
+    entry.entry = MakeEntry(attr, false);
     entry.name_only = true;
-    return;
+    return entry;
+  };
+  // Renamed or removed since: the name is no longer this file's.
+  if (inodes_.InoOf(key) != ino) return name_only(entry.entry.attr);
+  if (std::optional<Inode::ServerWork> work = ServerWorkOf(*inode, ino)) {
+    return name_only(work->attr);
   }
-  if (std::optional<FileAttr> local = LocalAttr(*inode, ino)) {
+  if (!inode->mu.TryLock()) return name_only(entry.entry.attr);
+  std::optional<FileAttr> local = LocalAttrLocked(*inode, ino);
+  inode->mu.Unlock();
+  if (local) {
+    if (local->nlink == 0) return name_only(*local);
     entry.entry = MakeEntry(*local, true);
-    // Removed (or replaced) since: the name is no longer this file's.
-    entry.name_only = local->nlink == 0;
-    return;
+    entry.name_only = false;
+    return entry;
   }
-  std::optional<std::string> dir_key = inodes_.KeyOf(dir);
-  MetaCache::Hit hit;
-  if (dir_key) hit = meta_cache_.Get(DirPrefix(*dir_key) + entry.name);
-  if (dir_key && hit.state == MetaCache::State::kPositive && hit.record.complete &&
-      !hit.record.is_dir && inodes_.InoOf(DirPrefix(*dir_key) + entry.name) == ino) {
+  // What an upload or change of this mount's left, when it is newer than the page.
+  MetaCache::Hit hit = meta_cache_.Get(key);
+  if (hit.state == MetaCache::State::kPositive && hit.record.complete && !hit.record.is_dir) {
     entry.entry = MakeEntry(AttrFromRecord(ino, hit.record), true);
     entry.name_only = false;
-    return;
   }
-  entry.name_only = true;  // nothing newer known: the kernel looks it up
+  return entry;
 }
 
 Result<FsStats> Filesystem::StatFs() const {

@@ -275,12 +275,17 @@ class Filesystem {
   // skipped names); cursor->done is set with the last page.
   Result<std::vector<DirEntry>> ReadDirPage(uint64_t ino, DirCursor* cursor);
   // Readdirplus sends a page of a listing when the kernel asks, which may be long after it was
-  // built (at opendir): a file of directory `dir` that this mount wrote, uploaded, copied or
-  // changed since has its entry made anew from what the mount knows now (its local state, the
-  // server work under way on it, the record its upload left), so that the kernel never takes an
-  // older size for attr_timeout (a listing opened before a write and read after it: the file's
-  // reads gave 0 bytes). Another client's change is only seen by a new listing, as before.
-  void Refresh(uint64_t dir, DirEntry& entry);
+  // built (at opendir): a file that this mount wrote, uploaded, copied or changed since has its
+  // entry made anew from what the mount knows now (its local state, the server work under way
+  // on it, the record its upload left), so that the kernel never takes an older size for
+  // attr_timeout (a listing opened before a write and read after it: the file's reads gave 0
+  // bytes). Another client's change is only seen by a new listing, as before. Never waits: a
+  // file whose lock is held (a write fetching its blocks) goes as its name only, as does one
+  // whose name no longer leads to it. `prefix`: ListingPrefix of the directory.
+  DirEntry Refreshed(const std::string& prefix, const DirEntry& entry);
+  // The prefix of the keys of directory `dir`'s files ("" for the root), or nullopt when `dir`
+  // is unknown.
+  std::optional<std::string> ListingPrefix(uint64_t dir);
 
   // Writes the marker "name/" with the directory's metadata. AlreadyExists if the name exists.
   // `owner`: who creates it (on a store that keeps owners); nullopt or a store that does not:

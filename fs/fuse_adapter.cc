@@ -511,6 +511,8 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
     return;
   }
   dir->served = true;
+  // Each file's entry is made anew as it is sent (Filesystem::Refreshed).
+  const std::optional<std::string> prefix = plus ? fs.ListingPrefix(ino) : std::nullopt;
   std::vector<char> buf(size);
   size_t used = 0;
   // This reply ends with the page held; the next readdir reads on from there.
@@ -534,8 +536,8 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
       }
       if (needed > room) break;
     } else {
-      DirEntry& entry = dir->entries[index - 2 - dir->base];
-      if (plus) fs.Refresh(ino, entry);
+      const DirEntry& built = dir->entries[index - 2 - dir->base];
+      const DirEntry entry = plus && prefix ? fs.Refreshed(*prefix, built) : built;
       if (plus && entry.name_only) {
         fuse_entry_param param{};
         param.attr.st_ino = entry.entry.attr.ino;

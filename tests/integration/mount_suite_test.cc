@@ -447,6 +447,22 @@ TEST_P(MountSuiteTest, AListingOpenedBeforeAWriteAndReadAfterItShowsTheWrite) {
   ASSERT_EQ(::stat(path.c_str(), &st), 0) << std::strerror(errno);
   EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
   EXPECT_TRUE(ReadLocal(path) == data);
+
+  // The same for a file rewritten and closed (uploaded, nothing staged any more) between the
+  // listing's opendir and its reading.
+  const std::string old_path = mount->path() + "/old";
+  WriteFile(old_path, "ten bytes!");
+  ASSERT_EQ(::stat(old_path.c_str(), &st), 0) << std::strerror(errno);
+  listing = ::opendir(mount->path().c_str());
+  ASSERT_NE(listing, nullptr) << std::strerror(errno);
+  WriteFile(old_path, data);
+  names.clear();
+  while (dirent* entry = ::readdir(listing)) names.emplace_back(entry->d_name);
+  ::closedir(listing);
+  EXPECT_NE(std::find(names.begin(), names.end(), "old"), names.end());
+  ASSERT_EQ(::stat(old_path.c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
+  EXPECT_TRUE(ReadLocal(old_path) == data);
 }
 
 TEST_P(MountSuiteTest, RmdirOfANonEmptyDirectoryFails) {
