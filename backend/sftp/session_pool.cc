@@ -409,6 +409,7 @@ Result<std::unique_ptr<SftpConnection>> SftpConnection::Connect(const SftpConnec
     unwatch.watched = true;
   }
   Status login = [&]() -> Status {
+    c->socket_handed_over_ = true;  // libssh takes it up in ssh_connect
     if (ssh_connect(ssh) != SSH_OK) {
       const std::string error = ssh_get_error(ssh);
       if (!options.ciphers.empty() &&
@@ -446,23 +447,14 @@ std::chrono::milliseconds ReplyTimeoutFor(const SftpConnectOptions& options,
 SftpConnection::~SftpConnection() {
   wire_.reset();
   if (sftp_ != nullptr) sftp_free(sftp_);
-  if (ssh_ != nullptr) {
-    ssh_disconnect(ssh_);
-    ssh_free(ssh_);
-  }
-  // libssh closes a descriptor given with SSH_OPTIONS_FD only when the connection fails (and
-  // that number may have gone to another file since), not at ssh_disconnect or ssh_free: left
-  // open, each dropped connection kept a descriptor, and its SSH session on the server, for the
-  // rest of the mount. Closed here while it is still this socket, as the watchdog's own
-  // descriptor of it shows.
-  if (socket_ >= 0 && watch_socket_ >= 0) {
-    struct stat ours {};
-    struct stat number {};
-    if (::fstat(watch_socket_, &ours) == 0 && ::fstat(socket_, &number) == 0 &&
-        ours.st_dev == number.st_dev && ours.st_ino == number.st_ino) {
-      ::close(socket_);
-    }
-  }
+  // The descriptor given with SSH_OPTIONS_FD is closed by libssh, once: when the connection
+  // fails, or here by ssh_free, which closes the descriptor it still holds. Not after
+  // ssh_disconnect, which forgets it without closing it: each dropped connection then kept a
+  // descriptor, and its SSH session on the server, for the rest of the mount. Nor by objfs: after
+  // a failure its number may be another thread's new connection's by now, which even a look at
+  // it (fstat) would race with.
+  if (ssh_ != nullptr) ssh_free(ssh_);
+  if (!socket_handed_over_ && socket_ >= 0) ::close(socket_);
   if (watch_socket_ >= 0) ::close(watch_socket_);
   if (proxy_pid_ > 0) {
     // Its connection is closed by now, so it is on its way out; a proxy that ignores that

@@ -120,7 +120,8 @@ class SftpConnection {
   sftp_session sftp_ = nullptr;
   std::unique_ptr<SftpWire> wire_;
   std::atomic<bool> broken_{false};
-  int socket_ = -1;        // libssh's
+  int socket_ = -1;  // libssh's, once handed over (ssh_connect): it closes it
+  bool socket_handed_over_ = false;
   pid_t proxy_pid_ = -1;   // the proxy command's process, reaped at destruction
   int watch_socket_ = -1;  // ours, a dup of socket_
 };
