@@ -922,10 +922,17 @@ TEST(MountSftpErrorsTest, InFlightReadWhoseConnectionIsKilledSucceedsOnANewOne) 
   ReadConcurrently(fd, data, {0, 4 << 20, 8 << 20, 12 << 20});
 
   // Stop every connection process, start a read, and once its request waits unread at the
-  // server, kill them all. A connection whose login was still under way when the processes
-  // were listed is not stopped, and the read may go there and be answered (seen on a loaded
-  // machine): that attempt proves nothing, so it is repeated at the next MiB, up to 3 times.
-  const off_t kFirst = 19 << 20;
+  // server, kill them all. Each attempt starts with the mount idle: a read-ahead still in flight
+  // or a connection still logging in would otherwise take the read (seen on a loaded machine:
+  // the read waited 20 s for a read-ahead whose request the stopped server had already taken,
+  // so no byte of it ever waited unread). Processes that appear while others are stopped are
+  // stopped too. An attempt that proves nothing is repeated 3 MiB further on, beyond the
+  // read-ahead (one 1 MiB buffer) of the one before, up to 3 times.
+  const std::string root = mount->path();
+  auto requests_in_flight = [&root] {
+    return StatsCounter(GetXattr(root, "user.objfs.stats"), "in_flight_requests");
+  };
+  const off_t kFirst = 16 << 20;
   std::string buf(1 << 20, '\0');
   std::vector<pid_t> connections;
   std::atomic<bool> done{false};
@@ -934,11 +941,24 @@ TEST(MountSftpErrorsTest, InFlightReadWhoseConnectionIsKilledSucceedsOnANewOne) 
   off_t at = kFirst;
   std::thread reader;
   bool waiting = false;
+  std::string attempts;
   for (int attempt = 0; attempt < 3 && !waiting; ++attempt) {
-    at = kFirst + (static_cast<off_t>(attempt) << 20);
-    connections = sshd.ConnectionPids();
+    at = kFirst + (static_cast<off_t>(3 * attempt) << 20);
+    ASSERT_TRUE(WaitFor(20, [&] { return requests_in_flight() == 0; }))
+        << "the mount never went idle: " << requests_in_flight() << " requests in flight";
+    connections.clear();
+    for (;;) {
+      std::vector<pid_t> more;
+      for (pid_t p : sshd.ConnectionPids()) {
+        if (std::find(connections.begin(), connections.end(), p) == connections.end()) {
+          more.push_back(p);
+        }
+      }
+      if (more.empty()) break;
+      for (pid_t p : more) ::kill(p, SIGSTOP);
+      connections.insert(connections.end(), more.begin(), more.end());
+    }
     ASSERT_FALSE(connections.empty());
-    for (pid_t p : connections) ::kill(p, SIGSTOP);
     const uint64_t unread_before = ServerUnreadBytes(sshd.port());
     done = false;
     reader = std::thread([&, at] {
@@ -949,12 +969,18 @@ TEST(MountSftpErrorsTest, InFlightReadWhoseConnectionIsKilledSucceedsOnANewOne) 
     WaitFor(20, [&] { return ServerUnreadBytes(sshd.port()) > unread_before || done.load(); });
     waiting = !done.load() && ServerUnreadBytes(sshd.port()) > unread_before;
     if (!waiting) {
+      attempts += "\n  at " + std::to_string(at >> 20) + " MiB: " +
+                  (done.load() ? "answered while the server was stopped"
+                               : "neither answered nor sent within 20 s");
       for (pid_t p : connections) ::kill(p, SIGCONT);
       reader.join();
       EXPECT_EQ(n, static_cast<ssize_t>(buf.size())) << std::strerror(err);
     }
   }
-  ASSERT_TRUE(waiting) << "the read's request never waited at the stopped server, 3 times";
+  if (!waiting) ::close(fd);  // so that the mount can be unmounted
+  ASSERT_TRUE(waiting) << "the read's request never waited at the stopped server:" << attempts
+                       << "\n"
+                       << mount->log();
   for (pid_t p : connections) ::kill(p, SIGKILL);
   for (pid_t p : connections) ::kill(p, SIGCONT);
   const bool finished = WaitFor(60, [&] { return done.load(); });
