@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -242,8 +243,15 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
     // A hole of the object's size: reads and the upload fetch what they need (FetchStaged),
     // by the object's ETag, so that another client's newer object never mixes in.
     Status based = staged->SetBase(key, rec.etag, rec.size);
-    // Without an ETag a later fetch could not tell a replaced object: the whole of it now.
-    if (based.ok() && rec.etag.empty()) based = FillFromBase(*staged, &inode, key, 0, rec.size);
+    // Without an ETag a later fetch could not tell a replaced object: the whole of it now,
+    // while stat and listings show the file as it is stored (a file without local state has
+    // no attributes for ServerWorkScope to take).
+    if (based.ok() && rec.etag.empty()) {
+      FileAttr stored = attr;
+      stored.size = rec.size;
+      ServerWorkScope fetching(inode, stored);
+      based = FillFromBase(*staged, &inode, key, 0, rec.size);
+    }
     if (!based.ok()) {
       staged->Remove();
       return based.WithContext("staging " + key + " for writing");
@@ -289,10 +297,17 @@ void FileWriter::KeepStagedReadable(Inode& inode) {
     Log(LogLevel::kError, "an open file of " + base + " stays incomplete: " + fetched.message());
 }
 
-Status FileWriter::FillFromBase(StagedFile& staged, const Inode* busy, const std::string& key,
+Status FileWriter::FillFromBase(StagedFile& staged, Inode* busy, const std::string& key,
                                 uint64_t offset, uint64_t length, bool* base_changed) {
   const std::vector<ExtentSet::Range> missing = staged.MissingBase(offset, length);
   if (missing.empty()) return Status::Ok();
+  // A read, a write or a removal of the file waits for the fetch under its lock; a stat or a
+  // listing of it need not (a stuck server holds it for the read's allowance, every retry).
+  std::optional<ServerWorkScope> working;
+  if (busy != nullptr) {
+    busy->mu.AssertHeld();  // (the caller's: see the header)
+    working.emplace(*busy);
+  }
   // Whole blocks of read_buffer, aligned to it: a small read or write never turns into a small
   // backend call, and neighbouring reads find their block fetched.
   const uint64_t block = std::max<uint64_t>(options_.read_buffer, 4096);

@@ -290,10 +290,11 @@ class FileWriter {
   // rescheduled. Ok also when there was nothing to do.
   Status UploadDueFile(uint64_t ino);
   // Fetches the base bytes of [offset, offset+length) that `staged` lacks (FetchStaged);
-  // `busy` is the inode whose lock is held, if any. `base_changed` (if given) is set when the
-  // failure is the base's, replaced or removed on the server.
-  Status FillFromBase(StagedFile& staged, const Inode* busy, const std::string& key,
-                      uint64_t offset, uint64_t length, bool* base_changed = nullptr);
+  // `busy` is the inode whose lock is held, if any: while it fetches, stat and listings of that
+  // file answer from before (ServerWorkScope) rather than wait for the lock. `base_changed` (if
+  // given) is set when the failure is the base's, replaced or removed on the server.
+  Status FillFromBase(StagedFile& staged, Inode* busy, const std::string& key, uint64_t offset,
+                      uint64_t length, bool* base_changed = nullptr);
   // RecoverStaged: makes the publishable leftover `left` the staged, dirty data of its key's
   // inode and schedules its upload now; a sparse one is completed from its base first, and set
   // aside (`set_aside`) when the base changed. False when it is not taken over.

@@ -117,6 +117,10 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
     // No crash record may outlive the object: the next mount would upload the file again.
     // Should the removal fail, they come back, and with them what close accepted.
     std::optional<StagedFile::State> staged_state, copy_state;
+    // The removal on the server (and the fetch that keeps an open file readable) holds the
+    // file's lock: stat and listings show it as it was until it is gone.
+    std::optional<ServerWorkScope> removing;
+    if (inode != nullptr) removing.emplace(*inode, AttrFromRecord(0, *rec));
     if (inode != nullptr) writer_->KeepStagedReadable(*inode);  // before its object goes
     if (inode != nullptr && inode->staged) staged_state = inode->staged->Orphan();
     if (inode != nullptr && inode->accepted_copy) copy_state = inode->accepted_copy->Orphan();

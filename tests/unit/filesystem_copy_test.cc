@@ -240,16 +240,39 @@ TEST_F(FilesystemCopyTest, TheCloseOfACopyRemovedMeanwhileSucceeds) {
   EXPECT_FALSE(memory_->head("dst").ok());
 }
 
-// A store whose server-side copies or puts (`held`), once asked for, wait until the test lets
-// them go on: the copy or upload of gigabytes, or a stuck server.
+// A store whose server-side copies, puts, ranged reads or removals (`held`), once asked for,
+// wait until the test lets them go on: the copy or upload of gigabytes, or a stuck server.
 class HeldStore : public ForwardingStore {
  public:
-  enum class Call { kCopy, kPut };
+  enum class Call { kCopy, kPut, kRead, kRemove };
   HeldStore(std::shared_ptr<ObjectStore> target, Call held)
       : ForwardingStore(std::move(target)),
         held_(held),
         go_on_(go_on_promise_.get_future().share()) {}
   ~HeldStore() override { GoOn(); }
+  // Objects' ETags are not told (a server that gives none).
+  void HideETags() { hide_etags_ = true; }
+  Result<ObjectInfo> head(std::string_view key) override {
+    Result<ObjectInfo> info = ForwardingStore::head(key);
+    if (info.ok() && hide_etags_) info->etag = ETag();
+    return info;
+  }
+  Result<Listing> list(const ListOptions& options) override {
+    Result<Listing> listing = ForwardingStore::list(options);
+    if (listing.ok() && hide_etags_) {
+      for (ObjectInfo& info : listing->objects) info.etag = ETag();
+    }
+    return listing;
+  }
+  Result<size_t> read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
+                      const ETag* if_match) override {
+    if (held_ == Call::kRead) Hold();
+    return ForwardingStore::read(key, offset, buf, hide_etags_ ? nullptr : if_match);
+  }
+  Status remove(std::string_view key) override {
+    if (held_ == Call::kRemove) Hold();
+    return ForwardingStore::remove(key);
+  }
   Result<ObjectInfo> copy(const ObjectInfo& src, std::string_view dst,
                           const CopyOptions& options) override {
     if (held_ == Call::kCopy) Hold();
@@ -274,6 +297,7 @@ class HeldStore : public ForwardingStore {
   }
 
   const Call held_;
+  std::atomic<bool> hide_etags_{false};
   std::promise<void> asked_;
   std::atomic<bool> asked_once_{false};
   std::promise<void> go_on_promise_;
@@ -424,6 +448,86 @@ TEST_F(FilesystemServerWorkTest, StatAndListingsOfAnOpenFileDoNotWaitForItsRenam
   Result<ObjectInfo> stored = memory_->head("new");
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->size, data.size());
+}
+
+// A read of a file open for writing fetches the stored bytes it has not staged yet under the
+// file's lock: stat and listings of the file waited for that fetch (a stuck server's read
+// allowance, every retry).
+TEST_F(FilesystemServerWorkTest, StatAndListingsOfAnEditedFileDoNotWaitForTheFetchOfItsBytes) {
+  const std::string data = Pattern(100000);
+  PutObject("edited", data);
+  ASSERT_NO_FATAL_FAILURE(HoldCalls(HeldStore::Call::kRead));
+  const uint64_t ino = LookupIno("edited");
+  auto before = fs_->GetAttr(ino);
+  ASSERT_TRUE(before.ok());
+  auto file = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(file.ok());
+  auto wrote = fs_->Write(*file, 0, Bytes("head"));  // staged as a hole: nothing fetched
+  ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+
+  Status read;
+  std::vector<std::byte> buf(1000);
+  ASSERT_NO_FATAL_FAILURE(ExpectStatAndListingsWhileHeld(
+      ino, "edited", data.size(), before->attr.mode & 07777,
+      [&]() -> Status {
+        Result<size_t> n = fs_->Read(*file, 50000, buf);
+        if (!n.ok()) return n.status();
+        return *n == buf.size() ? Status::Ok() : IoError(std::to_string(*n) + " read");
+      },
+      &read));
+  ASSERT_TRUE(read.ok()) << read.ToString();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), buf.size()),
+            data.substr(50000, buf.size()));
+  EXPECT_TRUE(fs_->Release(*file).ok());
+}
+
+// Without an ETag the first write fetches the whole stored file, under its lock, before the
+// file has local state: stat and listings show it as stored meanwhile.
+TEST_F(FilesystemServerWorkTest, StatAndListingsOfAFileDoNotWaitForItsWholeFetchWithoutAnETag) {
+  const std::string data = Pattern(100000);
+  PutObject("untagged", data);
+  ASSERT_NO_FATAL_FAILURE(HoldCalls(HeldStore::Call::kRead));
+  held_->HideETags();
+  const uint64_t ino = LookupIno("untagged");
+  auto before = fs_->GetAttr(ino);
+  ASSERT_TRUE(before.ok());
+  auto file = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(file.ok());
+
+  Status wrote;
+  ASSERT_NO_FATAL_FAILURE(ExpectStatAndListingsWhileHeld(
+      ino, "untagged", data.size(), before->attr.mode & 07777,
+      [&]() -> Status { return fs_->Write(*file, 0, Bytes("head")).status(); }, &wrote));
+  ASSERT_TRUE(wrote.ok()) << wrote.ToString();
+  ASSERT_TRUE(fs_->Release(*file).ok());
+  std::string stored(data.size(), '\0');
+  Result<size_t> n =
+      memory_->read("untagged", 0,
+                    std::span(reinterpret_cast<std::byte*>(stored.data()), stored.size()), nullptr);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, data.size());
+  EXPECT_EQ(stored, "head" + data.substr(4));
+}
+
+// An unlink removes the object under the file's lock: stat and listings show the file as it
+// was until it is gone.
+TEST_F(FilesystemServerWorkTest, StatAndListingsOfAFileDoNotWaitForItsRemoval) {
+  const std::string data = Pattern(100000);
+  PutObject("removed", data);
+  ASSERT_NO_FATAL_FAILURE(HoldCalls(HeldStore::Call::kRemove));
+  const uint64_t ino = LookupIno("removed");
+  auto open = fs_->Open(ino, O_RDONLY);  // the file has its state here
+  ASSERT_TRUE(open.ok());
+  auto before = fs_->GetAttr(ino);
+  ASSERT_TRUE(before.ok());
+
+  Status removed;
+  ASSERT_NO_FATAL_FAILURE(ExpectStatAndListingsWhileHeld(
+      ino, "removed", data.size(), before->attr.mode & 07777,
+      [&] { return fs_->Unlink(kRootIno, "removed"); }, &removed));
+  ASSERT_TRUE(removed.ok()) << removed.ToString();
+  EXPECT_FALSE(memory_->head("removed").ok());
+  EXPECT_TRUE(fs_->Release(*open).ok());
 }
 
 TEST(KernelMaxCopyCallTest, IsTheLargest32BitCountInWholePages) {
