@@ -267,8 +267,6 @@ Result<Entry> Filesystem::Lookup(uint64_t parent, std::string_view name) {
 
 void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }
 
-void Filesystem::AddLookup(uint64_t ino) { inodes_.AddLookup(ino); }
-
 Result<Entry> Filesystem::GetAttr(uint64_t ino) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (auto inode = inodes_.Find(ino)) {
@@ -484,8 +482,6 @@ std::optional<std::string> Filesystem::ListingPrefix(uint64_t dir) {
 DirEntry Filesystem::Refreshed(const std::string& prefix, const DirEntry& built) {
   const uint64_t ino = built.entry.attr.ino;
   if (S_ISDIR(built.entry.attr.mode)) return built;
-  std::shared_ptr<Inode> inode = inodes_.Find(ino);
-  if (inode == nullptr) return built;  // never opened nor changed here: the listing is as new
   DirEntry entry = built;
   const std::string key = prefix + entry.name;
   auto name_only = [&](const FileAttr& attr) {
@@ -495,6 +491,8 @@ DirEntry Filesystem::Refreshed(const std::string& prefix, const DirEntry& built)
   };
   // Renamed or removed since: the name is no longer this file's.
   if (inodes_.InoOf(key) != ino) return name_only(entry.entry.attr);
+  std::shared_ptr<Inode> inode = inodes_.Find(ino);
+  if (inode == nullptr) return built;  // never opened nor changed here: the listing is as new
   if (std::optional<Inode::ServerWork> work = ServerWorkOf(*inode, ino)) {
     return name_only(work->attr);
   }
@@ -512,6 +510,16 @@ DirEntry Filesystem::Refreshed(const std::string& prefix, const DirEntry& built)
   if (hit.state == MetaCache::State::kPositive && hit.record.complete && !hit.record.is_dir) {
     entry.entry = MakeEntry(AttrFromRecord(ino, hit.record), true);
     entry.name_only = false;
+  }
+  return entry;
+}
+
+DirEntry Filesystem::EntryForKernel(const std::optional<std::string>& prefix,
+                                    const DirEntry& built) {
+  DirEntry entry = prefix ? Refreshed(*prefix, built) : built;
+  if (!entry.name_only && !inodes_.AddLookup(entry.entry.attr.ino)) {
+    entry.entry = MakeEntry(entry.entry.attr, false);
+    entry.name_only = true;
   }
   return entry;
 }

@@ -239,10 +239,6 @@ class Filesystem {
   // has references, open handles or unsaved data.
   void Forget(uint64_t ino, uint64_t nlookup);
 
-  // Adds one lookup reference to `ino`, for each entry the adapter actually hands to the kernel
-  // in a readdirplus reply (ReadDir itself does not count references).
-  void AddLookup(uint64_t ino);
-
   // The attributes of `ino` (attr_timeout in the reply). NotFound once the object is gone.
   Result<Entry> GetAttr(uint64_t ino);
 
@@ -286,6 +282,13 @@ class Filesystem {
   // The prefix of the keys of directory `dir`'s files ("" for the root), or nullopt when `dir`
   // is unknown.
   std::optional<std::string> ListingPrefix(uint64_t dir);
+  // The entry of a built page's `built` that a readdirplus reply hands to the kernel now:
+  // Refreshed when `prefix` is given, and, unless it goes as its name only, with the lookup
+  // reference the kernel takes on it counted (Forget(ino, 1) gives it back when the reply
+  // cannot carry it after all). An inode number forgotten since the page was built (the
+  // kernel's forget of an earlier reference) goes as the name only: the kernel would hold a
+  // number this mount no longer knows, and every call on the name would fail until it forgot it.
+  DirEntry EntryForKernel(const std::optional<std::string>& prefix, const DirEntry& built);
 
   // Writes the marker "name/" with the directory's metadata. AlreadyExists if the name exists.
   // `owner`: who creates it (on a store that keeps owners); nullopt or a store that does not:

@@ -537,24 +537,26 @@ void ServeDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_
       if (needed > room) break;
     } else {
       const DirEntry& built = dir->entries[index - 2 - dir->base];
-      const DirEntry entry = plus && prefix ? fs.Refreshed(*prefix, built) : built;
-      if (plus && entry.name_only) {
+      if (plus) {
+        // (A null buffer: only the size, which the name alone decides.)
+        const fuse_entry_param sizing{};
+        needed = fuse_add_direntry_plus(req, nullptr, 0, built.name.c_str(), &sizing, next);
+        if (needed > room) break;
+        const DirEntry entry = fs.EntryForKernel(prefix, built);  // the reference counted
         fuse_entry_param param{};
-        param.attr.st_ino = entry.entry.attr.ino;
-        param.attr.st_mode = entry.entry.attr.mode;
-        // ino 0: the kernel takes neither attributes nor a reference, only the name
+        if (entry.name_only) {
+          param.attr.st_ino = entry.entry.attr.ino;
+          param.attr.st_mode = entry.entry.attr.mode;
+          // ino 0: the kernel takes neither attributes nor a reference, only the name
+        } else {
+          param = ToEntryParam(entry.entry);
+        }
         needed = fuse_add_direntry_plus(req, dest, room, entry.name.c_str(), &param, next);
-        if (needed > room) break;
-      } else if (plus) {
-        fuse_entry_param param = ToEntryParam(entry.entry);
-        needed = fuse_add_direntry_plus(req, dest, room, entry.name.c_str(), &param, next);
-        if (needed > room) break;
-        fs.AddLookup(entry.entry.attr.ino);
       } else {
         struct stat st {};
-        st.st_ino = entry.entry.attr.ino;
-        st.st_mode = entry.entry.attr.mode;
-        needed = fuse_add_direntry(req, dest, room, entry.name.c_str(), &st, next);
+        st.st_ino = built.entry.attr.ino;
+        st.st_mode = built.entry.attr.mode;
+        needed = fuse_add_direntry(req, dest, room, built.name.c_str(), &st, next);
         if (needed > room) break;
       }
     }

@@ -1399,6 +1399,55 @@ TEST_F(FilesystemTest, ForgottenInodeIsDroppedAfterItsLastHandle) {
   EXPECT_TRUE(fs_->Lookup(kRootIno, "f").ok());
 }
 
+// Readdirplus hands each entry of a page built earlier to the kernel with a lookup reference.
+// An inode number forgotten in between (the kernel's forget of an earlier lookup) was sent as
+// it was, its reference lost: the kernel held a number this mount no longer knew, and stat of
+// the name failed until the kernel forgot it. It goes as its name only now; a number still
+// known gets its reference counted.
+TEST_F(FilesystemTest, AListingsEntryWhoseInodeWasForgottenGoesToTheKernelAsItsNameOnly) {
+  WriteFile(kRootIno, "kept", "k");
+  WriteFile(kRootIno, "forgotten", "f");
+  auto looked_up = fs_->Lookup(kRootIno, "forgotten");  // the kernel's reference
+  ASSERT_TRUE(looked_up.ok());
+  const uint64_t forgotten = looked_up->attr.ino;
+  auto listing = fs_->ReadDir(kRootIno);
+  ASSERT_TRUE(listing.ok());
+  auto entry_of = [&](const std::string& name) {
+    auto it = std::find_if(listing->begin(), listing->end(),
+                           [&](const DirEntry& e) { return e.name == name; });
+    EXPECT_NE(it, listing->end()) << name;
+    return it == listing->end() ? DirEntry() : *it;
+  };
+  const DirEntry kept = entry_of("kept");
+  const DirEntry gone = entry_of("forgotten");
+  ASSERT_EQ(gone.entry.attr.ino, forgotten);
+  ASSERT_FALSE(gone.name_only);
+
+  fs_->Forget(forgotten, 2);  // its reference from the lookup (and more)
+  ASSERT_EQ(fs_->GetAttr(forgotten).status().code(), StatusCode::kNotFound);
+  const std::optional<std::string> prefix = fs_->ListingPrefix(kRootIno);
+  ASSERT_TRUE(prefix.has_value());
+  const DirEntry sent = fs_->EntryForKernel(prefix, gone);
+  EXPECT_TRUE(sent.name_only) << "the kernel got inode " << sent.entry.attr.ino
+                              << ", which this mount no longer knows";
+  EXPECT_EQ(sent.name, "forgotten");
+  const DirEntry sent_plain = fs_->EntryForKernel(std::nullopt, gone);
+  EXPECT_TRUE(sent_plain.name_only);
+
+  const DirEntry handed = fs_->EntryForKernel(prefix, kept);
+  ASSERT_FALSE(handed.name_only);
+  EXPECT_EQ(handed.entry.attr.ino, kept.entry.attr.ino);
+  // The reference the kernel took keeps the number known until the kernel forgets it (with
+  // the one the create gave).
+  fs_->Forget(handed.entry.attr.ino, 1);
+  auto attr = fs_->GetAttr(handed.entry.attr.ino);
+  ASSERT_TRUE(attr.ok()) << attr.status().ToString();
+  fs_->Forget(handed.entry.attr.ino, 1);
+  EXPECT_EQ(fs_->GetAttr(handed.entry.attr.ino).status().code(), StatusCode::kNotFound);
+  // The name itself is found again by a lookup.
+  EXPECT_TRUE(fs_->Lookup(kRootIno, "forgotten").ok());
+}
+
 // With a write-back window (-o writeback=SECONDS) the upload waits; the test drives the due
 // uploads itself (UploadDue after advancing the fake clock) instead of the background thread.
 class WritebackTest : public FilesystemTest {
