@@ -260,8 +260,8 @@ class Filesystem {
   // options.readdir_heads of them were; entries still without exact attributes (HEAD
   // failed, or too many) carry the listing's (size, Last-Modified as mtime, default mode and
   // owner) with timeouts of 0 so that the kernel asks Lookup/GetAttr before using them. Inode
-  // numbers are assigned but not referenced (AddLookup). Names that cannot be file names (empty,
-  // ".", "..", from keys like "a//b") are skipped.
+  // numbers are assigned but not referenced (EntryForKernel). Names that cannot be file names
+  // (empty, ".", "..", from keys like "a//b") are skipped.
   Result<std::vector<DirEntry>> ReadDir(uint64_t ino);
 
   // ReadDir one listing page at a time, for directories of any size: the next names of
