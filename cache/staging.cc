@@ -453,6 +453,17 @@ Result<std::string> StagingArea::SetAside(StagedFile& file, std::string_view key
   return kept;
 }
 
+Status StagingArea::Drop(const StagedLeftover& left) const {
+  // The record last: a crash in between leaves data no record names (RemoveUnrecorded).
+  if (::unlink(left.data_path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus("unlink", left.data_path, errno);
+  }
+  if (::unlink(left.meta_path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus("unlink", left.meta_path, errno);
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<StagedFile>> StagingArea::Adopt(const StagedLeftover& left) const {
   int fd = ::open(left.data_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return ErrnoStatus("open", left.data_path, errno);

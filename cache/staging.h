@@ -215,6 +215,8 @@ class StagingArea {
   // under `key`: on success `file` is removed (its descriptor stays open, its bytes are at the
   // returned path).
   Result<std::string> SetAside(StagedFile& file, std::string_view key) const;
+  // Deletes the data and the record of a leftover that holds nothing to keep.
+  Status Drop(const StagedLeftover& left) const;
   // Reopens the data of a publishable leftover as a staging file that keeps its record (key,
   // metadata, state kAccepted, base and present ranges): the next mount serves and uploads it
   // like a file closed and not uploaded yet.

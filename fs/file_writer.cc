@@ -1459,6 +1459,19 @@ Status FileWriter::RecoverStaged() {
   for (size_t i = 0; i < leftovers.size(); ++i) {
     const StagedLeftover& left = leftovers[i];
     if (!left.publishable()) {
+      struct stat st {};
+      if (left.base_key.empty() && ::stat(left.data_path.c_str(), &st) == 0 && st.st_size == 0) {
+        // Created or emptied (O_TRUNC, cp's destination before a copy on the server) and never
+        // written: nothing of its writer's to keep, and an empty file set aside is only noise.
+        Status dropped = staging_->Drop(left);
+        Log(dropped.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+            left.key +
+                " was being written when objfs stopped, and no close or fsync had "
+                "accepted it; nothing was written to it here" +
+                (dropped.ok() ? ", so nothing is kept"
+                              : ": its empty staged file stays (" + dropped.message() + ")"));
+        continue;
+      }
       // Written and never closed or synced (or cut short since): not what its writer meant the
       // file to be, so it never replaces the object.
       set_aside(left,
