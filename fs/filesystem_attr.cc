@@ -240,9 +240,11 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     OBJFS_RETURN_IF_ERROR(MutateMetadata(ino, mutate).status());
   }
   if (to_set & kSetSize) {
-    // A truncate without an open file is uploaded at once.
+    // A truncate of a file no writer has open is uploaded at once: a reader's close is no
+    // writer's (it never accepts a writer's data), and waiting for it left the new size
+    // unaccepted, lost in a crash while `tail` or a backup tool held the file open.
     std::shared_ptr<Inode> inode = inodes_.Get(ino);
-    if (inode != nullptr && inode->open_handles.load() == 0) {
+    if (inode != nullptr && inode->open_writers.load() == 0) {
       // truncate(2) returned: the new size is accepted, and retried in the background should
       // the upload fail, as after a close.
       Status s = writer_->Flush(ino, inode, /*with_metadata=*/true, /*accept=*/true);

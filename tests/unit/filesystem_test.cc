@@ -761,6 +761,33 @@ TEST_F(FilesystemTest, TruncateWithoutOpenFileUploadsAtOnce) {
   EXPECT_EQ(memory_->contents("t"), "0123");
 }
 
+// The same while only readers have the file open (tail, a backup tool): the truncate waited
+// for the last reader's close, unaccepted, and a crash before it lost the new size.
+TEST_F(FilesystemTest, TruncateWhileOnlyReadersHaveTheFileOpenUploadsAtOnce) {
+  PutObject("t", "important content");
+  uint64_t ino = LookupIno(kRootIno, "t");
+  auto reader = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  FileAttr attr;
+  attr.size = 0;
+  auto e = fs_->SetAttr(ino, kSetSize, attr, std::nullopt);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->attr.size, 0u);
+  EXPECT_EQ(memory_->contents("t"), "");
+  const std::string image = CrashImage();
+  RecoverImage(image);
+  EXPECT_EQ(memory_->contents("t"), "");
+  EXPECT_TRUE(SetAside(image).empty());
+  // The reader reads the file as it is now.
+  std::string buf(10, '\0');
+  auto n = fs_->Read(*reader, 0,
+                     std::span<std::byte>(reinterpret_cast<std::byte*>(buf.data()), buf.size()));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  ASSERT_TRUE(fs_->Release(*reader).ok());
+  EXPECT_EQ(memory_->contents("t"), "");
+}
+
 TEST_F(FilesystemTest, OpenWithTruncEmptiesTheFile) {
   PutObject("t", "0123456789");
   uint64_t ino = LookupIno(kRootIno, "t");
