@@ -1460,16 +1460,17 @@ Status FileWriter::RecoverStaged() {
     const StagedLeftover& left = leftovers[i];
     if (!left.publishable()) {
       struct stat st {};
-      if (left.base_key.empty() && ::stat(left.data_path.c_str(), &st) == 0 && st.st_size == 0) {
-        // Created or emptied (O_TRUNC, cp's destination before a copy on the server) and never
-        // written: nothing of its writer's to keep, and an empty file set aside is only noise.
+      if (left.state == StagedUploadRecord::State::kWriting && left.base_key.empty() &&
+          ::stat(left.data_path.c_str(), &st) == 0 && st.st_size == 0) {
+        // Created or emptied (O_TRUNC, cp's destination before a copy on the server) and not
+        // written since: not uploaded either, but an empty file set aside is only noise. (An
+        // accepted one that is empty now lost its bytes: set aside below, which says so.)
         Status dropped = staging_->Drop(left);
-        Log(dropped.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+        Log(LogLevel::kWarn,
             left.key +
-                " was being written when objfs stopped, and no close or fsync had "
-                "accepted it; nothing was written to it here" +
-                (dropped.ok() ? ", so nothing is kept"
-                              : ": its empty staged file stays (" + dropped.message() + ")"));
+                " was being written when objfs stopped, and no close or fsync had accepted it: "
+                "not uploaded; it was empty, so nothing is set aside" +
+                (dropped.ok() ? "" : " (its empty staged file stays: " + dropped.message() + ")"));
         continue;
       }
       // Written and never closed or synced (or cut short since): not what its writer meant the

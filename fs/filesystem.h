@@ -284,8 +284,8 @@ class Filesystem {
   std::optional<std::string> ListingPrefix(uint64_t dir);
   // The entry of a built page's `built` that a readdirplus reply hands to the kernel now:
   // Refreshed when `prefix` is given, and, unless it goes as its name only, with the lookup
-  // reference the kernel takes on it counted (Forget(ino, 1) gives it back when the reply
-  // cannot carry it after all). An inode number forgotten since the page was built (the
+  // reference the kernel takes on it counted: the caller asks only for an entry its reply has
+  // room for. An inode number forgotten since the page was built (the
   // kernel's forget of an earlier reference) goes as the name only: the kernel would hold a
   // number this mount no longer knows, and every call on the name would fail until it forgot it.
   DirEntry EntryForKernel(const std::optional<std::string>& prefix, const DirEntry& built);

@@ -2198,10 +2198,9 @@ TEST_F(FilesystemTest, ACrashBeforeCloseKeepsTheOldObjectAndSetsTheNewDataAside)
   ASSERT_TRUE(fs_->Release(created->fh).ok());
 }
 
-// A file created, or emptied by O_TRUNC, and never written when the mount died holds nothing
-// of its writer's: the next mount keeps the stored file and sets nothing aside (an empty file
-// in cache_dir/unfinished and a warning were noise: cp within the mount, killed during its copy
-// on the server, left one).
+// A file created, or emptied by O_TRUNC, and never written when the mount died is empty: the
+// next mount keeps the stored file and says so, but sets no empty file aside in
+// cache_dir/unfinished (cp within the mount, killed during its copy on the server, left one).
 TEST_F(FilesystemTest, ACrashBeforeAnyWriteSetsNothingAside) {
   PutObject("doc", "the complete old content");
   auto fh = fs_->Open(LookupIno(kRootIno, "doc"), O_WRONLY | O_TRUNC);
@@ -2216,7 +2215,7 @@ TEST_F(FilesystemTest, ACrashBeforeAnyWriteSetsNothingAside) {
   EXPECT_EQ(metrics_.unfinished_set_aside.load(), 0u);
   ASSERT_EQ(log.size(), 2u);
   for (const std::string& line : log) {
-    EXPECT_NE(line.find("nothing was written to it here, so nothing is kept"), std::string::npos)
+    EXPECT_NE(line.find("not uploaded; it was empty, so nothing is set aside"), std::string::npos)
         << line;
   }
   // Nothing of them is left for the mount after.
@@ -2227,6 +2226,35 @@ TEST_F(FilesystemTest, ACrashBeforeAnyWriteSetsNothingAside) {
   EXPECT_TRUE(leftovers->empty());
   ASSERT_TRUE(fs_->Release(*fh).ok());
   ASSERT_TRUE(fs_->Release(created->fh).ok());
+}
+
+// An accepted version that a power loss left empty (its record says more bytes than its data
+// file has) is not one "never written": it is set aside, and the log says it was not uploaded.
+TEST_F(FilesystemTest, AnAcceptedVersionLeftEmptyByAPowerLossIsSetAsideNotDropped) {
+  fs_.reset();
+  options_.writeback = 600;
+  options_.writeback_thread = false;
+  fs_ = NewFilesystem();
+  WriteFile(kRootIno, "closed", "accepted bytes");
+  const std::string image = CrashImage();
+  size_t emptied = 0;
+  for (const auto& e : std::filesystem::directory_iterator(image)) {
+    if (e.is_regular_file() && e.file_size() == std::string("accepted bytes").size()) {
+      std::filesystem::resize_file(e.path(), 0);  // what ext4 may leave after a power loss
+      ++emptied;
+    }
+  }
+  ASSERT_EQ(emptied, 1u);
+  std::vector<std::string> log = RecoverImage(image);
+  EXPECT_FALSE(memory_->head("closed").ok());
+  EXPECT_EQ(SetAside(image), (std::map<std::string, std::string>{{"closed", ""}}));
+  bool said = false;
+  for (const std::string& line : log) {
+    said = said || (line.find("closed") != std::string::npos &&
+                    line.find("not uploaded") != std::string::npos &&
+                    line.find("nothing is set aside") == std::string::npos);
+  }
+  EXPECT_TRUE(said) << ::testing::PrintToString(log);
 }
 
 // A reader opening and closing the file while a writer is at work (tail, a backup tool) once
