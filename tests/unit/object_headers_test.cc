@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -177,6 +178,7 @@ TEST(ObjectHeadersTest, SseCustomerKeyFileRawOrBase64) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("must hold a 256-bit key"), std::string::npos);
   EXPECT_FALSE(ReadSseCustomerKey(dir + "/missing.key").ok());
+  for (const std::string& path : {raw, b64, bad}) std::remove(path.c_str());
 }
 
 // AWS documents that the ETags of SSE-KMS and SSE-C objects are not their MD5: objfs checks an
