@@ -184,7 +184,12 @@ done
 head -c $((SIZE_MIB << 20)) /dev/urandom > "$WORK/src.bin"
 WRITES=$WORK/writes.txt
 : > "$WRITES"
-for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
+# Each round starts with another tool: on a virtual machine whose host backs guest memory only
+# as it is touched, the first tool of a round to stage a new file pays for fresh pages, and the
+# next one reuses the pages it freed (objfs: 233 MiB/s first, 324 second).
+WRITERS=(objfs ${BASELINE:+baseline-objfs} sshfs sshfs-aesgcm)
+for round in $(seq 0 $((${OBJFS_BENCH_ROUNDS:-3} - 1))); do
+  k=$((round % ${#WRITERS[@]}))
   t0=$(now)
   ssh "${SSH_OPTS[@]}" -c aes128-gcm@openssh.com -p "$P" "$U@$H" "cat > $DATA/in-ssh.bin" \
     < "$WORK/src.bin"
@@ -202,7 +207,7 @@ for _ in $(seq "${OBJFS_BENCH_ROUNDS:-3}"); do
     printf "ssh cat > file; sync file, aes128-gcm (durable ceiling)|%.0f|\n", s / (t1 - t0) }' \
     >> "$WRITES"
   rm -f "$DATA/in-ssh.bin"
-  for tool in objfs ${BASELINE:+baseline-objfs} sshfs sshfs-aesgcm; do
+  for tool in "${WRITERS[@]:k}" "${WRITERS[@]:0:k}"; do
     if ! mount_tool "$tool"; then echo "$tool|did not mount|" >> "$WRITES"; unmount_all; continue; fi
     t0=$(now)
     cp "$WORK/src.bin" "$MNT/in-$tool.bin" || echo "$tool|cp failed|" >> "$WRITES"
