@@ -24,6 +24,7 @@ std::string Metrics::ToText() const {
   line("unfinished_set_aside", unfinished_set_aside);
   line("failed_requests", failed_requests);
   line("in_flight_requests", in_flight_requests);
+  line("abandoned_uploads", abandoned_uploads);
   line("bytes_read", bytes_read);
   line("bytes_written", bytes_written);
   line("server_copies", server_copies);

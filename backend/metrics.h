@@ -36,6 +36,10 @@ struct Metrics {
   std::atomic<uint64_t> failed_requests{0};
   // Backend calls under way now (a gauge): a number that stays up says the server is slow.
   std::atomic<uint64_t> in_flight_requests{0};
+  // Uploads of this mount whose abort failed (the server hung or the connection broke), left on
+  // the server until it answers again (a gauge; cache/upload_records.h): S3 multipart uploads,
+  // SFTP temporary files.
+  std::atomic<uint64_t> abandoned_uploads{0};
 
   std::atomic<uint64_t> bytes_read{0};     // bytes read from the backend
   std::atomic<uint64_t> bytes_written{0};  // bytes uploaded to the backend

@@ -109,6 +109,13 @@ void UploadRecords::Abandoned(std::string_view name, std::string_view upload_id)
   if (it == open_.end()) return;
   abandoned_.push_back(it->second);
   open_.erase(it);
+  SetGaugeLocked();
+}
+
+void UploadRecords::SetGaugeLocked() {
+  if (abandoned_gauge_ != nullptr) {
+    abandoned_gauge_->store(abandoned_.size() + abandoned_clearing_, std::memory_order_relaxed);
+  }
 }
 
 UploadRecords::ClearResult UploadRecords::ClearNotes(
@@ -165,12 +172,15 @@ UploadRecords::ClearResult UploadRecords::ClearAbandoned(
   {
     MutexLock lock(&mu_);
     notes.swap(abandoned_);
+    abandoned_clearing_ += notes.size();
   }
   if (notes.empty()) return {};
   std::vector<uint64_t> kept;
   ClearResult result = ClearNotes(notes, clear, &kept);
   MutexLock lock(&mu_);
+  abandoned_clearing_ -= notes.size();
   abandoned_.insert(abandoned_.end(), kept.begin(), kept.end());
+  SetGaugeLocked();
   return result;
 }
 

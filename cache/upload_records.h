@@ -57,12 +57,20 @@ class UploadRecords : public UploadJournal {
   // and for the next mount.
   ClearResult ClearAbandoned(const std::function<Status(const OpenUploadRecord&)>& clear);
 
+  // Keeps `*gauge` at the number of this mount's uploads whose abort failed and that wait for
+  // ClearAbandoned (Metrics::abandoned_uploads). Null: none. Set before the stores use this.
+  void CountAbandonedIn(std::atomic<uint64_t>* gauge) {
+    MutexLock lock(&mu_);
+    abandoned_gauge_ = gauge;
+  }
+
   // The notes now kept: the earlier mount's that are left, and this mount's open uploads.
   size_t CountForTesting() const;
 
  private:
   explicit UploadRecords(std::string dir) : dir_(std::move(dir)) {}
   std::string PathOf(uint64_t n) const;
+  void SetGaugeLocked() REQUIRES(mu_);
   // Hands the notes `notes` to `clear`; returns the numbers of those that stay in `kept`.
   ClearResult ClearNotes(const std::vector<uint64_t>& notes,
                          const std::function<Status(const OpenUploadRecord&)>& clear,
@@ -75,6 +83,8 @@ class UploadRecords : public UploadJournal {
   // (name, id) -> note number
   std::map<std::pair<std::string, std::string>, uint64_t> open_ GUARDED_BY(mu_);
   std::vector<uint64_t> abandoned_ GUARDED_BY(mu_);  // this mount's, whose abort failed
+  size_t abandoned_clearing_ GUARDED_BY(mu_) = 0;    // of those, the ones ClearAbandoned has out
+  std::atomic<uint64_t>* abandoned_gauge_ GUARDED_BY(mu_) = nullptr;
   std::atomic<bool> full_disk_logged_{false};
 };
 

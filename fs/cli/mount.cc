@@ -726,6 +726,7 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   std::shared_ptr<UploadRecords> uploads = std::move(upload_records).value();
 
   Metrics metrics;
+  uploads->CountAbandonedIn(&metrics.abandoned_uploads);
   // What the store, the caches and the file system say, each line at its level, to the sink
   // chosen by -o log= (the Reporter's, so on standard error until the mount serves).
   const LogFunction log = [](LogLevel level, const std::string& message) { Log(level, message); };

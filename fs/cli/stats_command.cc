@@ -70,6 +70,8 @@ std::string FormatStats(const std::string& stats) {
   row("staged in cache_dir:", Bytes(value("staged_bytes")) + " bytes");
   row("requests in flight:", std::to_string(value("in_flight_requests")));
   row("open files:", std::to_string(value("open_files")));
+  row("uploads left on server:", std::to_string(value("abandoned_uploads")) +
+                                     " (aborts that failed; cleared once it answers)");
   std::string failed;
   uint64_t failed_total = 0;
   for (const auto& [name, v] : counters) {

@@ -561,8 +561,13 @@ TEST(MountSftpErrorsTest, AHungServerGetsTheFileByItselfAndKeepsNoTemporaryFile)
   ASSERT_TRUE(sshd.started());
   const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
   auto temporary_files = [&root] { return TemporaryFiles(root); };
+  auto abandoned_uploads = [](ObjfsMount& mount) {
+    return StatsCounter(GetXattr(mount.path(), "user.objfs.stats"), "abandoned_uploads");
+  };
   // Writes `data` to `name` in `mount`, hangs the server while the upload is streamed, and
-  // resumes it once close() has failed.
+  // resumes it once close() has failed and the streamed upload's abort has failed too (a part
+  // may fail first, its connection still logging in, or the close's whole put: either way the
+  // abort waits for the server).
   auto write_while_hung = [&](ObjfsMount& mount, const std::string& name, const std::string& data) {
     int fd =
         ::open((mount.path() + "/" + name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -576,6 +581,9 @@ TEST(MountSftpErrorsTest, AHungServerGetsTheFileByItselfAndKeepsNoTemporaryFile)
     errno = 0;
     EXPECT_NE(::close(fd), 0) << "close() succeeded with the server hung";
     EXPECT_EQ(errno, EIO) << std::strerror(errno);
+    EXPECT_TRUE(WaitFor(60, [&] { return abandoned_uploads(mount) == 1; }))
+        << "the streamed upload's abort did not fail with the server hung; log:\n"
+        << mount.log();
     ASSERT_TRUE(sshd.StopAll(/*resume=*/true));
   };
 
@@ -590,6 +598,7 @@ TEST(MountSftpErrorsTest, AHungServerGetsTheFileByItselfAndKeepsNoTemporaryFile)
       << "the temporary file stayed while mounted; log:\n"
       << mount->log();
   EXPECT_NE(mount->log().find("by this mount's failed aborts"), std::string::npos) << mount->log();
+  EXPECT_EQ(abandoned_uploads(*mount), 0);
 
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
   EXPECT_EQ(temporary_files(), std::vector<std::string>{}) << mount->log();

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -110,29 +112,45 @@ TEST_F(UploadRecordsTest, AbandonedUploadsAreClearedWhileTheMountRuns) {
   {
     auto records = Open();
     ASSERT_NE(records, nullptr);
+    // The stats' gauge of the uploads left on the server by failed aborts.
+    std::atomic<uint64_t> gauge{0};
+    records->CountAbandonedIn(&gauge);
     ASSERT_TRUE(records->Opened("in use", "1").ok());
     ASSERT_TRUE(records->Opened("abort failed", "2").ok());
     ASSERT_TRUE(records->Opened("still away", "3").ok());
+    EXPECT_EQ(gauge.load(), 0u);
     records->Abandoned("abort failed", "2");
     records->Abandoned("still away", "3");
     records->Abandoned("unknown", "4");  // ignored
+    EXPECT_EQ(gauge.load(), 2u);
     UploadRecords::ClearResult result;
     std::vector<OpenUploadRecord> offered;
+    std::vector<uint64_t> gauge_while_clearing;
     result = records->ClearAbandoned([&](const OpenUploadRecord& r) {
       offered.push_back(r);
+      // One abandoned while the others are being cleared is counted with them.
+      if (offered.size() == 1) {
+        EXPECT_TRUE(records->Opened("abandoned meanwhile", "5").ok());
+        records->Abandoned("abandoned meanwhile", "5");
+      }
+      gauge_while_clearing.push_back(gauge.load());
       return r.name == "still away" ? IoError("server down") : Status::Ok();
     });
     std::vector<OpenUploadRecord> want = {{"abort failed", "2"}, {"still away", "3"}};
     EXPECT_EQ(offered, want);
+    EXPECT_EQ(gauge_while_clearing, (std::vector<uint64_t>{3, 3}));
     EXPECT_EQ(result.cleared, 1u);
     EXPECT_EQ(result.failed, 1u);
-    EXPECT_EQ(FilesInDir(), 2u);
+    EXPECT_EQ(gauge.load(), 2u);
+    EXPECT_EQ(FilesInDir(), 3u);
     offered.clear();
     result = records->ClearAbandoned([&](const OpenUploadRecord& r) {
       offered.push_back(r);
-      return IoError("server down");
+      return r.name == "abandoned meanwhile" ? Status::Ok() : IoError("server down");
     });
-    EXPECT_EQ(offered, (std::vector<OpenUploadRecord>{{"still away", "3"}}));
+    EXPECT_EQ(offered,
+              (std::vector<OpenUploadRecord>{{"abandoned meanwhile", "5"}, {"still away", "3"}}));
+    EXPECT_EQ(gauge.load(), 1u);
     EXPECT_TRUE(Clear(*records, &result).empty());  // this mount's notes are no leftovers
   }
   auto next = Open();
