@@ -1395,7 +1395,8 @@ Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
   bool cp_unknown = false;
   Result<ObjectInfo> copied = CopyFile(src, dst, options, &cp_unknown);
   // cp may still be writing the first temporary file (left, noted, for the next mount): once
-  // more under another name, without cp, which is off now.
+  // more under another name, without cp if that turned it off (cp that has worked stays on
+  // after a broken connection, and runs on a new one).
   if (cp_unknown) copied = CopyFile(src, dst, options, &cp_unknown);
   return copied;
 }
@@ -2051,9 +2052,14 @@ Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std:
     }
   };
   // Whatever runs there may still be writing `to`: the caller leaves it. A server whose cp
-  // hangs or talks is not asked again.
+  // hangs or talks is not asked again. A connection that broke under a cp that has worked
+  // before is the connection's failure, not cp's (a network cut, a killed session): cp stays
+  // on, and the caller's retry runs it again on a new connection.
   if (!ran.ok()) {
-    turn_off(ran.status().message(), "it is not run again in this mount");
+    if (ran.status().code() != StatusCode::kTransient ||
+        server_cp_state_.load() != kServerCommandTrusted) {
+      turn_off(ran.status().message(), "it is not run again in this mount");
+    }
     return ran.status();
   }
   if (ran->out_cut) {

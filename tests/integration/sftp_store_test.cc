@@ -2111,6 +2111,48 @@ TEST_F(SftpStoreTest, ACpThatHangsIsGivenUpBoundedlyAndNotRunAgain) {
   EXPECT_EQ(TemporaryFiles(root_).size(), 1u);  // the one cp may still write, left noted
 }
 
+// A connection that breaks under a cp that has worked (a network cut, a killed session) is
+// the connection's failure: the copy is made again on a new one, by cp, and cp stays on for
+// the copies after it. Before, that one break turned cp off for the rest of the mount, and
+// every later copy of a large file went through this machine (or copy-data instead of a clone).
+TEST_F(SftpStoreTest, ABrokenConnectionUnderACpThatWorkedLeavesCpOn) {
+  const std::string runs = (fs::path(root_) / "cp-runs").string();
+  // cp, except that its second run kills the SSH session it runs in (the shell's parent).
+  const std::string command =
+      "objfs_cp() { n=$(cat '" + runs + "' 2>/dev/null || echo 0); echo $((n + 1)) > '" + runs +
+      "'; if [ \"$n\" = 1 ]; then kill -9 $PPID; fi; cp \"$@\"; }; objfs_cp";
+  LoggingStore s;
+  {
+    SftpStoreOptions o = OptionsFor(root_);
+    o.metrics = &metrics_;
+    o.use_copy_data = false;  // cp copies (no clone on ext4), else every byte comes here
+    o.server_cp_command = command;
+    o.log = [logged = s.logged, mu = s.mu](LogLevel, const std::string& line) {
+      std::lock_guard lock(*mu);
+      logged->push_back(line);
+    };
+    s.store = MakeStore(o);
+  }
+  ASSERT_NE(s.store, nullptr);
+  const std::string data = Pattern(5 << 20, 74);
+  MemorySource bytes(data);
+  ASSERT_TRUE(s.store->put("cut/src", bytes, PutOptions{}).ok());
+  Result<ObjectInfo> src = s.store->head("cut/src");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  const uint64_t hashed = metrics_.bytes_hashed.load();
+  for (const char* dst : {"cut/one", "cut/two", "cut/three"}) {
+    SCOPED_TRACE(dst);
+    Result<ObjectInfo> copied = s.store->copy(*src, dst, CopyOptions{});
+    ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+    EXPECT_TRUE(ReadLocalFile(fs::path(root_) / dst) == data);
+  }
+  // One, two (again, after its first run's connection broke) and three, all by cp.
+  EXPECT_EQ(s.store->server_cp_runs(), 4u);
+  EXPECT_EQ(metrics_.server_cps.load(), 3u);
+  EXPECT_EQ(metrics_.bytes_hashed.load(), hashed);  // nothing came through this machine
+  EXPECT_EQ(s.Said("it is not run again in this mount"), 0u);
+}
+
 TEST_F(SftpStoreTest, ACpWhoseEndIsUnknownLeavesItsTemporaryFileToTheNextMount) {
   // Stands for a ForceCommand menu that answers without end: the command is left running, so
   // whatever it does may still write the temporary file. The upload cannot be used; its abort
