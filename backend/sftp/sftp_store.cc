@@ -1393,16 +1393,16 @@ Result<std::unique_ptr<Upload>> SftpStore::start_upload(std::string_view key,
 Result<ObjectInfo> SftpStore::copy(const ObjectInfo& src, std::string_view dst,
                                    const CopyOptions& options) {
   bool cp_unknown = false;
-  Result<ObjectInfo> copied = CopyFile(src, dst, options, &cp_unknown);
+  Result<ObjectInfo> copied = CopyFile(src, dst, options, /*may_cp=*/true, &cp_unknown);
   // cp may still be writing the first temporary file (left, noted, for the next mount): once
-  // more under another name, without cp if that turned it off (cp that has worked stays on
-  // after a broken connection, and runs on a new one).
-  if (cp_unknown) copied = CopyFile(src, dst, options, &cp_unknown);
+  // more under another name, without cp (whatever broke it may break it again; a cp that has
+  // worked stays on for the copies after this one when only its connection broke).
+  if (cp_unknown) copied = CopyFile(src, dst, options, /*may_cp=*/false, &cp_unknown);
   return copied;
 }
 
 Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view dst,
-                                       const CopyOptions& options, bool* cp_unknown) {
+                                       const CopyOptions& options, bool may_cp, bool* cp_unknown) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths src_paths, PathsOf(src.key));
   OBJFS_ASSIGN_OR_RETURN(KeyPaths dst_paths, PathsOf(dst));
   if (IsMarker(src.key) || IsMarker(dst)) {
@@ -1466,8 +1466,8 @@ Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view d
   Status status;
   uint64_t copied = current.size;
   StagedIdentity identity;
-  const bool may_cp = MayRunCp(current.size);
-  if (may_cp) {
+  const bool try_cp = may_cp && MayRunCp(current.size);
+  if (try_cp) {
     // cp makes the file anew: what it made must be this account's.
     Result<SftpWire::FileAttrs> made = wire.Fstat(*dst_handle);
     if (!made.ok()) {
@@ -1480,7 +1480,7 @@ Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view d
     identity.made_s = made->mtime_s;
   }
   Result<CpOutcome> by_cp =
-      may_cp ? CopyWithCp(c, src_paths.data, staged, current.size, copy_data, &identity)
+      try_cp ? CopyWithCp(c, src_paths.data, staged, current.size, copy_data, &identity)
              : Result<CpOutcome>(CpOutcome::kNotRun);
   if (!by_cp.ok()) {
     // cp may still be writing the temporary file: it stays, noted, for the next mount.
@@ -2054,7 +2054,7 @@ Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std:
   // Whatever runs there may still be writing `to`: the caller leaves it. A server whose cp
   // hangs or talks is not asked again. A connection that broke under a cp that has worked
   // before is the connection's failure, not cp's (a network cut, a killed session): cp stays
-  // on, and the caller's retry runs it again on a new connection.
+  // on for the copies and edits after this one.
   if (!ran.ok()) {
     if (ran.status().code() != StatusCode::kTransient ||
         server_cp_state_.load() != kServerCommandTrusted) {

@@ -299,13 +299,15 @@ class SftpStore : public ObjectStore {
   // kCopied and kFailed set `identity` (whose uid the file must have) to the new file's. An
   // error: the connection failed, cp ran past its time or its shell talked without end; it
   // may still be writing `to`, which must not be used or removed (the journal's note stays, so
-  // that the next mount removes it), and cp is off for the mount.
+  // that the next mount removes it), and cp is off for the mount, unless only the connection
+  // broke under a cp that has worked in this mount.
   enum class CpOutcome { kNotRun, kCopied, kFailed };
   Result<CpOutcome> CopyWithCp(SftpConnection& c, const std::string& from, const std::string& to,
                                uint64_t size, bool copy_data, StagedIdentity* identity);
-  // copy() of a file, once: `cp_unknown` is set when cp's end is unknown (see CopyWithCp).
+  // copy() of a file, once, by cp where `may_cp` and MayRunCp allow: `cp_unknown` is set when
+  // cp's end is unknown (see CopyWithCp).
   Result<ObjectInfo> CopyFile(const ObjectInfo& src, std::string_view dst,
-                              const CopyOptions& options, bool* cp_unknown);
+                              const CopyOptions& options, bool may_cp, bool* cp_unknown);
   // Serialises the changes of one key (of the keys that hash alike): lock 8 of
   // fs/lock_order.h, held across calls to the server.
   Mutex& KeyLock(std::string_view key);
