@@ -711,6 +711,50 @@ void SftpStore::OwnerRefused(const std::string& key, const Status& why) {
   }
 }
 
+Result<SftpWire::FileAttrs> SftpStore::SetStatOfTheFile(SftpConnection& c, std::string_view key,
+                                                        const std::string& path,
+                                                        const SftpWire::NewAttrs& attrs) {
+  // SETSTAT follows a link: one that another account put in the file's place since the caller
+  // looked (where it may write the directory) would have its target, any file on the server,
+  // take the new mode, owner and times. lsetstat sets them on what the name is now, a link
+  // included (which takes no mode: refused), and its LSTAT says what that was.
+  auto replaced = [&] {
+    return PermissionDeniedError("set attributes of " + std::string(key) +
+                                 ": it is no longer the file it was (a link or another kind of "
+                                 "file is in its place): nothing was changed through it");
+  };
+  auto same_kind = [](uint32_t mode) { return S_ISREG(mode); };
+  if (!lsetstat_mode_refused_.load() || !attrs.permissions) {
+    Result<SftpWire::FileAttrs> set = c.wire().LSetStat(path, attrs);
+    if (set.ok()) {
+      if ((set->flags & SSH_FILEXFER_ATTR_PERMISSIONS) != 0 && !same_kind(set->permissions)) {
+        return replaced();
+      }
+      return set;
+    }
+    const StatusCode code = set.status().code();
+    if (!attrs.permissions || code == StatusCode::kTransient || code == StatusCode::kNotFound) {
+      return set.status();
+    }
+    // A server whose fchmodat cannot leave a link alone (glibc before 2.32) refuses any mode
+    // this way: where the name is still what it was, the mode goes by name, as before
+    // lsetstat, and so from then on in this mount.
+    Attributes now(sftp_lstat(c.sftp(), path.c_str()));
+    if (now == nullptr) return LibsshStatus(c, "stat " + std::string(key));
+    if ((now->flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 || !same_kind(now->permissions)) {
+      return replaced();
+    }
+    if (!lsetstat_mode_refused_.exchange(true) && options_.log) {
+      options_.log(LogLevel::kInfo,
+                   describe() + ": the server cannot set a mode without following links (" +
+                       set.status().message() +
+                       "): modes go by name, which a link put in a file's place between objfs's "
+                       "check and the change would follow");
+    }
+  }
+  return c.wire().SetStat(path, attrs);
+}
+
 Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_view key,
                                               const std::string& path, const Metadata& metadata,
                                               const Metadata* before) {
@@ -737,6 +781,9 @@ Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_vie
     }
     attrs.permissions.reset();
     a = c.wire().LSetStat(path, attrs);
+  } else if (before != nullptr && !IsMarker(key) &&
+             c.wire().HasExtension("lsetstat@openssh.com", "1")) {
+    a = SetStatOfTheFile(c, key, path, attrs);
   } else {
     // With what the server made of it: exactly what head() will report once the file is in
     // place.

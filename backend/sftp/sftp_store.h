@@ -227,6 +227,12 @@ class SftpStore : public ObjectStore {
   Result<ObjectInfo> ApplyAttributes(SftpConnection& c, std::string_view key,
                                      const std::string& path, const Metadata& metadata,
                                      const Metadata* before = nullptr);
+  // `attrs` on the existing regular file `path` by name, never through a link put in its place
+  // (lsetstat@openssh.com, which the caller checked the server has): returns what the name is
+  // then.
+  Result<SftpWire::FileAttrs> SetStatOfTheFile(SftpConnection& c, std::string_view key,
+                                               const std::string& path,
+                                               const SftpWire::NewAttrs& attrs);
   // A new (staged) file's owner (see SftpStoreOptions::mount_owner): set in `attrs` when
   // `metadata` names another owner than the mount's and no chown was refused yet.
   void KeepOwner(const Metadata& metadata, SftpWire::NewAttrs* attrs) const;
@@ -331,6 +337,8 @@ class SftpStore : public ObjectStore {
   // server_cp: untried; trusted once a copy checked out; off once cp could not run or did not
   // copy before it ever had.
   std::atomic<int> server_cp_state_{kServerCommandUntried};
+  // lsetstat refused a mode on a file that was no link (SetStatOfTheName).
+  std::atomic<bool> lsetstat_mode_refused_{false};
   std::atomic<uint64_t> server_cp_runs_{0};
   // The shortest time a clone by cp took, in ns (-1: none yet): what the account's shell takes
   // to start, on the whole.

@@ -440,6 +440,43 @@ TEST_F(SftpStoreTest, NewAttributesOfAFileAreSetInPlace) {
   EXPECT_EQ(after.st_mode & 07777, 0640u);
 }
 
+// chmod, chown and touch of a file go to the server by name. SETSTAT follows a link: one that
+// another account put in the file's place after objfs looked (where it may write the
+// directory; here, the caller's check is skipped, as for a file it wrote moments ago) gave its
+// target, any file on the server, the new mode, owner and times. lsetstat changes what the
+// name is, and a link in its place is refused.
+TEST_F(SftpStoreTest, NewAttributesNeverGoThroughALinkPutInTheFilesPlace) {
+  ASSERT_TRUE(Put("f", Pattern(1000, 10)).ok());
+  Result<ObjectInfo> put = store_->head("f");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  const std::string victim = scratch_ + "/victim";
+  std::ofstream(victim) << "not to be changed";
+  ASSERT_EQ(::chmod(victim.c_str(), 0600), 0);
+  timespec old_times[2] = {};
+  old_times[0].tv_sec = old_times[1].tv_sec = 1600000000;
+  ASSERT_EQ(::utimensat(AT_FDCWD, victim.c_str(), old_times, 0), 0);
+  const fs::path path = fs::path(root_) / "f";
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  ASSERT_EQ(::symlink(victim.c_str(), path.c_str()), 0);
+
+  SetAttributesOptions o;
+  o.expected = *put;
+  o.source_known_current = true;
+  Metadata wanted{{"mode", std::to_string(S_IFREG | 0644)},
+                  {"mtime", "1000000000"},
+                  {"uid", "4321"},
+                  {"gid", "4321"}};
+  Result<ObjectInfo> changed = store_->set_attributes("f", wanted, o);
+  EXPECT_FALSE(changed.ok());
+  EXPECT_EQ(changed.status().code(), StatusCode::kPermissionDenied) << changed.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(::stat(victim.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << "the link's target took the mode";
+  EXPECT_EQ(st.st_mtime, 1600000000) << "the link's target took the times";
+  EXPECT_EQ(st.st_uid, ::getuid()) << "the link's target took the owner";
+  EXPECT_EQ(ReadLocalFile(victim), "not to be changed");
+}
+
 TEST_F(SftpStoreTest, ListingCarriesSizesMtimesAndVersions) {
   for (int i = 0; i < 100; ++i) {
     char key[16];
