@@ -119,6 +119,37 @@ ObjectInfo InfoFromAttributes(std::string_view key, const sftp_attributes_struct
   return info;
 }
 
+std::optional<uint32_t> ParseMode(const Metadata& metadata);
+
+// Whether the file a handle opened by name (an open follows links) is the one an LSTAT of
+// that name found just before (`named`, from HeadOn): a regular file of the same version, mode
+// and owner. SFTP has no O_NOFOLLOW nor inode numbers: a link that another account who may
+// write the directory put in the file's place in between leads to another file, which fails
+// this unless it is as alike as a file of that account's own could be.
+Status CheckOpenedIsNamed(const SftpWire::FileAttrs& opened, const ObjectInfo& named,
+                          std::string_view what) {
+  auto number = [&named](const char* name) -> std::optional<uint64_t> {
+    auto it = named.metadata.find(name);
+    if (it == named.metadata.end()) return std::nullopt;
+    uint64_t n = 0;
+    auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), n);
+    if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
+    return n;
+  };
+  const std::optional<uint32_t> mode = ParseMode(named.metadata);
+  const bool same = VersionOf(opened.size, opened.mtime_s) == named.etag &&
+                    ((opened.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 ||
+                     (S_ISREG(opened.permissions) && (!mode || *mode == opened.permissions))) &&
+                    ((opened.flags & SSH_FILEXFER_ATTR_UIDGID) == 0 ||
+                     ((!number("uid") || *number("uid") == opened.uid) &&
+                      (!number("gid") || *number("gid") == opened.gid)));
+  if (same) return Status::Ok();
+  return PermissionDeniedError(std::string(what) +
+                               ": the file opened is not the one its name showed a moment before "
+                               "(a link or another file was put in its place): nothing is read "
+                               "from it");
+}
+
 std::optional<uint32_t> ParseMode(const Metadata& metadata) {
   auto it = metadata.find("mode");
   if (it == metadata.end()) return std::nullopt;
@@ -1111,7 +1142,16 @@ class SftpStore::Session : public Upload {
     }
     Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
       SftpWire& wire = c.wire();
+      OBJFS_ASSIGN_OR_RETURN(ObjectInfo named, store_->HeadOn(c, base.key));
       OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle from, wire.OpenFile(base_paths.data, kOpenRead, 0));
+      {
+        Result<SftpWire::FileAttrs> opened = wire.Fstat(from);
+        Status same = opened.ok() ? CheckOpenedIsNamed(*opened, named, what) : opened.status();
+        if (!same.ok()) {
+          (void)wire.Close(from);
+          return same;
+        }
+      }
       Result<SftpWire::Handle> to = OpenStaged(wire, staged_, Identity());
       if (!to.ok()) {
         (void)wire.Close(from);
@@ -1484,6 +1524,12 @@ Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view d
     Result<SftpWire::Handle> h = wire.OpenFile(src_paths.data, kOpenRead, 0);
     if (!h.ok()) return h.status().WithContext(what);
     src_handle = std::move(h).value();
+    Result<SftpWire::FileAttrs> opened = wire.Fstat(src_handle);
+    Status same = opened.ok() ? CheckOpenedIsNamed(*opened, current, what) : opened.status();
+    if (!same.ok()) {
+      (void)wire.Close(src_handle);
+      return same;
+    }
   }
 
   const std::string staged = TempName(dst_paths.dir);
@@ -2071,7 +2117,9 @@ Result<SftpStore::CpOutcome> SftpStore::CopyWithCp(SftpConnection& c, const std:
   // never follows a link put in its place (by anyone who may write the directory; objfs's own
   // opens by name check what they opened: OpenStaged). umask 077: the new file is private
   // until renamed into place, as the one made over SFTP.
-  const std::string command = "umask 077; " + options_.server_cp_command +
+  // -P: a link put in the source's place is copied as a link (which the check below refuses),
+  // never followed to another file.
+  const std::string command = "umask 077; " + options_.server_cp_command + " -P" +
                               (copy_data ? " --reflink=always" : " --reflink=auto") +
                               " --remove-destination -- '" + from + "' '" + to + "'";
   // A clone is only a shortcut past copy-data: it gets request_timeout, and the file at

@@ -2192,6 +2192,51 @@ TEST_F(SftpStoreTest, ABrokenConnectionUnderACpThatWorkedLeavesCpOn) {
   EXPECT_EQ(s.Said("it is not run again in this mount"), 0u);
 }
 
+// A copy on the server (cp within the mount, and the unchanged bytes of an edit) opens its
+// source by name, and an SFTP open follows links: a link another account put in the file's
+// place gave the copy the bytes of any file on the server the account may read, a root-only
+// one for a root mount, under the copy's own (readable) mode. The file opened must be the one
+// the name showed.
+TEST_F(SftpStoreTest, ACopyNeverReadsThroughALinkPutInItsSourcesPlace) {
+  const std::string secret = scratch_ + "/secret";
+  // As alike as the link can make it: the link's size is its target's length, and its mtime
+  // is set to the secret's, so that the two have one version.
+  std::ofstream(secret) << std::string(secret.size(), 's');
+  ASSERT_EQ(::chmod(secret.c_str(), 0600), 0);
+  timespec times[2] = {};
+  times[0].tv_sec = times[1].tv_sec = 1600000000;
+  ASSERT_EQ(::utimensat(AT_FDCWD, secret.c_str(), times, 0), 0);
+  auto link_to_secret = [&](const std::string& name) {
+    ASSERT_EQ(::symlink(secret.c_str(), name.c_str()), 0);
+    ASSERT_EQ(::utimensat(AT_FDCWD, name.c_str(), times, AT_SYMLINK_NOFOLLOW), 0);
+  };
+  ASSERT_TRUE(fs::create_directories(fs::path(root_) / "in"));
+  ASSERT_NO_FATAL_FAILURE(link_to_secret(root_ + "/in/src"));
+  Result<ObjectInfo> src = store_->head("in/src");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  CopyOptions unchecked;
+  unchecked.if_match_source = false;
+  Result<ObjectInfo> copied = store_->copy(*src, "in/copy", unchecked);
+  EXPECT_FALSE(copied.ok());
+  EXPECT_EQ(copied.status().code(), StatusCode::kPermissionDenied) << copied.status().ToString();
+  EXPECT_FALSE(fs::exists(fs::path(root_) / "in/copy"));
+
+  // The unchanged bytes of an edit, copied from its base.
+  ASSERT_TRUE(Put("in/edited", Pattern(1 << 20, 11)).ok());
+  Result<ObjectInfo> base = store_->head("in/edited");
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  Result<std::unique_ptr<Upload>> upload = store_->start_upload("in/edited", UploadOptions{});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  ObjectInfo through_link = *src;  // the base's name is now the link
+  ASSERT_EQ(::unlink((root_ + "/in/edited").c_str()), 0);
+  ASSERT_NO_FATAL_FAILURE(link_to_secret(root_ + "/in/edited"));
+  through_link.key = "in/edited";
+  Status range = (*upload)->copy(0, through_link, 0, 4);
+  EXPECT_EQ(range.code(), StatusCode::kPermissionDenied) << range.ToString();
+  (void)(*upload)->abort();
+  EXPECT_TRUE(TemporaryFiles(root_).empty());
+}
+
 TEST_F(SftpStoreTest, ACpWhoseEndIsUnknownLeavesItsTemporaryFileToTheNextMount) {
   // Stands for a ForceCommand menu that answers without end: the command is left running, so
   // whatever it does may still write the temporary file. The upload cannot be used; its abort
