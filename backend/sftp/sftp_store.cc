@@ -1693,6 +1693,38 @@ Result<ObjectInfo> SftpStore::set_attributes(std::string_view key, const Metadat
   });
 }
 
+Status SftpStore::DirectoryKept(SftpConnection& c, std::string_view key, const std::string& dir) {
+  Status refused = LibsshStatus(c, "remove the directory " + std::string(key));
+  if (refused.code() == StatusCode::kNotFound) return Status::Ok();
+  // As an object store keeps a prefix while other keys are under it, a directory that holds
+  // other objects stays: not a failure (a tree's removal takes the marker before the files).
+  // One that holds none the mount shows did not go for a reason of the server's: said.
+  sftp_dir listed = sftp_opendir(c.sftp(), dir.c_str());
+  if (listed == nullptr) return refused;
+  size_t reserved = 0;
+  bool others = false;
+  while (Attributes a{sftp_readdir(c.sftp(), listed)}) {
+    std::string_view name = a->name != nullptr ? a->name : "";
+    if (name.empty() || name == "." || name == "..") continue;
+    if (StartsWith(name, kReservedPrefix)) {
+      ++reserved;
+    } else {
+      others = true;
+    }
+  }
+  sftp_closedir(listed);
+  if (!c.healthy()) return TransientError("remove " + std::string(key) + ": connection lost");
+  if (others) return Status::Ok();
+  if (reserved != 0) {
+    return NotEmptyError("remove the directory " + std::string(key) + ": it holds " +
+                         std::to_string(reserved) + " temporary files of uploads (" +
+                         std::string(kReservedPrefix) +
+                         "tmp-*: in flight, or left by a mount that was killed, which the next "
+                         "mount over its cache_dir removes)");
+  }
+  return refused;
+}
+
 Status SftpStore::remove(std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
   return WithRetry([&](SftpConnection& c) -> Status {
@@ -1706,10 +1738,11 @@ Status SftpStore::remove(std::string_view key) {
       }
     }
     if (IsMarker(key)) {
-      // Best effort: the directory stays while it holds other objects. (Earlier versions kept
-      // an empty marker file in it.)
+      // (Earlier versions kept an empty marker file in it.)
       sftp_unlink(c.sftp(), (paths.dir + "/" + std::string(kMarkerFile)).c_str());
-      sftp_rmdir(c.sftp(), paths.dir.c_str());
+      if (sftp_rmdir(c.sftp(), paths.dir.c_str()) != 0 && c.healthy()) {
+        return DirectoryKept(c, key, paths.dir);
+      }
     }
     if (!c.healthy()) return TransientError("remove " + std::string(key) + ": connection lost");
     return Status::Ok();

@@ -233,6 +233,10 @@ class SftpStore : public ObjectStore {
   Result<SftpWire::FileAttrs> SetStatOfTheFile(SftpConnection& c, std::string_view key,
                                                const std::string& path,
                                                const SftpWire::NewAttrs& attrs);
+  // What remove() of the marker `key` says when the SFTP RMDIR of its directory `dir` failed:
+  // ok when the directory is gone or holds other objects (kept, as an object store keeps a
+  // prefix), NotEmpty when it holds only objfs's temporary files, else the server's refusal.
+  Status DirectoryKept(SftpConnection& c, std::string_view key, const std::string& dir);
   // A new (staged) file's owner (see SftpStoreOptions::mount_owner): set in `attrs` when
   // `metadata` names another owner than the mount's and no chown was refused yet.
   void KeepOwner(const Metadata& metadata, SftpWire::NewAttrs* attrs) const;

@@ -2237,6 +2237,27 @@ TEST_F(SftpStoreTest, ACopyNeverReadsThroughALinkPutInItsSourcesPlace) {
   EXPECT_TRUE(TemporaryFiles(root_).empty());
 }
 
+// rmdir of a directory the mount shows empty, which holds an upload's temporary file (of a
+// mount in flight, or one that was killed): the directory cannot go, and the removal said it
+// had (rmdir returned 0, and a later mkdir of the name failed with EEXIST).
+TEST_F(SftpStoreTest, ADirectoryThatHoldsOnlyTemporaryFilesIsNotSaidRemoved) {
+  ASSERT_TRUE(store_->put("kept/", MemorySource(""), PutOptions{}).ok());
+  const std::string temporary = root_ + "/kept/.objfs-tmp-0123456789abcdef";
+  std::ofstream(temporary) << "an upload";
+  Status removed = store_->remove("kept/");
+  EXPECT_EQ(removed.code(), StatusCode::kNotEmpty) << removed.ToString();
+  EXPECT_NE(removed.message().find("temporary files of uploads"), std::string::npos)
+      << removed.ToString();
+  EXPECT_TRUE(fs::is_directory(fs::path(root_) / "kept"));
+  // Without it, the directory goes; a directory with other objects stays, as a prefix does.
+  ASSERT_EQ(::unlink(temporary.c_str()), 0);
+  EXPECT_TRUE(store_->remove("kept/").ok());
+  EXPECT_FALSE(fs::exists(fs::path(root_) / "kept"));
+  ASSERT_TRUE(Put("full/f", "x").ok());
+  EXPECT_TRUE(store_->remove("full/").ok());
+  EXPECT_TRUE(fs::exists(fs::path(root_) / "full/f"));
+}
+
 TEST_F(SftpStoreTest, ACpWhoseEndIsUnknownLeavesItsTemporaryFileToTheNextMount) {
   // Stands for a ForceCommand menu that answers without end: the command is left running, so
   // whatever it does may still write the temporary file. The upload cannot be used; its abort
