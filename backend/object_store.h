@@ -254,6 +254,9 @@ struct Capabilities {
   // The longest key, in bytes, that the store accepts (S3: 1,024, less a mount's prefix); 0: no
   // limit beyond the names'. A name whose key would be longer fails at once with NameTooLong.
   uint64_t max_key_bytes = 0;
+  // Keys are UTF-8 (S3: a name that is not is refused with InvalidObjectName); false: any
+  // bytes but '/' and NUL (SFTP's file names). A new name that is not fails at once.
+  bool utf8_keys = false;
   // put() keeps a "mode" whose type is a FIFO, socket or device with the object, so that such
   // special files can be zero-byte objects, as s3fs stores them (S3); false: they cannot be
   // made.

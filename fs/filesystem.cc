@@ -28,6 +28,56 @@ std::chrono::nanoseconds Seconds(double s) {
 
 std::string DirPrefix(const std::string& key) { return key.empty() ? "" : key + "/"; }
 
+// Whether `s` is well-formed UTF-8: no stray or missing continuation bytes, no overlong form,
+// no surrogate, nothing past U+10FFFF.
+bool IsUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto byte = [&s](size_t at) { return static_cast<unsigned char>(s[at]); };
+    const unsigned char c = byte(i);
+    size_t length = 0;
+    uint32_t code = 0;
+    uint32_t least = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      length = 2, code = c & 0x1F, least = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      length = 3, code = c & 0x0F, least = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      length = 4, code = c & 0x07, least = 0x10000;
+    } else {
+      return false;
+    }
+    if (i + length > s.size()) return false;
+    for (size_t k = 1; k < length; ++k) {
+      if ((byte(i + k) & 0xC0) != 0x80) return false;
+      code = (code << 6) | (byte(i + k) & 0x3F);
+    }
+    if (code < least || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    i += length;
+  }
+  return true;
+}
+
+// `name` quoted for a one-line message: bytes that are not printable ASCII as \xHH.
+std::string Printable(std::string_view name) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "'";
+  for (const char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out += ch;
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    }
+  }
+  return out + "'";
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectStore> store,
@@ -67,6 +117,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       stores_owner_(store_->capabilities().stores_owner),
       max_object_size_(store_->capabilities().max_object_size),
       max_key_bytes_(store_->capabilities().max_key_bytes),
+      utf8_keys_(store_->capabilities().utf8_keys),
       special_files_(store_->capabilities().special_files),
       keeps_encryption_(store_->capabilities().keeps_encryption),
       attributes_in_place_(!store_->capabilities().attributes_by_copy ||
@@ -182,6 +233,16 @@ Result<std::string> Filesystem::ChildKey(uint64_t parent, std::string_view name,
     return Status(StatusCode::kNameTooLong, key + ": its key would be " + std::to_string(stored) +
                                                 " bytes; the store takes at most " +
                                                 std::to_string(max_key_bytes_));
+  }
+  return key;
+}
+
+Result<std::string> Filesystem::NewChildKey(uint64_t parent, std::string_view name,
+                                            bool for_directory) {
+  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name, for_directory));
+  if (utf8_keys_ && !IsUtf8(name)) {
+    return InvalidArgumentError("the name " + Printable(name) +
+                                " is not UTF-8, which every key of this store must be");
   }
   return key;
 }

@@ -499,6 +499,11 @@ class Filesystem {
   // key is longer than the store takes (max_key_bytes; a directory's, `for_directory`, with
   // its marker's "/"), so that creating it fails at once and looking it up costs no request.
   Result<std::string> ChildKey(uint64_t parent, std::string_view name, bool for_directory = false);
+  // ChildKey for a name to be made (create, mkdir, mknod, symlink, a rename's new name): also
+  // InvalidArgument (EINVAL) for a name the store cannot keep (not UTF-8 where it wants that),
+  // rather than a file that can never be uploaded.
+  Result<std::string> NewChildKey(uint64_t parent, std::string_view name,
+                                  bool for_directory = false);
   Result<std::string> KeyOf(uint64_t ino);
   // The metadata of `key` (file, symlink or directory), from the cache when fresh and complete
   // (fs/key_resolver.h).
@@ -625,6 +630,7 @@ class Filesystem {
   bool stores_owner_;         // the store's capabilities().stores_owner
   uint64_t max_object_size_;  // the store's capabilities().max_object_size (0: no limit)
   uint64_t max_key_bytes_;    // the store's capabilities().max_key_bytes (0: no limit)
+  bool utf8_keys_;            // the store's capabilities().utf8_keys
   bool special_files_;        // the store's capabilities().special_files
   bool keeps_encryption_;     // the store's capabilities().keeps_encryption
   // The store's set_attributes() is no copy (!capabilities().attributes_by_copy), or it has

@@ -27,7 +27,7 @@ bool Filesystem::HasLocalFile(const std::string& key) {
 Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t mode,
                                 std::optional<Owner> caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
-  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name, /*for_directory=*/true));
+  OBJFS_ASSIGN_OR_RETURN(std::string key, NewChildKey(parent, name, /*for_directory=*/true));
   if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");
   meta_cache_.Invalidate(key);
   OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
@@ -153,7 +153,7 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
 Result<Entry> Filesystem::MkNod(uint64_t parent, std::string_view name, uint32_t mode,
                                 uint64_t rdev, std::optional<Owner> caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
-  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  OBJFS_ASSIGN_OR_RETURN(std::string key, NewChildKey(parent, name));
   const uint32_t type = mode & S_IFMT;
   if (type != S_IFIFO && type != S_IFSOCK && type != S_IFCHR && type != S_IFBLK) {
     return Status(StatusCode::kNotPermitted, key + ": mknod makes FIFOs, sockets and devices");
@@ -185,7 +185,7 @@ Result<Entry> Filesystem::MkNod(uint64_t parent, std::string_view name, uint32_t
 Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std::string_view name,
                                   std::optional<Owner> caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
-  OBJFS_ASSIGN_OR_RETURN(std::string key, ChildKey(parent, name));
+  OBJFS_ASSIGN_OR_RETURN(std::string key, NewChildKey(parent, name));
   if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");
   meta_cache_.Invalidate(key);
   OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));

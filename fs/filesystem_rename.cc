@@ -35,7 +35,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
     return InvalidArgumentError("unknown rename flags");
   }
   OBJFS_ASSIGN_OR_RETURN(std::string from, ChildKey(parent, name));
-  OBJFS_ASSIGN_OR_RETURN(std::string to, ChildKey(new_parent, new_name));
+  OBJFS_ASSIGN_OR_RETURN(std::string to, NewChildKey(new_parent, new_name));
   if (from == to) return Status::Ok();
   if (to.size() > from.size() && to.compare(0, from.size() + 1, from + "/") == 0) {
     return InvalidArgumentError("cannot move a directory into itself");

@@ -60,6 +60,8 @@ struct MemoryStoreOptions {
   // Reported in capabilities(): puts keep the mode of a FIFO, socket or device (S3); SFTP
   // cannot make such files.
   bool special_files = true;
+  // Reported in capabilities(): keys are UTF-8, as on S3 (false: any bytes, as SFTP's names).
+  bool utf8_keys = true;
 };
 
 class MemoryStore : public ObjectStore {

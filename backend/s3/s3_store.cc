@@ -305,6 +305,7 @@ Capabilities S3Store::capabilities() const {
   c.min_part_size = kMinPartSize;
   c.max_parts = kMaxParts;
   c.max_key_bytes = kMaxKeyBytes;
+  c.utf8_keys = true;
   c.special_files = true;
   c.keeps_encryption = !MountEncrypts();
   return c;

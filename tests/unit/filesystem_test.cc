@@ -384,6 +384,34 @@ TEST_F(FilesystemTest, NamesWithSpacesAndUnicode) {
   EXPECT_EQ((*list)[0].name, name);
 }
 
+// S3 keys are UTF-8: a file made under another name could never be uploaded (the PUT's
+// InvalidObjectName, retried for ever), and could then be neither removed nor renamed. Such a
+// new name fails at once with EINVAL; a store that takes any bytes (SFTP) takes it.
+TEST_F(FilesystemTest, ANewNameThatIsNotUtf8FailsAtOnceWhereKeysAreUtf8) {
+  const std::string bad = "bad\xff\xfe";
+  for (const std::string& name :
+       {bad, std::string("overlong\xc0\xaf"), std::string("surrogate\xed\xa0\x80"),
+        std::string("cut\xe2\x9c")}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(ErrnoFromStatus(fs_->Create(kRootIno, name, 0644, O_WRONLY | O_CREAT).status()),
+              EINVAL);
+    EXPECT_EQ(ErrnoFromStatus(fs_->MkDir(kRootIno, name, 0755).status()), EINVAL);
+    EXPECT_EQ(ErrnoFromStatus(fs_->Symlink("target", kRootIno, name).status()), EINVAL);
+    EXPECT_EQ(ErrnoFromStatus(fs_->MkNod(kRootIno, name, S_IFIFO | 0644, 0).status()), EINVAL);
+  }
+  const uint64_t ok = WriteFile(kRootIno, "ok-\xe2\x9c\x93", "x");
+  ASSERT_NE(ok, 0u);
+  EXPECT_EQ(ErrnoFromStatus(fs_->Rename(kRootIno, "ok-\xe2\x9c\x93", kRootIno, bad, 0)), EINVAL);
+  EXPECT_EQ(memory_->contents("ok-\xe2\x9c\x93"), "x");
+  EXPECT_EQ(fs_->pending_uploads(), 0u);
+
+  MemoryStoreOptions any_bytes;
+  any_bytes.utf8_keys = false;
+  UseStore(any_bytes);
+  EXPECT_NE(WriteFile(kRootIno, bad, "y"), 0u);
+  EXPECT_EQ(memory_->contents(bad), "y");
+}
+
 TEST_F(FilesystemTest, ReadDirWithoutHeadsLeavesListingOnlyEntriesToLookup) {
   options_.readdir_heads = 0;
   fs_ = NewFilesystem();
