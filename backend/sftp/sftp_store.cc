@@ -137,17 +137,25 @@ Status CheckOpenedIsNamed(const SftpWire::FileAttrs& opened, const ObjectInfo& n
     return n;
   };
   const std::optional<uint32_t> mode = ParseMode(named.metadata);
-  const bool same = VersionOf(opened.size, opened.mtime_s) == named.etag &&
-                    ((opened.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 ||
-                     (S_ISREG(opened.permissions) && (!mode || *mode == opened.permissions))) &&
-                    ((opened.flags & SSH_FILEXFER_ATTR_UIDGID) == 0 ||
-                     ((!number("uid") || *number("uid") == opened.uid) &&
-                      (!number("gid") || *number("gid") == opened.gid)));
-  if (same) return Status::Ok();
-  return PermissionDeniedError(std::string(what) +
-                               ": the file opened is not the one its name showed a moment before "
-                               "(a link or another file was put in its place): nothing is read "
-                               "from it");
+  const bool same_file =
+      ((opened.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 ||
+       (S_ISREG(opened.permissions) && (!mode || *mode == opened.permissions))) &&
+      ((opened.flags & SSH_FILEXFER_ATTR_UIDGID) == 0 ||
+       ((!number("uid") || *number("uid") == opened.uid) &&
+        (!number("gid") || *number("gid") == opened.gid)));
+  if (!same_file) {
+    return PermissionDeniedError(std::string(what) +
+                                 ": the file opened is not the one its name showed a moment "
+                                 "before (a link or another file was put in its place): nothing "
+                                 "is read from it");
+  }
+  // The same file, written to in between: as any change of the source.
+  if (VersionOf(opened.size, opened.mtime_s) != named.etag) {
+    return PreconditionFailedError(std::string(what) + ": the source changed (version " +
+                                   VersionOf(opened.size, opened.mtime_s).value() + ", expected " +
+                                   named.etag.value() + ")");
+  }
+  return Status::Ok();
 }
 
 std::optional<uint32_t> ParseMode(const Metadata& metadata) {
