@@ -1544,21 +1544,26 @@ struct LoggingStore {
     }));
   }
 };
-LoggingStore StoreRunning(const std::string& root, Metrics* metrics, const std::string& command,
-                          const std::string& cp_command = SftpStoreOptions().server_cp_command,
-                          std::shared_ptr<UploadJournal> journal = nullptr) {
+// A store of options `o` whose log lines are kept.
+LoggingStore LoggedStore(SftpStoreOptions o) {
   LoggingStore made;
-  SftpStoreOptions o = OptionsFor(root);
-  o.metrics = metrics;
-  o.server_md5_command = command;
-  o.server_cp_command = cp_command;
-  o.journal = std::move(journal);
   o.log = [logged = made.logged, mu = made.mu](LogLevel, const std::string& line) {
     std::lock_guard lock(*mu);
     logged->push_back(line);
   };
   made.store = MakeStore(o);
   return made;
+}
+
+LoggingStore StoreRunning(const std::string& root, Metrics* metrics, const std::string& command,
+                          const std::string& cp_command = SftpStoreOptions().server_cp_command,
+                          std::shared_ptr<UploadJournal> journal = nullptr) {
+  SftpStoreOptions o = OptionsFor(root);
+  o.metrics = metrics;
+  o.server_md5_command = command;
+  o.server_cp_command = cp_command;
+  o.journal = std::move(journal);
+  return LoggedStore(std::move(o));
 }
 
 TEST_F(SftpStoreTest, AServerThatCannotRunMd5sumIsNotAskedAgain) {
@@ -2116,20 +2121,13 @@ TEST_F(SftpStoreTest, ACpThatHangsIsGivenUpBoundedlyAndNotRunAgain) {
   // server work may take. Then the copy is made again under another name by copy-data (the cp
   // may still write the first), and cp is not run again in the store.
   auto journal = std::make_shared<RecordingJournal>();
-  LoggingStore s;
-  {
-    SftpStoreOptions o = OptionsFor(root_);
-    o.metrics = &metrics_;
-    o.server_cp_command = "sleep 20; cp";
-    o.request_timeout = std::chrono::milliseconds(1000);
-    o.operation_timeout = std::chrono::milliseconds(5000);
-    o.journal = journal;
-    o.log = [logged = s.logged, mu = s.mu](LogLevel, const std::string& line) {
-      std::lock_guard lock(*mu);
-      logged->push_back(line);
-    };
-    s.store = MakeStore(o);
-  }
+  SftpStoreOptions o = OptionsFor(root_);
+  o.metrics = &metrics_;
+  o.server_cp_command = "sleep 20; cp";
+  o.request_timeout = std::chrono::milliseconds(1000);
+  o.operation_timeout = std::chrono::milliseconds(5000);
+  o.journal = journal;
+  LoggingStore s = LoggedStore(std::move(o));
   ASSERT_NE(s.store, nullptr);
   const std::string data = Pattern(5 << 20, 73);
   MemorySource bytes(data);
@@ -2160,18 +2158,11 @@ TEST_F(SftpStoreTest, ABrokenConnectionUnderACpThatWorkedLeavesCpOn) {
   const std::string command =
       "objfs_cp() { n=$(cat '" + runs + "' 2>/dev/null || echo 0); echo $((n + 1)) > '" + runs +
       "'; if [ \"$n\" = 1 ]; then kill -9 $PPID; fi; cp \"$@\"; }; objfs_cp";
-  LoggingStore s;
-  {
-    SftpStoreOptions o = OptionsFor(root_);
-    o.metrics = &metrics_;
-    o.use_copy_data = false;  // cp copies (no clone on ext4), else every byte comes here
-    o.server_cp_command = command;
-    o.log = [logged = s.logged, mu = s.mu](LogLevel, const std::string& line) {
-      std::lock_guard lock(*mu);
-      logged->push_back(line);
-    };
-    s.store = MakeStore(o);
-  }
+  SftpStoreOptions o = OptionsFor(root_);
+  o.metrics = &metrics_;
+  o.use_copy_data = false;  // cp copies (no clone on ext4), else every byte comes here
+  o.server_cp_command = command;
+  LoggingStore s = LoggedStore(std::move(o));
   ASSERT_NE(s.store, nullptr);
   const std::string data = Pattern(5 << 20, 74);
   MemorySource bytes(data);
