@@ -126,6 +126,15 @@ std::optional<uint32_t> ParseMode(const Metadata& metadata);
 // and owner. SFTP has no O_NOFOLLOW nor inode numbers: a link that another account who may
 // write the directory put in the file's place in between leads to another file, which fails
 // this unless it is as alike as a file of that account's own could be.
+// A copy's source, as HeadOn found its name: a regular file, or PermissionDenied.
+Status CheckRegular(const ObjectInfo& named, std::string_view what) {
+  const std::optional<uint32_t> mode = ParseMode(named.metadata);
+  if (!mode || S_ISREG(*mode)) return Status::Ok();
+  return PermissionDeniedError(std::string(what) + ": " + named.key +
+                               " is no regular file (a link or another kind of file is in its "
+                               "place): nothing is read from it");
+}
+
 Status CheckOpenedIsNamed(const SftpWire::FileAttrs& opened, const ObjectInfo& named,
                           std::string_view what) {
   auto number = [&named](const char* name) -> std::optional<uint64_t> {
@@ -752,7 +761,8 @@ void SftpStore::OwnerRefused(const std::string& key, const Status& why) {
 
 Result<SftpWire::FileAttrs> SftpStore::SetStatOfTheFile(SftpConnection& c, std::string_view key,
                                                         const std::string& path,
-                                                        const SftpWire::NewAttrs& attrs) {
+                                                        const SftpWire::NewAttrs& attrs,
+                                                        uint32_t kind) {
   // SETSTAT follows a link: one that another account put in the file's place since the caller
   // looked (where it may write the directory) would have its target, any file on the server,
   // take the new mode, owner and times. lsetstat sets them on what the name is now, a link
@@ -762,27 +772,25 @@ Result<SftpWire::FileAttrs> SftpStore::SetStatOfTheFile(SftpConnection& c, std::
                                  ": it is no longer the file it was (a link or another kind of "
                                  "file is in its place): nothing was changed through it");
   };
-  auto same_kind = [](uint32_t mode) { return S_ISREG(mode); };
-  if (!lsetstat_mode_refused_.load() || !attrs.permissions) {
+  auto same_kind = [kind](const SftpWire::FileAttrs& now) {
+    return (now.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 || (now.permissions & S_IFMT) == kind;
+  };
+  if (!attrs.permissions || !lsetstat_mode_refused_.load()) {
     Result<SftpWire::FileAttrs> set = c.wire().LSetStat(path, attrs);
-    if (set.ok()) {
-      if ((set->flags & SSH_FILEXFER_ATTR_PERMISSIONS) != 0 && !same_kind(set->permissions)) {
-        return replaced();
-      }
-      return set;
-    }
-    const StatusCode code = set.status().code();
-    if (!attrs.permissions || code == StatusCode::kTransient || code == StatusCode::kNotFound) {
+    if (set.ok()) return same_kind(*set) ? set : replaced();
+    // A server whose fchmodat cannot set a mode without following links (glibc before 2.32,
+    // or a chroot without /proc) answers a mode this way, and only so: any other refusal (a
+    // file of another owner, an immutable one) is the answer.
+    const std::string& code = set.status().server_code();
+    if (!attrs.permissions || (code != "SSH_FX_FAILURE" && code != "SSH_FX_OP_UNSUPPORTED")) {
       return set.status();
     }
-    // A server whose fchmodat cannot leave a link alone (glibc before 2.32) refuses any mode
-    // this way: where the name is still what it was, the mode goes by name, as before
-    // lsetstat, and so from then on in this mount.
-    Attributes now(sftp_lstat(c.sftp(), path.c_str()));
-    if (now == nullptr) return LibsshStatus(c, "stat " + std::string(key));
-    if ((now->flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 || !same_kind(now->permissions)) {
-      return replaced();
-    }
+    // Where the name is still what it was, the mode goes by name, as before lsetstat; if that
+    // is taken, so from then on in this mount.
+    OBJFS_ASSIGN_OR_RETURN(SftpWire::FileAttrs now, c.wire().LStat(path));
+    if (!same_kind(now) || S_ISLNK(now.permissions)) return replaced();
+    Result<SftpWire::FileAttrs> by_name = c.wire().SetStat(path, attrs);
+    if (!by_name.ok()) return set.status();
     if (!lsetstat_mode_refused_.exchange(true) && options_.log) {
       options_.log(LogLevel::kInfo,
                    describe() + ": the server cannot set a mode without following links (" +
@@ -790,7 +798,12 @@ Result<SftpWire::FileAttrs> SftpStore::SetStatOfTheFile(SftpConnection& c, std::
                        "): modes go by name, which a link put in a file's place between objfs's "
                        "check and the change would follow");
     }
+    return by_name;
   }
+  // Only the mode needs the name followed: what a link in the file's place would carry to its
+  // target, a look just before rules out all but a swap in that moment.
+  OBJFS_ASSIGN_OR_RETURN(SftpWire::FileAttrs now, c.wire().LStat(path));
+  if (!same_kind(now) || S_ISLNK(now.permissions)) return replaced();
   return c.wire().SetStat(path, attrs);
 }
 
@@ -822,7 +835,10 @@ Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_vie
     a = c.wire().LSetStat(path, attrs);
   } else if (before != nullptr && !IsMarker(key) &&
              c.wire().HasExtension("lsetstat@openssh.com", "1")) {
-    a = SetStatOfTheFile(c, key, path, attrs);
+    const std::optional<uint32_t> before_mode = ParseMode(*before);
+    a = SetStatOfTheFile(
+        c, key, path, attrs,
+        before_mode && (*before_mode & S_IFMT) != 0 ? *before_mode & S_IFMT : S_IFREG);
   } else {
     // With what the server made of it: exactly what head() will report once the file is in
     // place.
@@ -1151,6 +1167,7 @@ class SftpStore::Session : public Upload {
     Status status = store_->WithRetry([&](SftpConnection& c) -> Status {
       SftpWire& wire = c.wire();
       OBJFS_ASSIGN_OR_RETURN(ObjectInfo named, store_->HeadOn(c, base.key));
+      OBJFS_RETURN_IF_ERROR(CheckRegular(named, what));
       OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle from, wire.OpenFile(base_paths.data, kOpenRead, 0));
       {
         Result<SftpWire::FileAttrs> opened = wire.Fstat(from);
@@ -1525,6 +1542,8 @@ Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view d
   {
     MutexLock lock(&KeyLock(src.key));
     OBJFS_ASSIGN_OR_RETURN(current, HeadOn(c, src.key));
+    // Not opened unless a regular file (a FIFO would hold the server's open).
+    OBJFS_RETURN_IF_ERROR(CheckRegular(current, what));
     if (options.if_match_source && !src.etag.empty() && current.etag != src.etag) {
       return PreconditionFailedError(what + ": the source changed (version " +
                                      current.etag.value() + ", expected " + src.etag.value() + ")");
@@ -1709,27 +1728,34 @@ Status SftpStore::DirectoryKept(SftpConnection& c, std::string_view key, const s
   // One that holds none the mount shows did not go for a reason of the server's: said.
   sftp_dir listed = sftp_opendir(c.sftp(), dir.c_str());
   if (listed == nullptr) return refused;
-  size_t reserved = 0;
+  const std::string temporary = std::string(kReservedPrefix) + "tmp-";
+  size_t temporaries = 0;
   bool others = false;
   while (Attributes a{sftp_readdir(c.sftp(), listed)}) {
     std::string_view name = a->name != nullptr ? a->name : "";
     if (name.empty() || name == "." || name == "..") continue;
-    if (StartsWith(name, kReservedPrefix)) {
-      ++reserved;
-    } else {
+    if (StartsWith(name, temporary)) {
+      ++temporaries;
+    } else if (!StartsWith(name, kReservedPrefix)) {
       others = true;
     }
   }
+  const bool complete = sftp_dir_eof(listed) != 0;
   sftp_closedir(listed);
   if (!c.healthy()) return TransientError("remove " + std::string(key) + ": connection lost");
+  if (!complete) return refused;
   if (others) return Status::Ok();
-  if (reserved != 0) {
+  if (temporaries != 0) {
     return NotEmptyError("remove the directory " + std::string(key) + ": it holds " +
-                         std::to_string(reserved) + " temporary files of uploads (" +
-                         std::string(kReservedPrefix) +
-                         "tmp-*: in flight, or left by a mount that was killed, which the next "
+                         std::to_string(temporaries) + " temporary files of uploads (" + temporary +
+                         "*: in flight, or left by a mount that was killed, which the next "
                          "mount over its cache_dir removes)");
   }
+  // Emptied since (by another client), or refused for a reason of the server's: once more.
+  if (sftp_rmdir(c.sftp(), dir.c_str()) == 0) return Status::Ok();
+  if (!c.healthy()) return TransientError("remove " + std::string(key) + ": connection lost");
+  refused = LibsshStatus(c, "remove the directory " + std::string(key));
+  if (refused.code() == StatusCode::kNotFound) return Status::Ok();
   return refused;
 }
 

@@ -227,12 +227,13 @@ class SftpStore : public ObjectStore {
   Result<ObjectInfo> ApplyAttributes(SftpConnection& c, std::string_view key,
                                      const std::string& path, const Metadata& metadata,
                                      const Metadata* before = nullptr);
-  // `attrs` on the existing regular file `path` by name, never through a link put in its place
-  // (lsetstat@openssh.com, which the caller checked the server has): returns what the name is
+  // `attrs` on the existing file `path` (not a directory) by name, never through a link put in
+  // its place (lsetstat@openssh.com, which the caller checked the server has); `kind`: its
+  // S_IFMT type as the caller saw it (a regular file, a FIFO, ...). Returns what the name is
   // then.
   Result<SftpWire::FileAttrs> SetStatOfTheFile(SftpConnection& c, std::string_view key,
                                                const std::string& path,
-                                               const SftpWire::NewAttrs& attrs);
+                                               const SftpWire::NewAttrs& attrs, uint32_t kind);
   // What remove() of the marker `key` says when the SFTP RMDIR of its directory `dir` failed:
   // ok when the directory is gone or holds other objects (kept, as an object store keeps a
   // prefix), NotEmpty when it holds only objfs's temporary files, else the server's refusal.
@@ -341,7 +342,8 @@ class SftpStore : public ObjectStore {
   // server_cp: untried; trusted once a copy checked out; off once cp could not run or did not
   // copy before it ever had.
   std::atomic<int> server_cp_state_{kServerCommandUntried};
-  // lsetstat refused a mode on a file that was no link (SetStatOfTheName).
+  // lsetstat refused a mode that SETSTAT then set on a file that was no link
+  // (SetStatOfTheFile).
   std::atomic<bool> lsetstat_mode_refused_{false};
   std::atomic<uint64_t> server_cp_runs_{0};
   // The shortest time a clone by cp took, in ns (-1: none yet): what the account's shell takes

@@ -428,6 +428,11 @@ Result<SftpWire::FileAttrs> SftpWire::SetStat(std::string_view path, const NewAt
   return AttrsOf(replies[1], "stat " + std::string(path));
 }
 
+Result<SftpWire::FileAttrs> SftpWire::LStat(std::string_view path) {
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpLstat, StringBody(path)));
+  return AttrsOf(reply, "stat " + std::string(path));
+}
+
 Result<SftpWire::FileAttrs> SftpWire::LSetStat(std::string_view path, const NewAttrs& attrs) {
   std::vector<std::pair<uint8_t, std::string>> requests;
   requests.emplace_back(kFxpExtended, StringBody("lsetstat@openssh.com"));
@@ -435,7 +440,8 @@ Result<SftpWire::FileAttrs> SftpWire::LSetStat(std::string_view path, const NewA
   PutNewAttrs(requests.back().second, attrs);
   requests.emplace_back(kFxpLstat, StringBody(path));
   OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
-  OBJFS_RETURN_IF_ERROR(StatusOf(replies[0], "set attributes of the link " + std::string(path)));
+  OBJFS_RETURN_IF_ERROR(
+      StatusOf(replies[0], "set attributes of " + std::string(path) + " (not through a link)"));
   return AttrsOf(replies[1], "stat " + std::string(path));
 }
 

@@ -107,6 +107,8 @@ class SftpWire {
   Result<FileAttrs> SetAttrs(const Handle& handle, const NewAttrs& attrs);
   // SETSTAT `attrs` on `path` and STAT it, in one round trip (both follow links).
   Result<FileAttrs> SetStat(std::string_view path, const NewAttrs& attrs);
+  // LSTAT of `path`: what the name itself is, a link included.
+  Result<FileAttrs> LStat(std::string_view path);
   // lsetstat@openssh.com `attrs` on the link `path` itself and LSTAT it, in one round trip.
   Result<FileAttrs> LSetStat(std::string_view path, const NewAttrs& attrs);
   // FSETSTAT of the size alone: cuts (or extends) the file open as `handle` to `size` bytes.

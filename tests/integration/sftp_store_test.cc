@@ -477,6 +477,53 @@ TEST_F(SftpStoreTest, NewAttributesNeverGoThroughALinkPutInTheFilesPlace) {
   EXPECT_EQ(ReadLocalFile(victim), "not to be changed");
 }
 
+// A refusal of the change itself (an immutable file; for an account other than root, a file of
+// another owner) is the answer, and leaves lsetstat on: before, it turned modes over to
+// SETSTAT by name for the rest of the mount, and a link swapped in then passed its target the
+// mode. And a FIFO on the server takes its new mode as a regular file does.
+TEST_F(SftpStoreTest, ARefusedChmodLeavesLinksRefusedAndAFifoTakesItsMode) {
+  ASSERT_TRUE(Put("immutable", "x").ok());
+  const std::string immutable = root_ + "/immutable";
+  testing::CommandResult chattr = testing::RunCommand({"chattr", "+i", immutable});
+  if (chattr.exit_code != 0) GTEST_SKIP() << "no chattr +i here: " << chattr.err;
+  Result<ObjectInfo> fixed = store_->head("immutable");
+  ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
+  SetAttributesOptions o;
+  o.expected = *fixed;
+  Result<ObjectInfo> refused =
+      store_->set_attributes("immutable", Metadata{{"mode", std::to_string(S_IFREG | 0600)}}, o);
+  (void)testing::RunCommand({"chattr", "-i", immutable});
+  EXPECT_FALSE(refused.ok());
+
+  ASSERT_TRUE(Put("f", "y").ok());
+  Result<ObjectInfo> put = store_->head("f");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  const std::string victim = scratch_ + "/victim";
+  std::ofstream(victim) << "not to be changed";
+  ASSERT_EQ(::chmod(victim.c_str(), 0600), 0);
+  ASSERT_EQ(::unlink((root_ + "/f").c_str()), 0);
+  ASSERT_EQ(::symlink(victim.c_str(), (root_ + "/f").c_str()), 0);
+  o.expected = *put;
+  o.source_known_current = true;
+  Result<ObjectInfo> changed =
+      store_->set_attributes("f", Metadata{{"mode", std::to_string(S_IFREG | 0666)}}, o);
+  EXPECT_EQ(changed.status().code(), StatusCode::kPermissionDenied) << changed.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(::stat(victim.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << "the link's target took the mode";
+
+  ASSERT_EQ(::mkfifo((root_ + "/fifo").c_str(), 0644), 0);
+  Result<ObjectInfo> fifo = store_->head("fifo");
+  ASSERT_TRUE(fifo.ok()) << fifo.status().ToString();
+  o.expected = *fifo;
+  o.source_known_current = false;
+  Result<ObjectInfo> fifo_changed =
+      store_->set_attributes("fifo", Metadata{{"mode", std::to_string(S_IFIFO | 0600)}}, o);
+  EXPECT_TRUE(fifo_changed.ok()) << fifo_changed.status().ToString();
+  ASSERT_EQ(::lstat((root_ + "/fifo").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+}
+
 TEST_F(SftpStoreTest, ListingCarriesSizesMtimesAndVersions) {
   for (int i = 0; i < 100; ++i) {
     char key[16];
