@@ -781,7 +781,7 @@ Result<SftpWire::FileAttrs> SftpStore::SetStatOfTheFile(SftpConnection& c, std::
     // A server whose fchmodat cannot set a mode without following links (glibc before 2.32,
     // or a chroot without /proc) answers a mode this way, and only so: any other refusal (a
     // file of another owner, an immutable one) is the answer.
-    const std::string& code = set.status().server_code();
+    const std::string code = set.status().server_code();  // (status() is a copy)
     if (!attrs.permissions || (code != "SSH_FX_FAILURE" && code != "SSH_FX_OP_UNSUPPORTED")) {
       return set.status();
     }
