@@ -484,10 +484,11 @@ TEST_F(SftpStoreTest, NewAttributesNeverGoThroughALinkPutInTheFilesPlace) {
 TEST_F(SftpStoreTest, ARefusedChmodLeavesLinksRefusedAndAFifoTakesItsMode) {
   ASSERT_TRUE(Put("immutable", "x").ok());
   const std::string immutable = root_ + "/immutable";
-  testing::CommandResult chattr = testing::RunCommand({"chattr", "+i", immutable});
-  if (chattr.exit_code != 0) GTEST_SKIP() << "no chattr +i here: " << chattr.err;
   Result<ObjectInfo> fixed = store_->head("immutable");
   ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
+  // Nothing may end the test between +i and -i: the file could not be removed after it.
+  testing::CommandResult chattr = testing::RunCommand({"chattr", "+i", immutable});
+  if (chattr.exit_code != 0) GTEST_SKIP() << "no chattr +i here: " << chattr.err;
   SetAttributesOptions o;
   o.expected = *fixed;
   Result<ObjectInfo> refused =
