@@ -119,13 +119,24 @@ ObjectInfo InfoFromAttributes(std::string_view key, const sftp_attributes_struct
   return info;
 }
 
-std::optional<uint32_t> ParseMode(const Metadata& metadata);
+std::optional<uint32_t> ParseMode(const Metadata& metadata) {
+  auto it = metadata.find("mode");
+  if (it == metadata.end()) return std::nullopt;
+  uint32_t mode = 0;
+  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), mode);
+  if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
+  return mode;
+}
 
-// Whether the file a handle opened by name (an open follows links) is the one an LSTAT of
-// that name found just before (`named`, from HeadOn): a regular file of the same version, mode
-// and owner. SFTP has no O_NOFOLLOW nor inode numbers: a link that another account who may
-// write the directory put in the file's place in between leads to another file, which fails
-// this unless it is as alike as a file of that account's own could be.
+std::optional<uint32_t> ParseId(const Metadata& metadata, const std::string& name) {
+  auto it = metadata.find(name);
+  if (it == metadata.end()) return std::nullopt;
+  uint32_t id = 0;
+  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), id);
+  if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
+  return id;
+}
+
 // A copy's source, as HeadOn found its name: a regular file, or PermissionDenied.
 Status CheckRegular(const ObjectInfo& named, std::string_view what) {
   const std::optional<uint32_t> mode = ParseMode(named.metadata);
@@ -135,23 +146,21 @@ Status CheckRegular(const ObjectInfo& named, std::string_view what) {
                                "place): nothing is read from it");
 }
 
+// Whether the file a handle opened by name (an open follows links) is the one an LSTAT of
+// that name found just before (`named`, from HeadOn): a regular file of the same version, mode
+// and owner. SFTP has no O_NOFOLLOW nor inode numbers: a link that another account who may
+// write the directory put in the file's place in between leads to another file, which fails
+// this unless it is as alike as a file of that account's own could be.
 Status CheckOpenedIsNamed(const SftpWire::FileAttrs& opened, const ObjectInfo& named,
                           std::string_view what) {
-  auto number = [&named](const char* name) -> std::optional<uint64_t> {
-    auto it = named.metadata.find(name);
-    if (it == named.metadata.end()) return std::nullopt;
-    uint64_t n = 0;
-    auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), n);
-    if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
-    return n;
-  };
   const std::optional<uint32_t> mode = ParseMode(named.metadata);
+  const std::optional<uint32_t> uid = ParseId(named.metadata, "uid");
+  const std::optional<uint32_t> gid = ParseId(named.metadata, "gid");
   const bool same_file =
       ((opened.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 ||
        (S_ISREG(opened.permissions) && (!mode || *mode == opened.permissions))) &&
       ((opened.flags & SSH_FILEXFER_ATTR_UIDGID) == 0 ||
-       ((!number("uid") || *number("uid") == opened.uid) &&
-        (!number("gid") || *number("gid") == opened.gid)));
+       ((!uid || *uid == opened.uid) && (!gid || *gid == opened.gid)));
   if (!same_file) {
     return PermissionDeniedError(std::string(what) +
                                  ": the file opened is not the one its name showed a moment "
@@ -165,15 +174,6 @@ Status CheckOpenedIsNamed(const SftpWire::FileAttrs& opened, const ObjectInfo& n
                                    named.etag.value() + ")");
   }
   return Status::Ok();
-}
-
-std::optional<uint32_t> ParseMode(const Metadata& metadata) {
-  auto it = metadata.find("mode");
-  if (it == metadata.end()) return std::nullopt;
-  uint32_t mode = 0;
-  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), mode);
-  if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
-  return mode;
 }
 
 // s3fs writes mtime (and atime) as whole or fractional seconds.
@@ -649,15 +649,6 @@ Status SftpStore::MakeDirs(SftpConnection& c, const std::string& dir) {
 }
 
 namespace {
-
-std::optional<uint32_t> ParseId(const Metadata& metadata, const std::string& name) {
-  auto it = metadata.find(name);
-  if (it == metadata.end()) return std::nullopt;
-  uint32_t id = 0;
-  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), id);
-  if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
-  return id;
-}
 
 // The attributes objfs sets from a file's metadata: its mtime (now, if none), its atime (the
 // one asked for or the one the server reported, which the metadata carries back; the mtime if
