@@ -23,6 +23,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=bench-common.sh
+. tools/bench-common.sh
 SIZE_MIB=${1:-512}
 BIG_MIB=1024
 
@@ -68,7 +70,6 @@ stats_counter() {  # stats_counter NAME: one counter of the mount's user.objfs.s
   getfattr --absolute-names --only-values -n user.objfs.stats "$MNT" |
     awk -F= -v n="$1" '$1 == n { print $2 }'
 }
-now() { date +%s.%N; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # timed_read FILE MIB: MiB/s of a sequential read of FILE
 timed_read() {

@@ -24,6 +24,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=bench-common.sh
+. tools/bench-common.sh
 SIZE_MIB=${1:-512}
 ROUNDS=${OBJFS_BENCH_ROUNDS:-3}
 
@@ -111,7 +113,6 @@ server_md5() {  # server_md5 TOOL
     *) md5sum < "$(data_of "$1")/f.bin" | cut -c1-32 ;;
   esac
 }
-now() { date +%s.%N; }
 
 APPENDS=$WORK/appends.txt PATCHES=$WORK/patches.txt
 : > "$APPENDS"

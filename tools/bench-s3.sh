@@ -20,6 +20,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=bench-common.sh
+. tools/bench-common.sh
 SIZE_MIB=${1:-512}
 BASELINE=${OBJFS_BASELINE:-}
 if [ -n "$BASELINE" ] && [ ! -x "$BASELINE" ]; then
@@ -114,7 +116,6 @@ mount_tool() {  # mount_tool NAME [objfs options]; NAME baseline-X: tool X with 
   wait_mounted
 }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-now() { date +%s.%N; }
 
 echo "| what | tool | result | daemon CPU s/GiB |"
 echo "|---|---|---|---|"

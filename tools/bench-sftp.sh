@@ -21,6 +21,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=bench-common.sh
+. tools/bench-common.sh
 SIZE_MIB=${1:-512}
 BASELINE=${OBJFS_BASELINE:-}
 if [ -n "$BASELINE" ] && [ ! -x "$BASELINE" ]; then
@@ -103,7 +105,6 @@ cpu_ticks() {  # cpu_ticks PID...
   done
   echo "$total"
 }
-now() { date +%s.%N; }
 HZ=$(getconf CLK_TCK)
 
 echo "| what | tool | result | client CPU s/GiB |"
@@ -184,12 +185,9 @@ done
 head -c $((SIZE_MIB << 20)) /dev/urandom > "$WORK/src.bin"
 WRITES=$WORK/writes.txt
 : > "$WRITES"
-# Each round starts with another tool: on a virtual machine whose host backs guest memory only
-# as it is touched, the first tool of a round to stage a new file pays for fresh pages, and the
-# next one reuses the pages it freed (objfs: 233 MiB/s first, 324 second).
+# Each round starts with another tool (rotated, in tools/bench-common.sh says why).
 WRITERS=(objfs ${BASELINE:+baseline-objfs} sshfs sshfs-aesgcm)
 for round in $(seq 0 $((${OBJFS_BENCH_ROUNDS:-3} - 1))); do
-  k=$((round % ${#WRITERS[@]}))
   t0=$(now)
   ssh "${SSH_OPTS[@]}" -c aes128-gcm@openssh.com -p "$P" "$U@$H" "cat > $DATA/in-ssh.bin" \
     < "$WORK/src.bin"
@@ -207,7 +205,7 @@ for round in $(seq 0 $((${OBJFS_BENCH_ROUNDS:-3} - 1))); do
     printf "ssh cat > file; sync file, aes128-gcm (durable ceiling)|%.0f|\n", s / (t1 - t0) }' \
     >> "$WRITES"
   rm -f "$DATA/in-ssh.bin"
-  for tool in "${WRITERS[@]:k}" "${WRITERS[@]:0:k}"; do
+  for tool in $(rotated "$round" "${WRITERS[@]}"); do
     if ! mount_tool "$tool"; then echo "$tool|did not mount|" >> "$WRITES"; unmount_all; continue; fi
     t0=$(now)
     cp "$WORK/src.bin" "$MNT/in-$tool.bin" || echo "$tool|cp failed|" >> "$WRITES"

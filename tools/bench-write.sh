@@ -16,6 +16,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=bench-common.sh
+. tools/bench-common.sh
 SIZE_MIB=${1:-512}
 ROUNDS=${OBJFS_BENCH_ROUNDS:-3}
 BASELINE=${OBJFS_BASELINE:-}
@@ -45,7 +47,6 @@ mount_tool() {  # mount_tool NAME
   esac
   wait_mounted
 }
-now() { date +%s.%N; }
 
 SAMPLES=$WORK/samples.txt
 : > "$SAMPLES"
@@ -84,18 +85,12 @@ cp_sample() {  # cp_sample LABEL TOOL: cp into the mount (close included), or cu
   awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v l="$1" -v kb="$peak" \
     'BEGIN { printf "%s|%.0f|%.0f\n", l, s / (t1 - t0), kb / 1024 }' >> "$CP_SAMPLES"
 }
-# Each round starts with another tool: on a virtual machine whose host backs guest memory only
-# as it is touched, the first tool of a round to stage a new file pays for fresh pages, and the
-# next one reuses the pages it freed (objfs's cp into sftp://: 233 MiB/s first, 324 second).
+# Each round starts with another tool (rotated, in tools/bench-common.sh says why).
 TOOLS=(objfs ${BASELINE:+baseline} s3fs)
-rotated() {  # rotated ROUND: TOOLS, starting at ROUND modulo their number
-  local k=$(($1 % ${#TOOLS[@]}))
-  echo "${TOOLS[@]:k}" "${TOOLS[@]:0:k}"
-}
 label() { case $1 in baseline) echo "objfs baseline ($BASELINE)" ;; *) echo "$1" ;; esac; }
 for round in $(seq 0 $((ROUNDS - 1))); do
-  for tool in $(rotated "$round"); do write_sample "$(label "$tool")" "$tool"; done
-  for tool in $(rotated "$round"); do cp_sample "$(label "$tool")" "$tool"; done
+  for tool in $(rotated "$round" "${TOOLS[@]}"); do write_sample "$(label "$tool")" "$tool"; done
+  for tool in $(rotated "$round" "${TOOLS[@]}"); do cp_sample "$(label "$tool")" "$tool"; done
   cp_sample "curl PUT, one stream (ceiling)" curl
 done
 echo "| what | tool | MiB/s (median, range, runs) | peak RSS MiB (median) |"
