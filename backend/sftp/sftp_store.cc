@@ -137,6 +137,38 @@ std::optional<uint32_t> ParseId(const Metadata& metadata, const std::string& nam
   return id;
 }
 
+// Whether `opened` (an FSTAT) is a regular file with the mode and owner given (those not given,
+// or not reported, match any).
+bool AlikeRegular(const SftpWire::FileAttrs& opened, std::optional<uint32_t> mode,
+                  std::optional<uint32_t> uid, std::optional<uint32_t> gid) {
+  return ((opened.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 ||
+          (S_ISREG(opened.permissions) && (!mode || *mode == opened.permissions))) &&
+         ((opened.flags & SSH_FILEXFER_ATTR_UIDGID) == 0 ||
+          ((!uid || *uid == opened.uid) && (!gid || *gid == opened.gid)));
+}
+
+Status NotTheNamedFile(std::string_view what) {
+  return PermissionDeniedError(std::string(what) +
+                               ": the file opened is not the one its name showed (a link or "
+                               "another file was put in its place): nothing is read from it");
+}
+
+// Whether the file a handle opened for reading by name is the one the name itself shows
+// (`named`, an LSTAT sent with the OPEN): a regular file, of the same mode and owner. As
+// CheckOpenedIsNamed, with the name's attributes from the server rather than from HeadOn.
+Status CheckOpenedIsTheName(const SftpWire::FileAttrs& opened, const SftpWire::FileAttrs& named,
+                            std::string_view what) {
+  const bool has_mode = (named.flags & SSH_FILEXFER_ATTR_PERMISSIONS) != 0;
+  const bool has_owner = (named.flags & SSH_FILEXFER_ATTR_UIDGID) != 0;
+  if (has_mode && !S_ISREG(named.permissions)) return NotTheNamedFile(what);
+  if (!AlikeRegular(opened, has_mode ? std::optional(named.permissions) : std::nullopt,
+                    has_owner ? std::optional(named.uid) : std::nullopt,
+                    has_owner ? std::optional(named.gid) : std::nullopt)) {
+    return NotTheNamedFile(what);
+  }
+  return Status::Ok();
+}
+
 // A copy's source, as HeadOn found its name: a regular file, or PermissionDenied.
 Status CheckRegular(const ObjectInfo& named, std::string_view what) {
   const std::optional<uint32_t> mode = ParseMode(named.metadata);
@@ -153,19 +185,9 @@ Status CheckRegular(const ObjectInfo& named, std::string_view what) {
 // this unless it is as alike as a file of that account's own could be.
 Status CheckOpenedIsNamed(const SftpWire::FileAttrs& opened, const ObjectInfo& named,
                           std::string_view what) {
-  const std::optional<uint32_t> mode = ParseMode(named.metadata);
-  const std::optional<uint32_t> uid = ParseId(named.metadata, "uid");
-  const std::optional<uint32_t> gid = ParseId(named.metadata, "gid");
-  const bool same_file =
-      ((opened.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 ||
-       (S_ISREG(opened.permissions) && (!mode || *mode == opened.permissions))) &&
-      ((opened.flags & SSH_FILEXFER_ATTR_UIDGID) == 0 ||
-       ((!uid || *uid == opened.uid) && (!gid || *gid == opened.gid)));
-  if (!same_file) {
-    return PermissionDeniedError(std::string(what) +
-                                 ": the file opened is not the one its name showed a moment "
-                                 "before (a link or another file was put in its place): nothing "
-                                 "is read from it");
+  if (!AlikeRegular(opened, ParseMode(named.metadata), ParseId(named.metadata, "uid"),
+                    ParseId(named.metadata, "gid"))) {
+    return NotTheNamedFile(what);
   }
   // The same file, written to in between: as any change of the source.
   if (VersionOf(opened.size, opened.mtime_s) != named.etag) {
@@ -465,36 +487,38 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
   return WithRetry([&](SftpConnection& c) -> Result<size_t> {
     const std::string what = "read " + std::string(key);
     SftpWire& wire = c.wire();
-    Result<SftpWire::Handle> handle = InternalError("unreachable");
-    if (if_match != nullptr && !if_match->empty()) {
-      // Open and check under the key's lock, so no commit of ours falls between.
-      MutexLock lock(&KeyLock(key));
-      handle = wire.OpenFile(paths.data, kOpenRead, 0);
-      if (!handle.ok()) return handle.status().WithContext(what);
+    // Whatever the name leads to is opened, a link's target included; the LSTAT sent with the
+    // OPEN and an FSTAT of the handle refuse any but the regular file the name itself is. With
+    // a version, the open and the check are under the key's lock, so no commit of ours falls
+    // between.
+    const bool versioned = if_match != nullptr && !if_match->empty();
+    std::optional<MutexLock> lock;
+    if (versioned) lock.emplace(&KeyLock(key));
+    Result<SftpWire::OpenedByName> opened = wire.OpenAndLStat(paths.data, kOpenRead);
+    if (!opened.ok()) return opened.status().WithContext(what);
+    const SftpWire::Handle& handle = opened->handle;
+    Status checked = [&]() -> Status {
+      Result<SftpWire::FileAttrs> fstat = wire.Fstat(handle);
+      if (!fstat.ok()) return fstat.status().WithContext(what);
+      const SftpWire::FileAttrs& a = *fstat;
+      OBJFS_RETURN_IF_ERROR(CheckOpenedIsTheName(a, opened->named, what));
       // The version of the file this handle reads, whatever is renamed over its name later.
-      Result<SftpWire::FileAttrs> a = wire.Fstat(*handle);
-      Status checked = a.ok() ? Status::Ok() : a.status().WithContext(what);
-      if (a.ok()) {
-        ETag current = VersionOf(a->size, a->mtime_s);
-        if (current != *if_match) {
-          checked =
-              PreconditionFailedError(what + ": the object changed (version " + current.value() +
-                                      ", expected " + if_match->value() + ")");
-        }
+      if (ETag current = VersionOf(a.size, a.mtime_s); versioned && current != *if_match) {
+        return PreconditionFailedError(what + ": the object changed (version " + current.value() +
+                                       ", expected " + if_match->value() + ")");
       }
-      if (!checked.ok()) {
-        (void)wire.Close(*handle);
-        return checked;
-      }
-    } else {
-      handle = wire.OpenFile(paths.data, kOpenRead, 0);
-      if (!handle.ok()) return handle.status().WithContext(what);
+      return Status::Ok();
+    }();
+    lock.reset();
+    if (!checked.ok()) {
+      if (wire.healthy()) (void)wire.Close(handle);
+      return checked;
     }
     const uint32_t chunk = ReadChunk(wire.limits());
     Result<size_t> n =
-        wire.Read(*handle, offset, buf, chunk, options_.requests_in_flight,
+        wire.Read(handle, offset, buf, chunk, options_.requests_in_flight,
                   options_.metrics != nullptr ? &options_.metrics->sftp_read_requests : nullptr);
-    if (wire.healthy()) (void)wire.Close(*handle);
+    if (wire.healthy()) (void)wire.Close(handle);
     if (!n.ok()) return n.status().WithContext(what);
     return n;
   });

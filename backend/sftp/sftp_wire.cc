@@ -290,14 +290,27 @@ Status SftpWire::StatusOf(const Reply& reply, std::string_view what) {
   return StatusFromSftpCode(code, message, what);
 }
 
-Result<SftpWire::Handle> SftpWire::OpenFile(std::string_view path, uint32_t flags,
-                                            uint32_t permissions) {
+namespace {
+
+// A request body that starts with string `s` (a handle, a path, an extension's name).
+std::string StringBody(std::string_view s) {
+  std::string body;
+  PutString(body, s);
+  return body;
+}
+
+std::string OpenBody(std::string_view path, uint32_t flags, uint32_t permissions) {
   std::string body;
   PutString(body, path);
   PutU32(body, flags);
   PutU32(body, kAttrPermissions);
   PutU32(body, permissions);
-  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpOpen, body));
+  return body;
+}
+
+}  // namespace
+
+Result<SftpWire::Handle> SftpWire::HandleOf(const Reply& reply, std::string_view path) {
   if (reply.type == kFxpHandle) {
     Reader reader(reply.body);
     std::string handle(reader.String());
@@ -309,6 +322,26 @@ Result<SftpWire::Handle> SftpWire::OpenFile(std::string_view path, uint32_t flag
   return status;
 }
 
+Result<SftpWire::Handle> SftpWire::OpenFile(std::string_view path, uint32_t flags,
+                                            uint32_t permissions) {
+  OBJFS_ASSIGN_OR_RETURN(Reply reply, Call(kFxpOpen, OpenBody(path, flags, permissions)));
+  return HandleOf(reply, path);
+}
+
+Result<SftpWire::OpenedByName> SftpWire::OpenAndLStat(std::string_view path, uint32_t flags) {
+  std::vector<std::pair<uint8_t, std::string>> requests;
+  requests.emplace_back(kFxpOpen, OpenBody(path, flags, 0));
+  requests.emplace_back(kFxpLstat, StringBody(path));
+  OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
+  OBJFS_ASSIGN_OR_RETURN(Handle handle, HandleOf(replies[0], path));
+  Result<FileAttrs> named = AttrsOf(replies[1], "stat " + std::string(path));
+  if (!named.ok()) {
+    (void)Close(handle);
+    return named.status();
+  }
+  return OpenedByName{std::move(handle), *named};
+}
+
 Status SftpWire::Close(const Handle& handle) {
   std::string body;
   PutString(body, handle);
@@ -317,13 +350,6 @@ Status SftpWire::Close(const Handle& handle) {
 }
 
 namespace {
-
-// A request body that starts with string `s` (a handle, a path, an extension's name).
-std::string StringBody(std::string_view s) {
-  std::string body;
-  PutString(body, s);
-  return body;
-}
 
 void PutNewAttrs(std::string& out, const SftpWire::NewAttrs& attrs) {
   PutU32(out, kAttrAcModTime | (attrs.permissions ? kAttrPermissions : 0) |

@@ -81,6 +81,14 @@ class SftpWire {
   };
 
   Result<Handle> OpenFile(std::string_view path, uint32_t flags, uint32_t permissions);
+  // OPEN `path` (which follows a link) and LSTAT it (which does not), in one round trip: the
+  // handle, and what the name itself was just after it was opened. If the LSTAT fails, the
+  // handle is closed.
+  struct OpenedByName {
+    Handle handle;
+    FileAttrs named;
+  };
+  Result<OpenedByName> OpenAndLStat(std::string_view path, uint32_t flags);
   Status Close(const Handle& handle);
   Result<FileAttrs> Fstat(const Handle& handle);
   // Reads up to buf.size() bytes at `offset` with up to `in_flight` READ requests of at most
@@ -163,6 +171,8 @@ class SftpWire {
   // Sends the requests, all before reading any reply, and returns their replies in order.
   Result<std::vector<Reply>> CallPipelined(
       std::span<const std::pair<uint8_t, std::string>> requests);
+  // Expects an SSH_FXP_HANDLE reply (a STATUS one is the open's failure) and parses it.
+  Result<Handle> HandleOf(const Reply& reply, std::string_view path);
   // Expects an SSH_FXP_STATUS reply and converts it.
   Status StatusOf(const Reply& reply, std::string_view what);
   // Expects an SSH_FXP_ATTRS reply (a STATUS one is its failure) and parses it.

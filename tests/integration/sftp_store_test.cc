@@ -2276,6 +2276,45 @@ TEST_F(SftpStoreTest, ACopyNeverReadsThroughALinkPutInItsSourcesPlace) {
   EXPECT_TRUE(TemporaryFiles(root_).empty());
 }
 
+// Another account who may write a file's directory puts a link to a file of the mount's account
+// in its place, with the file's size and mtime: the mount still holds the file's version, and
+// the open follows the link. Nothing of the link's target is read, with a version or without.
+TEST_F(SftpStoreTest, AReadNeverGoesThroughALinkPutInTheFilesPlace) {
+  const std::string secret = scratch_ + "/read-secret";
+  std::ofstream(secret) << "the mount's account's own secret";
+  timespec times[2] = {};
+  times[0].tv_sec = times[1].tv_sec = 1600000000;
+  ASSERT_EQ(::utimensat(AT_FDCWD, secret.c_str(), times, 0), 0);
+  const std::string shown(fs::file_size(secret), 'o');
+  ASSERT_TRUE(Put("shared/file", shown).ok());
+  const std::string file = root_ + "/shared/file";
+  ASSERT_EQ(::chmod(file.c_str(), 0644), 0);
+  ASSERT_EQ(::chmod(secret.c_str(), 0644), 0);
+  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  Result<ObjectInfo> named = store_->head("shared/file");
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  ASSERT_EQ(::symlink(secret.c_str(), file.c_str()), 0);
+  std::string buf(shown.size(), '\0');
+  auto bytes = std::as_writable_bytes(std::span(buf));
+  Result<size_t> versioned = store_->read("shared/file", 0, bytes, &named->etag);
+  EXPECT_EQ(versioned.status().code(), StatusCode::kPermissionDenied)
+      << versioned.status().ToString();
+  Result<size_t> unversioned = store_->read("shared/file", 0, bytes, nullptr);
+  EXPECT_EQ(unversioned.status().code(), StatusCode::kPermissionDenied)
+      << unversioned.status().ToString();
+  EXPECT_EQ(buf.find("secret"), std::string::npos);
+
+  // The file itself, back in its place, reads as before.
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  std::ofstream(file) << shown;
+  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  Result<size_t> back = store_->read("shared/file", 0, bytes, &named->etag);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(buf, shown);
+}
+
 // rmdir of a directory the mount shows empty, which holds an upload's temporary file (of a
 // mount in flight, or one that was killed): the directory cannot go, and the removal said it
 // had (rmdir returned 0, and a later mkdir of the name failed with EEXIST).
