@@ -2042,6 +2042,19 @@ Result<OptionalMd5> SftpStore::server_md5(std::string_view key, uint64_t size) {
   if (ran->started && ran->exit_status == 0 && !ran->out_cut) {
     digest = ParseMd5sumLine(ran->out, paths.data);
   }
+  // md5sum follows a link, and has no option not to: one that another account put in the
+  // file's place would have it hash the link's target, whose MD5 would then pass for the
+  // file's. The name must still be the regular file of that size, and of the version checked
+  // below (the caller's read meets whatever else is there). A link put there only while
+  // md5sum ran is not seen: SFTP shows no inode numbers to tell the file back in its place
+  // from the one it was.
+  if (digest) {
+    Result<ObjectInfo> after = head(key);
+    if (!after.ok() || after->size != size || !CheckRegular(*after, "md5sum").ok() ||
+        (version && after->etag != version->etag)) {
+      return OptionalMd5();
+    }
+  }
   if (trusted) {
     // Gone, unreadable, killed: the read says why.
     if (digest && options_.metrics != nullptr) Bump(options_.metrics->server_md5s);

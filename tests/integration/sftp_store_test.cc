@@ -1518,6 +1518,27 @@ TEST_F(SftpStoreTest, TheServerComputesTheMd5OfAFileNobodyHashed) {
   EXPECT_EQ(store_->server_md5_runs(), 4u);
 }
 
+// md5sum follows links: a link another account put in a file's place must not have the
+// target's MD5 pass for the file's, nor its bytes be read instead.
+TEST_F(SftpStoreTest, TheServersMd5IsNeverALinkTargets) {
+  const std::string data = Pattern(4096, 52);
+  ASSERT_TRUE(Put("trusted", data).ok());
+  Result<OptionalMd5> first = store_->server_md5("trusted", data.size());  // md5sum trusted
+  ASSERT_TRUE(first.ok() && first->has_value());
+  const std::string secret = scratch_ + "/md5-secret";
+  std::ofstream(secret) << Pattern(data.size(), 53);
+  ASSERT_EQ(::symlink(secret.c_str(), (root_ + "/linked").c_str()), 0);
+  Result<OptionalMd5> md5 = store_->server_md5("linked", data.size());
+  ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+  EXPECT_FALSE(md5->has_value());
+  EXPECT_EQ(store_->server_md5_runs(), 2u);  // it ran, and its answer was not taken
+
+  OpenContentEtags();
+  counting_->ask_server = true;
+  Result<ETag> etag = etags_->ContentEtag("linked");
+  EXPECT_EQ(etag.status().code(), StatusCode::kPermissionDenied) << etag.status().ToString();
+}
+
 TEST_F(SftpStoreTest, OddButHarmlessNamesGetTheServersMd5) {
   // Characters no shell reads as more than themselves between single quotes, and bytes that
   // are no UTF-8 at all: sent, and md5sum's line must name the file as sent.
