@@ -106,6 +106,16 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
       }
     } else if (rec.status().code() != StatusCode::kNotFound) {
       return rec.status();
+    } else if (flags & O_EXCL) {
+      // An exclusive create (a lock file, noclobber, mkstemp) asks the server, as NFS's and
+      // SFTP's own exclusive creates do: a name cached as missing may have been made since by
+      // another client, whose file this create would otherwise replace at close.
+      Result<ObjectInfo> there = store_->head(key);
+      if (there.ok()) {
+        meta_cache_.Invalidate(key);
+        return AlreadyExistsError(key + " exists (made by another client)");
+      }
+      if (there.status().code() != StatusCode::kNotFound) return there.status();
     }
   }
   if (exists) {

@@ -729,6 +729,23 @@ TEST_F(FilesystemTest, CreateExclusiveOnExistingFails) {
   EXPECT_EQ(ErrnoFromStatus(c.status()), EEXIST);
 }
 
+// A lock file another client made after this mount cached the name as missing: the exclusive
+// create fails, and the other client's file stays as it was.
+TEST_F(FilesystemTest, AnExclusiveCreateAsksTheServerPastACachedMissingName) {
+  EXPECT_EQ(ErrnoFromStatus(fs_->Lookup(kRootIno, "lock").status()), ENOENT);  // cached
+  ASSERT_TRUE(memory_->put("lock", MemorySource("theirs"), PutOptions{}).ok());
+  auto c = fs_->Create(kRootIno, "lock", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  EXPECT_EQ(ErrnoFromStatus(c.status()), EEXIST);
+  if (c.ok()) {
+    ASSERT_TRUE(fs_->Release(c->fh).ok());
+  }
+  auto head = memory_->head("lock");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->size, 6u);
+  // And the name is no longer cached as missing.
+  EXPECT_TRUE(fs_->Lookup(kRootIno, "lock").ok());
+}
+
 TEST_F(FilesystemTest, RandomWritesMatchALocalModel) {
   std::mt19937 rng(7);
   std::string initial(100000, '\0');
