@@ -322,7 +322,9 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) {
   if (ino == kRootIno) names.push_back(kStatsXattr);
   if (!key.empty()) {
     auto rec = Resolve(key);
-    if (rec.ok() && !rec->is_dir) {
+    // Only a regular file has one: a link, FIFO or device lists none, as its read gives
+    // ENODATA (rsync -aX and cp --preserve=xattr fail on a name listed but not readable).
+    if (rec.ok() && !rec->is_dir && S_ISREG(rec->mode)) {
       // Without native ETags the MD5 is computed only when asked for.
       bool has_etag = native_etags_ ? !rec->etag.empty()
                                     : options_.content_etags != nullptr || rec->etag.is_plain_md5();

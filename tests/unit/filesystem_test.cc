@@ -746,6 +746,20 @@ TEST_F(FilesystemTest, AnExclusiveCreateAsksTheServerPastACachedMissingName) {
   EXPECT_TRUE(fs_->Lookup(kRootIno, "lock").ok());
 }
 
+// Linux reads no user. attribute of a link, FIFO or device (ENODATA): listing user.etag there
+// failed rsync -aX and cp --preserve=xattr on every link of a tree.
+TEST_F(FilesystemTest, OnlyARegularFileListsAnEtag) {
+  PutObject("f", "x");
+  auto link = fs_->Symlink("f", kRootIno, "link");
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  auto names = fs_->ListXattr(link->attr.ino);
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(std::find(names->begin(), names->end(), "user.etag"), names->end());
+  names = fs_->ListXattr(LookupIno(kRootIno, "f"));
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_NE(std::find(names->begin(), names->end(), "user.etag"), names->end());
+}
+
 TEST_F(FilesystemTest, RandomWritesMatchALocalModel) {
   std::mt19937 rng(7);
   std::string initial(100000, '\0');
