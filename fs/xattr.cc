@@ -135,8 +135,7 @@ std::optional<XattrMap> DecodeXattrs(std::string_view value) {
     if (!encoded) return std::nullopt;
     auto raw = DecodeBase64(*encoded);
     if (!raw) return std::nullopt;
-    auto plain_name = UrlDecode(*name);
-    out[plain_name ? *plain_name : *name] = std::move(*raw);
+    out[*name] = std::move(*raw);
     SkipSpaces(text, &pos);
     if (pos >= text.size()) return std::nullopt;
     if (text[pos] == '}') return out;

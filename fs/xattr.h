@@ -2,9 +2,10 @@
 //
 // User attributes ("user.*" set by setfattr) live in the object's user metadata "xattr" in the
 // form s3fs writes: a JSON object {"<name>":"<base64 of the value>",...} that is then
-// percent-encoded as a whole (URL encoding). Names are stored as given; on reading, names are
-// percent-decoded too, which is harmless for names s3fs wrote. Reserved names (user.etag,
-// user.objfs.*) are computed by objfs and are read-only.
+// percent-encoded as a whole (URL encoding). Names are stored as given and read back as they
+// are once the whole is decoded: decoding them again turned a name objfs wrote with "%" or "+"
+// into another one. Reserved names (user.etag, user.objfs.*) are computed by objfs and are
+// read-only.
 #pragma once
 
 #include <cstddef>

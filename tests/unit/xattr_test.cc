@@ -32,6 +32,23 @@ TEST(UserXattrTest, SetThenGet) {
   EXPECT_EQ(decoded->at("user.a"), "1");
 }
 
+// Names are kept as given: percent signs and plus signs in them are not decoded a second time
+// (user.%65tag was read back as user.etag, user.a+b as "user.a b", user.x%00y split in two).
+TEST(UserXattrTest, NamesWithPercentAndPlusRoundTrip) {
+  Metadata extra;
+  for (const char* name : {"user.a+b", "user.%41", "user.%65tag", "user.x%00y", "user.100%"}) {
+    ASSERT_TRUE(SetUserXattr(name, name, false, false, 0, Attr(), &extra).ok()) << name;
+  }
+  auto decoded = DecodeXattrs(extra.at(kXattrMetadata));
+  ASSERT_TRUE(decoded.has_value());
+  EXPECT_EQ(decoded->size(), 5u);
+  for (const char* name : {"user.a+b", "user.%41", "user.%65tag", "user.x%00y", "user.100%"}) {
+    auto value = GetUserXattr(extra, name);
+    ASSERT_TRUE(value.ok()) << name;
+    EXPECT_EQ(*value, name);
+  }
+}
+
 TEST(UserXattrTest, AMissingNameIsNoData) {
   auto value = GetUserXattr({}, "user.none");
   ASSERT_FALSE(value.ok());
