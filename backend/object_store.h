@@ -257,6 +257,10 @@ struct Capabilities {
   // Keys are UTF-8 (S3: a name that is not is refused with InvalidObjectName); false: any
   // bytes but '/' and NUL (SFTP's file names). A new name that is not fails at once.
   bool utf8_keys = false;
+  // User extended attributes (setfattr user.*) are kept with the object, in its metadata (S3,
+  // as s3fs keeps them); false: the server has nowhere to keep them (SFTP v3 has no extended
+  // attributes), and setting one fails with EOPNOTSUPP rather than vanish unsaved.
+  bool user_xattrs = false;
   // put() keeps a "mode" whose type is a FIFO, socket or device with the object, so that such
   // special files can be zero-byte objects, as s3fs stores them (S3); false: they cannot be
   // made.

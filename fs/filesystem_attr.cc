@@ -347,7 +347,9 @@ Status Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   if (IsReservedXattr(name) || name == kStatsXattr) {
     return ReservedXattrError(std::string(name));
   }
-  if (!IsUserXattr(name)) return UnsupportedXattrError(name);
+  if (!IsUserXattr(name) || !store_->capabilities().user_xattrs) {
+    return UnsupportedXattrError(name);
+  }
   std::string n(name);
   std::string v(value);
   auto mutate = [&](FileAttr& attr, Metadata& extra) -> Status {

@@ -563,6 +563,7 @@ Capabilities MemoryStore::capabilities() const {
   caps.max_key_bytes = kMaxKeyBytes;
   caps.special_files = options_.special_files;
   caps.utf8_keys = options_.utf8_keys;
+  caps.user_xattrs = options_.user_xattrs;
   caps.max_object_size = options_.max_object_size;
   if (options_.native_etags) {
     caps.min_part_size = options_.part_size;

@@ -62,6 +62,9 @@ struct MemoryStoreOptions {
   bool special_files = true;
   // Reported in capabilities(): keys are UTF-8, as on S3 (false: any bytes, as SFTP's names).
   bool utf8_keys = true;
+  // Reported in capabilities(): user extended attributes are kept in the metadata, as on S3
+  // (false: there is nowhere to keep them, as on SFTP).
+  bool user_xattrs = true;
 };
 
 class MemoryStore : public ObjectStore {

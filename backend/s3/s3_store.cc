@@ -306,6 +306,7 @@ Capabilities S3Store::capabilities() const {
   c.max_parts = kMaxParts;
   c.max_key_bytes = kMaxKeyBytes;
   c.utf8_keys = true;
+  c.user_xattrs = true;
   c.special_files = true;
   c.keeps_encryption = !MountEncrypts();
   return c;

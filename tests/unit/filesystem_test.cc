@@ -412,6 +412,19 @@ TEST_F(FilesystemTest, ANewNameThatIsNotUtf8FailsAtOnceWhereKeysAreUtf8) {
   EXPECT_EQ(memory_->contents(bad), "y");
 }
 
+// A store with nowhere to keep user attributes (SFTP): setting one fails, rather than show it
+// for a moment and lose it.
+TEST_F(FilesystemTest, AUserXattrTheStoreCannotKeepIsRefused) {
+  MemoryStoreOptions no_xattrs;
+  no_xattrs.user_xattrs = false;
+  UseStore(no_xattrs);
+  const uint64_t ino = WriteFile(kRootIno, "f", "x");
+  ASSERT_NE(ino, 0u);
+  EXPECT_EQ(ErrnoFromStatus(fs_->SetXattr(ino, "user.color", "blue", 0)), EOPNOTSUPP);
+  EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, "user.color").status()), ENODATA);
+  EXPECT_EQ(memory_->head("f")->metadata.count("xattr"), 0u);
+}
+
 TEST_F(FilesystemTest, ReadDirWithoutHeadsLeavesListingOnlyEntriesToLookup) {
   options_.readdir_heads = 0;
   fs_ = NewFilesystem();
