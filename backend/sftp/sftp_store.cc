@@ -198,17 +198,17 @@ Status CheckOpenedIsNamed(const SftpWire::FileAttrs& opened, const ObjectInfo& n
   return Status::Ok();
 }
 
-// s3fs writes mtime (and atime) as whole or fractional seconds.
+// s3fs writes mtime (and atime) as whole or fractional seconds. SFTP's times are unsigned
+// 32-bit seconds: one outside them becomes the nearest it can hold (1970-01-01 or 2106-02-07),
+// as Linux clamps a time to its file system's range, rather than none (which the callers take
+// as now).
 std::optional<int64_t> ParseMtime(const Metadata& metadata, const std::string& name = "mtime") {
   auto it = metadata.find(name);
   if (it == metadata.end()) return std::nullopt;
   char* end = nullptr;
   double seconds = std::strtod(it->second.c_str(), &end);
-  if (end == it->second.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds < 0 ||
-      seconds > 4294967295.0) {
-    return std::nullopt;
-  }
-  return static_cast<int64_t>(std::floor(seconds));
+  if (end == it->second.c_str() || *end != '\0' || std::isnan(seconds)) return std::nullopt;
+  return static_cast<int64_t>(std::floor(std::clamp(seconds, 0.0, 4294967295.0)));
 }
 
 std::string ParentOf(const std::string& path) { return path.substr(0, path.rfind('/')); }

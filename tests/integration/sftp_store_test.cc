@@ -440,6 +440,25 @@ TEST_F(SftpStoreTest, NewAttributesOfAFileAreSetInPlace) {
   EXPECT_EQ(after.st_mode & 07777, 0640u);
 }
 
+// SFTP's times are unsigned 32-bit seconds: one before 1970 or after 2106 becomes the nearest
+// it can hold, as Linux clamps a time to what its file system holds, never the time of the call
+// (touch -d 1965 gave the file today's date).
+TEST_F(SftpStoreTest, TimesSftpCannotHoldAreClampedNotReplacedByNow) {
+  ASSERT_TRUE(Put("old", "x").ok());
+  const fs::path path = fs::path(root_) / "old";
+  SetAttributesOptions o;
+  o.source_known_current = true;
+  ASSERT_TRUE(
+      store_->set_attributes("old", Metadata{{"mtime", "-157766400"}, {"atime", "-5"}}, o).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mtime, 0);
+  EXPECT_EQ(st.st_atime, 0);
+  ASSERT_TRUE(store_->set_attributes("old", Metadata{{"mtime", "7258118400"}}, o).ok());
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mtime, 4294967295);
+}
+
 // chmod, chown and touch of a file go to the server by name. SETSTAT follows a link: one that
 // another account put in the file's place after objfs looked (where it may write the
 // directory; here, the caller's check is skipped, as for a file it wrote moments ago) gave its
