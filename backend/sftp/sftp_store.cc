@@ -137,12 +137,22 @@ std::optional<uint32_t> ParseId(const Metadata& metadata, const std::string& nam
   return id;
 }
 
-// Whether `opened` (an FSTAT) is a regular file with the mode and owner given (those not given,
-// or not reported, match any).
-bool AlikeRegular(const SftpWire::FileAttrs& opened, std::optional<uint32_t> mode,
-                  std::optional<uint32_t> uid, std::optional<uint32_t> gid) {
-  return ((opened.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 ||
-          (S_ISREG(opened.permissions) && (!mode || *mode == opened.permissions))) &&
+// Whether attributes with `flags` and `permissions` show a file of another type than a regular
+// one. Some servers send the permission bits without the type (S_IFMT): a type not shown is
+// taken as a regular file's, as ObjectAttrs does.
+bool ShownNotRegular(uint32_t flags, uint32_t permissions) {
+  return (flags & SSH_FILEXFER_ATTR_PERMISSIONS) != 0 && (permissions & S_IFMT) != 0 &&
+         !S_ISREG(permissions);
+}
+
+// Whether `opened` (an FSTAT) has the mode and owner given (those not given, or not reported,
+// match any; the type only when both show one).
+bool AlikeModeAndOwner(const SftpWire::FileAttrs& opened, std::optional<uint32_t> mode,
+                       std::optional<uint32_t> uid, std::optional<uint32_t> gid) {
+  const bool typed = (opened.permissions & S_IFMT) != 0 && mode && (*mode & S_IFMT) != 0;
+  const uint32_t bits = typed ? ~0u : 07777u;
+  return ((opened.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 || !mode ||
+          (*mode & bits) == (opened.permissions & bits)) &&
          ((opened.flags & SSH_FILEXFER_ATTR_UIDGID) == 0 ||
           ((!uid || *uid == opened.uid) && (!gid || *gid == opened.gid)));
 }
@@ -154,17 +164,24 @@ Status NotTheNamedFile(std::string_view what) {
 }
 
 // Whether the file a handle opened for reading by name is the one the name itself shows
-// (`named`, an LSTAT sent with the OPEN): a regular file, of the same mode and owner. As
-// CheckOpenedIsNamed, with the name's attributes from the server rather than from HeadOn.
+// (`named`, an LSTAT sent with the OPEN): both regular files (a link or any other kind of file
+// is refused, PermissionDenied), of the same mode and owner. A regular file of another mode or
+// owner is the name replaced or changed between the OPEN and the LSTAT, as a rename or chmod
+// by anyone may do: PreconditionFailed, which the caller meets as any file changed under it.
 Status CheckOpenedIsTheName(const SftpWire::FileAttrs& opened, const SftpWire::FileAttrs& named,
                             std::string_view what) {
+  if (ShownNotRegular(named.flags, named.permissions) ||
+      ShownNotRegular(opened.flags, opened.permissions)) {
+    return NotTheNamedFile(what);
+  }
   const bool has_mode = (named.flags & SSH_FILEXFER_ATTR_PERMISSIONS) != 0;
   const bool has_owner = (named.flags & SSH_FILEXFER_ATTR_UIDGID) != 0;
-  if (has_mode && !S_ISREG(named.permissions)) return NotTheNamedFile(what);
-  if (!AlikeRegular(opened, has_mode ? std::optional(named.permissions) : std::nullopt,
-                    has_owner ? std::optional(named.uid) : std::nullopt,
-                    has_owner ? std::optional(named.gid) : std::nullopt)) {
-    return NotTheNamedFile(what);
+  if (!AlikeModeAndOwner(opened, has_mode ? std::optional(named.permissions) : std::nullopt,
+                         has_owner ? std::optional(named.uid) : std::nullopt,
+                         has_owner ? std::optional(named.gid) : std::nullopt)) {
+    return PreconditionFailedError(std::string(what) +
+                                   ": the file opened and its name show another mode or owner "
+                                   "(changed or replaced meanwhile): nothing is read from it");
   }
   return Status::Ok();
 }
@@ -185,8 +202,9 @@ Status CheckRegular(const ObjectInfo& named, std::string_view what) {
 // this unless it is as alike as a file of that account's own could be.
 Status CheckOpenedIsNamed(const SftpWire::FileAttrs& opened, const ObjectInfo& named,
                           std::string_view what) {
-  if (!AlikeRegular(opened, ParseMode(named.metadata), ParseId(named.metadata, "uid"),
-                    ParseId(named.metadata, "gid"))) {
+  if (ShownNotRegular(opened.flags, opened.permissions) ||
+      !AlikeModeAndOwner(opened, ParseMode(named.metadata), ParseId(named.metadata, "uid"),
+                         ParseId(named.metadata, "gid"))) {
     return NotTheNamedFile(what);
   }
   // The same file, written to in between: as any change of the source.
@@ -492,28 +510,37 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
     // a version, the open and the check are under the key's lock, so no commit of ours falls
     // between.
     const bool versioned = if_match != nullptr && !if_match->empty();
-    std::optional<MutexLock> lock;
-    if (versioned) lock.emplace(&KeyLock(key));
-    Result<SftpWire::OpenedByName> opened = wire.OpenAndLStat(paths.data, kOpenRead);
-    if (!opened.ok()) return opened.status().WithContext(what);
-    const SftpWire::Handle& handle = opened->handle;
-    Status checked = [&]() -> Status {
-      Result<SftpWire::FileAttrs> fstat = wire.Fstat(handle);
-      if (!fstat.ok()) return fstat.status().WithContext(what);
-      const SftpWire::FileAttrs& a = *fstat;
-      OBJFS_RETURN_IF_ERROR(CheckOpenedIsTheName(a, opened->named, what));
-      // The version of the file this handle reads, whatever is renamed over its name later.
-      if (ETag current = VersionOf(a.size, a.mtime_s); versioned && current != *if_match) {
-        return PreconditionFailedError(what + ": the object changed (version " + current.value() +
-                                       ", expected " + if_match->value() + ")");
+    auto open_checked = [&]() -> Result<SftpWire::Handle> {
+      Result<SftpWire::OpenedByName> got = wire.OpenAndLStat(paths.data, kOpenRead);
+      if (!got.ok()) return got.status().WithContext(what);
+      SftpWire::OpenedByName& opened = *got;
+      Status checked = [&]() -> Status {
+        Result<SftpWire::FileAttrs> fstat = wire.Fstat(opened.handle);
+        if (!fstat.ok()) return fstat.status().WithContext(what);
+        const SftpWire::FileAttrs& a = *fstat;
+        OBJFS_RETURN_IF_ERROR(CheckOpenedIsTheName(a, opened.named, what));
+        // The version of the file this handle reads, whatever is renamed over its name later.
+        if (ETag current = VersionOf(a.size, a.mtime_s); versioned && current != *if_match) {
+          return PreconditionFailedError(what + ": the object changed (version " + current.value() +
+                                         ", expected " + if_match->value() + ")");
+        }
+        return Status::Ok();
+      }();
+      if (!checked.ok()) {
+        if (wire.healthy()) (void)wire.Close(opened.handle);
+        return checked;
       }
-      return Status::Ok();
-    }();
-    lock.reset();
-    if (!checked.ok()) {
-      if (wire.healthy()) (void)wire.Close(handle);
-      return checked;
+      return std::move(opened.handle);
+    };
+    Result<SftpWire::Handle> opened = InternalError("unreachable");
+    if (versioned) {
+      MutexLock lock(&KeyLock(key));
+      opened = open_checked();
+    } else {
+      opened = open_checked();
     }
+    if (!opened.ok()) return opened.status();
+    const SftpWire::Handle& handle = *opened;
     const uint32_t chunk = ReadChunk(wire.limits());
     Result<size_t> n =
         wire.Read(handle, offset, buf, chunk, options_.requests_in_flight,
