@@ -97,6 +97,11 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
   if (uint64_t known = inodes_.InoOf(key)) {
     if (auto inode = inodes_.Get(known)) exists = LocalAttr(*inode, known).has_value();
   }
+  // Whether a NotFound below would come from the cache alone (a name seen missing, or absent
+  // from a fresh listing of its directory) rather than from the server.
+  const bool cached_missing =
+      (flags & O_EXCL) != 0 && (meta_cache_.Get(key).state == MetaCache::State::kNegative ||
+                                meta_cache_.ListState(key) == MetaCache::Listed::kAbsent);
   if (!exists) {
     auto rec = Resolve(key);
     if (rec.ok()) {
@@ -106,13 +111,15 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
       }
     } else if (rec.status().code() != StatusCode::kNotFound) {
       return rec.status();
-    } else if (flags & O_EXCL) {
+    } else if (cached_missing) {
       // An exclusive create (a lock file, noclobber, mkstemp) asks the server, as NFS's and
       // SFTP's own exclusive creates do: a name cached as missing may have been made since by
       // another client, whose file this create would otherwise replace at close.
       Result<ObjectInfo> there = store_->head(key);
       if (there.ok()) {
         meta_cache_.Invalidate(key);
+        // The kernel's negative entry goes too, so that a stat of the name sees the file.
+        if (invalidate_entry_) invalidate_entry_(parent, std::string(name));
         return AlreadyExistsError(key + " exists (made by another client)");
       }
       if (there.status().code() != StatusCode::kNotFound) return there.status();
