@@ -773,6 +773,22 @@ TEST_F(FilesystemTest, OnlyARegularFileListsAnEtag) {
   EXPECT_NE(std::find(names->begin(), names->end(), "user.etag"), names->end());
 }
 
+// An append opened after another client changed the file, while this mount still cached the
+// version before: it goes on the end of the file as it is now, not fail at close with EIO.
+TEST_F(FilesystemTest, AnEditStartsFromTheServersVersionNotACachedOne) {
+  PutObject("log", "one\n");
+  const uint64_t ino = LookupIno(kRootIno, "log");  // cached: 4 bytes
+  ASSERT_TRUE(memory_->put("log", MemorySource("one\ntwo\n"), PutOptions{}).ok());
+  auto fh = fs_->Open(ino, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  const std::string line = "three\n";
+  auto wrote = fs_->Write(*fh, 4, std::as_bytes(std::span(line)));
+  ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+  Status closed = fs_->Release(*fh);
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+  EXPECT_EQ(memory_->contents("log"), "one\ntwo\nthree\n");
+}
+
 TEST_F(FilesystemTest, RandomWritesMatchALocalModel) {
   std::mt19937 rng(7);
   std::string initial(100000, '\0');
