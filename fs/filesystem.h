@@ -521,6 +521,10 @@ class Filesystem {
   void CheckPageVersion(uint64_t ino, const MetaRecord& rec);
   // Has the kernel drop its cached pages of `ino`, counted.
   void InvalidatePages(uint64_t ino);
+  // A read of `ino` found the version it asked for gone from the server (ESTALE): the cached
+  // attributes, this mount's and the kernel's (with the pages), are dropped, so that the next
+  // open and stat learn the version there now rather than fail the same way until attr_timeout.
+  void ForgetStaleVersion(uint64_t ino);
   // A read through a handle of `version` refills the kernel's pages with it: when that is not
   // the version they are said to hold, the next open must drop them.
   static void NoteReadVersion(Inode& inode, const ETag& version) REQUIRES(inode.mu);

@@ -266,7 +266,25 @@ Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byt
       FollowRetag(*handle, version)) {
     read = ReadFromStore(*handle, offset, buf);
   }
+  if (!read.ok() && read.status().code() == StatusCode::kPreconditionFailed) {
+    ForgetStaleVersion(handle->ino);
+  }
   return read;
+}
+
+void Filesystem::ForgetStaleVersion(uint64_t ino) {
+  if (Result<std::string> key = KeyOf(ino); key.ok()) meta_cache_.Invalidate(*key);
+  std::shared_ptr<Inode> inode = inodes_.Find(ino);
+  if (inode == nullptr) return;
+  {
+    MutexLock lock(&inode->mu);
+    if (inode->staged) return;  // its pages are what was written here
+    // Pages of no known version, whose drop the page invalidator must send (it sends only
+    // queued ones): the kernel then asks for the attributes again too.
+    inode->page_version = ETag();
+    inode->pages_drop_queued = true;
+  }
+  InvalidatePages(ino);
 }
 
 Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t size,
@@ -293,8 +311,9 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
     OBJFS_ASSIGN_OR_RETURN(std::shared_ptr<Prefetcher> prefetcher, PrefetcherOf(*handle));
     Result<size_t> read = prefetcher->ReadSegments(offset, size, out);
     // Retagged while this read was under way: once more, at the new version.
-    if (read.ok() || read.status().code() != StatusCode::kPreconditionFailed || attempt > 0 ||
-        !FollowRetag(*handle, version)) {
+    if (read.ok() || read.status().code() != StatusCode::kPreconditionFailed) return read;
+    if (attempt > 0 || !FollowRetag(*handle, version)) {
+      ForgetStaleVersion(handle->ino);
       return read;
     }
     out->resize(had);

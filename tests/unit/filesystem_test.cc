@@ -789,6 +789,33 @@ TEST_F(FilesystemTest, AnEditStartsFromTheServersVersionNotACachedOne) {
   EXPECT_EQ(memory_->contents("log"), "one\ntwo\nthree\n");
 }
 
+// A file another client replaced while this mount cached its version: the read of an open
+// made in that window fails (ESTALE), and the next open reads the new version at once, rather
+// than fail the same way until the attributes expire.
+TEST_F(FilesystemTest, AStaleReadHasTheNextOpenLearnTheNewVersion) {
+  PutObject("f", "old bytes");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  std::vector<uint64_t> dropped;  // what the kernel is told to drop (pages and attributes)
+  fs_->set_page_invalidator([&](uint64_t i) {
+    if (fs_->TakeQueuedPageDrop(i)) dropped.push_back(i);
+  });
+  ASSERT_TRUE(memory_->put("f", MemorySource("new bytes"), PutOptions{}).ok());
+  std::string buf(9, '\0');
+  auto first = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto stale = fs_->Read(*first, 0, std::as_writable_bytes(std::span(buf)));
+  EXPECT_EQ(ErrnoFromStatus(stale.status()), ESTALE);
+  EXPECT_EQ(dropped, std::vector<uint64_t>{ino});
+  fs_->set_page_invalidator(nullptr);
+  ASSERT_TRUE(fs_->Release(*first).ok());
+  auto second = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  auto fresh = fs_->Read(*second, 0, std::as_writable_bytes(std::span(buf)));
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(buf, "new bytes");
+  ASSERT_TRUE(fs_->Release(*second).ok());
+}
+
 TEST_F(FilesystemTest, RandomWritesMatchALocalModel) {
   std::mt19937 rng(7);
   std::string initial(100000, '\0');
