@@ -344,6 +344,18 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) {
 
 Status Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_view value,
                             int flags) {
+  // user.etag set to what it is already changes nothing: rsync -aX and cp --preserve=xattr of a
+  // file copied out of a mount set it back, and would fail (rsync: exit 23) on EPERM. Only an
+  // ETag known without work is compared (no upload of a waiting file, no hashing).
+  if (name == kEtagXattr) {
+    OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+    Result<MetaRecord> rec = key.empty() ? NotFoundError("the root") : Resolve(key);
+    if (rec.ok() && !rec->is_dir && S_ISREG(rec->mode) && !rec->etag.empty() &&
+        (native_etags_ || rec->etag.is_plain_md5()) && rec->etag.value() == value) {
+      if (flags & kXattrCreate) return AlreadyExistsError(std::string(name) + " exists");
+      return Status::Ok();
+    }
+  }
   if (IsReservedXattr(name) || name == kStatsXattr) {
     return ReservedXattrError(std::string(name));
   }
@@ -362,6 +374,18 @@ Status Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_vie
 }
 
 Status Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
+  // user.etag is the server's (or the content's) and cannot go; rsync -aX removes every
+  // attribute its source lacks, and failed (exit 23) on each file it copied into a mount.
+  // Nothing is kept for it, so nothing is removed, and the removal of a regular file's is not
+  // refused (what has none: ENODATA).
+  if (name == kEtagXattr) {
+    OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+    if (key.empty()) return NoXattrError(std::string(name));
+    Result<MetaRecord> rec = Resolve(key);
+    if (!rec.ok() && rec.status().code() != StatusCode::kNotFound) return rec.status();
+    if (!rec.ok() || rec->is_dir || !S_ISREG(rec->mode)) return NoXattrError(std::string(name));
+    return Status::Ok();
+  }
   if (IsReservedXattr(name) || name == kStatsXattr) {
     return ReservedXattrError(std::string(name));
   }

@@ -467,6 +467,22 @@ TEST(MountS3AttrTest, UserExtendedAttributes) {
   EXPECT_NE(set_etag.err.find("Operation not permitted"), std::string::npos) << set_etag.err;
   EXPECT_NE(::setxattr(file.c_str(), "user.etag", "x", 1, 0), 0);
   EXPECT_EQ(errno, EPERM);
+  // Set to what it is, or removed (as rsync -aX and cp --preserve=xattr do): nothing changes,
+  // and nothing fails.
+  EXPECT_EQ(::setxattr(file.c_str(), "user.etag", etag.data(), etag.size(), 0), 0)
+      << std::strerror(errno);
+  EXPECT_EQ(::removexattr(file.c_str(), "user.etag"), 0) << std::strerror(errno);
+  EXPECT_EQ(GetXattr(file, "user.etag"), etag);
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string plain = local.path() + "/plain";
+  WriteFile(plain, "no attributes");
+  CommandResult rsync = RunCommand({"rsync", "-aX", plain, mount->path() + "/synced"});
+  EXPECT_EQ(rsync.exit_code, 0) << rsync.err;
+  // Again, onto the file it made there (which lists user.etag, the source does not).
+  CommandResult again =
+      RunCommand({"rsync", "-aX", "--inplace", "-I", plain, mount->path() + "/synced"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
 
   ASSERT_TRUE(mount->Restart());
   EXPECT_EQ(GetXattr(file, "user.color"), "blue");
