@@ -638,7 +638,15 @@ TEST_F(FilesystemCopyTest, ReservedXattrsAreReadOnly) {
   uint64_t ino = LookupIno("f");
   EXPECT_EQ(ErrnoFromStatus(fs_->SetXattr(ino, kEtagXattr, "forged", 0)), EPERM);
   EXPECT_EQ(ErrnoFromStatus(fs_->SetXattr(ino, "user.objfs.anything", "v", 0)), EPERM);
-  EXPECT_EQ(ErrnoFromStatus(fs_->RemoveXattr(ino, kEtagXattr)), EPERM);
+  // Removing user.etag, or setting it to itself (as rsync -aX does), changes nothing and
+  // succeeds; it is still there.
+  auto etag = fs_->GetXattr(ino, kEtagXattr);
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_TRUE(fs_->RemoveXattr(ino, kEtagXattr).ok());
+  EXPECT_TRUE(fs_->SetXattr(ino, kEtagXattr, *etag, 0).ok());
+  EXPECT_EQ(ErrnoFromStatus(fs_->SetXattr(ino, kEtagXattr, *etag, kXattrCreate)), EEXIST);
+  EXPECT_EQ(fs_->GetXattr(ino, kEtagXattr).value(), *etag);
+  EXPECT_EQ(ErrnoFromStatus(fs_->RemoveXattr(kRootIno, kEtagXattr)), ENODATA);
   EXPECT_EQ(ErrnoFromStatus(fs_->SetXattr(ino, "security.selinux", "v", 0)), EOPNOTSUPP);
   uint64_t heads = metrics_.head_requests.load();
   // The kernel asks for security.capability before writes: answered without a request.
