@@ -118,6 +118,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       max_object_size_(store_->capabilities().max_object_size),
       max_key_bytes_(store_->capabilities().max_key_bytes),
       utf8_keys_(store_->capabilities().utf8_keys),
+      user_xattrs_(store_->capabilities().user_xattrs),
       special_files_(store_->capabilities().special_files),
       keeps_encryption_(store_->capabilities().keeps_encryption),
       attributes_in_place_(!store_->capabilities().attributes_by_copy ||

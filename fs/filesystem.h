@@ -635,6 +635,7 @@ class Filesystem {
   uint64_t max_object_size_;  // the store's capabilities().max_object_size (0: no limit)
   uint64_t max_key_bytes_;    // the store's capabilities().max_key_bytes (0: no limit)
   bool utf8_keys_;            // the store's capabilities().utf8_keys
+  bool user_xattrs_;          // the store's capabilities().user_xattrs
   bool special_files_;        // the store's capabilities().special_files
   bool keeps_encryption_;     // the store's capabilities().keeps_encryption
   // The store's set_attributes() is no copy (!capabilities().attributes_by_copy), or it has

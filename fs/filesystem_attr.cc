@@ -359,7 +359,7 @@ Status Filesystem::SetXattr(uint64_t ino, std::string_view name, std::string_vie
   if (IsReservedXattr(name) || name == kStatsXattr) {
     return ReservedXattrError(std::string(name));
   }
-  if (!IsUserXattr(name) || !store_->capabilities().user_xattrs) {
+  if (!IsUserXattr(name) || !user_xattrs_) {
     return UnsupportedXattrError(name);
   }
   std::string n(name);
