@@ -119,15 +119,7 @@ ObjectInfo InfoFromAttributes(std::string_view key, const sftp_attributes_struct
   return info;
 }
 
-std::optional<uint32_t> ParseMode(const Metadata& metadata) {
-  auto it = metadata.find("mode");
-  if (it == metadata.end()) return std::nullopt;
-  uint32_t mode = 0;
-  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), mode);
-  if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
-  return mode;
-}
-
+// The metadata `name` ("uid", "gid", "mode") as the decimal number it must be, or none.
 std::optional<uint32_t> ParseId(const Metadata& metadata, const std::string& name) {
   auto it = metadata.find(name);
   if (it == metadata.end()) return std::nullopt;
@@ -136,6 +128,8 @@ std::optional<uint32_t> ParseId(const Metadata& metadata, const std::string& nam
   if (ec != std::errc() || end != it->second.data() + it->second.size()) return std::nullopt;
   return id;
 }
+
+std::optional<uint32_t> ParseMode(const Metadata& metadata) { return ParseId(metadata, "mode"); }
 
 // Whether attributes with `flags` and `permissions` show a file of another type than a regular
 // one. Some servers send the permission bits without the type (S_IFMT): a type not shown is
