@@ -745,10 +745,18 @@ TEST_F(FilesystemTest, CreateExclusiveOnExistingFails) {
 // A lock file another client made after this mount cached the name as missing: the exclusive
 // create fails, and the other client's file stays as it was.
 TEST_F(FilesystemTest, AnExclusiveCreateAsksTheServerPastACachedMissingName) {
+  PutObject("d/other", "x");
   EXPECT_EQ(ErrnoFromStatus(fs_->Lookup(kRootIno, "lock").status()), ENOENT);  // cached
+  std::vector<std::string> forgotten;  // names whose kernel entry is dropped
+  fs_->set_entry_invalidator([&](uint64_t parent, const std::string& name) {
+    if (parent == kRootIno) forgotten.push_back(name);
+  });
   ASSERT_TRUE(memory_->put("lock", MemorySource("theirs"), PutOptions{}).ok());
   auto c = fs_->Create(kRootIno, "lock", 0644, O_WRONLY | O_CREAT | O_EXCL);
   EXPECT_EQ(ErrnoFromStatus(c.status()), EEXIST);
+  // The kernel's negative entry too: a stat of the name right after sees the file.
+  EXPECT_EQ(forgotten, std::vector<std::string>{"lock"});
+  fs_->set_entry_invalidator(nullptr);
   if (c.ok()) {
     ASSERT_TRUE(fs_->Release(c->fh).ok());
   }
@@ -757,6 +765,15 @@ TEST_F(FilesystemTest, AnExclusiveCreateAsksTheServerPastACachedMissingName) {
   EXPECT_EQ(head->size, 6u);
   // And the name is no longer cached as missing.
   EXPECT_TRUE(fs_->Lookup(kRootIno, "lock").ok());
+
+  // A name the cache knows nothing of: the lookup that finds it missing is the server's, and
+  // no HEAD more is sent.
+  const uint64_t d = LookupIno(kRootIno, "d");
+  const uint64_t heads = metrics_.head_requests.load();
+  auto fresh = fs_->Create(d, "new-lock", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(metrics_.head_requests.load(), heads + 1);
+  ASSERT_TRUE(fs_->Release(fresh->fh).ok());
 }
 
 // Linux reads no user. attribute of a link, FIFO or device (ENODATA): listing user.etag there
