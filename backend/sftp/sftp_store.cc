@@ -157,11 +157,16 @@ Status NotTheNamedFile(std::string_view what) {
                                "another file was put in its place): nothing is read from it");
 }
 
+// How many times a read checks the file it opened against its name (CheckOpenedIsTheName)
+// while they differ only in mode or owner.
+constexpr int kNameChecks = 4;
+
 // Whether the file a handle opened for reading by name is the one the name itself shows
-// (`named`, an LSTAT sent with the OPEN): both regular files (a link or any other kind of file
-// is refused, PermissionDenied), of the same mode and owner. A regular file of another mode or
-// owner is the name replaced or changed between the OPEN and the LSTAT, as a rename or chmod
-// by anyone may do: PreconditionFailed, which the caller meets as any file changed under it.
+// (`named`, an LSTAT sent with the FSTAT that gave `opened`): both regular files (a link or any
+// other kind of file is refused, PermissionDenied), of the same mode and owner. A regular file of
+// another mode or owner is the name replaced or changed between the OPEN and the LSTAT, as a rename
+// or chmod by anyone may do: PreconditionFailed, which the caller meets as any file changed under
+// it.
 Status CheckOpenedIsTheName(const SftpWire::FileAttrs& opened, const SftpWire::FileAttrs& named,
                             std::string_view what) {
   if (ShownNotRegular(named.flags, named.permissions) ||
@@ -499,20 +504,29 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
   return WithRetry([&](SftpConnection& c) -> Result<size_t> {
     const std::string what = "read " + std::string(key);
     SftpWire& wire = c.wire();
-    // Whatever the name leads to is opened, a link's target included; the LSTAT sent with the
-    // OPEN and an FSTAT of the handle refuse any but the regular file the name itself is. With
-    // a version, the open and the check are under the key's lock, so no commit of ours falls
-    // between.
+    // Whatever the name leads to is opened, a link's target included; an FSTAT of the handle
+    // and an LSTAT of the name, answered one right after the other, refuse any but the regular
+    // file the name itself is (a chmod by anyone rarely falls between the two, where it would
+    // between an LSTAT sent with the OPEN and the FSTAT a round trip later). With a version,
+    // the open and the check are under the key's lock, so no commit of ours falls between.
     const bool versioned = if_match != nullptr && !if_match->empty();
     auto open_checked = [&]() -> Result<SftpWire::Handle> {
-      Result<SftpWire::OpenedByName> got = wire.OpenAndLStat(paths.data, kOpenRead);
-      if (!got.ok()) return got.status().WithContext(what);
-      SftpWire::OpenedByName& opened = *got;
+      Result<SftpWire::Handle> handle = wire.OpenFile(paths.data, kOpenRead, 0);
+      if (!handle.ok()) return handle.status().WithContext(what);
       Status checked = [&]() -> Status {
-        Result<SftpWire::FileAttrs> fstat = wire.Fstat(opened.handle);
-        if (!fstat.ok()) return fstat.status().WithContext(what);
-        const SftpWire::FileAttrs& a = *fstat;
-        OBJFS_RETURN_IF_ERROR(CheckOpenedIsTheName(a, opened.named, what));
+        // A mode or owner that differs between the two is a chmod or chown in between, or the
+        // name replaced: asked again, up to kNameChecks times in all, so that another client's
+        // chmod does not fail a read; a file that is not the name's differs every time.
+        Result<SftpWire::OpenedAndNamed> both = InternalError("unreachable");
+        Status same;
+        for (int check = 0; check < kNameChecks; ++check) {
+          both = wire.FstatAndLStat(*handle, paths.data);
+          if (!both.ok()) return both.status().WithContext(what);
+          same = CheckOpenedIsTheName(both->opened, both->named, what);
+          if (same.code() != StatusCode::kPreconditionFailed) break;
+        }
+        OBJFS_RETURN_IF_ERROR(same);
+        const SftpWire::FileAttrs& a = both->opened;
         // The version of the file this handle reads, whatever is renamed over its name later.
         if (ETag current = VersionOf(a.size, a.mtime_s); versioned && current != *if_match) {
           return PreconditionFailedError(what + ": the object changed (version " + current.value() +
@@ -521,10 +535,10 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
         return Status::Ok();
       }();
       if (!checked.ok()) {
-        if (wire.healthy()) (void)wire.Close(opened.handle);
+        if (wire.healthy()) (void)wire.Close(*handle);
         return checked;
       }
-      return std::move(opened.handle);
+      return handle;
     };
     Result<SftpWire::Handle> opened = InternalError("unreachable");
     if (versioned) {

@@ -328,18 +328,15 @@ Result<SftpWire::Handle> SftpWire::OpenFile(std::string_view path, uint32_t flag
   return HandleOf(reply, path);
 }
 
-Result<SftpWire::OpenedByName> SftpWire::OpenAndLStat(std::string_view path, uint32_t flags) {
+Result<SftpWire::OpenedAndNamed> SftpWire::FstatAndLStat(const Handle& handle,
+                                                         std::string_view path) {
   std::vector<std::pair<uint8_t, std::string>> requests;
-  requests.emplace_back(kFxpOpen, OpenBody(path, flags, 0));
+  requests.emplace_back(kFxpFstat, StringBody(handle));
   requests.emplace_back(kFxpLstat, StringBody(path));
   OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
-  OBJFS_ASSIGN_OR_RETURN(Handle handle, HandleOf(replies[0], path));
-  Result<FileAttrs> named = AttrsOf(replies[1], "stat " + std::string(path));
-  if (!named.ok()) {
-    (void)Close(handle);
-    return named.status();
-  }
-  return OpenedByName{std::move(handle), *named};
+  OBJFS_ASSIGN_OR_RETURN(FileAttrs opened, AttrsOf(replies[0], "fstat"));
+  OBJFS_ASSIGN_OR_RETURN(FileAttrs named, AttrsOf(replies[1], "stat " + std::string(path)));
+  return OpenedAndNamed{opened, named};
 }
 
 Status SftpWire::Close(const Handle& handle) {

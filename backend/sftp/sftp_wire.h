@@ -81,16 +81,16 @@ class SftpWire {
   };
 
   Result<Handle> OpenFile(std::string_view path, uint32_t flags, uint32_t permissions);
-  // OPEN `path` (which follows a link) and LSTAT it (which does not), in one round trip: the
-  // handle, and what the name itself was just after it was opened. If the LSTAT fails, the
-  // handle is closed.
-  struct OpenedByName {
-    Handle handle;
-    FileAttrs named;
-  };
-  Result<OpenedByName> OpenAndLStat(std::string_view path, uint32_t flags);
   Status Close(const Handle& handle);
   Result<FileAttrs> Fstat(const Handle& handle);
+  // FSTAT of `handle` and LSTAT of `path` (which does not follow a link) in one round trip,
+  // which the server answers one right after the other: what the handle opened by `path` is,
+  // and what the name itself is now.
+  struct OpenedAndNamed {
+    FileAttrs opened;
+    FileAttrs named;
+  };
+  Result<OpenedAndNamed> FstatAndLStat(const Handle& handle, std::string_view path);
   // Reads up to buf.size() bytes at `offset` with up to `in_flight` READ requests of at most
   // `chunk` bytes outstanding. Each reply's data is read from the channel straight into `buf`,
   // with no copy in between. Returns the bytes read, fewer only at the end of the file;
