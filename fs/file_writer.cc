@@ -534,9 +534,12 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   // A whole put needs every byte here: what a sparse file still lacks is fetched first (a
   // failure is the upload's, below).
   Result<ObjectInfo> result = ObjectInfo{};
+  bool base_changed = false;
   if (streamed) {
     result = std::move(*streamed);
-  } else if (Status fetched = FetchStaged(inode, key, 0, inode.staged->size()); fetched.ok()) {
+  } else if (Status fetched =
+                 FillFromBase(*inode.staged, &inode, key, 0, inode.staged->size(), &base_changed);
+             fetched.ok()) {
     result = store_->put(key, inode.staged->Source(), put);
   } else if (fetched.code() == StatusCode::kNoSpace && inode.staged->has_base()) {
     // No room in cache_dir for what the file lacks: read from the server as it goes up, or
@@ -544,6 +547,10 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     Log(LogLevel::kWarn, "uploading " + key + " with the bytes it lacks read from " +
                              inode.staged->base_key() + " as they are sent: " + fetched.message());
     result = store_->put(key, BaseFilledSource(store_, *inode.staged, options_.read_buffer), put);
+  } else if (base_changed) {
+    meta_cache_->Invalidate(key);
+    LoseBase(inode, key);
+    return UnfinishedError(inode, key);  // no retry can upload it: set aside by the caller's end
   } else {
     result = fetched;
   }
@@ -757,13 +764,36 @@ void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_
   entry.ranges.Add(offset, length);
 }
 
+void FileWriter::LoseBase(Inode& inode, const std::string& key) {
+  if (!inode.staged || !inode.unsaved()) return;
+  const std::vector<ExtentSet::Range> gone = inode.staged->MissingBase(0, inode.staged->size());
+  if (gone.empty()) return;
+  Inode::Unwritten& entry = inode.unwritten[kLostBase];
+  for (const ExtentSet::Range& range : gone) entry.ranges.Add(range.start, range.end - range.start);
+  if (entry.serial == 0) {
+    entry.failure =
+        IoError(inode.staged->base_key() + " changed or was removed on the server since " + key +
+                " was opened for writing, and the bytes of it that were neither "
+                "written nor read here went with it (another client's version stays)");
+    entry.serial = ++inode.write_failures;
+  }
+}
+
 Status FileWriter::UnfinishedError(const Inode& inode, const std::string& key) const {
   // The first failure of those still missing: another writer's may have been mended since.
   const Inode::Unwritten* first = nullptr;
+  bool lost_base = false;
   for (const auto& [fh, entry] : inode.unwritten) {
-    if (first == nullptr || entry.serial < first->serial) first = &entry;
+    if (first == nullptr || entry.serial < first->serial) {
+      first = &entry;
+      lost_base = fh == kLostBase;
+    }
   }
   const Status failure = first != nullptr ? first->failure : IoError("no write failed");
+  if (lost_base) {
+    return Status(failure.code(), key + " is not uploaded: " + failure.message(),
+                  failure.server_code());
+  }
   return Status(failure.code(),
                 key + " is not uploaded: a write to it failed (" + failure.message() +
                     ") and no later write put those bytes there",
@@ -1130,6 +1160,8 @@ Status FileWriter::Close(uint64_t ino, Inode& inode) {
   if (writeback()) return DeferUpload(ino, inode);
   auto key = KeyOf(ino);
   Status status = key.ok() ? Upload(inode, *key) : key.status();
+  // Its base is gone (LoseBase): set aside now, by the caller (Filesystem::Release).
+  if (Unfinished(inode)) return status;
   // close(2) reported the failure; the data stays staged and is tried again in the background
   // (and at unmount at the latest).
   if (!status.ok()) RetryLater(ino, status);
@@ -1356,6 +1388,13 @@ Status FileWriter::UploadDueFile(uint64_t ino) {
       if (inode->open_handles.load() > 0) return Status::Ok();
       auto key = KeyOf(ino);
       status = key.ok() ? Upload(*inode, *key) : key.status();
+      if (key.ok() && Unfinished(*inode)) {
+        // Its base is gone (LoseBase): no retry can upload it. Set aside (logged), and the file
+        // is what the store has, or the version a close accepted before, due again.
+        (void)SetAsideUnfinished(ino, *inode, *key);
+        status = Status::Ok();
+        if (inode->unsaved()) queue_->RetryLater(ino);
+      }
     } else if (inode->pending_metadata) {
       auto key = KeyOf(ino);
       status = key.ok() ? ApplyHeldMetadata(*inode, *key) : key.status();

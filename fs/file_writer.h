@@ -169,9 +169,19 @@ class FileWriter {
   // upload.)
   void WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_t length,
                    const Status& failure) REQUIRES(inode.mu);
+  // The unwritten entry (Inode::unwritten) of the stored file's bytes a staged file never held
+  // when the version it was opened from changed or went on the server (LoseBase).
+  static constexpr uint64_t kLostBase = UINT64_MAX;
+  // The upload of a sparse staged file found its base (the stored version it was opened from)
+  // changed or removed: the bytes it never fetched exist nowhere now, and no retry can upload
+  // it. It becomes Unfinished, with the writes that would complete it as its only mend: its last
+  // writer's release, or the background upload, sets it aside (SetAsideUnfinished) and the file
+  // is what the store has, rather than failing its reads and retrying in vain until unmount.
+  void LoseBase(Inode& inode, const std::string& key) REQUIRES(inode.mu);
   // A write through `fh` succeeded: what failed before through it no longer counts.
   static void CarriedOn(Inode& inode, uint64_t fh) REQUIRES(inode.mu) { inode.unwritten.erase(fh); }
-  // The unsaved data lacks bytes a writer's failed write meant to put there (WriteFailed).
+  // The unsaved data lacks bytes a writer's failed write meant to put there (WriteFailed), or
+  // the stored file's bytes that are gone (LoseBase).
   static bool Unfinished(const Inode& inode) REQUIRES(inode.mu) {
     return inode.unsaved() && !inode.unwritten.empty();
   }
@@ -179,7 +189,8 @@ class FileWriter {
     MutexLock lock(&inode.mu);
     return Unfinished(inode);
   }
-  // What a close or fsync of an Unfinished file says: the first write's failure, named.
+  // What a close or fsync of an Unfinished file says: the first write's failure (or the lost
+  // base), named.
   Status UnfinishedError(const Inode& inode, const std::string& key) const REQUIRES(inode.mu);
   // The last writer of an Unfinished file is done: its data is set aside in
   // cache_dir/unfinished/ (logged with its path, never uploaded; dropped when it holds nothing a

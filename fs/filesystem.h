@@ -577,8 +577,9 @@ class Filesystem {
   // filesystem_io.cc
   // What close(2) or fsync(2) (`call`) returns for the failure `failed` of an upload or a held
   // metadata change: EIO whatever the server said (ENOSPC for a full disk or quota), since
-  // errno cannot carry the reason; the reason goes to the log.
-  Status ReportedAtClose(std::string_view call, uint64_t ino, Status failed);
+  // errno cannot carry the reason; the reason goes to the log. `kept`: the data stays for a
+  // retry; otherwise it is unfinished (FileWriter::LoseBase), set aside at the last release.
+  Status ReportedAtClose(std::string_view call, uint64_t ino, Status failed, bool kept = true);
   void Log(LogLevel level, const std::string& message) const;
   // Rename of a file whose data is pending upload: the staged file takes the new name.
   // nullopt when the file is not (or no longer) pending: the caller renames it in the store.

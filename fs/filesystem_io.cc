@@ -364,12 +364,14 @@ Result<size_t> Filesystem::WriteLocked(const Handle& handle, Inode& inode, uint6
   return data.size();
 }
 
-Status Filesystem::ReportedAtClose(std::string_view call, uint64_t ino, Status failed) {
+Status Filesystem::ReportedAtClose(std::string_view call, uint64_t ino, Status failed, bool kept) {
   if (failed.ok()) return failed;
   Result<std::string> key = KeyOf(ino);
-  Log(LogLevel::kError, std::string(call) + " of " +
-                            (key.ok() ? *key : "inode " + std::to_string(ino)) +
-                            " failed: " + failed.ToString() + "; kept for a retry");
+  Log(LogLevel::kError,
+      std::string(call) + " of " + (key.ok() ? *key : "inode " + std::to_string(ino)) +
+          " failed: " + failed.ToString() +
+          (kept ? "; kept for a retry"
+                : "; the release of its last writer sets it aside in cache_dir/unfinished/"));
   if (failed.code() == StatusCode::kNoSpace || failed.code() == StatusCode::kIoError) {
     return failed;
   }
@@ -404,12 +406,14 @@ Status Filesystem::Flush(uint64_t fh) {
     MutexLock lock(&inode.mu);
     if (!inode.unsaved()) return Status::Ok();
     // (Without a crash record, on a full cache disk, this uploads at once.)
-    return ReportedAtClose("close", handle->ino, writer_->DeferUpload(handle->ino, inode));
+    Status deferred = writer_->DeferUpload(handle->ino, inode);
+    return ReportedAtClose("close", handle->ino, deferred, !FileWriter::Unfinished(inode));
   }
   // close(2) uploads unsaved data; a pending metadata change keeps waiting (fsync applies it).
-  return ReportedAtClose("close", handle->ino,
-                         writer_->Flush(handle->ino, handle->inode, /*with_metadata=*/false,
-                                        /*accept=*/IsWritable(handle->flags)));
+  Status flushed = writer_->Flush(handle->ino, handle->inode, /*with_metadata=*/false,
+                                  /*accept=*/IsWritable(handle->flags));
+  return ReportedAtClose("close", handle->ino, flushed,
+                         flushed.ok() || !FileWriter::IsUnfinished(*handle->inode));
 }
 
 Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) {
@@ -423,9 +427,10 @@ Status Filesystem::Fsync(uint64_t fh, bool /*datasync*/) {
       return writer_->UnfinishedError(inode, key);
     }
   }
-  return ReportedAtClose("fsync", handle->ino,
-                         writer_->Flush(handle->ino, handle->inode, /*with_metadata=*/true,
-                                        /*accept=*/true));
+  Status flushed = writer_->Flush(handle->ino, handle->inode, /*with_metadata=*/true,
+                                  /*accept=*/true);
+  return ReportedAtClose("fsync", handle->ino, flushed,
+                         flushed.ok() || !FileWriter::IsUnfinished(*handle->inode));
 }
 
 Status Filesystem::CloseUnfinished(uint64_t ino, Inode& inode) {
@@ -469,23 +474,30 @@ Status Filesystem::Release(uint64_t fh) {
       // A reader's release: the writer's close or the queued upload decides (see Flush). A
       // clean copy kept only for open handles goes with the last of them.
       if (remaining == 0 && !inode.unsaved()) writer_->DropStaging(inode);
-    } else if (FileWriter::Unfinished(inode) && writers == 0) {
-      changed = inode.attr;
-      status = CloseUnfinished(handle->ino, inode);
-      if (inode.unsaved()) {
-        (void)writer_->Close(handle->ino, inode);  // the version closed before: as it was
-      } else {
-        if (remaining == 0) writer_->DropStaging(inode);
-        // A chmod or chown made while the writer wrote went with its data, set aside now: the
-        // stored file, the file again, gets it (below, as any such change of it).
-        if (inode.in_store && !inode.removed()) reapply = inode.set_while_written;
+    } else {
+      if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
+        // Uploaded, deferred or kept for a retry; or unfinished now, its base gone (below).
+        status = writer_->Close(handle->ino, inode);
+      } else if (!inode.unsaved() && remaining == 0) {
+        writer_->DropStaging(inode);
       }
-      inode.set_while_written = 0;
-      changes = inode.metadata_changes;
-    } else if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
-      status = writer_->Close(handle->ino, inode);
-    } else if (remaining == 0) {
-      writer_->DropStaging(inode);
+      if (FileWriter::Unfinished(inode) && writers == 0) {
+        // Left unfinished by a failed write, or by the close above.
+        changed = inode.attr;
+        status = CloseUnfinished(handle->ino, inode);
+        if (inode.unsaved()) {
+          // The version closed before, as it was (and set aside too should its base be gone).
+          (void)writer_->Close(handle->ino, inode);
+          if (FileWriter::Unfinished(inode)) (void)CloseUnfinished(handle->ino, inode);
+        } else {
+          if (remaining == 0) writer_->DropStaging(inode);
+          // A chmod or chown made while the writer wrote went with its data, set aside now: the
+          // stored file, the file again, gets it (below, as any such change of it).
+          if (inode.in_store && !inode.removed()) reapply = inode.set_while_written;
+        }
+        inode.set_while_written = 0;
+        changes = inode.metadata_changes;
+      }
     }
   }
   if (reapply != 0) {

@@ -68,7 +68,9 @@ struct Inode {
   // By handle, the ranges of unsaved data that a write(2) through it failed to put in `staged`
   // (a full cache disk, a size past the store's largest object) and no later write put there
   // (no entry is empty), with the first of those failures: while any is left the file is not
-  // what its writers meant it to be, and is never uploaded (FileWriter::WriteFailed).
+  // what its writers meant it to be, and is never uploaded (FileWriter::WriteFailed). Under
+  // FileWriter::kLostBase, the stored file's bytes the staged file never held, gone from the
+  // server with the version it was opened from (FileWriter::LoseBase).
   struct Unwritten {
     ExtentSet ranges;
     Status failure;

@@ -1004,6 +1004,41 @@ TEST_P(MountSuiteTest, AKilledMountUploadsAnAcceptedSparseFileAtTheNextMount) {
   EXPECT_EQ(Digest(ReadFile(fresh->path() + "/f")), Digest(expected));
 }
 
+// Another client replaces a file while this mount appends to it: the old version's bytes the
+// append never fetched are gone, so the close fails with EIO and the append is set aside in
+// cache_dir/unfinished/ at once. The file then reads as the other client's, a new append goes
+// on its end, and the unmount has nothing left to retry.
+TEST_P(MountSuiteTest, AnAppendWhoseFileAnotherClientReplacedIsSetAsideAtItsClose) {
+  if (!can().server_access) GTEST_SKIP() << "needs a second client on the server";
+  const std::string data = PseudoRandomBytes(8 << 20, 26);
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "log", data));
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("read_buffer=1M");
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/log";
+  const std::string mine = "a line of mine\n";
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, mine.data(), mine.size()), static_cast<ssize_t>(mine.size()));
+  ASSERT_TRUE(remote().Write("log", "theirs\n").ok());
+  EXPECT_EQ(::close(fd), -1);
+  EXPECT_EQ(errno, EIO);
+  EXPECT_EQ(*remote().Read("log"), "theirs\n");
+  // (By the release, which the kernel sends after close(2) returns.)
+  const std::string kept = mount->cache_dir() + "/unfinished/log";
+  ASSERT_TRUE(WaitFor(30, [&] { return fs::exists(kept); })) << mount->log();
+  const std::string aside = ReadLocal(kept);
+  ASSERT_EQ(aside.size(), data.size() + mine.size()) << mount->log();
+  EXPECT_EQ(aside.substr(data.size()), mine);
+  EXPECT_EQ(ReadFile(path), "theirs\n");
+  CommandResult again = RunCommand({"sh", "-c", "echo again >> \"$0\"", path});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(*remote().Read("log"), "theirs\nagain\n");
+  EXPECT_EQ(StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "writeback_failures"), 0)
+      << "an upload that cannot succeed was retried";
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(*remote().Read("log"), "theirs\nagain\n");
+}
+
 TEST_P(MountSuiteTest, AppendOverwriteAndTruncateMatchALocalModel) {
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());

@@ -806,6 +806,42 @@ TEST_F(FilesystemTest, AnEditStartsFromTheServersVersionNotACachedOne) {
   EXPECT_EQ(memory_->contents("log"), "one\ntwo\nthree\n");
 }
 
+// Another client replaced a file while this mount appended to it: the bytes of the old version
+// the append never fetched exist nowhere now. The close fails (EIO) and the release sets the
+// append aside in cache_dir/unfinished/ at once, rather than retrying a hopeless upload every
+// 10 s and failing the file's reads until unmount: it reads as the other client's file, and a
+// later append goes on the end of that.
+TEST_F(FilesystemTest, AnEditWhoseStoredFileChangedIsSetAsideNotRetried) {
+  const std::string old_bytes(256 << 10, 'o');  // several read_buffer blocks, never fetched
+  PutObject("log", old_bytes);
+  const uint64_t ino = LookupIno(kRootIno, "log");
+  auto fh = fs_->Open(ino, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, old_bytes.size(), Bytes("mine\n")).ok());
+  ASSERT_TRUE(memory_->put("log", MemorySource("theirs\n"), PutOptions{}).ok());
+  const Status closed = fs_->Flush(*fh);
+  EXPECT_EQ(ErrnoFromStatus(closed), EIO) << closed.ToString();
+  EXPECT_NE(closed.message().find("log is not uploaded: log changed or was removed on the server"),
+            std::string::npos)
+      << closed.ToString();
+  EXPECT_EQ(ErrnoFromStatus(fs_->Release(*fh)), EIO);
+  EXPECT_EQ(memory_->contents("log"), "theirs\n");
+  EXPECT_EQ(fs_->pending_uploads(), 0u);  // nothing is retried in vain
+  std::map<std::string, std::string> aside = SetAside(options_.cache_dir);
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_EQ(aside["log"].size(), old_bytes.size() + 5);
+  EXPECT_EQ(aside["log"].substr(old_bytes.size()), "mine\n");
+  EXPECT_EQ(metrics_.unfinished_set_aside.load(), 1u);
+  EXPECT_EQ(fs_->GetAttr(ino)->attr.size, 7u);
+  EXPECT_EQ(ReadFile(*fs_, ino), "theirs\n");
+  auto again = fs_->Open(ino, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(fs_->Write(*again, 7, Bytes("mine again\n")).ok());
+  const Status released = fs_->Release(*again);
+  EXPECT_TRUE(released.ok()) << released.ToString();
+  EXPECT_EQ(memory_->contents("log"), "theirs\nmine again\n");
+}
+
 // A file another client replaced while this mount cached its version: the read of an open
 // made in that window fails (ESTALE), and the next open reads the new version at once, rather
 // than fail the same way until the attributes expire.
@@ -1669,6 +1705,28 @@ TEST_F(WritebackTest, ARenameBeforeTheUploadKeepsTheBytesOfTheRemovedObject) {
   std::string expected = stored;
   expected.replace(100, 7, "changed");
   EXPECT_TRUE(memory_->contents("b") == expected);
+}
+
+// An edit closed into the window whose stored file another client replaced before its upload:
+// the upload sets it aside once, rather than retrying every 10 s until unmount.
+TEST_F(WritebackTest, AnEditWhoseStoredFileChangedIsSetAsideByItsUpload) {
+  const std::string stored(200 << 10, 's');  // more than one read_buffer
+  PutObject("a", stored);
+  const uint64_t ino = LookupIno(kRootIno, "a");
+  auto fh = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 100, Bytes("changed")).ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(memory_->put("a", MemorySource("theirs"), PutOptions{}).ok());
+  clock_->Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(fs_->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("a"), "theirs");
+  EXPECT_EQ(fs_->pending_uploads(), 0u);
+  std::map<std::string, std::string> aside = SetAside(options_.cache_dir);
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_EQ(aside["a"].substr(100, 7), "changed");
+  EXPECT_EQ(ReadFile(*fs_, ino), "theirs");
 }
 
 TEST_F(WritebackTest, RsyncPatternCostsOnePutOfTheFinalName) {
