@@ -160,6 +160,11 @@ struct PutOptions {
   // (S3; others ignore both). Unset with replaces_object: S3 asks the server for it first.
   std::optional<AtRestEncryption> keep_encryption;
   bool replaces_object = false;  // the key held an object when the file was opened
+  // The permission bits (07777) of the file this one replaces as its writer last knew them. A
+  // store whose files carry enforced permissions (SFTP) keeps a chmod another client made since,
+  // when this put's own mode is still that one: a `chmod 600` made during a rewrite stays,
+  // rather than the rewrite widening it back. Unset: the put's mode, as given.
+  std::optional<uint32_t> replaced_permissions;
 };
 
 struct CopyOptions {

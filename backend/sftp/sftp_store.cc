@@ -909,7 +909,9 @@ Result<ObjectInfo> SftpStore::ApplyAttributes(SftpConnection& c, std::string_vie
 
 Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Handle& handle,
                                            std::string_view key, const std::string& path,
-                                           const Metadata& metadata, uint64_t size) {
+                                           const Metadata& metadata, uint64_t size,
+                                           const std::string& replacing,
+                                           std::optional<uint32_t> replaced_permissions) {
   SftpWire& wire = c.wire();
   bool attributes_refused = false;
   // The fsync may take the server long for a large file, with nothing to say meanwhile.
@@ -917,13 +919,38 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
                                              ServerWorkSilence(options_.request_timeout, size));
   SftpWire::NewAttrs attrs = NewAttrsOf(metadata);
   KeepOwner(metadata, &attrs);
+  // The file it replaces as it is now, asked last (after the fsync): the name's mode as late as
+  // this round trip can see it.
+  const bool ask_replaced = replaced_permissions && attrs.permissions &&
+                            *attrs.permissions == (*replaced_permissions & 07777) &&
+                            !replacing.empty();
+  Result<SftpWire::FileAttrs> replaced = NotFoundError("not asked");
   Result<SftpWire::FileAttrs> finished =
-      wire.Finish(handle, attrs, wire.HasExtension("fsync@openssh.com", "1"), &attributes_refused);
+      wire.Finish(handle, attrs, wire.HasExtension("fsync@openssh.com", "1"), &attributes_refused,
+                  ask_replaced ? replacing : std::string_view(), &replaced);
   Result<ObjectInfo> info =
       finished.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*finished)))
                     : Result<ObjectInfo>(finished.status());
-  // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
-  if (attributes_refused) {
+  // Another client changed the mode of the file this one replaces since its writer opened it,
+  // and this put keeps the mode it had then: theirs stands, as it would on a file written in
+  // place (a chmod 600 during a rewrite must not be widened back). A change of the owner needs
+  // root on the server, and is not looked at.
+  if (info.ok() && replaced.ok() && (replaced->flags & SSH_FILEXFER_ATTR_PERMISSIONS) != 0 &&
+      !ShownNotRegular(replaced->flags, replaced->permissions) &&
+      (replaced->permissions & 07777) != *attrs.permissions) {
+    Metadata theirs = metadata;
+    theirs["mode"] = std::to_string(S_IFREG | (replaced->permissions & 07777));
+    if (attributes_refused) {
+      info = ApplyAttributes(c, key, path, theirs);
+    } else {
+      attrs.owner.reset();  // the FSETSTAT set it
+      attrs.permissions = replaced->permissions & 07777;
+      Result<SftpWire::FileAttrs> again = wire.SetStat(path, attrs);
+      info = again.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*again)))
+                        : Result<ObjectInfo>(again.status());
+    }
+  } else if (attributes_refused) {
+    // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
     info = ApplyAttributes(c, key, path, metadata);
   } else if (info.ok() && KeepsSetIdBits(attrs)) {
     // The owner's chown cleared them: the mode once more.
@@ -1086,7 +1113,8 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
     cleanup();
     return status.WithContext("put " + std::string(key));
   }
-  Result<ObjectInfo> staged_info = FinishStaged(c, *handle, key, staged, options.metadata, size);
+  Result<ObjectInfo> staged_info = FinishStaged(c, *handle, key, staged, options.metadata, size,
+                                                paths.data, options.replaced_permissions);
   if (!staged_info.ok()) {
     cleanup();
     return staged_info.status().WithContext("put " + std::string(key));
@@ -1341,8 +1369,9 @@ class SftpStore::Session : public Upload {
           return cut;
         }
       }
-      OBJFS_ASSIGN_OR_RETURN(ObjectInfo staged, store_->FinishStaged(c, handle, key_, staged_,
-                                                                     options.metadata, size));
+      OBJFS_ASSIGN_OR_RETURN(ObjectInfo staged,
+                             store_->FinishStaged(c, handle, key_, staged_, options.metadata, size,
+                                                  paths_.data, options.replaced_permissions));
       OBJFS_RETURN_IF_ERROR(store_->Commit(c, key_, paths_, staged_, options));
       return staged;
     });

@@ -405,8 +405,10 @@ Result<std::vector<SftpWire::Reply>> SftpWire::CallPipelined(
 }
 
 Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttrs& attrs, bool sync,
-                                             bool* attributes_refused) {
+                                             bool* attributes_refused, std::string_view lstat_path,
+                                             Result<FileAttrs>* named) {
   *attributes_refused = false;
+  const bool lstat = named != nullptr && !lstat_path.empty();
   std::vector<std::pair<uint8_t, std::string>> requests;
   requests.emplace_back(kFxpFsetstat, StringBody(handle));
   PutNewAttrs(requests.back().second, attrs);
@@ -416,12 +418,14 @@ Result<SftpWire::FileAttrs> SftpWire::Finish(const Handle& handle, const NewAttr
   }
   requests.emplace_back(kFxpFstat, StringBody(handle));
   requests.emplace_back(kFxpClose, StringBody(handle));
+  if (lstat) requests.emplace_back(kFxpLstat, StringBody(lstat_path));
   OBJFS_ASSIGN_OR_RETURN(std::vector<Reply> replies, CallPipelined(requests));
   size_t i = 0;
   Status set = StatusOf(replies[i++], "set attributes");
   Status synced = sync ? StatusOf(replies[i++], "fsync") : Status::Ok();
   Result<FileAttrs> got = AttrsOf(replies[i++], "fstat");
   Status closed = StatusOf(replies[i++], "close");
+  if (lstat) *named = AttrsOf(replies[i++], "stat " + std::string(lstat_path));
   // Only FSETSTAT failed (a server that refuses it): the file is complete and closed.
   *attributes_refused = !set.ok() && synced.ok() && got.ok() && closed.ok();
   if (!set.ok()) return set;

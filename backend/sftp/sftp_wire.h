@@ -108,9 +108,11 @@ class SftpWire {
   // (when `sync`), FSTAT and CLOSE, all in flight at once. The server runs them in order, so the
   // FSTAT shows what it made of the attributes. Returns that, or the first failure; the handle
   // is closed either way. `attributes_refused`: only the FSETSTAT failed (some servers refuse it
-  // and take a SETSTAT of the path instead); the file is complete and closed.
+  // and take a SETSTAT of the path instead); the file is complete and closed. With `lstat_path`,
+  // an LSTAT of it goes last in the same round trip, its answer in `*named`.
   Result<FileAttrs> Finish(const Handle& handle, const NewAttrs& attrs, bool sync,
-                           bool* attributes_refused);
+                           bool* attributes_refused, std::string_view lstat_path = {},
+                           Result<FileAttrs>* named = nullptr);
   // FSETSTAT `attrs` on the file open as `handle` and FSTAT it, in one round trip.
   Result<FileAttrs> SetAttrs(const Handle& handle, const NewAttrs& attrs);
   // SETSTAT `attrs` on `path` and STAT it, in one round trip (both follow links).

@@ -459,6 +459,48 @@ TEST_F(SftpStoreTest, TimesSftpCannotHoldAreClampedNotReplacedByNow) {
   EXPECT_EQ(st.st_mtime, 4294967295);
 }
 
+// A file rewritten (a put or an upload over it) while another client made it chmod 600: the
+// new file keeps 600 where the put's own mode is the one its writer saw (0644), rather than
+// widen it back. A mode the put changes itself (0640) is the put's.
+TEST_F(SftpStoreTest, ARewriteKeepsAChmodAnotherClientMadeMeanwhile) {
+  const fs::path path = fs::path(root_) / "secret";
+  auto mode_of = [&] {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return st.st_mode & 07777;
+  };
+  const Metadata as_seen{{"mode", std::to_string(S_IFREG | 0644)}, {"mtime", "1000000000"}};
+  for (const bool streamed : {false, true}) {
+    SCOPED_TRACE(streamed ? "upload" : "put");
+    ASSERT_TRUE(Put("secret", "first").ok());
+    ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+    ASSERT_EQ(::chmod(path.c_str(), 0600), 0);  // another client, during the rewrite
+    PutOptions o;
+    o.metadata = as_seen;
+    o.replaced_permissions = 0644;
+    MemorySource bytes(std::string_view("second"));
+    Result<ObjectInfo> done = InternalError("not run");
+    if (streamed) {
+      Result<std::unique_ptr<Upload>> upload = store_->start_upload("secret", UploadOptions{});
+      ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+      ASSERT_TRUE((*upload)->write(0, bytes, 0, bytes.size()).ok());
+      done = (*upload)->complete(bytes.size(), o);
+    } else {
+      done = store_->put("secret", bytes, o);
+    }
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(ReadLocalFile(path), "second");
+    EXPECT_EQ(mode_of(), 0600u);
+    ASSERT_EQ(done->metadata.count("mode"), 1u);
+    EXPECT_EQ(std::stoul(done->metadata.at("mode")) & 07777, 0600u);
+    // The writer's own chmod wins.
+    o.metadata["mode"] = std::to_string(S_IFREG | 0640);
+    MemorySource third(std::string_view("third"));
+    ASSERT_TRUE(store_->put("secret", third, o).ok());
+    EXPECT_EQ(mode_of(), 0640u);
+  }
+}
+
 // chmod, chown and touch of a file go to the server by name. SETSTAT follows a link: one that
 // another account put in the file's place after objfs looked (where it may write the
 // directory; here, the caller's check is skipped, as for a file it wrote moments ago) gave its
