@@ -153,6 +153,11 @@ void KeepStoredEncryption(const Inode& inode, UploadOrPutOptions& options) REQUI
   options.keep_encryption = inode.stored_encryption;
 }
 
+// A put of `inode` keeps a chmod another client made of the file it replaces (SFTP).
+void KeepOthersChmod(const Inode& inode, PutOptions& put) REQUIRES(inode.mu) {
+  if (inode.in_store) put.replaced_permissions = inode.stored_permissions;
+}
+
 }  // namespace
 
 Status SetStoredEncryption(Inode& inode, const std::optional<AtRestEncryption>& encryption) {
@@ -267,6 +272,7 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   inode.base.reset();
   if (!empty && rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
+  inode.stored_permissions = rec.mode & 07777;
   // (No record yet: the first write makes it.)
   (void)SetStoredEncryption(inode, rec.encryption);
   if (!inode.removed()) inode.state = Inode::FileState::kCached;
@@ -531,6 +537,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   PutOptions put;
   put.metadata = metadata;
   KeepStoredEncryption(inode, put);
+  KeepOthersChmod(inode, put);
   // A whole put needs every byte here: what a sparse file still lacks is fetched first (a
   // failure is the upload's, below).
   Result<ObjectInfo> result = ObjectInfo{};
@@ -575,6 +582,16 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     return result.status().WithContext("uploading " + key);
   }
   if (inode.unsaved()) inode.state = Inode::FileState::kCached;
+  // The server kept a chmod another client made since this mode was read (KeepOthersChmod):
+  // the file shows the mode it has.
+  if (const std::optional<uint32_t> kept = ParsePosixMetadata(result->metadata).mode;
+      kept && inode.in_store && inode.stored_permissions &&
+      (inode.attr.mode & 07777) == *inode.stored_permissions &&
+      (*kept & 07777) != *inode.stored_permissions) {
+    inode.attr.mode = (inode.attr.mode & S_IFMT) | (*kept & 07777);
+    metadata[kModeMetadata] = std::to_string(inode.attr.mode);
+  }
+  inode.stored_permissions = inode.attr.mode & 07777;
   inode.in_store = true;
   // The records go with the upload just done; a write after it records the new version's.
   (void)SetStoredEncryption(inode, result->encryption);
@@ -1013,6 +1030,7 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
   if (failed.ok()) {
     PutOptions put;
     put.metadata = metadata;
+    KeepOthersChmod(inode, put);
     // No if_match: the base is the key's own object and the last writer wins; a base changed
     // meanwhile fails its copies (PreconditionFailed), and then the whole file goes up.
     Result<ObjectInfo> done = upload.complete(size, put);
@@ -1084,6 +1102,7 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
   }
   PutOptions put;
   put.metadata = *metadata;
+  KeepOthersChmod(inode, put);
   bool without_mtime = false;
   if (caps_.attributes_by_copy) {
     // Only the writes' mtime changed since the start: the object's Last-Modified stands for it,

@@ -202,6 +202,39 @@ TEST(MountSftpPosixTest, AFileRewrittenThroughTheMountKeepsItsOwner) {
   EXPECT_EQ(StatOf(dir.path + "/given").st_gid, 5432u);
 }
 
+// Another client makes a file private (chmod 600) while a program rewrites it through the mount
+// (cp, an editor's save, `>`): the rewrite goes in with 600, as a file written in place would,
+// not with the 644 it was opened at, which would open it to everyone again. Whole or streamed,
+// and the mount shows the mode the server has. A chmod made through the mount is the mount's.
+TEST(MountSftpPosixTest, ARewriteKeepsAChmodAnotherClientMadeMeanwhile) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  for (const char* name : {"small", "large", "mine"}) {
+    WriteFile(dir.path + "/" + name, "old");
+    ASSERT_EQ(::chmod((dir.path + "/" + name).c_str(), 0644), 0) << std::strerror(errno);
+  }
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=0"));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  const std::string large = PseudoRandomBytes(20 << 20, 4);  // streamed in parts
+  for (const char* name : {"small", "large", "mine"}) {
+    SCOPED_TRACE(name);
+    const std::string data = std::string(name) == "large" ? large : "rewritten";
+    const int fd = ::open((m + "/" + name).c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+    if (std::string(name) == "mine") {
+      ASSERT_EQ(::fchmod(fd, 0640), 0) << std::strerror(errno);
+    }
+    ASSERT_EQ(::chmod((dir.path + "/" + name).c_str(), 0600), 0);  // on the server
+    ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+    EXPECT_EQ(ReadFile(dir.path + "/" + name), data);
+    const uint32_t want = std::string(name) == "mine" ? 0640 : 0600;
+    EXPECT_EQ(StatOf(dir.path + "/" + name).st_mode & 07777, want);
+    EXPECT_EQ(StatOf(m + "/" + name).st_mode & 07777, want);
+  }
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 // A shared mount (allow_other): what a user makes belongs to that user on the server too, as
 // on a local disk (the account logged in, root here, may chown), and that user may then chmod
 // and truncate it. Each command runs as uid 1234, gid 2345 (setpriv).
