@@ -1502,9 +1502,19 @@ Status FileWriter::RecoverStaged() {
     std::string sparse;
     if (!left.base_key.empty()) {
       // Only some ranges hold its bytes; the rest was never fetched from the object it was
-      // staged from and is a hole (zeros) in the file set aside. The file system knows which
-      // (the record of a file still being written predates its last writes).
-      sparse = " (staged sparse from " + left.base_key + ": only" + DataRanges(*kept) +
+      // staged from and is a hole (zeros) in the file set aside. An accepted record names them
+      // to the byte; that of a file still being written predates its last writes, and the file
+      // system knows them only to its blocks.
+      std::string ranges;
+      if (left.state == StagedUploadRecord::State::kAccepted) {
+        for (const ExtentSet::Range& r : left.present.Ranges()) {
+          ranges += " [" + std::to_string(r.start) + ", " + std::to_string(r.end) + ")";
+        }
+        if (ranges.empty()) ranges = " (no ranges)";
+      } else {
+        ranges = DataRanges(*kept) + " (to the file system's blocks)";
+      }
+      sparse = " (staged sparse from " + left.base_key + ": only" + ranges +
                " hold written or fetched bytes, the rest is a hole)";
     }
     Log(LogLevel::kWarn, left.key + why + ": not uploaded; its " + std::to_string(bytes) +

@@ -1729,6 +1729,32 @@ TEST_F(WritebackTest, AnEditWhoseStoredFileChangedIsSetAsideByItsUpload) {
   EXPECT_EQ(ReadFile(*fs_, ino), "theirs");
 }
 
+// An append accepted into the window, then a crash, and another client replaced the file before
+// the next mount: the append cannot be completed and is set aside, and the log names the ranges
+// it holds to the byte (from its record), not as the file system reports them, rounded to its
+// blocks (or, for a file copied whole as here, all of it), which names zeros as written bytes.
+TEST_F(WritebackTest, ASetAsideSparseFileNamesItsRangesToTheByte) {
+  const std::string stored(200 << 10, 's');
+  PutObject("a", stored);
+  auto fh = fs_->Open(LookupIno(kRootIno, "a"), O_WRONLY | O_APPEND);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, stored.size(), Bytes("appended")).ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  const std::string image = CrashImage();
+  ASSERT_TRUE(memory_->put("a", MemorySource("theirs"), PutOptions{}).ok());
+  const std::vector<std::string> log = RecoverImage(image);
+  const auto line = std::find_if(log.begin(), log.end(), [](const std::string& l) {
+    return l.find("cannot be completed") != std::string::npos;
+  });
+  ASSERT_NE(line, log.end()) << ::testing::PrintToString(log);
+  const std::string range =
+      "[" + std::to_string(stored.size()) + ", " + std::to_string(stored.size() + 8) + ")";
+  EXPECT_NE(line->find(": only " + range + " hold written or fetched bytes"), std::string::npos)
+      << *line;
+  EXPECT_EQ(memory_->contents("a"), "theirs");
+}
+
 TEST_F(WritebackTest, RsyncPatternCostsOnePutOfTheFinalName) {
   // rsync: write a temporary file, close it, set its times and mode, rename it into place.
   uint64_t before = Requests();
