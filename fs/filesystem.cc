@@ -195,10 +195,9 @@ Owner Filesystem::NewOwner(const std::optional<Owner>& caller) const {
 }
 
 void Filesystem::ParentChanged(const std::string& key) {
+  if (!store_->capabilities().directory_attributes) return;
   const size_t slash = key.rfind('/');
-  // (The root shows the mount's attributes.)
-  if (slash == std::string::npos || !store_->capabilities().directory_attributes) return;
-  meta_cache_.Invalidate(key.substr(0, slash));
+  meta_cache_.Invalidate(slash == std::string::npos ? std::string() : key.substr(0, slash));
 }
 
 Status Filesystem::CheckWritable() const {

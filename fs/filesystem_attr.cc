@@ -49,7 +49,10 @@ Result<FileAttr> Filesystem::MutateMetadata(
     attr = WithStoredTimes(attr, extra);
     return Status::Ok();
   };
-  if (key.empty()) return UnsupportedError("the root directory's attributes cannot be changed");
+  // The root of a bucket or prefix has no object to keep them; an SFTP directory has its own.
+  if (key.empty() && !store_->capabilities().directory_attributes) {
+    return UnsupportedError("the root directory's attributes cannot be changed");
+  }
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
   if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
   MutexLock lock(&inode->mu);

@@ -16,8 +16,23 @@ std::string DirPrefix(const std::string& key) { return key.empty() ? "" : key + 
 }  // namespace
 
 Result<MetaRecord> KeyResolver::Resolve(const std::string& key) {
-  if (key.empty()) return attrs_->ImplicitDir(root_mtime_ns_);
   MetaCache::Hit hit = meta_cache_->Get(key);
+  if (key.empty()) {
+    if (hit.state == MetaCache::State::kPositive && hit.record.complete) {
+      Bump(metrics_->cache_hits);
+      return hit.record;
+    }
+    if (!store_->capabilities().directory_attributes) return Root();
+    Bump(metrics_->cache_misses);
+    // A mount of a directory that has a mode, an owner and times of its own shows them, as
+    // sshfs does: a 0700 directory does not look open to every local user of a shared mount.
+    Result<ObjectInfo> root = store_->head("/");
+    if (!root.ok()) return Root();  // the defaults rather than no root
+    MetaRecord rec = attrs_->FromInfo(*root, true);
+    rec.complete = true;
+    meta_cache_->Put(key, rec);
+    return rec;
+  }
   if (hit.state == MetaCache::State::kNegative) {
     Bump(metrics_->cache_hits);
     return NotFoundError("no such file: " + key);

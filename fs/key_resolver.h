@@ -35,10 +35,12 @@ class KeyResolver {
   // The record of `key` ("" is the root): a file, symbolic link or directory. NotFound when
   // nothing is there (cached for the negative timeout). A complete fresh cache entry costs
   // nothing, a file one HEAD, a directory a HEAD and a one-key listing (on a store with
-  // directory_attributes, two HEADs: the second of its marker).
+  // directory_attributes, two HEADs: the second of its marker). The root is the mount's defaults
+  // (Root), except on a store with directory_attributes, where it is the server's directory
+  // (its marker "/", cached as any entry), or the defaults while the server does not answer.
   Result<MetaRecord> Resolve(const std::string& key);
 
-  // The root directory's record.
+  // The root directory's record from the mount's defaults.
   MetaRecord Root() const { return attrs_->ImplicitDir(root_mtime_ns_); }
 
  private:

@@ -353,8 +353,14 @@ auto SftpStore::WithRetry(Fn&& fn) -> decltype(fn(std::declval<SftpConnection&>(
 }
 
 Result<SftpStore::KeyPaths> SftpStore::PathsOf(std::string_view key) const {
-  OBJFS_RETURN_IF_ERROR(ValidateKey(key));
   KeyPaths p;
+  if (key == "/") {
+    // The marker of the mount's root: the directory itself (head, set_attributes).
+    p.dir = options_.root;
+    p.data = options_.root;
+    return p;
+  }
+  OBJFS_RETURN_IF_ERROR(ValidateKey(key));
   std::string full = options_.root + "/" + std::string(key);
   if (IsMarker(key)) {
     // The marker "x/" is the directory "x" itself.
@@ -1839,6 +1845,7 @@ Status SftpStore::DirectoryKept(SftpConnection& c, std::string_view key, const s
 }
 
 Status SftpStore::remove(std::string_view key) {
+  if (key == "/") return InvalidKey(key);  // the mount's root is never removed
   OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
   return WithRetry([&](SftpConnection& c) -> Status {
     MutexLock lock(&KeyLock(key));

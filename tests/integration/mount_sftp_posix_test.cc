@@ -51,6 +51,37 @@ bool WaitForMtime(const std::string& path, time_t mtime, double timeout_s = 10) 
   }
 }
 
+// The mount's root is the server's directory, with its own mode, owner and times, as sshfs
+// shows it: a 0711 directory does not look 0755 to the local users of a shared mount. chmod and
+// touch of the root change the directory on the server, and a file made in it moves its mtime.
+TEST(MountSftpPosixTest, TheRootShowsAndSetsTheServersDirectory) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ASSERT_EQ(::chmod(dir.path.c_str(), 0711), 0) << std::strerror(errno);
+  ASSERT_EQ(::chown(dir.path.c_str(), 1234, 2345), 0) << std::strerror(errno);
+  timespec old_times[2] = {};
+  old_times[0].tv_sec = old_times[1].tv_sec = 1000000000;
+  ASSERT_EQ(::utimensat(AT_FDCWD, dir.path.c_str(), old_times, 0), 0) << std::strerror(errno);
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=0"));
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  struct stat st = StatOf(m);
+  EXPECT_EQ(st.st_mode & 07777, 0711u);
+  EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_EQ(st.st_gid, 2345u);
+  EXPECT_EQ(st.st_mtime, 1000000000);
+  ASSERT_EQ(::chmod(m.c_str(), 0750), 0) << std::strerror(errno);
+  CommandResult touched = RunCommand({"touch", "-m", "-d", "@1100000000", m});
+  ASSERT_EQ(touched.exit_code, 0) << touched.err;
+  EXPECT_EQ(StatOf(dir.path).st_mode & 07777, 0750u);
+  EXPECT_EQ(StatOf(dir.path).st_mtime, 1100000000);
+  EXPECT_EQ(StatOf(m).st_mode & 07777, 0750u);
+  EXPECT_EQ(StatOf(m).st_mtime, 1100000000);
+  WriteFile(m + "/new", "new");
+  EXPECT_EQ(StatOf(m).st_mtime, StatOf(dir.path).st_mtime);
+  EXPECT_GT(StatOf(m).st_mtime, 1100000000);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 // A directory keeps its own mode, owner and mtime once the attribute cache has expired, also
 // when it holds files or directories (a directory is one on the server, never a prefix dated by
 // its first entry). Each directory's mtime is moved on the server once the mount has cached
