@@ -531,6 +531,13 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
           same = CheckOpenedIsTheName(both->opened, both->named, what);
           if (same.code() != StatusCode::kPreconditionFailed) break;
         }
+        // The version asked for is not there when the name is no regular file any more (a
+        // directory or a link put in its place): as for a file of other bytes, never a refusal
+        // that a retry might get past.
+        if (versioned && same.code() == StatusCode::kPermissionDenied) {
+          return PreconditionFailedError(same.message() + " (not version " + if_match->value() +
+                                         ")");
+        }
         OBJFS_RETURN_IF_ERROR(same);
         const SftpWire::FileAttrs& a = both->opened;
         // The version of the file this handle reads, whatever is renamed over its name later.

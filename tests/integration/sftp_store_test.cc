@@ -2360,7 +2360,8 @@ TEST_F(SftpStoreTest, ACopyNeverReadsThroughALinkPutInItsSourcesPlace) {
 
 // Another account who may write a file's directory puts a link to a file of the mount's account
 // in its place, with the file's size and mtime: the mount still holds the file's version, and
-// the open follows the link. Nothing of the link's target is read, with a version or without.
+// the open follows the link. Nothing of the link's target is read, with a version or without;
+// a read of the version finds it gone (as for a file of other bytes), one without is refused.
 TEST_F(SftpStoreTest, AReadNeverGoesThroughALinkPutInTheFilesPlace) {
   const std::string secret = scratch_ + "/read-secret";
   std::ofstream(secret) << "the mount's account's own secret";
@@ -2381,7 +2382,7 @@ TEST_F(SftpStoreTest, AReadNeverGoesThroughALinkPutInTheFilesPlace) {
   std::string buf(shown.size(), '\0');
   auto bytes = std::as_writable_bytes(std::span(buf));
   Result<size_t> versioned = store_->read("shared/file", 0, bytes, &named->etag);
-  EXPECT_EQ(versioned.status().code(), StatusCode::kPermissionDenied)
+  EXPECT_EQ(versioned.status().code(), StatusCode::kPreconditionFailed)
       << versioned.status().ToString();
   Result<size_t> unversioned = store_->read("shared/file", 0, bytes, nullptr);
   EXPECT_EQ(unversioned.status().code(), StatusCode::kPermissionDenied)
