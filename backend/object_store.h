@@ -151,6 +151,13 @@ class FileSource : public ByteSource {
   uint64_t size_;
 };
 
+// A file as the writer of the file that replaces it last knew it (PutOptions::replaced).
+struct ReplacedFile {
+  uint32_t permissions = 0;  // 07777
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
 struct PutOptions {
   Metadata metadata;
   std::string content_type;
@@ -160,11 +167,12 @@ struct PutOptions {
   // (S3; others ignore both). Unset with replaces_object: S3 asks the server for it first.
   std::optional<AtRestEncryption> keep_encryption;
   bool replaces_object = false;  // the key held an object when the file was opened
-  // The permission bits (07777) of the file this one replaces as its writer last knew them. A
-  // store whose files carry enforced permissions (SFTP) keeps a chmod another client made since,
-  // when this put's own mode is still that one: a `chmod 600` made during a rewrite stays,
-  // rather than the rewrite widening it back. Unset: the put's mode, as given.
-  std::optional<uint32_t> replaced_permissions;
+  // The file this one replaces as its writer last knew it. A store whose files carry enforced
+  // permissions (SFTP) keeps a chmod another client made since, where the file there is still
+  // that one (its size and mtime) and this put's own mode is still the one it had: a `chmod 600`
+  // made during a rewrite stays, rather than the rewrite widening it back. Unset: the put's
+  // mode, as given.
+  std::optional<ReplacedFile> replaced;
 };
 
 struct CopyOptions {

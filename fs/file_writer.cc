@@ -155,7 +155,7 @@ void KeepStoredEncryption(const Inode& inode, UploadOrPutOptions& options) REQUI
 
 // A put of `inode` keeps a chmod another client made of the file it replaces (SFTP).
 void KeepOthersChmod(const Inode& inode, PutOptions& put) REQUIRES(inode.mu) {
-  if (inode.in_store) put.replaced_permissions = inode.stored_permissions;
+  if (inode.in_store) put.replaced = inode.stored_file;
 }
 
 }  // namespace
@@ -272,7 +272,10 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   inode.base.reset();
   if (!empty && rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
-  inode.stored_permissions = rec.mode & 07777;
+  // (A mode held to be set is this mount's: it wins.)
+  inode.stored_file.reset();
+  if (!inode.pending_metadata)
+    inode.stored_file = ReplacedFile{rec.mode & 07777, rec.size, rec.mtime_ns};
   // (No record yet: the first write makes it.)
   (void)SetStoredEncryption(inode, rec.encryption);
   if (!inode.removed()) inode.state = Inode::FileState::kCached;
@@ -584,14 +587,19 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   if (inode.unsaved()) inode.state = Inode::FileState::kCached;
   // The server kept a chmod another client made since this mode was read (KeepOthersChmod):
   // the file shows the mode it has.
-  if (const std::optional<uint32_t> kept = ParsePosixMetadata(result->metadata).mode;
-      kept && inode.in_store && inode.stored_permissions &&
-      (inode.attr.mode & 07777) == *inode.stored_permissions &&
-      (*kept & 07777) != *inode.stored_permissions) {
+  const std::optional<uint32_t> kept = ParsePosixMetadata(result->metadata).mode;
+  if (kept && inode.in_store && inode.stored_file &&
+      (inode.attr.mode & 07777) == inode.stored_file->permissions &&
+      (*kept & 07777) != inode.stored_file->permissions) {
     inode.attr.mode = (inode.attr.mode & S_IFMT) | (*kept & 07777);
     metadata[kModeMetadata] = std::to_string(inode.attr.mode);
   }
-  inode.stored_permissions = inode.attr.mode & 07777;
+  // The file as the server has it now, where it says (its mode and mtime).
+  inode.stored_file.reset();
+  if (result->mtime_ns > 0) {
+    inode.stored_file = ReplacedFile{(kept ? *kept : inode.attr.mode) & 07777, inode.staged->size(),
+                                     result->mtime_ns};
+  }
   inode.in_store = true;
   // The records go with the upload just done; a write after it records the new version's.
   (void)SetStoredEncryption(inode, result->encryption);

@@ -153,6 +153,10 @@ Result<FileAttr> Filesystem::MutateMetadata(
     updated.own_write = true;
     meta_cache_.Put(key, updated);
     if (inode->staged) {  // clean staged copy kept for open handles
+      if (inode->stored_file) {
+        inode->stored_file = ReplacedFile{attr.mode & 07777, rec.size,
+                                          info.mtime_ns > 0 ? info.mtime_ns : attr.mtime_ns};
+      }
       inode->attr.mode = attr.mode;
       inode->attr.uid = attr.uid;
       inode->attr.gid = attr.gid;
@@ -218,8 +222,17 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
       kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow | kSetAtime | kSetAtimeNow;
   if (to_set & meta_fields) {
     int64_t now = NowNs();
+    const std::shared_ptr<Inode> target = (to_set & kSetMode) ? inodes_.Find(ino) : nullptr;
     auto mutate = [&](FileAttr& a, Metadata& extra) -> Status {
-      if (to_set & kSetMode) a.mode = (a.mode & S_IFMT) | (attr.mode & 07777);
+      if (to_set & kSetMode) {
+        a.mode = (a.mode & S_IFMT) | (attr.mode & 07777);
+        // The mode set here, even the one the file had, is the one its next upload gives it:
+        // another client's chmod since does not override it (KeepOthersChmod).
+        if (target != nullptr) {
+          target->mu.AssertHeld();  // run by MutateMetadata, under the inode's lock
+          target->stored_file.reset();
+        }
+      }
       if (to_set & kSetUid) a.uid = attr.uid;
       if (to_set & kSetGid) a.gid = attr.gid;
       if (to_set & kSetMtimeNow) {

@@ -163,7 +163,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
         return s;
       }
       inode->in_store = false;
-      inode->stored_permissions.reset();
+      inode->stored_file.reset();
       // A new file has none of its own. (No record yet.)
       (void)SetStoredEncryption(*inode, AtRestEncryption{});
     }

@@ -208,7 +208,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
         failure = removed.WithContext("renaming " + from);
       } else {
         inode->in_store = dst.ok();
-        inode->stored_permissions.reset();  // the mode it goes up with is its own
+        inode->stored_file.reset();  // the mode it goes up with is its own
         // The new name before the inode is unlocked: a release racing the rename (the kernel
         // sends RELEASE after close(2) returns, so it may come after rsync's rename) describes
         // the file under the name it then has; under the old one, a crash would upload it as

@@ -55,11 +55,11 @@ struct Inode {
   // The encryption at rest of the object the staged data came from (S3; none for a file created
   // here), when known: its upload keeps it, whatever the key by then.
   std::optional<AtRestEncryption> stored_encryption GUARDED_BY(mu);
-  // The permission bits (07777) of the stored file at this key as this mount last knew them:
-  // when the staged data was staged from it, or last uploaded over it. Its upload keeps a chmod
-  // another client made since, of a mode this mount did not change (PutOptions). Unset for a
-  // file created or renamed here.
-  std::optional<uint32_t> stored_permissions GUARDED_BY(mu);
+  // The stored file at this key (its permission bits, size and mtime) as this mount last knew it:
+  // when the staged data was staged from it, last uploaded over it or chmod'ed. Its upload keeps
+  // a chmod another client made since, of a mode this mount did not change (PutOptions). Unset
+  // for a file created or renamed here.
+  std::optional<ReplacedFile> stored_file GUARDED_BY(mu);
   // The upload that runs while the file is written (fs/streamed_upload.h), and whether one may
   // start: the data being written began empty here (a new file, O_TRUNC, truncate to 0) and no
   // upload of it was given up yet.

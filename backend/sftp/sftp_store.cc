@@ -924,7 +924,7 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
                                            std::string_view key, const std::string& path,
                                            const Metadata& metadata, uint64_t size,
                                            const std::string& replacing,
-                                           std::optional<uint32_t> replaced_permissions) {
+                                           const std::optional<ReplacedFile>& replaced) {
   SftpWire& wire = c.wire();
   bool attributes_refused = false;
   // The fsync may take the server long for a large file, with nothing to say meanwhile.
@@ -934,33 +934,50 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
   KeepOwner(metadata, &attrs);
   // The file it replaces as it is now, asked last (after the fsync): the name's mode as late as
   // this round trip can see it.
-  const bool ask_replaced = replaced_permissions && attrs.permissions &&
-                            *attrs.permissions == (*replaced_permissions & 07777) &&
-                            !replacing.empty();
-  Result<SftpWire::FileAttrs> replaced = NotFoundError("not asked");
+  const bool ask = replaced && attrs.permissions &&
+                   *attrs.permissions == (replaced->permissions & 07777) && !replacing.empty();
+  Result<SftpWire::FileAttrs> now = NotFoundError("not asked");
   Result<SftpWire::FileAttrs> finished =
       wire.Finish(handle, attrs, wire.HasExtension("fsync@openssh.com", "1"), &attributes_refused,
-                  ask_replaced ? replacing : std::string_view(), &replaced);
+                  ask ? replacing : std::string_view(), &now);
   Result<ObjectInfo> info =
       finished.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*finished)))
                     : Result<ObjectInfo>(finished.status());
-  // Another client changed the mode of the file this one replaces since its writer opened it,
-  // and this put keeps the mode it had then: theirs stands, as it would on a file written in
-  // place (a chmod 600 during a rewrite must not be widened back). A change of the owner needs
+  // Another client changed the mode of the file this one replaces since its writer opened it
+  // (the same file: its size and mtime are as the writer saw them; a file put in its place is
+  // not looked at), and this put keeps the mode it had then: theirs stands, as it would on a
+  // file written in place (a chmod 600 during a rewrite is not widened back). A set-ID bit
+  // stands only where it was before too, as a write clears them. A change of the owner needs
   // root on the server, and is not looked at.
-  if (info.ok() && replaced.ok() && (replaced->flags & SSH_FILEXFER_ATTR_PERMISSIONS) != 0 &&
-      !ShownNotRegular(replaced->flags, replaced->permissions) &&
-      (replaced->permissions & 07777) != *attrs.permissions) {
-    Metadata theirs = metadata;
-    theirs["mode"] = std::to_string(S_IFREG | (replaced->permissions & 07777));
-    if (attributes_refused) {
-      info = ApplyAttributes(c, key, path, theirs);
-    } else {
-      attrs.owner.reset();  // the FSETSTAT set it
-      attrs.permissions = replaced->permissions & 07777;
-      Result<SftpWire::FileAttrs> again = wire.SetStat(path, attrs);
-      info = again.ok() ? Result<ObjectInfo>(InfoFromAttributes(key, LibsshAttributes(*again)))
-                        : Result<ObjectInfo>(again.status());
+  std::optional<uint32_t> theirs;
+  constexpr uint32_t kNeeded =
+      SSH_FILEXFER_ATTR_PERMISSIONS | SSH_FILEXFER_ATTR_SIZE | SSH_FILEXFER_ATTR_ACMODTIME;
+  if (now.ok() && (now->flags & kNeeded) == kNeeded &&
+      !ShownNotRegular(now->flags, now->permissions) && now->size == replaced->size &&
+      now->mtime_s == replaced->mtime_ns / 1000000000) {
+    const uint32_t seen = replaced->permissions & 07777;
+    const uint32_t mode = (now->permissions & 01777) | (now->permissions & seen & 06000);
+    if (mode != seen) theirs = mode;
+  }
+  if (theirs && attributes_refused) {
+    // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
+    Metadata with_theirs = metadata;
+    with_theirs["mode"] = std::to_string(S_IFREG | *theirs);
+    info = ApplyAttributes(c, key, path, with_theirs);
+  } else if (theirs && info.ok()) {
+    attrs.owner.reset();  // the FSETSTAT set it
+    attrs.permissions = *theirs;
+    // Never through a link put in the temporary file's place, where the server can tell.
+    Result<SftpWire::FileAttrs> again = wire.HasExtension("lsetstat@openssh.com", "1")
+                                            ? wire.LSetStat(path, attrs)
+                                            : wire.SetStat(path, attrs);
+    if (again.ok()) {
+      info = InfoFromAttributes(key, LibsshAttributes(*again));
+    } else if (options_.log) {
+      // The file is whole, with the mode its writer saw: it goes in all the same.
+      options_.log(LogLevel::kWarn, "put " + std::string(key) +
+                                        ": keeping the mode another client gave it failed (" +
+                                        again.status().ToString() + ")");
     }
   } else if (attributes_refused) {
     // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
@@ -1126,8 +1143,8 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
     cleanup();
     return status.WithContext("put " + std::string(key));
   }
-  Result<ObjectInfo> staged_info = FinishStaged(c, *handle, key, staged, options.metadata, size,
-                                                paths.data, options.replaced_permissions);
+  Result<ObjectInfo> staged_info =
+      FinishStaged(c, *handle, key, staged, options.metadata, size, paths.data, options.replaced);
   if (!staged_info.ok()) {
     cleanup();
     return staged_info.status().WithContext("put " + std::string(key));
@@ -1384,7 +1401,7 @@ class SftpStore::Session : public Upload {
       }
       OBJFS_ASSIGN_OR_RETURN(ObjectInfo staged,
                              store_->FinishStaged(c, handle, key_, staged_, options.metadata, size,
-                                                  paths_.data, options.replaced_permissions));
+                                                  paths_.data, options.replaced));
       OBJFS_RETURN_IF_ERROR(store_->Commit(c, key_, paths_, staged_, options));
       return staged;
     });

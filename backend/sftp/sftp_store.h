@@ -247,15 +247,16 @@ class SftpStore : public ObjectStore {
   // `metadata`, fsync when the server offers it, and close, in one round trip; a server that
   // refuses FSETSTAT gets a SETSTAT of the path. Returns what head() will report for `key` once
   // the file is in place (without its ETag), after checking that `size` bytes arrived. The
-  // handle is closed either way. With `replacing` (the path the file goes to) and
-  // `replaced_permissions` (PutOptions), the same round trip LSTATs that path, and where another
-  // client changed its permissions since and the put's are still those, the staged file takes
-  // theirs before it goes into place.
+  // handle is closed either way. With `replacing` (the path the file goes to) and `replaced`
+  // (PutOptions), the same round trip LSTATs that path; where it is still that file (size and
+  // mtime) and another client changed its permissions since while the put's are still those,
+  // the staged file takes theirs (never a set-ID bit that was not there before) before it goes
+  // into place.
   Result<ObjectInfo> FinishStaged(SftpConnection& c, const SftpWire::Handle& handle,
                                   std::string_view key, const std::string& path,
                                   const Metadata& metadata, uint64_t size,
                                   const std::string& replacing = {},
-                                  std::optional<uint32_t> replaced_permissions = std::nullopt);
+                                  const std::optional<ReplacedFile>& replaced = std::nullopt);
   // Renames the staged file into place, after checking the preconditions, holding the key's
   // lock.
   Status Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,

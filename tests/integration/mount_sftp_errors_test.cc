@@ -790,12 +790,22 @@ TEST(MountSftpErrorsTest, AServerThatRefusesFsetstatAndFsyncStillTakesUploads) {
   // A copy within the mount (copy-data) is finished the same way.
   CommandResult cp = RunCommand({"cp", "--preserve=mode,timestamps", file, file + ".copy"});
   ASSERT_EQ(cp.exit_code, 0) << cp.err;
+  // A rewrite keeps a chmod another client made meanwhile, by a SETSTAT of the path too.
+  const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
+  WriteFile(mount->path() + "/private", "old");
+  const int fd = ::open((mount->path() + "/private").c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "new", 3), 3);
+  ASSERT_EQ(::chmod((root + "/private").c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 
   // On the server: the uploads are complete and have their attributes (the temporary files
   // were created 0600).
-  const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
   struct stat st {};
+  ASSERT_EQ(::stat((root + "/private").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(ReadLocal(root + "/private"), "new");
   ASSERT_EQ(::stat((root + "/file").c_str(), &st), 0) << std::strerror(errno);
   EXPECT_EQ(st.st_mode & 07777, 0640u);
   EXPECT_EQ(st.st_mtime, 1296705906);

@@ -239,30 +239,74 @@ TEST(MountSftpPosixTest, AFileRewrittenThroughTheMountKeepsItsOwner) {
 // and the mount shows the mode the server has. A chmod made through the mount is the mount's.
 TEST(MountSftpPosixTest, ARewriteKeepsAChmodAnotherClientMadeMeanwhile) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
-  for (const char* name : {"small", "large", "mine"}) {
-    WriteFile(dir.path + "/" + name, "old");
-    ASSERT_EQ(::chmod((dir.path + "/" + name).c_str(), 0644), 0) << std::strerror(errno);
+  // The mode each has on the server, another client's chmod during the rewrite, the writer's
+  // own (0: none) and the mode it ends with.
+  struct Case {
+    const char* name;
+    uint32_t before, theirs, writers, after;
+  };
+  const Case cases[] = {
+      {"small", 0644, 0600, 0, 0600},
+      {"large", 0644, 0600, 0, 0600},
+      {"mine", 0644, 0600, 0640, 0640},
+      // The writer makes it private again, to the mode it opened it at: that stands.
+      {"private", 0600, 0644, 0600, 0600},
+  };
+  for (const Case& c : cases) {
+    WriteFile(dir.path + "/" + c.name, "old");
+    ASSERT_EQ(::chmod((dir.path + "/" + c.name).c_str(), c.before), 0) << std::strerror(errno);
   }
   std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, Extra("attr_timeout=0"));
   ASSERT_TRUE(mount);
   const std::string m = mount->path();
   const std::string large = PseudoRandomBytes(20 << 20, 4);  // streamed in parts
-  for (const char* name : {"small", "large", "mine"}) {
-    SCOPED_TRACE(name);
-    const std::string data = std::string(name) == "large" ? large : "rewritten";
-    const int fd = ::open((m + "/" + name).c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string data = std::string(c.name) == "large" ? large : "rewritten";
+    const int fd = ::open((m + "/" + c.name).c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
     ASSERT_GE(fd, 0) << std::strerror(errno);
     ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
-    if (std::string(name) == "mine") {
-      ASSERT_EQ(::fchmod(fd, 0640), 0) << std::strerror(errno);
+    ASSERT_EQ(::chmod((dir.path + "/" + c.name).c_str(), c.theirs), 0);  // on the server
+    if (c.writers != 0) {
+      ASSERT_EQ(::fchmod(fd, c.writers), 0) << std::strerror(errno);
     }
-    ASSERT_EQ(::chmod((dir.path + "/" + name).c_str(), 0600), 0);  // on the server
     ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
-    EXPECT_EQ(ReadFile(dir.path + "/" + name), data);
-    const uint32_t want = std::string(name) == "mine" ? 0640 : 0600;
-    EXPECT_EQ(StatOf(dir.path + "/" + name).st_mode & 07777, want);
-    EXPECT_EQ(StatOf(m + "/" + name).st_mode & 07777, want);
+    EXPECT_EQ(ReadFile(dir.path + "/" + c.name), data);
+    EXPECT_EQ(StatOf(dir.path + "/" + c.name).st_mode & 07777, c.after);
+    EXPECT_EQ(StatOf(m + "/" + c.name).st_mode & 07777, c.after);
   }
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
+// An append to a file that another client replaced with a directory or a link while it was
+// open: the version the append builds on is gone as surely as if other bytes had replaced it.
+// The close fails with EIO and the append is set aside at once, rather than retried in vain.
+TEST(MountSftpPosixTest, AnAppendWhoseFileBecameADirectoryOrALinkIsSetAside) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  const std::string data = PseudoRandomBytes(3 << 20, 5);
+  for (const char* name : {"todir", "tolink"}) WriteFile(dir.path + "/" + name, data);
+  WriteFile(dir.path + "/target", data);
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  for (const std::string name : {"todir", "tolink"}) {
+    SCOPED_TRACE(name);
+    const int fd = ::open((m + "/" + name).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(fd, "tail\n", 5), 5);
+    const std::string on_server = dir.path + "/" + name;
+    ASSERT_EQ(::unlink(on_server.c_str()), 0);
+    if (name == "todir") {
+      ASSERT_EQ(::mkdir(on_server.c_str(), 0755), 0);
+    } else {
+      ASSERT_EQ(::symlink((dir.path + "/target").c_str(), on_server.c_str()), 0);
+    }
+    EXPECT_EQ(::close(fd), -1);
+    EXPECT_EQ(errno, EIO);
+    const std::string kept = mount->cache_dir() + "/unfinished/" + name;
+    EXPECT_TRUE(WaitFor(30, [&] { return fs::exists(kept); })) << mount->log();
+  }
+  EXPECT_EQ(ReadFile(dir.path + "/target"), data);  // the link's target is untouched
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 

@@ -461,43 +461,72 @@ TEST_F(SftpStoreTest, TimesSftpCannotHoldAreClampedNotReplacedByNow) {
 
 // A file rewritten (a put or an upload over it) while another client made it chmod 600: the
 // new file keeps 600 where the put's own mode is the one its writer saw (0644), rather than
-// widen it back. A mode the put changes itself (0640) is the put's.
+// widen it back. Not so for a file another client put in its place (another size or mtime:
+// its mode is not this file's), nor for a set-ID bit the file did not have before (a write
+// clears them). A mode the put changes itself (0640) is the put's.
 TEST_F(SftpStoreTest, ARewriteKeepsAChmodAnotherClientMadeMeanwhile) {
   const fs::path path = fs::path(root_) / "secret";
-  auto mode_of = [&] {
+  auto stat_of = [&] {
     struct stat st {};
     EXPECT_EQ(::stat(path.c_str(), &st), 0);
-    return st.st_mode & 07777;
+    return st;
   };
-  const Metadata as_seen{{"mode", std::to_string(S_IFREG | 0644)}, {"mtime", "1000000000"}};
-  for (const bool streamed : {false, true}) {
-    SCOPED_TRACE(streamed ? "upload" : "put");
-    ASSERT_TRUE(Put("secret", "first").ok());
-    ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
-    ASSERT_EQ(::chmod(path.c_str(), 0600), 0);  // another client, during the rewrite
+  // "first" put with mode `seen`; what the writer saw of it.
+  auto first = [&](uint32_t seen) {
+    EXPECT_TRUE(Put("secret", "first").ok());
+    EXPECT_EQ(::chmod(path.c_str(), seen), 0);
+    return ReplacedFile{seen, 5, 1000000000LL * stat_of().st_mtime};
+  };
+  // "second" put or uploaded over it with mode `mode`, replacing `replaced`.
+  auto second = [&](bool streamed, uint32_t mode, const ReplacedFile& replaced) {
     PutOptions o;
-    o.metadata = as_seen;
-    o.replaced_permissions = 0644;
+    o.metadata = {{"mode", std::to_string(S_IFREG | mode)}, {"mtime", "1000000000"}};
+    o.replaced = replaced;
     MemorySource bytes(std::string_view("second"));
     Result<ObjectInfo> done = InternalError("not run");
     if (streamed) {
       Result<std::unique_ptr<Upload>> upload = store_->start_upload("secret", UploadOptions{});
-      ASSERT_TRUE(upload.ok()) << upload.status().ToString();
-      ASSERT_TRUE((*upload)->write(0, bytes, 0, bytes.size()).ok());
+      if (!upload.ok()) return Result<ObjectInfo>(upload.status());
+      Status wrote = (*upload)->write(0, bytes, 0, bytes.size());
+      if (!wrote.ok()) return Result<ObjectInfo>(wrote);
       done = (*upload)->complete(bytes.size(), o);
     } else {
       done = store_->put("secret", bytes, o);
     }
-    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_TRUE(done.ok()) << done.status().ToString();
     EXPECT_EQ(ReadLocalFile(path), "second");
-    EXPECT_EQ(mode_of(), 0600u);
+    return done;
+  };
+  for (const bool streamed : {false, true}) {
+    SCOPED_TRACE(streamed ? "upload" : "put");
+    ReplacedFile seen = first(0644);
+    ASSERT_EQ(::chmod(path.c_str(), 0600), 0);  // another client, during the rewrite
+    Result<ObjectInfo> done = second(streamed, 0644, seen);
+    ASSERT_TRUE(done.ok());
+    EXPECT_EQ(stat_of().st_mode & 07777, 0600u);
     ASSERT_EQ(done->metadata.count("mode"), 1u);
     EXPECT_EQ(std::stoul(done->metadata.at("mode")) & 07777, 0600u);
+
     // The writer's own chmod wins.
-    o.metadata["mode"] = std::to_string(S_IFREG | 0640);
-    MemorySource third(std::string_view("third"));
-    ASSERT_TRUE(store_->put("secret", third, o).ok());
-    EXPECT_EQ(mode_of(), 0640u);
+    seen = first(0644);
+    ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+    ASSERT_TRUE(second(streamed, 0640, seen).ok());
+    EXPECT_EQ(stat_of().st_mode & 07777, 0640u);
+
+    // Another client's file put in its place, open to all: not this file's mode.
+    seen = first(0600);
+    const std::string theirs = std::string(root_) + "/theirs";
+    std::ofstream(theirs) << "their longer file";
+    ASSERT_EQ(::chmod(theirs.c_str(), 0644), 0);
+    ASSERT_EQ(::rename(theirs.c_str(), path.c_str()), 0);
+    ASSERT_TRUE(second(streamed, 0600, seen).ok());
+    EXPECT_EQ(stat_of().st_mode & 07777, 0600u);
+
+    // A set-user-ID bit another client added is not taken; the rest of its change is.
+    seen = first(0755);
+    ASSERT_EQ(::chmod(path.c_str(), 04750), 0);
+    ASSERT_TRUE(second(streamed, 0755, seen).ok());
+    EXPECT_EQ(stat_of().st_mode & 07777, 0750u);
   }
 }
 
