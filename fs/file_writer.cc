@@ -445,6 +445,12 @@ Status FileWriter::ApplyHeldMetadata(Inode& inode, const std::string& key) {
   updated.complete = true;
   updated.own_write = true;
   meta_cache_->Put(key, updated);
+  // A staged copy of those bytes (kept for open handles) fetches what it lacks, and an edit
+  // copies, by their new version, as after a change made at once (Filesystem::MutateMetadata):
+  // the old one is gone.
+  if (!applied.info.etag.empty()) {
+    Retagged(inode, key, inode.pending_metadata->object.etag, applied.info.etag);
+  }
   // Same bytes, new version (a self-copy): the kernel's pages of the old one still hold them.
   if (inode.page_version == inode.pending_metadata->object.etag) {
     inode.page_version = applied.info.etag;
@@ -557,9 +563,8 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     Log(LogLevel::kWarn, "uploading " + key + " with the bytes it lacks read from " +
                              inode.staged->base_key() + " as they are sent: " + fetched.message());
     result = store_->put(key, BaseFilledSource(store_, *inode.staged, options_.read_buffer), put);
-  } else if (base_changed) {
+  } else if (base_changed && LoseBase(inode, key)) {
     meta_cache_->Invalidate(key);
-    LoseBase(inode, key);
     return UnfinishedError(inode, key);  // no retry can upload it: set aside by the caller's end
   } else {
     result = fetched;
@@ -789,19 +794,24 @@ void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_
   entry.ranges.Add(offset, length);
 }
 
-void FileWriter::LoseBase(Inode& inode, const std::string& key) {
-  if (!inode.staged || !inode.unsaved()) return;
+bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
+  if (!inode.staged || !inode.unsaved()) return false;
   const std::vector<ExtentSet::Range> gone = inode.staged->MissingBase(0, inode.staged->size());
-  if (gone.empty()) return;
+  if (gone.empty()) return false;
   Inode::Unwritten& entry = inode.unwritten[kLostBase];
   for (const ExtentSet::Range& range : gone) entry.ranges.Add(range.start, range.end - range.start);
   if (entry.serial == 0) {
     entry.failure =
         IoError(inode.staged->base_key() + " changed or was removed on the server since " + key +
-                " was opened for writing, and the bytes of it that were neither "
-                "written nor read here went with it (another client's version stays)");
+                " was opened for writing, so the bytes of it that were neither "
+                "written nor read here cannot be fetched any more (another "
+                "client's version stays)");
     entry.serial = ++inode.write_failures;
   }
+  // No version a close accepted, whatever a close or the write-back window said before: a
+  // later write keeps no copy of it as one, and a crash sets it aside.
+  (void)inode.staged->MarkWriting(key, UploadMetadata(inode));
+  return true;
 }
 
 Status FileWriter::UnfinishedError(const Inode& inode, const std::string& key) const {
@@ -1306,7 +1316,8 @@ Status FileWriter::DeferUpload(uint64_t ino, Inode& inode) {
     // upload it now, as without a window.
     Log(LogLevel::kWarn, "uploading " + *key + " at close: " + recorded.message());
     Status uploaded = Upload(inode, *key);
-    if (!uploaded.ok()) RetryLater(ino, uploaded);
+    // (Unfinished, its base gone: set aside by the release.)
+    if (!uploaded.ok() && !Unfinished(inode)) RetryLater(ino, uploaded);
     return uploaded;
   }
   auto due =
@@ -1346,7 +1357,8 @@ uint64_t FileWriter::MakeRoom(const Inode* busy, uint64_t needed) {
       if (s.ok()) {
         freed = size;
       } else {
-        NoteUploadFailure(s);  // the queue retries it
+        // The queue retries it (or, its base gone, sets it aside).
+        if (!Unfinished(*inode)) NoteUploadFailure(s);
         freed = s;
       }
     }
@@ -1370,19 +1382,24 @@ Status FileWriter::FlushAll() {
     inos.push_back(ino);
     local.emplace(ino, std::move(inode));
   }
+  // Its writers are still at work as the mount goes, and left it unfinished (or its upload
+  // found its base gone, LoseBase): set aside as a crash would, and the version a close
+  // accepted, if any, goes up. True when it was.
+  auto set_aside = [&](uint64_t ino, Inode& inode) -> Result<bool> {
+    MutexLock lock(&inode.mu);
+    if (!Unfinished(inode)) return false;
+    OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
+    (void)SetAsideUnfinished(ino, inode, key);  // logged
+    return true;
+  };
   Status first = queue_->RunAll(inos, [&](uint64_t ino) {
     const std::shared_ptr<Inode>& inode = local.at(ino);
-    {
-      MutexLock lock(&inode->mu);
-      if (Unfinished(*inode)) {
-        // Its writers are still at work as the mount goes, and left it unfinished: set aside
-        // as a crash would, and the version a close accepted, if any, goes up.
-        auto key = KeyOf(ino);
-        if (!key.ok()) return key.status();
-        (void)SetAsideUnfinished(ino, *inode, *key);  // logged
-      }
-    }
-    return Flush(ino, inode);
+    OBJFS_RETURN_IF_ERROR(set_aside(ino, *inode).status());
+    Status flushed = Flush(ino, inode);
+    if (flushed.ok()) return flushed;
+    Result<bool> aside = set_aside(ino, *inode);
+    if (!aside.ok()) return aside.status();
+    return *aside ? Flush(ino, inode) : flushed;
   });
   // Files taken over from an earlier mount that this uploaded (or that were removed or
   // uploaded meanwhile) are done: the log says so when they were the last.
@@ -1407,6 +1424,7 @@ Status FileWriter::UploadDueFile(uint64_t ino) {
   std::shared_ptr<Inode> inode = inodes_->Get(ino);
   if (inode == nullptr) return Status::Ok();
   Status status;
+  bool set_aside = false;
   {
     MutexLock lock(&inode->mu);
     if (inode->removed()) return Status::Ok();
@@ -1420,6 +1438,7 @@ Status FileWriter::UploadDueFile(uint64_t ino) {
         // is what the store has, or the version a close accepted before, due again.
         (void)SetAsideUnfinished(ino, *inode, *key);
         status = Status::Ok();
+        set_aside = true;
         if (inode->unsaved()) queue_->RetryLater(ino);
       }
     } else if (inode->pending_metadata) {
@@ -1431,6 +1450,8 @@ Status FileWriter::UploadDueFile(uint64_t ino) {
     if (!status.ok()) RetryLater(ino, status);
   }
   if (status.ok() && options_.clear_abandoned_uploads) options_.clear_abandoned_uploads();
+  // The kernel's pages and size were the data set aside.
+  if (set_aside && options_.data_set_aside) options_.data_set_aside(ino);
   inodes_->Forget(ino, 0);  // an inode the kernel forgot goes once it is clean
   return status;
 }
@@ -1511,19 +1532,23 @@ Status FileWriter::RecoverStaged() {
     if (!left.base_key.empty()) {
       // Only some ranges hold its bytes; the rest was never fetched from the object it was
       // staged from and is a hole (zeros) in the file set aside. An accepted record names them
-      // to the byte; that of a file still being written predates its last writes, and the file
-      // system knows them only to its blocks.
-      std::string ranges;
+      // to the byte as its close left them (a read since may have fetched more); that of a
+      // file still being written predates its last writes, and the file system knows them only
+      // to its blocks.
       if (left.state == StagedUploadRecord::State::kAccepted) {
+        std::string ranges;
         for (const ExtentSet::Range& r : left.present.Ranges()) {
           ranges += " [" + std::to_string(r.start) + ", " + std::to_string(r.end) + ")";
         }
-        if (ranges.empty()) ranges = " (no ranges)";
+        sparse = " (staged sparse from " + left.base_key +
+                 ": what was written or fetched by its close is at" +
+                 (ranges.empty() ? std::string(" no range") : ranges) +
+                 ", the rest is a hole or bytes fetched since)";
       } else {
-        ranges = DataRanges(*kept) + " (to the file system's blocks)";
+        sparse = " (staged sparse from " + left.base_key + ": only" + DataRanges(*kept) +
+                 " (to the file system's blocks) hold written or fetched bytes, the rest is a "
+                 "hole)";
       }
-      sparse = " (staged sparse from " + left.base_key + ": only" + ranges +
-               " hold written or fetched bytes, the rest is a hole)";
     }
     Log(LogLevel::kWarn, left.key + why + ": not uploaded; its " + std::to_string(bytes) +
                              " bytes are in " + *kept + sparse);

@@ -89,6 +89,9 @@ class FileWriter {
     bool writeback_thread = true;
     // FilesystemOptions::clear_abandoned_uploads.
     std::function<void()> clear_abandoned_uploads;
+    // The background upload set inode `ino`'s data aside: the kernel drops its pages,
+    // attributes and entry (called without the inode's lock).
+    std::function<void(uint64_t ino)> data_set_aside;
     // Files uploaded at once by the write-back thread and FlushAll.
     size_t upload_threads = 4;
     // Parts of one file being written sent at once while it is written (fs/streamed_upload.h);
@@ -177,7 +180,8 @@ class FileWriter {
   // it. It becomes Unfinished, with the writes that would complete it as its only mend: its last
   // writer's release, or the background upload, sets it aside (SetAsideUnfinished) and the file
   // is what the store has, rather than failing its reads and retrying in vain until unmount.
-  void LoseBase(Inode& inode, const std::string& key) REQUIRES(inode.mu);
+  // False when it lacks no byte of its base (then it is not unfinished).
+  bool LoseBase(Inode& inode, const std::string& key) REQUIRES(inode.mu);
   // A write through `fh` succeeded: what failed before through it no longer counts.
   static void CarriedOn(Inode& inode, uint64_t fh) REQUIRES(inode.mu) { inode.unwritten.erase(fh); }
   // The unsaved data lacks bytes a writer's failed write meant to put there (WriteFailed), or

@@ -101,6 +101,10 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
   writer.read_buffer = raw->options_.prefetch.read_buffer;
   writer.writeback_thread = raw->options_.writeback_thread;
   writer.clear_abandoned_uploads = raw->options_.clear_abandoned_uploads;
+  writer.data_set_aside = [raw](uint64_t ino) {
+    raw->InvalidatePages(ino);
+    if (Result<std::string> key = raw->KeyOf(ino); key.ok()) raw->InvalidateEntryOf(*key);
+  };
   writer.upload_threads = kUploadThreads;
   writer.log = [raw](LogLevel level, const std::string& line) { raw->Log(level, line); };
   fs->writer_ = std::make_unique<FileWriter>(raw->store_.get(), raw->staging_.get(), &raw->inodes_,

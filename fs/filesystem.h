@@ -572,6 +572,9 @@ class Filesystem {
   // The release of the last writer of an unfinished file (FileWriter::Unfinished): sets its
   // data aside and has the kernel drop the pages it wrote. Returns the write's error.
   Status CloseUnfinished(uint64_t ino, Inode& inode) REQUIRES(inode.mu);
+  // Has the kernel forget its entry of `key` (when its parent is known), so that it looks the
+  // name up again.
+  void InvalidateEntryOf(const std::string& key);
   int64_t NowNs() const;
 
   // filesystem_io.cc

@@ -438,16 +438,22 @@ Status Filesystem::CloseUnfinished(uint64_t ino, Inode& inode) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   // Another writer may still mend it: its close decides.
   if (inode.open_writers.load() > 1) return writer_->UnfinishedError(inode, key);
+  const bool lost_base = inode.unwritten.count(FileWriter::kLostBase) > 0;
   Status error = writer_->SetAsideUnfinished(ino, inode, key);
   InvalidatePages(ino);  // its pages were the data set aside
   // A new file its writer did not finish is no file now: the kernel forgets its name, so that
-  // the next open(O_CREAT) of it makes a file rather than open the gone one (ENOENT).
-  if (!inode.staged && !inode.in_store && invalidate_entry_) {
-    const size_t slash = key.rfind('/');
-    const uint64_t parent = inodes_.InoOf(slash == std::string::npos ? "" : key.substr(0, slash));
-    if (parent != 0) invalidate_entry_(parent, key.substr(slash + 1));
-  }
+  // the next open(O_CREAT) of it makes a file rather than open the gone one (ENOENT). So does
+  // one whose stored file another client replaced or removed (LoseBase): the kernel then
+  // looks it up as it is now.
+  if (lost_base || (!inode.staged && !inode.in_store)) InvalidateEntryOf(key);
   return error;
+}
+
+void Filesystem::InvalidateEntryOf(const std::string& key) {
+  if (!invalidate_entry_ || key.empty()) return;
+  const size_t slash = key.rfind('/');
+  const uint64_t parent = inodes_.InoOf(slash == std::string::npos ? "" : key.substr(0, slash));
+  if (parent != 0) invalidate_entry_(parent, key.substr(slash + 1));
 }
 
 Status Filesystem::Release(uint64_t fh) {

@@ -1007,7 +1007,8 @@ TEST_P(MountSuiteTest, AKilledMountUploadsAnAcceptedSparseFileAtTheNextMount) {
 // Another client replaces a file while this mount appends to it: the old version's bytes the
 // append never fetched are gone, so the close fails with EIO and the append is set aside in
 // cache_dir/unfinished/ at once. The file then reads as the other client's, a new append goes
-// on its end, and the unmount has nothing left to retry.
+// on its end, and the unmount has nothing left to retry. One the other client removed is a
+// free name at once.
 TEST_P(MountSuiteTest, AnAppendWhoseFileAnotherClientReplacedIsSetAsideAtItsClose) {
   if (!can().server_access) GTEST_SKIP() << "needs a second client on the server";
   const std::string data = PseudoRandomBytes(8 << 20, 26);
@@ -1035,6 +1036,22 @@ TEST_P(MountSuiteTest, AnAppendWhoseFileAnotherClientReplacedIsSetAsideAtItsClos
   EXPECT_EQ(*remote().Read("log"), "theirs\nagain\n");
   EXPECT_EQ(StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "writeback_failures"), 0)
       << "an upload that cannot succeed was retried";
+
+  // Removed instead: the name is free at once, and `>>` makes a new file of it.
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "gone", data));
+  fd = ::open((mount->path() + "/gone").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, mine.data(), mine.size()), static_cast<ssize_t>(mine.size()));
+  ASSERT_TRUE(remote().Remove("gone").ok());
+  EXPECT_EQ(::close(fd), -1);
+  EXPECT_EQ(errno, EIO);
+  ASSERT_TRUE(WaitFor(30, [&] { return fs::exists(mount->cache_dir() + "/unfinished/gone"); }))
+      << mount->log();
+  CommandResult made = RunCommand({"sh", "-c", "echo new >> \"$0\"", mount->path() + "/gone"});
+  EXPECT_EQ(made.exit_code, 0) << made.err << mount->log();
+  Result<std::string> made_there = remote().Read("gone");
+  ASSERT_TRUE(made_there.ok()) << made_there.status().ToString();
+  EXPECT_EQ(*made_there, "new\n");
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
   EXPECT_EQ(*remote().Read("log"), "theirs\nagain\n");
 }
