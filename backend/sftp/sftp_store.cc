@@ -533,8 +533,9 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
         }
         // The version asked for is not there when the name is no regular file any more (a
         // directory or a link put in its place): as for a file of other bytes, never a refusal
-        // that a retry might get past.
-        if (versioned && same.code() == StatusCode::kPermissionDenied) {
+        // that a retry might get past. (A link whose own version was asked for is refused.)
+        if (versioned && same.code() == StatusCode::kPermissionDenied &&
+            VersionOf(both->named.size, both->named.mtime_s) != *if_match) {
           return PreconditionFailedError(same.message() + " (not version " + if_match->value() +
                                          ")");
         }
