@@ -615,6 +615,8 @@ TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedMeanwhileIsPutWhole) {
   EXPECT_TRUE(Eventually([&] { return memory_->uploads_in_progress() == 0; }));
 }
 
+// ... and its data stays staged, unfinished (never to be uploaded: the caller's release sets it
+// aside), with no accepted record that a crash would try to complete.
 TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedBeforeItsBytesWereFetchedFailsAndStaysStaged) {
   ASSERT_TRUE(memory_->put("gone", MemorySource(Pattern(kPart * 4, 'w')), {}).ok());
   std::shared_ptr<Inode> inode = StageStored(*this, "gone");
@@ -628,8 +630,9 @@ TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedBeforeItsBytesWereFetchedFail
   EXPECT_EQ(uploaded.code(), StatusCode::kIoError) << uploaded.ToString();
   EXPECT_TRUE(memory_->contents("gone") == theirs) << "a mix was stored";
   EXPECT_TRUE(inode->unsaved()) << "the written bytes were dropped";
+  EXPECT_TRUE(FileWriter::Unfinished(*inode));
   ASSERT_NE(inode->staged, nullptr);
-  EXPECT_EQ(inode->staged->state(), StagedFile::State::kAccepted);
+  EXPECT_EQ(inode->staged->state(), StagedFile::State::kWriting);
   EXPECT_TRUE(Eventually([&] { return memory_->uploads_in_progress() == 0; }));
 }
 
