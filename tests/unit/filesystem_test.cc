@@ -1681,6 +1681,15 @@ class WritebackTest : public FilesystemTest {
     return *fh;
   }
 
+  // Opens the stored `name`, writes "changed" at 100 and closes it into the window.
+  void ChangeAndClose(const std::string& name) {
+    auto fh = fs_->Open(LookupIno(kRootIno, name), O_WRONLY);
+    ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+    ASSERT_TRUE(fs_->Write(*fh, 100, Bytes("changed")).ok());
+    ASSERT_TRUE(fs_->Flush(*fh).ok());
+    ASSERT_TRUE(fs_->Release(*fh).ok());
+  }
+
   uint64_t Requests() const {
     return metrics_.put_requests.load() + metrics_.copy_requests.load() +
            metrics_.set_attributes_requests.load() + metrics_.remove_requests.load();
@@ -1693,11 +1702,7 @@ class WritebackTest : public FilesystemTest {
 TEST_F(WritebackTest, ARenameBeforeTheUploadKeepsTheBytesOfTheRemovedObject) {
   const std::string stored = std::string(200 << 10, 's');  // more than one read_buffer
   PutObject("a", stored);
-  auto fh = fs_->Open(LookupIno(kRootIno, "a"), O_WRONLY);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 100, Bytes("changed")).ok());
-  ASSERT_TRUE(fs_->Flush(*fh).ok());
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_NO_FATAL_FAILURE(ChangeAndClose("a"));
   ASSERT_TRUE(fs_->Rename(kRootIno, "a", kRootIno, "b", 0).ok());
   EXPECT_FALSE(memory_->head("a").ok());
   clock_->Advance(std::chrono::seconds(61));
@@ -1710,14 +1715,9 @@ TEST_F(WritebackTest, ARenameBeforeTheUploadKeepsTheBytesOfTheRemovedObject) {
 // An edit closed into the window whose stored file another client replaced before its upload:
 // the upload sets it aside once, rather than retrying every 10 s until unmount.
 TEST_F(WritebackTest, AnEditWhoseStoredFileChangedIsSetAsideByItsUpload) {
-  const std::string stored(200 << 10, 's');  // more than one read_buffer
-  PutObject("a", stored);
+  PutObject("a", std::string(200 << 10, 's'));  // more than one read_buffer
   const uint64_t ino = LookupIno(kRootIno, "a");
-  auto fh = fs_->Open(ino, O_WRONLY);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 100, Bytes("changed")).ok());
-  ASSERT_TRUE(fs_->Flush(*fh).ok());
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_NO_FATAL_FAILURE(ChangeAndClose("a"));
   ASSERT_TRUE(memory_->put("a", MemorySource("theirs"), PutOptions{}).ok());
   clock_->Advance(std::chrono::seconds(61));
   ASSERT_TRUE(fs_->UploadDue().ok());
@@ -1732,13 +1732,8 @@ TEST_F(WritebackTest, AnEditWhoseStoredFileChangedIsSetAsideByItsUpload) {
 // The same at unmount: the edit is set aside there, and the unmount succeeds rather than fail
 // and leave it to the next mount.
 TEST_F(WritebackTest, AnEditWhoseStoredFileChangedIsSetAsideAtUnmount) {
-  const std::string stored(200 << 10, 's');
-  PutObject("a", stored);
-  auto fh = fs_->Open(LookupIno(kRootIno, "a"), O_WRONLY);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 100, Bytes("changed")).ok());
-  ASSERT_TRUE(fs_->Flush(*fh).ok());
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  PutObject("a", std::string(200 << 10, 's'));
+  ASSERT_NO_FATAL_FAILURE(ChangeAndClose("a"));
   ASSERT_TRUE(memory_->put("a", MemorySource("theirs"), PutOptions{}).ok());
   const Status unmounted = fs_->FlushAll();
   EXPECT_TRUE(unmounted.ok()) << unmounted.ToString();
