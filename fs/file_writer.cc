@@ -447,8 +447,11 @@ Status FileWriter::ApplyHeldMetadata(Inode& inode, const std::string& key) {
   meta_cache_->Put(key, updated);
   // A staged copy of those bytes (kept for open handles) fetches what it lacks, and an edit
   // copies, by their new version, as after a change made at once (Filesystem::MutateMetadata):
-  // the old one is gone.
-  if (!applied.info.etag.empty()) {
+  // the old one is gone. Only where the copy proved it copied those bytes: a server that
+  // ignores the copy's condition may have copied another client's, which must never fill the
+  // copy's holes (it then fails as for another client's change, and is set aside).
+  if (!applied.info.etag.empty() &&
+      (!caps_.attributes_by_copy || applied.info.same_bytes_as_source)) {
     Retagged(inode, key, inode.pending_metadata->object.etag, applied.info.etag);
   }
   // Same bytes, new version (a self-copy): the kernel's pages of the old one still hold them.

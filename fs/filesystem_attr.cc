@@ -165,8 +165,10 @@ Result<FileAttr> Filesystem::MutateMetadata(
       // The change kept the bytes of the version the copy is based on but may have given it a
       // new ETag (a self-copy, SFTP's new mtime): what the copy still lacks is fetched by that
       // one, and an edit copies from it. (Never after another client's version: its ETag is
-      // not the base's.)
-      if (!rec.is_dir && !info.etag.empty() && info.etag != rec.etag) {
+      // not the base's; nor after a self-copy that did not prove it copied these bytes, as
+      // for NoteRetagged below.)
+      if (!rec.is_dir && !info.etag.empty() && info.etag != rec.etag &&
+          (!store_->capabilities().attributes_by_copy || info.same_bytes_as_source)) {
         writer_->Retagged(*inode, key, rec.etag, info.etag);
       }
     }

@@ -307,6 +307,9 @@ Result<ObjectInfo> MemoryStore::set_attributes(std::string_view key, const Metad
   }
   ObjectInfo result = info;
   result.etag = CurrentETag(object);
+  // The version asked for was the one changed (checked above, under the lock), unless the
+  // store copies unchecked as RGW does.
+  result.same_bytes_as_source = !expected.empty() && !options_.copy_ignores_source_condition;
   return result;
 }
 

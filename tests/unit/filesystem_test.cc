@@ -2935,6 +2935,39 @@ class MetadataDelayTest : public FilesystemTest {
     EXPECT_EQ(e->attr.mode & 07777, mode);
   }
 
+  // A chmod held while a handle keeps "f" open, applied by a self-copy that gives the object a
+  // new ETag (here a new version; on S3 a "-N" object copied whole), then a write through the
+  // handle into a block never fetched, and its release. `proved`: the copy proved it copied
+  // the bytes asked for (a server that honours the copy's condition). Returns the release's
+  // status; `*stored` is the content the edit meant.
+  Status EditAfterAHeldChmod(bool proved, std::string* stored) {
+    MemoryStoreOptions o;
+    o.part_size = 64 << 10;  // an edit copies the parts it did not touch
+    o.native_etags = false;  // versions: the self-copy makes a new one
+    o.copy_ignores_source_condition = !proved;
+    UseStore(o);
+    *stored = std::string(1 << 20, 's');
+    PutObject("f", *stored);
+    const uint64_t ino = LookupIno(kRootIno, "f");
+    auto fh = fs_->Open(ino, O_RDWR);
+    EXPECT_TRUE(fh.ok()) << fh.status().ToString();
+    if (!fh.ok()) return fh.status();
+    EXPECT_TRUE(fs_->Write(*fh, 100, Bytes("first")).ok());
+    EXPECT_TRUE(fs_->Flush(*fh).ok());  // uploaded; the clean copy stays for the open handle
+    const ETag before = memory_->head("f")->etag;
+    const uint64_t copies = Copies();
+    Chmod(ino, 0600);
+    EXPECT_EQ(Copies(), copies) << "not held";
+    clock_->Advance(std::chrono::seconds(2));
+    EXPECT_TRUE(fs_->UploadDue().ok());
+    EXPECT_EQ(StoredMode("f"), FileMode(0600));
+    EXPECT_NE(memory_->head("f")->etag, before);                 // the copy's new ETag
+    EXPECT_TRUE(fs_->Write(*fh, 700000, Bytes("second")).ok());  // in a block not fetched
+    stored->replace(100, 5, "first");
+    stored->replace(700000, 6, "second");
+    return fs_->Release(*fh);
+  }
+
   // "f", stored, is given mode 0600 before a writer opens it with O_TRUNC (held then) or while
   // it writes; its write fails, and its data is set aside at the release: the stored file has
   // the mode all the same.
@@ -3088,37 +3121,24 @@ TEST_F(MetadataDelayTest, AppliedOnceTheDelayHasPassed) {
   EXPECT_EQ(fs_->GetAttr(ino)->attr.mode, static_cast<uint32_t>(S_IFREG | 0604));
 }
 
-// A chmod held while a handle keeps the file open, applied by a self-copy that gives the object
-// a new ETag (here a new version; on S3 a "-N" object copied whole): the handle's later edit
-// fetches and copies by that new ETag, and goes up, rather than find its own version gone and
-// be set aside as another client's change.
+// The handle's later edit fetches and copies by the copy's new ETag, and goes up, rather than
+// find its own version gone and be set aside as another client's change.
 TEST_F(MetadataDelayTest, AnEditAfterAHeldChmodFollowsItsNewEtag) {
-  MemoryStoreOptions o;
-  o.part_size = 64 << 10;  // an edit copies the parts it did not touch
-  o.native_etags = false;  // versions: the self-copy makes a new one
-  UseStore(o);
-  std::string stored(1 << 20, 's');
-  PutObject("f", stored);
-  const uint64_t ino = LookupIno(kRootIno, "f");
-  auto fh = fs_->Open(ino, O_RDWR);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 100, Bytes("first")).ok());
-  ASSERT_TRUE(fs_->Flush(*fh).ok());  // uploaded; the clean copy stays for the open handle
-  const ETag before = memory_->head("f")->etag;
-  const uint64_t copies = Copies();
-  ASSERT_NO_FATAL_FAILURE(Chmod(ino, 0600));
-  ASSERT_EQ(Copies(), copies) << "not held";
-  clock_->Advance(std::chrono::seconds(2));
-  ASSERT_TRUE(fs_->UploadDue().ok());
-  ASSERT_EQ(StoredMode("f"), FileMode(0600));
-  ASSERT_NE(memory_->head("f")->etag, before);                 // the copy's new ETag
-  ASSERT_TRUE(fs_->Write(*fh, 700000, Bytes("second")).ok());  // in a block not fetched
-  const Status released = fs_->Release(*fh);
+  std::string stored;
+  const Status released = EditAfterAHeldChmod(/*proved=*/true, &stored);
   EXPECT_TRUE(released.ok()) << released.ToString();
-  stored.replace(100, 5, "first");
-  stored.replace(700000, 6, "second");
   EXPECT_TRUE(memory_->contents("f") == stored);
   EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+}
+
+// A copy that proved nothing (RGW ignores its condition) may hold another client's bytes: they
+// never fill the edit's holes. The edit fails and is set aside, as for another client's change.
+TEST_F(MetadataDelayTest, AnEditAfterAnUnprovedCopyIsSetAsideNotMixed) {
+  std::string stored;
+  const Status released = EditAfterAHeldChmod(/*proved=*/false, &stored);
+  EXPECT_EQ(ErrnoFromStatus(released), EIO) << released.ToString();
+  EXPECT_EQ(memory_->contents("f"), std::string(1 << 20, 's').replace(100, 5, "first"));
+  EXPECT_EQ(SetAside(options_.cache_dir).size(), 1u);
 }
 
 TEST_F(MetadataDelayTest, FsyncAndUnmountApplyItAtOnce) {
