@@ -381,9 +381,14 @@ bool Filesystem::TakeQueuedPageDrop(uint64_t ino) {
 }
 
 void Filesystem::InvalidatePages(uint64_t ino) {
-  if (!invalidate_pages_) return;
+  std::function<void(uint64_t)> invalidate;
+  {
+    MutexLock lock(&invalidators_mu_);
+    invalidate = invalidate_pages_;
+  }
+  if (!invalidate) return;
   Bump(metrics_->page_cache_invalidations);
-  invalidate_pages_(ino);
+  invalidate(ino);
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t ino) {

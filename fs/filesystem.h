@@ -451,14 +451,18 @@ class Filesystem {
   // Where lookup, getattr and rename send an inode whose cached pages in the kernel no longer
   // hold the file (a new version on the server, a file replaced by a rename); it must not block
   // on the kernel (fs/page_invalidator.h). Set before requests are served, cleared after.
-  void set_page_invalidator(std::function<void(uint64_t ino)> invalidate) {
+  void set_page_invalidator(std::function<void(uint64_t ino)> invalidate)
+      EXCLUDES(invalidators_mu_) {
+    MutexLock lock(&invalidators_mu_);
     invalidate_pages_ = std::move(invalidate);
   }
   // Where a name the kernel may still have cached goes when its file is gone without an unlink
   // (a new file set aside because its writer did not finish): the kernel would otherwise
   // answer an open(O_CREAT) of that name with the gone file, ENOENT, until entry_timeout.
   // Likewise set before requests are served, cleared after; must not block on the kernel.
-  void set_entry_invalidator(std::function<void(uint64_t parent, const std::string& name)> f) {
+  void set_entry_invalidator(std::function<void(uint64_t parent, const std::string& name)> f)
+      EXCLUDES(invalidators_mu_) {
+    MutexLock lock(&invalidators_mu_);
     invalidate_entry_ = std::move(f);
   }
   // Asked by the page invalidator just before it sends a queued drop of `ino`'s pages: false
@@ -520,7 +524,7 @@ class Filesystem {
   // read from the cache beyond attr_timeout.
   void CheckPageVersion(uint64_t ino, const MetaRecord& rec);
   // Has the kernel drop its cached pages of `ino`, counted.
-  void InvalidatePages(uint64_t ino);
+  void InvalidatePages(uint64_t ino) EXCLUDES(invalidators_mu_);
   // A read of `ino` found the version it asked for gone from the server (ESTALE): the cached
   // attributes, this mount's and the kernel's (with the pages), are dropped, so that the next
   // open and stat learn the version there now rather than fail the same way until attr_timeout.
@@ -572,9 +576,10 @@ class Filesystem {
   // The release of the last writer of an unfinished file (FileWriter::Unfinished): sets its
   // data aside and has the kernel drop the pages it wrote. Returns the write's error.
   Status CloseUnfinished(uint64_t ino, Inode& inode) REQUIRES(inode.mu);
-  // Has the kernel forget its entry of `key` (when its parent is known), so that it looks the
-  // name up again.
-  void InvalidateEntryOf(const std::string& key);
+  // Has the kernel forget its entry of `key` (when its parent is known), or of `name` in
+  // directory `parent`, so that it looks the name up again.
+  void InvalidateEntryOf(const std::string& key) EXCLUDES(invalidators_mu_);
+  void InvalidateEntry(uint64_t parent, const std::string& name) EXCLUDES(invalidators_mu_);
   int64_t NowNs() const;
 
   // filesystem_io.cc
@@ -666,10 +671,13 @@ class Filesystem {
   std::unordered_map<uint64_t, std::shared_ptr<Handle>> handles_ GUARDED_BY(handles_mu_);
   uint64_t next_fh_ GUARDED_BY(handles_mu_) = 1;
   std::atomic<uint64_t> skipped_names_{0};
-  std::function<void(uint64_t)> invalidate_pages_;                      // set_page_invalidator
-  std::function<void(uint64_t, const std::string&)> invalidate_entry_;  // set_entry_invalidator
-  int64_t mount_time_ns_;                                               // the root's mtime
-  KeyResolver resolver_;  // what a key is, through meta_cache_
+  // The write-back thread uses them (a file set aside by its upload) while the adapter may set
+  // or clear them: lock 33 of fs/lock_order.h, a leaf (each is copied out, then called).
+  Mutex invalidators_mu_;
+  std::function<void(uint64_t)> invalidate_pages_ GUARDED_BY(invalidators_mu_);
+  std::function<void(uint64_t, const std::string&)> invalidate_entry_ GUARDED_BY(invalidators_mu_);
+  int64_t mount_time_ns_;  // the root's mtime
+  KeyResolver resolver_;   // what a key is, through meta_cache_
 
   // Directory times: creating or removing an entry moves its directory's mtime and ctime. An S3
   // directory's marker would need a copy for each, so they are kept here, for the mount's

@@ -123,7 +123,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
       if (there.ok()) {
         meta_cache_.Invalidate(key);
         // The kernel's negative entry goes too, so that a stat of the name sees the file.
-        if (invalidate_entry_) invalidate_entry_(parent, std::string(name));
+        InvalidateEntry(parent, std::string(name));
         return AlreadyExistsError(key + " exists (made by another client)");
       }
       if (there.status().code() != StatusCode::kNotFound) return there.status();
@@ -450,10 +450,19 @@ Status Filesystem::CloseUnfinished(uint64_t ino, Inode& inode) {
 }
 
 void Filesystem::InvalidateEntryOf(const std::string& key) {
-  if (!invalidate_entry_ || key.empty()) return;
+  if (key.empty()) return;
   const size_t slash = key.rfind('/');
   const uint64_t parent = inodes_.InoOf(slash == std::string::npos ? "" : key.substr(0, slash));
-  if (parent != 0) invalidate_entry_(parent, key.substr(slash + 1));
+  if (parent != 0) InvalidateEntry(parent, key.substr(slash + 1));
+}
+
+void Filesystem::InvalidateEntry(uint64_t parent, const std::string& name) {
+  std::function<void(uint64_t, const std::string&)> invalidate;
+  {
+    MutexLock lock(&invalidators_mu_);
+    invalidate = invalidate_entry_;
+  }
+  if (invalidate) invalidate(parent, name);
 }
 
 Status Filesystem::Release(uint64_t fh) {

@@ -65,6 +65,8 @@
 //                         held across the read of one.
 //  32. Inode::work_mu (fs/inode_table.h)  what stat and listings of a file answer while server
 //                         work on it holds its Inode::mu; held only to set, clear or read that.
+//  33. Filesystem::invalidators_mu_  the kernel invalidation callbacks, which the write-back
+//                         thread uses too; held only to set or copy them.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.
