@@ -156,6 +156,7 @@ struct ReplacedFile {
   uint32_t permissions = 0;  // 07777
   uint64_t size = 0;
   int64_t mtime_ns = 0;
+  std::optional<std::pair<uint32_t, uint32_t>> owner;  // uid, gid where known
 };
 
 struct PutOptions {
@@ -169,7 +170,8 @@ struct PutOptions {
   bool replaces_object = false;  // the key held an object when the file was opened
   // The file this one replaces as its writer last knew it. A store whose files carry enforced
   // permissions (SFTP) keeps a chmod another client made since, where the file there is still
-  // that one (its size and mtime) and this put's own mode is still the one it had: a `chmod 600`
+  // that one (its size, mtime and owner) and this put's own mode is still the one it had: a
+  // `chmod 600`
   // made during a rewrite stays, rather than the rewrite widening it back. Unset: the put's
   // mode, as given.
   std::optional<ReplacedFile> replaced;

@@ -275,7 +275,8 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   // (A mode held to be set is this mount's: it wins.)
   inode.stored_file.reset();
   if (!inode.pending_metadata)
-    inode.stored_file = ReplacedFile{rec.mode & 07777, rec.size, rec.mtime_ns};
+    inode.stored_file =
+        ReplacedFile{rec.mode & 07777, rec.size, rec.mtime_ns, std::make_pair(rec.uid, rec.gid)};
   // (No record yet: the first write makes it.)
   (void)SetStoredEncryption(inode, rec.encryption);
   if (!inode.removed()) inode.state = Inode::FileState::kCached;
@@ -595,7 +596,8 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   if (inode.unsaved()) inode.state = Inode::FileState::kCached;
   // The server kept a chmod another client made since this mode was read (KeepOthersChmod):
   // the file shows the mode it has.
-  const std::optional<uint32_t> kept = ParsePosixMetadata(result->metadata).mode;
+  const PosixMetadata stored = ParsePosixMetadata(result->metadata);
+  const std::optional<uint32_t> kept = stored.mode;
   if (kept && inode.in_store && inode.stored_file &&
       (inode.attr.mode & 07777) == inode.stored_file->permissions &&
       (*kept & 07777) != inode.stored_file->permissions) {
@@ -606,7 +608,10 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   inode.stored_file.reset();
   if (result->mtime_ns > 0) {
     inode.stored_file = ReplacedFile{(kept ? *kept : inode.attr.mode) & 07777, inode.staged->size(),
-                                     result->mtime_ns};
+                                     result->mtime_ns, std::nullopt};
+    if (stored.uid && stored.gid) {
+      inode.stored_file->owner = std::make_pair(*stored.uid, *stored.gid);
+    }
   }
   inode.in_store = true;
   // The records go with the upload just done; a write after it records the new version's.

@@ -155,7 +155,8 @@ Result<FileAttr> Filesystem::MutateMetadata(
     if (inode->staged) {  // clean staged copy kept for open handles
       if (inode->stored_file) {
         inode->stored_file = ReplacedFile{attr.mode & 07777, rec.size,
-                                          info.mtime_ns > 0 ? info.mtime_ns : attr.mtime_ns};
+                                          info.mtime_ns > 0 ? info.mtime_ns : attr.mtime_ns,
+                                          std::make_pair(attr.uid, attr.gid)};
       }
       inode->attr.mode = attr.mode;
       inode->attr.uid = attr.uid;

@@ -531,11 +531,18 @@ Result<size_t> SftpStore::read(std::string_view key, uint64_t offset, std::span<
           same = CheckOpenedIsTheName(both->opened, both->named, what);
           if (same.code() != StatusCode::kPreconditionFailed) break;
         }
+        const bool named_is_it =
+            versioned && VersionOf(both->named.size, both->named.mtime_s) == *if_match;
+        // Only a mode or owner kept changing between the two looks (chmods racing them): the
+        // version is there, and it is asked for again, never taken as gone.
+        if (versioned && same.code() == StatusCode::kPreconditionFailed && named_is_it &&
+            VersionOf(both->opened.size, both->opened.mtime_s) == *if_match) {
+          return TransientError(same.message());
+        }
         // The version asked for is not there when the name is no regular file any more (a
         // directory or a link put in its place): as for a file of other bytes, never a refusal
         // that a retry might get past. (A link whose own version was asked for is refused.)
-        if (versioned && same.code() == StatusCode::kPermissionDenied &&
-            VersionOf(both->named.size, both->named.mtime_s) != *if_match) {
+        if (versioned && same.code() == StatusCode::kPermissionDenied && !named_is_it) {
           return PreconditionFailedError(same.message() + " (not version " + if_match->value() +
                                          ")");
         }
@@ -953,7 +960,11 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
   std::optional<uint32_t> theirs;
   constexpr uint32_t kNeeded =
       SSH_FILEXFER_ATTR_PERMISSIONS | SSH_FILEXFER_ATTR_SIZE | SSH_FILEXFER_ATTR_ACMODTIME;
-  if (now.ok() && (now->flags & kNeeded) == kNeeded &&
+  // (Only another owner, or root, may chmod a file: one of another owner is another file.)
+  const bool same_owner = now.ok() && replaced && replaced->owner &&
+                          (now->flags & SSH_FILEXFER_ATTR_UIDGID) != 0 &&
+                          now->uid == replaced->owner->first && now->gid == replaced->owner->second;
+  if (ask && now.ok() && (now->flags & kNeeded) == kNeeded && same_owner &&
       !ShownNotRegular(now->flags, now->permissions) && now->size == replaced->size &&
       now->mtime_s == replaced->mtime_ns / 1000000000) {
     const uint32_t seen = replaced->permissions & 07777;

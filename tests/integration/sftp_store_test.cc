@@ -475,7 +475,8 @@ TEST_F(SftpStoreTest, ARewriteKeepsAChmodAnotherClientMadeMeanwhile) {
   auto first = [&](uint32_t seen) {
     EXPECT_TRUE(Put("secret", "first").ok());
     EXPECT_EQ(::chmod(path.c_str(), seen), 0);
-    return ReplacedFile{seen, 5, 1000000000LL * stat_of().st_mtime};
+    const struct stat st = stat_of();
+    return ReplacedFile{seen, 5, 1000000000LL * st.st_mtime, std::make_pair(st.st_uid, st.st_gid)};
   };
   // "second" put or uploaded over it with mode `mode`, replacing `replaced`.
   auto second = [&](bool streamed, uint32_t mode, const ReplacedFile& replaced) {
@@ -519,6 +520,13 @@ TEST_F(SftpStoreTest, ARewriteKeepsAChmodAnotherClientMadeMeanwhile) {
     std::ofstream(theirs) << "their longer file";
     ASSERT_EQ(::chmod(theirs.c_str(), 0644), 0);
     ASSERT_EQ(::rename(theirs.c_str(), path.c_str()), 0);
+    ASSERT_TRUE(second(streamed, 0600, seen).ok());
+    EXPECT_EQ(stat_of().st_mode & 07777, 0600u);
+
+    // Nor one of another owner with the size and mtime (only the owner or root may chmod).
+    seen = first(0600);
+    ASSERT_EQ(::chown(path.c_str(), 1234, 2345), 0);
+    ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
     ASSERT_TRUE(second(streamed, 0600, seen).ok());
     EXPECT_EQ(stat_of().st_mode & 07777, 0600u);
 
