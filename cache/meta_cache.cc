@@ -43,7 +43,12 @@ void MetaCache::Put(const std::string& key, MetaRecord record) {
   auto now = clock_->now();
   MutexLock lock(&mu_);
   NoteChangeLocked(key);  // also when nothing is cached: listings must learn of the key
-  if (ttl_.count() <= 0) return;
+  if (ttl_.count() <= 0) {
+    // Nothing positive is kept (attr_timeout=0), but a "no such file" cached before must go:
+    // the key exists now (a mkdir, a rename or a create just made it).
+    slots_.erase(key);
+    return;
+  }
   if (slots_.size() >= sweep_at_) {
     std::erase_if(slots_, [now](const auto& kv) { return kv.second.expires <= now; });
     sweep_at_ = std::max(kMinSlotSweep, 2 * slots_.size());

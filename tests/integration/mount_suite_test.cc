@@ -1056,6 +1056,26 @@ TEST_P(MountSuiteTest, AnAppendWhoseFileAnotherClientReplacedIsSetAsideAtItsClos
   EXPECT_EQ(*remote().Read("log"), "theirs\nagain\n");
 }
 
+// With attr_timeout=0 no attributes are cached, but a lookup's "no such file" is, for
+// negative_timeout: a mkdir or a rename onto that name shows it at once (rsync's temporary file
+// renamed into place, `mkdir -p` and then a file in it).
+TEST_P(MountSuiteTest, ANameMadeRightAfterALookupMissedItIsThereAtOnce) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("attr_timeout=0");
+  ASSERT_TRUE(mount);
+  const std::string dir = mount->path() + "/made";
+  const std::string file = mount->path() + "/renamed";
+  struct stat st {};
+  ASSERT_NE(::stat(dir.c_str(), &st), 0);  // looked up: missing
+  ASSERT_NE(::stat(file.c_str(), &st), 0);
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << std::strerror(errno);
+  EXPECT_EQ(::stat(dir.c_str(), &st), 0) << std::strerror(errno);
+  WriteFile(mount->path() + "/.tmp", "content");
+  ASSERT_EQ(::rename((mount->path() + "/.tmp").c_str(), file.c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(::stat(file.c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(ReadFile(file), "content");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 TEST_P(MountSuiteTest, AppendOverwriteAndTruncateMatchALocalModel) {
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());

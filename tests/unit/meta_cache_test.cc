@@ -58,6 +58,16 @@ TEST_F(MetaCacheTest, PutReplacesNegative) {
   EXPECT_EQ(cache_.Get("k").state, MetaCache::State::kPositive);
 }
 
+// attr_timeout=0 keeps no positive entry, but a Put still drops the negative one a lookup made
+// before the key came to be: `mkdir d; stat d` must not say "no such file" for negative_timeout.
+TEST_F(MetaCacheTest, PutWithoutAttributeCachingStillDropsANegative) {
+  MetaCache uncached{clock_, seconds(0), milliseconds(500)};
+  uncached.PutNegative("d");
+  ASSERT_EQ(uncached.Get("d").state, MetaCache::State::kNegative);
+  uncached.Put("d", MetaRecord());
+  EXPECT_EQ(uncached.Get("d").state, MetaCache::State::kMiss);
+}
+
 TEST_F(MetaCacheTest, InvalidateTreeDropsKeyAndDescendantsOnly) {
   cache_.Put("d", MetaRecord());
   cache_.Put("d/a", MetaRecord());
