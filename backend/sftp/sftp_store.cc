@@ -971,11 +971,11 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
     const uint32_t mode = (now->permissions & 01777) | (now->permissions & seen & 06000);
     if (mode != seen) theirs = mode;
   }
-  if (theirs && attributes_refused) {
+  if (attributes_refused) {
     // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
-    Metadata with_theirs = metadata;
-    with_theirs["mode"] = std::to_string(S_IFREG | *theirs);
-    info = ApplyAttributes(c, key, path, with_theirs);
+    Metadata applied = metadata;
+    if (theirs) applied["mode"] = std::to_string(S_IFREG | *theirs);
+    info = ApplyAttributes(c, key, path, applied);
   } else if (theirs && info.ok()) {
     attrs.owner.reset();  // the FSETSTAT set it
     attrs.permissions = *theirs;
@@ -991,9 +991,6 @@ Result<ObjectInfo> SftpStore::FinishStaged(SftpConnection& c, const SftpWire::Ha
                                         ": keeping the mode another client gave it failed (" +
                                         again.status().ToString() + ")");
     }
-  } else if (attributes_refused) {
-    // A server that refuses FSETSTAT (sftp-server -P fsetstat) may still take a SETSTAT.
-    info = ApplyAttributes(c, key, path, metadata);
   } else if (info.ok() && KeepsSetIdBits(attrs)) {
     // The owner's chown cleared them: the mode once more.
     attrs.owner.reset();
