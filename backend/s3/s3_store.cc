@@ -625,6 +625,11 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
         if (name == "if-match") value = options.if_match->value();
       }
       sent = Execute(req);
+    } else if (current.ok() && current->etag == ETag::FromMd5(digest) &&
+               current->size == source.size() && ETagIsMd5(options.keep_encryption, nullptr)) {
+      // An attempt of this PUT that took effect, its reply lost: the retry's condition then
+      // fails against the very bytes it stored (or another writer's same bytes).
+      return current;
     }
   }
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(sent));

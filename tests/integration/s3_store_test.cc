@@ -145,6 +145,25 @@ TEST_F(S3StoreTest, MultipartUploadStreamsEachPartInsteadOfHoldingIt) {
   EXPECT_TRUE(*back == data);
 }
 
+// A conditional PUT whose reply was lost is sent again, and the second attempt's If-Match then
+// fails against the object the first one stored. Where the key holds exactly the bytes being
+// put, the put succeeded: an edit is not set aside as if another client had replaced its file.
+// (Another condition still fails: other bytes there are another client's.)
+TEST_F(S3StoreTest, AConditionalPutThatFindsItsOwnBytesStoredSucceeds) {
+  Result<ObjectInfo> old = Put("retried", "the old version");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  ASSERT_TRUE(Put("retried", "the new version").ok());
+  PutOptions again;
+  again.if_match = old->etag;
+  Result<ObjectInfo> done = store_->put("retried", MemorySource("the new version"), again);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->etag, ETag::FromMd5(Md5Of("the new version")));
+  Result<ObjectInfo> other = store_->put("retried", MemorySource("another version"), again);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kPreconditionFailed) << other.status().ToString();
+  EXPECT_EQ(*ReadAll(*store_, "retried"), "the new version");
+}
+
 TEST_F(S3StoreTest, MultipartUploadETagIsMd5OfPartMd5s) {
   std::string data = Pattern(2 * kPart + 12345, 1);
   Result<ObjectInfo> put = Put("big", data);
