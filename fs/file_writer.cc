@@ -551,6 +551,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   put.metadata = metadata;
   KeepStoredEncryption(inode, put);
   KeepOthersChmod(inode, put);
+  put.if_match = KeptBase(inode, key);
   // A whole put needs every byte here: what a sparse file still lacks is fetched first (a
   // failure is the upload's, below).
   Result<ObjectInfo> result = ObjectInfo{};
@@ -572,6 +573,12 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     return UnfinishedError(inode, key);  // no retry can upload it: set aside by the caller's end
   } else {
     result = fetched;
+  }
+  if (!result.ok() && put.if_match && BaseReplaced(result.status()) && LoseBase(inode, key)) {
+    // Another client's version came between this edit's start and its upload: uploaded over
+    // it, the edit would undo that change, which its writer was told was stored.
+    meta_cache_->Invalidate(key);
+    return UnfinishedError(inode, key);
   }
   if (!result.ok() && IsPermanentRefusal(result.status())) {
     result = PutWithAcceptedMetadata(key, inode.staged->Source(), &metadata, result.status());
@@ -802,18 +809,45 @@ void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_
   entry.ranges.Add(offset, length);
 }
 
+std::optional<ETag> FileWriter::KeptBase(const Inode& inode, const std::string& key) {
+  if (!inode.base || inode.base->key != key || inode.base->etag.empty() || !inode.staged) {
+    return std::nullopt;
+  }
+  const uint64_t old_bytes = std::min(inode.base->size, inode.staged->size());
+  if (old_bytes == 0 || inode.touched.Covers(0, old_bytes)) return std::nullopt;
+  return inode.base->etag;
+}
+
+bool FileWriter::BaseReplaced(const Status& failure) {
+  // S3 answers an If-Match on a missing key with NoSuchKey, as AWS documents.
+  return failure.code() == StatusCode::kPreconditionFailed ||
+         (failure.code() == StatusCode::kNotFound && failure.server_code() == "NoSuchKey");
+}
+
 bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
   if (!inode.staged || !inode.unsaved()) return false;
-  const std::vector<ExtentSet::Range> gone = inode.staged->MissingBase(0, inode.staged->size());
-  if (gone.empty()) return false;
+  const uint64_t size = inode.staged->size();
+  // The old version's bytes the file still holds as they were: those never fetched, gone with
+  // it, and (of an edit of this key) those read here but not written since.
+  const std::vector<ExtentSet::Range> gone = inode.staged->MissingBase(0, size);
+  std::vector<ExtentSet::Range> kept;
+  if (inode.base && inode.base->key == key) {
+    kept = inode.touched.Missing(0, std::min(inode.base->size, size));
+  }
+  if (gone.empty() && kept.empty()) return false;
   Inode::Unwritten& entry = inode.unwritten[kLostBase];
   for (const ExtentSet::Range& range : gone) entry.ranges.Add(range.start, range.end - range.start);
+  for (const ExtentSet::Range& range : kept) entry.ranges.Add(range.start, range.end - range.start);
   if (entry.serial == 0) {
-    entry.failure =
-        IoError(inode.staged->base_key() + " changed or was removed on the server since " + key +
-                " was opened for writing, so the bytes of it that were neither "
-                "written nor read here cannot be fetched any more (another "
-                "client's version stays)");
+    const std::string changed = (inode.staged->has_base() ? inode.staged->base_key() : key) +
+                                " changed or was removed on the server since " + key +
+                                " was opened for writing, ";
+    entry.failure = IoError(changed +
+                            (gone.empty() ? "and this edit keeps bytes of the version it was "
+                                            "opened from: stored, it would undo that change"
+                                          : "so the bytes of it that were neither written nor "
+                                            "read here cannot be fetched any more") +
+                            " (what the server has now stays)");
     entry.serial = ++inode.write_failures;
   }
   // No version a close accepted, whatever a close or the write-back window said before: a
@@ -1057,8 +1091,10 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
     PutOptions put;
     put.metadata = metadata;
     KeepOthersChmod(inode, put);
-    // No if_match: the base is the key's own object and the last writer wins; a base changed
-    // meanwhile fails its copies (PreconditionFailed), and then the whole file goes up.
+    // Its pieces checked the base as they copied it; the completion checks it is still there,
+    // so that another client's version stored meanwhile is not undone. On a failure the whole
+    // put below fails the same way, and the edit is set aside (LoseBase).
+    put.if_match = KeptBase(inode, key);
     Result<ObjectInfo> done = upload.complete(size, put);
     if (done.ok()) return done;
     failed = done.status();

@@ -172,16 +172,30 @@ class FileWriter {
   // upload.)
   void WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_t length,
                    const Status& failure) REQUIRES(inode.mu);
-  // The unwritten entry (Inode::unwritten) of the stored file's bytes a staged file never held
-  // when the version it was opened from changed or went on the server (LoseBase).
+  // The unwritten entry (Inode::unwritten) of the stored file's bytes a staged file still held
+  // as they were (or never held) when the version it was opened from changed or went on the
+  // server (LoseBase): written over, they no longer count.
   static constexpr uint64_t kLostBase = UINT64_MAX;
   // The upload of a sparse staged file found its base (the stored version it was opened from)
   // changed or removed: the bytes it never fetched exist nowhere now, and no retry can upload
   // it. It becomes Unfinished, with the writes that would complete it as its only mend: its last
   // writer's release, or the background upload, sets it aside (SetAsideUnfinished) and the file
   // is what the store has, rather than failing its reads and retrying in vain until unmount.
-  // False when it lacks no byte of its base (then it is not unfinished).
+  // The same for a file that holds all of its bytes, when its upload found the base replaced
+  // (KeptBase): the old bytes it keeps would undo the other client's change. False when it
+  // keeps no byte of its base (then it is not unfinished).
   bool LoseBase(Inode& inode, const std::string& key) REQUIRES(inode.mu);
+  // The version an upload of the file must still find under `key` (its If-Match): the stored
+  // file it was opened from, where some of that file's bytes are still in it (an append, a
+  // patch, a file read and written back). An upload that finds another client's version there
+  // would undo that change, so the edit is set aside instead (LoseBase), as one that lacks the
+  // old bytes is. Nothing where the writes replaced every old byte: the last writer wins, as
+  // with `cp` onto the file.
+  static std::optional<ETag> KeptBase(const Inode& inode, const std::string& key)
+      REQUIRES(inode.mu);
+  // Whether a put or completion with KeptBase's If-Match failed because the base was replaced
+  // or removed.
+  static bool BaseReplaced(const Status& failure);
   // A write through `fh` succeeded: what failed before through it no longer counts.
   static void CarriedOn(Inode& inode, uint64_t fh) REQUIRES(inode.mu) { inode.unwritten.erase(fh); }
   // The unsaved data lacks bytes a writer's failed write meant to put there (WriteFailed), or

@@ -1056,6 +1056,61 @@ TEST_P(MountSuiteTest, AnAppendWhoseFileAnotherClientReplacedIsSetAsideAtItsClos
   EXPECT_EQ(*remote().Read("log"), "theirs\nagain\n");
 }
 
+// Another client stores a version while this mount edits a file it holds every byte of (read
+// here): uploaded, the edit would undo that change, both closes returning 0 (two mounts that
+// append to one log lost appends so). The upload is conditional on the version the edit began
+// from: the close fails with EIO, the edit is set aside whole, and the other client's version
+// stays.
+TEST_P(MountSuiteTest, AnEditOfAVersionAnotherClientReplacedIsSetAsideNotStoredOverIt) {
+  if (!can().server_access) GTEST_SKIP() << "needs a second client on the server";
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "log", "one\n"));
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/log";
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "mine\n", 5), 5);
+  char buf[16] = {};
+  ASSERT_EQ(::pread(fd, buf, sizeof buf, 0), 9) << std::strerror(errno);  // all of it here
+  ASSERT_TRUE(remote().Write("log", "one\ntheirs\n").ok());
+  EXPECT_EQ(::close(fd), -1);
+  EXPECT_EQ(errno, EIO);
+  EXPECT_EQ(*remote().Read("log"), "one\ntheirs\n");
+  const std::string kept = mount->cache_dir() + "/unfinished/log";
+  ASSERT_TRUE(WaitFor(30, [&] { return fs::exists(kept); })) << mount->log();
+  EXPECT_EQ(ReadLocal(kept), "one\nmine\n");
+  EXPECT_EQ(ReadFile(path), "one\ntheirs\n");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(*remote().Read("log"), "one\ntheirs\n");
+}
+
+// This mount's own changes between two uploads of one open file (an fsync, then a touch and a
+// chmod of it) are no other client's: the edit after them, which keeps the bytes uploaded
+// before, is stored by its close, not set aside.
+TEST_P(MountSuiteTest, AnEditAfterItsOwnUploadTouchAndChmodIsStored) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string path = mount->path() + "/log";
+  WriteFile(path, "one\n");
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "two\n", 4), 4);
+  ASSERT_EQ(::fsync(fd), 0) << std::strerror(errno);
+  const timespec times[2] = {{1600000000, 0}, {1600000000, 0}};
+  ASSERT_EQ(::futimens(fd, times), 0) << std::strerror(errno);
+  ASSERT_EQ(::fchmod(fd, 0600), 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "three\n", 6), 6);
+  char buf[32] = {};
+  ASSERT_EQ(::pread(fd, buf, sizeof buf, 0), 14) << std::strerror(errno);
+  EXPECT_EQ(::close(fd), 0) << std::strerror(errno) << mount->log();
+  EXPECT_EQ(ReadFile(path), "one\ntwo\nthree\n");
+  EXPECT_FALSE(fs::exists(mount->cache_dir() + "/unfinished/log")) << mount->log();
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  if (can().server_access) {
+    EXPECT_EQ(*remote().Read("log"), "one\ntwo\nthree\n");
+  }
+}
+
 // With attr_timeout=0 no attributes are cached, but a lookup's "no such file" is, for
 // negative_timeout: a mkdir or a rename onto that name shows it at once (rsync's temporary file
 // renamed into place, `mkdir -p` and then a file in it).

@@ -842,6 +842,45 @@ TEST_F(FilesystemTest, AnEditWhoseStoredFileChangedIsSetAsideNotRetried) {
   EXPECT_EQ(memory_->contents("log"), "theirs\nmine again\n");
 }
 
+// An edit that holds every byte of the version it was opened from (appended to, then read
+// here) is no less built on that version: another client's version stored before its upload
+// would be undone by it. The upload is conditional on the old version, so the close fails
+// (EIO) and the edit is set aside, whole, where the other client's change would otherwise be
+// lost with both closes returning 0 (two mounts appending to one log).
+TEST_F(FilesystemTest, AnEditOfAVersionAnotherClientReplacedIsSetAsideNotStoredOverIt) {
+  PutObject("log", "one\n");
+  const uint64_t ino = LookupIno(kRootIno, "log");
+  auto fh = fs_->Open(ino, O_RDWR | O_APPEND);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
+  std::string read(9, '\0');
+  ASSERT_TRUE(fs_->Read(*fh, 0, std::as_writable_bytes(std::span(read))).ok());
+  ASSERT_EQ(read, "one\nmine\n");
+  ASSERT_TRUE(memory_->put("log", MemorySource("one\ntheirs\n"), PutOptions{}).ok());
+  const Status closed = fs_->Flush(*fh);
+  EXPECT_EQ(ErrnoFromStatus(closed), EIO) << closed.ToString();
+  EXPECT_NE(closed.message().find("keeps bytes of the version it was opened from"),
+            std::string::npos)
+      << closed.ToString();
+  EXPECT_EQ(ErrnoFromStatus(fs_->Release(*fh)), EIO);
+  EXPECT_EQ(memory_->contents("log"), "one\ntheirs\n");
+  EXPECT_EQ(fs_->pending_uploads(), 0u);
+  std::map<std::string, std::string> aside = SetAside(options_.cache_dir);
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_EQ(aside["log"], "one\nmine\n");
+  EXPECT_EQ(ReadFile(*fs_, ino), "one\ntheirs\n");
+
+  // Written over every old byte, it keeps none of that version: the last writer wins, as with
+  // `cp` onto the file.
+  auto over = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(over.ok()) << over.status().ToString();
+  ASSERT_TRUE(fs_->Write(*over, 0, Bytes("all of it mine\n")).ok());
+  ASSERT_TRUE(memory_->put("log", MemorySource("theirs again\n"), PutOptions{}).ok());
+  const Status stored = fs_->Release(*over);
+  EXPECT_TRUE(stored.ok()) << stored.ToString();
+  EXPECT_EQ(memory_->contents("log"), "all of it mine\n");
+}
+
 // A file another client replaced while this mount cached its version: the read of an open
 // made in that window fails (ESTALE), and the next open reads the new version at once, rather
 // than fail the same way until the attributes expire.

@@ -596,7 +596,11 @@ TEST_F(FileWriterStreamTest, AnEditCopiesTheUntouchedPartsOfItsBase) {
   EXPECT_EQ(GatedUpload::copies.load(), 5 + 6);
 }
 
-TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedMeanwhileIsPutWhole) {
+// An edit that holds every byte (read here) but is still built on the version it was opened
+// from: another client's version stored since is not undone by it. Its copies fail, the whole
+// put is conditional on the old version too, and the edit becomes unfinished, for its release
+// to set aside.
+TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedMeanwhileIsNotStoredOverTheNewVersion) {
   std::string model = Pattern(kPart * 4, 'w');
   ASSERT_TRUE(memory_->put("raced", MemorySource(model), {}).ok());
   std::shared_ptr<Inode> inode = StageStored(*this, "raced");
@@ -606,11 +610,18 @@ TEST_F(FileWriterStreamTest, AnEditWhoseBaseChangedMeanwhileIsPutWhole) {
   }
   Write(*inode, "raced", 10, "mine");
   model.replace(10, 4, "mine");
-  // Another client replaces the object: the last writer, this close, wins with its own bytes.
-  ASSERT_TRUE(memory_->put("raced", MemorySource(Pattern(kPart * 4, 'x')), {}).ok());
+  const std::string theirs = Pattern(kPart * 4, 'x');
+  ASSERT_TRUE(memory_->put("raced", MemorySource(theirs), {}).ok());
   MutexLock lock(&inode->mu);
-  ASSERT_TRUE(writer_->Upload(*inode, "raced").ok());
-  EXPECT_TRUE(memory_->contents("raced") == model) << "parts of the other client's object mixed in";
+  const Status uploaded = writer_->Upload(*inode, "raced");
+  EXPECT_EQ(uploaded.code(), StatusCode::kIoError) << uploaded.ToString();
+  EXPECT_TRUE(FileWriter::Unfinished(*inode));
+  EXPECT_TRUE(memory_->contents("raced") == theirs) << "the other client's version was replaced";
+  std::string staged(model.size(), '\0');
+  Result<size_t> read = inode->staged->ReadAt(0, std::as_writable_bytes(std::span(staged)));
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_EQ(*read, model.size());
+  EXPECT_TRUE(staged == model);
   EXPECT_EQ(metrics_.streamed_fallbacks.load(), 1u);
   EXPECT_TRUE(Eventually([&] { return memory_->uploads_in_progress() == 0; }));
 }
