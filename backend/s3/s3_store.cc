@@ -608,29 +608,39 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
   req.what = What("PUT", key);
   req.headers.emplace_back("content-md5", ContentMd5(digest));
   if (!options.content_type.empty()) req.headers.emplace_back("content-type", options.content_type);
-  if (options.if_match) req.headers.emplace_back("if-match", options.if_match->quoted());
+  const bool unquoted = unquoted_if_match_.load();
+  if (options.if_match) {
+    req.headers.emplace_back("if-match",
+                             unquoted ? options.if_match->value() : options.if_match->quoted());
+  }
   if (options.if_none_match) req.headers.emplace_back("if-none-match", "*");
   AddMetadataHeaders(options.metadata, req.headers);
   KeepEncryption(options.keep_encryption, req.headers);
   req.body_source = &source;
   req.body_size = source.size();
   Result<HttpResponse> sent = Execute(req);
-  if (!sent.ok() && options.if_match && sent.status().code() == StatusCode::kPreconditionFailed) {
+  const auto refused = [&] {
+    return !sent.ok() && options.if_match &&
+           sent.status().code() == StatusCode::kPreconditionFailed;
+  };
+  Result<ObjectInfo> current = InternalError("not asked");
+  if (refused()) current = head(key);
+  if (refused() && !unquoted && current.ok() && current->etag == *options.if_match) {
     // RGW compares a PUT's If-Match with its stored, unquoted ETag byte for byte, so the quoted
     // form that HTTP prescribes never matches there. When the object does carry the expected
-    // ETag, say it the way the server understands.
-    Result<ObjectInfo> current = head(key);
-    if (current.ok() && current->etag == *options.if_match) {
-      for (auto& [name, value] : req.headers) {
-        if (name == "if-match") value = options.if_match->value();
-      }
-      sent = Execute(req);
-    } else if (current.ok() && current->etag == ETag::FromMd5(digest) &&
-               current->size == source.size() && ETagIsMd5(options.keep_encryption, nullptr)) {
-      // An attempt of this PUT that took effect, its reply lost: the retry's condition then
-      // fails against the very bytes it stored (or another writer's same bytes).
-      return current;
+    // ETag, say it the way the server understands (and from now on at once).
+    for (auto& [name, value] : req.headers) {
+      if (name == "if-match") value = options.if_match->value();
     }
+    sent = Execute(req);
+    if (sent.ok()) unquoted_if_match_.store(true);
+    if (refused()) current = head(key);
+  }
+  if (refused() && current.ok() && current->etag == ETag::FromMd5(digest) &&
+      current->size == source.size() && ETagIsMd5(options.keep_encryption, nullptr)) {
+    // An attempt of this PUT that took effect, its reply lost: the retry's condition then
+    // fails against the very bytes it stored (or another writer's same bytes).
+    return current;
   }
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(sent));
   ETag expected = ETag::FromMd5(digest);

@@ -215,6 +215,9 @@ class S3Store : public ObjectStore {
   HttpClient http_;
   Metrics own_metrics_;
   Metrics* metrics_;
+  // The server compares a PUT's If-Match with its ETag unquoted (RGW): learned from one PUT
+  // that failed quoted and passed unquoted, so that later ones send their body once.
+  std::atomic<bool> unquoted_if_match_{false};
   std::atomic<bool> copy_refused_logged_{false};
   std::atomic<bool> encryption_unconfirmed_logged_{false};
 };

@@ -164,6 +164,36 @@ TEST_F(S3StoreTest, AConditionalPutThatFindsItsOwnBytesStoredSucceeds) {
   EXPECT_EQ(*ReadAll(*store_, "retried"), "the new version");
 }
 
+// A server that compares If-Match unquoted (RGW) refuses the first conditional PUT, which is
+// sent again unquoted; later ones go unquoted at once, their bodies sent once.
+TEST_F(S3StoreTest, AConditionalPutSendsItsBodyOnceAfterTheFirst) {
+  S3StoreOptions o = OptionsFor(bucket_);
+  Metrics metrics;
+  o.metrics = &metrics;
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  Result<ObjectInfo> last = Put("edited", "version 0");
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  for (int i = 1; i <= 3; ++i) {
+    const std::string data = "version " + std::to_string(i);
+    PutOptions conditional;
+    conditional.if_match = last->etag;
+    const uint64_t before = metrics.http_requests.load();
+    last = store->put("edited", MemorySource(data), conditional);
+    ASSERT_TRUE(last.ok()) << last.status().ToString();
+    if (i > 1) {
+      EXPECT_EQ(metrics.http_requests.load() - before, 1u) << "put " << i;
+    }
+    EXPECT_EQ(*ReadAll(*store_, "edited"), data);
+  }
+  PutOptions stale;
+  stale.if_match = ETag::FromMd5(Md5Of("version 0"));
+  Result<ObjectInfo> refused = store->put("edited", MemorySource("late"), stale);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPreconditionFailed);
+  EXPECT_EQ(*ReadAll(*store_, "edited"), "version 3");
+}
+
 TEST_F(S3StoreTest, MultipartUploadETagIsMd5OfPartMd5s) {
   std::string data = Pattern(2 * kPart + 12345, 1);
   Result<ObjectInfo> put = Put("big", data);
