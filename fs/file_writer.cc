@@ -487,8 +487,9 @@ void FileWriter::DropRefusedMetadata(Inode& inode, const std::string& key, const
 }
 
 Result<ObjectInfo> FileWriter::PutWithAcceptedMetadata(const std::string& key,
-                                                       const ByteSource& source, Metadata* metadata,
-                                                       const Status& refusal) {
+                                                       const ByteSource& source,
+                                                       const std::optional<ETag>& if_match,
+                                                       Metadata* metadata, const Status& refusal) {
   Metadata accepted;
   Result<ObjectInfo> stored = store_->head(key);
   if (stored.ok()) {
@@ -503,6 +504,7 @@ Result<ObjectInfo> FileWriter::PutWithAcceptedMetadata(const std::string& key,
   if (accepted == *metadata) return refusal;  // it was not the metadata the server refused
   PutOptions put;
   put.metadata = accepted;
+  put.if_match = if_match;
   if (stored.ok()) {
     put.keep_encryption = stored->encryption;
     put.replaces_object = true;
@@ -556,23 +558,40 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   // failure is the upload's, below).
   Result<ObjectInfo> result = ObjectInfo{};
   bool base_changed = false;
+  // What a whole put sends: the staged file, or it with the bytes it lacks read from the base.
+  std::optional<FileSource> whole;
+  std::optional<BaseFilledSource> filled;
+  const ByteSource* source = nullptr;
   if (streamed) {
     result = std::move(*streamed);
   } else if (Status fetched =
                  FillFromBase(*inode.staged, &inode, key, 0, inode.staged->size(), &base_changed);
              fetched.ok()) {
-    result = store_->put(key, inode.staged->Source(), put);
+    source = &whole.emplace(inode.staged->Source());
+    result = store_->put(key, *source, put);
   } else if (fetched.code() == StatusCode::kNoSpace && inode.staged->has_base()) {
     // No room in cache_dir for what the file lacks: read from the server as it goes up, or
     // the edit would stay here, filling the disk, at every retry.
     Log(LogLevel::kWarn, "uploading " + key + " with the bytes it lacks read from " +
                              inode.staged->base_key() + " as they are sent: " + fetched.message());
-    result = store_->put(key, BaseFilledSource(store_, *inode.staged, options_.read_buffer), put);
+    source = &filled.emplace(store_, *inode.staged, options_.read_buffer);
+    result = store_->put(key, *source, put);
   } else if (base_changed && LoseBase(inode, key)) {
     meta_cache_->Invalidate(key);
     return UnfinishedError(inode, key);  // no retry can upload it: set aside by the caller's end
   } else {
     result = fetched;
+  }
+  if (!result.ok() && source != nullptr && put.if_match && BaseReplaced(result.status()) &&
+      !inode.uploaded_etag.empty() && inode.uploaded_etag != *put.if_match) {
+    // A change of this mount's own since (a chmod or touch by a self-copy that could not prove
+    // it kept the bytes, which gives a multipart object a new ETag) is no other client's: where
+    // the key holds that version, the put goes over it.
+    Result<ObjectInfo> now = store_->head(key);
+    if (now.ok() && now->etag == inode.uploaded_etag) {
+      put.if_match = now->etag;
+      result = store_->put(key, *source, put);
+    }
   }
   if (!result.ok() && put.if_match && BaseReplaced(result.status()) && LoseBase(inode, key)) {
     // Another client's version came between this edit's start and its upload: uploaded over
@@ -580,8 +599,10 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     meta_cache_->Invalidate(key);
     return UnfinishedError(inode, key);
   }
-  if (!result.ok() && IsPermanentRefusal(result.status())) {
-    result = PutWithAcceptedMetadata(key, inode.staged->Source(), &metadata, result.status());
+  if (!result.ok() && (source != nullptr || streamed) && IsPermanentRefusal(result.status())) {
+    // (After a streamed or copying upload: every byte, the ones it lacks from its base.)
+    if (source == nullptr) source = &filled.emplace(store_, *inode.staged, options_.read_buffer);
+    result = PutWithAcceptedMetadata(key, *source, put.if_match, &metadata, result.status());
     if (result.ok()) inode.extra_metadata = WithoutPosixMetadata(metadata);
   }
   if (!result.ok()) {

@@ -303,9 +303,11 @@ class FileWriter {
   // The store refused `metadata` (`refusal`, IsPermanentRefusal) for a put of `source` to
   // `key`: puts the data again with the metadata the server last accepted (the object's
   // current metadata with `metadata`'s mode, owner and mtime; for a new object, only those)
-  // and logs the refused change once. On success `metadata` is what was stored; otherwise the
-  // refusal is returned (it was not about the metadata).
+  // and logs the refused change once, under the same `if_match` (KeptBase). On success
+  // `metadata` is what was stored; otherwise the refusal is returned (it was not about the
+  // metadata).
   Result<ObjectInfo> PutWithAcceptedMetadata(const std::string& key, const ByteSource& source,
+                                             const std::optional<ETag>& if_match,
                                              Metadata* metadata, const Status& refusal);
   // cache_dir is full: uploads closed files of the write-back window now, one after another
   // until `needed` bytes of staging files are gone, skipping `busy` and files whose lock another

@@ -254,8 +254,11 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
 // disk (a multipart file written in every part, so no part is copied on the server): those
 // bytes are read from the server as the file goes up, so the edit is uploaded at close and its
 // room freed. (Before, every try to upload it failed on the full disk, and the edit stayed
-// there across remounts, every new file failing with ENOSPC.)
-TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
+// there across remounts, every new file failing with ENOSPC.) With `refused_xattr`, the upload
+// also carries an extended attribute the server refuses for good (above its metadata limit):
+// it goes up again without it, from the same bytes (before, from the staged file alone, with
+// zeros where the old bytes were never fetched).
+void EditThatFillsTheCacheDisk(bool refused_xattr) {
   SmallDisk small;
   ASSERT_TRUE(small.ok());
   const std::string& disk = small.path();
@@ -267,10 +270,11 @@ TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
   ObjfsMount::Options options;
   options.cache_dir = disk + "/c";
   // Multipart, whose upload is noted in the full cache_dir: it goes on un-noted.
-  options.extra_options = "multipart_threshold=5M,part_size=5M";
+  options.extra_options = "multipart_threshold=5M,part_size=5M,max_metadata=16K";
   std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
   ASSERT_TRUE(mount);
-  const int fd = ::open((mount->path() + "/big").c_str(), O_WRONLY);
+  const std::string path = mount->path() + "/big";
+  const int fd = ::open(path.c_str(), O_WRONLY);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   // 1 MiB into each of the five parts: 5 MiB on the 8 MiB disk, which the other 19 do not fit.
   std::string expected = old;
@@ -281,10 +285,19 @@ TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
         << std::strerror(errno);
     expected.replace(at, patch.size(), patch);
   }
+  if (refused_xattr) {
+    CommandResult big =
+        RunCommand({"setfattr", "-n", "user.big", "-v", std::string(12000, 'v'), path});
+    ASSERT_EQ(big.exit_code, 0) << big.err;
+  }
   EXPECT_EQ(::close(fd), 0) << std::strerror(errno) << "\n" << mount->log();
   EXPECT_NE(mount->log().find("with the bytes it lacks read from big as they are sent"),
             std::string::npos)
       << mount->log();
+  if (refused_xattr) {
+    EXPECT_NE(mount->log().find("without its metadata change (user.big"), std::string::npos)
+        << mount->log();
+  }
   // Its staging file goes once the kernel releases the file, after close(2) returned.
   EXPECT_TRUE(WaitFor(20, [&] {
     return StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "open_files") == 0;
@@ -300,6 +313,14 @@ TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
   EXPECT_NE(GetXattr(fresh->path() + "/big", "user.etag").find('-'), std::string::npos)
       << "not made of parts";
   EXPECT_TRUE(ReadFile(fresh->path() + "/after") == PseudoRandomBytes(6 << 20, 26));
+}
+
+TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
+  EditThatFillsTheCacheDisk(/*refused_xattr=*/false);
+}
+
+TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskKeepsItsOldBytesWithoutARefusedXattr) {
+  EditThatFillsTheCacheDisk(/*refused_xattr=*/true);
 }
 
 // A copy_file_range made through this machine (part of a file) that fills the cache disk

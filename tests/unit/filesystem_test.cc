@@ -2979,7 +2979,7 @@ class MetadataDelayTest : public FilesystemTest {
   // handle into a block never fetched, and its release. `proved`: the copy proved it copied
   // the bytes asked for (a server that honours the copy's condition). Returns the release's
   // status; `*stored` is the content the edit meant.
-  Status EditAfterAHeldChmod(bool proved, std::string* stored) {
+  Status EditAfterAHeldChmod(bool proved, std::string* stored, bool read_first = false) {
     MemoryStoreOptions o;
     o.part_size = 64 << 10;  // an edit copies the parts it did not touch
     o.native_etags = false;  // versions: the self-copy makes a new one
@@ -2993,6 +2993,10 @@ class MetadataDelayTest : public FilesystemTest {
     if (!fh.ok()) return fh.status();
     EXPECT_TRUE(fs_->Write(*fh, 100, Bytes("first")).ok());
     EXPECT_TRUE(fs_->Flush(*fh).ok());  // uploaded; the clean copy stays for the open handle
+    if (read_first) {                   // every byte of it here
+      std::string all(stored->size(), '\0');
+      EXPECT_TRUE(fs_->Read(*fh, 0, std::as_writable_bytes(std::span(all))).ok());
+    }
     const ETag before = memory_->head("f")->etag;
     const uint64_t copies = Copies();
     Chmod(ino, 0600);
@@ -3178,6 +3182,17 @@ TEST_F(MetadataDelayTest, AnEditAfterAnUnprovedCopyIsSetAsideNotMixed) {
   EXPECT_EQ(ErrnoFromStatus(released), EIO) << released.ToString();
   EXPECT_EQ(memory_->contents("f"), std::string(1 << 20, 's').replace(100, 5, "first"));
   EXPECT_EQ(SetAside(options_.cache_dir).size(), 1u);
+}
+
+// ... but an edit that holds every byte needs none of the copy's: the object the copy made is
+// this mount's own (its chmod), not another client's change, and the edit is stored over it.
+TEST_F(MetadataDelayTest, AWholeEditAfterAnUnprovedCopyIsStoredOverIt) {
+  std::string stored;
+  const Status released = EditAfterAHeldChmod(/*proved=*/false, &stored, /*read_first=*/true);
+  EXPECT_TRUE(released.ok()) << released.ToString();
+  EXPECT_TRUE(memory_->contents("f") == stored);
+  EXPECT_EQ(StoredMode("f"), FileMode(0600));
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
 }
 
 TEST_F(MetadataDelayTest, FsyncAndUnmountApplyItAtOnce) {
