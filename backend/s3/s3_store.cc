@@ -763,6 +763,20 @@ static Status RunParts(int count, int parallel, PartFn&& part) {
   return first_error;
 }
 
+Status S3Store::CheckPutConditions(std::string_view key, const PutOptions& options,
+                                   const std::string& what) {
+  if (!options.if_match && !options.if_none_match) return Status::Ok();
+  Result<ObjectInfo> current = head(key);
+  if (!current.ok() && current.status().code() != StatusCode::kNotFound) return current.status();
+  if (options.if_none_match && current.ok()) {
+    return PreconditionFailedError(what + ": object exists");
+  }
+  if (options.if_match && (!current.ok() || current->etag != *options.if_match)) {
+    return PreconditionFailedError(what + ": object changed");
+  }
+  return Status::Ok();
+}
+
 Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource& source,
                                          const PutOptions& options) {
   const uint64_t size = source.size();
@@ -774,19 +788,9 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   }
   const uint64_t part_size = ChoosePartSize(size, options_.part_size);
   const int count = static_cast<int>((size + part_size - 1) / part_size);
-  if (options.if_match || options.if_none_match) {
-    // Conditional multipart completion is not available everywhere: check before uploading.
-    Result<ObjectInfo> current = head(key);
-    if (options.if_none_match && current.ok()) {
-      return PreconditionFailedError(What("PUT", key) + ": object exists");
-    }
-    if (options.if_match && (!current.ok() || current->etag != *options.if_match)) {
-      if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
-        return current.status();
-      }
-      return PreconditionFailedError(What("PUT", key) + ": object changed");
-    }
-  }
+  // Conditional multipart completion is not available everywhere: checked before uploading
+  // (no part sent in vain), and again right before the completion (below).
+  OBJFS_RETURN_IF_ERROR(CheckPutConditions(key, options, What("PUT", key)));
   HeaderList headers;
   if (!options.content_type.empty()) headers.emplace_back("content-type", options.content_type);
   AddMetadataHeaders(options.metadata, headers);
@@ -830,6 +834,11 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   if (!st.ok()) {
     AbortMultipart(key, upload_id);
     return st;
+  }
+  // The parts took a while, during which another client may have stored the object.
+  if (Status holds = CheckPutConditions(key, options, What("PUT", key)); !holds.ok()) {
+    AbortMultipart(key, upload_id);
+    return holds;
   }
   HeaderList conditions;
   if (options.if_match) conditions.emplace_back("if-match", options.if_match->quoted());
@@ -1063,19 +1072,8 @@ class S3Store::Session : public Upload {
       base.etag = etag;
       OBJFS_RETURN_IF_ERROR(CheckBase(base, what, /*again=*/true));
     }
-    if (options.if_match || options.if_none_match) {
-      // Conditional completion is not available everywhere: checked first, as put() does.
-      Result<ObjectInfo> current = store_->head(key_);
-      if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
-        return current.status();
-      }
-      if (options.if_none_match && current.ok()) {
-        return PreconditionFailedError(what + ": object exists");
-      }
-      if (options.if_match && (!current.ok() || current->etag != *options.if_match)) {
-        return PreconditionFailedError(what + ": object changed");
-      }
-    }
+    // Conditional completion is not available everywhere: checked first, as put() does.
+    OBJFS_RETURN_IF_ERROR(store_->CheckPutConditions(key_, options, what));
     HeaderList conditions;
     if (options.if_match) conditions.emplace_back("if-match", options.if_match->quoted());
     if (options.if_none_match) conditions.emplace_back("if-none-match", "*");

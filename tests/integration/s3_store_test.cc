@@ -164,6 +164,49 @@ TEST_F(S3StoreTest, AConditionalPutThatFindsItsOwnBytesStoredSucceeds) {
   EXPECT_EQ(*ReadAll(*store_, "retried"), "the new version");
 }
 
+// A source that has another client store `key` the first time it is read (while a put of it
+// hashes or sends its first part).
+class ReplacedWhileReadSource : public ByteSource {
+ public:
+  ReplacedWhileReadSource(std::string_view data, ObjectStore* other, std::string key)
+      : inner_(data), other_(other), key_(std::move(key)) {}
+  uint64_t size() const override { return inner_.size(); }
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const override {
+    if (!replaced_.exchange(true)) {
+      Result<ObjectInfo> put = other_->put(key_, MemorySource("theirs"), PutOptions{});
+      if (!put.ok()) return put.status();
+    }
+    return inner_.read_at(offset, buf);
+  }
+
+ private:
+  MemorySource inner_;
+  ObjectStore* other_;
+  const std::string key_;
+  mutable std::atomic<bool> replaced_{false};
+};
+
+// RGW ignores the condition of a multipart completion, which is therefore checked by a HEAD:
+// again right before the completion, not only before the parts go up, so that another client's
+// object stored meanwhile stays.
+TEST_F(S3StoreTest, AConditionalMultipartPutChecksAgainBeforeItsCompletion) {
+  S3StoreOptions o = OptionsFor(bucket_);
+  o.part_size = kPart;
+  o.multipart_threshold = kPart;
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  Result<ObjectInfo> old = Put("raced", "old");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  const std::string data = Pattern(2 * kPart + 5, 4);
+  ReplacedWhileReadSource source(data, store_.get(), "raced");
+  PutOptions conditional;
+  conditional.if_match = old->etag;
+  Result<ObjectInfo> put = store->put("raced", source, conditional);
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(put.status().code(), StatusCode::kPreconditionFailed) << put.status().ToString();
+  EXPECT_EQ(*ReadAll(*store_, "raced"), "theirs");
+}
+
 // A server that compares If-Match unquoted (RGW) refuses the first conditional PUT, which is
 // sent again unquoted; later ones go unquoted at once, their bodies sent once.
 TEST_F(S3StoreTest, AConditionalPutSendsItsBodyOnceAfterTheFirst) {
