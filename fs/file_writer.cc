@@ -270,8 +270,10 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   // it on the server (UploadEdit).
   inode.touched.Clear();
   inode.base.reset();
-  if (!empty && rec.size > 0 && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
+  // (An empty object too: an append to it is built on that version.)
+  if (!empty && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
+  inode.created_as.clear();
   // (A mode held to be set is this mount's: it wins.)
   inode.stored_file.reset();
   if (!inode.pending_metadata)
@@ -554,6 +556,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   KeepStoredEncryption(inode, put);
   KeepOthersChmod(inode, put);
   put.if_match = KeptBase(inode, key);
+  put.if_none_match = CreatedHere(inode, key);
   // A whole put needs every byte here: what a sparse file still lacks is fetched first (a
   // failure is the upload's, below).
   Result<ObjectInfo> result = ObjectInfo{};
@@ -593,7 +596,8 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
       result = store_->put(key, *source, put);
     }
   }
-  if (!result.ok() && put.if_match && BaseReplaced(result.status()) && LoseBase(inode, key)) {
+  if (!result.ok() && (put.if_match || put.if_none_match) && BaseReplaced(result.status()) &&
+      LoseBase(inode, key)) {
     // Another client's version came between this edit's start and its upload: uploaded over
     // it, the edit would undo that change, which its writer was told was stored.
     meta_cache_->Invalidate(key);
@@ -642,6 +646,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     }
   }
   inode.in_store = true;
+  inode.created_as.clear();  // the name is this file's now: later uploads go by its version
   // The records go with the upload just done; a write after it records the new version's.
   (void)SetStoredEncryption(inode, result->encryption);
   inode.may_stream = false;  // further writes edit a stored object
@@ -752,7 +757,10 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
   inode.state = Inode::FileState::kUnsaved;
   // Written from empty: its parts may go up while it is written (and none is the base's).
   inode.may_stream = !keep_content || inode.staged->size() == 0;
-  if (!keep_content) inode.touched.Add(0, UINT64_MAX);
+  if (!keep_content) {
+    inode.touched.Add(0, UINT64_MAX);
+    inode.created_as.clear();  // emptied to be written anew: whatever the name holds goes
+  }
   return Status::Ok();
 }
 
@@ -812,6 +820,7 @@ void FileWriter::Truncated(Inode& inode, uint64_t size) {
   std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.ranges.empty(); });
   if (inode.stream) inode.stream->Truncated(size);
   if (size == 0 && inode.unsaved()) inode.may_stream = true;
+  if (size == 0) inode.created_as.clear();  // as for O_TRUNC (MarkDirty)
 }
 
 void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_t length,
@@ -834,14 +843,21 @@ std::optional<ETag> FileWriter::KeptBase(const Inode& inode, const std::string& 
   if (!inode.base || inode.base->key != key || inode.base->etag.empty() || !inode.staged) {
     return std::nullopt;
   }
+  // An empty version: whatever was written goes on it (`>>` on an empty log).
+  if (inode.base->size == 0) return inode.base->etag;
   const uint64_t old_bytes = std::min(inode.base->size, inode.staged->size());
   if (old_bytes == 0 || inode.touched.Covers(0, old_bytes)) return std::nullopt;
   return inode.base->etag;
 }
 
+bool FileWriter::CreatedHere(const Inode& inode, const std::string& key) {
+  return !inode.in_store && !inode.base && !inode.created_as.empty() && inode.created_as == key;
+}
+
 bool FileWriter::BaseReplaced(const Status& failure) {
   // S3 answers an If-Match on a missing key with NoSuchKey, as AWS documents.
   return failure.code() == StatusCode::kPreconditionFailed ||
+         failure.code() == StatusCode::kAlreadyExists ||
          (failure.code() == StatusCode::kNotFound && failure.server_code() == "NoSuchKey");
 }
 
@@ -855,6 +871,12 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
   if (inode.base && inode.base->key == key) {
     kept = inode.touched.Missing(0, std::min(inode.base->size, size));
   }
+  // Written onto an empty version, or under a name created here: all of it was meant to go on
+  // what the name held (nothing), which it no longer does.
+  const bool onto_nothing =
+      size > 0 &&
+      ((inode.base && inode.base->key == key && inode.base->size == 0) || CreatedHere(inode, key));
+  if (onto_nothing) kept.push_back(ExtentSet::Range{0, size});
   if (gone.empty() && kept.empty()) return false;
   Inode::Unwritten& entry = inode.unwritten[kLostBase];
   for (const ExtentSet::Range& range : gone) entry.ranges.Add(range.start, range.end - range.start);
@@ -863,12 +885,21 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
     const std::string changed = (inode.staged->has_base() ? inode.staged->base_key() : key) +
                                 " changed or was removed on the server since " + key +
                                 " was opened for writing, ";
-    entry.failure = IoError(changed +
-                            (gone.empty() ? "and this edit keeps bytes of the version it was "
-                                            "opened from: stored, it would undo that change"
-                                          : "so the bytes of it that were neither written nor "
-                                            "read here cannot be fetched any more") +
-                            " (what the server has now stays)");
+    const std::string why =
+        CreatedHere(inode, key)
+            ? key +
+                  " was made on the server by another client since it was created here: "
+                  "stored, this file would replace that one"
+        : !gone.empty() ? changed +
+                              "so the bytes of it that were neither written nor read here cannot "
+                              "be fetched any more"
+        : onto_nothing ? changed +
+                             "and what was written here was to go on the empty file it was: "
+                             "stored, it would undo that change"
+                       : changed +
+                             "and this edit keeps bytes of the version it was opened from: "
+                             "stored, it would undo that change";
+    entry.failure = IoError(why + " (what the server has now stays)");
     entry.serial = ++inode.write_failures;
   }
   // No version a close accepted, whatever a close or the write-back window said before: a
@@ -1207,7 +1238,7 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
   }
   // Renamed meanwhile: the rename removed the old name's object, and whatever holds that name
   // now (a file created or moved there since) is another file, never completed over.
-  if (streamed_key != key) put.if_none_match = true;
+  if (streamed_key != key || CreatedHere(inode, key)) put.if_none_match = true;
   Result<ObjectInfo> done = stream->Finish(size, put);
   const Status part_failure = stream->failure();
   if (!done.ok()) {

@@ -164,6 +164,8 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
       }
       inode->in_store = false;
       inode->stored_file.reset();
+      // `>>` on a new name, an exclusive create: never over another client's file made since.
+      if ((flags & O_EXCL) != 0 || (flags & O_TRUNC) == 0) inode->created_as = key;
       // A new file has none of its own. (No record yet.)
       (void)SetStoredEncryption(*inode, AtRestEncryption{});
     }
@@ -345,7 +347,8 @@ Result<size_t> Filesystem::WriteLocked(const Handle& handle, Inode& inode, uint6
   if (!inode.staged) {
     OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
     if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
-    OBJFS_RETURN_IF_ERROR(writer_->Stage(inode, key, rec, /*empty=*/rec.size == 0));
+    // (An empty object is a base all the same: an append goes on that version.)
+    OBJFS_RETURN_IF_ERROR(writer_->Stage(inode, key, rec, /*empty=*/false));
   }
   if (handle.flags & O_APPEND) offset = inode.staged->size();
   OBJFS_RETURN_IF_ERROR(CheckObjectSize(key, offset + data.size()));

@@ -60,6 +60,10 @@ struct Inode {
   // a chmod another client made since, of a mode this mount did not change (PutOptions). Unset
   // for a file created or renamed here.
   std::optional<ReplacedFile> stored_file GUARDED_BY(mu);
+  // The key this mount created the file under, where the create must not replace another
+  // client's file made meanwhile (O_EXCL, or no O_TRUNC: `>>` on a new name): its first upload
+  // is conditional on the name being free (FileWriter::KeptBase). Empty otherwise.
+  std::string created_as GUARDED_BY(mu);
   // The upload that runs while the file is written (fs/streamed_upload.h), and whether one may
   // start: the data being written began empty here (a new file, O_TRUNC, truncate to 0) and no
   // upload of it was given up yet.

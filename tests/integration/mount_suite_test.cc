@@ -1076,10 +1076,34 @@ TEST_P(MountSuiteTest, AnEditOfAVersionAnotherClientReplacedIsSetAsideNotStoredO
   EXPECT_EQ(::close(fd), -1);
   EXPECT_EQ(errno, EIO);
   EXPECT_EQ(*remote().Read("log"), "one\ntheirs\n");
+  // Set aside by the release, which the kernel sends after close(2) returned.
+  const auto released = [&] {
+    return WaitFor(30, [&] {
+      return StatsCounter(GetXattr(mount->path(), "user.objfs.stats"), "open_files") == 0;
+    });
+  };
+  ASSERT_TRUE(released()) << mount->log();
   const std::string kept = mount->cache_dir() + "/unfinished/log";
-  ASSERT_TRUE(WaitFor(30, [&] { return fs::exists(kept); })) << mount->log();
   EXPECT_EQ(ReadLocal(kept), "one\nmine\n");
   EXPECT_EQ(ReadFile(path), "one\ntheirs\n");
+
+  // The same for `>>` on an empty log, and on a name that was free, which another client
+  // takes meanwhile.
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "empty", ""));
+  for (const std::string name : {"empty", "new"}) {
+    SCOPED_TRACE(name);
+    const int appender = ::open((mount->path() + "/" + name).c_str(),
+                                O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    ASSERT_GE(appender, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(appender, "mine\n", 5), 5);
+    ASSERT_TRUE(remote().Write(name, "theirs\n").ok());
+    EXPECT_EQ(::close(appender), -1);
+    EXPECT_EQ(errno, EIO);
+    EXPECT_EQ(*remote().Read(name), "theirs\n");
+    ASSERT_TRUE(released()) << mount->log();
+    EXPECT_EQ(ReadLocal(mount->cache_dir() + "/unfinished/" + name), "mine\n");
+    EXPECT_EQ(ReadFile(mount->path() + "/" + name), "theirs\n");
+  }
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
   EXPECT_EQ(*remote().Read("log"), "one\ntheirs\n");
 }

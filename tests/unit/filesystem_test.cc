@@ -881,6 +881,36 @@ TEST_F(FilesystemTest, AnEditOfAVersionAnotherClientReplacedIsSetAsideNotStoredO
   EXPECT_EQ(memory_->contents("log"), "all of it mine\n");
 }
 
+// `>>` on an empty file, or on a name that was free: what it wrote was to go on nothing, so
+// another client's file stored there meanwhile is not replaced by it. An exclusive create is
+// the same; `>` (O_TRUNC) replaces, as the last writer.
+TEST_F(FilesystemTest, AnAppendOntoNothingDoesNotReplaceAnotherClientsFile) {
+  PutObject("empty", "");
+  struct Case {
+    const char* name;
+    int flags;
+    bool kept;  // the other client's file stays
+  };
+  for (const Case& c : {Case{"empty", O_WRONLY | O_CREAT | O_APPEND, true},
+                        Case{"new", O_WRONLY | O_CREAT | O_APPEND, true},
+                        Case{"exclusive", O_WRONLY | O_CREAT | O_EXCL, true},
+                        Case{"truncated", O_WRONLY | O_CREAT | O_TRUNC, false}}) {
+    SCOPED_TRACE(c.name);
+    auto created = fs_->Create(kRootIno, c.name, 0644, c.flags);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("mine\n")).ok());
+    ASSERT_TRUE(memory_->put(c.name, MemorySource("theirs\n"), PutOptions{}).ok());
+    const Status released = fs_->Release(created->fh);
+    EXPECT_EQ(ErrnoFromStatus(released), c.kept ? EIO : 0) << released.ToString();
+    EXPECT_EQ(memory_->contents(c.name), c.kept ? "theirs\n" : "mine\n");
+    std::map<std::string, std::string> aside = SetAside(options_.cache_dir);
+    EXPECT_EQ(aside.count(c.name), c.kept ? 1u : 0u);
+    if (c.kept) {
+      EXPECT_EQ(aside[c.name], "mine\n");
+    }
+  }
+}
+
 // A file another client replaced while this mount cached its version: the read of an open
 // made in that window fails (ESTALE), and the next open reads the new version at once, rather
 // than fail the same way until the attributes expire.
@@ -2573,7 +2603,8 @@ TEST_F(FilesystemTest, AFailedUploadForACopyDoesNotAcceptAWritersUnfinishedData)
 
 // fsync accepted the data even though the upload failed: the next mount uploads it.
 TEST_F(FilesystemTest, ACrashAfterAFailedFsyncUploadsWhatFsyncAccepted) {
-  auto created = fs_->Create(kRootIno, "synced", 0644, O_WRONLY | O_CREAT);
+  // (O_TRUNC: the recovery below plays another process, whose upload this file replaces.)
+  auto created = fs_->Create(kRootIno, "synced", 0644, O_WRONLY | O_CREAT | O_TRUNC);
   ASSERT_TRUE(created.ok());
   ASSERT_TRUE(fs_->Write(created->fh, 0, Bytes("synced part")).ok());
   faults_->FailNth(StoreOp::kPut, 1, TransientError("down"));
