@@ -1067,6 +1067,8 @@ class S3Store::Session : public Upload {
       digests.push_back(Md5Of(std::string_view{}));
     }
     for (const auto& [base_key, etag] : bases) {
+      // (The key's own version, named by the completion's If-Match: checked just below.)
+      if (base_key == key_ && options.if_match && etag == *options.if_match) continue;
       ObjectInfo base;
       base.key = base_key;
       base.etag = etag;
