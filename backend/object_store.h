@@ -171,9 +171,8 @@ struct PutOptions {
   // The file this one replaces as its writer last knew it. A store whose files carry enforced
   // permissions (SFTP) keeps a chmod another client made since, where the file there is still
   // that one (its size, mtime and owner) and this put's own mode is still the one it had: a
-  // `chmod 600`
-  // made during a rewrite stays, rather than the rewrite widening it back. Unset: the put's
-  // mode, as given.
+  // `chmod 600` made during a rewrite stays, rather than the rewrite widening it back. Unset:
+  // the put's mode, as given.
   std::optional<ReplacedFile> replaced;
 };
 

@@ -882,23 +882,25 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
   for (const ExtentSet::Range& range : gone) entry.ranges.Add(range.start, range.end - range.start);
   for (const ExtentSet::Range& range : kept) entry.ranges.Add(range.start, range.end - range.start);
   if (entry.serial == 0) {
-    const std::string changed = (inode.staged->has_base() ? inode.staged->base_key() : key) +
-                                " changed or was removed on the server since " + key +
-                                " was opened for writing, ";
-    const std::string why =
-        CreatedHere(inode, key)
-            ? key +
-                  " was made on the server by another client since it was created here: "
-                  "stored, this file would replace that one"
-        : !gone.empty() ? changed +
-                              "so the bytes of it that were neither written nor read here cannot "
-                              "be fetched any more"
-        : onto_nothing ? changed +
-                             "and what was written here was to go on the empty file it was: "
-                             "stored, it would undo that change"
-                       : changed +
-                             "and this edit keeps bytes of the version it was opened from: "
-                             "stored, it would undo that change";
+    std::string why = (inode.staged->has_base() ? inode.staged->base_key() : key) +
+                      " changed or was removed on the server since " + key +
+                      " was opened for writing, ";
+    if (CreatedHere(inode, key)) {
+      why = key + " was made on the server by another client since it was created here: " +
+            "stored, this file would replace that one";
+    } else if (!gone.empty()) {
+      why +=
+          "so the bytes of it that were neither written nor read here cannot be fetched any "
+          "more";
+    } else if (onto_nothing) {
+      why +=
+          "and what was written here was to go on the empty file it was: stored, it would "
+          "undo that change";
+    } else {
+      why +=
+          "and this edit keeps bytes of the version it was opened from: stored, it would undo "
+          "that change";
+    }
     entry.failure = IoError(why + " (what the server has now stays)");
     entry.serial = ++inode.write_failures;
   }

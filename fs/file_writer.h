@@ -188,10 +188,9 @@ class FileWriter {
   // The version an upload of the file must still find under `key` (its If-Match): the stored
   // file it was opened from, where some of that file's bytes are still in it (an append, a
   // patch, a file read and written back; anything written onto an empty version, `>>` on an
-  // empty log). An upload that finds another client's version there
-  // would undo that change, so the edit is set aside instead (LoseBase), as one that lacks the
-  // old bytes is. Nothing where the writes replaced every old byte: the last writer wins, as
-  // with `cp` onto the file.
+  // empty log). An upload that finds another client's version there would undo that change,
+  // so the edit is set aside instead (LoseBase), as one that lacks the old bytes is. Nothing
+  // where the writes replaced every old byte: the last writer wins, as with `cp` onto the file.
   static std::optional<ETag> KeptBase(const Inode& inode, const std::string& key)
       REQUIRES(inode.mu);
   // The file was created here under `key` by a create that must not replace another client's
