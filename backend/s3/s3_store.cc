@@ -777,6 +777,48 @@ Status S3Store::CheckPutConditions(std::string_view key, const PutOptions& optio
   return Status::Ok();
 }
 
+Result<S3Store::SentPart> S3Store::UploadPart(
+    std::string_view key, const std::string& upload_id, int number, const ByteSource& source,
+    uint64_t offset, uint64_t length, const std::optional<AtRestEncryption>& keep_encryption) {
+  Request req;
+  req.method = "PUT";
+  req.key = std::string(key);
+  req.what = What("UploadPart", key);
+  req.query.emplace_back("partNumber", std::to_string(number));
+  req.query.emplace_back("uploadId", upload_id);
+  // The part is hashed, then sent, straight from the source: parts grow to 5 GiB with the
+  // file, and parallel_parts of them held in memory could exhaust it. A part that changed
+  // between the two reads fails with BadDigest rather than storing other bytes.
+  std::optional<Md5Digest> digest;
+  if (options_.part_checksum == PartChecksum::kMd5) {
+    OBJFS_ASSIGN_OR_RETURN(digest, Md5OfSource(source, offset, length, metrics_));
+    req.headers.emplace_back("content-md5", ContentMd5(*digest));
+  }
+  req.body_source = &source;
+  req.body_offset = offset;
+  req.body_size = length;
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
+  SentPart sent;
+  if (const std::string* v = resp.header("etag")) sent.etag = ETag::Parse(*v);
+  sent.opaque = !ETagIsMd5(keep_encryption, &resp);
+  if (!digest) {
+    // Unchecked here: the part is what the server says it stored.
+    if (sent.etag.empty()) {
+      return InternalError(req.what + ": part " + std::to_string(number) + " has no ETag");
+    }
+    if (!sent.opaque) sent.md5 = DigestOf(sent.etag);
+    return sent;
+  }
+  const ETag expected = ETag::FromMd5(*digest);
+  if (!sent.opaque && sent.etag.is_plain_md5() && sent.etag != expected) {
+    return InternalError(req.what + ": part " + std::to_string(number) +
+                         " ETag does not match its MD5");
+  }
+  if (sent.etag.empty()) sent.etag = expected;
+  sent.md5 = digest;
+  return sent;
+}
+
 Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource& source,
                                          const PutOptions& options) {
   const uint64_t size = source.size();
@@ -798,37 +840,16 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   OBJFS_ASSIGN_OR_RETURN(std::string upload_id, InitiateMultipart(key, headers));
 
   std::vector<std::pair<int, ETag>> parts(count);
-  std::vector<std::array<uint8_t, 16>> digests(count);
+  std::vector<std::optional<Md5Digest>> digests(count);
   std::atomic<bool> opaque_etags = !ETagIsMd5(options.keep_encryption, nullptr);
   Status st = RunParts(count, options_.parallel_parts, [&](int index) -> Status {
-    uint64_t offset = static_cast<uint64_t>(index) * part_size;
-    uint64_t len = std::min(part_size, size - offset);
-    // The part is hashed, then sent, straight from the source: parts grow to 5 GiB with the
-    // file, and parallel_parts of them held in memory could exhaust it. A part that changed
-    // between the two reads fails with BadDigest rather than storing other bytes.
-    OBJFS_ASSIGN_OR_RETURN(Md5Digest digest, Md5OfSource(source, offset, len, metrics_));
-    Request req;
-    req.method = "PUT";
-    req.key = std::string(key);
-    req.what = What("UploadPart", key);
-    req.query.emplace_back("partNumber", std::to_string(index + 1));
-    req.query.emplace_back("uploadId", upload_id);
-    req.headers.emplace_back("content-md5", ContentMd5(digest));
-    req.body_source = &source;
-    req.body_offset = offset;
-    req.body_size = len;
-    OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
-    ETag got;
-    if (const std::string* v = resp.header("etag")) got = ETag::Parse(*v);
-    ETag expected = ETag::FromMd5(digest);
-    if (!ETagIsMd5(options.keep_encryption, &resp)) {
-      opaque_etags = true;
-    } else if (got.is_plain_md5() && got != expected) {
-      return InternalError(req.what + ": part " + std::to_string(index + 1) +
-                           " ETag does not match its MD5");
-    }
-    parts[index] = {index + 1, got.empty() ? expected : got};
-    digests[index] = digest;
+    const uint64_t offset = static_cast<uint64_t>(index) * part_size;
+    OBJFS_ASSIGN_OR_RETURN(SentPart sent,
+                           UploadPart(key, upload_id, index + 1, source, offset,
+                                      std::min(part_size, size - offset), options.keep_encryption));
+    if (sent.opaque) opaque_etags = true;
+    parts[index] = {index + 1, sent.etag};
+    digests[index] = sent.md5;
     return Status::Ok();
   });
   if (!st.ok()) {
@@ -851,15 +872,24 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   // Each part's ETag was checked against its MD5; the object's is the MD5 of theirs. A server
   // that names it (AWS) must agree; one that does not (RGW) gets no HEAD: by then another
   // writer may have replaced the object, which is no failure of this upload.
-  ETag expected = MultipartETag(digests);
-  if (etag->is_multipart() && *etag != expected && !opaque_etags) {
+  std::vector<Md5Digest> known;
+  for (const std::optional<Md5Digest>& digest : digests) {
+    if (digest) known.push_back(*digest);
+  }
+  std::optional<ETag> expected;
+  if (known.size() == digests.size()) expected = MultipartETag(known);
+  if (expected && etag->is_multipart() && *etag != *expected && !opaque_etags) {
     return InternalError(What("PUT", key) + ": the server's ETag " + etag->value() +
-                         " does not match the parts sent " + expected.value());
+                         " does not match the parts sent " + expected->value());
+  }
+  if (etag->empty() && !expected) {
+    OBJFS_ASSIGN_OR_RETURN(ObjectInfo now, head(key));
+    *etag = now.etag;
   }
   ObjectInfo info;
   info.key = std::string(key);
   info.size = size;
-  info.etag = etag->empty() ? expected : *etag;
+  info.etag = etag->empty() ? *expected : *etag;
   info.mtime_ns = NowNs();
   info.content_type = options.content_type;
   info.metadata = options.metadata;
@@ -997,35 +1027,12 @@ class S3Store::Session : public Upload {
   }
 
   Status SendPart(int index, const ByteSource& source, uint64_t source_offset, uint64_t length) {
-    // Hashed, then sent, straight from the source, as PutMultipart does.
-    OBJFS_ASSIGN_OR_RETURN(Md5Digest digest,
-                           Md5OfSource(source, source_offset, length, store_->metrics_));
-    Request req;
-    req.method = "PUT";
-    req.key = key_;
-    req.what = store_->What("UploadPart", key_);
-    req.query.emplace_back("partNumber", std::to_string(index + 1));
-    req.query.emplace_back("uploadId", upload_id_);
-    req.headers.emplace_back("content-md5", ContentMd5(digest));
-    req.body_source = &source;
-    req.body_offset = source_offset;
-    req.body_size = length;
-    OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, store_->Execute(req));
-    ETag got;
-    if (const std::string* v = resp.header("etag")) got = ETag::Parse(*v);
-    const ETag expected = ETag::FromMd5(digest);
-    if (!store_->ETagIsMd5(started_.keep_encryption, &resp)) {
-      // Completed with the server's own part ETag, and no object ETag to check.
-      MutexLock lock(&mu_);
-      parts_[index] = Part{length, got.empty() ? expected : got, std::nullopt};
-      return Status::Ok();
-    }
-    if (got.is_plain_md5() && got != expected) {
-      return InternalError(req.what + ": part " + std::to_string(index + 1) +
-                           " ETag does not match its MD5");
-    }
+    OBJFS_ASSIGN_OR_RETURN(SentPart sent,
+                           store_->UploadPart(key_, upload_id_, index + 1, source, source_offset,
+                                              length, started_.keep_encryption));
     MutexLock lock(&mu_);
-    parts_[index] = Part{length, expected, digest};
+    // An opaque part ETag leaves the object's unchecked: the server's, or a HEAD's.
+    parts_[index] = Part{length, sent.etag, sent.opaque ? std::nullopt : sent.md5};
     return Status::Ok();
   }
 

@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "backend/log.h"
+#include "backend/md5.h"
 #include "backend/metrics.h"
 #include "backend/object_store.h"
 #include "backend/retry.h"
@@ -46,6 +47,13 @@ inline constexpr size_t kMaxKeyBytes = 1024;            // UTF-8 bytes of a key
 // rule), at most kMaxPartSize.
 uint64_t ChoosePartSize(uint64_t size, uint64_t configured);
 
+// What each part of a multipart upload carries for the server to check it by (part_checksum=).
+// kMd5: its Content-MD5, hashed from the staged bytes before they are sent, so the server
+// refuses a part that arrived different. kNone: nothing; the part is protected in transit by
+// TLS (https) or TCP's checksum alone, and its ETag is the server's. Whole PUTs carry
+// Content-MD5 either way: their MD5 is the ETag this mount checks and reports.
+enum class PartChecksum { kMd5, kNone };
+
 struct S3StoreOptions {
   std::string bucket;
   std::string endpoint;  // "http://127.0.0.1:8000"; empty: AWS's regional endpoint
@@ -66,6 +74,7 @@ struct S3StoreOptions {
   // Sign object bodies with their SHA-256 instead of UNSIGNED-PAYLOAD (Content-MD5 already
   // protects them; signing costs a second pass over the data).
   bool sign_payload = false;
+  PartChecksum part_checksum = PartChecksum::kMd5;
 
   // Content-Type by extension, storage class, ACL, encryption, requester-pays.
   ObjectHeaderOptions object_headers;
@@ -173,6 +182,20 @@ class S3Store : public ObjectStore {
   // stands.
   void RestoreTags(std::string_view key, const std::optional<std::string>& tags);
   Result<std::string> InitiateMultipart(std::string_view key, const HeaderList& headers);
+  // A part sent by UploadPart: the ETag the server gave it; its MD5, hashed here (md5
+  // part_checksum) or read from that ETag (none) where the server's part ETags are MD5s; and
+  // whether they are not (`opaque`: SSE-KMS, SSE-C), so that no object ETag can be checked.
+  struct SentPart {
+    ETag etag;
+    std::optional<Md5Digest> md5;
+    bool opaque = false;
+  };
+  // UploadPart of part `number` (from 1) of `upload_id`, the bytes [offset, offset + length)
+  // of `source`, with the checksum options.part_checksum names. A part ETag that is an MD5
+  // other than the one hashed here fails.
+  Result<SentPart> UploadPart(std::string_view key, const std::string& upload_id, int number,
+                              const ByteSource& source, uint64_t offset, uint64_t length,
+                              const std::optional<AtRestEncryption>& keep_encryption);
   Result<ETag> CompleteMultipart(std::string_view key, const std::string& upload_id,
                                  const std::vector<std::pair<int, ETag>>& parts,
                                  const HeaderList& conditions, uint64_t size);

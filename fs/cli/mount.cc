@@ -386,6 +386,7 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
   if (options.part_size) s3_options.part_size = *options.part_size;
   if (options.copy_part_threshold) s3_options.copy_part_threshold = *options.copy_part_threshold;
   if (options.parallel_parts) s3_options.parallel_parts = *options.parallel_parts;
+  if (options.part_checksum == "none") s3_options.part_checksum = s3::PartChecksum::kNone;
   s3_options.metrics = &metrics;
   s3_options.journal = uploads;
   s3::ObjectHeaderOptions& headers = s3_options.object_headers;

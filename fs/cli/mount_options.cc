@@ -357,6 +357,20 @@ std::vector<OptionSpec> BuildOptionSpecs() {
          out.parallel_parts = static_cast<int>(n);
          return Status::Ok();
        }},
+      {.names = {"part_checksum"},
+       .value = V::kRequired,
+       .value_name = "KIND",
+       .schemes = s3,
+       .group = G::kS3,
+       .meaning = "what each part of a multipart upload carries for the server to check: `md5`, "
+                  "its Content-MD5, hashed here before it is sent (the server refuses a part "
+                  "that arrived different); `none`, no checksum, as s3fs sends by default: no "
+                  "MD5 pass over the bytes written, and a part is protected in transit by TLS "
+                  "(`https://`) or TCP's checksum alone. The ETag shown stays the server's. A "
+                  "whole PUT (at most `multipart_threshold`) carries its Content-MD5 either way",
+       .default_value = "md5",
+       .choices = {"md5", "none"},
+       .apply = Text<&MountOptions::part_checksum>},
       {.names = {"max_metadata"},
        .value = V::kRequired,
        .value_name = "SIZE",

@@ -124,6 +124,7 @@ struct MountOptions {
   std::optional<uint64_t> part_size;
   std::optional<uint64_t> copy_part_threshold;
   std::optional<int> parallel_parts;
+  std::string part_checksum;  // part_checksum=: md5, none, or empty (the store's default)
   // What new objects get: storage_class=, acl= (a canned ACL), server-side encryption (sse=
   // AES256 or aws:kms with sse_kms_key_id=, or sse_c_key= a file holding the customer key),
   // and requester_pays (x-amz-request-payer on every request).

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/md5.h"
 #include "tests/fixtures/fault_proxy.h"
 #include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
@@ -247,6 +248,50 @@ TEST(MountS3CopyTest, EtagOfSinglePartAndMultipartFiles) {
   EXPECT_EQ(GetXattr(m + "/big", "user.etag"), etag);
   EXPECT_FALSE(GetXattr(m + "/big-copy", "user.etag").empty());
   EXPECT_EQ(GetXattr(m + "/small", "user.etag"), Md5sum(small_local));
+}
+
+// part_checksum=none: a file streamed up in parts, and an append to it assembled from copied
+// and uploaded parts, hash nothing here and still show the ETag their bytes give. The default
+// (md5) hashes every part it sends.
+TEST(MountS3CopyTest, PartsSentWithoutAChecksumHashNothingAndKeepAnHonestETag) {
+  ScratchDir local;
+  ASSERT_FALSE(local.path().empty());
+  const std::string data = PseudoRandomBytes(12 << 20, 31);
+  const std::string tail = PseudoRandomBytes(1 << 20, 32);
+  std::vector<Md5Digest> md5s;
+  for (size_t off = 0; off < data.size(); off += 5 << 20) {
+    md5s.push_back(Md5Of(std::string_view(data).substr(off, 5 << 20)));
+  }
+  const std::string etag = MultipartETag(md5s).value();
+  const std::string bucket = CreateTestBucket(TestName());
+  WriteFile(local.path() + "/big", data);
+  WriteFile(local.path() + "/tail", tail);
+  for (const std::string& checksum : {std::string("md5"), std::string("none")}) {
+    SCOPED_TRACE(checksum);
+    ObjfsMount::Options options;
+    options.extra_options = "multipart_threshold=8M,part_size=5M,part_checksum=" + checksum;
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(S3MountUrl(bucket), options);
+    ASSERT_TRUE(mount);
+    const std::string file = mount->path() + "/" + checksum;
+    const std::string before = GetXattr(mount->path(), "user.objfs.stats");
+    CommandResult cp = RunCommand({"cp", local.path() + "/big", file});
+    ASSERT_EQ(cp.exit_code, 0) << cp.err;
+    EXPECT_EQ(GetXattr(file, "user.etag"), etag);
+    CommandResult append = RunCommand({"dd", "if=" + local.path() + "/tail", "of=" + file,
+                                       "oflag=append", "conv=notrunc", "bs=1M", "status=none"});
+    ASSERT_EQ(append.exit_code, 0) << append.err;
+    const std::string after = GetXattr(mount->path(), "user.objfs.stats");
+    const int64_t hashed =
+        StatsCounter(after, "bytes_hashed") - StatsCounter(before, "bytes_hashed");
+    if (checksum == "none") {
+      EXPECT_EQ(hashed, 0) << after;
+    } else {
+      EXPECT_GE(hashed, static_cast<int64_t>(data.size() + tail.size())) << after;
+    }
+    EXPECT_TRUE(std::regex_match(GetXattr(file, "user.etag"), std::regex("[0-9a-f]{32}-[0-9]+")));
+    ASSERT_TRUE(mount->Restart());
+    EXPECT_TRUE(ReadLocal(file) == data + tail);
+  }
 }
 
 // A chmod of a file made of parts, below copy_part_threshold, is one CopyObject onto itself.

@@ -26,6 +26,7 @@
 namespace objfs {
 namespace {
 
+using s3::PartChecksum;
 using s3::S3Store;
 using s3::S3StoreOptions;
 
@@ -255,6 +256,55 @@ TEST_F(S3StoreTest, MultipartUploadETagIsMd5OfPartMd5s) {
   Result<std::string> back = ReadAll(*store_, "big");
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(*back == data);
+}
+
+// part_checksum=none: no part is hashed here, by a put or by an upload session, and the
+// object still gets the ETag its bytes give (from the server's part ETags), with no HEAD.
+TEST_F(S3StoreTest, PartsSentWithoutAChecksumAreNotHashedAndKeepTheirETag) {
+  const std::string data = Pattern(2 * kPart + 12345, 21);
+  std::vector<Md5Digest> md5s;
+  for (size_t off = 0; off < data.size(); off += kPart) {
+    md5s.push_back(Md5Of(std::string_view(data).substr(off, kPart)));
+  }
+  const ETag expected = MultipartETag(md5s);
+  for (const PartChecksum checksum : {PartChecksum::kMd5, PartChecksum::kNone}) {
+    SCOPED_TRACE(checksum == PartChecksum::kMd5 ? "md5" : "none");
+    const std::string suffix = checksum == PartChecksum::kMd5 ? "-md5" : "-none";
+    Metrics metrics;
+    S3StoreOptions o = OptionsFor(bucket_);
+    o.part_checksum = checksum;
+    o.metrics = &metrics;
+    auto store = MakeStore(o);
+    ASSERT_NE(store, nullptr);
+    MemorySource source(data);
+
+    const uint64_t requests = metrics.http_requests.load();
+    Result<ObjectInfo> put = store->put("put" + suffix, source, PutOptions{});
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+    EXPECT_EQ(put->etag, expected);
+    // Create, three parts, Complete: the ETag comes from the parts, not from a HEAD.
+    EXPECT_EQ(metrics.http_requests.load() - requests, 5u);
+
+    Result<std::unique_ptr<Upload>> upload = store->start_upload("session" + suffix, {});
+    ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+    for (uint64_t off = 0; off < data.size(); off += kPart) {
+      const uint64_t length = std::min<uint64_t>(kPart, data.size() - off);
+      ASSERT_TRUE((*upload)->write(off, source, off, length).ok());
+    }
+    Result<ObjectInfo> done = (*upload)->complete(data.size(), PutOptions{});
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(done->etag, expected);
+
+    EXPECT_EQ(metrics.bytes_hashed.load(), checksum == PartChecksum::kMd5 ? 2 * data.size() : 0);
+    for (const std::string& key : {"put" + suffix, "session" + suffix}) {
+      Result<ObjectInfo> head = store_->head(key);
+      ASSERT_TRUE(head.ok()) << head.status().ToString();
+      EXPECT_EQ(head->etag, expected) << key;
+      Result<std::string> back = ReadAll(*store_, key);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_TRUE(*back == data) << key;
+    }
+  }
 }
 
 TEST_F(S3StoreTest, UploadPartCopyEqualsSource) {
