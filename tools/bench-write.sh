@@ -2,7 +2,8 @@
 # Measures writing one large file into the mount, close included (dd ... conv=fsync: the data
 # is in the bucket when dd returns; and `cp`, whose close returns once the object is stored),
 # on a throwaway Ceph RGW, in rounds that alternate:
-#   - objfs (parts uploaded while the file is written, the rest at fsync/close);
+#   - objfs (parts uploaded while the file is written, the rest at fsync/close), at its
+#     defaults and with part_checksum=none (parts sent without their Content-MD5);
 #   - optionally a second objfs binary, OBJFS_BASELINE=PATH, to compare two builds;
 #   - s3fs, the peer;
 #   - for cp, a single-stream `curl -T` PUT of the same file, the ceiling.
@@ -40,6 +41,9 @@ mount_tool() {  # mount_tool NAME
   case $1 in
     objfs) build/objfs s3://bench "$MNT" -f -o "endpoint=$EP,cache_dir=$WORK/objfs-cache" &
            PID=$! ;;
+    objfs-unhashed) build/objfs s3://bench "$MNT" -f \
+                      -o "endpoint=$EP,cache_dir=$WORK/objfs-cache,part_checksum=none" &
+                    PID=$! ;;
     baseline) "$BASELINE" s3://bench "$MNT" -f -o "endpoint=$EP,cache_dir=$WORK/objfs-cache" &
               PID=$! ;;
     s3fs) s3fs bench "$MNT" -f -o "url=$EP,use_path_request_style,passwd_file=$WORK/s3fs.passwd" \
@@ -86,8 +90,14 @@ cp_sample() {  # cp_sample LABEL TOOL: cp into the mount (close included), or cu
     'BEGIN { printf "%s|%.0f|%.0f\n", l, s / (t1 - t0), kb / 1024 }' >> "$CP_SAMPLES"
 }
 # Each round starts with another tool (rotated, in tools/bench-common.sh says why).
-TOOLS=(objfs ${BASELINE:+baseline} s3fs)
-label() { case $1 in baseline) echo "objfs baseline ($BASELINE)" ;; *) echo "$1" ;; esac; }
+TOOLS=(objfs objfs-unhashed ${BASELINE:+baseline} s3fs)
+label() {
+  case $1 in
+    baseline) echo "objfs baseline ($BASELINE)" ;;
+    objfs-unhashed) echo "objfs part_checksum=none" ;;
+    *) echo "$1" ;;
+  esac
+}
 for round in $(seq 0 $((ROUNDS - 1))); do
   for tool in $(rotated "$round" "${TOOLS[@]}"); do write_sample "$(label "$tool")" "$tool"; done
   for tool in $(rotated "$round" "${TOOLS[@]}"); do cp_sample "$(label "$tool")" "$tool"; done
