@@ -703,8 +703,32 @@ Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string&
   req.headers = conditions;
   req.headers.emplace_back("content-type", "application/xml");
   req.body = BuildCompleteMultipartUpload(parts);
-  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
-  Result<ETag> etag = ParseCompleteMultipartUpload(resp.body);
+  Result<HttpResponse> resp = Execute(req);
+  if (!resp.ok()) {
+    const StatusCode code = resp.status().code();
+    if (code != StatusCode::kNotFound && code != StatusCode::kPreconditionFailed) {
+      return resp.status();
+    }
+    // A completion that took effect and lost its reply is retried, and the retry finds the
+    // upload gone (NoSuchUpload, as AWS may answer) or, when conditional, the key no longer
+    // as it asked. A key that holds the very object these parts make holds that completion's.
+    std::vector<Md5Digest> part_md5s;
+    for (const auto& [number, part_etag] : parts) {
+      std::optional<Md5Digest> digest = DigestOf(part_etag);
+      if (!digest) return resp.status();
+      part_md5s.push_back(*digest);
+    }
+    const ETag made = MultipartETag(part_md5s);
+    Result<ObjectInfo> now = head(key);
+    if (!now.ok() || now->etag != made || now->size != size) return resp.status();
+    if (options_.log) {
+      options_.log(LogLevel::kInfo, req.what + ": the key holds the object its parts make (" +
+                                        resp.status().message() + "): its reply was lost");
+    }
+    if (options_.journal != nullptr) options_.journal->Closed(key, upload_id);
+    return made;
+  }
+  Result<ETag> etag = ParseCompleteMultipartUpload(resp->body);
   if (!etag.ok()) return etag.status().WithContext(req.what);
   // Completed: the server holds the upload no more (a failure is the caller's to abort).
   if (options_.journal != nullptr) options_.journal->Closed(key, upload_id);

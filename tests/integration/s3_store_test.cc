@@ -981,5 +981,52 @@ TEST_F(S3StoreTest, BaseReplacedAfterItsCopyFailsTheCompletion) {
   EXPECT_TRUE(ListedUploadIds(bucket_, "edited").empty());
 }
 
+// CompleteMultipartUpload took effect and its reply was lost. RGW answers the retry as the
+// first; AWS may answer it NoSuchUpload (the proxy plays that with a 404), and a server that
+// checks a condition on the completion, 412. The key holds the object these parts make, so the
+// put succeeded: failing it set the edit or new file aside as if another client had replaced
+// it.
+TEST_F(S3IntegrityTest, ACompletionWhoseReplyWasLostSucceedsWhenTheKeyHoldsItsParts) {
+  const std::string data = Pattern(kPart + (1 << 20) + 1, 16);
+  const ETag expected = MultipartETag({Md5Of(std::string_view(data).substr(0, kPart)),
+                                       Md5Of(std::string_view(data).substr(kPart))});
+  for (const int retry_status : {0, 404, 412}) {
+    for (const bool conditional : {false, true}) {
+      SCOPED_TRACE(std::to_string(retry_status) + (conditional ? " If-None-Match" : ""));
+      const std::string key = std::to_string(retry_status) + (conditional ? "-new" : "-plain");
+      const std::string completion = "POST /" + bucket_ + "/" + key + "?uploadId=";
+      proxy_->DropNextResponse(completion);
+      if (retry_status != 0) {
+        proxy_->AddResponseHeader(completion, "x-amz-request-id: replaced", retry_status);
+      }
+      const int dropped = proxy_->dropped_responses();
+      MemorySource source(data);
+      PutOptions options;
+      options.if_none_match = conditional;
+      Result<ObjectInfo> put = proxied_->put(key, source, options);
+      EXPECT_EQ(proxy_->dropped_responses(), dropped + 1);
+      ASSERT_TRUE(put.ok()) << put.status().ToString();
+      EXPECT_EQ(put->etag, expected);
+      Result<std::string> back = ReadAll(*store_, key);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_TRUE(*back == data);
+    }
+  }
+  // An upload gone for another reason, under a key that holds another object, still fails:
+  // here it is aborted, and the key written, while its completion is on its way.
+  proxy_->HoldNextRequest("POST /" + bucket_ + "/taken?uploadId=");
+  Result<ObjectInfo> failed = Status::Ok();
+  std::thread put([&] { failed = PutProxied("taken", data); });
+  ASSERT_TRUE(testing::WaitFor(30, [&] { return proxy_->held_requests() > 0; }));
+  const std::vector<std::string> ids = ListedUploadIds(bucket_, "taken");
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_TRUE(store_->AbortUpload("taken", ids[0]).ok());
+  ASSERT_TRUE(Put("taken", "another client's").ok());
+  proxy_->ReleaseHeldRequest();
+  put.join();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(*ReadAll(*store_, "taken"), "another client's");
+}
+
 }  // namespace
 }  // namespace objfs
