@@ -1029,25 +1029,40 @@ Status SftpStore::Rename(SftpConnection& c, const std::string& from, const std::
 Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
                          const std::string& staged_data, const PutOptions& preconditions) {
   MutexLock lock(&KeyLock(key));
-  if (preconditions.if_none_match || preconditions.if_match) {
+  if (preconditions.if_none_match) {
+    // SFTP v3's RENAME fails onto an existing file, and OpenSSH makes it a link(2) of the new
+    // name (then an unlink of the old): of two clients creating one name, exactly one
+    // succeeds. The STAT before it alone left them the round trip up to a replacing rename,
+    // in which both saw the name free and the later one replaced the earlier one's file; it
+    // stays for servers whose RENAME replaces.
+    Result<ObjectInfo> current = HeadOn(c, key);
+    if (current.ok()) {
+      return PreconditionFailedError("put " + std::string(key) + ": the object exists");
+    }
+    if (current.status().code() != StatusCode::kNotFound) return current.status();
+    if (sftp_rename(c.sftp(), staged_data.c_str(), paths.data.c_str()) == 0) return Status::Ok();
+    Status failed = LibsshStatus(c, "rename " + staged_data + " to " + paths.data);
+    Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
+    if (a == nullptr) return failed;
+    if (IsDirectory(*a)) {
+      return Status(StatusCode::kIsDirectory,
+                    "put " + std::string(key) + ": a directory of that name holds other keys");
+    }
+    return PreconditionFailedError("put " + std::string(key) + ": the object exists");
+  }
+  if (preconditions.if_match) {
     Result<ObjectInfo> current = HeadOn(c, key);
     if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
       return current.status();
     }
-    if (preconditions.if_none_match && current.ok()) {
-      return PreconditionFailedError("put " + std::string(key) + ": the object exists");
+    if (!current.ok()) {
+      // As on S3: a missing object does not match.
+      return PreconditionFailedError("put " + std::string(key) + ": the object no longer exists");
     }
-    if (preconditions.if_match) {
-      if (!current.ok()) {
-        // As on S3: a missing object does not match.
-        if (current.status().code() != StatusCode::kNotFound) return current.status();
-        return PreconditionFailedError("put " + std::string(key) + ": the object no longer exists");
-      }
-      if (current->etag != *preconditions.if_match) {
-        return PreconditionFailedError("put " + std::string(key) +
-                                       ": the object changed (version " + current->etag.value() +
-                                       ", expected " + preconditions.if_match->value() + ")");
-      }
+    if (current->etag != *preconditions.if_match) {
+      return PreconditionFailedError("put " + std::string(key) + ": the object changed (version " +
+                                     current->etag.value() + ", expected " +
+                                     preconditions.if_match->value() + ")");
     }
   }
   Status renamed = Rename(c, staged_data, paths.data);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -716,6 +717,45 @@ TEST_F(SftpStoreTest, SpaceIsTheRootsFileSystem) {
   ASSERT_EQ(::statvfs(root_.c_str(), &local), 0);
   EXPECT_EQ(space->blocks * space->block_size, local.f_blocks * local.f_frsize);
   EXPECT_EQ(space->name_max, local.f_namemax);
+}
+
+// Two clients (two stores, two sets of connections) create one name at the same moment:
+// exactly one stores its file, every time, and the other is refused. A STAT before the rename
+// left a round trip in which both saw the name free, and the later rename replaced the first
+// client's file while both puts succeeded.
+TEST_F(SftpStoreTest, OfTwoExclusiveCreatesOfOneNameExactlyOneSucceeds) {
+  std::shared_ptr<SftpStore> other = MakeStore(OptionsFor(root_));
+  ASSERT_NE(other, nullptr);
+  PutOptions exclusive;
+  exclusive.if_none_match = true;
+  int both = 0;
+  for (int round = 0; round < 40; ++round) {
+    const std::string key = "race/" + std::to_string(round);
+    std::atomic<int> ready{0};
+    Result<ObjectInfo> results[2] = {Status::Ok(), Status::Ok()};
+    auto create = [&](int who) {
+      SftpStore& store = who == 0 ? *store_ : *other;
+      const std::string mine = who == 0 ? "first client" : "second client";
+      MemorySource data(mine);
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      results[who] = store.put(key, data, exclusive);
+    };
+    std::thread a(create, 0);
+    std::thread b(create, 1);
+    a.join();
+    b.join();
+    const int stored = (results[0].ok() ? 1 : 0) + (results[1].ok() ? 1 : 0);
+    if (stored == 2) ++both;
+    ASSERT_GE(stored, 1) << results[0].status().ToString() << " / "
+                         << results[1].status().ToString();
+    const int winner = results[0].ok() ? 0 : 1;
+    EXPECT_EQ(results[1 - winner].status().code(), StatusCode::kPreconditionFailed)
+        << results[1 - winner].status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), winner == 0 ? "first client" : "second client");
+  }
+  EXPECT_EQ(both, 0) << "rounds in which both creates succeeded, of 40";
 }
 
 TEST_F(SftpStoreTest, PutLeavesNoTemporaryFilesBehind) {
