@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "backend/md5.h"
@@ -1026,6 +1027,75 @@ Status SftpStore::Rename(SftpConnection& c, const std::string& from, const std::
   return Status::Ok();
 }
 
+std::string SftpStore::CommitLockName(const KeyPaths& paths) {
+  // Of a fixed length whatever the name's, and the same in every objfs client: a reserved
+  // temporary name (hidden from listings) from the name's MD5.
+  return paths.dir + "/" + std::string(kReservedPrefix) + "tmp-lock-" +
+         HexMd5(Md5Of(paths.name)).substr(0, 20);
+}
+
+Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
+                                              const std::string& staged_data,
+                                              std::string_view key) {
+  SftpWire& wire = c.wire();
+  const std::string lock = CommitLockName(paths);
+  const auto deadline = std::chrono::steady_clock::now() + options_.commit_lock_wait;
+  std::optional<int64_t> server_now_s;
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    Result<SftpWire::Handle> made =
+        wire.OpenFile(lock, kOpenWrite | kOpenCreate | kOpenExclusive, 0600);
+    if (made.ok()) {
+      (void)wire.Close(*made);
+      return lock;
+    }
+    Result<SftpWire::FileAttrs> held = wire.LStat(lock);
+    if (!held.ok()) {
+      // Released in between: made again at once. Anything else is the open's failure.
+      if (held.status().code() == StatusCode::kNotFound) continue;
+      return made.status().WithContext("put " + std::string(key));
+    }
+    if (!server_now_s) {
+      Result<SftpWire::FileAttrs> staged = wire.LStat(staged_data);
+      if (staged.ok()) server_now_s = staged->mtime_s;
+    }
+    if (server_now_s && *server_now_s - held->mtime_s > options_.stale_commit_lock.count()) {
+      // Left by a client that died between its lock and its rename. Moved away first, so that
+      // of two clients taking it over one does; and put back if what moved was no longer that
+      // lock but a live client's new one.
+      const std::string away = TempName(paths.dir);
+      if (wire.PosixRename(lock, away).ok()) {
+        Result<SftpWire::FileAttrs> moved = wire.LStat(away);
+        if (moved.ok() && moved->mtime_s != held->mtime_s) {
+          (void)sftp_rename(c.sftp(), away.c_str(), lock.c_str());  // never over a newer one
+        }
+        (void)sftp_unlink(c.sftp(), away.c_str());
+        if (options_.log) {
+          options_.log(LogLevel::kWarn, "put " + std::string(key) + ": took over " + lock +
+                                            ", left by a client that stopped while storing it");
+        }
+      }
+      continue;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return TransientError("put " + std::string(key) + ": another client is storing it (" + lock +
+                            " held for " + std::to_string(options_.commit_lock_wait.count()) +
+                            " ms)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+void SftpStore::ReleaseCommitLock(SftpConnection& c, const std::string& lock) {
+  if (sftp_unlink(c.sftp(), lock.c_str()) == 0) return;
+  Status failed = LibsshStatus(c, "remove " + lock);
+  if (failed.code() != StatusCode::kNotFound && options_.log) {
+    options_.log(LogLevel::kWarn, failed.message() + " (taken over by another client after " +
+                                      std::to_string(options_.stale_commit_lock.count()) + " s)");
+  }
+}
+
 Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
                          const std::string& staged_data, const PutOptions& preconditions) {
   MutexLock lock(&KeyLock(key));
@@ -1050,22 +1120,29 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
     }
     return PreconditionFailedError("put " + std::string(key) + ": the object exists");
   }
+  std::optional<std::string> commit_lock;
   if (preconditions.if_match) {
+    OBJFS_ASSIGN_OR_RETURN(commit_lock, TakeCommitLock(c, paths, staged_data, key));
     Result<ObjectInfo> current = HeadOn(c, key);
-    if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
-      return current.status();
-    }
+    Status matches;
     if (!current.ok()) {
       // As on S3: a missing object does not match.
-      return PreconditionFailedError("put " + std::string(key) + ": the object no longer exists");
+      matches = current.status().code() != StatusCode::kNotFound
+                    ? current.status()
+                    : PreconditionFailedError("put " + std::string(key) +
+                                              ": the object no longer exists");
+    } else if (current->etag != *preconditions.if_match) {
+      matches = PreconditionFailedError("put " + std::string(key) +
+                                        ": the object changed (version " + current->etag.value() +
+                                        ", expected " + preconditions.if_match->value() + ")");
     }
-    if (current->etag != *preconditions.if_match) {
-      return PreconditionFailedError("put " + std::string(key) + ": the object changed (version " +
-                                     current->etag.value() + ", expected " +
-                                     preconditions.if_match->value() + ")");
+    if (!matches.ok()) {
+      ReleaseCommitLock(c, *commit_lock);
+      return matches;
     }
   }
   Status renamed = Rename(c, staged_data, paths.data);
+  if (commit_lock) ReleaseCommitLock(c, *commit_lock);
   if (!renamed.ok()) {
     Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
     if (a != nullptr && IsDirectory(*a)) {

@@ -106,6 +106,11 @@ struct SftpStoreOptions {
   std::chrono::milliseconds request_timeout{30000};
   // One call's attempts together; after it the call fails with TimedOut. 0: no limit.
   std::chrono::milliseconds operation_timeout{120000};
+  // How long a conditional commit waits for another objfs client's commit of the same name
+  // (see SftpStore::TakeCommitLock) before it fails as transient, and how old (by the server's
+  // clock) such a client's lock must be to be taken for one a crash left.
+  std::chrono::milliseconds commit_lock_wait{5000};
+  std::chrono::seconds stale_commit_lock{30};
   // Told (one line) about calls that ran out of time, cut connections and refusals.
   LogFunction log;
   // The owner the mount shows for files the server reports none for, and gives the new files
@@ -262,6 +267,18 @@ class SftpStore : public ObjectStore {
   Status Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
                 const std::string& staged_data, const PutOptions& preconditions);
   Status Rename(SftpConnection& c, const std::string& from, const std::string& to);
+  // The name beside `paths` that serialises conditional commits of it among objfs clients.
+  static std::string CommitLockName(const KeyPaths& paths);
+  // SFTP has no rename that checks the version it replaces, so a STAT then a rename leaves a
+  // round trip in which another client's rename comes between them. objfs clients close it for
+  // one another: a conditional commit first makes CommitLockName(paths) with O_EXCL (one
+  // client at a time), and removes it after its rename. Waits for another client's lock up to
+  // commit_lock_wait (then Transient); one older than stale_commit_lock by the server's clock
+  // (`staged_data`'s mtime), left by a client that died while committing, is taken over.
+  // Returns the lock's path.
+  Result<std::string> TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
+                                     const std::string& staged_data, std::string_view key);
+  void ReleaseCommitLock(SftpConnection& c, const std::string& lock);
   // What an upload's temporary file showed when it was made. SFTP has no O_NOFOLLOW, and
   // whoever may write its directory may put something else in its place between two opens of
   // its name: a link to a file of the account's elsewhere, or a file of their own. Each open of

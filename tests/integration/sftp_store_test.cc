@@ -183,6 +183,17 @@ std::string ReadLocalFile(const fs::path& path) {
   return out.str();
 }
 
+// The objfs temporary files (".objfs-tmp-*") anywhere under `root`.
+std::vector<std::string> TemporaryFilesUnder(const std::string& root) {
+  std::vector<std::string> found;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (entry.path().filename().string().rfind(".objfs-tmp-", 0) == 0) {
+      found.push_back(entry.path().string());
+    }
+  }
+  return found;
+}
+
 class SftpStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -756,6 +767,85 @@ TEST_F(SftpStoreTest, OfTwoExclusiveCreatesOfOneNameExactlyOneSucceeds) {
     EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), winner == 0 ? "first client" : "second client");
   }
   EXPECT_EQ(both, 0) << "rounds in which both creates succeeded, of 40";
+}
+
+// Two clients store edits of one version of a file at the same moment (two appenders): exactly
+// one is stored, every time, and the other is refused, not stored over it. The STAT before the
+// rename alone left a round trip in which both found the version they began from.
+TEST_F(SftpStoreTest, OfTwoEditsOfOneVersionExactlyOneIsStored) {
+  std::shared_ptr<SftpStore> other = MakeStore(OptionsFor(root_));
+  ASSERT_NE(other, nullptr);
+  int both = 0;
+  for (int round = 0; round < 40; ++round) {
+    const std::string key = "log/" + std::to_string(round);
+    ASSERT_TRUE(Put(key, "line 1\n").ok());
+    Result<ObjectInfo> base = store_->head(key);  // the version (the put's ETag is its MD5)
+    ASSERT_TRUE(base.ok()) << base.status().ToString();
+    PutOptions edit;
+    edit.if_match = base->etag;
+    std::atomic<int> ready{0};
+    Result<ObjectInfo> results[2] = {Status::Ok(), Status::Ok()};
+    auto append = [&](int who) {
+      SftpStore& store = who == 0 ? *store_ : *other;
+      MemorySource data(who == 0 ? std::string_view("line 1\nfirst\n")
+                                 : std::string_view("line 1\nsecond\n"));
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      results[who] = store.put(key, data, edit);
+    };
+    std::thread a(append, 0);
+    std::thread b(append, 1);
+    a.join();
+    b.join();
+    const int stored = (results[0].ok() ? 1 : 0) + (results[1].ok() ? 1 : 0);
+    if (stored == 2) ++both;
+    ASSERT_GE(stored, 1) << results[0].status().ToString() << " / "
+                         << results[1].status().ToString();
+    const int winner = results[0].ok() ? 0 : 1;
+    EXPECT_EQ(results[1 - winner].status().code(), StatusCode::kPreconditionFailed)
+        << results[1 - winner].status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key),
+              winner == 0 ? "line 1\nfirst\n" : "line 1\nsecond\n");
+  }
+  EXPECT_EQ(both, 0) << "rounds in which both edits were stored, of 40";
+  EXPECT_TRUE(TemporaryFilesUnder(root_).empty()) << TemporaryFilesUnder(root_).front();
+}
+
+// The lock that serialises conditional commits among objfs clients: one a live client holds
+// is waited for, up to commit_lock_wait, and then the commit fails as transient, the file
+// untouched; one a client left by dying while it committed (older than stale_commit_lock by
+// the server's clock) is taken over. Its name is the same in every objfs client.
+TEST_F(SftpStoreTest, ACommitLockIsWaitedForAndOneLeftByACrashIsTakenOver) {
+  SftpStoreOptions o = OptionsFor(root_);
+  o.commit_lock_wait = std::chrono::milliseconds(300);
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(Put("d/file", "old").ok());
+  Result<ObjectInfo> base = store_->head("d/file");
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  const fs::path lock =
+      fs::path(root_) / "d" / (".objfs-tmp-lock-" + HexMd5(Md5Of("file")).substr(0, 20));
+  { std::ofstream(lock) << ""; }
+  PutOptions edit;
+  edit.if_match = base->etag;
+  MemorySource data(std::string_view("old and new"));
+  Result<ObjectInfo> waited = store->put("d/file", data, edit);
+  ASSERT_FALSE(waited.ok());
+  EXPECT_EQ(waited.status().code(), StatusCode::kTransient) << waited.status().ToString();
+  EXPECT_NE(waited.status().message().find("another client is storing it"), std::string::npos)
+      << waited.status().ToString();
+  EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d/file"), "old");
+  EXPECT_TRUE(fs::exists(lock));  // a live client's: left alone
+
+  // The same lock, a minute old: taken over, the edit stored, nothing left behind.
+  struct timeval old[2] = {{time(nullptr) - 60, 0}, {time(nullptr) - 60, 0}};
+  ASSERT_EQ(::utimes(lock.c_str(), old), 0);
+  Result<ObjectInfo> stored = store->put("d/file", data, edit);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d/file"), "old and new");
+  EXPECT_FALSE(fs::exists(lock));
+  EXPECT_TRUE(TemporaryFilesUnder(root_).empty()) << TemporaryFilesUnder(root_).front();
 }
 
 TEST_F(SftpStoreTest, PutLeavesNoTemporaryFilesBehind) {
