@@ -183,8 +183,8 @@ std::string ReadLocalFile(const fs::path& path) {
   return out.str();
 }
 
-// The objfs temporary files (".objfs-tmp-*") anywhere under `root`.
-std::vector<std::string> TemporaryFilesUnder(const std::string& root) {
+// The objfs temporary files (".objfs-tmp-*": uploads', locks) under `root`, by path.
+std::vector<std::string> TemporaryFiles(const std::string& root) {
   std::vector<std::string> found;
   for (const auto& entry : fs::recursive_directory_iterator(root)) {
     if (entry.path().filename().string().rfind(".objfs-tmp-", 0) == 0) {
@@ -730,10 +730,36 @@ TEST_F(SftpStoreTest, SpaceIsTheRootsFileSystem) {
   EXPECT_EQ(space->name_max, local.f_namemax);
 }
 
-// Two clients (two stores, two sets of connections) create one name at the same moment:
-// exactly one stores its file, every time, and the other is refused. A STAT before the rename
-// left a round trip in which both saw the name free, and the later rename replaced the first
-// client's file while both puts succeeded.
+// Two clients (two stores, two sets of connections) put `key` at the same moment, each with
+// `options`, `first` and `second` its bytes. Expects exactly one of them stored, the other
+// refused with PreconditionFailed; returns whether both were stored.
+bool RaceTwoPuts(SftpStore& one, SftpStore& two, const std::string& root, const std::string& key,
+                 const std::string& first, const std::string& second, const PutOptions& options) {
+  std::atomic<int> ready{0};
+  Result<ObjectInfo> results[2] = {Status::Ok(), Status::Ok()};
+  auto put = [&](int who) {
+    MemorySource data(who == 0 ? first : second);
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }
+    results[who] = (who == 0 ? one : two).put(key, data, options);
+  };
+  std::thread a(put, 0);
+  std::thread b(put, 1);
+  a.join();
+  b.join();
+  const int stored = (results[0].ok() ? 1 : 0) + (results[1].ok() ? 1 : 0);
+  EXPECT_GE(stored, 1) << results[0].status().ToString() << " / " << results[1].status().ToString();
+  const int winner = results[0].ok() ? 0 : 1;
+  EXPECT_EQ(results[1 - winner].status().code(), StatusCode::kPreconditionFailed)
+      << results[1 - winner].status().ToString();
+  EXPECT_EQ(ReadLocalFile(fs::path(root) / key), winner == 0 ? first : second);
+  return stored == 2;
+}
+
+// Two clients create one name at the same moment: exactly one stores its file, every time, and
+// the other is refused. A STAT before the rename left a round trip in which both saw the name
+// free, and the later rename replaced the first client's file while both puts succeeded.
 TEST_F(SftpStoreTest, OfTwoExclusiveCreatesOfOneNameExactlyOneSucceeds) {
   std::shared_ptr<SftpStore> other = MakeStore(OptionsFor(root_));
   ASSERT_NE(other, nullptr);
@@ -741,30 +767,8 @@ TEST_F(SftpStoreTest, OfTwoExclusiveCreatesOfOneNameExactlyOneSucceeds) {
   exclusive.if_none_match = true;
   int both = 0;
   for (int round = 0; round < 40; ++round) {
-    const std::string key = "race/" + std::to_string(round);
-    std::atomic<int> ready{0};
-    Result<ObjectInfo> results[2] = {Status::Ok(), Status::Ok()};
-    auto create = [&](int who) {
-      SftpStore& store = who == 0 ? *store_ : *other;
-      const std::string mine = who == 0 ? "first client" : "second client";
-      MemorySource data(mine);
-      ready.fetch_add(1);
-      while (ready.load() < 2) {
-      }
-      results[who] = store.put(key, data, exclusive);
-    };
-    std::thread a(create, 0);
-    std::thread b(create, 1);
-    a.join();
-    b.join();
-    const int stored = (results[0].ok() ? 1 : 0) + (results[1].ok() ? 1 : 0);
-    if (stored == 2) ++both;
-    ASSERT_GE(stored, 1) << results[0].status().ToString() << " / "
-                         << results[1].status().ToString();
-    const int winner = results[0].ok() ? 0 : 1;
-    EXPECT_EQ(results[1 - winner].status().code(), StatusCode::kPreconditionFailed)
-        << results[1 - winner].status().ToString();
-    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), winner == 0 ? "first client" : "second client");
+    both += RaceTwoPuts(*store_, *other, root_, "race/" + std::to_string(round), "first client",
+                        "second client", exclusive);
   }
   EXPECT_EQ(both, 0) << "rounds in which both creates succeeded, of 40";
 }
@@ -783,33 +787,10 @@ TEST_F(SftpStoreTest, OfTwoEditsOfOneVersionExactlyOneIsStored) {
     ASSERT_TRUE(base.ok()) << base.status().ToString();
     PutOptions edit;
     edit.if_match = base->etag;
-    std::atomic<int> ready{0};
-    Result<ObjectInfo> results[2] = {Status::Ok(), Status::Ok()};
-    auto append = [&](int who) {
-      SftpStore& store = who == 0 ? *store_ : *other;
-      MemorySource data(who == 0 ? std::string_view("line 1\nfirst\n")
-                                 : std::string_view("line 1\nsecond\n"));
-      ready.fetch_add(1);
-      while (ready.load() < 2) {
-      }
-      results[who] = store.put(key, data, edit);
-    };
-    std::thread a(append, 0);
-    std::thread b(append, 1);
-    a.join();
-    b.join();
-    const int stored = (results[0].ok() ? 1 : 0) + (results[1].ok() ? 1 : 0);
-    if (stored == 2) ++both;
-    ASSERT_GE(stored, 1) << results[0].status().ToString() << " / "
-                         << results[1].status().ToString();
-    const int winner = results[0].ok() ? 0 : 1;
-    EXPECT_EQ(results[1 - winner].status().code(), StatusCode::kPreconditionFailed)
-        << results[1 - winner].status().ToString();
-    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key),
-              winner == 0 ? "line 1\nfirst\n" : "line 1\nsecond\n");
+    both += RaceTwoPuts(*store_, *other, root_, key, "line 1\nfirst\n", "line 1\nsecond\n", edit);
   }
   EXPECT_EQ(both, 0) << "rounds in which both edits were stored, of 40";
-  EXPECT_TRUE(TemporaryFilesUnder(root_).empty()) << TemporaryFilesUnder(root_).front();
+  EXPECT_TRUE(TemporaryFiles(root_).empty()) << TemporaryFiles(root_).front();
 }
 
 // The lock that serialises conditional commits among objfs clients: one a live client holds
@@ -845,7 +826,7 @@ TEST_F(SftpStoreTest, ACommitLockIsWaitedForAndOneLeftByACrashIsTakenOver) {
   ASSERT_TRUE(stored.ok()) << stored.status().ToString();
   EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d/file"), "old and new");
   EXPECT_FALSE(fs::exists(lock));
-  EXPECT_TRUE(TemporaryFilesUnder(root_).empty()) << TemporaryFilesUnder(root_).front();
+  EXPECT_TRUE(TemporaryFiles(root_).empty()) << TemporaryFiles(root_).front();
 }
 
 TEST_F(SftpStoreTest, PutLeavesNoTemporaryFilesBehind) {
@@ -1336,17 +1317,6 @@ class RecordingJournal : public UploadJournal {
   std::mutex mu_;
   std::vector<std::string> events_;
 };
-
-// The uploads' temporary files under `root`, by path.
-std::vector<std::string> TemporaryFiles(const std::string& root) {
-  std::vector<std::string> found;
-  for (const auto& entry : fs::recursive_directory_iterator(root)) {
-    if (entry.path().filename().string().rfind(".objfs-tmp-", 0) == 0) {
-      found.push_back(entry.path().string());
-    }
-  }
-  return found;
-}
 
 TEST_F(SftpStoreTest, UploadSessionKeepsItsTemporaryFileNotedUntilItIsRenamedOrRemoved) {
   auto journal = std::make_shared<RecordingJournal>();
