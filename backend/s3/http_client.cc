@@ -81,6 +81,7 @@ struct Transfer {
   HttpResponse* response = nullptr;
   uint64_t upload_size = 0;
   uint64_t upload_position = 0;
+  int sends = 0;  // times curl was about to send the request (OnRequestSending)
   Status upload_error;
   bool buffer_overflow = false;
   // Server work (silence_timeout_ms): bytes moved so far either way and when that last grew.
@@ -221,6 +222,15 @@ int OnProgress(void* user, curl_off_t /*dltotal*/, curl_off_t dlnow, curl_off_t 
     }
   }
   return 0;
+}
+
+// Called by curl each time it is about to send the request on a connection: a second time
+// when the kept-alive connection it first went out on died before any reply, and curl sends it
+// again on a fresh one (for a body in memory, without rewinding anything through OnSeek).
+int OnRequestSending(void* user, char*, char*, int, int) {
+  auto* transfer = static_cast<Transfer*>(user);
+  if (transfer->sends++ > 0) transfer->response->resent = true;
+  return CURL_PREREQFUNC_OK;
 }
 
 // curl rewinds the upload when it must send the request again (a kept-alive connection that
@@ -441,6 +451,8 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& request) {
   set(CURLOPT_SOCKOPTDATA, static_cast<void*>(&handle->socket));
   set(CURLOPT_CLOSESOCKETFUNCTION, OnSocketClosed);
   set(CURLOPT_CLOSESOCKETDATA, static_cast<void*>(&handle->socket));
+  set(CURLOPT_PREREQFUNCTION, OnRequestSending);
+  set(CURLOPT_PREREQDATA, static_cast<void*>(&transfer));
   set(CURLOPT_HEADERFUNCTION, OnHeader);
   set(CURLOPT_HEADERDATA, static_cast<void*>(&transfer));
   set(CURLOPT_WRITEFUNCTION, OnBody);

@@ -69,6 +69,9 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // names lowercased, values trimmed
   std::string body;         // the body, unless it went into response_buffer
   size_t buffer_bytes = 0;  // bytes written into response_buffer
+  // curl sent the request again on a fresh connection after the kept-alive one it went out on
+  // died before any reply: the server may have acted on the first (its reply lost).
+  bool resent = false;
 
   // The first header with this (lowercase) name, or nullptr.
   const std::string* header(std::string_view name) const;

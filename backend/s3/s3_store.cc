@@ -212,6 +212,10 @@ struct S3Store::Request {
   // Signed with the access key but a secret known to be wrong: the mount check's question
   // whether the server tells a wrong secret (SignatureDoesNotMatch) from a denial.
   bool wrong_secret = false;
+  // Attempts sent again after one whose effect on the server may be unknown (a reply lost),
+  // by Execute's retries or by curl on a fresh connection: counted over every Execute of this
+  // request.
+  mutable int retries = 0;
 };
 
 Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain, const LogFunction& log) {
@@ -413,6 +417,7 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
   Result<HttpResponse> performed = http_.Perform(hreq);
   if (LogDebugEnabled()) LogRequest(req, performed, std::chrono::steady_clock::now() - start);
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(performed));
+  if (resp.resent) ++req.retries;
   if ((resp.status >= 200 && resp.status < 300) || req.raw_reply) return resp;
   S3Error error;
   if (!resp.body.empty()) {
@@ -511,7 +516,11 @@ Result<HttpResponse> S3Store::ExecuteWithRetries(const Request& req, Credentials
   };
   Result<HttpResponse> r = RetryCall(
       backoff, attempt, RealSleep(),
-      [this](int, const Status&, std::chrono::milliseconds) { Bump(metrics_->retries); }, deadline);
+      [this, &req](int, const Status&, std::chrono::milliseconds) {
+        Bump(metrics_->retries);
+        ++req.retries;
+      },
+      deadline);
   if (!r.ok() && r.status().code() == StatusCode::kTimedOut) {
     Status timed_out = r.status().WithContext(req.what);
     if (options_.log) options_.log(LogLevel::kError, timed_out.message());
@@ -636,10 +645,11 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
     if (sent.ok()) unquoted_if_match_.store(true);
     if (refused()) current = head(key);
   }
-  if (refused() && current.ok() && current->etag == ETag::FromMd5(digest) &&
+  if (refused() && req.retries > 0 && current.ok() && current->etag == ETag::FromMd5(digest) &&
       current->size == source.size() && ETagIsMd5(options.keep_encryption, nullptr)) {
     // An attempt of this PUT that took effect, its reply lost: the retry's condition then
-    // fails against the very bytes it stored (or another writer's same bytes).
+    // fails against the very bytes it stored. (Without a retry the same bytes are another
+    // writer's: two mounts appending the same line to one version, one of which is refused.)
     return current;
   }
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(sent));
@@ -706,7 +716,10 @@ Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string&
   Result<HttpResponse> resp = Execute(req);
   if (!resp.ok()) {
     const StatusCode code = resp.status().code();
-    if (code != StatusCode::kNotFound && code != StatusCode::kPreconditionFailed) {
+    if ((code != StatusCode::kNotFound && code != StatusCode::kPreconditionFailed) ||
+        req.retries == 0) {
+      // Refused at the first attempt, the upload was not completed, whatever the key holds
+      // (another client's identical edit; a self-copy's own parts): the caller aborts it.
       return resp.status();
     }
     // A completion that took effect and lost its reply is retried, and the retry finds the
@@ -725,7 +738,10 @@ Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string&
       options_.log(LogLevel::kInfo, req.what + ": the key holds the object its parts make (" +
                                         resp.status().message() + "): its reply was lost");
     }
-    if (options_.journal != nullptr) options_.journal->Closed(key, upload_id);
+    // Should it still be open after all (an attempt that never arrived, and another writer's
+    // identical object), it is aborted rather than left to cost storage: NoSuchUpload once
+    // completed, which closes its journal entry too.
+    (void)AbortUpload(key, upload_id);
     return made;
   }
   Result<ETag> etag = ParseCompleteMultipartUpload(resp->body);

@@ -150,21 +150,6 @@ TEST_F(S3StoreTest, MultipartUploadStreamsEachPartInsteadOfHoldingIt) {
 // fails against the object the first one stored. Where the key holds exactly the bytes being
 // put, the put succeeded: an edit is not set aside as if another client had replaced its file.
 // (Another condition still fails: other bytes there are another client's.)
-TEST_F(S3StoreTest, AConditionalPutThatFindsItsOwnBytesStoredSucceeds) {
-  Result<ObjectInfo> old = Put("retried", "the old version");
-  ASSERT_TRUE(old.ok()) << old.status().ToString();
-  ASSERT_TRUE(Put("retried", "the new version").ok());
-  PutOptions again;
-  again.if_match = old->etag;
-  Result<ObjectInfo> done = store_->put("retried", MemorySource("the new version"), again);
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  EXPECT_EQ(done->etag, ETag::FromMd5(Md5Of("the new version")));
-  Result<ObjectInfo> other = store_->put("retried", MemorySource("another version"), again);
-  ASSERT_FALSE(other.ok());
-  EXPECT_EQ(other.status().code(), StatusCode::kPreconditionFailed) << other.status().ToString();
-  EXPECT_EQ(*ReadAll(*store_, "retried"), "the new version");
-}
-
 // A source that has another client store `key` the first time it is read (while a put of it
 // hashes or sends its first part).
 class ReplacedWhileReadSource : public ByteSource {
@@ -981,6 +966,30 @@ TEST_F(S3StoreTest, BaseReplacedAfterItsCopyFailsTheCompletion) {
   EXPECT_TRUE(ListedUploadIds(bucket_, "edited").empty());
 }
 
+// A conditional PUT that took effect and lost its reply is retried, and the retry's condition
+// fails against the very bytes it stored: it succeeded. The same bytes refused at the first
+// attempt are another writer's (two mounts appending one line to one version): refused, so
+// that one of the two appends is not lost.
+TEST_F(S3IntegrityTest, AConditionalPutWhoseReplyWasLostSucceedsAndAnIdenticalEditDoesNot) {
+  Result<ObjectInfo> old = Put("log", "line 1\n");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  PutOptions edit;
+  edit.if_match = old->etag;
+  proxy_->DropNextResponse("PUT /" + bucket_ + "/log ");
+  Result<ObjectInfo> done = proxied_->put("log", MemorySource("line 1\nline 2\n"), edit);
+  EXPECT_EQ(proxy_->dropped_responses(), 1);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->etag, ETag::FromMd5(Md5Of("line 1\nline 2\n")));
+
+  Result<ObjectInfo> again = store_->put("log", MemorySource("line 1\nline 2\n"), edit);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kPreconditionFailed) << again.status().ToString();
+  Result<ObjectInfo> other = store_->put("log", MemorySource("another version"), edit);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kPreconditionFailed) << other.status().ToString();
+  EXPECT_EQ(*ReadAll(*store_, "log"), "line 1\nline 2\n");
+}
+
 // CompleteMultipartUpload took effect and its reply was lost. RGW answers the retry as the
 // first; AWS may answer it NoSuchUpload (the proxy plays that with a 404), and a server that
 // checks a condition on the completion, 412. The key holds the object these parts make, so the
@@ -1011,6 +1020,22 @@ TEST_F(S3IntegrityTest, ACompletionWhoseReplyWasLostSucceedsWhenTheKeyHoldsItsPa
       ASSERT_TRUE(back.ok()) << back.status().ToString();
       EXPECT_TRUE(*back == data);
     }
+  }
+  // Refused at its first attempt, a completion failed, although the key holds the object its
+  // parts make (another client's identical edit; here the server's own completion answered
+  // 412 by the proxy): the upload is aborted, not left open.
+  {
+    const std::string completion = "POST /" + bucket_ + "/identical?uploadId=";
+    proxy_->AddResponseHeader(completion, "x-amz-request-id: replaced", 412);
+    MemorySource source(data);
+    PutOptions options;
+    options.if_none_match = true;
+    Result<ObjectInfo> refused = proxied_->put("identical", source, options);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kPreconditionFailed)
+        << refused.status().ToString();
+    EXPECT_TRUE(ListedUploadIds(bucket_, "identical").empty());
+    proxy_->AddResponseHeader("nothing", "x-amz-request-id: replaced", 0);
   }
   // An upload gone for another reason, under a key that holds another object, still fails:
   // here it is aborted, and the key written, while its completion is on its way.
