@@ -67,6 +67,8 @@
 //                         work on it holds its Inode::mu; held only to set, clear or read that.
 //  33. Filesystem::invalidators_mu_  the kernel invalidation callbacks, which the write-back
 //                         thread uses too; held only to set or copy them.
+//  34. SftpStore::commit_locks_mu_  the other clients' commit locks this mount found in its
+//                         way, and since when (backend/sftp/sftp_store.h).
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

@@ -1035,18 +1035,18 @@ std::string SftpStore::CommitLockName(const KeyPaths& paths) {
 }
 
 Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
-                                              const std::string& staged_data,
                                               std::string_view key) {
   SftpWire& wire = c.wire();
   const std::string lock = CommitLockName(paths);
   const auto deadline = std::chrono::steady_clock::now() + options_.commit_lock_wait;
-  std::optional<int64_t> server_now_s;
   auto pause = std::chrono::milliseconds(2);
   for (;;) {
     Result<SftpWire::Handle> made =
         wire.OpenFile(lock, kOpenWrite | kOpenCreate | kOpenExclusive, 0600);
     if (made.ok()) {
       (void)wire.Close(*made);
+      MutexLock seen(&commit_locks_mu_);
+      seen_locks_.erase(lock);
       return lock;
     }
     Result<SftpWire::FileAttrs> held = wire.LStat(lock);
@@ -1055,11 +1055,7 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
       if (held.status().code() == StatusCode::kNotFound) continue;
       return made.status().WithContext("put " + std::string(key));
     }
-    if (!server_now_s) {
-      Result<SftpWire::FileAttrs> staged = wire.LStat(staged_data);
-      if (staged.ok()) server_now_s = staged->mtime_s;
-    }
-    if (server_now_s && *server_now_s - held->mtime_s > options_.stale_commit_lock.count()) {
+    if (LockLeftBehind(lock, held->mtime_s)) {
       // Left by a client that died between its lock and its rename. Moved away first, so that
       // of two clients taking it over one does; and put back if what moved was no longer that
       // lock but a live client's new one.
@@ -1087,12 +1083,20 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
   }
 }
 
+bool SftpStore::LockLeftBehind(const std::string& lock, int64_t mtime_s) {
+  const auto now = std::chrono::steady_clock::now();
+  MutexLock seen(&commit_locks_mu_);
+  auto [it, first] = seen_locks_.try_emplace(lock, mtime_s, now);
+  if (!first && it->second.first != mtime_s) it->second = {mtime_s, now};  // taken again since
+  return now - it->second.second >= options_.stale_commit_lock;
+}
+
 void SftpStore::ReleaseCommitLock(SftpConnection& c, const std::string& lock) {
   if (sftp_unlink(c.sftp(), lock.c_str()) == 0) return;
   Status failed = LibsshStatus(c, "remove " + lock);
   if (failed.code() != StatusCode::kNotFound && options_.log) {
     options_.log(LogLevel::kWarn, failed.message() + " (taken over by another client after " +
-                                      std::to_string(options_.stale_commit_lock.count()) + " s)");
+                                      std::to_string(options_.stale_commit_lock.count()) + " ms)");
   }
 }
 
@@ -1122,7 +1126,7 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
   }
   std::optional<std::string> commit_lock;
   if (preconditions.if_match) {
-    OBJFS_ASSIGN_OR_RETURN(commit_lock, TakeCommitLock(c, paths, staged_data, key));
+    OBJFS_ASSIGN_OR_RETURN(commit_lock, TakeCommitLock(c, paths, key));
     Result<ObjectInfo> current = HeadOn(c, key);
     Status matches;
     if (!current.ok()) {

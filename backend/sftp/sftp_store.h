@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <semaphore>
@@ -107,10 +108,10 @@ struct SftpStoreOptions {
   // One call's attempts together; after it the call fails with TimedOut. 0: no limit.
   std::chrono::milliseconds operation_timeout{120000};
   // How long a conditional commit waits for another objfs client's commit of the same name
-  // (see SftpStore::TakeCommitLock) before it fails as transient, and how old (by the server's
-  // clock) such a client's lock must be to be taken for one a crash left.
+  // (see SftpStore::TakeCommitLock) before it fails as transient, and how long such a client's
+  // lock must stand unchanged, as this mount sees it, to be taken for one a crash left.
   std::chrono::milliseconds commit_lock_wait{5000};
-  std::chrono::seconds stale_commit_lock{30};
+  std::chrono::milliseconds stale_commit_lock{30000};
   // Told (one line) about calls that ran out of time, cut connections and refusals.
   LogFunction log;
   // The owner the mount shows for files the server reports none for, and gives the new files
@@ -273,12 +274,16 @@ class SftpStore : public ObjectStore {
   // round trip in which another client's rename comes between them. objfs clients close it for
   // one another: a conditional commit first makes CommitLockName(paths) with O_EXCL (one
   // client at a time), and removes it after its rename. Waits for another client's lock up to
-  // commit_lock_wait (then Transient); one older than stale_commit_lock by the server's clock
-  // (`staged_data`'s mtime), left by a client that died while committing, is taken over.
-  // Returns the lock's path.
+  // commit_lock_wait (then Transient, and the upload is tried again later); one this mount has
+  // seen stand unchanged for stale_commit_lock (by its own monotonic clock, across those
+  // tries: a commit holds it for a few round trips), left by a client that died while
+  // committing, is taken over. Returns the lock's path.
   Result<std::string> TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
-                                     const std::string& staged_data, std::string_view key);
+                                     std::string_view key);
   void ReleaseCommitLock(SftpConnection& c, const std::string& lock);
+  // Whether `lock`, found with mtime `mtime_s`, has stood unchanged for stale_commit_lock
+  // since this mount first saw it so; notes it if not seen so before.
+  bool LockLeftBehind(const std::string& lock, int64_t mtime_s);
   // What an upload's temporary file showed when it was made. SFTP has no O_NOFOLLOW, and
   // whoever may write its directory may put something else in its place between two opens of
   // its name: a link to a file of the account's elsewhere, or a file of their own. Each open of
@@ -377,6 +382,11 @@ class SftpStore : public ObjectStore {
   SftpSessionPool pool_;
   std::array<Mutex, 64> key_locks_;
   // Learnt from the first connection.
+  // Other clients' commit locks found in the way: path -> (their mtime, when first seen with
+  // it). Forgotten once this mount takes the lock.
+  Mutex commit_locks_mu_;  // lock 34 of fs/lock_order.h; a leaf
+  std::map<std::string, std::pair<int64_t, std::chrono::steady_clock::time_point>> seen_locks_
+      GUARDED_BY(commit_locks_mu_);
   mutable Mutex server_mu_;  // lock 12 of fs/lock_order.h
   bool server_known_ GUARDED_BY(server_mu_) = false;
   bool copy_data_ GUARDED_BY(server_mu_) = false;
