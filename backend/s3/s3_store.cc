@@ -212,10 +212,11 @@ struct S3Store::Request {
   // Signed with the access key but a secret known to be wrong: the mount check's question
   // whether the server tells a wrong secret (SignatureDoesNotMatch) from a denial.
   bool wrong_secret = false;
-  // Attempts sent again after one whose effect on the server may be unknown (a reply lost),
-  // by Execute's retries or by curl on a fresh connection: counted over every Execute of this
-  // request.
-  mutable int retries = 0;
+  // Attempts that got no reply, so that the server may have acted on them unseen (a reply
+  // lost): failed in transport, or sent again by curl on a fresh connection after the first
+  // died. Counted over every Execute of this request. (An error reply, even a 500, is an
+  // answer: RGW answers 500 to a PUT racing another of the same key, having stored nothing.)
+  mutable int unanswered = 0;
 };
 
 Status ApplyEnvironment(S3StoreOptions& options, ChainOptions chain, const LogFunction& log) {
@@ -416,8 +417,9 @@ Result<HttpResponse> S3Store::ExecuteOnce(const Request& req, long total_timeout
   const auto start = std::chrono::steady_clock::now();
   Result<HttpResponse> performed = http_.Perform(hreq);
   if (LogDebugEnabled()) LogRequest(req, performed, std::chrono::steady_clock::now() - start);
+  if (!performed.ok()) ++req.unanswered;
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, std::move(performed));
-  if (resp.resent) ++req.retries;
+  if (resp.resent) ++req.unanswered;
   if ((resp.status >= 200 && resp.status < 300) || req.raw_reply) return resp;
   S3Error error;
   if (!resp.body.empty()) {
@@ -516,11 +518,7 @@ Result<HttpResponse> S3Store::ExecuteWithRetries(const Request& req, Credentials
   };
   Result<HttpResponse> r = RetryCall(
       backoff, attempt, RealSleep(),
-      [this, &req](int, const Status&, std::chrono::milliseconds) {
-        Bump(metrics_->retries);
-        ++req.retries;
-      },
-      deadline);
+      [this](int, const Status&, std::chrono::milliseconds) { Bump(metrics_->retries); }, deadline);
   if (!r.ok() && r.status().code() == StatusCode::kTimedOut) {
     Status timed_out = r.status().WithContext(req.what);
     if (options_.log) options_.log(LogLevel::kError, timed_out.message());
@@ -629,12 +627,13 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
   req.body_size = source.size();
   Result<HttpResponse> sent = Execute(req);
   const auto refused = [&] {
-    return !sent.ok() && options.if_match &&
+    return !sent.ok() && (options.if_match || options.if_none_match) &&
            sent.status().code() == StatusCode::kPreconditionFailed;
   };
   Result<ObjectInfo> current = InternalError("not asked");
   if (refused()) current = head(key);
-  if (refused() && !unquoted && current.ok() && current->etag == *options.if_match) {
+  if (refused() && options.if_match && !unquoted && current.ok() &&
+      current->etag == *options.if_match) {
     // RGW compares a PUT's If-Match with its stored, unquoted ETag byte for byte, so the quoted
     // form that HTTP prescribes never matches there. When the object does carry the expected
     // ETag, say it the way the server understands (and from now on at once).
@@ -645,7 +644,7 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
     if (sent.ok()) unquoted_if_match_.store(true);
     if (refused()) current = head(key);
   }
-  if (refused() && req.retries > 0 && current.ok() && current->etag == ETag::FromMd5(digest) &&
+  if (refused() && req.unanswered > 0 && current.ok() && current->etag == ETag::FromMd5(digest) &&
       current->size == source.size() && ETagIsMd5(options.keep_encryption, nullptr)) {
     // An attempt of this PUT that took effect, its reply lost: the retry's condition then
     // fails against the very bytes it stored. (Without a retry the same bytes are another
@@ -717,7 +716,7 @@ Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string&
   if (!resp.ok()) {
     const StatusCode code = resp.status().code();
     if ((code != StatusCode::kNotFound && code != StatusCode::kPreconditionFailed) ||
-        req.retries == 0) {
+        req.unanswered == 0) {
       // Refused at the first attempt, the upload was not completed, whatever the key holds
       // (another client's identical edit; a self-copy's own parts): the caller aborts it.
       return resp.status();

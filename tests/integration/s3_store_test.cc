@@ -984,10 +984,34 @@ TEST_F(S3IntegrityTest, AConditionalPutWhoseReplyWasLostSucceedsAndAnIdenticalEd
   Result<ObjectInfo> again = store_->put("log", MemorySource("line 1\nline 2\n"), edit);
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().code(), StatusCode::kPreconditionFailed) << again.status().ToString();
+  // Nor does an error reply before it make it this put's (RGW answers 500 to a PUT racing
+  // another of the key, storing nothing): a store with no connection yet, whose first one is
+  // answered 500, and whose retry is refused.
+  S3StoreOptions o = OptionsFor(bucket_);
+  o.endpoint = proxy_->endpoint();
+  o.retry.base_delay = std::chrono::milliseconds(1);
+  std::shared_ptr<S3Store> fresh = MakeStore(o);
+  ASSERT_NE(fresh, nullptr);
+  const int failed = proxy_->failed_connections();
+  proxy_->FailNextConnections(1, 500, "InternalError");
+  again = fresh->put("log", MemorySource("line 1\nline 2\n"), edit);
+  EXPECT_EQ(proxy_->failed_connections(), failed + 1);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kPreconditionFailed) << again.status().ToString();
   Result<ObjectInfo> other = store_->put("log", MemorySource("another version"), edit);
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.status().code(), StatusCode::kPreconditionFailed) << other.status().ToString();
   EXPECT_EQ(*ReadAll(*store_, "log"), "line 1\nline 2\n");
+
+  // The same for a put asked to make a new object (If-None-Match): its retry finds the name
+  // taken by the very bytes it stored.
+  PutOptions exclusive;
+  exclusive.if_none_match = true;
+  proxy_->DropNextResponse("PUT /" + bucket_ + "/new ");
+  Result<ObjectInfo> made = proxied_->put("new", MemorySource("a new file"), exclusive);
+  EXPECT_EQ(proxy_->dropped_responses(), 2);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ(*ReadAll(*store_, "new"), "a new file");
 }
 
 // CompleteMultipartUpload took effect and its reply was lost. RGW answers the retry as the
