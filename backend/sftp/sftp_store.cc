@@ -1040,9 +1040,15 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
   const std::string lock = CommitLockName(paths);
   const auto deadline = std::chrono::steady_clock::now() + options_.commit_lock_wait;
   auto pause = std::chrono::milliseconds(2);
+  bool missing_before = false;
   for (;;) {
     Result<SftpWire::Handle> made =
         wire.OpenFile(lock, kOpenWrite | kOpenCreate | kOpenExclusive, 0600);
+    if (!made.ok() && std::chrono::steady_clock::now() >= deadline) {
+      return TransientError("put " + std::string(key) + ": another client is storing it (" + lock +
+                            " held for " + std::to_string(options_.commit_lock_wait.count()) +
+                            " ms)");
+    }
     if (made.ok()) {
       (void)wire.Close(*made);
       MutexLock seen(&commit_locks_mu_);
@@ -1051,10 +1057,15 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
     }
     Result<SftpWire::FileAttrs> held = wire.LStat(lock);
     if (!held.ok()) {
-      // Released in between: made again at once. Anything else is the open's failure.
-      if (held.status().code() == StatusCode::kNotFound) continue;
-      return made.status().WithContext("put " + std::string(key));
+      // Released in between: made again at once, once. Missing twice, the open failed for
+      // another reason (the directory removed, or not writable): that is the failure.
+      if (held.status().code() != StatusCode::kNotFound || missing_before) {
+        return made.status().WithContext("put " + std::string(key));
+      }
+      missing_before = true;
+      continue;
     }
+    missing_before = false;
     if (LockLeftBehind(lock, held->mtime_s)) {
       // Left by a client that died between its lock and its rename. Moved away first, so that
       // of two clients taking it over one does; and put back if what moved was no longer that
@@ -1065,18 +1076,15 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
         if (moved.ok() && moved->mtime_s != held->mtime_s) {
           (void)sftp_rename(c.sftp(), away.c_str(), lock.c_str());  // never over a newer one
         }
-        (void)sftp_unlink(c.sftp(), away.c_str());
+        // (A directory put there is removed too, when empty.)
+        if (sftp_unlink(c.sftp(), away.c_str()) != 0) (void)sftp_rmdir(c.sftp(), away.c_str());
         if (options_.log) {
           options_.log(LogLevel::kWarn, "put " + std::string(key) + ": took over " + lock +
                                             ", left by a client that stopped while storing it");
         }
+        continue;
       }
-      continue;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return TransientError("put " + std::string(key) + ": another client is storing it (" + lock +
-                            " held for " + std::to_string(options_.commit_lock_wait.count()) +
-                            " ms)");
+      // Not moved: waited for like a live one, within the same bound.
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));

@@ -44,6 +44,7 @@
 #include "cache/store_db.h"
 #include "tests/conformance/object_store_conformance.h"
 #include "tests/fixtures/fault_proxy.h"
+#include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
@@ -833,6 +834,48 @@ TEST_F(SftpStoreTest, ACommitLockIsWaitedForAndOneLeftByACrashIsTakenOver) {
   EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d/file"), "old and new");
   EXPECT_FALSE(fs::exists(lock));
   EXPECT_TRUE(TemporaryFiles(root_).empty()) << TemporaryFiles(root_).front();
+}
+
+// A commit waiting for a lock whose directory goes away (removed by another client, or no
+// longer writable) fails then, rather than trying to make the lock for ever. The staged file
+// gets the put's mtime, 2001, as its last step before the commit: once it shows that, the
+// directory is moved away.
+TEST_F(SftpStoreTest, ACommitWhoseDirectoryGoesAwayWhileItWaitsFails) {
+  SftpStoreOptions o = OptionsFor(root_);
+  o.commit_lock_wait = std::chrono::seconds(60);
+  std::shared_ptr<SftpStore> store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(Put("d/file", "old").ok());
+  Result<ObjectInfo> base = store_->head("d/file");
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  const fs::path dir = fs::path(root_) / "d";
+  { std::ofstream(dir / (".objfs-tmp-lock-" + HexMd5(Md5Of("file")).substr(0, 20))) << ""; }
+  PutOptions edit;
+  edit.if_match = base->etag;
+  edit.metadata = {{"mtime", "1000000000"}};
+  std::atomic<bool> done{false};
+  Result<ObjectInfo> result = Status::Ok();
+  std::thread put([&] {
+    result = store->put("d/file", MemorySource(std::string_view("old and new")), edit);
+    done = true;
+  });
+  const bool staged = testing::WaitFor(30, [&] {
+    for (const std::string& path : TemporaryFiles(dir.string())) {
+      struct stat st {};
+      if (path.find("-lock-") == std::string::npos && ::stat(path.c_str(), &st) == 0 &&
+          st.st_mtime == 1000000000) {
+        return true;
+      }
+    }
+    return false;
+  });
+  EXPECT_TRUE(staged);
+  fs::rename(dir, fs::path(root_) / "d-moved");
+  const bool returned = testing::WaitFor(30, [&] { return done.load(); });
+  if (!returned) fs::rename(fs::path(root_) / "d-moved", dir);  // so that it ends, at 60 s
+  put.join();
+  EXPECT_TRUE(returned) << "the commit kept trying to make its lock";
+  EXPECT_FALSE(result.ok());
 }
 
 TEST_F(SftpStoreTest, PutLeavesNoTemporaryFilesBehind) {
