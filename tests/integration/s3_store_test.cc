@@ -1064,7 +1064,7 @@ TEST_F(S3IntegrityTest, ACompletionWhoseReplyWasLostSucceedsWhenTheKeyHoldsItsPa
   // An upload gone for another reason, under a key that holds another object, still fails:
   // here it is aborted, and the key written, while its completion is on its way.
   proxy_->HoldNextRequest("POST /" + bucket_ + "/taken?uploadId=");
-  Result<ObjectInfo> failed = Status::Ok();
+  Result<ObjectInfo> failed = InternalError("not run");
   std::thread put([&] { failed = PutProxied("taken", data); });
   ASSERT_TRUE(testing::WaitFor(30, [&] { return proxy_->held_requests() > 0; }));
   const std::vector<std::string> ids = ListedUploadIds(bucket_, "taken");

@@ -737,7 +737,7 @@ TEST_F(SftpStoreTest, SpaceIsTheRootsFileSystem) {
 bool RaceTwoPuts(SftpStore& one, SftpStore& two, const std::string& root, const std::string& key,
                  const std::string& first, const std::string& second, const PutOptions& options) {
   std::atomic<int> ready{0};
-  Result<ObjectInfo> results[2] = {Status::Ok(), Status::Ok()};
+  Result<ObjectInfo> results[2] = {InternalError("not run"), InternalError("not run")};
   auto put = [&](int who) {
     MemorySource data(who == 0 ? first : second);
     ready.fetch_add(1);
@@ -854,7 +854,7 @@ TEST_F(SftpStoreTest, ACommitWhoseDirectoryGoesAwayWhileItWaitsFails) {
   edit.if_match = base->etag;
   edit.metadata = {{"mtime", "1000000000"}};
   std::atomic<bool> done{false};
-  Result<ObjectInfo> result = Status::Ok();
+  Result<ObjectInfo> result = InternalError("not run");
   std::thread put([&] {
     result = store->put("d/file", MemorySource(std::string_view("old and new")), edit);
     done = true;
