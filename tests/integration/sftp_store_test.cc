@@ -232,6 +232,24 @@ class SftpStoreTest : public ::testing::Test {
     return MakeStore(o);
   }
 
+  // "d/file" holding "old", with the commit lock another objfs client would hold while it
+  // stores it (made here by hand): `store` is a store of root_ that waits `wait` for such a
+  // lock, `edit` an edit of that version, `lock` the lock's path, whose name every objfs
+  // client derives alike.
+  void LockedByAnotherClient(std::chrono::milliseconds wait, std::shared_ptr<SftpStore>* store,
+                             PutOptions* edit, fs::path* lock) {
+    SftpStoreOptions o = OptionsFor(root_);
+    o.commit_lock_wait = wait;
+    *store = MakeStore(o);
+    ASSERT_NE(*store, nullptr);
+    ASSERT_TRUE(Put("d/file", "old").ok());
+    Result<ObjectInfo> base = store_->head("d/file");  // the version (a put's ETag is its MD5)
+    ASSERT_TRUE(base.ok()) << base.status().ToString();
+    edit->if_match = base->etag;
+    *lock = fs::path(root_) / "d" / (".objfs-tmp-lock-" + HexMd5(Md5Of("file")).substr(0, 20));
+    std::ofstream(*lock) << "";
+  }
+
   Result<ObjectInfo> Put(const std::string& key, const std::string& data, Metadata meta = {}) {
     MemorySource src(data);
     PutOptions o;
@@ -800,18 +818,11 @@ TEST_F(SftpStoreTest, OfTwoEditsOfOneVersionExactlyOneIsStored) {
 // a client that died while it committed), is taken over. Its name is the same in every objfs
 // client.
 TEST_F(SftpStoreTest, ACommitLockIsWaitedForAndOneLeftByACrashIsTakenOver) {
-  SftpStoreOptions o = OptionsFor(root_);
-  o.commit_lock_wait = std::chrono::milliseconds(300);
-  std::shared_ptr<SftpStore> store = MakeStore(o);
-  ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(Put("d/file", "old").ok());
-  Result<ObjectInfo> base = store_->head("d/file");
-  ASSERT_TRUE(base.ok()) << base.status().ToString();
-  const fs::path lock =
-      fs::path(root_) / "d" / (".objfs-tmp-lock-" + HexMd5(Md5Of("file")).substr(0, 20));
-  { std::ofstream(lock) << ""; }
+  std::shared_ptr<SftpStore> store;
   PutOptions edit;
-  edit.if_match = base->etag;
+  fs::path lock;
+  ASSERT_NO_FATAL_FAILURE(
+      LockedByAnotherClient(std::chrono::milliseconds(300), &store, &edit, &lock));
   // A file given a time a year ahead (touch -d): its mtime is no clock to judge a lock by.
   edit.metadata = {{"mtime", std::to_string(time(nullptr) + 365 * 86400)}};
   MemorySource data(std::string_view("old and new"));
@@ -825,6 +836,7 @@ TEST_F(SftpStoreTest, ACommitLockIsWaitedForAndOneLeftByACrashIsTakenOver) {
 
   // Unchanged for longer than stale_commit_lock while a store waits for it: taken over, the
   // edit stored, nothing left behind.
+  SftpStoreOptions o = OptionsFor(root_);
   o.commit_lock_wait = std::chrono::seconds(30);
   o.stale_commit_lock = std::chrono::milliseconds(200);
   std::shared_ptr<SftpStore> patient = MakeStore(o);
@@ -841,17 +853,11 @@ TEST_F(SftpStoreTest, ACommitLockIsWaitedForAndOneLeftByACrashIsTakenOver) {
 // gets the put's mtime, 2001, as its last step before the commit: once it shows that, the
 // directory is moved away.
 TEST_F(SftpStoreTest, ACommitWhoseDirectoryGoesAwayWhileItWaitsFails) {
-  SftpStoreOptions o = OptionsFor(root_);
-  o.commit_lock_wait = std::chrono::seconds(60);
-  std::shared_ptr<SftpStore> store = MakeStore(o);
-  ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(Put("d/file", "old").ok());
-  Result<ObjectInfo> base = store_->head("d/file");
-  ASSERT_TRUE(base.ok()) << base.status().ToString();
-  const fs::path dir = fs::path(root_) / "d";
-  { std::ofstream(dir / (".objfs-tmp-lock-" + HexMd5(Md5Of("file")).substr(0, 20))) << ""; }
+  std::shared_ptr<SftpStore> store;
   PutOptions edit;
-  edit.if_match = base->etag;
+  fs::path lock;
+  ASSERT_NO_FATAL_FAILURE(LockedByAnotherClient(std::chrono::seconds(60), &store, &edit, &lock));
+  const fs::path dir = lock.parent_path();
   edit.metadata = {{"mtime", "1000000000"}};
   std::atomic<bool> done{false};
   Result<ObjectInfo> result = InternalError("not run");
