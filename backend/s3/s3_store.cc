@@ -152,6 +152,18 @@ std::optional<std::array<uint8_t, 16>> DigestOf(const ETag& etag) {
   return digest;
 }
 
+// The ETag a multipart object made of `parts` has (the MD5 of their MD5s, "-N"), where every
+// part's ETag is its MD5; nothing otherwise.
+std::optional<ETag> ETagOfParts(const std::vector<std::pair<int, ETag>>& parts) {
+  std::vector<Md5Digest> digests;
+  for (const auto& [number, part_etag] : parts) {
+    std::optional<Md5Digest> digest = DigestOf(part_etag);
+    if (!digest) return std::nullopt;
+    digests.push_back(*digest);
+  }
+  return MultipartETag(digests);
+}
+
 std::string ContentMd5(const std::array<uint8_t, 16>& digest) {
   return Base64(std::span<const uint8_t>(digest.data(), digest.size()));
 }
@@ -631,7 +643,8 @@ Result<ObjectInfo> S3Store::PutSingle(std::string_view key, const ByteSource& so
            sent.status().code() == StatusCode::kPreconditionFailed;
   };
   Result<ObjectInfo> current = InternalError("not asked");
-  if (refused()) current = head(key);
+  // Asked where it decides something: the If-Match form, or a lost reply's own bytes.
+  if (refused() && (options.if_match || req.unanswered > 0)) current = head(key);
   if (refused() && options.if_match && !unquoted && current.ok() &&
       current->etag == *options.if_match) {
     // RGW compares a PUT's If-Match with its stored, unquoted ETag byte for byte, so the quoted
@@ -724,15 +737,10 @@ Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string&
     // A completion that took effect and lost its reply is retried, and the retry finds the
     // upload gone (NoSuchUpload, as AWS may answer) or, when conditional, the key no longer
     // as it asked. A key that holds the very object these parts make holds that completion's.
-    std::vector<Md5Digest> part_md5s;
-    for (const auto& [number, part_etag] : parts) {
-      std::optional<Md5Digest> digest = DigestOf(part_etag);
-      if (!digest) return resp.status();
-      part_md5s.push_back(*digest);
-    }
-    const ETag made = MultipartETag(part_md5s);
+    const std::optional<ETag> made = ETagOfParts(parts);
+    if (!made) return resp.status();
     Result<ObjectInfo> now = head(key);
-    if (!now.ok() || now->etag != made || now->size != size) return resp.status();
+    if (!now.ok() || now->etag != *made || now->size != size) return resp.status();
     if (options_.log) {
       options_.log(LogLevel::kInfo, req.what + ": the key holds the object its parts make (" +
                                         resp.status().message() + "): its reply was lost");
@@ -741,7 +749,7 @@ Result<ETag> S3Store::CompleteMultipart(std::string_view key, const std::string&
     // identical object), it is aborted rather than left to cost storage: NoSuchUpload once
     // completed, which closes its journal entry too.
     (void)AbortUpload(key, upload_id);
-    return made;
+    return *made;
   }
   Result<ETag> etag = ParseCompleteMultipartUpload(resp->body);
   if (!etag.ok()) return etag.status().WithContext(req.what);
@@ -1571,14 +1579,8 @@ Result<ObjectInfo> S3Store::CopyMultipart(const ObjectInfo& src, std::string_vie
   }
   if (etag->empty()) {
     // RGW names no ETag; UploadPartCopy results are the parts' MD5s, which give it.
-    std::vector<std::array<uint8_t, 16>> digests;
-    for (const auto& [number, part_etag] : parts) {
-      std::optional<std::array<uint8_t, 16>> digest = DigestOf(part_etag);
-      if (!digest) break;
-      digests.push_back(*digest);
-    }
-    if (digests.size() == parts.size()) {
-      etag = MultipartETag(digests);
+    if (std::optional<ETag> made = ETagOfParts(parts)) {
+      etag = *made;
     } else {
       OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, head(dst));
       etag = info.etag;
