@@ -9,6 +9,7 @@
 #include <atomic>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <memory>
@@ -24,6 +25,16 @@
 
 namespace objfs::sftp {
 namespace {
+
+// What a store's commit locks point to: 128 random bits, so that no other client's is the same.
+std::string NewLockToken() {
+  std::array<uint8_t, 16> bytes{};
+  if (RAND_bytes(bytes.data(), bytes.size()) != 1) {
+    std::random_device random;
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(random());
+  }
+  return "objfs-commit-lock-" + HexMd5(bytes);  // (any 16 bytes in hex)
+}
 
 constexpr std::string_view kReservedPrefix = ".objfs-";
 constexpr std::string_view kMarkerFile = ".objfs-dir";
@@ -274,7 +285,8 @@ SftpStore::SftpStore(SftpStoreOptions options)
                                .ciphers = options_.ciphers,
                                .request_timeout = options_.request_timeout,
                                .log = options_.log},
-            options_.sessions) {
+            options_.sessions),
+      lock_token_(NewLockToken()) {
   const int slots = std::clamp(options_.sessions / 2, 0, static_cast<int>(Md5Slots::max()));
   if (slots > 0) md5_slots_ = std::make_unique<Md5Slots>(slots);
 }
@@ -1034,6 +1046,34 @@ std::string SftpStore::CommitLockName(const KeyPaths& paths) {
          HexMd5(Md5Of(paths.name)).substr(0, 20);
 }
 
+Result<SftpStore::LockHolder> SftpStore::LockHolderOf(SftpConnection& c, const std::string& path) {
+  OBJFS_ASSIGN_OR_RETURN(SftpWire::FileAttrs found, c.wire().LStat(path));
+  LockHolder holder;
+  holder.mtime_s = found.mtime_s;
+  if ((found.flags & SSH_FILEXFER_ATTR_PERMISSIONS) == 0 ||
+      (found.permissions & S_IFMT) != S_IFLNK) {
+    return holder;  // a file (an older objfs's lock) or a directory in the way
+  }
+  std::unique_ptr<char, decltype(&std::free)> target(sftp_readlink(c.sftp(), path.c_str()),
+                                                     &std::free);
+  if (target == nullptr) return LibsshStatus(c, "read " + path);
+  holder.token = target.get();
+  return holder;
+}
+
+Status SftpStore::MakeLockFile(SftpConnection& c, const std::string& lock) {
+  OBJFS_ASSIGN_OR_RETURN(SftpWire::Handle made,
+                         c.wire().OpenFile(lock, kOpenWrite | kOpenCreate | kOpenExclusive, 0600));
+  return c.wire().Close(made);
+}
+
+Status SftpStore::MakeCommitLock(SftpConnection& c, const std::string& lock) {
+  if (lock_files_.load()) return MakeLockFile(c, lock);
+  // libssh orders SYMLINK's two paths as OpenSSH, which swapped them, expects.
+  if (sftp_symlink(c.sftp(), lock_token_.c_str(), lock.c_str()) == 0) return Status::Ok();
+  return LibsshStatus(c, "make " + lock);
+}
+
 Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
                                               std::string_view key) {
   SftpWire& wire = c.wire();
@@ -1042,38 +1082,63 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
   auto pause = std::chrono::milliseconds(2);
   bool missing_before = false;
   for (;;) {
-    Result<SftpWire::Handle> made =
-        wire.OpenFile(lock, kOpenWrite | kOpenCreate | kOpenExclusive, 0600);
-    if (!made.ok() && std::chrono::steady_clock::now() >= deadline) {
-      return TransientError("put " + std::string(key) + ": another client is storing it (" + lock +
-                            " held for " + std::to_string(options_.commit_lock_wait.count()) +
-                            " ms)");
-    }
+    Status made = MakeCommitLock(c, lock);
     if (made.ok()) {
-      (void)wire.Close(*made);
       MutexLock seen(&commit_locks_mu_);
       seen_locks_.erase(lock);
       return lock;
     }
-    Result<SftpWire::FileAttrs> held = wire.LStat(lock);
+    if (made.code() == StatusCode::kTransient) return made.WithContext("put " + std::string(key));
+    Result<LockHolder> held = LockHolderOf(c, lock);
+    if (held.ok() && held->token == lock_token_) {
+      // This store's own: a commit of the key whose connection broke before it removed the
+      // lock (or lost the reply to its making), and none runs now but this one.
+      if (options_.log) {
+        options_.log(LogLevel::kInfo, "put " + std::string(key) + ": " + lock +
+                                          " was left by this mount's own commit, whose "
+                                          "connection broke: taken again");
+      }
+      return lock;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return TransientError("put " + std::string(key) + ": another client is storing it (" + lock +
+                            " held for " + std::to_string(options_.commit_lock_wait.count()) +
+                            " ms)");
+    }
     if (!held.ok()) {
-      // Released in between: made again at once, once. Missing twice, the open failed for
+      // Released in between: made again at once, once. Missing twice, the link failed for
       // another reason (the directory removed, or not writable): that is the failure.
-      if (held.status().code() != StatusCode::kNotFound || missing_before) {
-        return made.status().WithContext("put " + std::string(key));
+      if (held.status().code() != StatusCode::kNotFound) {
+        return held.status().WithContext("put " + std::string(key));
+      }
+      if (missing_before) {
+        // A server that makes no links (or not here) may still make the lock as a file.
+        if (!lock_files_.load() && MakeLockFile(c, lock).ok()) {
+          lock_files_.store(true);
+          if (options_.log) {
+            options_.log(LogLevel::kInfo,
+                         describe() + " makes no symbolic link (" + made.message() +
+                             "): commit locks are files, and one that a broken connection of "
+                             "this mount left is taken over after stale_commit_lock");
+          }
+          MutexLock seen(&commit_locks_mu_);
+          seen_locks_.erase(lock);
+          return lock;
+        }
+        return made.WithContext("put " + std::string(key));
       }
       missing_before = true;
       continue;
     }
     missing_before = false;
-    if (LockLeftBehind(lock, held->mtime_s)) {
+    if (LockLeftBehind(lock, *held)) {
       // Left by a client that died between its lock and its rename. Moved away first, so that
       // of two clients taking it over one does; and put back if what moved was no longer that
       // lock but a live client's new one.
       const std::string away = TempName(paths.dir);
       if (wire.PosixRename(lock, away).ok()) {
-        Result<SftpWire::FileAttrs> moved = wire.LStat(away);
-        if (moved.ok() && moved->mtime_s != held->mtime_s) {
+        Result<LockHolder> moved = LockHolderOf(c, away);
+        if (moved.ok() && *moved != *held) {
           (void)sftp_rename(c.sftp(), away.c_str(), lock.c_str());  // never over a newer one
         }
         // (A directory put there is removed too, when empty.)
@@ -1091,21 +1156,35 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
   }
 }
 
-bool SftpStore::LockLeftBehind(const std::string& lock, int64_t mtime_s) {
+bool SftpStore::LockLeftBehind(const std::string& lock, const LockHolder& holder) {
   const auto now = std::chrono::steady_clock::now();
   MutexLock seen(&commit_locks_mu_);
-  auto [it, first] = seen_locks_.try_emplace(lock, mtime_s, now);
-  if (!first && it->second.first != mtime_s) it->second = {mtime_s, now};  // taken again since
+  auto [it, first] = seen_locks_.try_emplace(lock, holder, now);
+  if (!first && it->second.first != holder) it->second = {holder, now};  // taken again since
   return now - it->second.second >= options_.stale_commit_lock;
+}
+
+Status SftpStore::CheckCommitLock(SftpConnection& c, const std::string& lock,
+                                  std::string_view key) {
+  Result<LockHolder> holder = LockHolderOf(c, lock);
+  if (holder.ok() && (holder->token == lock_token_ || lock_files_.load())) return Status::Ok();
+  if (!holder.ok() && holder.status().code() != StatusCode::kNotFound) return holder.status();
+  return TransientError("put " + std::string(key) + ": another client took over " + lock +
+                        " after it stood for " +
+                        std::to_string(options_.stale_commit_lock.count()) +
+                        " ms (this mount stalled while storing it)");
 }
 
 void SftpStore::ReleaseCommitLock(SftpConnection& c, const std::string& lock) {
   if (sftp_unlink(c.sftp(), lock.c_str()) == 0) return;
   Status failed = LibsshStatus(c, "remove " + lock);
-  if (failed.code() != StatusCode::kNotFound && options_.log) {
-    options_.log(LogLevel::kWarn, failed.message() + " (taken over by another client after " +
-                                      std::to_string(options_.stale_commit_lock.count()) + " ms)");
-  }
+  // A broken connection leaves it to this store's next commit of the key, which takes it.
+  if (failed.code() == StatusCode::kTransient || !options_.log) return;
+  options_.log(LogLevel::kWarn, failed.code() == StatusCode::kNotFound
+                                    ? lock + " was taken over by another client after " +
+                                          std::to_string(options_.stale_commit_lock.count()) +
+                                          " ms while this mount stored through it"
+                                    : failed.message());
 }
 
 Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
@@ -1152,6 +1231,10 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
       ReleaseCommitLock(c, *commit_lock);
       return matches;
     }
+    // Still this store's, just before the rename: one taken over by another client meanwhile
+    // guards that client's commit now, which this rename must not go over, nor this store
+    // remove.
+    OBJFS_RETURN_IF_ERROR(CheckCommitLock(c, *commit_lock, key));
   }
   Status renamed = Rename(c, staged_data, paths.data);
   if (commit_lock) ReleaseCommitLock(c, *commit_lock);

@@ -272,18 +272,37 @@ class SftpStore : public ObjectStore {
   static std::string CommitLockName(const KeyPaths& paths);
   // SFTP has no rename that checks the version it replaces, so a STAT then a rename leaves a
   // round trip in which another client's rename comes between them. objfs clients close it for
-  // one another: a conditional commit first makes CommitLockName(paths) with O_EXCL (one
-  // client at a time), and removes it after its rename. Waits for another client's lock up to
-  // commit_lock_wait (then Transient, and the upload is tried again later); one this mount has
-  // seen stand unchanged for stale_commit_lock (by its own monotonic clock, across those
-  // tries: a commit holds it for a few round trips), left by a client that died while
-  // committing, is taken over. Returns the lock's path.
+  // one another: a conditional commit first makes CommitLockName(paths), a symbolic link to
+  // this store's lock_token_ (SYMLINK fails where the name exists: one client at a time), and
+  // removes it after its rename. Waits for another client's lock up to commit_lock_wait (then
+  // Transient, and the upload is tried again later); one this mount has seen stand unchanged
+  // for stale_commit_lock (by its own monotonic clock, across those tries: a commit holds it for
+  // a few round trips), left by a client that died while committing, is taken over. One that
+  // points to lock_token_ is this store's own, left by a commit whose connection broke before
+  // it removed it (no commit of the key runs meanwhile: KeyLock): taken at once. Returns the
+  // lock's path.
   Result<std::string> TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
                                      std::string_view key);
+  // Makes the lock: a link to lock_token_ or, on a server that makes none, a file (O_EXCL).
+  Status MakeCommitLock(SftpConnection& c, const std::string& lock);
+  Status MakeLockFile(SftpConnection& c, const std::string& lock);
+  // Ok while `lock` still points to lock_token_ (or exists, where locks are files); Transient
+  // once another client took it over (this mount stalled for stale_commit_lock), whose commit
+  // it guards now.
+  Status CheckCommitLock(SftpConnection& c, const std::string& lock, std::string_view key);
   void ReleaseCommitLock(SftpConnection& c, const std::string& lock);
-  // Whether `lock`, found with mtime `mtime_s`, has stood unchanged for stale_commit_lock
-  // since this mount first saw it so; notes it if not seen so before.
-  bool LockLeftBehind(const std::string& lock, int64_t mtime_s);
+  // Who holds a lock found in the way: its mtime and, for a link, its target (another client's
+  // token; empty for a lock of a file, as objfs made them before).
+  struct LockHolder {
+    int64_t mtime_s = 0;
+    std::string token;
+    bool operator==(const LockHolder&) const = default;
+  };
+  // The holder of the lock at `path`; NotFound once it is gone.
+  Result<LockHolder> LockHolderOf(SftpConnection& c, const std::string& path);
+  // Whether `lock`, held by `holder`, has stood unchanged for stale_commit_lock since this
+  // mount first saw it so; notes it if not seen so before.
+  bool LockLeftBehind(const std::string& lock, const LockHolder& holder);
   // What an upload's temporary file showed when it was made. SFTP has no O_NOFOLLOW, and
   // whoever may write its directory may put something else in its place between two opens of
   // its name: a link to a file of the account's elsewhere, or a file of their own. Each open of
@@ -382,11 +401,15 @@ class SftpStore : public ObjectStore {
   SftpSessionPool pool_;
   std::array<Mutex, 64> key_locks_;
   // Learnt from the first connection.
-  // Other clients' commit locks found in the way: path -> (their mtime, when first seen with
-  // it). Forgotten once this mount takes the lock.
+  // Other clients' commit locks found in the way: path -> (their holder, when first seen
+  // so). Forgotten once this mount takes the lock.
   Mutex commit_locks_mu_;  // lock 34 of fs/lock_order.h; a leaf
-  std::map<std::string, std::pair<int64_t, std::chrono::steady_clock::time_point>> seen_locks_
+  std::map<std::string, std::pair<LockHolder, std::chrono::steady_clock::time_point>> seen_locks_
       GUARDED_BY(commit_locks_mu_);
+  // What this store's commit locks point to: random, so that no other client's is the same.
+  const std::string lock_token_;
+  // The server refused to make a lock as a link, and made it as a file.
+  std::atomic<bool> lock_files_{false};
   mutable Mutex server_mu_;  // lock 12 of fs/lock_order.h
   bool server_known_ GUARDED_BY(server_mu_) = false;
   bool copy_data_ GUARDED_BY(server_mu_) = false;

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -27,8 +28,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -2644,6 +2647,144 @@ TEST_F(SftpStoreTest, ACpWhoseEndIsUnknownLeavesItsTemporaryFileToTheNextMount) 
   ASSERT_TRUE(copied.ok()) << copied.status().ToString();
   EXPECT_TRUE(ReadLocalFile(fs::path(root_) / "unknown/copy") == data);
   EXPECT_EQ(s.store->server_cp_runs(), 1u);
+}
+
+// The commit lock of `name` in `dir`, as every objfs client names it.
+fs::path CommitLockOf(const fs::path& dir, const std::string& name) {
+  return dir / (".objfs-tmp-lock-" + HexMd5(Md5Of(name)).substr(0, 20));
+}
+
+// An edit of `key` ("d/NAME", holding "old") to `contents` by `store`, which reaches the server
+// through `proxy`: the proxy stops everything between them (Pause) as soon as the commit's lock
+// appears on the server, `meanwhile` runs, and the proxy resumes. Returns the put's result, or
+// nothing if the pause came after the rename (the round tells nothing; try another).
+std::optional<Result<ObjectInfo>> EditPausedAtItsLock(testing::FaultProxy& proxy, SftpStore& store,
+                                                      const std::string& root,
+                                                      const std::string& key,
+                                                      const std::string& contents,
+                                                      const std::function<void()>& meanwhile) {
+  const fs::path file = fs::path(root) / key;
+  fs::create_directories(file.parent_path());
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << "old";
+  Result<ObjectInfo> base = store.head(key);
+  EXPECT_TRUE(base.ok()) << base.status().ToString();
+  if (!base.ok()) return base;
+  const int watch = inotify_init1(IN_CLOEXEC);
+  EXPECT_GE(watch, 0) << std::strerror(errno);
+  EXPECT_GE(inotify_add_watch(watch, file.parent_path().c_str(), IN_CREATE), 0);
+  const std::string lock = CommitLockOf(file.parent_path(), file.filename().string()).filename();
+  Result<ObjectInfo> result = InternalError("not run");
+  std::thread put([&] {
+    PutOptions edit;
+    edit.if_match = base->etag;
+    MemorySource data(contents);
+    result = store.put(key, data, edit);
+  });
+  bool seen = false;
+  alignas(inotify_event) char events[4096];
+  while (!seen) {
+    pollfd ready{.fd = watch, .events = POLLIN, .revents = 0};
+    if (::poll(&ready, 1, 30000) != 1) break;
+    const ssize_t n = ::read(watch, events, sizeof events);
+    for (ssize_t at = 0; at < n;) {
+      const auto* event = reinterpret_cast<const inotify_event*>(events + at);
+      if (event->len > 0 && lock == event->name) seen = true;
+      at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+    }
+  }
+  if (seen) proxy.Pause();
+  const bool before_rename = ReadLocalFile(file) == "old";
+  if (seen && before_rename) meanwhile();
+  proxy.Resume();
+  put.join();
+  ::close(watch);
+  EXPECT_TRUE(seen) << "no commit lock appeared";
+  if (!seen || !before_rename) return std::nullopt;
+  return result;
+}
+
+// A store whose connections go through `proxy` (raw bytes), with `o`'s other options.
+std::shared_ptr<SftpStore> StoreThrough(testing::FaultProxy& proxy, SftpStoreOptions o,
+                                        const std::string& scratch) {
+  proxy.PassBytesThrough();  // SSH, not HTTP
+  o.port = proxy.port();
+  o.known_hosts = scratch + "/known_hosts";
+  EXPECT_TRUE(testing::WriteKnownHostsForProxy(o.known_hosts, proxy.port()));
+  return MakeStore(o);
+}
+
+// A connection that breaks while its commit holds the lock (before its rename, or before the
+// lock's removal) leaves the lock on the server, and the put fails as transient. The lock
+// points to this mount's own token, so the upload's retry on a new connection takes it again
+// at once, where other clients wait for it to stand 30 s (here 10 minutes: the retry would
+// fail, busy, after its 2 s wait).
+TEST_F(SftpStoreTest, ACommitLockLeftByABrokenConnectionIsTakenAgainByItsRetry) {
+  testing::FaultProxy proxy("127.0.0.1", testing::SharedSftpServer().port);
+  SftpStoreOptions o = OptionsFor(root_);
+  o.commit_lock_wait = std::chrono::seconds(2);
+  o.stale_commit_lock = std::chrono::minutes(10);
+  LoggingStore logged;
+  o.log = [lines = logged.logged, mu = logged.mu](LogLevel, const std::string& line) {
+    std::lock_guard lock(*mu);
+    lines->push_back(line);
+  };
+  logged.store = StoreThrough(proxy, o, scratch_);
+  SftpStore* store = logged.store.get();
+  ASSERT_NE(store, nullptr);
+  int cut = 0;
+  for (int round = 0; round < 10 && cut == 0; ++round) {
+    const std::string key = "d/file" + std::to_string(round);
+    std::optional<Result<ObjectInfo>> stored =
+        EditPausedAtItsLock(proxy, *store, root_, key, "old and new",
+                            [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); });
+    if (!stored || stored->ok()) continue;  // (the rename went in before the cut)
+    ++cut;
+    EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old");
+    // The upload is tried again (by the mount, in the background), on a new connection.
+    Result<ObjectInfo> base = store->head(key);
+    ASSERT_TRUE(base.ok()) << base.status().ToString();
+    PutOptions edit;
+    edit.if_match = base->etag;
+    MemorySource data(std::string_view("old and new"));
+    Result<ObjectInfo> again = store->put(key, data, edit);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old and new");
+    EXPECT_FALSE(fs::exists(
+        fs::symlink_status(CommitLockOf(fs::path(root_) / "d", "file" + std::to_string(round)))));
+  }
+  EXPECT_EQ(cut, 1) << "no round cut the connection before the rename";
+  EXPECT_GE(logged.Said("was left by this mount's own commit"), 1u);
+}
+
+// A mount that stalls between its lock and its rename for longer than stale_commit_lock may
+// find its lock taken over by another client, whose commit it guards now. Just before its
+// rename the commit checks that the lock is still its own: it fails as busy instead, leaves
+// the file as it is, and leaves the other client's lock alone.
+TEST_F(SftpStoreTest, ACommitWhoseLockWasTakenOverMeanwhileRenamesNothing) {
+  testing::FaultProxy proxy("127.0.0.1", testing::SharedSftpServer().port);
+  SftpStoreOptions o = OptionsFor(root_);
+  o.commit_lock_wait = std::chrono::milliseconds(300);
+  std::shared_ptr<SftpStore> store = StoreThrough(proxy, o, scratch_);
+  ASSERT_NE(store, nullptr);
+  int taken = 0;
+  for (int round = 0; round < 10 && taken == 0; ++round) {
+    const std::string name = "file" + std::to_string(round);
+    const fs::path lock = CommitLockOf(fs::path(root_) / "d", name);
+    std::optional<Result<ObjectInfo>> stored =
+        EditPausedAtItsLock(proxy, *store, root_, "d/" + name, "old and new", [&] {
+          // Another client judged it stale: moved it away and made its own.
+          fs::remove(lock);
+          fs::create_symlink("objfs-commit-lock-of-another-client", lock);
+        });
+    if (!stored) continue;
+    ++taken;
+    ASSERT_FALSE(stored->ok());
+    EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old");
+    EXPECT_EQ(fs::read_symlink(lock), "objfs-commit-lock-of-another-client");
+  }
+  EXPECT_EQ(taken, 1) << "no round paused the commit before its rename";
 }
 
 }  // namespace
