@@ -1075,7 +1075,8 @@ Status SftpStore::MakeCommitLock(SftpConnection& c, const std::string& lock) {
 }
 
 Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
-                                              std::string_view key) {
+                                              std::string_view key, bool* ours_left) {
+  *ours_left = false;
   SftpWire& wire = c.wire();
   const std::string lock = CommitLockName(paths);
   const auto deadline = std::chrono::steady_clock::now() + options_.commit_lock_wait;
@@ -1098,6 +1099,7 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
                                           " was left by this mount's own commit, whose "
                                           "connection broke: taken again");
       }
+      *ours_left = true;
       return lock;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -1187,8 +1189,21 @@ void SftpStore::ReleaseCommitLock(SftpConnection& c, const std::string& lock) {
                                     : failed.message());
 }
 
+bool SftpStore::RenamedBeforeItsReplyWasLost(std::string_view key, bool ours_left,
+                                             const ETag& found) {
+  MutexLock held(&commit_locks_mu_);
+  auto it = lost_renames_.find(key);
+  if (it == lost_renames_.end()) return false;
+  const bool ours =
+      ours_left && found == it->second.version &&
+      std::chrono::steady_clock::now() - it->second.locked < options_.stale_commit_lock;
+  lost_renames_.erase(it);
+  return ours;
+}
+
 Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
-                         const std::string& staged_data, const PutOptions& preconditions) {
+                         const std::string& staged_data, const ETag& staged_version,
+                         const PutOptions& preconditions) {
   MutexLock lock(&KeyLock(key));
   if (preconditions.if_none_match) {
     // SFTP v3's RENAME fails onto an existing file, and OpenSSH makes it a link(2) of the new
@@ -1212,9 +1227,23 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
     return PreconditionFailedError("put " + std::string(key) + ": the object exists");
   }
   std::optional<std::string> commit_lock;
+  auto locked_at = std::chrono::steady_clock::now();
   if (preconditions.if_match) {
-    OBJFS_ASSIGN_OR_RETURN(commit_lock, TakeCommitLock(c, paths, key));
+    bool ours_left = false;
+    OBJFS_ASSIGN_OR_RETURN(commit_lock, TakeCommitLock(c, paths, key, &ours_left));
+    if (!ours_left) locked_at = std::chrono::steady_clock::now();
     Result<ObjectInfo> current = HeadOn(c, key);
+    if (current.ok() && current->etag != *preconditions.if_match &&
+        RenamedBeforeItsReplyWasLost(key, ours_left, current->etag)) {
+      // That commit's file is in place: this one's staged copy of the same bytes goes.
+      if (options_.log) {
+        options_.log(LogLevel::kInfo, "put " + std::string(key) +
+                                          ": stored by the rename before, whose reply was lost");
+      }
+      (void)sftp_unlink(c.sftp(), staged_data.c_str());
+      ReleaseCommitLock(c, *commit_lock);
+      return Status::Ok();
+    }
     Status matches;
     if (!current.ok()) {
       // As on S3: a missing object does not match.
@@ -1237,7 +1266,18 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
     OBJFS_RETURN_IF_ERROR(CheckCommitLock(c, *commit_lock, key));
   }
   Status renamed = Rename(c, staged_data, paths.data);
-  if (commit_lock) ReleaseCommitLock(c, *commit_lock);
+  if (commit_lock) {
+    {
+      MutexLock held(&commit_locks_mu_);
+      if (renamed.code() == StatusCode::kTransient && !c.healthy()) {
+        // It may have gone in: the retry, which finds this lock left, tells.
+        lost_renames_[std::string(key)] = LostRename{staged_version, locked_at};
+      } else {
+        lost_renames_.erase(std::string(key));
+      }
+    }
+    ReleaseCommitLock(c, *commit_lock);
+  }
   if (!renamed.ok()) {
     Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
     if (a != nullptr && IsDirectory(*a)) {
@@ -1345,7 +1385,7 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
     cleanup();
     return staged_info.status().WithContext("put " + std::string(key));
   }
-  status = Commit(c, key, paths, staged, options);
+  status = Commit(c, key, paths, staged, staged_info->etag, options);
   if (!status.ok()) {
     cleanup();
     return status;
@@ -1598,7 +1638,7 @@ class SftpStore::Session : public Upload {
       OBJFS_ASSIGN_OR_RETURN(ObjectInfo staged,
                              store_->FinishStaged(c, handle, key_, staged_, options.metadata, size,
                                                   paths_.data, options.replaced));
-      OBJFS_RETURN_IF_ERROR(store_->Commit(c, key_, paths_, staged_, options));
+      OBJFS_RETURN_IF_ERROR(store_->Commit(c, key_, paths_, staged_, staged.etag, options));
       return staged;
     });
     if (!info.ok()) {
@@ -1986,7 +2026,7 @@ Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view d
     cleanup();
     return staged_info.status().WithContext(what);
   }
-  status = Commit(c, dst, dst_paths, staged, PutOptions{});
+  status = Commit(c, dst, dst_paths, staged, staged_info->etag, PutOptions{});
   if (!status.ok()) {
     cleanup();
     return status;

@@ -265,8 +265,15 @@ class SftpStore : public ObjectStore {
                                   const std::optional<ReplacedFile>& replaced = std::nullopt);
   // Renames the staged file into place, after checking the preconditions, holding the key's
   // lock.
+  // `staged_version` is the staged file's (the version it has once in place).
   Status Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
-                const std::string& staged_data, const PutOptions& preconditions);
+                const std::string& staged_data, const ETag& staged_version,
+                const PutOptions& preconditions);
+  // Whether the file found by a conditional commit, `found`, is the one a commit of `key`
+  // before it renamed into place while the reply was lost. The lock that commit took was found
+  // left in place (`ours_left`), so no other objfs client has stored the file since, and
+  // `found` is the version that commit renamed.
+  bool RenamedBeforeItsReplyWasLost(std::string_view key, bool ours_left, const ETag& found);
   Status Rename(SftpConnection& c, const std::string& from, const std::string& to);
   // The name beside `paths` that serialises conditional commits of it among objfs clients.
   static std::string CommitLockName(const KeyPaths& paths);
@@ -281,8 +288,9 @@ class SftpStore : public ObjectStore {
   // points to lock_token_ is this store's own, left by a commit whose connection broke before
   // it removed it (no commit of the key runs meanwhile: KeyLock): taken at once. Returns the
   // lock's path.
-  Result<std::string> TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
-                                     std::string_view key);
+  // `*ours_left` says whether the lock found was this store's own, left by a commit before.
+  Result<std::string> TakeCommitLock(SftpConnection& c, const KeyPaths& paths, std::string_view key,
+                                     bool* ours_left);
   // Makes the lock: a link to lock_token_ or, on a server that makes none, a file (O_EXCL).
   Status MakeCommitLock(SftpConnection& c, const std::string& lock);
   Status MakeLockFile(SftpConnection& c, const std::string& lock);
@@ -406,6 +414,14 @@ class SftpStore : public ObjectStore {
   Mutex commit_locks_mu_;  // lock 34 of fs/lock_order.h; a leaf
   std::map<std::string, std::pair<LockHolder, std::chrono::steady_clock::time_point>> seen_locks_
       GUARDED_BY(commit_locks_mu_);
+  // Conditional commits whose rename got no reply (the connection broke), by key: the version
+  // the renamed file has, and when their lock was taken (after stale_commit_lock another
+  // client may have taken it over). Until the key's next commit.
+  struct LostRename {
+    ETag version;
+    std::chrono::steady_clock::time_point locked;
+  };
+  std::map<std::string, LostRename, std::less<>> lost_renames_ GUARDED_BY(commit_locks_mu_);
   // What this store's commit locks point to: random, so that no other client's is the same.
   const std::string lock_token_;
   // The server refused to make a lock as a link, and made it as a file.

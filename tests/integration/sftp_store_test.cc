@@ -2654,31 +2654,42 @@ fs::path CommitLockOf(const fs::path& dir, const std::string& name) {
   return dir / (".objfs-tmp-lock-" + HexMd5(Md5Of(name)).substr(0, 20));
 }
 
-// An edit of `key` ("d/NAME", holding "old") to `contents` by `store`, which reaches the server
-// through `proxy`: the proxy stops everything between them (Pause) as soon as the commit's lock
-// appears on the server, `meanwhile` runs, and the proxy resumes. Returns the put's result, or
-// nothing if the pause came after the rename (the round tells nothing; try another).
-std::optional<Result<ObjectInfo>> EditPausedAtItsLock(testing::FaultProxy& proxy, SftpStore& store,
-                                                      const std::string& root,
-                                                      const std::string& key,
-                                                      const std::string& contents,
-                                                      const std::function<void()>& meanwhile) {
+// Where EditPausedAt stops an edit.
+enum class PauseAt {
+  kLockMade,  // as soon as its commit lock appears, before its rename
+  kRenamed,   // as soon as its rename has gone in, before its reply reaches the store
+};
+
+// An edit of `key` ("d/NAME", holding "old") to `contents`, with mtime 1000000000, by `store`,
+// which reaches the server through `proxy`: the proxy stops everything between them (Pause) at
+// `at`, `meanwhile` runs, and the proxy resumes. Returns the put's result, or nothing if the
+// pause came too late (the round tells nothing; try another); `edit` is the edit's options.
+std::optional<Result<ObjectInfo>> EditPausedAt(PauseAt at, testing::FaultProxy& proxy,
+                                               SftpStore& store, const std::string& root,
+                                               const std::string& key, const std::string& contents,
+                                               const std::function<void()>& meanwhile,
+                                               PutOptions* edit) {
   const fs::path file = fs::path(root) / key;
   fs::create_directories(file.parent_path());
   std::ofstream(file, std::ios::binary | std::ios::trunc) << "old";
   Result<ObjectInfo> base = store.head(key);
   EXPECT_TRUE(base.ok()) << base.status().ToString();
   if (!base.ok()) return base;
+  edit->if_match = base->etag;
+  edit->metadata = {{"mtime", "1000000000"}};
   const int watch = inotify_init1(IN_CLOEXEC);
   EXPECT_GE(watch, 0) << std::strerror(errno);
-  EXPECT_GE(inotify_add_watch(watch, file.parent_path().c_str(), IN_CREATE), 0);
-  const std::string lock = CommitLockOf(file.parent_path(), file.filename().string()).filename();
+  EXPECT_GE(inotify_add_watch(watch, file.parent_path().c_str(),
+                              at == PauseAt::kLockMade ? IN_CREATE : IN_MOVED_TO),
+            0);
+  const std::string name =
+      at == PauseAt::kLockMade
+          ? CommitLockOf(file.parent_path(), file.filename().string()).filename().string()
+          : file.filename().string();
   Result<ObjectInfo> result = InternalError("not run");
   std::thread put([&] {
-    PutOptions edit;
-    edit.if_match = base->etag;
     MemorySource data(contents);
-    result = store.put(key, data, edit);
+    result = store.put(key, data, *edit);
   });
   bool seen = false;
   alignas(inotify_event) char events[4096];
@@ -2686,20 +2697,20 @@ std::optional<Result<ObjectInfo>> EditPausedAtItsLock(testing::FaultProxy& proxy
     pollfd ready{.fd = watch, .events = POLLIN, .revents = 0};
     if (::poll(&ready, 1, 30000) != 1) break;
     const ssize_t n = ::read(watch, events, sizeof events);
-    for (ssize_t at = 0; at < n;) {
-      const auto* event = reinterpret_cast<const inotify_event*>(events + at);
-      if (event->len > 0 && lock == event->name) seen = true;
-      at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+    for (ssize_t at_byte = 0; at_byte < n;) {
+      const auto* event = reinterpret_cast<const inotify_event*>(events + at_byte);
+      if (event->len > 0 && name == event->name) seen = true;
+      at_byte += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
     }
   }
   if (seen) proxy.Pause();
-  const bool before_rename = ReadLocalFile(file) == "old";
-  if (seen && before_rename) meanwhile();
+  const bool in_time = at == PauseAt::kRenamed || ReadLocalFile(file) == "old";
+  if (seen && in_time) meanwhile();
   proxy.Resume();
   put.join();
   ::close(watch);
-  EXPECT_TRUE(seen) << "no commit lock appeared";
-  if (!seen || !before_rename) return std::nullopt;
+  EXPECT_TRUE(seen) << "no " << name << " appeared";
+  if (!seen || !in_time) return std::nullopt;
   return result;
 }
 
@@ -2734,18 +2745,15 @@ TEST_F(SftpStoreTest, ACommitLockLeftByABrokenConnectionIsTakenAgainByItsRetry) 
   int cut = 0;
   for (int round = 0; round < 10 && cut == 0; ++round) {
     const std::string key = "d/file" + std::to_string(round);
-    std::optional<Result<ObjectInfo>> stored =
-        EditPausedAtItsLock(proxy, *store, root_, key, "old and new",
-                            [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); });
+    PutOptions edit;
+    std::optional<Result<ObjectInfo>> stored = EditPausedAt(
+        PauseAt::kLockMade, proxy, *store, root_, key, "old and new",
+        [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); }, &edit);
     if (!stored || stored->ok()) continue;  // (the rename went in before the cut)
     ++cut;
     EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
     EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old");
     // The upload is tried again (by the mount, in the background), on a new connection.
-    Result<ObjectInfo> base = store->head(key);
-    ASSERT_TRUE(base.ok()) << base.status().ToString();
-    PutOptions edit;
-    edit.if_match = base->etag;
     MemorySource data(std::string_view("old and new"));
     Result<ObjectInfo> again = store->put(key, data, edit);
     ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -2771,12 +2779,15 @@ TEST_F(SftpStoreTest, ACommitWhoseLockWasTakenOverMeanwhileRenamesNothing) {
   for (int round = 0; round < 10 && taken == 0; ++round) {
     const std::string name = "file" + std::to_string(round);
     const fs::path lock = CommitLockOf(fs::path(root_) / "d", name);
-    std::optional<Result<ObjectInfo>> stored =
-        EditPausedAtItsLock(proxy, *store, root_, "d/" + name, "old and new", [&] {
+    PutOptions edit;
+    std::optional<Result<ObjectInfo>> stored = EditPausedAt(
+        PauseAt::kLockMade, proxy, *store, root_, "d/" + name, "old and new",
+        [&] {
           // Another client judged it stale: moved it away and made its own.
           fs::remove(lock);
           fs::create_symlink("objfs-commit-lock-of-another-client", lock);
-        });
+        },
+        &edit);
     if (!stored) continue;
     ++taken;
     ASSERT_FALSE(stored->ok());
@@ -2785,6 +2796,50 @@ TEST_F(SftpStoreTest, ACommitWhoseLockWasTakenOverMeanwhileRenamesNothing) {
     EXPECT_EQ(fs::read_symlink(lock), "objfs-commit-lock-of-another-client");
   }
   EXPECT_EQ(taken, 1) << "no round paused the commit before its rename";
+}
+
+// A conditional commit whose rename goes in and whose reply is lost (the connection breaks):
+// the put fails as transient. Its retry finds the lock that commit left, so no other objfs
+// client stored the file since, and the file is the version that rename made: it is stored,
+// and the retry succeeds instead of being refused as an edit of a version that changed.
+TEST_F(SftpStoreTest, AnEditWhoseRenameLostItsReplyIsFoundStoredByItsRetry) {
+  testing::FaultProxy proxy("127.0.0.1", testing::SharedSftpServer().port);
+  SftpStoreOptions o = OptionsFor(root_);
+  o.commit_lock_wait = std::chrono::seconds(2);
+  o.stale_commit_lock = std::chrono::minutes(10);
+  LoggingStore logged;
+  o.log = [lines = logged.logged, mu = logged.mu](LogLevel, const std::string& line) {
+    std::lock_guard lock(*mu);
+    lines->push_back(line);
+  };
+  logged.store = StoreThrough(proxy, o, scratch_);
+  SftpStore* store = logged.store.get();
+  ASSERT_NE(store, nullptr);
+  int lost = 0;
+  for (int round = 0; round < 10 && lost == 0; ++round) {
+    const std::string name = "file" + std::to_string(round);
+    PutOptions edit;
+    std::optional<Result<ObjectInfo>> stored = EditPausedAt(
+        PauseAt::kRenamed, proxy, *store, root_, "d/" + name, "old and new",
+        [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); }, &edit);
+    ASSERT_TRUE(stored.has_value());
+    if (stored->ok()) continue;  // (the reply came back before the cut)
+    ++lost;
+    EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old and new");
+    MemorySource data(std::string_view("old and new"));
+    Result<ObjectInfo> again = store->put("d/" + name, data, edit);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old and new");
+    EXPECT_FALSE(fs::exists(fs::symlink_status(CommitLockOf(fs::path(root_) / "d", name))));
+    EXPECT_TRUE(TemporaryFiles(root_ + "/d").empty()) << TemporaryFiles(root_ + "/d").front();
+    // A later edit of another version is refused as before.
+    MemorySource other(std::string_view("old and other"));
+    Result<ObjectInfo> stale = store->put("d/" + name, other, edit);
+    EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed) << stale.status().ToString();
+  }
+  EXPECT_EQ(lost, 1) << "no round lost the rename's reply";
+  EXPECT_EQ(logged.Said("stored by the rename before, whose reply was lost"), 1u);
 }
 
 }  // namespace
