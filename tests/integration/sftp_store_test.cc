@@ -2714,14 +2714,24 @@ std::optional<Result<ObjectInfo>> EditPausedAt(PauseAt at, testing::FaultProxy& 
   return result;
 }
 
-// A store whose connections go through `proxy` (raw bytes), with `o`'s other options.
-std::shared_ptr<SftpStore> StoreThrough(testing::FaultProxy& proxy, SftpStoreOptions o,
-                                        const std::string& scratch) {
+// Options `o` for connections that go through `proxy` (raw bytes).
+SftpStoreOptions ThroughProxy(testing::FaultProxy& proxy, SftpStoreOptions o,
+                              const std::string& scratch) {
   proxy.PassBytesThrough();  // SSH, not HTTP
   o.port = proxy.port();
   o.known_hosts = scratch + "/known_hosts";
   EXPECT_TRUE(testing::WriteKnownHostsForProxy(o.known_hosts, proxy.port()));
-  return MakeStore(o);
+  return o;
+}
+
+// A store of `root` through `proxy` whose log lines are kept, and that waits 2 s for another
+// client's commit lock and takes one over only after 10 minutes.
+LoggingStore PatientStoreThrough(testing::FaultProxy& proxy, const std::string& root,
+                                 const std::string& scratch) {
+  SftpStoreOptions o = OptionsFor(root);
+  o.commit_lock_wait = std::chrono::seconds(2);
+  o.stale_commit_lock = std::chrono::minutes(10);
+  return LoggedStore(ThroughProxy(proxy, o, scratch));
 }
 
 // A connection that breaks while its commit holds the lock (before its rename, or before the
@@ -2731,15 +2741,7 @@ std::shared_ptr<SftpStore> StoreThrough(testing::FaultProxy& proxy, SftpStoreOpt
 // fail, busy, after its 2 s wait).
 TEST_F(SftpStoreTest, ACommitLockLeftByABrokenConnectionIsTakenAgainByItsRetry) {
   testing::FaultProxy proxy("127.0.0.1", testing::SharedSftpServer().port);
-  SftpStoreOptions o = OptionsFor(root_);
-  o.commit_lock_wait = std::chrono::seconds(2);
-  o.stale_commit_lock = std::chrono::minutes(10);
-  LoggingStore logged;
-  o.log = [lines = logged.logged, mu = logged.mu](LogLevel, const std::string& line) {
-    std::lock_guard lock(*mu);
-    lines->push_back(line);
-  };
-  logged.store = StoreThrough(proxy, o, scratch_);
+  LoggingStore logged = PatientStoreThrough(proxy, root_, scratch_);
   SftpStore* store = logged.store.get();
   ASSERT_NE(store, nullptr);
   int cut = 0;
@@ -2773,7 +2775,7 @@ TEST_F(SftpStoreTest, ACommitWhoseLockWasTakenOverMeanwhileRenamesNothing) {
   testing::FaultProxy proxy("127.0.0.1", testing::SharedSftpServer().port);
   SftpStoreOptions o = OptionsFor(root_);
   o.commit_lock_wait = std::chrono::milliseconds(300);
-  std::shared_ptr<SftpStore> store = StoreThrough(proxy, o, scratch_);
+  std::shared_ptr<SftpStore> store = MakeStore(ThroughProxy(proxy, o, scratch_));
   ASSERT_NE(store, nullptr);
   int taken = 0;
   for (int round = 0; round < 10 && taken == 0; ++round) {
@@ -2804,15 +2806,7 @@ TEST_F(SftpStoreTest, ACommitWhoseLockWasTakenOverMeanwhileRenamesNothing) {
 // and the retry succeeds instead of being refused as an edit of a version that changed.
 TEST_F(SftpStoreTest, AnEditWhoseRenameLostItsReplyIsFoundStoredByItsRetry) {
   testing::FaultProxy proxy("127.0.0.1", testing::SharedSftpServer().port);
-  SftpStoreOptions o = OptionsFor(root_);
-  o.commit_lock_wait = std::chrono::seconds(2);
-  o.stale_commit_lock = std::chrono::minutes(10);
-  LoggingStore logged;
-  o.log = [lines = logged.logged, mu = logged.mu](LogLevel, const std::string& line) {
-    std::lock_guard lock(*mu);
-    lines->push_back(line);
-  };
-  logged.store = StoreThrough(proxy, o, scratch_);
+  LoggingStore logged = PatientStoreThrough(proxy, root_, scratch_);
   SftpStore* store = logged.store.get();
   ASSERT_NE(store, nullptr);
   int lost = 0;
