@@ -36,6 +36,12 @@ std::string NewLockToken() {
   return "objfs-commit-lock-" + HexMd5(bytes);  // (any 16 bytes in hex)
 }
 
+// Whether the server refused a request as such (sftp-server -P, or a server without it).
+bool RefusedRequest(const Status& failed) {
+  return failed.code() == StatusCode::kPermissionDenied ||
+         failed.code() == StatusCode::kUnsupported;
+}
+
 constexpr std::string_view kReservedPrefix = ".objfs-";
 constexpr std::string_view kMarkerFile = ".objfs-dir";
 constexpr size_t kMaxNameBytes = 255;
@@ -1056,9 +1062,23 @@ Result<SftpStore::LockHolder> SftpStore::LockHolderOf(SftpConnection& c, const s
   }
   std::unique_ptr<char, decltype(&std::free)> target(sftp_readlink(c.sftp(), path.c_str()),
                                                      &std::free);
-  if (target == nullptr) return LibsshStatus(c, "read " + path);
+  if (target == nullptr) {
+    Status failed = LibsshStatus(c, "read " + path);
+    if (!RefusedRequest(failed)) return failed;
+    // No link tells whose it is here: another client's, for all this store can tell.
+    UseLockFiles("it does not read links back (" + failed.message() + ")");
+    return holder;
+  }
   holder.token = target.get();
   return holder;
+}
+
+void SftpStore::UseLockFiles(const std::string& why) {
+  if (lock_files_.exchange(true) || !options_.log) return;
+  options_.log(LogLevel::kInfo, describe() + ": commit locks are files made with O_EXCL, as " +
+                                    why +
+                                    "; one that a broken connection of this mount left is "
+                                    "taken over after stale_commit_lock");
 }
 
 Status SftpStore::MakeLockFile(SftpConnection& c, const std::string& lock) {
@@ -1070,8 +1090,24 @@ Status SftpStore::MakeLockFile(SftpConnection& c, const std::string& lock) {
 Status SftpStore::MakeCommitLock(SftpConnection& c, const std::string& lock) {
   if (lock_files_.load()) return MakeLockFile(c, lock);
   // libssh orders SYMLINK's two paths as OpenSSH, which swapped them, expects.
-  if (sftp_symlink(c.sftp(), lock_token_.c_str(), lock.c_str()) == 0) return Status::Ok();
-  return LibsshStatus(c, "make " + lock);
+  if (sftp_symlink(c.sftp(), lock_token_.c_str(), lock.c_str()) != 0) {
+    return LibsshStatus(c, "make " + lock);
+  }
+  if (links_checked_.load()) return Status::Ok();
+  // Once: the link is at the lock's name. A server that is not OpenSSH yet takes the two paths
+  // the other way round, as OpenSSH does, made it at the token's name in the login directory.
+  Result<SftpWire::FileAttrs> made = c.wire().LStat(lock);
+  if (made.ok()) {
+    links_checked_.store(true);
+    return Status::Ok();
+  }
+  if (made.status().code() != StatusCode::kNotFound) return made.status();
+  if (!c.wire().LStat(lock_token_).ok()) {
+    return TransientError("make " + lock + ": the link made went away at once");
+  }
+  (void)sftp_unlink(c.sftp(), lock_token_.c_str());
+  UseLockFiles("it takes SYMLINK's paths the other way round");
+  return MakeLockFile(c, lock);
 }
 
 Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
@@ -1081,7 +1117,7 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
   const std::string lock = CommitLockName(paths);
   const auto deadline = std::chrono::steady_clock::now() + options_.commit_lock_wait;
   auto pause = std::chrono::milliseconds(2);
-  bool missing_before = false;
+  int missing = 0;
   for (;;) {
     Status made = MakeCommitLock(c, lock);
     if (made.ok()) {
@@ -1103,36 +1139,36 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
       return lock;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
+      if (!held.ok() && held.status().code() == StatusCode::kNotFound) {
+        return TransientError("put " + std::string(key) + ": " + made.message());
+      }
       return TransientError("put " + std::string(key) + ": another client is storing it (" + lock +
                             " held for " + std::to_string(options_.commit_lock_wait.count()) +
                             " ms)");
     }
     if (!held.ok()) {
-      // Released in between: made again at once, once. Missing twice, the link failed for
-      // another reason (the directory removed, or not writable): that is the failure.
       if (held.status().code() != StatusCode::kNotFound) {
         return held.status().WithContext("put " + std::string(key));
       }
-      if (missing_before) {
-        // A server that makes no links (or not here) may still make the lock as a file.
-        if (!lock_files_.load() && MakeLockFile(c, lock).ok()) {
-          lock_files_.store(true);
-          if (options_.log) {
-            options_.log(LogLevel::kInfo,
-                         describe() + " makes no symbolic link (" + made.message() +
-                             "): commit locks are files, and one that a broken connection of "
-                             "this mount left is taken over after stale_commit_lock");
-          }
+      // Not made, yet not there. A link the server refuses: made as a file. Another client's
+      // lock released in between (SSH_FX_FAILURE, as for EEXIST; or a full disk): made again
+      // at once, until commit_lock_wait is over. Otherwise (the directory removed, or not
+      // writable) that is the failure.
+      if (RefusedRequest(made) && !lock_files_.load()) {
+        Status file = MakeLockFile(c, lock);
+        if (file.ok()) {
+          UseLockFiles("it refused the link (" + made.message() + ")");
           MutexLock seen(&commit_locks_mu_);
           seen_locks_.erase(lock);
           return lock;
         }
+      }
+      if (made.code() != StatusCode::kIoError && ++missing >= 2) {
         return made.WithContext("put " + std::string(key));
       }
-      missing_before = true;
       continue;
     }
-    missing_before = false;
+    missing = 0;
     if (LockLeftBehind(lock, *held)) {
       // Left by a client that died between its lock and its rename. Moved away first, so that
       // of two clients taking it over one does; and put back if what moved was no longer that
@@ -1166,15 +1202,11 @@ bool SftpStore::LockLeftBehind(const std::string& lock, const LockHolder& holder
   return now - it->second.second >= options_.stale_commit_lock;
 }
 
-Status SftpStore::CheckCommitLock(SftpConnection& c, const std::string& lock,
-                                  std::string_view key) {
+Result<bool> SftpStore::CheckCommitLock(SftpConnection& c, const std::string& lock) {
   Result<LockHolder> holder = LockHolderOf(c, lock);
-  if (holder.ok() && (holder->token == lock_token_ || lock_files_.load())) return Status::Ok();
-  if (!holder.ok() && holder.status().code() != StatusCode::kNotFound) return holder.status();
-  return TransientError("put " + std::string(key) + ": another client took over " + lock +
-                        " after it stood for " +
-                        std::to_string(options_.stale_commit_lock.count()) +
-                        " ms (this mount stalled while storing it)");
+  if (holder.ok()) return holder->token == lock_token_ || lock_files_.load();
+  if (holder.status().code() == StatusCode::kNotFound) return false;
+  return holder.status();
 }
 
 void SftpStore::ReleaseCommitLock(SftpConnection& c, const std::string& lock) {
@@ -1233,6 +1265,17 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
     OBJFS_ASSIGN_OR_RETURN(commit_lock, TakeCommitLock(c, paths, key, &ours_left));
     if (!ours_left) locked_at = std::chrono::steady_clock::now();
     Result<ObjectInfo> current = HeadOn(c, key);
+    // Still this store's, after the STAT and just before the rename: one another client took
+    // over meanwhile (this mount stalled for stale_commit_lock) guards that client's commit
+    // now, which this one must not go over, nor this store remove. Not known (the connection
+    // broke): left to the retry, which takes it again as its own.
+    OBJFS_ASSIGN_OR_RETURN(bool still_ours, CheckCommitLock(c, *commit_lock));
+    if (!still_ours) {
+      return TransientError("put " + std::string(key) + ": another client took over " +
+                            *commit_lock + " after it stood for " +
+                            std::to_string(options_.stale_commit_lock.count()) +
+                            " ms (this mount stalled while storing it)");
+    }
     if (current.ok() && current->etag != *preconditions.if_match &&
         RenamedBeforeItsReplyWasLost(key, ours_left, current->etag)) {
       // That commit's file is in place: this one's staged copy of the same bytes goes.
@@ -1260,10 +1303,6 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
       ReleaseCommitLock(c, *commit_lock);
       return matches;
     }
-    // Still this store's, just before the rename: one taken over by another client meanwhile
-    // guards that client's commit now, which this rename must not go over, nor this store
-    // remove.
-    OBJFS_RETURN_IF_ERROR(CheckCommitLock(c, *commit_lock, key));
   }
   Status renamed = Rename(c, staged_data, paths.data);
   if (commit_lock) {

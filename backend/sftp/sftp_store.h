@@ -294,10 +294,11 @@ class SftpStore : public ObjectStore {
   // Makes the lock: a link to lock_token_ or, on a server that makes none, a file (O_EXCL).
   Status MakeCommitLock(SftpConnection& c, const std::string& lock);
   Status MakeLockFile(SftpConnection& c, const std::string& lock);
-  // Ok while `lock` still points to lock_token_ (or exists, where locks are files); Transient
-  // once another client took it over (this mount stalled for stale_commit_lock), whose commit
-  // it guards now.
-  Status CheckCommitLock(SftpConnection& c, const std::string& lock, std::string_view key);
+  // Whether `lock` still points to lock_token_ (exists, where locks are files): false once
+  // another client took it over (this mount stalled for stale_commit_lock).
+  Result<bool> CheckCommitLock(SftpConnection& c, const std::string& lock);
+  // From now on, commit locks are files; logs `why` once.
+  void UseLockFiles(const std::string& why);
   void ReleaseCommitLock(SftpConnection& c, const std::string& lock);
   // Who holds a lock found in the way: its mtime and, for a link, its target (another client's
   // token; empty for a lock of a file, as objfs made them before).
@@ -424,8 +425,10 @@ class SftpStore : public ObjectStore {
   std::map<std::string, LostRename, std::less<>> lost_renames_ GUARDED_BY(commit_locks_mu_);
   // What this store's commit locks point to: random, so that no other client's is the same.
   const std::string lock_token_;
-  // The server refused to make a lock as a link, and made it as a file.
+  // The server refused to make a lock as a link, or to read one, and made it as a file.
   std::atomic<bool> lock_files_{false};
+  // A link made was found at the lock's name.
+  std::atomic<bool> links_checked_{false};
   mutable Mutex server_mu_;  // lock 12 of fs/lock_order.h
   bool server_known_ GUARDED_BY(server_mu_) = false;
   bool copy_data_ GUARDED_BY(server_mu_) = false;

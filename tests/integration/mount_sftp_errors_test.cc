@@ -822,30 +822,34 @@ TEST(MountSftpErrorsTest, AServerThatRefusesFsetstatAndFsyncStillTakesUploads) {
 }
 
 // An edit that keeps bytes of the version it opened (an append) commits under a lock beside
-// the file, a symbolic link SYMLINK makes only where the name is free. A server that makes no
-// links (sftp-server -P symlink) gets the lock as a file made with O_EXCL, and its edits are
-// stored as before; the log says so once.
-TEST(MountSftpErrorsTest, AServerThatMakesNoLinksStillTakesEdits) {
-  PrivateSshd sshd(/*password_auth=*/false, "-P symlink");
-  ASSERT_TRUE(sshd.started());
-  std::unique_ptr<ObjfsMount> mount = sshd.Mount();
-  ASSERT_TRUE(mount);
-  const std::string file = mount->path() + "/log";
-  WriteFile(file, "line 1\n");
-  for (const char* line : {"line 2\n", "line 3\n"}) {
-    const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    ASSERT_GE(fd, 0) << std::strerror(errno);
-    ASSERT_EQ(::write(fd, line, 7), 7);
-    ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+// the file, a symbolic link SYMLINK makes only where the name is free, and whose target tells
+// whose it is. A server that makes no links (sftp-server -P symlink), or does not read them
+// back (-P readlink), gets the lock as a file made with O_EXCL, and its edits are stored as
+// before; the log says so once.
+TEST(MountSftpErrorsTest, AServerThatMakesOrReadsNoLinksStillTakesEdits) {
+  for (const char* refused : {"-P symlink", "-P readlink"}) {
+    SCOPED_TRACE(refused);
+    PrivateSshd sshd(/*password_auth=*/false, refused);
+    ASSERT_TRUE(sshd.started());
+    std::unique_ptr<ObjfsMount> mount = sshd.Mount();
+    ASSERT_TRUE(mount);
+    const std::string file = mount->path() + "/log";
+    WriteFile(file, "line 1\n");
+    for (const char* line : {"line 2\n", "line 3\n"}) {
+      const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+      ASSERT_GE(fd, 0) << std::strerror(errno);
+      ASSERT_EQ(::write(fd, line, 7), 7);
+      ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+    }
+    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+    const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
+    EXPECT_EQ(ReadLocal(root + "/log"), "line 1\nline 2\nline 3\n");
+    EXPECT_EQ(TemporaryFiles(root), std::vector<std::string>());
+    const std::string log = mount->log();
+    const std::string said = "commit locks are files";
+    EXPECT_NE(log.find(said), std::string::npos) << log;
+    EXPECT_EQ(log.find(said), log.rfind(said)) << "said more than once:\n" << log;
   }
-  EXPECT_EQ(mount->Stop(), 0) << mount->log();
-  const std::string root = sshd.var("OBJFS_TEST_SFTP_ROOT");
-  EXPECT_EQ(ReadLocal(root + "/log"), "line 1\nline 2\nline 3\n");
-  EXPECT_EQ(TemporaryFiles(root), std::vector<std::string>());
-  const std::string log = mount->log();
-  const std::string said = "makes no symbolic link";
-  EXPECT_NE(log.find(said), std::string::npos) << log;
-  EXPECT_EQ(log.find(said), log.rfind(said)) << "said more than once:\n" << log;
 }
 
 TEST(MountSftpErrorsTest, PasswordFromAFileOrStandardInput) {

@@ -2777,27 +2777,73 @@ TEST_F(SftpStoreTest, ACommitWhoseLockWasTakenOverMeanwhileRenamesNothing) {
   o.commit_lock_wait = std::chrono::milliseconds(300);
   std::shared_ptr<SftpStore> store = MakeStore(ThroughProxy(proxy, o, scratch_));
   ASSERT_NE(store, nullptr);
-  int taken = 0;
-  for (int round = 0; round < 10 && taken == 0; ++round) {
-    const std::string name = "file" + std::to_string(round);
-    const fs::path lock = CommitLockOf(fs::path(root_) / "d", name);
-    PutOptions edit;
-    std::optional<Result<ObjectInfo>> stored = EditPausedAt(
-        PauseAt::kLockMade, proxy, *store, root_, "d/" + name, "old and new",
-        [&] {
-          // Another client judged it stale: moved it away and made its own.
-          fs::remove(lock);
-          fs::create_symlink("objfs-commit-lock-of-another-client", lock);
-        },
-        &edit);
-    if (!stored) continue;
-    ++taken;
-    ASSERT_FALSE(stored->ok());
-    EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
-    EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old");
-    EXPECT_EQ(fs::read_symlink(lock), "objfs-commit-lock-of-another-client");
+  // The other client has stored its edit too, or not yet: either way its lock stays.
+  for (const char* stored_meanwhile : {"", "old and theirs"}) {
+    SCOPED_TRACE(stored_meanwhile);
+    int taken = 0;
+    for (int round = 0; round < 10 && taken == 0; ++round) {
+      const std::string name = "file" + std::to_string(round) + stored_meanwhile;
+      const fs::path lock = CommitLockOf(fs::path(root_) / "d", name);
+      PutOptions edit;
+      std::optional<Result<ObjectInfo>> stored = EditPausedAt(
+          PauseAt::kLockMade, proxy, *store, root_, "d/" + name, "old and new",
+          [&] {
+            // Another client judged it stale: moved it away and made its own.
+            fs::remove(lock);
+            fs::create_symlink("objfs-commit-lock-of-another-client", lock);
+            if (*stored_meanwhile != '\0') {
+              std::ofstream(fs::path(root_) / "d" / name, std::ios::trunc) << stored_meanwhile;
+            }
+          },
+          &edit);
+      if (!stored) continue;
+      ++taken;
+      ASSERT_FALSE(stored->ok());
+      EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
+      EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name),
+                *stored_meanwhile != '\0' ? stored_meanwhile : "old");
+      EXPECT_EQ(fs::read_symlink(lock), "objfs-commit-lock-of-another-client");
+    }
+    EXPECT_EQ(taken, 1) << "no round paused the commit before its rename";
   }
-  EXPECT_EQ(taken, 1) << "no round paused the commit before its rename";
+}
+
+// Other clients take the lock and release it as fast as they can: a link this store could not
+// make is gone again when it looks. That is no server refusing links, and the store goes on
+// making links (which fence its commits and tell its own from others'), never lock files.
+TEST_F(SftpStoreTest, ALockThatComesAndGoesIsNoServerThatRefusesLinks) {
+  LoggingStore logged = [&] {
+    SftpStoreOptions o = OptionsFor(root_);
+    o.commit_lock_wait = std::chrono::seconds(1);
+    return LoggedStore(o);
+  }();
+  ASSERT_NE(logged.store, nullptr);
+  ASSERT_TRUE(Put("d/busy", "0").ok());
+  const fs::path lock = CommitLockOf(fs::path(root_) / "d", "busy");
+  std::atomic<bool> stop{false};
+  std::thread others([&] {
+    while (!stop.load()) {
+      std::error_code exists;
+      fs::create_symlink("objfs-commit-lock-of-another-client", lock, exists);
+      if (!exists) fs::remove(lock);  // its own, never the store's
+    }
+  });
+  int stored = 0;
+  for (int round = 1; round <= 40; ++round) {
+    Result<ObjectInfo> base = logged.store->head("d/busy");
+    ASSERT_TRUE(base.ok()) << base.status().ToString();
+    PutOptions edit;
+    edit.if_match = base->etag;
+    MemorySource data(std::to_string(round));
+    Result<ObjectInfo> put = logged.store->put("d/busy", data, edit);
+    if (put.ok()) ++stored;
+    EXPECT_TRUE(put.ok() || put.status().code() == StatusCode::kTransient)
+        << put.status().ToString();
+  }
+  stop = true;
+  others.join();
+  EXPECT_GT(stored, 0);
+  EXPECT_EQ(logged.Said("commit locks are files"), 0u);
 }
 
 // A conditional commit whose rename goes in and whose reply is lost (the connection breaks):
