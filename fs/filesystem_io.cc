@@ -165,7 +165,12 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
       inode->in_store = false;
       inode->stored_file.reset();
       // `>>` on a new name, an exclusive create: never over another client's file made since.
-      if ((flags & O_EXCL) != 0 || (flags & O_TRUNC) == 0) inode->created_as = key;
+      // Nor a create of another local user (allow_other): the kernel let it through a name it
+      // saw missing, and a file made there since may be one that user may not write.
+      if ((flags & O_EXCL) != 0 || (flags & O_TRUNC) == 0 ||
+          (caller && caller->uid != options_.uid)) {
+        inode->created_as = key;
+      }
       // A new file has none of its own. (No record yet.)
       (void)SetStoredEncryption(*inode, AtRestEncryption{});
     }

@@ -24,6 +24,7 @@
 
 #include "backend/metrics.h"
 #include "backend/s3/s3_store.h"
+#include "tests/fixtures/file_tools.h"
 #include "tests/fixtures/mount.h"
 #include "tests/fixtures/run_command.h"
 #include "tests/fixtures/test_servers.h"
@@ -198,6 +199,40 @@ TEST(MountSafetyTest, AllowOtherChecksPermissionsOnSftp) {
   EXPECT_EQ(TreeState(dir.path), before);
   ExpectOwnerAllowed(m);
   EXPECT_TRUE(fs::is_directory(dir.path + "/private/sub"));
+}
+
+// Another user's `>` of a name the mount saw missing, while another client makes a private
+// file of that name on the server: on a local disk the open would find that file, and fail.
+// The upload of the new file is conditional on the name being free, so it never replaces the
+// file made meanwhile; the writer gets EIO.
+TEST(MountSafetyTest, AnotherUsersNewFileNeverReplacesOneMadeMeanwhile) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "allow_other,negative_timeout=600";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::chmod(fs::path(m).parent_path().c_str(), 0711), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir((m + "/tmp").c_str(), 01777), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod((m + "/tmp").c_str(), 01777), 0) << std::strerror(errno);
+  // Seen missing, by the kernel and by objfs.
+  EXPECT_NE(AsNobody("stat \"$0/tmp/victim\"", m).exit_code, 0);
+  const std::string victim = dir.path + "/tmp/victim";
+  {
+    std::ofstream made(victim);
+    made << "root's secret\n";
+  }
+  ASSERT_EQ(::chmod(victim.c_str(), 0600), 0) << std::strerror(errno);
+  CommandResult replaced =
+      AsNobody("printf evil | dd of=\"$0/tmp/victim\" conv=fsync status=none", m);
+  EXPECT_NE(replaced.exit_code, 0) << replaced.err;
+  EXPECT_EQ(ReadLocal(victim), "root's secret\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(victim.c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(ReadLocal(victim), "root's secret\n");
 }
 
 // Said explicitly, no_default_permissions gives the unchecked mount it always was, with a
