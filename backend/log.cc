@@ -247,9 +247,38 @@ std::string TimeStamp() {
   return buf;
 }
 
+// `message` with its control characters written out ("\\n", "\\x1b"): a line of the log is one
+// message, whatever the names in it hold. A file name is any bytes but '/' and NUL, and another
+// user of an allow_other mount could otherwise write lines that look like objfs's own (a time
+// stamp, a level, a journal priority), or terminal escapes.
+std::string OneLine(std::string_view message) {
+  std::string line;
+  line.reserve(message.size());
+  for (const char ch : message) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (byte >= 0x20 && byte != 0x7f) {
+      line += ch;
+    } else if (ch == '\n') {
+      line += "\\n";
+    } else if (ch == '\t') {
+      line += "\\t";
+    } else if (ch == '\r') {
+      line += "\\r";
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      line += "\\x";
+      line += kHex[byte >> 4];
+      line += kHex[byte & 15];
+    }
+  }
+  return line;
+}
+
 }  // namespace
 
-void Logger::Write(LogLevel level, std::string_view message) {
+void Logger::Write(LogLevel level, std::string_view raw_message) {
+  const std::string escaped = OneLine(raw_message);
+  const std::string_view message = escaped;
   const LogSink sink = resolved_.load();
   // The copy of the caller's standard error (a daemon's own is /dev/null).
   const int err_fd = stderr_fd_ >= 0 ? stderr_fd_ : STDERR_FILENO;

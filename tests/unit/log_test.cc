@@ -10,6 +10,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -71,6 +72,18 @@ TEST(LogTest, AFileGetsTheLinesAtAndAboveItsLevel) {
   EXPECT_TRUE(LogDebugEnabled());
   LogDebug("now a debug line");
   EXPECT_NE(ReadAll(path).find("] debug: now a debug line\n"), std::string::npos);
+
+  // A message is one line, whatever a name in it holds: another user of an allow_other mount
+  // must not write lines that look like objfs's own, nor terminal escapes.
+  const std::string before = ReadAll(path);
+  const auto lines_before = std::count(before.begin(), before.end(), '\n');
+  LogError("mknod pub/x\n2026-12-06T10:00:00.000Z objfs[1] error: FORGED\r\t\x1b[2J\x7f: EPERM");
+  const std::string forged = ReadAll(path);
+  EXPECT_EQ(std::count(forged.begin(), forged.end(), '\n'), lines_before + 1) << forged;
+  EXPECT_NE(forged.find("] error: mknod pub/x\\n2026-12-06T10:00:00.000Z objfs[1] error: "
+                        "FORGED\\r\\t\\x1b[2J\\x7f: EPERM\n"),
+            std::string::npos)
+      << forged;
 
   settings.path = "/nonexistent-dir/objfs.log";
   Status refused = Logger::Instance().Configure(settings);
