@@ -382,6 +382,22 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   });
 }
 
+// An open that truncates drops the file's set-user-ID bit (and its set-group-ID bit where group
+// execute is set), as truncate(2) and a write do, unless the caller may keep them (CAP_FSETID:
+// root, here). The kernel leaves this to a file system that takes O_TRUNC with the open
+// (FUSE_CAP_ATOMIC_O_TRUNC).
+void DropSetIdBits(fuse_req_t req, fuse_ino_t ino, uint64_t fh) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  if (ctx == nullptr || ctx->uid == 0) return;
+  Result<Entry> entry = FsOf(req).GetAttr(ino);
+  if (!entry.ok()) return;
+  const uint32_t drop = S_ISUID | ((entry->attr.mode & S_IXGRP) != 0 ? S_ISGID : 0);
+  if ((entry->attr.mode & drop) == 0) return;
+  FileAttr attr = entry->attr;
+  attr.mode &= ~drop;
+  (void)FsOf(req).SetAttr(ino, kSetMode, attr, fh);
+}
+
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guarded(req, {"open", ino}, [&] {
     bool keep_cache = false;
@@ -390,6 +406,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       ReplyStatus(req, fh.status());
       return;
     }
+    if ((fi->flags & O_TRUNC) != 0) DropSetIdBits(req, ino, *fh);
     fi->fh = *fh;
     // The kernel's pages of the file hold its current version: reads are served from them.
     fi->keep_cache = keep_cache ? 1 : 0;

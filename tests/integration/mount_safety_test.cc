@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backend/metrics.h"
@@ -233,6 +234,42 @@ TEST(MountSafetyTest, AnotherUsersNewFileNeverReplacesOneMadeMeanwhile) {
   EXPECT_EQ(st.st_mode & 07777, 0600u);
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
   EXPECT_EQ(ReadLocal(victim), "root's secret\n");
+}
+
+// Another user's open with O_TRUNC of a set-ID file drops its set-user-ID bit, and its
+// set-group-ID bit where group execute is set, as truncate(2) and a write do on a local disk;
+// the owner's own open keeps them (root may: CAP_FSETID).
+TEST(MountSafetyTest, AnotherUsersTruncatingOpenDropsTheSetIdBits) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "allow_other";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::chmod(fs::path(m).parent_path().c_str(), 0711), 0) << std::strerror(errno);
+  for (const auto& [name, before, after] :
+       {std::tuple{"both", 06777u, 0777u}, std::tuple{"no-group-exec", 06767u, 02767u}}) {
+    SCOPED_TRACE(name);
+    WriteFile(m + "/" + name, "content");
+    ASSERT_EQ(::chmod((m + "/" + name).c_str(), before), 0) << std::strerror(errno);
+    // The owner's own truncating open keeps them.
+    CommandResult own = RunCommand({"sh", "-c", ": > \"$0\"", m + "/" + name});
+    ASSERT_EQ(own.exit_code, 0) << own.err;
+    struct stat st {};
+    ASSERT_EQ(::stat((m + "/" + name).c_str(), &st), 0) << std::strerror(errno);
+    EXPECT_EQ(st.st_mode & 07777, before);
+    CommandResult other = AsNobody(std::string(": > \"$0/") + name + "\"", m);
+    ASSERT_EQ(other.exit_code, 0) << other.err;
+    ASSERT_EQ(::stat((m + "/" + name).c_str(), &st), 0) << std::strerror(errno);
+    EXPECT_EQ(st.st_mode & 07777, after);
+    EXPECT_EQ(st.st_size, 0);
+  }
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  struct stat st {};
+  ASSERT_EQ(::stat((dir.path + "/both").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
+  ASSERT_EQ(::stat((dir.path + "/no-group-exec").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & 07777, 02767u);
 }
 
 // Said explicitly, no_default_permissions gives the unchecked mount it always was, with a
