@@ -193,9 +193,14 @@ void Filesystem::ForgetDirTimes(const std::string& key) {
   dir_times_.erase(key);
 }
 
-Owner Filesystem::NewOwner(const std::optional<Owner>& caller) const {
-  if (caller && stores_owner_) return *caller;
-  return Owner{options_.uid, options_.gid};
+Owner Filesystem::NewOwner(uint64_t parent, const std::optional<Owner>& caller, bool* setgid) {
+  Owner owner = caller && stores_owner_ ? *caller : Owner{options_.uid, options_.gid};
+  Result<Entry> dir = GetAttr(parent);
+  if (dir.ok() && (dir->attr.mode & S_ISGID) != 0) {
+    owner.gid = dir->attr.gid;
+    if (setgid != nullptr) *setgid = true;
+  }
+  return owner;
 }
 
 void Filesystem::ParentChanged(const std::string& key) {

@@ -650,8 +650,10 @@ class Filesystem {
   // The store's set_attributes() is no copy (!capabilities().attributes_by_copy), or it has
   // native_rename (either: no self-copies to save).
   bool attributes_in_place_;
-  // The owner of a new object asked for by `caller`.
-  Owner NewOwner(const std::optional<Owner>& caller) const;
+  // The owner of a new object in directory `parent` asked for by `caller`. In a set-group-ID
+  // directory it takes the directory's group, and `*setgid` (a new directory's) is set: it
+  // takes the bit too, as on a local disk (a group's shared directory stays the group's).
+  Owner NewOwner(uint64_t parent, const std::optional<Owner>& caller, bool* setgid = nullptr);
   // After an entry of the directory holding `key` came or went, on a store whose directories
   // have attributes of their own (capabilities().directory_attributes: the server moved that
   // directory's mtime): drops the directory's cached record, so that the next stat reads it.

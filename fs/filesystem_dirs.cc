@@ -33,8 +33,10 @@ Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t
   OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
   Metadata metadata;
   int64_t now = NowNs();
-  const Owner owner = NewOwner(caller);
-  SetPosixMetadata(S_IFDIR | (mode & 07777), owner.uid, owner.gid, now, &metadata);
+  bool setgid = false;
+  const Owner owner = NewOwner(parent, caller, &setgid);
+  SetPosixMetadata(S_IFDIR | (mode & 07777) | (setgid ? S_ISGID : 0), owner.uid, owner.gid, now,
+                   &metadata);
   PutOptions put;
   put.metadata = metadata;
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store_->put(key + "/", MemorySource(""), put));
@@ -166,7 +168,7 @@ Result<Entry> Filesystem::MkNod(uint64_t parent, std::string_view name, uint32_t
   meta_cache_.Invalidate(key);
   OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
   Metadata metadata;
-  const Owner owner = NewOwner(caller);
+  const Owner owner = NewOwner(parent, caller);
   SetPosixMetadata(type | (mode & 07777), owner.uid, owner.gid, NowNs(), &metadata);
   if (type == S_IFCHR || type == S_IFBLK) metadata[kRdevMetadata] = std::to_string(rdev);
   PutOptions put;
@@ -190,7 +192,7 @@ Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std:
   meta_cache_.Invalidate(key);
   OBJFS_RETURN_IF_ERROR(ExpectAbsent(Resolve(key), key));
   Metadata metadata;
-  const Owner owner = NewOwner(caller);
+  const Owner owner = NewOwner(parent, caller);
   SetPosixMetadata(S_IFLNK | 0777, owner.uid, owner.gid, NowNs(), &metadata);
   PutOptions put;
   put.metadata = metadata;

@@ -143,6 +143,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
     return CreatedFile{*entry, fh, keep_cache};
   }
 
+  const Owner owner = NewOwner(parent, caller);
   uint64_t ino = inodes_.Acquire(key, 1);
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
   auto handle = std::make_shared<Handle>(ino, flags, inode, key);
@@ -152,7 +153,6 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
     if (!inode->staged) {
       MetaRecord rec;
       rec.mode = S_IFREG | (mode & 07777);
-      const Owner owner = NewOwner(caller);
       rec.uid = owner.uid;
       rec.gid = owner.gid;
       rec.mtime_ns = NowNs();

@@ -272,6 +272,39 @@ TEST(MountSafetyTest, AnotherUsersTruncatingOpenDropsTheSetIdBits) {
   EXPECT_EQ(st.st_mode & 07777, 02767u);
 }
 
+// A set-group-ID directory (a group's shared one): what another user makes in it takes the
+// directory's group, not the maker's, and a new directory takes the set-group-ID bit too, as
+// on a local disk.
+TEST(MountSafetyTest, NewEntriesOfASetGroupIdDirectoryTakeItsGroup) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ObjfsMount::Options options;
+  options.extra_options = "allow_other";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+  ASSERT_TRUE(mount);
+  const std::string m = mount->path();
+  ASSERT_EQ(::chmod(fs::path(m).parent_path().c_str(), 0711), 0) << std::strerror(errno);
+  const gid_t shared = 100;  // "users", of which nobody is no member
+  ASSERT_EQ(::mkdir((m + "/shared").c_str(), 0777), 0) << std::strerror(errno);
+  ASSERT_EQ(::chown((m + "/shared").c_str(), 0, shared), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod((m + "/shared").c_str(), 02777), 0) << std::strerror(errno);
+  CommandResult made = AsNobody(
+      "echo a > \"$0/shared/file\" && mkdir \"$0/shared/dir\" && ln -s file \"$0/shared/link\"", m);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  for (const char* name : {"file", "dir", "link"}) {
+    SCOPED_TRACE(name);
+    struct stat st {};
+    ASSERT_EQ(::lstat((dir.path + "/shared/" + name).c_str(), &st), 0) << std::strerror(errno);
+    EXPECT_EQ(st.st_uid, 65534u);
+    EXPECT_EQ(st.st_gid, shared);
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat((dir.path + "/shared/dir").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_NE(st.st_mode & S_ISGID, 0u);
+  ASSERT_EQ(::stat((dir.path + "/shared/file").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & S_ISGID, 0u);
+}
+
 // Said explicitly, no_default_permissions gives the unchecked mount it always was, with a
 // warning.
 TEST(MountSafetyTest, NoDefaultPermissionsChecksNothingAndSaysSo) {
