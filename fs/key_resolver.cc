@@ -27,10 +27,19 @@ Result<MetaRecord> KeyResolver::Resolve(const std::string& key) {
     // A mount of a directory that has a mode, an owner and times of its own shows them, as
     // sshfs does: a 0700 directory does not look open to every local user of a shared mount.
     Result<ObjectInfo> root = store_->head("/");
-    if (!root.ok()) return Root();  // the defaults rather than no root
+    if (!root.ok()) {
+      {
+        MutexLock lock(&root_mu_);
+        if (last_root_) return *last_root_;
+      }
+      if (root.status().code() == StatusCode::kNotFound) return Root();
+      return root.status();
+    }
     MetaRecord rec = attrs_->FromInfo(*root, true);
     rec.complete = true;
     meta_cache_->Put(key, rec);
+    MutexLock lock(&root_mu_);
+    last_root_ = rec;
     return rec;
   }
   if (hit.state == MetaCache::State::kNegative) {

@@ -10,9 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "backend/metrics.h"
+#include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
 #include "cache/meta_cache.h"
@@ -37,7 +39,10 @@ class KeyResolver {
   // nothing, a file one HEAD, a directory a HEAD and a one-key listing (on a store with
   // directory_attributes, two HEADs: the second of its marker). The root is the mount's defaults
   // (Root), except on a store with directory_attributes, where it is the server's directory
-  // (its marker "/", cached as any entry), or the defaults while the server does not answer.
+  // (its marker "/", cached as any entry). While the server does not answer it is the one the
+  // server last gave (never the defaults: a 0700 directory must not look open to every local
+  // user of a shared mount during an outage), or the failure before any; the defaults when the
+  // server has no such directory and gave none before.
   Result<MetaRecord> Resolve(const std::string& key);
 
   // The root directory's record from the mount's defaults.
@@ -54,6 +59,8 @@ class KeyResolver {
   const ObjectAttrs* attrs_;
   Metrics* metrics_;
   int64_t root_mtime_ns_;
+  Mutex root_mu_;  // lock 35 of fs/lock_order.h; a leaf
+  std::optional<MetaRecord> last_root_ GUARDED_BY(root_mu_);
 };
 
 }  // namespace objfs

@@ -68,7 +68,10 @@
 //  33. Filesystem::invalidators_mu_  the kernel invalidation callbacks, which the write-back
 //                         thread uses too; held only to set or copy them.
 //  34. SftpStore::commit_locks_mu_  the other clients' commit locks this mount found in its
-//                         way, and since when (backend/sftp/sftp_store.h).
+//                         way, and since when, and its own commits whose rename got no reply
+//                         (backend/sftp/sftp_store.h).
+//  35. KeyResolver::root_mu_  the root's attributes the server last gave (fs/key_resolver.h);
+//                         held only to read or set them, never across a request.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

@@ -852,6 +852,32 @@ TEST(MountSftpErrorsTest, AServerThatMakesOrReadsNoLinksStillTakesEdits) {
   }
 }
 
+// While the server does not answer, the mount's root shows the mode the server last gave (or
+// EIO), never the mount's defaults (0755): a 0700 directory does not open to every local user
+// of a shared mount during an outage.
+TEST(MountSftpErrorsTest, TheRootOfAServerThatDoesNotAnswerKeepsItsModeNotTheDefaults) {
+  PrivateSshd sshd;
+  ASSERT_TRUE(sshd.started());
+  std::unique_ptr<ObjfsMount> mount =
+      sshd.Mount(",attr_timeout=0,request_timeout=1,operation_timeout=2");
+  ASSERT_TRUE(mount);
+  ASSERT_EQ(::chmod(mount->path().c_str(), 0700), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::stat(mount->path().c_str(), &st), 0) << std::strerror(errno);
+  ASSERT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_TRUE(sshd.StopAll());
+  errno = 0;
+  const int stated = ::stat(mount->path().c_str(), &st);
+  const int error = errno;
+  ASSERT_TRUE(sshd.StopAll(/*resume=*/true));
+  if (stated == 0) {
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+  } else {
+    EXPECT_EQ(error, EIO) << std::strerror(error);
+  }
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 TEST(MountSftpErrorsTest, PasswordFromAFileOrStandardInput) {
   TemporaryAccount account;
   ASSERT_TRUE(account.ok());
