@@ -776,6 +776,33 @@ TEST_F(FilesystemTest, AnExclusiveCreateAsksTheServerPastACachedMissingName) {
   ASSERT_TRUE(fs_->Release(fresh->fh).ok());
 }
 
+// The kernel creates only a name it saw missing, and checks the caller against the directory
+// alone (default_permissions). A file another client made there since is opened by such a
+// create only as the kernel would open it: another local user of an allow_other mount gets
+// EACCES for root's 0600 file, not a handle that truncates it.
+TEST_F(FilesystemTest, ACreateThatFindsAnotherUsersFileChecksItsMode) {
+  PutObject("private", "secret",
+            {{"mode", std::to_string(S_IFREG | 0600)}, {"uid", "0"}, {"gid", "0"}});
+  PutObject("open", "shared",
+            {{"mode", std::to_string(S_IFREG | 0666)}, {"uid", "0"}, {"gid", "0"}});
+  const Owner nobody{65534, 65534};
+  for (int flags : {O_WRONLY | O_CREAT | O_TRUNC, O_RDONLY | O_CREAT, O_RDWR | O_CREAT}) {
+    auto refused = fs_->Create(kRootIno, "private", 0644, flags, nobody);
+    EXPECT_EQ(ErrnoFromStatus(refused.status()), EACCES) << flags;
+  }
+  auto head = memory_->head("private");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->size, 6u);
+  // What the mode grants: opened, as by the kernel.
+  auto granted = fs_->Create(kRootIno, "open", 0644, O_WRONLY | O_CREAT, nobody);
+  ASSERT_TRUE(granted.ok()) << granted.status().ToString();
+  ASSERT_TRUE(fs_->Release(granted->fh).ok());
+  // The mount's owner (and root) as before.
+  auto own = fs_->Create(kRootIno, "private", 0644, O_RDONLY | O_CREAT, Owner{0, 0});
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  ASSERT_TRUE(fs_->Release(own->fh).ok());
+}
+
 // Linux reads no user. attribute of a link, FIFO or device (ENODATA): listing user.etag there
 // failed rsync -aX and cp --preserve=xattr on every link of a tree.
 TEST_F(FilesystemTest, OnlyARegularFileListsAnEtag) {
