@@ -202,18 +202,28 @@ TEST(MountSafetyTest, AllowOtherChecksPermissionsOnSftp) {
   EXPECT_TRUE(fs::is_directory(dir.path + "/private/sub"));
 }
 
+// A mount of `dir` with allow_other (and `extra`: ",option=value..."), whose mount point other
+// users can reach.
+std::unique_ptr<ObjfsMount> SharedMount(const SftpTestDir& dir, const std::string& extra = "") {
+  ObjfsMount::Options options;
+  options.extra_options = "allow_other" + extra;
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+  if (mount && ::chmod(fs::path(mount->path()).parent_path().c_str(), 0711) != 0) {
+    ADD_FAILURE() << "chmod: " << std::strerror(errno);
+    return nullptr;
+  }
+  return mount;
+}
+
 // Another user's `>` of a name the mount saw missing, while another client makes a private
 // file of that name on the server: on a local disk the open would find that file, and fail.
 // The upload of the new file is conditional on the name being free, so it never replaces the
 // file made meanwhile; the writer gets EIO.
 TEST(MountSafetyTest, AnotherUsersNewFileNeverReplacesOneMadeMeanwhile) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
-  ObjfsMount::Options options;
-  options.extra_options = "allow_other,negative_timeout=600";
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+  std::unique_ptr<ObjfsMount> mount = SharedMount(dir, ",negative_timeout=600");
   ASSERT_TRUE(mount);
   const std::string m = mount->path();
-  ASSERT_EQ(::chmod(fs::path(m).parent_path().c_str(), 0711), 0) << std::strerror(errno);
   ASSERT_EQ(::mkdir((m + "/tmp").c_str(), 01777), 0) << std::strerror(errno);
   ASSERT_EQ(::chmod((m + "/tmp").c_str(), 01777), 0) << std::strerror(errno);
   // Seen missing, by the kernel and by objfs.
@@ -241,12 +251,9 @@ TEST(MountSafetyTest, AnotherUsersNewFileNeverReplacesOneMadeMeanwhile) {
 // the owner's own open keeps them (root may: CAP_FSETID).
 TEST(MountSafetyTest, AnotherUsersTruncatingOpenDropsTheSetIdBits) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
-  ObjfsMount::Options options;
-  options.extra_options = "allow_other";
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+  std::unique_ptr<ObjfsMount> mount = SharedMount(dir);
   ASSERT_TRUE(mount);
   const std::string m = mount->path();
-  ASSERT_EQ(::chmod(fs::path(m).parent_path().c_str(), 0711), 0) << std::strerror(errno);
   for (const auto& [name, before, after] :
        {std::tuple{"both", 06777u, 0777u}, std::tuple{"no-group-exec", 06767u, 02767u}}) {
     SCOPED_TRACE(name);
@@ -277,12 +284,9 @@ TEST(MountSafetyTest, AnotherUsersTruncatingOpenDropsTheSetIdBits) {
 // on a local disk.
 TEST(MountSafetyTest, NewEntriesOfASetGroupIdDirectoryTakeItsGroup) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
-  ObjfsMount::Options options;
-  options.extra_options = "allow_other";
-  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url, options);
+  std::unique_ptr<ObjfsMount> mount = SharedMount(dir);
   ASSERT_TRUE(mount);
   const std::string m = mount->path();
-  ASSERT_EQ(::chmod(fs::path(m).parent_path().c_str(), 0711), 0) << std::strerror(errno);
   const gid_t shared = 100;  // "users", of which nobody is no member
   ASSERT_EQ(::mkdir((m + "/shared").c_str(), 0777), 0) << std::strerror(errno);
   ASSERT_EQ(::chown((m + "/shared").c_str(), 0, shared), 0) << std::strerror(errno);
