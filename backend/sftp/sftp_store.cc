@@ -1222,12 +1222,14 @@ void SftpStore::ReleaseCommitLock(SftpConnection& c, const std::string& lock) {
 }
 
 bool SftpStore::RenamedBeforeItsReplyWasLost(std::string_view key, bool ours_left,
-                                             const ETag& found) {
+                                             const ETag& found,
+                                             const std::optional<ETag>& content) {
   MutexLock held(&commit_locks_mu_);
   auto it = lost_renames_.find(key);
   if (it == lost_renames_.end()) return false;
   const bool ours =
-      ours_left && found == it->second.version &&
+      ours_left && found == it->second.version && content && it->second.content &&
+      *content == *it->second.content &&
       std::chrono::steady_clock::now() - it->second.locked < options_.stale_commit_lock;
   lost_renames_.erase(it);
   return ours;
@@ -1235,7 +1237,7 @@ bool SftpStore::RenamedBeforeItsReplyWasLost(std::string_view key, bool ours_lef
 
 Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
                          const std::string& staged_data, const ETag& staged_version,
-                         const PutOptions& preconditions) {
+                         const std::optional<ETag>& content, const PutOptions& preconditions) {
   MutexLock lock(&KeyLock(key));
   if (preconditions.if_none_match) {
     // SFTP v3's RENAME fails onto an existing file, and OpenSSH makes it a link(2) of the new
@@ -1277,7 +1279,7 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
                             " ms (this mount stalled while storing it)");
     }
     if (current.ok() && current->etag != *preconditions.if_match &&
-        RenamedBeforeItsReplyWasLost(key, ours_left, current->etag)) {
+        RenamedBeforeItsReplyWasLost(key, ours_left, current->etag, content)) {
       // That commit's file is in place: this one's staged copy of the same bytes goes.
       if (options_.log) {
         options_.log(LogLevel::kInfo, "put " + std::string(key) +
@@ -1310,7 +1312,7 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
       MutexLock held(&commit_locks_mu_);
       if (renamed.code() == StatusCode::kTransient && !c.healthy()) {
         // It may have gone in: the retry, which finds this lock left, tells.
-        lost_renames_[std::string(key)] = LostRename{staged_version, locked_at};
+        lost_renames_[std::string(key)] = LostRename{staged_version, content, locked_at};
       } else {
         lost_renames_.erase(std::string(key));
       }
@@ -1424,15 +1426,16 @@ Result<ObjectInfo> SftpStore::put(std::string_view key, const ByteSource& source
     cleanup();
     return staged_info.status().WithContext("put " + std::string(key));
   }
-  status = Commit(c, key, paths, staged, staged_info->etag, options);
+  // The MD5 of exactly the bytes written: the one ETag this store can vouch for.
+  const ETag content = ETag::FromMd5(md5.Final());
+  status = Commit(c, key, paths, staged, staged_info->etag, content, options);
   if (!status.ok()) {
     cleanup();
     return status;
   }
   if (options_.journal != nullptr) options_.journal->Closed(staged, "");
-  // The MD5 of exactly the bytes written: the one ETag this store can vouch for.
   ObjectInfo info = std::move(staged_info).value();
-  info.etag = ETag::FromMd5(md5.Final());
+  info.etag = content;
   return info;
 }
 
@@ -1677,7 +1680,7 @@ class SftpStore::Session : public Upload {
       OBJFS_ASSIGN_OR_RETURN(ObjectInfo staged,
                              store_->FinishStaged(c, handle, key_, staged_, options.metadata, size,
                                                   paths_.data, options.replaced));
-      OBJFS_RETURN_IF_ERROR(store_->Commit(c, key_, paths_, staged_, staged.etag, options));
+      OBJFS_RETURN_IF_ERROR(store_->Commit(c, key_, paths_, staged_, staged.etag, md5, options));
       return staged;
     });
     if (!info.ok()) {
@@ -2065,7 +2068,7 @@ Result<ObjectInfo> SftpStore::CopyFile(const ObjectInfo& src, std::string_view d
     cleanup();
     return staged_info.status().WithContext(what);
   }
-  status = Commit(c, dst, dst_paths, staged, staged_info->etag, PutOptions{});
+  status = Commit(c, dst, dst_paths, staged, staged_info->etag, std::nullopt, PutOptions{});
   if (!status.ok()) {
     cleanup();
     return status;

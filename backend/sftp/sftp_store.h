@@ -265,15 +265,18 @@ class SftpStore : public ObjectStore {
                                   const std::optional<ReplacedFile>& replaced = std::nullopt);
   // Renames the staged file into place, after checking the preconditions, holding the key's
   // lock.
-  // `staged_version` is the staged file's (the version it has once in place).
+  // `staged_version` is the staged file's (the version it has once in place), `content` the
+  // MD5 of its bytes where known.
   Status Commit(SftpConnection& c, std::string_view key, const KeyPaths& paths,
                 const std::string& staged_data, const ETag& staged_version,
-                const PutOptions& preconditions);
+                const std::optional<ETag>& content, const PutOptions& preconditions);
   // Whether the file found by a conditional commit, `found`, is the one a commit of `key`
   // before it renamed into place while the reply was lost. The lock that commit took was found
-  // left in place (`ours_left`), so no other objfs client has stored the file since, and
-  // `found` is the version that commit renamed.
-  bool RenamedBeforeItsReplyWasLost(std::string_view key, bool ours_left, const ETag& found);
+  // left in place (`ours_left`), so no other objfs client has stored the file since, `found`
+  // is the version that commit renamed, and `content` (the MD5 of this commit's bytes) that
+  // commit's: a later edit of the mount's may make a file of the same size and second.
+  bool RenamedBeforeItsReplyWasLost(std::string_view key, bool ours_left, const ETag& found,
+                                    const std::optional<ETag>& content);
   Status Rename(SftpConnection& c, const std::string& from, const std::string& to);
   // The name beside `paths` that serialises conditional commits of it among objfs clients.
   static std::string CommitLockName(const KeyPaths& paths);
@@ -420,6 +423,7 @@ class SftpStore : public ObjectStore {
   // client may have taken it over). Until the key's next commit.
   struct LostRename {
     ETag version;
+    std::optional<ETag> content;  // the MD5 of its bytes, where known
     std::chrono::steady_clock::time_point locked;
   };
   std::map<std::string, LostRename, std::less<>> lost_renames_ GUARDED_BY(commit_locks_mu_);

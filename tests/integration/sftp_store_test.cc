@@ -2855,30 +2855,42 @@ TEST_F(SftpStoreTest, AnEditWhoseRenameLostItsReplyIsFoundStoredByItsRetry) {
   LoggingStore logged = PatientStoreThrough(proxy, root_, scratch_);
   SftpStore* store = logged.store.get();
   ASSERT_NE(store, nullptr);
-  int lost = 0;
-  for (int round = 0; round < 10 && lost == 0; ++round) {
-    const std::string name = "file" + std::to_string(round);
-    PutOptions edit;
-    std::optional<Result<ObjectInfo>> stored = EditPausedAt(
-        PauseAt::kRenamed, proxy, *store, root_, "d/" + name, "old and new",
-        [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); }, &edit);
-    ASSERT_TRUE(stored.has_value());
-    if (stored->ok()) continue;  // (the reply came back before the cut)
-    ++lost;
-    EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
-    EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old and new");
-    MemorySource data(std::string_view("old and new"));
-    Result<ObjectInfo> again = store->put("d/" + name, data, edit);
-    ASSERT_TRUE(again.ok()) << again.status().ToString();
-    EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old and new");
-    EXPECT_FALSE(fs::exists(fs::symlink_status(CommitLockOf(fs::path(root_) / "d", name))));
-    EXPECT_TRUE(TemporaryFiles(root_ + "/d").empty()) << TemporaryFiles(root_ + "/d").front();
-    // A later edit of another version is refused as before.
-    MemorySource other(std::string_view("old and other"));
-    Result<ObjectInfo> stale = store->put("d/" + name, other, edit);
-    EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed) << stale.status().ToString();
+  // The retry, with the same bytes; and a later edit of the mount's in its place (a write after
+  // the failed fsync), of the same size and second: that one is not stored, and is refused.
+  for (const char* retried : {"old and new", "old and NEW"}) {
+    SCOPED_TRACE(retried);
+    const bool same = std::string_view(retried) == "old and new";
+    int lost = 0;
+    for (int round = 0; round < 10 && lost == 0; ++round) {
+      const std::string name = "file" + std::to_string(round) + (same ? "" : "-later");
+      PutOptions edit;
+      std::optional<Result<ObjectInfo>> stored = EditPausedAt(
+          PauseAt::kRenamed, proxy, *store, root_, "d/" + name, "old and new",
+          [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); }, &edit);
+      ASSERT_TRUE(stored.has_value());
+      if (stored->ok()) continue;  // (the reply came back before the cut)
+      ++lost;
+      EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
+      EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old and new");
+      MemorySource data(retried);
+      Result<ObjectInfo> again = store->put("d/" + name, data, edit);
+      if (same) {
+        ASSERT_TRUE(again.ok()) << again.status().ToString();
+      } else {
+        EXPECT_EQ(again.status().code(), StatusCode::kPreconditionFailed)
+            << again.status().ToString();
+      }
+      EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old and new");
+      EXPECT_FALSE(fs::exists(fs::symlink_status(CommitLockOf(fs::path(root_) / "d", name))));
+      EXPECT_TRUE(TemporaryFiles(root_ + "/d").empty()) << TemporaryFiles(root_ + "/d").front();
+      // A later edit of another version is refused as before.
+      MemorySource other(std::string_view("old and other"));
+      Result<ObjectInfo> stale = store->put("d/" + name, other, edit);
+      EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed)
+          << stale.status().ToString();
+    }
+    EXPECT_EQ(lost, 1) << "no round lost the rename's reply";
   }
-  EXPECT_EQ(lost, 1) << "no round lost the rename's reply";
   EXPECT_EQ(logged.Said("stored by the rename before, whose reply was lost"), 1u);
 }
 
