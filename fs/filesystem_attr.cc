@@ -152,6 +152,7 @@ Result<FileAttr> Filesystem::MutateMetadata(
     updated.complete = true;
     updated.own_write = true;
     meta_cache_.Put(key, updated);
+    if (key.empty()) resolver_.RootChanged(updated);
     if (inode->staged) {  // clean staged copy kept for open handles
       if (inode->stored_file) {
         inode->stored_file = ReplacedFile{attr.mode & 07777, rec.size,

@@ -45,6 +45,13 @@ class KeyResolver {
   // server has no such directory and gave none before.
   Result<MetaRecord> Resolve(const std::string& key);
 
+  // The root's attributes as this mount changed them (chmod, chown, touch): what it shows while
+  // the server does not answer.
+  void RootChanged(const MetaRecord& rec) {
+    MutexLock lock(&root_mu_);
+    last_root_ = rec;
+  }
+
   // The root directory's record from the mount's defaults.
   MetaRecord Root() const { return attrs_->ImplicitDir(root_mtime_ns_); }
 
