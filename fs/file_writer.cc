@@ -877,7 +877,10 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
       size > 0 &&
       ((inode.base && inode.base->key == key && inode.base->size == 0) || CreatedHere(inode, key));
   if (onto_nothing) kept.push_back(ExtentSet::Range{0, size});
-  if (gone.empty() && kept.empty()) return false;
+  // Created here and still empty: nothing to keep, but the other client's file stands, and the
+  // upload is not tried again (every 10 s, then by the next mount).
+  const bool created_empty = size == 0 && CreatedHere(inode, key);
+  if (gone.empty() && kept.empty() && !created_empty) return false;
   Inode::Unwritten& entry = inode.unwritten[kLostBase];
   for (const ExtentSet::Range& range : gone) entry.ranges.Add(range.start, range.end - range.start);
   for (const ExtentSet::Range& range : kept) entry.ranges.Add(range.start, range.end - range.start);

@@ -833,6 +833,21 @@ TEST_F(FilesystemTest, AnEditStartsFromTheServersVersionNotACachedOne) {
   EXPECT_EQ(memory_->contents("log"), "one\ntwo\nthree\n");
 }
 
+// A file created here exclusively and left empty (`: > name` of another user, O_EXCL), whose
+// name another client took before its upload: the close fails (EIO), the other client's file
+// stands, and nothing is tried again (every 10 s, and by the next mount without the
+// condition, over that file).
+TEST_F(FilesystemTest, AnEmptyFileCreatedHereWhoseNameWasTakenIsNotRetried) {
+  auto created = fs_->Create(kRootIno, "new", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(memory_->put("new", MemorySource("theirs"), PutOptions{}).ok());
+  EXPECT_EQ(ErrnoFromStatus(fs_->Flush(created->fh)), EIO);
+  (void)fs_->Release(created->fh);
+  EXPECT_EQ(memory_->contents("new"), "theirs");
+  EXPECT_EQ(fs_->pending_uploads(), 0u);
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+}
+
 // Another client replaced a file while this mount appended to it: the bytes of the old version
 // the append never fetched exist nowhere now. The close fails (EIO) and the release sets the
 // append aside in cache_dir/unfinished/ at once, rather than retrying a hopeless upload every
