@@ -256,7 +256,9 @@ std::string OneLine(std::string_view message) {
   line.reserve(message.size());
   for (const char ch : message) {
     const auto byte = static_cast<unsigned char>(ch);
-    if (byte >= 0x20 && byte != 0x7f) {
+    if (ch == '\\') {
+      line += "\\\\";  // so that a name's own "\n" is told from a newline
+    } else if (byte >= 0x20 && byte != 0x7f) {
       line += ch;
     } else if (ch == '\n') {
       line += "\\n";

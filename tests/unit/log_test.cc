@@ -77,11 +77,11 @@ TEST(LogTest, AFileGetsTheLinesAtAndAboveItsLevel) {
   // must not write lines that look like objfs's own, nor terminal escapes.
   const std::string before = ReadAll(path);
   const auto lines_before = std::count(before.begin(), before.end(), '\n');
-  LogError("mknod pub/x\n2026-12-06T10:00:00.000Z objfs[1] error: FORGED\r\t\x1b[2J\x7f: EPERM");
+  LogError("mknod pub/x\n2026-12-06T10:00:00.000Z objfs[1] error: FORGED\r\t\x1b[2J\x7f\\n: EPERM");
   const std::string forged = ReadAll(path);
   EXPECT_EQ(std::count(forged.begin(), forged.end(), '\n'), lines_before + 1) << forged;
   EXPECT_NE(forged.find("] error: mknod pub/x\\n2026-12-06T10:00:00.000Z objfs[1] error: "
-                        "FORGED\\r\\t\\x1b[2J\\x7f: EPERM\n"),
+                        "FORGED\\r\\t\\x1b[2J\\x7f\\\\n: EPERM\n"),
             std::string::npos)
       << forged;
 
