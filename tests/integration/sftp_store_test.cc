@@ -2834,7 +2834,8 @@ TEST_F(SftpStoreTest, ALockThatComesAndGoesIsNoServerThatRefusesLinks) {
     ASSERT_TRUE(base.ok()) << base.status().ToString();
     PutOptions edit;
     edit.if_match = base->etag;
-    MemorySource data(std::to_string(round));
+    const std::string bytes = std::to_string(round);
+    MemorySource data(bytes);  // (it keeps a view of them)
     Result<ObjectInfo> put = logged.store->put("d/busy", data, edit);
     if (put.ok()) ++stored;
     EXPECT_TRUE(put.ok() || put.status().code() == StatusCode::kTransient)
