@@ -2863,30 +2863,34 @@ TEST_F(SftpStoreTest, AnEditWhoseRenameLostItsReplyIsFoundStoredByItsRetry) {
     const bool same = std::string_view(retried) == "old and new";
     int lost = 0;
     for (int round = 0; round < 10 && lost == 0; ++round) {
-      const std::string name = "file" + std::to_string(round) + (same ? "" : "-later");
+      // A directory of its own each round: a round whose reply came back may have lost the
+      // lock's removal instead, and left the lock.
+      const std::string dir = "d" + std::to_string(round) + (same ? "" : "-later");
+      const std::string key = dir + "/file";
       PutOptions edit;
       std::optional<Result<ObjectInfo>> stored = EditPausedAt(
-          PauseAt::kRenamed, proxy, *store, root_, "d/" + name, "old and new",
+          PauseAt::kRenamed, proxy, *store, root_, key, "old and new",
           [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); }, &edit);
       ASSERT_TRUE(stored.has_value());
       if (stored->ok()) continue;  // (the reply came back before the cut)
       ++lost;
       EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
-      EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old and new");
+      EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old and new");
       MemorySource data(retried);
-      Result<ObjectInfo> again = store->put("d/" + name, data, edit);
+      Result<ObjectInfo> again = store->put(key, data, edit);
       if (same) {
         ASSERT_TRUE(again.ok()) << again.status().ToString();
       } else {
         EXPECT_EQ(again.status().code(), StatusCode::kPreconditionFailed)
             << again.status().ToString();
       }
-      EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name), "old and new");
-      EXPECT_FALSE(fs::exists(fs::symlink_status(CommitLockOf(fs::path(root_) / "d", name))));
-      EXPECT_TRUE(TemporaryFiles(root_ + "/d").empty()) << TemporaryFiles(root_ + "/d").front();
+      EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old and new");
+      EXPECT_FALSE(fs::exists(fs::symlink_status(CommitLockOf(fs::path(root_) / dir, "file"))));
+      EXPECT_TRUE(TemporaryFiles(root_ + "/" + dir).empty())
+          << TemporaryFiles(root_ + "/" + dir).front();
       // A later edit of another version is refused as before.
       MemorySource other(std::string_view("old and other"));
-      Result<ObjectInfo> stale = store->put("d/" + name, other, edit);
+      Result<ObjectInfo> stale = store->put(key, other, edit);
       EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed)
           << stale.status().ToString();
     }
