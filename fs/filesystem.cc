@@ -195,9 +195,15 @@ void Filesystem::ForgetDirTimes(const std::string& key) {
 
 Owner Filesystem::NewOwner(uint64_t parent, const std::optional<Owner>& caller, bool* setgid) {
   Owner owner = caller && stores_owner_ ? *caller : Owner{options_.uid, options_.gid};
-  Result<Entry> dir = GetAttr(parent);
-  if (dir.ok() && (dir->attr.mode & S_ISGID) != 0) {
-    owner.gid = dir->attr.gid;
+  // The directory as this mount last saw it, within attr_timeout (on a shared mount the kernel's
+  // permission check of the create has just asked for it): never a request of its own, which
+  // every file of a bulk copy would pay once the directory's record is out of date (on S3 a
+  // HEAD and a listing).
+  Result<std::string> dir = KeyOf(parent);
+  if (!dir.ok()) return owner;
+  const MetaCache::Hit hit = meta_cache_.Get(*dir);
+  if (hit.state == MetaCache::State::kPositive && (hit.record.mode & S_ISGID) != 0) {
+    owner.gid = hit.record.gid;
     if (setgid != nullptr) *setgid = true;
   }
   return owner;

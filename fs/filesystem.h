@@ -651,8 +651,9 @@ class Filesystem {
   // native_rename (either: no self-copies to save).
   bool attributes_in_place_;
   // The owner of a new object in directory `parent` asked for by `caller`. In a set-group-ID
-  // directory it takes the directory's group, and `*setgid` (a new directory's) is set: it
-  // takes the bit too, as on a local disk (a group's shared directory stays the group's).
+  // directory (as its fresh cached record has it; no request) it takes the directory's group,
+  // and `*setgid` (a new directory's) is set: it takes the bit too, as on a local disk (a
+  // group's shared directory stays the group's).
   Owner NewOwner(uint64_t parent, const std::optional<Owner>& caller, bool* setgid = nullptr);
   // After an entry of the directory holding `key` came or went, on a store whose directories
   // have attributes of their own (capabilities().directory_attributes: the server moved that

@@ -776,6 +776,22 @@ TEST_F(FilesystemTest, AnExclusiveCreateAsksTheServerPastACachedMissingName) {
   ASSERT_TRUE(fs_->Release(fresh->fh).ok());
 }
 
+// What a new file's owner takes from its directory (a set-group-ID directory's group) comes
+// from the directory's record as last seen: a create sends no request for the directory, even
+// once that record is out of date, which every file of a bulk copy would pay.
+TEST_F(FilesystemTest, ACreateAsksNothingOfItsDirectory) {
+  PutObject("d/x", "x");
+  const uint64_t d = LookupIno(kRootIno, "d");
+  clock_->Advance(std::chrono::seconds(10));  // past every TTL
+  const uint64_t heads = metrics_.head_requests.load();
+  const uint64_t lists = metrics_.list_requests.load();
+  auto created = fs_->Create(d, "new", 0644, O_WRONLY | O_CREAT | O_EXCL);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(metrics_.head_requests.load(), heads + 1);  // of d/new, which O_EXCL asks
+  EXPECT_EQ(metrics_.list_requests.load(), lists + 1);  // of d, for d/new's lookup
+  ASSERT_TRUE(fs_->Release(created->fh).ok());
+}
+
 // The kernel creates only a name it saw missing, and checks the caller against the directory
 // alone (default_permissions). A file another client made there since is opened by such a
 // create only as the kernel would open it: another local user of an allow_other mount gets
