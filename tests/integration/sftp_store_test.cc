@@ -11,7 +11,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
-#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -2656,14 +2655,14 @@ fs::path CommitLockOf(const fs::path& dir, const std::string& name) {
 
 // Where EditPausedAt stops an edit.
 enum class PauseAt {
-  kLockMade,  // as soon as its commit lock appears, before its rename
-  kRenamed,   // as soon as its rename has gone in, before its reply reaches the store
+  kLockMade,  // as soon as its commit lock is made: before the server sees the next request
+  kRenamed,   // as soon as its rename has gone in: before the store sees the server's reply
 };
 
 // An edit of `key` ("d/NAME", holding "old") to `contents`, with mtime 1000000000, by `store`,
-// which reaches the server through `proxy`: the proxy stops everything between them (Pause) at
-// `at`, `meanwhile` runs, and the proxy resumes. Returns the put's result, or nothing if the
-// pause came too late (the round tells nothing; try another); `edit` is the edit's options.
+// which reaches the server through `proxy`: the proxy holds the next chunk of bytes after `at`
+// while `meanwhile` runs. Returns the put's result, or nothing if the edit never got to `at`;
+// `edit` is the edit's options.
 std::optional<Result<ObjectInfo>> EditPausedAt(PauseAt at, testing::FaultProxy& proxy,
                                                SftpStore& store, const std::string& root,
                                                const std::string& key, const std::string& contents,
@@ -2677,40 +2676,23 @@ std::optional<Result<ObjectInfo>> EditPausedAt(PauseAt at, testing::FaultProxy& 
   if (!base.ok()) return base;
   edit->if_match = base->etag;
   edit->metadata = {{"mtime", "1000000000"}};
-  const int watch = inotify_init1(IN_CLOEXEC);
-  EXPECT_GE(watch, 0) << std::strerror(errno);
-  EXPECT_GE(inotify_add_watch(watch, file.parent_path().c_str(),
-                              at == PauseAt::kLockMade ? IN_CREATE : IN_MOVED_TO),
-            0);
-  const std::string name =
-      at == PauseAt::kLockMade
-          ? CommitLockOf(file.parent_path(), file.filename().string()).filename().string()
-          : file.filename().string();
-  Result<ObjectInfo> result = InternalError("not run");
-  std::thread put([&] {
-    MemorySource data(contents);
-    result = store.put(key, data, *edit);
-  });
-  bool seen = false;
-  alignas(inotify_event) char events[4096];
-  while (!seen) {
-    pollfd ready{.fd = watch, .events = POLLIN, .revents = 0};
-    if (::poll(&ready, 1, 30000) != 1) break;
-    const ssize_t n = ::read(watch, events, sizeof events);
-    for (ssize_t at_byte = 0; at_byte < n;) {
-      const auto* event = reinterpret_cast<const inotify_event*>(events + at_byte);
-      if (event->len > 0 && name == event->name) seen = true;
-      at_byte += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+  const fs::path lock = CommitLockOf(file.parent_path(), file.filename().string());
+  // The store sends nothing between its SYMLINK and the request after it but what follows the
+  // SYMLINK's reply; and the server nothing between its rename and the rename's reply.
+  std::atomic<bool> reached{false};
+  proxy.GateChunks([&](bool from_client) {
+    const bool now = at == PauseAt::kLockMade ? from_client && fs::exists(fs::symlink_status(lock))
+                                              : !from_client && ReadLocalFile(file) == contents;
+    if (now) {
+      meanwhile();
+      reached = true;
     }
-  }
-  if (seen) proxy.Pause();
-  const bool in_time = at == PauseAt::kRenamed || ReadLocalFile(file) == "old";
-  if (seen && in_time) meanwhile();
-  proxy.Resume();
-  put.join();
-  ::close(watch);
-  EXPECT_TRUE(seen) << "no " << name << " appeared";
-  if (!seen || !in_time) return std::nullopt;
+    return now;
+  });
+  MemorySource data(contents);
+  Result<ObjectInfo> result = store.put(key, data, *edit);
+  proxy.GateChunks(nullptr);
+  if (!reached) return std::nullopt;
   return result;
 }
 
@@ -2744,26 +2726,21 @@ TEST_F(SftpStoreTest, ACommitLockLeftByABrokenConnectionIsTakenAgainByItsRetry) 
   LoggingStore logged = PatientStoreThrough(proxy, root_, scratch_);
   SftpStore* store = logged.store.get();
   ASSERT_NE(store, nullptr);
-  int cut = 0;
-  for (int round = 0; round < 10 && cut == 0; ++round) {
-    const std::string key = "d/file" + std::to_string(round);
-    PutOptions edit;
-    std::optional<Result<ObjectInfo>> stored = EditPausedAt(
-        PauseAt::kLockMade, proxy, *store, root_, key, "old and new",
-        [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); }, &edit);
-    if (!stored || stored->ok()) continue;  // (the rename went in before the cut)
-    ++cut;
-    EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
-    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old");
-    // The upload is tried again (by the mount, in the background), on a new connection.
-    MemorySource data(std::string_view("old and new"));
-    Result<ObjectInfo> again = store->put(key, data, edit);
-    ASSERT_TRUE(again.ok()) << again.status().ToString();
-    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old and new");
-    EXPECT_FALSE(fs::exists(
-        fs::symlink_status(CommitLockOf(fs::path(root_) / "d", "file" + std::to_string(round)))));
-  }
-  EXPECT_EQ(cut, 1) << "no round cut the connection before the rename";
+  const std::string key = "d/file";
+  PutOptions edit;
+  std::optional<Result<ObjectInfo>> stored = EditPausedAt(
+      PauseAt::kLockMade, proxy, *store, root_, key, "old and new",
+      [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); }, &edit);
+  ASSERT_TRUE(stored.has_value()) << "the commit made no lock";
+  ASSERT_FALSE(stored->ok());
+  EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
+  EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old");
+  // The upload is tried again (by the mount, in the background), on a new connection.
+  MemorySource data(std::string_view("old and new"));
+  Result<ObjectInfo> again = store->put(key, data, edit);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old and new");
+  EXPECT_FALSE(fs::exists(fs::symlink_status(CommitLockOf(fs::path(root_) / "d", "file"))));
   EXPECT_GE(logged.Said("was left by this mount's own commit"), 1u);
 }
 
@@ -2780,31 +2757,26 @@ TEST_F(SftpStoreTest, ACommitWhoseLockWasTakenOverMeanwhileRenamesNothing) {
   // The other client has stored its edit too, or not yet: either way its lock stays.
   for (const char* stored_meanwhile : {"", "old and theirs"}) {
     SCOPED_TRACE(stored_meanwhile);
-    int taken = 0;
-    for (int round = 0; round < 10 && taken == 0; ++round) {
-      const std::string name = "file" + std::to_string(round) + stored_meanwhile;
-      const fs::path lock = CommitLockOf(fs::path(root_) / "d", name);
-      PutOptions edit;
-      std::optional<Result<ObjectInfo>> stored = EditPausedAt(
-          PauseAt::kLockMade, proxy, *store, root_, "d/" + name, "old and new",
-          [&] {
-            // Another client judged it stale: moved it away and made its own.
-            fs::remove(lock);
-            fs::create_symlink("objfs-commit-lock-of-another-client", lock);
-            if (*stored_meanwhile != '\0') {
-              std::ofstream(fs::path(root_) / "d" / name, std::ios::trunc) << stored_meanwhile;
-            }
-          },
-          &edit);
-      if (!stored) continue;
-      ++taken;
-      ASSERT_FALSE(stored->ok());
-      EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
-      EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name),
-                *stored_meanwhile != '\0' ? stored_meanwhile : "old");
-      EXPECT_EQ(fs::read_symlink(lock), "objfs-commit-lock-of-another-client");
-    }
-    EXPECT_EQ(taken, 1) << "no round paused the commit before its rename";
+    const std::string name = *stored_meanwhile == '\0' ? "file" : "file-stored-meanwhile";
+    const fs::path lock = CommitLockOf(fs::path(root_) / "d", name);
+    PutOptions edit;
+    std::optional<Result<ObjectInfo>> stored = EditPausedAt(
+        PauseAt::kLockMade, proxy, *store, root_, "d/" + name, "old and new",
+        [&] {
+          // Another client judged it stale: moved it away and made its own.
+          fs::remove(lock);
+          fs::create_symlink("objfs-commit-lock-of-another-client", lock);
+          if (*stored_meanwhile != '\0') {
+            std::ofstream(fs::path(root_) / "d" / name, std::ios::trunc) << stored_meanwhile;
+          }
+        },
+        &edit);
+    ASSERT_TRUE(stored.has_value()) << "the commit made no lock";
+    ASSERT_FALSE(stored->ok());
+    EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d" / name),
+              *stored_meanwhile != '\0' ? stored_meanwhile : "old");
+    EXPECT_EQ(fs::read_symlink(lock), "objfs-commit-lock-of-another-client");
   }
 }
 
@@ -2861,40 +2833,32 @@ TEST_F(SftpStoreTest, AnEditWhoseRenameLostItsReplyIsFoundStoredByItsRetry) {
   for (const char* retried : {"old and new", "old and NEW"}) {
     SCOPED_TRACE(retried);
     const bool same = std::string_view(retried) == "old and new";
-    int lost = 0;
-    for (int round = 0; round < 10 && lost == 0; ++round) {
-      // A directory of its own each round: a round whose reply came back may have lost the
-      // lock's removal instead, and left the lock.
-      const std::string dir = "d" + std::to_string(round) + (same ? "" : "-later");
-      const std::string key = dir + "/file";
-      PutOptions edit;
-      std::optional<Result<ObjectInfo>> stored = EditPausedAt(
-          PauseAt::kRenamed, proxy, *store, root_, key, "old and new",
-          [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); }, &edit);
-      ASSERT_TRUE(stored.has_value());
-      if (stored->ok()) continue;  // (the reply came back before the cut)
-      ++lost;
-      EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
-      EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old and new");
-      MemorySource data(retried);
-      Result<ObjectInfo> again = store->put(key, data, edit);
-      if (same) {
-        ASSERT_TRUE(again.ok()) << again.status().ToString();
-      } else {
-        EXPECT_EQ(again.status().code(), StatusCode::kPreconditionFailed)
-            << again.status().ToString();
-      }
-      EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old and new");
-      EXPECT_FALSE(fs::exists(fs::symlink_status(CommitLockOf(fs::path(root_) / dir, "file"))));
-      EXPECT_TRUE(TemporaryFiles(root_ + "/" + dir).empty())
-          << TemporaryFiles(root_ + "/" + dir).front();
-      // A later edit of another version is refused as before.
-      MemorySource other(std::string_view("old and other"));
-      Result<ObjectInfo> stale = store->put(key, other, edit);
-      EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed)
-          << stale.status().ToString();
+    const std::string dir = same ? "d" : "d-later";
+    const std::string key = dir + "/file";
+    PutOptions edit;
+    std::optional<Result<ObjectInfo>> stored = EditPausedAt(
+        PauseAt::kRenamed, proxy, *store, root_, key, "old and new",
+        [&] { EXPECT_GE(proxy.CutOpenConnections(), 1); }, &edit);
+    ASSERT_TRUE(stored.has_value()) << "the commit renamed nothing";
+    ASSERT_FALSE(stored->ok());
+    EXPECT_EQ(stored->status().code(), StatusCode::kTransient) << stored->status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old and new");
+    MemorySource data(retried);
+    Result<ObjectInfo> again = store->put(key, data, edit);
+    if (same) {
+      ASSERT_TRUE(again.ok()) << again.status().ToString();
+    } else {
+      EXPECT_EQ(again.status().code(), StatusCode::kPreconditionFailed)
+          << again.status().ToString();
     }
-    EXPECT_EQ(lost, 1) << "no round lost the rename's reply";
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / key), "old and new");
+    EXPECT_FALSE(fs::exists(fs::symlink_status(CommitLockOf(fs::path(root_) / dir, "file"))));
+    EXPECT_TRUE(TemporaryFiles(root_ + "/" + dir).empty())
+        << TemporaryFiles(root_ + "/" + dir).front();
+    // A later edit of another version is refused as before.
+    MemorySource other(std::string_view("old and other"));
+    Result<ObjectInfo> stale = store->put(key, other, edit);
+    EXPECT_EQ(stale.status().code(), StatusCode::kPreconditionFailed) << stale.status().ToString();
   }
   EXPECT_EQ(logged.Said("stored by the rename before, whose reply was lost"), 1u);
 }
