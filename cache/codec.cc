@@ -419,7 +419,10 @@ constexpr size_t kStagedUploadV3FixedBody = kStagedUploadV2FixedBody + 1 + 8;
 constexpr size_t kStagedUploadV4FixedBody =
     kStagedUploadV3FixedBody + kStringBytes + 1 + kStringBytes + 8 + 8 + 4;
 // (encryption known, algorithm length, KMS key id length from version 5)
-constexpr size_t kStagedUploadFixedBody = kStagedUploadV4FixedBody + 1 + 2 * kStringBytes;
+constexpr size_t kStagedUploadV5FixedBody = kStagedUploadV4FixedBody + 1 + 2 * kStringBytes;
+// (condition, its ETag's kind and text length from version 6)
+constexpr size_t kStagedUploadFixedBody = kStagedUploadV5FixedBody + 1 + 1 + kStringBytes;
+enum : uint8_t { kNoCondition = 0, kIfMatch = 1, kIfNoneMatch = 2 };
 }  // namespace
 
 size_t StagedUploadCodec::EncodedSize(const StagedUploadRecord& record) {
@@ -428,7 +431,8 @@ size_t StagedUploadCodec::EncodedSize(const StagedUploadRecord& record) {
          record.present.size() * 16 + 1 + 2 * kStringBytes +
          (record.encryption
               ? record.encryption->algorithm.size() + record.encryption->kms_key_id.size()
-              : 0);
+              : 0) +
+         1 + ETagBytes(record.condition.if_match.value_or(ETag()));
 }
 
 void StagedUploadCodec::Encode(const StagedUploadRecord& record, std::string& out) {
@@ -449,6 +453,10 @@ void StagedUploadCodec::Encode(const StagedUploadRecord& record, std::string& ou
   w.U8(record.encryption ? 1 : 0);
   w.String(record.encryption ? record.encryption->algorithm : std::string());
   w.String(record.encryption ? record.encryption->kms_key_id : std::string());
+  w.U8(record.condition.if_match        ? kIfMatch
+       : record.condition.if_none_match ? kIfNoneMatch
+                                        : kNoCondition);
+  WriteETag(w, record.condition.if_match.value_or(ETag()));
   w.Seal();
 }
 
@@ -458,11 +466,13 @@ Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
   const bool v2 = version == 2;
   const bool v3 = version == 3;
   const bool v4 = version == 4;
+  const bool v5 = version == 5;
   std::string_view body;
-  if (Status s = CheckEnvelope(in, kTag, v2 || v3 || v4 ? version : kVersion,
+  if (Status s = CheckEnvelope(in, kTag, v2 || v3 || v4 || v5 ? version : kVersion,
                                v2   ? kStagedUploadV2FixedBody
                                : v3 ? kStagedUploadV3FixedBody
                                : v4 ? kStagedUploadV4FixedBody
+                               : v5 ? kStagedUploadV5FixedBody
                                     : kStagedUploadFixedBody,
                                kType, body);
       !s.ok()) {
@@ -512,6 +522,18 @@ Result<StagedUploadRecord> StagedUploadCodec::Decode(std::string_view in) {
       return Corrupt(kType, "encryption named but not known");
     }
     if (known == 1) record.encryption = std::move(encryption);
+  }
+  if (!v2 && !v3 && !v4 && !v5) {
+    uint8_t condition = 0;
+    ETag etag;
+    if (!r.U8(condition)) return Corrupt(kType, "length past the end");
+    OBJFS_RETURN_IF_ERROR(ReadETag(r, kType, etag));
+    if (condition > kIfNoneMatch) return Corrupt(kType, "unknown condition");
+    if ((condition == kIfMatch) == etag.empty()) {
+      return Corrupt(kType, "an If-Match without an ETag, or an ETag without an If-Match");
+    }
+    if (condition == kIfMatch) record.condition.if_match = std::move(etag);
+    record.condition.if_none_match = condition == kIfNoneMatch;
   }
   if (r.left() != 0) return Corrupt(kType, "trailing bytes");
   return record;

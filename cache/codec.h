@@ -63,15 +63,18 @@ class ObjectMetaCodec {
 // name order, base key, base etag kind u8, base etag text, base size u64, base limit u64,
 // extent count u32, (start u64, end u64) * count, increasing, disjoint and not touching. The
 // base ETag is checked as in ObjectMetaCodec, then encryption known u8 (0 or 1), algorithm,
-// KMS key id (both empty when not known). Version 4 records (without the encryption) still
-// decode, with it not known. Version 3 records (without the base) still decode, as whole data.
-// Version 2 records (key and metadata only) still decode, as kWriting with size 0: they did not say
-// whether a close had accepted the data. (Version 1 held a size, a time and an MD5 instead of the
-// metadata; such records do not decode.)
+// KMS key id (both empty when not known), then the condition u8 (0 none, 1 If-Match, 2
+// If-None-Match) and its ETag (kind u8, text; kind none and empty unless If-Match, where it is
+// not empty and checked as the base's). Version 5 records (without the condition) still decode,
+// with none: such an upload replaces what the key holds, as that objfs's recovery did. Version
+// 4 records (without the encryption) still decode, with it not known. Version 3 records (without
+// the base) still decode, as whole data. Version 2 records (key and metadata only) still decode, as
+// kWriting with size 0: they did not say whether a close had accepted the data. (Version 1 held a
+// size, a time and an MD5 instead of the metadata; such records do not decode.)
 class StagedUploadCodec {
  public:
   static constexpr uint8_t kTag = 0x03;
-  static constexpr uint8_t kVersion = 5;
+  static constexpr uint8_t kVersion = 6;
   static size_t EncodedSize(const StagedUploadRecord& record);
   static void Encode(const StagedUploadRecord& record, std::string& out);
   static Result<StagedUploadRecord> Decode(std::string_view in);

@@ -71,6 +71,21 @@ struct ObjectMetaRecord {
 // From version 5 it also names the encryption at rest (S3) of the object the data came from,
 // where objfs knew it, so that the next mount keeps it even under a name the data was renamed
 // to before its upload; unset: not known (the store asks the object the upload replaces).
+// What an upload requires of its key: the version an edit was made to (If-Match), or the name
+// still free (If-None-Match: a file created there that must not replace one another client
+// made meanwhile). Neither: it replaces whatever the key holds.
+struct UploadCondition {
+  std::optional<ETag> if_match{};
+  bool if_none_match = false;
+
+  bool operator==(const UploadCondition& other) const {
+    return if_none_match == other.if_none_match &&
+           if_match.has_value() == other.if_match.has_value() &&
+           (!if_match ||
+            (if_match->kind() == other.if_match->kind() && *if_match == *other.if_match));
+  }
+};
+
 struct StagedUploadRecord {
   enum class State : uint8_t { kWriting = 0, kAccepted = 1 };
   std::string key;
@@ -83,13 +98,17 @@ struct StagedUploadRecord {
   uint64_t base_limit = 0;
   std::vector<std::pair<uint64_t, uint64_t>> present{};  // [start, end), in order, disjoint
   std::optional<AtRestEncryption> encryption{};
+  // What the upload of the accepted data requires of `key`, as the mount that accepted it
+  // asked: the next mount's upload asks the same, and never replaces another client's change.
+  UploadCondition condition{};
 
   bool operator==(const StagedUploadRecord& other) const {
     return key == other.key && metadata == other.metadata && state == other.state &&
            size == other.size && base_key == other.base_key &&
            base_etag.kind() == other.base_etag.kind() && base_etag == other.base_etag &&
            base_size == other.base_size && base_limit == other.base_limit &&
-           present == other.present && encryption == other.encryption;
+           present == other.present && encryption == other.encryption &&
+           condition == other.condition;
   }
 };
 

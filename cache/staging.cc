@@ -270,6 +270,7 @@ StagedUploadRecord StagedFile::RecordOf(std::string_view key, const Metadata& me
   StagedUploadRecord record{std::string(key), metadata, state,
                             state == State::kAccepted ? size_ : 0};
   record.encryption = encryption_;
+  record.condition = ConditionOf(key);
   if (has_base()) {
     record.base_key = base_key_;
     record.base_etag = base_etag_;
@@ -287,6 +288,11 @@ Status StagedFile::SetEncryption(const std::optional<AtRestEncryption>& encrypti
   if (!state_) return Status::Ok();
   // On failure the record on disk says the old one until its next write, which says this.
   return WriteRecord(key_, metadata_, *state_);
+}
+
+void StagedFile::SetCondition(std::string_view key, UploadCondition condition) {
+  condition_key_ = std::string(key);
+  condition_ = std::move(condition);
 }
 
 Status StagedFile::MarkWriting(std::string_view key, const Metadata& metadata) {
@@ -394,6 +400,8 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Clone(const StagedFile& from) {
   copy->size_ = from.size_;
   copy->synced_ = false;
   copy->encryption_ = from.encryption_;
+  copy->condition_key_ = from.condition_key_;
+  copy->condition_ = from.condition_;
   copy->base_key_ = from.base_key_;
   copy->base_etag_ = from.base_etag_;
   copy->base_size_ = from.base_size_;
@@ -483,6 +491,8 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Adopt(const StagedLeftover& lef
     file->present_ = left.present;
   }
   file->encryption_ = left.encryption;
+  file->condition_key_ = left.key;
+  file->condition_ = left.condition;
   // The record on disk says this already; WriteRecord rewrites it only once something changes.
   StagedUploadCodec::Encode(file->RecordOf(left.key, left.metadata, left.state), file->described_);
   file->state_ = left.state;
@@ -619,6 +629,7 @@ Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
             left.base_limit = record->base_limit;
             for (const auto& [start, end] : record->present) left.present.Add(start, end - start);
             left.encryption = std::move(record->encryption);
+            left.condition = std::move(record->condition);
             decoded = true;
           }
         } else {

@@ -74,6 +74,14 @@ class StagedFile {
   // Unset: not known.
   Status SetEncryption(const std::optional<AtRestEncryption>& encryption);
   const std::optional<AtRestEncryption>& encryption() const { return encryption_; }
+  // What the upload of the data as `key` requires of that key (an edit's version, a name
+  // created here): each record written from now on that names `key` says it, so that the next
+  // mount's upload asks the same; one naming another key (after a rename) says none.
+  void SetCondition(std::string_view key, UploadCondition condition);
+  // The condition a record naming `key` says.
+  UploadCondition ConditionOf(std::string_view key) const {
+    return key == condition_key_ ? condition_ : UploadCondition{};
+  }
   // The state of the record; nullopt when there is none.
   std::optional<State> state() const { return state_; }
   // A source over the current content, for ObjectStore::put. Valid while this file lives and
@@ -127,6 +135,8 @@ class StagedFile {
   std::string key_;             // what the sidecar says (or said, before Orphan())
   Metadata metadata_;
   std::optional<AtRestEncryption> encryption_;
+  std::string condition_key_;  // SetCondition
+  UploadCondition condition_;
   std::string base_key_;  // empty: the file holds all of its bytes
   ETag base_etag_;
   uint64_t base_size_ = 0;
@@ -191,6 +201,7 @@ struct StagedLeftover {
   uint64_t base_limit = 0;
   ExtentSet present;
   std::optional<AtRestEncryption> encryption;  // of the object the data came from (S3)
+  UploadCondition condition;  // what its upload requires of `key` (none in an older record)
   // The data is what its writer's close, fsync or write-back window accepted, whole: the next
   // mount may upload it. Otherwise it is set aside (SetAside).
   bool publishable() const;

@@ -274,6 +274,7 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   if (!empty && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
   inode.created_as.clear();
+  inode.recovered_base.reset();
   // (A mode held to be set is this mount's: it wins.)
   inode.stored_file.reset();
   if (!inode.pending_metadata)
@@ -535,6 +536,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   // A writer's close or an fsync vouches for the data as it is: should objfs die during the
   // upload, the next mount uploads it. (Not synced first: the upload is what keeps it, and a
   // failed one syncs it below.) Any other upload only keeps an existing record current.
+  if (accept) inode.staged->SetCondition(key, ConditionOf(inode, key));
   Status described = accept && !inode.removed()
                          ? inode.staged->MarkAccepted(key, metadata, /*sync=*/false)
                          : inode.staged->Describe(key, metadata);
@@ -647,6 +649,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   }
   inode.in_store = true;
   inode.created_as.clear();  // the name is this file's now: later uploads go by its version
+  inode.recovered_base.reset();
   // The records go with the upload just done; a write after it records the new version's.
   (void)SetStoredEncryption(inode, result->encryption);
   inode.may_stream = false;  // further writes edit a stored object
@@ -760,6 +763,7 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
   if (!keep_content) {
     inode.touched.Add(0, UINT64_MAX);
     inode.created_as.clear();  // emptied to be written anew: whatever the name holds goes
+    inode.recovered_base.reset();
   }
   return Status::Ok();
 }
@@ -820,7 +824,10 @@ void FileWriter::Truncated(Inode& inode, uint64_t size) {
   std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.ranges.empty(); });
   if (inode.stream) inode.stream->Truncated(size);
   if (size == 0 && inode.unsaved()) inode.may_stream = true;
-  if (size == 0) inode.created_as.clear();  // as for O_TRUNC (MarkDirty)
+  if (size == 0) {  // as for O_TRUNC (MarkDirty)
+    inode.created_as.clear();
+    inode.recovered_base.reset();
+  }
 }
 
 void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_t length,
@@ -840,6 +847,9 @@ void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_
 }
 
 std::optional<ETag> FileWriter::KeptBase(const Inode& inode, const std::string& key) {
+  if (!inode.base && inode.recovered_base && inode.recovered_base->first == key && inode.staged) {
+    return inode.recovered_base->second;
+  }
   if (!inode.base || inode.base->key != key || inode.base->etag.empty() || !inode.staged) {
     return std::nullopt;
   }
@@ -848,6 +858,10 @@ std::optional<ETag> FileWriter::KeptBase(const Inode& inode, const std::string& 
   const uint64_t old_bytes = std::min(inode.base->size, inode.staged->size());
   if (old_bytes == 0 || inode.touched.Covers(0, old_bytes)) return std::nullopt;
   return inode.base->etag;
+}
+
+UploadCondition FileWriter::ConditionOf(const Inode& inode, const std::string& key) {
+  return UploadCondition{KeptBase(inode, key), CreatedHere(inode, key)};
 }
 
 bool FileWriter::CreatedHere(const Inode& inode, const std::string& key) {
@@ -871,6 +885,10 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
   if (inode.base && inode.base->key == key) {
     kept = inode.touched.Missing(0, std::min(inode.base->size, size));
   }
+  // An earlier mount's edit of the version the key no longer holds: which of its bytes were
+  // that version's is not known here, so all of them are kept from it.
+  const bool recovered_edit = KeptBase(inode, key) && !inode.base;
+  if (recovered_edit && size > 0) kept.push_back(ExtentSet::Range{0, size});
   // Written onto an empty version, or under a name created here: all of it was meant to go on
   // what the name held (nothing), which it no longer does.
   const bool onto_nothing =
@@ -879,7 +897,7 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
   if (onto_nothing) kept.push_back(ExtentSet::Range{0, size});
   // Created here and still empty: nothing to keep, but the other client's file stands, and the
   // upload is not tried again (every 10 s, then by the next mount).
-  const bool created_empty = size == 0 && CreatedHere(inode, key);
+  const bool created_empty = size == 0 && (CreatedHere(inode, key) || recovered_edit);
   if (gone.empty() && kept.empty() && !created_empty) return false;
   Inode::Unwritten& entry = inode.unwritten[kLostBase];
   for (const ExtentSet::Range& range : gone) entry.ranges.Add(range.start, range.end - range.start);
@@ -891,6 +909,10 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
     if (CreatedHere(inode, key)) {
       why = key + " was made on the server by another client since it was created here: " +
             "stored, this file would replace that one";
+    } else if (recovered_edit) {
+      why = key + " no longer holds the version this edit, accepted by an earlier mount, was " +
+            "made to: stored, it would undo another client's change (should that mount have " +
+            "stored it just before it stopped, the server holds these bytes already)";
     } else if (!gone.empty()) {
       why +=
           "so the bytes of it that were neither written nor read here cannot be fetched any "
@@ -1403,6 +1425,7 @@ Status FileWriter::DeferUpload(uint64_t ino, Inode& inode) {
   if (!key.ok()) return key.status();
   if (Unfinished(inode)) return UnfinishedError(inode, *key);  // never accepted
   const Metadata metadata = UploadMetadata(inode);
+  inode.staged->SetCondition(*key, ConditionOf(inode, *key));
   // The record names what a crash before the upload must still upload at the next mount; the
   // data is on disk first, so that after a power loss no record describes lost data. (As with a
   // local file, only fsync, which uploads, makes the data safe from a power loss.)
@@ -1600,8 +1623,12 @@ bool FileWriter::Adopt(
     inode->stored_encryption = inode->staged->encryption();
     inode->state = Inode::FileState::kUnsaved;
     // Whether the store has an older object there is not known: a rename before the upload
-    // removes the old name, which costs nothing when there is none.
-    inode->in_store = true;
+    // removes the old name, which costs nothing when there is none. Unless the record says
+    // the file was created here: its upload must find the name free, as that mount's would
+    // have; and an edit's, the version it was made to.
+    inode->in_store = !left.condition.if_none_match;
+    if (left.condition.if_none_match) inode->created_as = left.key;
+    if (left.condition.if_match) inode->recovered_base.emplace(left.key, *left.condition.if_match);
     inode->has_local_data.store(true);
   }
   meta_cache_->Invalidate(left.key);

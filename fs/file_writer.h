@@ -191,6 +191,8 @@ class FileWriter {
   // empty log). An upload that finds another client's version there would undo that change,
   // so the edit is set aside instead (LoseBase), as one that lacks the old bytes is. Nothing
   // where the writes replaced every old byte: the last writer wins, as with `cp` onto the file.
+  // For a file taken over from an earlier mount's crash record, the version that mount's
+  // upload asked for (Inode::recovered_base).
   static std::optional<ETag> KeptBase(const Inode& inode, const std::string& key)
       REQUIRES(inode.mu);
   // The file was created here under `key` by a create that must not replace another client's
@@ -198,6 +200,9 @@ class FileWriter {
   // on the name being free (If-None-Match), and one that finds a file there is set aside as
   // for KeptBase.
   static bool CreatedHere(const Inode& inode, const std::string& key) REQUIRES(inode.mu);
+  // Both, for the crash record of the data accepted under `key`: the next mount's upload asks
+  // the same of the key (Adopt).
+  static UploadCondition ConditionOf(const Inode& inode, const std::string& key) REQUIRES(inode.mu);
   // Whether a put or completion with KeptBase's If-Match failed because the base was replaced
   // or removed.
   static bool BaseReplaced(const Status& failure);

@@ -1110,6 +1110,55 @@ TEST_P(MountSuiteTest, AnEditOfAVersionAnotherClientReplacedIsSetAsideNotStoredO
   EXPECT_EQ(*remote().Read("log"), "one\ntheirs\n");
 }
 
+// kill -9 while edits wait in the write-back window, then another client changes the files: the
+// next mount's uploads ask of each key what this mount's would have. An append to a log read
+// whole here (so its record names no base to fetch), onto a version another client replaced
+// since, and `>>` onto a name another client took since, are set aside in cache_dir/unfinished/,
+// and the other client's files stay; the next mount used to upload both over them. An append
+// whose version is still there is uploaded.
+TEST_P(MountSuiteTest, AKilledMountsEditsNeverGoOverAnotherClientsChangesAtTheNextMount) {
+  if (!can().server_access) GTEST_SKIP() << "needs a second client on the server";
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "log", "one\n"));
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "kept", "one\n"));
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
+  ASSERT_TRUE(mount);
+  for (const char* name : {"log", "kept"}) {
+    const int fd = ::open((mount->path() + "/" + name).c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(fd, "mine\n", 5), 5);
+    char buf[16] = {};
+    ASSERT_EQ(::pread(fd, buf, sizeof buf, 0), 9) << std::strerror(errno);  // all of it here
+    ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  }
+  const int fd =
+      ::open((mount->path() + "/new").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "mine\n", 5), 5);
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+  EXPECT_EQ(*remote().Read("log"), "one\n");  // not uploaded before the kill
+  EXPECT_FALSE(remote().Read("new").ok());
+  ASSERT_TRUE(remote().Write("log", "one\ntheirs\n").ok());
+  ASSERT_TRUE(remote().Write("new", "theirs\n").ok());
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_TRUE(WaitFor(60, [&] {
+    Result<std::string> now = remote().Read("kept");
+    return now.ok() && *now == "one\nmine\n";
+  })) << mount->log();
+  const std::string unfinished = mount->cache_dir() + "/unfinished/";
+  EXPECT_TRUE(WaitFor(60, [&] {
+    return fs::exists(unfinished + "log") && fs::exists(unfinished + "new");
+  })) << mount->log();
+  EXPECT_EQ(ReadLocal(unfinished + "log"), "one\nmine\n");
+  EXPECT_EQ(ReadLocal(unfinished + "new"), "mine\n");
+  EXPECT_EQ(*remote().Read("log"), "one\ntheirs\n");
+  EXPECT_EQ(*remote().Read("new"), "theirs\n");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(*remote().Read("log"), "one\ntheirs\n");
+  EXPECT_EQ(*remote().Read("new"), "theirs\n");
+}
+
 // This mount's own changes between two uploads of one open file (an fsync, then a touch and a
 // chmod of it) are no other client's: the edit after them, which keeps the bytes uploaded
 // before, is stored by its close, not set aside. Also for an S3 object of parts, which a

@@ -439,6 +439,9 @@ constexpr size_t kNoBaseBytes = 4 + 1 + 4 + 8 + 8 + 4;
 // What version 5 appends to a record whose encryption is not known: the flag 0 and two empty
 // strings.
 constexpr size_t kNoEncryptionBytes = 1 + 4 + 4;
+// What version 6 appends to a record without a condition: 0, an ETag of kind none with an empty
+// text.
+constexpr size_t kNoConditionBytes = 1 + 1 + 4;
 
 // Version 4 names the object a sparse staging file was staged from and the ranges it holds.
 TEST(StagedUploadCodecTest, CarriesTheBaseOfASparseFile) {
@@ -455,7 +458,7 @@ TEST(StagedUploadCodecTest, CarriesTheBaseOfASparseFile) {
   EXPECT_EQ(*decoded, sparse);
 
   // The extents: in order, disjoint and not empty, or the record is not trusted.
-  const size_t extents_at = bytes.size() - 4 - kNoEncryptionBytes - 3 * 16;
+  const size_t extents_at = bytes.size() - 4 - kNoConditionBytes - kNoEncryptionBytes - 3 * 16;
   std::string overlapping = bytes;
   overlapping[extents_at + 16] = 3;  // the second starts at 3, inside the first
   ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(overlapping)).status(), "out of order");
@@ -490,12 +493,13 @@ TEST(StagedUploadCodecTest, CarriesTheEncryptionOfTheObjectTheDataCameFrom) {
   r.encryption.reset();
   const std::string unknown = Encoded<StagedUploadCodec>(r);
   std::string bad_flag = unknown;
-  bad_flag[unknown.size() - 4 - kNoEncryptionBytes] = 2;
+  bad_flag[unknown.size() - 4 - kNoConditionBytes - kNoEncryptionBytes] = 2;
   ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(bad_flag)).status(), "encryption flag");
 
   // A version 4 record (objfs before this) decodes with the encryption not known.
   std::string v4 = unknown;
-  v4.erase(v4.size() - 4 - kNoEncryptionBytes, kNoEncryptionBytes);
+  v4.erase(v4.size() - 4 - kNoConditionBytes - kNoEncryptionBytes,
+           kNoEncryptionBytes + kNoConditionBytes);
   v4[1] = 4;
   auto old = DecodeExact<StagedUploadCodec>(Reseal(v4));
   ASSERT_TRUE(old.ok()) << old.status().ToString();
@@ -503,11 +507,55 @@ TEST(StagedUploadCodecTest, CarriesTheEncryptionOfTheObjectTheDataCameFrom) {
   EXPECT_FALSE(old->encryption.has_value());
 }
 
+// The condition of the upload: what the mount that accepted the data asked of the key, which
+// the next mount's upload asks too.
+TEST(StagedUploadCodecTest, CarriesTheConditionOfTheUpload) {
+  StagedUploadRecord r{"k", {{"mode", "33188"}}, StagedUploadRecord::State::kAccepted, 42};
+  for (const UploadCondition& condition :
+       {UploadCondition{}, UploadCondition{ETag::Parse("0123456789abcdef0123456789abcdef"), false},
+        UploadCondition{ETag::Parse("0123456789abcdef0123456789abcdef-3"), false},
+        UploadCondition{std::nullopt, true}}) {
+    r.condition = condition;
+    std::string bytes = Encoded<StagedUploadCodec>(r);
+    EXPECT_EQ(bytes.size(), StagedUploadCodec::EncodedSize(r));
+    auto decoded = DecodeExact<StagedUploadCodec>(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->condition, condition);
+    EXPECT_EQ(*decoded, r);
+  }
+
+  r.condition = UploadCondition{};
+  const std::string none = Encoded<StagedUploadCodec>(r);
+  const size_t condition_at = none.size() - 4 - kNoConditionBytes;
+  std::string unknown = none;
+  unknown[condition_at] = 3;
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(unknown)).status(), "unknown condition");
+  std::string if_match_without_etag = none;
+  if_match_without_etag[condition_at] = 1;
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(if_match_without_etag)).status(),
+                "without an ETag");
+  r.condition = UploadCondition{ETag::Parse("0123456789abcdef0123456789abcdef"), false};
+  std::string etag_without_if_match = Encoded<StagedUploadCodec>(r);
+  etag_without_if_match[condition_at] = 2;
+  ExpectCorrupt(DecodeExact<StagedUploadCodec>(Reseal(etag_without_if_match)).status(),
+                "without an If-Match");
+
+  // A version 5 record (objfs before this) decodes with no condition.
+  std::string v5 = none;
+  v5.erase(condition_at, kNoConditionBytes);
+  v5[1] = 5;
+  r.condition = UploadCondition{};
+  auto old = DecodeExact<StagedUploadCodec>(Reseal(v5));
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(*old, r);
+}
+
 // Version 3 records (objfs before sparse staging) decode as whole data.
 TEST(StagedUploadCodecTest, ReadsVersionThreeAsWholeData) {
   StagedUploadRecord accepted{"k", {{"mode", "33188"}}, StagedUploadRecord::State::kAccepted, 42};
   std::string v3 = Encoded<StagedUploadCodec>(accepted);
-  v3.erase(v3.size() - 4 - kNoEncryptionBytes - kNoBaseBytes, kNoEncryptionBytes + kNoBaseBytes);
+  v3.erase(v3.size() - 4 - kNoConditionBytes - kNoEncryptionBytes - kNoBaseBytes,
+           kNoConditionBytes + kNoEncryptionBytes + kNoBaseBytes);
   v3[1] = 3;
   auto old = DecodeExact<StagedUploadCodec>(Reseal(v3));
   ASSERT_TRUE(old.ok()) << old.status().ToString();
@@ -525,7 +573,8 @@ TEST(StagedUploadCodecTest, CarriesStateAndSizeAndReadsVersionTwo) {
 
   // A version 2 record as objfs 0.2 wrote it: tag, version, key, metadata, CRC.
   std::string v2 = Encoded<StagedUploadCodec>(accepted);
-  v2.erase(v2.size() - 4 - kNoEncryptionBytes - kNoBaseBytes, kNoEncryptionBytes + kNoBaseBytes);
+  v2.erase(v2.size() - 4 - kNoConditionBytes - kNoEncryptionBytes - kNoBaseBytes,
+           kNoConditionBytes + kNoEncryptionBytes + kNoBaseBytes);
   v2.erase(2 + 4 + accepted.key.size(), 1 + 8);
   v2[1] = 2;
   auto old = DecodeExact<StagedUploadCodec>(Reseal(v2));

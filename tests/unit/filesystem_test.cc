@@ -2265,9 +2265,18 @@ class BackgroundRecoveryTest : public WritebackTest {
 
   // Leaves "a" and "d/b" closed in the write-back window, then "crashes": the image of
   // cache_dir then.
-  std::string CrashWithTwoFiles() {
+  // "a" is created with O_EXCL: its recovered upload replaces no file of that name; with
+  // `a_replaces`, with O_TRUNC: it replaces whatever is there.
+  std::string CrashWithTwoFiles(bool a_replaces = false) {
     EXPECT_TRUE(fs_->MkDir(kRootIno, "d", 0755).ok());
-    WriteAndClose("a", "recovered a");
+    if (a_replaces) {
+      auto a = fs_->Create(kRootIno, "a", 0644, O_WRONLY | O_CREAT | O_TRUNC);
+      EXPECT_TRUE(a.ok());
+      EXPECT_TRUE(fs_->Write(a->fh, 0, Bytes("recovered a")).ok());
+      EXPECT_TRUE(fs_->Release(a->fh).ok());
+    } else {
+      WriteAndClose("a", "recovered a");
+    }
     auto d = fs_->Lookup(kRootIno, "d");
     EXPECT_TRUE(d.ok());
     auto created = fs_->Create(d->attr.ino, "b", 0640, O_WRONLY | O_CREAT | O_EXCL);
@@ -2458,8 +2467,26 @@ TEST_F(BackgroundRecoveryTest, TheRecoveredLineComesOnceWhenAllAreDone) {
             std::vector<std::string>{"recovered 3 files (9 bytes) left by an earlier mount"});
 }
 
-TEST_F(BackgroundRecoveryTest, ARenameOrUnlinkBeforeTheUploadIsWhatReachesTheStore) {
+// "a" was created with O_EXCL before the crash, and another client has made a file of that name
+// since: the next mount's upload of "a" asks for the name to be free, as the crashed mount's
+// did, and sets "a" aside instead of replacing that file. "d/b" goes up.
+TEST_F(BackgroundRecoveryTest, ARecoveredNewFileNeverReplacesAnotherClientsFileOfItsName) {
   const std::string image = CrashWithTwoFiles();
+  PutObject("a", "theirs");
+  Log log;
+  auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  ASSERT_TRUE(next->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("a"), "theirs");
+  EXPECT_EQ(memory_->contents("d/b"), "recovered b!");
+  EXPECT_EQ(SetAside(image), (std::map<std::string, std::string>{{"a", "recovered a"}}));
+  EXPECT_TRUE(log.Has("was made on the server by another client"));
+  ASSERT_TRUE(next->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("a"), "theirs");
+}
+
+TEST_F(BackgroundRecoveryTest, ARenameOrUnlinkBeforeTheUploadIsWhatReachesTheStore) {
+  const std::string image = CrashWithTwoFiles(/*a_replaces=*/true);
   PutObject("a", "the old a");  // what the recovered "a" replaces
   faults_->FailAll(StoreOp::kPut, TransientError("503 SlowDown"));
   Log log;
@@ -2695,6 +2722,9 @@ TEST_F(WritebackTest, ACrashWhileAClosedFileIsChangedAgainUploadsTheClosedVersio
   ASSERT_TRUE(fs_->Flush(*fh).ok());
   ASSERT_TRUE(fs_->Release(*fh).ok());
   const std::string later = CrashImage();
+  // (Another course of events than the crash before: "f", created here, is not there yet. Were
+  // it, that would be another client's, which no recovered create replaces.)
+  ASSERT_TRUE(memory_->remove("f").ok());
   RecoverImage(later);
   EXPECT_EQ(memory_->contents("f"), "XXosed version");
   EXPECT_TRUE(SetAside(later).empty());
