@@ -153,6 +153,19 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
     }
     bool keep_cache = false;
     OBJFS_ASSIGN_OR_RETURN(uint64_t fh, Open(ino, flags, &keep_cache));
+    if ((flags & O_TRUNC) != 0 && caller && caller->uid != 0) {
+      // Truncated by this open: its set-user-ID bit goes (and its set-group-ID bit where group
+      // execute is set), as for an open with O_TRUNC (fs/fuse_adapter.cc, DropSetIdBits),
+      // unless the caller may keep them (root).
+      Result<Entry> opened = GetAttr(ino);
+      const uint32_t mode = opened.ok() ? opened->attr.mode : 0;
+      const uint32_t drop = S_ISUID | ((mode & S_IXGRP) != 0 ? S_ISGID : 0);
+      if ((mode & drop) != 0) {
+        FileAttr attr = opened->attr;
+        attr.mode &= ~drop;
+        (void)SetAttr(ino, kSetMode, attr, fh);
+      }
+    }
     auto entry = GetAttr(ino);
     if (!entry.ok()) {
       (void)Release(fh);

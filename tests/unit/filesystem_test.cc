@@ -819,6 +819,27 @@ TEST_F(FilesystemTest, ACreateThatFindsAnotherUsersFileChecksItsMode) {
   ASSERT_TRUE(fs_->Release(own->fh).ok());
 }
 
+// A create that finds a file and truncates it drops the file's set-ID bits, as an open with
+// O_TRUNC does, unless the caller is root: `: > f` by another user left a root 06777 file
+// -rwsrwsrwx when the kernel sent CREATE (a name it had seen missing).
+TEST_F(FilesystemTest, ACreateThatTruncatesAnotherUsersFileDropsItsSetIdBits) {
+  for (const auto& [caller, mode] :
+       {std::pair<Owner, uint32_t>{Owner{65534, 65534}, 0777}, {Owner{0, 0}, 06777}}) {
+    SCOPED_TRACE(caller.uid);
+    const std::string name = "setid-of-" + std::to_string(caller.uid);
+    PutObject(name, "program",
+              {{"mode", std::to_string(S_IFREG | 06777)}, {"uid", "0"}, {"gid", "0"}});
+    auto created = fs_->Create(kRootIno, name, 0644, O_WRONLY | O_CREAT | O_TRUNC, caller);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    EXPECT_EQ(created->entry.attr.mode & 07777, mode);
+    ASSERT_TRUE(fs_->Release(created->fh).ok());
+    auto stored = memory_->head(name);
+    ASSERT_TRUE(stored.ok());
+    EXPECT_EQ(stored->size, 0u);
+    EXPECT_EQ(stored->metadata["mode"], std::to_string(S_IFREG | mode));
+  }
+}
+
 // Linux reads no user. attribute of a link, FIFO or device (ENODATA): listing user.etag there
 // failed rsync -aX and cp --preserve=xattr on every link of a tree.
 TEST_F(FilesystemTest, OnlyARegularFileListsAnEtag) {
