@@ -16,12 +16,28 @@
 #include <vector>
 
 #include "backend/log.h"
+#include "backend/md5.h"
 #include "cache/io_pool.h"
 #include "fs/object_metadata.h"
 
 namespace objfs {
 
 namespace {
+
+// Whether the object `there` holds the bytes of `source`, as its plain-MD5 ETag tells (false
+// where it cannot: another kind of ETag, a failed read).
+bool HoldsTheBytesOf(const ObjectInfo& there, const ByteSource& source) {
+  if (!there.etag.is_plain_md5() || there.size != source.size()) return false;
+  Md5 md5;
+  std::vector<std::byte> buf(1 << 20);
+  for (uint64_t at = 0; at < source.size();) {
+    Result<size_t> n = source.read_at(at, buf);
+    if (!n.ok() || *n == 0) return false;
+    md5.Update(std::span<const std::byte>(buf.data(), *n));
+    at += *n;
+  }
+  return ETag::FromMd5(md5.Final()) == there.etag;
+}
 
 // The staged file's bytes, with the base's bytes it still lacks read from the server as they
 // are asked for rather than stored: the source of an upload made when cache_dir has no room to
@@ -274,7 +290,7 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   if (!empty && !rec.etag.empty()) inode.base = InfoFromRecord(key, rec);
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
   inode.created_as.clear();
-  inode.recovered_base.reset();
+  inode.recovered.reset();
   // (A mode held to be set is this mount's: it wins.)
   inode.stored_file.reset();
   if (!inode.pending_metadata)
@@ -598,6 +614,14 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
       result = store_->put(key, *source, put);
     }
   }
+  if (!result.ok() && put.if_none_match && source != nullptr && BaseReplaced(result.status()) &&
+      inode.recovered && inode.recovered->key == key) {
+    // A file the earlier mount created, and may have stored itself just before it stopped (its
+    // record not dropped yet): then the name holds these very bytes, and nothing is to be done.
+    // (Another client's file of the same bytes: nothing either.)
+    Result<ObjectInfo> there = store_->head(key);
+    if (there.ok() && HoldsTheBytesOf(*there, *source)) result = std::move(there);
+  }
   if (!result.ok() && (put.if_match || put.if_none_match) && BaseReplaced(result.status()) &&
       LoseBase(inode, key)) {
     // Another client's version came between this edit's start and its upload: uploaded over
@@ -649,7 +673,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   }
   inode.in_store = true;
   inode.created_as.clear();  // the name is this file's now: later uploads go by its version
-  inode.recovered_base.reset();
+  inode.recovered.reset();
   // The records go with the upload just done; a write after it records the new version's.
   (void)SetStoredEncryption(inode, result->encryption);
   inode.may_stream = false;  // further writes edit a stored object
@@ -763,13 +787,13 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
   if (!keep_content) {
     inode.touched.Add(0, UINT64_MAX);
     inode.created_as.clear();  // emptied to be written anew: whatever the name holds goes
-    inode.recovered_base.reset();
+    inode.recovered.reset();
   }
   return Status::Ok();
 }
 
 void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, uint64_t length) {
-  if (inode.base) inode.touched.Add(offset, length);
+  if (inode.base || inode.recovered) inode.touched.Add(offset, length);
   // A failed write's bytes, written after all.
   for (auto& [fh, entry] : inode.unwritten) entry.ranges.Remove(offset, length);
   std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.ranges.empty(); });
@@ -818,7 +842,7 @@ void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, ui
 
 void FileWriter::Truncated(Inode& inode, uint64_t size) {
   // What lies past the new end is not the base's any more, should the file grow again.
-  if (inode.base) inode.touched.Add(size, UINT64_MAX);
+  if (inode.base || inode.recovered) inode.touched.Add(size, UINT64_MAX);
   // A failed write past the end is not missed any more.
   for (auto& [fh, entry] : inode.unwritten) entry.ranges.TrimFrom(size);
   std::erase_if(inode.unwritten, [](const auto& entry) { return entry.second.ranges.empty(); });
@@ -826,7 +850,7 @@ void FileWriter::Truncated(Inode& inode, uint64_t size) {
   if (size == 0 && inode.unsaved()) inode.may_stream = true;
   if (size == 0) {  // as for O_TRUNC (MarkDirty)
     inode.created_as.clear();
-    inode.recovered_base.reset();
+    inode.recovered.reset();
   }
 }
 
@@ -847,8 +871,13 @@ void FileWriter::WriteFailed(Inode& inode, uint64_t fh, uint64_t offset, uint64_
 }
 
 std::optional<ETag> FileWriter::KeptBase(const Inode& inode, const std::string& key) {
-  if (!inode.base && inode.recovered_base && inode.recovered_base->first == key && inode.staged) {
-    return inode.recovered_base->second;
+  if (!inode.base && inode.recovered && inode.recovered->key == key &&
+      inode.recovered->condition.if_match && inode.staged) {
+    // Which of its bytes were that version's is not known here: all of them, until writes
+    // since cover the whole file (an empty one was written onto an empty version).
+    const uint64_t size = inode.staged->size();
+    if (size > 0 && inode.touched.Covers(0, size)) return std::nullopt;
+    return inode.recovered->condition.if_match;
   }
   if (!inode.base || inode.base->key != key || inode.base->etag.empty() || !inode.staged) {
     return std::nullopt;
@@ -886,9 +915,12 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
     kept = inode.touched.Missing(0, std::min(inode.base->size, size));
   }
   // An earlier mount's edit of the version the key no longer holds: which of its bytes were
-  // that version's is not known here, so all of them are kept from it.
+  // that version's is not known here, so all of them are kept from it (but those written
+  // since).
   const bool recovered_edit = KeptBase(inode, key) && !inode.base;
-  if (recovered_edit && size > 0) kept.push_back(ExtentSet::Range{0, size});
+  if (recovered_edit && size > 0) {
+    for (const ExtentSet::Range& range : inode.touched.Missing(0, size)) kept.push_back(range);
+  }
   // Written onto an empty version, or under a name created here: all of it was meant to go on
   // what the name held (nothing), which it no longer does.
   const bool onto_nothing =
@@ -1628,7 +1660,7 @@ bool FileWriter::Adopt(
     // have; and an edit's, the version it was made to.
     inode->in_store = !left.condition.if_none_match;
     if (left.condition.if_none_match) inode->created_as = left.key;
-    if (left.condition.if_match) inode->recovered_base.emplace(left.key, *left.condition.if_match);
+    inode->recovered = Inode::Recovered{left.key, left.condition};
     inode->has_local_data.store(true);
   }
   meta_cache_->Invalidate(left.key);

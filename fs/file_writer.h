@@ -192,7 +192,7 @@ class FileWriter {
   // so the edit is set aside instead (LoseBase), as one that lacks the old bytes is. Nothing
   // where the writes replaced every old byte: the last writer wins, as with `cp` onto the file.
   // For a file taken over from an earlier mount's crash record, the version that mount's
-  // upload asked for (Inode::recovered_base).
+  // upload asked for (Inode::recovered).
   static std::optional<ETag> KeptBase(const Inode& inode, const std::string& key)
       REQUIRES(inode.mu);
   // The file was created here under `key` by a create that must not replace another client's

@@ -64,10 +64,15 @@ struct Inode {
   // client's file made meanwhile (O_EXCL, or no O_TRUNC: `>>` on a new name): its first upload
   // is conditional on the name being free (FileWriter::KeptBase). Empty otherwise.
   std::string created_as GUARDED_BY(mu);
-  // Taken over from an earlier mount's crash record (FileWriter::Adopt): the key and version
-  // that mount's accepted edit was made to, whose upload asked the key to still hold it (an
-  // If-Match, FileWriter::KeptBase). The upload here asks the same. Cleared as created_as is.
-  std::optional<std::pair<std::string, ETag>> recovered_base GUARDED_BY(mu);
+  // Taken over from an earlier mount's crash record (FileWriter::Adopt): the key the data was
+  // accepted under, and what that mount's upload asked of it (the version an edit was made to,
+  // FileWriter::KeptBase; the name free, with created_as). The upload here asks the same.
+  // Cleared as created_as is.
+  struct Recovered {
+    std::string key;
+    UploadCondition condition;
+  };
+  std::optional<Recovered> recovered GUARDED_BY(mu);
   // The upload that runs while the file is written (fs/streamed_upload.h), and whether one may
   // start: the data being written began empty here (a new file, O_TRUNC, truncate to 0) and no
   // upload of it was given up yet.

@@ -2506,6 +2506,52 @@ TEST_F(BackgroundRecoveryTest, ARecoveredNewFileNeverReplacesAnotherClientsFileO
   EXPECT_EQ(memory_->contents("a"), "theirs");
 }
 
+// "a", created before the crash, was stored by that mount just before it stopped (its record not
+// dropped yet): the name holds its very bytes. That is no other client's file: nothing is set
+// aside, and the log blames nobody.
+TEST_F(BackgroundRecoveryTest, ARecoveredNewFileTheCrashedMountHadStoredIsNotSetAside) {
+  const std::string image = CrashWithTwoFiles();
+  PutObject("a", "recovered a");
+  Log log;
+  auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  ASSERT_TRUE(next->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("a"), "recovered a");
+  EXPECT_EQ(memory_->contents("d/b"), "recovered b!");
+  EXPECT_TRUE(SetAside(image).empty());
+  EXPECT_FALSE(log.Has("another client"));
+  EXPECT_EQ(next->recovering_files(), 0u);
+}
+
+// An edit of "log" accepted before the crash, of a version another client has replaced since,
+// then written over in every byte by the next mount before its upload: nothing of the old version
+// is left in it, and the last writer wins, as without the crash.
+TEST_F(BackgroundRecoveryTest, ARecoveredEditWrittenOverWholeIsStoredOverAnotherClientsVersion) {
+  PutObject("log", "one\n");
+  const uint64_t ino = LookupIno(kRootIno, "log");
+  auto fh = fs_->Open(ino, O_RDWR | O_APPEND);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
+  EXPECT_EQ(ReadFile(*fs_, ino), "one\nmine\n");  // all of it here: the record names no base
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  const std::string image = CrashImage();
+  PutObject("log", "one\ntheirs\n");
+  Log log;
+  auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  auto entry = next->Lookup(kRootIno, "log");
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  const uint64_t recovered = entry->attr.ino;
+  auto over = next->Open(recovered, O_WRONLY);
+  ASSERT_TRUE(over.ok()) << over.status().ToString();
+  ASSERT_TRUE(next->Write(*over, 0, Bytes("123456789")).ok());
+  ASSERT_TRUE(next->Release(*over).ok());
+  ASSERT_TRUE(next->UploadDue().ok());
+  ASSERT_TRUE(next->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("log"), "123456789");
+  EXPECT_TRUE(SetAside(image).empty());
+}
+
 TEST_F(BackgroundRecoveryTest, ARenameOrUnlinkBeforeTheUploadIsWhatReachesTheStore) {
   const std::string image = CrashWithTwoFiles(/*a_replaces=*/true);
   PutObject("a", "the old a");  // what the recovered "a" replaces
