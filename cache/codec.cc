@@ -1,5 +1,6 @@
 #include "cache/codec.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cassert>
@@ -260,6 +261,11 @@ Status ReadETag(Reader& r, const char* type, ETag& etag) {
   if (kind != ETag::Kind::kNone || !text.empty()) {
     etag = ETag::Parse(text);
     if (etag.kind() != kind || etag.value() != text) return Corrupt(type, "invalid ETag");
+    // It goes into request headers (If-Match): no line break or other control character.
+    if (std::any_of(text.begin(), text.end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      return Corrupt(type, "invalid ETag");
+    }
   }
   return Status::Ok();
 }

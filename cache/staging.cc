@@ -637,6 +637,9 @@ Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
           // with the codec's tag byte, a control character.)
           decoded = DecodeLegacySidecar(bytes, &left.key, &left.metadata);
         }
+        // No object has an empty name, nor a NUL in it (the name of the mount's root, or a
+        // request the server refuses for ever).
+        if (left.key.empty() || left.key.find('\0') != std::string::npos) decoded = false;
         if (!decoded) {
           // Where this data belongs is not known: it stays for someone to look at.
           if (unreadable != nullptr) unreadable->push_back(left.data_path);

@@ -391,6 +391,12 @@ TEST(ObjectMetaCodecTest, RejectsInvalidETagText) {
   unknown_kind[kind_at] = 9;
   ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(unknown_kind)).status(), "unknown ETag kind");
 
+  // An opaque ETag with a line break (it would go into an If-Match header as it is).
+  ObjectMetaRecord broken = SampleObjectMeta("opaque");
+  std::string b = Encoded<ObjectMetaCodec>(broken);
+  b[b.size() - 4 - 3] = '\n';
+  ExpectCorrupt(DecodeExact<ObjectMetaCodec>(Reseal(b)).status(), "invalid ETag");
+
   // Text that Parse would trim or unquote is not canonical either.
   ObjectMetaRecord quoted = SampleObjectMeta("opaque");
   std::string q = Encoded<ObjectMetaCodec>(quoted);

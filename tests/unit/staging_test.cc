@@ -111,6 +111,58 @@ TEST_F(StagingTest, LeftoversCarryTheEncryptionOfTheObjectTheDataCameFrom) {
   EXPECT_EQ((*left)[0].encryption, AtRestEncryption{});
 }
 
+// The record says what the upload asked of the key it names, and only of that key: after a
+// rename it names none. The next mount's upload asks the same.
+TEST_F(StagingTest, LeftoversCarryTheConditionOfTheUploadUnderItsKey) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  const UploadCondition edit{ETag::Parse("0123456789abcdef0123456789abcdef"), false};
+  std::string renamed_path;
+  {
+    auto file = (*area)->Create();
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->WriteAt(0, Bytes("data")).ok());
+    (*file)->SetCondition("log", edit);
+    ASSERT_TRUE((*file)->MarkAccepted("log", {{"mode", "33188"}}).ok());
+    auto created = (*area)->Create();
+    ASSERT_TRUE(created.ok());
+    (*created)->SetCondition("new", UploadCondition{std::nullopt, true});
+    ASSERT_TRUE((*created)->MarkAccepted("new", {{"mode", "33188"}}).ok());
+    ASSERT_TRUE((*created)->Describe("moved", {{"mode", "33188"}}).ok());
+    renamed_path = (*created)->data_path();
+  }
+  auto left = (*area)->Leftovers();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 2u);
+  for (const StagedLeftover& l : *left) {
+    SCOPED_TRACE(l.key);
+    EXPECT_EQ(l.condition, l.key == "log" ? edit : UploadCondition{});
+    if (l.key != "log") EXPECT_EQ(l.data_path, renamed_path);
+    auto adopted = (*area)->Adopt(l);
+    ASSERT_TRUE(adopted.ok());
+    EXPECT_EQ((*adopted)->ConditionOf(l.key), l.condition);
+  }
+}
+
+// A record that names no object (an empty name; a NUL in it) leaves its data where it is, named
+// as unreadable: uploaded, it would go to the bucket itself, or be refused for ever.
+TEST_F(StagingTest, ARecordNamingNoObjectLeavesItsDataAndNamesIt) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  for (const std::string& key : {std::string(), std::string("a\0b", 3)}) {
+    auto file = (*area)->Create();
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->WriteAt(0, Bytes("data")).ok());
+    ASSERT_TRUE((*file)->MarkAccepted(key, {}).ok());
+    std::vector<std::string> unreadable;
+    auto left = (*area)->Leftovers(&unreadable);
+    ASSERT_TRUE(left.ok());
+    EXPECT_TRUE(left->empty());
+    EXPECT_EQ(unreadable, std::vector<std::string>{(*file)->data_path()});
+    (*file)->Remove();
+  }
+}
+
 // Writes that fail part way, here at the file size limit as on a full disk.
 class FileSizeLimit {
  public:
