@@ -137,7 +137,9 @@ TEST_F(StagingTest, LeftoversCarryTheConditionOfTheUploadUnderItsKey) {
   for (const StagedLeftover& l : *left) {
     SCOPED_TRACE(l.key);
     EXPECT_EQ(l.condition, l.key == "log" ? edit : UploadCondition{});
-    if (l.key != "log") EXPECT_EQ(l.data_path, renamed_path);
+    if (l.key != "log") {
+      EXPECT_EQ(l.data_path, renamed_path);
+    }
     auto adopted = (*area)->Adopt(l);
     ASSERT_TRUE(adopted.ok());
     EXPECT_EQ((*adopted)->ConditionOf(l.key), l.condition);
