@@ -51,6 +51,21 @@ struct ObjectMetaRecord {
   }
 };
 
+// What an upload requires of its key: the version an edit was made to (If-Match), or the name
+// still free (If-None-Match: a file created there that must not replace one another client
+// made meanwhile). Neither: it replaces whatever the key holds.
+struct UploadCondition {
+  std::optional<ETag> if_match{};
+  bool if_none_match = false;
+
+  bool operator==(const UploadCondition& other) const {
+    return if_none_match == other.if_none_match &&
+           if_match.has_value() == other.if_match.has_value() &&
+           (!if_match ||
+            (if_match->kind() == other.if_match->kind() && *if_match == *other.if_match));
+  }
+};
+
 // What a staging file "N.data" is to become: the key it is uploaded to, the metadata the
 // upload carries, and whether a crash may publish it. Kept beside the data as "N.meta" and
 // rewritten when any of these changes (not on every write).
@@ -71,21 +86,9 @@ struct ObjectMetaRecord {
 // From version 5 it also names the encryption at rest (S3) of the object the data came from,
 // where objfs knew it, so that the next mount keeps it even under a name the data was renamed
 // to before its upload; unset: not known (the store asks the object the upload replaces).
-// What an upload requires of its key: the version an edit was made to (If-Match), or the name
-// still free (If-None-Match: a file created there that must not replace one another client
-// made meanwhile). Neither: it replaces whatever the key holds.
-struct UploadCondition {
-  std::optional<ETag> if_match{};
-  bool if_none_match = false;
-
-  bool operator==(const UploadCondition& other) const {
-    return if_none_match == other.if_none_match &&
-           if_match.has_value() == other.if_match.has_value() &&
-           (!if_match ||
-            (if_match->kind() == other.if_match->kind() && *if_match == *other.if_match));
-  }
-};
-
+//
+// From version 6 it also names the condition of its upload (UploadCondition), as the mount that
+// accepted the data asked it: the next mount asks the same.
 struct StagedUploadRecord {
   enum class State : uint8_t { kWriting = 0, kAccepted = 1 };
   std::string key;
