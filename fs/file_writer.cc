@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backend/log.h"
-#include "backend/md5.h"
+#include "backend/source_md5.h"
 #include "cache/io_pool.h"
 #include "fs/object_metadata.h"
 
@@ -28,15 +28,8 @@ namespace {
 // where it cannot: another kind of ETag, a failed read).
 bool HoldsTheBytesOf(const ObjectInfo& there, const ByteSource& source) {
   if (!there.etag.is_plain_md5() || there.size != source.size()) return false;
-  Md5 md5;
-  std::vector<std::byte> buf(1 << 20);
-  for (uint64_t at = 0; at < source.size();) {
-    Result<size_t> n = source.read_at(at, buf);
-    if (!n.ok() || *n == 0) return false;
-    md5.Update(std::span<const std::byte>(buf.data(), *n));
-    at += *n;
-  }
-  return ETag::FromMd5(md5.Final()) == there.etag;
+  Result<Md5Digest> digest = Md5OfSource(source, 0, source.size());
+  return digest.ok() && ETag::FromMd5(*digest) == there.etag;
 }
 
 // The staged file's bytes, with the base's bytes it still lacks read from the server as they
