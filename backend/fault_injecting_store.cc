@@ -110,6 +110,12 @@ Status FaultInjectingStore::remove(std::string_view key) {
   return ForwardingStore::remove(key);
 }
 
+Status FaultInjectingStore::remove_if_match(std::string_view key, const ETag& etag,
+                                            bool known_current) {
+  OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kRemove));
+  return ForwardingStore::remove_if_match(key, etag, known_current);
+}
+
 Status FaultInjectingStore::remove_many(const std::vector<std::string>& keys) {
   OBJFS_RETURN_IF_ERROR(Admit(StoreOp::kRemoveMany));
   return ForwardingStore::remove_many(keys);

@@ -48,6 +48,7 @@ class FaultInjectingStore : public ForwardingStore {
   Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
                                     const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
+  Status remove_if_match(std::string_view key, const ETag& etag, bool known_current) override;
   Status remove_many(const std::vector<std::string>& keys) override;
 
  private:

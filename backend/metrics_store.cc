@@ -128,6 +128,15 @@ Status MetricsStore::remove(std::string_view key) {
   return status;
 }
 
+Status MetricsStore::remove_if_match(std::string_view key, const ETag& etag, bool known_current) {
+  Bump(metrics_.remove_requests);
+  Call call(*this, "REMOVE", key);
+  Status status = ForwardingStore::remove_if_match(key, etag, known_current);
+  CountOutcome(status);
+  call.Done(status, 0);
+  return status;
+}
+
 // A link is one request, counted with the puts and reads it replaces on object stores.
 Result<ObjectInfo> MetricsStore::symlink(std::string_view key, std::string_view target,
                                          const PutOptions& options) {

@@ -35,6 +35,19 @@ Status ObjectStore::rename(std::string_view from, std::string_view /*to*/) {
                           ": the store has no rename");
 }
 
+Status ObjectStore::remove_if_match(std::string_view key, const ETag& etag,
+                                    bool /*known_current*/) {
+  Result<ObjectInfo> current = head(key);
+  if (!current.ok()) {
+    return current.status().code() == StatusCode::kNotFound ? Status::Ok() : current.status();
+  }
+  if (current->etag != etag) {
+    return PreconditionFailedError("remove " + std::string(key) + ": another version is there (" +
+                                   current->etag.value() + ", expected " + etag.value() + ")");
+  }
+  return remove(key);
+}
+
 Result<ObjectInfo> ObjectStore::symlink(std::string_view key, std::string_view target,
                                         const PutOptions& options) {
   return put(key, MemorySource(target), options);

@@ -448,6 +448,15 @@ class ObjectStore {
   // Deletes `key`. Deleting a key that does not exist succeeds.
   virtual Status remove(std::string_view key) = 0;
 
+  // Deletes `key` while it holds the version `etag` (what this mount last knew there), and
+  // only then: another client's version stored since stays, and the call fails with
+  // PreconditionFailed. Succeeds when the key holds nothing. The default looks first, which
+  // leaves another client the round trip up to the removal; SFTP does so under the key's
+  // commit lock, which another objfs client's conditional commit waits for. S3 sends If-Match
+  // (which AWS honours, RGW 16 ignores), and looks first unless `known_current` (the caller
+  // saw that version there moments ago: a rename's copy of it).
+  virtual Status remove_if_match(std::string_view key, const ETag& etag, bool known_current);
+
   // Deletes many keys (S3 DeleteObjects, 1000 a request). The first failure is returned, and
   // keys that could not be deleted are named in its message.
   virtual Status remove_many(const std::vector<std::string>& keys) = 0;
@@ -511,6 +520,9 @@ class ForwardingStore : public ObjectStore {
     return target_->set_attributes(key, metadata, options);
   }
   Status remove(std::string_view key) override { return target_->remove(key); }
+  Status remove_if_match(std::string_view key, const ETag& etag, bool known_current) override {
+    return target_->remove_if_match(key, etag, known_current);
+  }
   Status remove_many(const std::vector<std::string>& keys) override {
     return target_->remove_many(keys);
   }

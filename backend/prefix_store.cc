@@ -75,6 +75,11 @@ Status PrefixStore::remove(std::string_view key) {
   return ForwardingStore::remove(full);
 }
 
+Status PrefixStore::remove_if_match(std::string_view key, const ETag& etag, bool known_current) {
+  OBJFS_ASSIGN_OR_RETURN(std::string full, Map(key));
+  return ForwardingStore::remove_if_match(full, etag, known_current);
+}
+
 Status PrefixStore::remove_many(const std::vector<std::string>& keys) {
   std::vector<std::string> mapped;
   mapped.reserve(keys.size());

@@ -289,6 +289,17 @@ Status ContentEtagStore::remove(std::string_view key) {
   return status;
 }
 
+Status ContentEtagStore::remove_if_match(std::string_view key, const ETag& etag,
+                                         bool known_current) {
+  // An MD5 names the version its record was made for, which the inner store checks.
+  Result<ETag> version = InnerETag(key, etag, "remove");
+  Status status =
+      version.ok() ? inner_->remove_if_match(key, *version, known_current) : version.status();
+  Forget(key);
+  ForgetCopies(key);
+  return status;
+}
+
 void ContentEtagStore::ForgetCopies(std::string_view key) {
   MutexLock lock(&copies_mu_);
   if (copies_.empty()) return;

@@ -75,6 +75,7 @@ class ContentEtagStore : public ForwardingStore {
   Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
                                     const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
+  Status remove_if_match(std::string_view key, const ETag& etag, bool known_current) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   // Moves the record of a file along with it (rename keeps size and mtime). Records of the
   // files in a renamed directory are not moved: those files are hashed again when asked.

@@ -229,6 +229,13 @@ Status ListingAttrStore::remove(std::string_view key) {
   return status;
 }
 
+Status ListingAttrStore::remove_if_match(std::string_view key, const ETag& etag,
+                                         bool known_current) {
+  Status status = ForwardingStore::remove_if_match(key, etag, known_current);
+  Written(key);
+  return status;
+}
+
 Status ListingAttrStore::remove_many(const std::vector<std::string>& keys) {
   Status status = ForwardingStore::remove_many(keys);
   for (const std::string& key : keys) Written(key);

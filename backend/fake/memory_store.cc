@@ -321,6 +321,20 @@ Status MemoryStore::remove(std::string_view key) {
   return Status::Ok();
 }
 
+Status MemoryStore::remove_if_match(std::string_view key, const ETag& etag,
+                                    bool /*known_current*/) {
+  OBJFS_RETURN_IF_ERROR(CheckKey(key));
+  MutexLock lock(&mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return Status::Ok();
+  if (CurrentETag(it->second) != etag) {
+    return PreconditionFailedError("object " + Quote(key) + " has ETag " +
+                                   CurrentETag(it->second).value() + ", not " + etag.value());
+  }
+  objects_.erase(it);
+  return Status::Ok();
+}
+
 Status MemoryStore::remove_many(const std::vector<std::string>& keys) {
   for (const std::string& key : keys) OBJFS_RETURN_IF_ERROR(CheckKey(key));
   MutexLock lock(&mu_);

@@ -82,6 +82,7 @@ class MemoryStore : public ObjectStore {
   Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
                                     const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
+  Status remove_if_match(std::string_view key, const ETag& etag, bool known_current) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   Status rename(std::string_view from, std::string_view to) override;
   Result<std::unique_ptr<Upload>> start_upload(std::string_view key,

@@ -1598,6 +1598,42 @@ Status S3Store::remove(std::string_view key) {
   return Status::Ok();
 }
 
+Status S3Store::remove_if_match(std::string_view key, const ETag& etag, bool known_current) {
+  const std::string what = What("DELETE", key);
+  if (!known_current) {
+    // Looked at first, as RGW (16) ignores If-Match on DELETE: that leaves another client the
+    // round trip up to the DELETE. AWS (and RGW since 2025) checks it where it deletes.
+    Result<ObjectInfo> current = head(key);
+    if (!current.ok()) {
+      return current.status().code() == StatusCode::kNotFound ? Status::Ok() : current.status();
+    }
+    if (current->etag != etag) {
+      return PreconditionFailedError(what + ": another version is there (ETag " +
+                                     current->etag.value() + ", expected " + etag.value() + ")");
+    }
+  }
+  Request req;
+  req.method = "DELETE";
+  req.key = std::string(key);
+  req.what = what;
+  const bool unquoted = unquoted_if_match_.load();
+  req.headers.emplace_back("if-match", unquoted ? etag.value() : etag.quoted());
+  Result<HttpResponse> resp = Execute(req);
+  if (!resp.ok() && resp.status().code() == StatusCode::kPreconditionFailed && !unquoted) {
+    // A server that compares the stored, unquoted ETag byte for byte (as RGW's PUT does) is
+    // asked again that way when the object still carries it.
+    Result<ObjectInfo> again = head(key);
+    if (again.ok() && again->etag == etag) {
+      req.headers.back().second = etag.value();
+      resp = Execute(req);
+      if (resp.ok()) unquoted_if_match_.store(true);
+    }
+  }
+  // NoSuchKey: gone already, or by an attempt whose reply was lost.
+  if (!resp.ok() && resp.status().code() != StatusCode::kNotFound) return resp.status();
+  return Status::Ok();
+}
+
 Status S3Store::remove_many(const std::vector<std::string>& keys) {
   for (size_t start = 0; start < keys.size(); start += kMaxDeleteBatch) {
     size_t end = std::min(keys.size(), start + kMaxDeleteBatch);

@@ -117,6 +117,7 @@ class S3Store : public ObjectStore {
   Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
                                     const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
+  Status remove_if_match(std::string_view key, const ETag& etag, bool known_current) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   // A multipart upload: write() is UploadPart, copy() UploadPartCopy of a range (with
   // x-amz-copy-source-if-match, and the base HEADed before its first copy and again before

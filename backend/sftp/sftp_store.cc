@@ -2171,6 +2171,39 @@ Status SftpStore::remove(std::string_view key) {
   });
 }
 
+Status SftpStore::remove_if_match(std::string_view key, const ETag& etag, bool /*known_current*/) {
+  if (IsMarker(key)) return InvalidKey(key);  // a version names a file
+  OBJFS_ASSIGN_OR_RETURN(KeyPaths paths, PathsOf(key));
+  return WithRetry([&](SftpConnection& c) -> Status {
+    MutexLock lock(&KeyLock(key));
+    // Under the key's commit lock, as a put with If-Match: another objfs client's conditional
+    // commit waits for it (any other SFTP client is left the round trip from the STAT on).
+    bool ours_left = false;
+    OBJFS_ASSIGN_OR_RETURN(std::string commit_lock, TakeCommitLock(c, paths, key, &ours_left));
+    Result<ObjectInfo> current = HeadOn(c, key);
+    Status done;
+    bool taken_over = false;  // then the lock is the other client's, and stays
+    if (!current.ok()) {
+      if (current.status().code() != StatusCode::kNotFound) done = current.status();
+    } else if (current->etag != etag) {
+      done = PreconditionFailedError("remove " + std::string(key) + ": another version is there (" +
+                                     current->etag.value() + ", expected " + etag.value() + ")");
+    } else if (Result<bool> still_ours = CheckCommitLock(c, commit_lock); !still_ours.ok()) {
+      done = still_ours.status();
+    } else if (!*still_ours) {
+      taken_over = true;
+      done = TransientError("remove " + std::string(key) + ": another client took over " +
+                            commit_lock + " (this mount stalled while removing it)");
+    } else if (sftp_unlink(c.sftp(), paths.data.c_str()) != 0) {
+      done = LibsshStatus(c, "remove " + std::string(key));
+      if (done.code() == StatusCode::kNotFound) done = Status::Ok();
+    }
+    if (!taken_over) ReleaseCommitLock(c, commit_lock);
+    if (!c.healthy()) return TransientError("remove " + std::string(key) + ": connection lost");
+    return done;
+  });
+}
+
 Result<ObjectInfo> SftpStore::symlink(std::string_view key, std::string_view target,
                                       const PutOptions& options) {
   if (IsMarker(key))

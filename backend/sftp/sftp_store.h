@@ -147,6 +147,7 @@ class SftpStore : public ObjectStore {
   Result<ObjectInfo> set_attributes(std::string_view key, const Metadata& metadata,
                                     const SetAttributesOptions& options) override;
   Status remove(std::string_view key) override;
+  Status remove_if_match(std::string_view key, const ETag& etag, bool known_current) override;
   Status remove_many(const std::vector<std::string>& keys) override;
   Status rename(std::string_view from, std::string_view to) override;
   // A link on the server (SSH_FXP_SYMLINK); head() and list() report links as links.

@@ -621,6 +621,27 @@ TEST_P(ObjectStoreConformance, RemoveOfMissingKeySucceeds) {
   EXPECT_TRUE(status.ok()) << status.ToString();
 }
 
+TEST_P(ObjectStoreConformance, RemoveIfMatchRemovesOnlyThatVersion) {
+  OBJFS_CONFORMANCE_OK(Put("versioned", "mine"));
+  Result<ObjectInfo> mine = store().head("versioned");
+  OBJFS_CONFORMANCE_OK(mine);
+  OBJFS_CONFORMANCE_OK(Put("versioned", "another client's, longer"));
+
+  Status refused = store().remove_if_match("versioned", mine->etag, /*known_current=*/false);
+  EXPECT_EQ(refused.code(), StatusCode::kPreconditionFailed) << refused.ToString();
+  Result<std::string> kept = ReadAll(store(), "versioned");
+  OBJFS_CONFORMANCE_OK(kept);
+  EXPECT_EQ(*kept, "another client's, longer");
+
+  Result<ObjectInfo> current = store().head("versioned");
+  OBJFS_CONFORMANCE_OK(current);
+  OBJFS_CONFORMANCE_OK(store().remove_if_match("versioned", current->etag, false));
+  EXPECT_EQ(store().head("versioned").status().code(), StatusCode::kNotFound);
+  // Nothing there: nothing to keep.
+  OBJFS_CONFORMANCE_OK(store().remove_if_match("versioned", current->etag, false));
+  EXPECT_TRUE(ListKeys().empty());
+}
+
 TEST_P(ObjectStoreConformance, RemoveMany) {
   std::vector<std::string> keys = {"many/1", "many/2", "many/3", "many/sub/4"};
   for (const std::string& key : keys) OBJFS_CONFORMANCE_OK(Put(key, key));

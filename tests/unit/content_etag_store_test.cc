@@ -471,6 +471,25 @@ TEST_F(ContentEtagStoreTest, PutIfMatchByMd5) {
   EXPECT_EQ(*etag, Md5Tag("second"));
 }
 
+// The MD5 a put returned names that version for a conditional removal too: the inner store
+// checks the version its record was made for.
+TEST_F(ContentEtagStoreTest, RemoveIfMatchByMd5) {
+  Result<ObjectInfo> mine = Put(*store_, "f", "mine");
+  ASSERT_TRUE(mine.ok());
+  ASSERT_EQ(mine->etag, Md5Tag("mine"));
+  Status removed = store_->remove_if_match("f", mine->etag, /*known_current=*/false);
+  EXPECT_TRUE(removed.ok()) << removed.ToString();
+  EXPECT_FALSE(inner_->head("f").ok());
+  EXPECT_FALSE(RecordOf("f").has_value());
+
+  mine = Put(*store_, "f", "mine");
+  ASSERT_TRUE(mine.ok());
+  ASSERT_TRUE(Put(*inner_, "f", "another client's").ok());
+  removed = store_->remove_if_match("f", mine->etag, /*known_current=*/false);
+  EXPECT_EQ(removed.code(), StatusCode::kPreconditionFailed) << removed.ToString();
+  EXPECT_EQ(inner_->contents("f"), "another client's");
+}
+
 TEST_F(ContentEtagStoreTest, RemoveDropsRecords) {
   for (const char* key : {"a", "b", "c"}) ASSERT_TRUE(Put(*store_, key, key).ok());
   ASSERT_TRUE(store_->remove("a").ok());
