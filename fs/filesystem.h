@@ -629,6 +629,11 @@ class Filesystem {
   // encryption (a HEAD) where the store keeps encryption and it is unknown (a record from a
   // listing), so that the upload under the new name keeps it. NotFound: none to keep.
   Status LearnStoredEncryption(Inode& inode, const std::string& key) REQUIRES(inode.mu);
+  // filesystem_dirs.cc: removes `key` from the store for the unsaved file `inode`, by `op` (rm,
+  // mv). An edit not uploaded yet removes only the version it was made to, as its upload would
+  // have replaced only that one (FileWriter::KeptBase): another client's version stored since
+  // stays, as though it came after the removal.
+  Status RemoveEdited(Inode& inode, const std::string& key, std::string_view op) REQUIRES(inode.mu);
   Status RenameFile(const std::string& from, const std::string& to,
                     const MetaRecord& src) NO_THREAD_SAFETY_ANALYSIS;
   Status RenameDirectory(const std::string& from, const std::string& to, const MetaRecord& src);

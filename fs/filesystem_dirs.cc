@@ -106,13 +106,16 @@ Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
 }
 
 Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* inode) {
-  bool local_only = false;
-  auto rec = Resolve(key);
-  if (!rec.ok()) {
+  // Created here and never uploaded, the file has nothing on the server: one of that name
+  // there is another client's, made since, and stays.
+  const bool only_here = inode != nullptr && inode->unsaved() && !inode->in_store;
+  bool local_only = only_here;
+  auto rec = only_here ? Result<MetaRecord>(NotFoundError(key)) : Resolve(key);
+  if (!only_here && !rec.ok()) {
     if (rec.status().code() != StatusCode::kNotFound) return rec.status();
     if (inode == nullptr || !LocalAttrLocked(*inode, ino)) return rec.status();
     local_only = true;  // created here, never uploaded
-  } else if (rec->is_dir) {
+  } else if (!only_here && rec->is_dir) {
     return Status(StatusCode::kIsDirectory, key + " is a directory");
   }
   if (!local_only) {
@@ -126,7 +129,8 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
     if (inode != nullptr) writer_->KeepStagedReadable(*inode);  // before its object goes
     if (inode != nullptr && inode->staged) staged_state = inode->staged->Orphan();
     if (inode != nullptr && inode->accepted_copy) copy_state = inode->accepted_copy->Orphan();
-    Status removed = store_->remove(key);
+    Status removed = inode != nullptr && inode->unsaved() ? RemoveEdited(*inode, key, "rm")
+                                                          : store_->remove(key);
     if (!removed.ok()) {
       if (inode != nullptr) {
         Status restored = inode->staged ? inode->staged->Restore(staged_state) : Status::Ok();
@@ -150,6 +154,19 @@ Status Filesystem::UnlinkLocked(const std::string& key, uint64_t ino, Inode* ino
   inodes_.Unbind(key);
   EntryChanged(key);
   return Status::Ok();
+}
+
+Status Filesystem::RemoveEdited(Inode& inode, const std::string& key, std::string_view op) {
+  const std::optional<ETag> edited = FileWriter::KeptBase(inode, key);
+  Status removed =
+      edited ? store_->remove_if_match(key, *edited, /*known_current=*/false) : store_->remove(key);
+  if (removed.code() == StatusCode::kPreconditionFailed) {
+    Log(LogLevel::kInfo, std::string(op) + " " + key + ": another client stored a version of it " +
+                             "since this mount's unsaved edit began, and it stays (" +
+                             removed.message() + ")");
+    return Status::Ok();
+  }
+  return removed.code() == StatusCode::kNotFound ? Status::Ok() : removed;
 }
 
 Result<Entry> Filesystem::MkNod(uint64_t parent, std::string_view name, uint32_t mode,

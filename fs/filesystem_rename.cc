@@ -201,8 +201,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
         // old one now, and the store renames it.
         Log(LogLevel::kWarn, "uploading " + from + " before its rename: " + described.message());
         failure = writer_->Upload(*inode, from, /*accept=*/false);
-      } else if (inode->in_store && !(removed = store_->remove(from)).ok() &&
-                 removed.code() != StatusCode::kNotFound) {
+      } else if (inode->in_store && !(removed = RemoveEdited(*inode, from, "mv")).ok()) {
         (void)inode->staged->Describe(from, metadata);
         if (inode->accepted_copy) (void)inode->accepted_copy->Describe(from, metadata);
         failure = removed.WithContext("renaming " + from);
@@ -336,8 +335,19 @@ Status Filesystem::RenameFile(const std::string& from, const std::string& to,
     }
     // The copy carries the change; the source keeps it (and its record) until it is gone, so
     // that a failed removal leaves the source as the mount shows it. (A record outliving the
-    // source meets no object of that ETag at the next mount.)
-    OBJFS_RETURN_IF_ERROR(store_->remove(from));
+    // source meets no object of that ETag at the next mount.) Only the version copied goes:
+    // another client's stored since stays, as though it came after the rename.
+    Status removed = source.etag.empty()
+                         ? store_->remove(from)
+                         : store_->remove_if_match(from, source.etag, /*known_current=*/true);
+    if (removed.code() == StatusCode::kPreconditionFailed) {
+      Log(LogLevel::kInfo, "mv " + from +
+                               ": another client stored a version of it during the "
+                               "rename, and it stays (" +
+                               removed.message() + ")");
+      removed = Status::Ok();
+    }
+    OBJFS_RETURN_IF_ERROR(removed);
     if (fold) writer_->ForgetHeldMetadata(*inode);
     meta_cache_.Invalidate(from);
     copied->size = source.size;

@@ -1159,6 +1159,43 @@ TEST_P(MountSuiteTest, AKilledMountsEditsNeverGoOverAnotherClientsChangesAtTheNe
   EXPECT_EQ(*remote().Read("new"), "theirs\n");
 }
 
+// rm and mv of files not uploaded yet (in the write-back window) act on what this mount made
+// and on nothing else: a file another client made of a new file's name meanwhile, or a version
+// it stored since an edit began, stays on the server, as though it came after them.
+TEST_P(MountSuiteTest, RmAndMvOfUnsavedFilesLeaveWhatAnotherClientStoredSince) {
+  if (!can().server_access) GTEST_SKIP() << "needs a second client on the server";
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "edited", "one\n"));
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "moved", "one\n"));
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
+  ASSERT_TRUE(mount);
+  for (const char* name : {"edited", "moved"}) {
+    const int fd = ::open((mount->path() + "/" + name).c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(fd, "mine\n", 5), 5);
+    char buf[16] = {};
+    ASSERT_EQ(::pread(fd, buf, sizeof buf, 0), 9) << std::strerror(errno);  // all of it here
+    ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  }
+  WriteFile(mount->path() + "/new", "mine\n");
+  EXPECT_EQ(*remote().Read("edited"), "one\n");  // in the window, not uploaded yet
+  EXPECT_FALSE(remote().Read("new").ok());
+  ASSERT_TRUE(remote().Write("edited", "one\ntheirs\n").ok());
+  ASSERT_TRUE(remote().Write("moved", "one\ntheirs\n").ok());
+  ASSERT_TRUE(remote().Write("new", "theirs\n").ok());
+
+  EXPECT_EQ(::unlink((mount->path() + "/edited").c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(::unlink((mount->path() + "/new").c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(::rename((mount->path() + "/moved").c_str(), (mount->path() + "/moved.1").c_str()), 0)
+      << std::strerror(errno);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(*remote().Read("edited"), "one\ntheirs\n");
+  EXPECT_EQ(*remote().Read("new"), "theirs\n");
+  EXPECT_EQ(*remote().Read("moved"), "one\ntheirs\n");
+  EXPECT_EQ(*remote().Read("moved.1"), "one\nmine\n");
+  const std::string unfinished = mount->cache_dir() + "/unfinished";
+  EXPECT_TRUE(!fs::exists(unfinished) || fs::is_empty(unfinished)) << mount->log();
+}
+
 // This mount's own changes between two uploads of one open file (an fsync, then a touch and a
 // chmod of it) are no other client's: the edit after them, which keeps the bytes uploaded
 // before, is stored by its close, not set aside. Also for an S3 object of parts, which a

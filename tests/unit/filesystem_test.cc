@@ -1213,6 +1213,19 @@ TEST_F(FilesystemTest, RenameFileIsCopyAndDeleteKeepingTheEtag) {
   EXPECT_EQ(ReadFile(*fs_, ino), "payload");
 }
 
+// A rename copies the source, then removes it: a version another client stored in between is
+// not the one copied, and stays, as though it came after the rename.
+TEST_F(FilesystemTest, ARenameLeavesAVersionAnotherClientStoredDuringItsCopy) {
+  PutObject("src", "copied");
+  const uint64_t ino = LookupIno(kRootIno, "src");
+  faults_->BeforeNth(StoreOp::kRemove, 1, [this] { PutObject("src", "theirs"); });
+  ASSERT_TRUE(fs_->Rename(kRootIno, "src", kRootIno, "dst", 0).ok());
+  EXPECT_EQ(memory_->contents("dst"), "copied");
+  EXPECT_EQ(memory_->contents("src"), "theirs");
+  EXPECT_EQ(ReadFile(*fs_, ino), "copied");
+  EXPECT_EQ(ReadFile(*fs_, LookupIno(kRootIno, "src")), "theirs");
+}
+
 TEST_F(FilesystemTest, RenameAndChmodOfOwnWritesAskNothingFirst) {
   UseRgwLikeCopies();
   WriteFile(kRootIno, "src", "mine");
@@ -2081,6 +2094,57 @@ TEST_F(WritebackTest, UnlinkInTheWindowUploadsNothing) {
   EXPECT_EQ(metrics_.put_requests.load(), 0u);
   EXPECT_FALSE(memory_->head("scratch").ok());
   EXPECT_TRUE(std::filesystem::is_empty(options_.cache_dir));
+}
+
+// A file created here and removed before its upload put nothing on the server: a file another
+// client made of its name meanwhile is that client's, and the rm leaves it, whether the create
+// was exclusive or truncating.
+TEST_F(WritebackTest, AnUnlinkInTheWindowLeavesAFileAnotherClientMadeOfItsName) {
+  WriteAndClose("exclusive", "mine");
+  WriteFile(kRootIno, "truncating", "mine");
+  for (const char* name : {"exclusive", "truncating"}) {
+    PutObject(name, "theirs");
+    ASSERT_TRUE(fs_->Unlink(kRootIno, name).ok());
+  }
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(metrics_.put_requests.load() + metrics_.remove_requests.load(), 0u);
+  for (const char* name : {"exclusive", "truncating"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(memory_->contents(name), "theirs");
+    EXPECT_EQ(ReadFile(*fs_, LookupIno(kRootIno, name)), "theirs");
+  }
+}
+
+// An edit removed or renamed before its upload goes with the version it was made to, and only
+// that one, as its upload would have replaced only that one: another client's version stored
+// since stays at the name, as though it came after the rm or mv. The renamed edit is stored
+// under its new name.
+TEST_F(WritebackTest, AnEditRemovedOrRenamedInTheWindowLeavesAVersionAnotherClientStoredSince) {
+  for (const char* name : {"removed", "renamed", "removed alone", "renamed alone"}) {
+    PutObject(name, "one\n");
+    auto fh = fs_->Open(LookupIno(kRootIno, name), O_RDWR | O_APPEND);
+    ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+    ASSERT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
+    std::string read(9, '\0');  // all of it here: the rename needs nothing more of it
+    ASSERT_TRUE(fs_->Read(*fh, 0, std::as_writable_bytes(std::span(read))).ok());
+    ASSERT_TRUE(fs_->Release(*fh).ok());
+  }
+  PutObject("removed", "one\ntheirs\n");
+  PutObject("renamed", "one\ntheirs\n");
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "removed").ok());
+  ASSERT_TRUE(fs_->Unlink(kRootIno, "removed alone").ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "renamed", kRootIno, "moved", 0).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "renamed alone", kRootIno, "moved alone", 0).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("removed"), "one\ntheirs\n");
+  EXPECT_EQ(memory_->contents("renamed"), "one\ntheirs\n");
+  EXPECT_EQ(memory_->contents("moved"), "one\nmine\n");
+  // With no other client, the version the edit was made to goes.
+  EXPECT_EQ(memory_->head("removed alone").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(memory_->head("renamed alone").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(memory_->contents("moved alone"), "one\nmine\n");
+  EXPECT_EQ(ReadFile(*fs_, LookupIno(kRootIno, "removed")), "one\ntheirs\n");
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
 }
 
 // Whether thread `tid` of this process sleeps in futex(2), as on a mutex another thread holds.
