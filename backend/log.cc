@@ -247,15 +247,78 @@ std::string TimeStamp() {
   return buf;
 }
 
-// `message` with its control characters written out ("\\n", "\\x1b"): a line of the log is one
-// message, whatever the names in it hold. A file name is any bytes but '/' and NUL, and another
-// user of an allow_other mount could otherwise write lines that look like objfs's own (a time
-// stamp, a level, a journal priority), or terminal escapes.
+// The UTF-8 sequence at `s[i]`: its length and code point, or 0 where the bytes are not one
+// (a stray byte, an overlong form, a surrogate, past U+10FFFF, cut short).
+size_t Utf8At(std::string_view s, size_t i, char32_t* cp) {
+  const auto lead = static_cast<unsigned char>(s[i]);
+  size_t n = 0;
+  char32_t min = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2;
+    *cp = lead & 0x1f;
+    min = 0x80;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3;
+    *cp = lead & 0x0f;
+    min = 0x800;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4;
+    *cp = lead & 0x07;
+    min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (s.size() - i < n) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    const auto next = static_cast<unsigned char>(s[i + k]);
+    if ((next & 0xc0) != 0x80) return 0;
+    *cp = (*cp << 6) | (next & 0x3f);
+  }
+  if (*cp < min || *cp > 0x10ffff || (*cp >= 0xd800 && *cp <= 0xdfff)) return 0;
+  return n;
+}
+
+// Characters that a terminal or viewer takes as more than a character: the C1 controls (CSI
+// among them), the ones that reorder text shown after them (bidirectional overrides, embeddings,
+// isolates and marks), and the line and paragraph separators.
+bool ActsOnText(char32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c || cp == 0x200e || cp == 0x200f ||
+         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+// `message` with its control characters written out ("\\n", "\\x1b", "\\u202e"): a line of the
+// log is one message, whatever the names in it hold. A file name is any bytes but '/' and NUL,
+// and another user of an allow_other mount could otherwise write lines that look like objfs's
+// own (a time stamp, a level, a journal priority), terminal escapes, or text that shows in
+// another order than it reads. Bytes that are not UTF-8 are written out too ("\\xff"); other
+// UTF-8 text stays as it is.
 std::string OneLine(std::string_view message) {
+  static constexpr char kHex[] = "0123456789abcdef";
   std::string line;
   line.reserve(message.size());
-  for (const char ch : message) {
+  const auto escape_byte = [&line](unsigned char byte) {
+    line += "\\x";
+    line += kHex[byte >> 4];
+    line += kHex[byte & 15];
+  };
+  for (size_t i = 0; i < message.size();) {
+    const char ch = message[i];
     const auto byte = static_cast<unsigned char>(ch);
+    char32_t cp = 0;
+    if (byte >= 0x80) {
+      const size_t n = Utf8At(message, i, &cp);
+      if (n > 0 && !ActsOnText(cp)) {
+        line.append(message.substr(i, n));
+      } else if (n > 0) {
+        line += "\\u";
+        for (int shift = 12; shift >= 0; shift -= 4) line += kHex[(cp >> shift) & 15];
+      } else {
+        escape_byte(byte);
+      }
+      i += n > 0 ? n : 1;
+      continue;
+    }
+    ++i;
     if (ch == '\\') {
       line += "\\\\";  // so that a name's own "\n" is told from a newline
     } else if (byte >= 0x20 && byte != 0x7f) {
@@ -267,10 +330,7 @@ std::string OneLine(std::string_view message) {
     } else if (ch == '\r') {
       line += "\\r";
     } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      line += "\\x";
-      line += kHex[byte >> 4];
-      line += kHex[byte & 15];
+      escape_byte(byte);
     }
   }
   return line;

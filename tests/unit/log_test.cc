@@ -85,6 +85,19 @@ TEST(LogTest, AFileGetsTheLinesAtAndAboveItsLevel) {
             std::string::npos)
       << forged;
 
+  // Nor characters that a terminal acts on (a C1 CSI), text that shows in another order than it
+  // reads (a right-to-left override), or bytes that are not UTF-8; other UTF-8 stays.
+  LogError(
+      "rm pub/caf\xc3\xa9 \xc2\x9b"
+      "2J \xe2\x80\xae"
+      "fdp.exe \xff\xc3 \xe2\x81\xa6 \xc0\xaf");
+  const std::string shown = ReadAll(path);
+  EXPECT_NE(shown.find("] error: rm pub/caf\xc3\xa9 \\u009b2J \\u202e"
+                       "fdp.exe \\xff\\xc3 \\u2066 "
+                       "\\xc0\\xaf\n"),
+            std::string::npos)
+      << shown;
+
   settings.path = "/nonexistent-dir/objfs.log";
   Status refused = Logger::Instance().Configure(settings);
   ASSERT_FALSE(refused.ok());
