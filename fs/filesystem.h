@@ -204,6 +204,10 @@ inline constexpr int kXattrReplace = 2;
 struct Owner {
   uint32_t uid = 0;
   uint32_t gid = 0;
+  // Whether the caller is in group `gid` by a supplementary group, for a permission check as
+  // the kernel's (FUSE reads them from /proc, so they are asked for only where a check needs
+  // them). Called only while the request is answered. Unset: no supplementary group.
+  std::function<bool(uint32_t gid)> in_group = nullptr;
 };
 
 struct CreatedFile {

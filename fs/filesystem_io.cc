@@ -135,16 +135,18 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
     if (caller && caller->uid != 0 && caller->uid != options_.uid) {
       // The kernel creates only a name it saw missing, so it checked this caller against the
       // directory alone: the file another client made there since is checked here as the
-      // kernel checks an open (default_permissions: mode and owner; a supplementary group of
-      // the caller's does not count here).
+      // kernel checks an open (default_permissions: mode, owner and group, the caller's
+      // supplementary groups too).
       OBJFS_ASSIGN_OR_RETURN(Entry found, GetAttr(ino));
       const int access = flags & O_ACCMODE;
       const uint32_t need =
           (access != O_WRONLY ? 4U : 0U) | (access != O_RDONLY || (flags & O_TRUNC) != 0 ? 2U : 0U);
       const uint32_t mode = found.attr.mode;
-      const uint32_t granted = caller->uid == found.attr.uid   ? (mode >> 6) & 7
-                               : caller->gid == found.attr.gid ? (mode >> 3) & 7
-                                                               : mode & 7;
+      const bool in_group =
+          caller->gid == found.attr.gid || (caller->in_group && caller->in_group(found.attr.gid));
+      const uint32_t granted = caller->uid == found.attr.uid ? (mode >> 6) & 7
+                               : in_group                    ? (mode >> 3) & 7
+                                                             : mode & 7;
       if ((granted & need) != need) {
         return Status(StatusCode::kPermissionDenied,
                       key + " was made by another client since it was seen missing, and uid " +

@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -319,10 +320,27 @@ void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
   });
 }
 
-// The uid and gid of the process behind a request: the owner of what it creates.
+// The uid and gid of the process behind a request: the owner of what it creates. Its
+// supplementary groups are read when a check asks (Owner::in_group), while the request is
+// answered; where they cannot be read (no /proc), it has none, and a check may refuse what the
+// kernel would allow, never the other way round.
 Owner CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return ctx == nullptr ? Owner{} : Owner{ctx->uid, ctx->gid};
+  if (ctx == nullptr) return Owner{};
+  Owner owner{ctx->uid, ctx->gid};
+  owner.in_group = [req](uint32_t gid) {
+    std::vector<gid_t> groups(32);
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+      if (n < 0) return false;
+      if (static_cast<size_t>(n) <= groups.size()) {
+        return std::find(groups.begin(), groups.begin() + n, gid) != groups.begin() + n;
+      }
+      groups.resize(static_cast<size_t>(n));  // more than asked for: again, with room for all
+    }
+    return false;
+  };
+  return owner;
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {

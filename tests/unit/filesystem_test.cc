@@ -819,6 +819,28 @@ TEST_F(FilesystemTest, ACreateThatFindsAnotherUsersFileChecksItsMode) {
   ASSERT_TRUE(fs_->Release(own->fh).ok());
 }
 
+// As the kernel's check, the caller's supplementary groups count: a member of the file's group
+// by one of them opens a group-writable file; a caller in neither its primary nor a
+// supplementary group of the file's does not.
+TEST_F(FilesystemTest, ACreateThatFindsAnotherUsersFileCountsTheCallersSupplementaryGroups) {
+  PutObject("team", "shared",
+            {{"mode", std::to_string(S_IFREG | 0660)}, {"uid", "0"}, {"gid", "50"}});
+  Owner member{1001, 1001};
+  std::vector<uint32_t> asked;
+  member.in_group = [&asked](uint32_t gid) {
+    asked.push_back(gid);
+    return gid == 50;
+  };
+  auto opened = fs_->Create(kRootIno, "team", 0644, O_WRONLY | O_CREAT | O_TRUNC, member);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_TRUE(fs_->Release(opened->fh).ok());
+  EXPECT_EQ(asked, std::vector<uint32_t>{50});
+  Owner outsider{1002, 1002};
+  outsider.in_group = [](uint32_t gid) { return gid == 60; };
+  auto refused = fs_->Create(kRootIno, "team", 0644, O_WRONLY | O_CREAT, outsider);
+  EXPECT_EQ(ErrnoFromStatus(refused.status()), EACCES);
+}
+
 // A create that finds a file and truncates it drops the file's set-ID bits, as an open with
 // O_TRUNC does, unless the caller is root: `: > f` by another user left a root 06777 file
 // -rwsrwsrwx when the kernel sent CREATE (a name it had seen missing).
