@@ -206,6 +206,7 @@ FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* ino
   queue.done = [this](uint64_t ino) { recovery_.Done(ino); };
   queue.upload_threads = options_.upload_threads;
   queue.retry_delay = Seconds(retry_seconds());
+  queue.max_retry_delay = Seconds(kMaxRetrySeconds);
   queue_ = std::make_unique<WritebackQueue>(std::move(queue));
   if ((writeback() || holds_metadata()) && options_.writeback_thread) queue_->Start();
 }
@@ -1345,6 +1346,7 @@ Status FileWriter::Close(uint64_t ino, Inode& inode) {
   if (writeback()) return DeferUpload(ino, inode);
   auto key = KeyOf(ino);
   Status status = key.ok() ? Upload(inode, *key) : key.status();
+  if (status.ok()) queue_->Succeeded(ino);
   // Its base is gone (LoseBase): set aside now, by the caller (Filesystem::Release).
   if (Unfinished(inode)) return status;
   // close(2) reported the failure; the data stays staged and is tried again in the background
@@ -1441,8 +1443,9 @@ Status FileWriter::Flush(uint64_t ino, const std::shared_ptr<Inode>& inode, bool
   const bool upload = inode->unsaved();
   if (!upload && !(with_metadata && inode->pending_metadata)) return Status::Ok();
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
-  if (upload) return Upload(*inode, key, accept);
-  return ApplyHeldMetadata(*inode, key);
+  Status done = upload ? Upload(*inode, key, accept) : ApplyHeldMetadata(*inode, key);
+  if (done.ok()) queue_->Succeeded(ino);
+  return done;
 }
 
 Status FileWriter::DeferUpload(uint64_t ino, Inode& inode) {
@@ -1475,18 +1478,18 @@ Status FileWriter::DeferUpload(uint64_t ino, Inode& inode) {
   return Status::Ok();
 }
 
-void FileWriter::NoteUploadFailure(const Status& failure) {
+void FileWriter::NoteUploadFailure(const Status& failure, std::chrono::nanoseconds retry) {
   Bump(metrics_->writeback_failures);
   char when[64];
-  std::snprintf(when, sizeof(when), "; kept in cache_dir, retrying in %.0f s", retry_seconds());
+  std::snprintf(when, sizeof(when), "; kept in cache_dir, retrying in %.0f s",
+                std::chrono::duration<double>(retry).count());
   // Data a close or the write-back window accepted is not on the server yet: an error, even
   // though it is kept and retried.
   Log(LogLevel::kError, failure.ToString() + when);
 }
 
 void FileWriter::RetryLater(uint64_t ino, const Status& failure) {
-  NoteUploadFailure(failure);
-  queue_->RetryLater(ino);
+  NoteUploadFailure(failure, queue_->RetryLater(ino));
   // Without a write-back window or held metadata nothing else started the thread, and the retry
   // the log line promises would wait for the unmount.
   if (options_.writeback_thread) queue_->Start();
@@ -1505,10 +1508,11 @@ uint64_t FileWriter::MakeRoom(const Inode* busy, uint64_t needed) {
       Status s = Upload(*inode, *key);
       if (s.ok()) {
         freed = size;
+        queue_->Succeeded(ino);
+      } else if (Unfinished(*inode)) {
+        queue_->RetryLater(ino);  // its base gone: the queue sets it aside
       } else {
-        // The queue retries it (or, its base gone, sets it aside).
-        if (!Unfinished(*inode)) NoteUploadFailure(s);
-        freed = s;
+        RetryLater(ino, s);  // logged with the delay its failures in a row give it
       }
     }
     inode->mu.Unlock();

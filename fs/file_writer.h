@@ -323,10 +323,12 @@ class FileWriter {
   // until `needed` bytes of staging files are gone, skipping `busy` and files whose lock another
   // request holds. Returns the bytes freed.
   uint64_t MakeRoom(const Inode* busy, uint64_t needed);
-  // A write-back upload failed: counted and logged.
-  void NoteUploadFailure(const Status& failure);
-  // Seconds before a failed background upload is tried again.
+  // A write-back upload failed and is tried again after `retry`: counted and logged.
+  void NoteUploadFailure(const Status& failure, std::chrono::nanoseconds retry);
+  // Seconds before a failed background upload is tried again (the first time: the delay
+  // doubles with each failure of the file in a row, up to kMaxRetrySeconds or this).
   double retry_seconds() const { return std::max(options_.writeback, 10.0); }
+  static constexpr double kMaxRetrySeconds = 300;
   // The upload (or held metadata change) of one file of the write-back queue; a failure is
   // rescheduled. Ok also when there was nothing to do.
   Status UploadDueFile(uint64_t ino);

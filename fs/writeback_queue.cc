@@ -73,15 +73,26 @@ void WritebackQueue::ScheduleAt(uint64_t ino, std::chrono::nanoseconds due) {
   cv_.Signal();
 }
 
-void WritebackQueue::RetryLater(uint64_t ino) {
+std::chrono::nanoseconds WritebackQueue::RetryLater(uint64_t ino) {
   std::optional<std::chrono::nanoseconds> earliest;
-  const std::chrono::nanoseconds due = options_.clock->now() + options_.retry_delay;
+  const std::chrono::nanoseconds most = std::max(options_.retry_delay, options_.max_retry_delay);
+  std::chrono::nanoseconds delay = options_.retry_delay;
+  std::chrono::nanoseconds due;
   {
     MutexLock lock(&mu_);
+    for (int doubled = failures_[ino]++; doubled > 0 && delay < most; --doubled) delay *= 2;
+    delay = std::min(delay, most);
+    due = options_.clock->now() + delay;
     earliest = EarliestLocked();
     due_[ino] = due;
   }
   NotifyIfEarlier(earliest, due);
+  return delay;
+}
+
+void WritebackQueue::Succeeded(uint64_t ino) {
+  MutexLock lock(&mu_);
+  failures_.erase(ino);
 }
 
 bool WritebackQueue::Queued(uint64_t ino) const {
@@ -128,6 +139,7 @@ Status WritebackQueue::RunDue() {
   }
   return RunAll(due, [this](uint64_t ino) {
     Status status = options_.work(ino);
+    if (status.ok()) Succeeded(ino);
     if (status.ok() && options_.done) options_.done(ino);
     return status;
   });

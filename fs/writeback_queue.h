@@ -48,8 +48,12 @@ class WritebackQueue {
     // Threads of the pool that runs due work (and RunAll): a pool of its own, so that
     // hundreds of files falling due at once never queue reads behind them.
     size_t upload_threads = 4;
-    // Delay before a failed file is tried again.
+    // Delay before a failed file is tried again. It doubles with each failure of the same file
+    // in a row, up to the larger of the two, and starts over once the file's work succeeds: a
+    // server that refuses a file for hours (a bucket policy, an ETag it rejects) is asked
+    // a few times an hour, not every retry_delay, and a short outage is still retried soon.
     std::chrono::nanoseconds retry_delay = std::chrono::seconds(30);
+    std::chrono::nanoseconds max_retry_delay = std::chrono::minutes(5);
   };
 
   explicit WritebackQueue(Options options);
@@ -68,8 +72,12 @@ class WritebackQueue {
   void ScheduleNoLaterThan(uint64_t ino, std::chrono::nanoseconds due);
   // Schedules `ino` at `due` whatever was queued.
   void ScheduleAt(uint64_t ino, std::chrono::nanoseconds due);
-  // Schedules `ino` again after the retry delay.
-  void RetryLater(uint64_t ino);
+  // Schedules `ino` again after the retry delay for its failures in a row (Options), which it
+  // returns.
+  std::chrono::nanoseconds RetryLater(uint64_t ino);
+  // The work of `ino` succeeded outside the queue (a close's or an fsync's upload): its next
+  // failure waits the first retry delay again.
+  void Succeeded(uint64_t ino);
 
   bool Queued(uint64_t ino) const;
   // The thread is running (Start was called, Stop was not).
@@ -106,6 +114,8 @@ class WritebackQueue {
   CondVar cv_;
   // inode -> due time (clock time)
   std::map<uint64_t, std::chrono::nanoseconds> due_ GUARDED_BY(mu_);
+  // inode -> failures of its work in a row (RetryLater), until it succeeds
+  std::map<uint64_t, int> failures_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_ GUARDED_BY(mu_);
 };

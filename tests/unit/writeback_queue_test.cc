@@ -107,6 +107,46 @@ TEST_F(WritebackQueueTest, RetryLaterWaitsTheRetryDelay) {
   EXPECT_EQ(Ran(), std::vector<uint64_t>{7});
 }
 
+// A file that keeps failing waits twice as long after each failure, up to max_retry_delay; once
+// its work succeeds, its next failure waits retry_delay again. (As the file writer uses it: the
+// work itself reschedules its failure.)
+TEST_F(WritebackQueueTest, RetriesOfAFileThatKeepsFailingBackOffUntilItSucceeds) {
+  WritebackQueue::Options options = QueueOptions();
+  options.max_retry_delay = seconds(100);
+  WritebackQueue* self = nullptr;
+  std::vector<std::chrono::nanoseconds> delays;
+  options.work = [&](uint64_t ino) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ran_.push_back(ino);
+    if (failing_.count(ino) == 0) return Status::Ok();
+    delays.push_back(self->RetryLater(ino));
+    return Status(StatusCode::kIoError, "403");
+  };
+  WritebackQueue queue(options);
+  self = &queue;
+  failing_ = {7};
+  delays.push_back(queue.RetryLater(7));  // the first failure, of a close's upload
+  for (int64_t wait : {30, 60, 100, 100}) {
+    clock_->Advance(seconds(wait - 1));
+    EXPECT_TRUE(queue.RunDue().ok());
+    EXPECT_TRUE(Ran().empty()) << wait;
+    clock_->Advance(seconds(1));
+    EXPECT_EQ(queue.RunDue().code(), StatusCode::kIoError);
+    EXPECT_EQ(Ran(), std::vector<uint64_t>{7});
+  }
+  EXPECT_EQ(delays, (std::vector<std::chrono::nanoseconds>{seconds(30), seconds(60), seconds(100),
+                                                           seconds(100), seconds(100)}));
+  failing_.clear();
+  clock_->Advance(seconds(100));
+  EXPECT_TRUE(queue.RunDue().ok());
+  EXPECT_EQ(Ran(), std::vector<uint64_t>{7});
+  EXPECT_EQ(queue.RetryLater(7), seconds(30));
+  // Success outside the queue starts over too.
+  EXPECT_EQ(queue.RetryLater(7), seconds(60));
+  queue.Succeeded(7);
+  EXPECT_EQ(queue.RetryLater(7), seconds(30));
+}
+
 // Files due together are uploaded in parallel: two uploads that each wait for the other finish.
 TEST_F(WritebackQueueTest, DueFilesRunInParallel) {
   WritebackQueue::Options options = QueueOptions();
