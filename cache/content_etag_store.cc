@@ -284,19 +284,32 @@ Result<ObjectInfo> ContentEtagStore::set_attributes(std::string_view key, const 
 
 Status ContentEtagStore::remove(std::string_view key) {
   Status status = inner_->remove(key);
+  // Not removed (a lost connection, a refusal): the record still names the object, and an
+  // edit's If-Match by its MD5 still finds it.
+  if (status.ok()) ForgetRemoved(key);
+  return status;
+}
+
+void ContentEtagStore::ForgetRemoved(std::string_view key) {
   Forget(key);
   ForgetCopies(key);
-  return status;
 }
 
 Status ContentEtagStore::remove_if_match(std::string_view key, const ETag& etag,
                                          bool known_current) {
-  // An MD5 names the version its record was made for, which the inner store checks.
+  // An MD5 names the version its record was made for, which the inner store checks. Without
+  // such a record the key holds another version, or nothing, which is no failure.
   Result<ETag> version = InnerETag(key, etag, "remove");
   Status status =
       version.ok() ? inner_->remove_if_match(key, *version, known_current) : version.status();
-  Forget(key);
-  ForgetCopies(key);
+  if (!version.ok() && inner_->head(key).status().code() == StatusCode::kNotFound) {
+    status = Status::Ok();
+  }
+  // Removed, or another version found there (whose record this is not): the record goes.
+  // Kept where the store removed nothing and found nothing new (a lock it waited for in vain).
+  if (status.ok() || (version.ok() && status.code() == StatusCode::kPreconditionFailed)) {
+    ForgetRemoved(key);
+  }
   return status;
 }
 

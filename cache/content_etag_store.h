@@ -112,6 +112,8 @@ class ContentEtagStore : public ForwardingStore {
   // The MD5 of a file that `key` (at `version`) was copied from or to, from its record, while
   // both still have the versions the copy left them with.
   std::optional<ETag> FromCopies(const std::string& key, const ETag& version);
+  // `key` was removed: its record and what is known of its copies go.
+  void ForgetRemoved(std::string_view key);
   // Drops what is known of copies from or to `key`: it was written, renamed or removed.
   void ForgetCopies(std::string_view key);
   static constexpr size_t kMaxCopies = 1 << 16;

@@ -1111,8 +1111,10 @@ Status SftpStore::MakeCommitLock(SftpConnection& c, const std::string& lock) {
 }
 
 Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths& paths,
-                                              std::string_view key, bool* ours_left) {
+                                              std::string_view key, std::string_view op,
+                                              bool* ours_left) {
   *ours_left = false;
+  const std::string what = std::string(op) + " " + std::string(key);
   SftpWire& wire = c.wire();
   const std::string lock = CommitLockName(paths);
   const auto deadline = std::chrono::steady_clock::now() + options_.commit_lock_wait;
@@ -1125,13 +1127,13 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
       seen_locks_.erase(lock);
       return lock;
     }
-    if (made.code() == StatusCode::kTransient) return made.WithContext("put " + std::string(key));
+    if (made.code() == StatusCode::kTransient) return made.WithContext(what);
     Result<LockHolder> held = LockHolderOf(c, lock);
     if (held.ok() && held->token == lock_token_) {
       // This store's own: a commit of the key whose connection broke before it removed the
       // lock (or lost the reply to its making), and none runs now but this one.
       if (options_.log) {
-        options_.log(LogLevel::kInfo, "put " + std::string(key) + ": " + lock +
+        options_.log(LogLevel::kInfo, what + ": " + lock +
                                           " was left by this mount's own commit, whose "
                                           "connection broke: taken again");
       }
@@ -1140,15 +1142,14 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       if (!held.ok() && held.status().code() == StatusCode::kNotFound) {
-        return TransientError("put " + std::string(key) + ": " + made.message());
+        return TransientError(what + ": " + made.message());
       }
-      return TransientError("put " + std::string(key) + ": another client is storing it (" + lock +
-                            " held for " + std::to_string(options_.commit_lock_wait.count()) +
-                            " ms)");
+      return TransientError(what + ": another client is storing it (" + lock + " held for " +
+                            std::to_string(options_.commit_lock_wait.count()) + " ms)");
     }
     if (!held.ok()) {
       if (held.status().code() != StatusCode::kNotFound) {
-        return held.status().WithContext("put " + std::string(key));
+        return held.status().WithContext(what);
       }
       // Not made, yet not there. A link the server refuses: made as a file. Another client's
       // lock released in between (SSH_FX_FAILURE, as for EEXIST; or a full disk): made again
@@ -1164,7 +1165,7 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
         }
       }
       if (made.code() != StatusCode::kIoError && ++missing >= 2) {
-        return made.WithContext("put " + std::string(key));
+        return made.WithContext(what);
       }
       continue;
     }
@@ -1182,7 +1183,7 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
         // (A directory put there is removed too, when empty.)
         if (sftp_unlink(c.sftp(), away.c_str()) != 0) (void)sftp_rmdir(c.sftp(), away.c_str());
         if (options_.log) {
-          options_.log(LogLevel::kWarn, "put " + std::string(key) + ": took over " + lock +
+          options_.log(LogLevel::kWarn, what + ": took over " + lock +
                                             ", left by a client that stopped while storing it");
         }
         continue;
@@ -1264,7 +1265,7 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
   auto locked_at = std::chrono::steady_clock::now();
   if (preconditions.if_match) {
     bool ours_left = false;
-    OBJFS_ASSIGN_OR_RETURN(commit_lock, TakeCommitLock(c, paths, key, &ours_left));
+    OBJFS_ASSIGN_OR_RETURN(commit_lock, TakeCommitLock(c, paths, key, "put", &ours_left));
     if (!ours_left) locked_at = std::chrono::steady_clock::now();
     Result<ObjectInfo> current = HeadOn(c, key);
     // Still this store's, after the STAT and just before the rename: one another client took
@@ -2179,7 +2180,8 @@ Status SftpStore::remove_if_match(std::string_view key, const ETag& etag, bool /
     // Under the key's commit lock, as a put with If-Match: another objfs client's conditional
     // commit waits for it (any other SFTP client is left the round trip from the STAT on).
     bool ours_left = false;
-    OBJFS_ASSIGN_OR_RETURN(std::string commit_lock, TakeCommitLock(c, paths, key, &ours_left));
+    OBJFS_ASSIGN_OR_RETURN(std::string commit_lock,
+                           TakeCommitLock(c, paths, key, "remove", &ours_left));
     Result<ObjectInfo> current = HeadOn(c, key);
     Status done;
     bool taken_over = false;  // then the lock is the other client's, and stays

@@ -293,8 +293,9 @@ class SftpStore : public ObjectStore {
   // it removed it (no commit of the key runs meanwhile: KeyLock): taken at once. Returns the
   // lock's path.
   // `*ours_left` says whether the lock found was this store's own, left by a commit before.
+  // `op` ("put", "remove") leads its errors and log lines.
   Result<std::string> TakeCommitLock(SftpConnection& c, const KeyPaths& paths, std::string_view key,
-                                     bool* ours_left);
+                                     std::string_view op, bool* ours_left);
   // Makes the lock: a link to lock_token_ or, on a server that makes none, a file (O_EXCL).
   Status MakeCommitLock(SftpConnection& c, const std::string& lock);
   Status MakeLockFile(SftpConnection& c, const std::string& lock);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/fake/memory_store.h"
+#include "backend/fault_injecting_store.h"
 #include "backend/md5.h"
 #include "backend/object_version.h"
 #include "tests/conformance/object_store_conformance.h"
@@ -488,6 +489,28 @@ TEST_F(ContentEtagStoreTest, RemoveIfMatchByMd5) {
   removed = store_->remove_if_match("f", mine->etag, /*known_current=*/false);
   EXPECT_EQ(removed.code(), StatusCode::kPreconditionFailed) << removed.ToString();
   EXPECT_EQ(inner_->contents("f"), "another client's");
+}
+
+// A removal that removed nothing (the connection lost, another client's commit lock waited for
+// in vain) keeps the record: an edit's If-Match by the MD5 still names the object, which is
+// still there, and a removal tried again by that MD5 goes through.
+TEST_F(ContentEtagStoreTest, ARemovalThatFailsKeepsTheRecord) {
+  auto faults = std::make_shared<FaultInjectingStore>(inner_);
+  ContentEtagStore store(faults, db_, &metrics_, /*racy_ns=*/0);
+  Result<ObjectInfo> mine = Put(store, "f", "mine");
+  ASSERT_TRUE(mine.ok());
+  faults->FailNth(StoreOp::kRemove, 1, TransientError("connection lost"));
+  faults->FailNth(StoreOp::kRemove, 2, TransientError("commit lock held"));
+  EXPECT_EQ(store.remove("f").code(), StatusCode::kTransient);
+  EXPECT_EQ(store.remove_if_match("f", mine->etag, false).code(), StatusCode::kTransient);
+  EXPECT_TRUE(RecordOf("f").has_value());
+  Result<ObjectInfo> head = store.head("f");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->etag, mine->etag);
+  Status removed = store.remove_if_match("f", mine->etag, false);
+  EXPECT_TRUE(removed.ok()) << removed.ToString();
+  EXPECT_FALSE(inner_->head("f").ok());
+  EXPECT_FALSE(RecordOf("f").has_value());
 }
 
 TEST_F(ContentEtagStoreTest, RemoveDropsRecords) {
