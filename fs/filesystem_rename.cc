@@ -208,6 +208,13 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       } else {
         inode->in_store = dst.ok();
         inode->stored_file.reset();  // the mode it goes up with is its own
+        // The version the data was staged from went with the old name (removed just now, or
+        // another client's since), and every byte of it the data lacked was fetched above:
+        // nothing is copied from it or asked of it any more. An upload under the old name
+        // again (mv back) asking it would fail against the removal this rename made.
+        inode->base.reset();
+        inode->touched.Clear();
+        inode->recovered.reset();
         // The new name before the inode is unlocked: a release racing the rename (the kernel
         // sends RELEASE after close(2) returns, so it may come after rsync's rename) describes
         // the file under the name it then has; under the old one, a crash would upload it as

@@ -2169,6 +2169,22 @@ TEST_F(WritebackTest, AnEditRemovedOrRenamedInTheWindowLeavesAVersionAnotherClie
   EXPECT_TRUE(SetAside(options_.cache_dir).empty());
 }
 
+// An edit moved away and back before its upload: the first mv removed the version it was made
+// to, so the upload under the old name again asks nothing of that version, and is stored.
+TEST_F(WritebackTest, AnEditMovedAwayAndBackIsStoredUnderItsName) {
+  PutObject("log", "one\n");
+  auto fh = fs_->Open(LookupIno(kRootIno, "log"), O_RDWR | O_APPEND);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "log", kRootIno, "log.1", 0).ok());
+  ASSERT_TRUE(fs_->Rename(kRootIno, "log.1", kRootIno, "log", 0).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("log"), "one\nmine\n");
+  EXPECT_EQ(memory_->head("log.1").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+}
+
 // Whether thread `tid` of this process sleeps in futex(2), as on a mutex another thread holds.
 bool SleepsOnAFutex(pid_t tid) {
   std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/syscall");
