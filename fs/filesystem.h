@@ -298,7 +298,7 @@ class Filesystem {
   // `owner`: who creates it (on a store that keeps owners); nullopt or a store that does not:
   // options.uid/gid.
   Result<Entry> MkDir(uint64_t parent, std::string_view name, uint32_t mode,
-                      std::optional<Owner> owner = std::nullopt);
+                      const std::optional<Owner>& owner = std::nullopt);
 
   // Removes an empty directory's marker. NotEmpty when any other key is under it,
   // NotDirectory when the name is a file.
@@ -322,14 +322,14 @@ class Filesystem {
   // locally. NotPermitted (EPERM) on a store without capabilities().special_files, and for any
   // other type; AlreadyExists if the name exists. Owned by `owner` as MkDir's is.
   Result<Entry> MkNod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
-                      std::optional<Owner> owner = std::nullopt);
+                      const std::optional<Owner>& owner = std::nullopt);
 
   // ---- Symbolic links ----
 
   // Creates `name` in `parent` pointing to `target` (an object holding the target, mode
   // S_IFLNK|0777).
   Result<Entry> Symlink(std::string_view target, uint64_t parent, std::string_view name,
-                        std::optional<Owner> owner = std::nullopt);
+                        const std::optional<Owner>& owner = std::nullopt);
   Result<std::string> ReadLink(uint64_t ino);
 
   // ---- Files ----
@@ -347,7 +347,7 @@ class Filesystem {
   // entry's lookup count grows by one.
   // A new file is owned by `owner` as MkDir's is.
   Result<CreatedFile> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
-                             std::optional<Owner> owner = std::nullopt);
+                             const std::optional<Owner>& owner = std::nullopt);
 
   // Reads up to buf.size() bytes at `offset`; fewer only at the end of the file. Unsaved data
   // is read from its staging file.

@@ -25,7 +25,7 @@ bool Filesystem::HasLocalFile(const std::string& key) {
 }
 
 Result<Entry> Filesystem::MkDir(uint64_t parent, std::string_view name, uint32_t mode,
-                                std::optional<Owner> caller) {
+                                const std::optional<Owner>& caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, NewChildKey(parent, name, /*for_directory=*/true));
   if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");
@@ -170,7 +170,7 @@ Status Filesystem::RemoveEdited(Inode& inode, const std::string& key, std::strin
 }
 
 Result<Entry> Filesystem::MkNod(uint64_t parent, std::string_view name, uint32_t mode,
-                                uint64_t rdev, std::optional<Owner> caller) {
+                                uint64_t rdev, const std::optional<Owner>& caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, NewChildKey(parent, name));
   const uint32_t type = mode & S_IFMT;
@@ -202,7 +202,7 @@ Result<Entry> Filesystem::MkNod(uint64_t parent, std::string_view name, uint32_t
 }
 
 Result<Entry> Filesystem::Symlink(std::string_view target, uint64_t parent, std::string_view name,
-                                  std::optional<Owner> caller) {
+                                  const std::optional<Owner>& caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, NewChildKey(parent, name));
   if (HasLocalFile(key)) return AlreadyExistsError(key + " exists");

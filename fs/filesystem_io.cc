@@ -94,7 +94,7 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
 }
 
 Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, uint32_t mode,
-                                       int flags, std::optional<Owner> caller) {
+                                       int flags, const std::optional<Owner>& caller) {
   OBJFS_RETURN_IF_ERROR(CheckWritable());
   OBJFS_ASSIGN_OR_RETURN(std::string key, NewChildKey(parent, name));
   bool exists = false;

@@ -1133,7 +1133,7 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
       // This store's own: a commit of the key whose connection broke before it removed the
       // lock (or lost the reply to its making), and none runs now but this one.
       if (options_.log) {
-        options_.log(LogLevel::kInfo, what + ": " + lock +
+        options_.log(LogLevel::kInfo, std::string(what).append(": ") + lock +
                                           " was left by this mount's own commit, whose "
                                           "connection broke: taken again");
       }
@@ -1142,10 +1142,11 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       if (!held.ok() && held.status().code() == StatusCode::kNotFound) {
-        return TransientError(what + ": " + made.message());
+        return TransientError(std::string(what).append(": ") + made.message());
       }
-      return TransientError(what + ": another client is storing it (" + lock + " held for " +
-                            std::to_string(options_.commit_lock_wait.count()) + " ms)");
+      return TransientError(std::string(what).append(": another client is storing it (") + lock +
+                            " held for " + std::to_string(options_.commit_lock_wait.count()) +
+                            " ms)");
     }
     if (!held.ok()) {
       if (held.status().code() != StatusCode::kNotFound) {
@@ -1183,7 +1184,7 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
         // (A directory put there is removed too, when empty.)
         if (sftp_unlink(c.sftp(), away.c_str()) != 0) (void)sftp_rmdir(c.sftp(), away.c_str());
         if (options_.log) {
-          options_.log(LogLevel::kWarn, what + ": took over " + lock +
+          options_.log(LogLevel::kWarn, std::string(what).append(": took over ") + lock +
                                             ", left by a client that stopped while storing it");
         }
         continue;
