@@ -1110,6 +1110,17 @@ TEST_P(MountSuiteTest, AnEditOfAVersionAnotherClientReplacedIsSetAsideNotStoredO
   EXPECT_EQ(*remote().Read("log"), "one\ntheirs\n");
 }
 
+// Appends "mine\n" to the 4-byte file at `path` and reads all 9 bytes back before the close:
+// the whole file is then staged here (an edit whose upload needs nothing more of its base).
+void AppendMineReadWhole(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "mine\n", 5), 5);
+  char buf[16] = {};
+  ASSERT_EQ(::pread(fd, buf, sizeof buf, 0), 9) << std::strerror(errno);
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+}
+
 // kill -9 while edits wait in the write-back window, then another client changes the files: the
 // next mount's uploads ask of each key what this mount's would have. An append to a log read
 // whole here (so its record names no base to fetch), onto a version another client replaced
@@ -1123,12 +1134,7 @@ TEST_P(MountSuiteTest, AKilledMountsEditsNeverGoOverAnotherClientsChangesAtTheNe
   std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
   ASSERT_TRUE(mount);
   for (const char* name : {"log", "kept"}) {
-    const int fd = ::open((mount->path() + "/" + name).c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
-    ASSERT_GE(fd, 0) << std::strerror(errno);
-    ASSERT_EQ(::write(fd, "mine\n", 5), 5);
-    char buf[16] = {};
-    ASSERT_EQ(::pread(fd, buf, sizeof buf, 0), 9) << std::strerror(errno);  // all of it here
-    ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+    ASSERT_NO_FATAL_FAILURE(AppendMineReadWhole(mount->path() + "/" + name));
   }
   const int fd =
       ::open((mount->path() + "/new").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -1169,12 +1175,7 @@ TEST_P(MountSuiteTest, RmAndMvOfUnsavedFilesLeaveWhatAnotherClientStoredSince) {
   std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
   ASSERT_TRUE(mount);
   for (const char* name : {"edited", "moved"}) {
-    const int fd = ::open((mount->path() + "/" + name).c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
-    ASSERT_GE(fd, 0) << std::strerror(errno);
-    ASSERT_EQ(::write(fd, "mine\n", 5), 5);
-    char buf[16] = {};
-    ASSERT_EQ(::pread(fd, buf, sizeof buf, 0), 9) << std::strerror(errno);  // all of it here
-    ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+    ASSERT_NO_FATAL_FAILURE(AppendMineReadWhole(mount->path() + "/" + name));
   }
   WriteFile(mount->path() + "/new", "mine\n");
   EXPECT_EQ(*remote().Read("edited"), "one\n");  // in the window, not uploaded yet
