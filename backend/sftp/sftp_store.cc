@@ -3,14 +3,18 @@
 #include <fcntl.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -26,14 +30,29 @@
 namespace objfs::sftp {
 namespace {
 
-// What a store's commit locks point to: 128 random bits, so that no other client's is the same.
-std::string NewLockToken() {
-  std::array<uint8_t, 16> bytes{};
-  if (RAND_bytes(bytes.data(), bytes.size()) != 1) {
-    std::random_device random;
-    for (uint8_t& b : bytes) b = static_cast<uint8_t>(random());
+// This machine's boot and this process's PID namespace, as a commit lock's token names them
+// (see CommitLockToken): empty where /proc does not tell.
+std::string ReadBootAndPidNamespace() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  if (!(boot >> boot_id) || boot_id.size() != 36 ||
+      boot_id.find_first_not_of("0123456789abcdef-") != std::string::npos) {
+    return {};
   }
-  return "objfs-commit-lock-" + HexMd5(bytes);  // (any 16 bytes in hex)
+  std::array<char, 64> ns{};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", ns.data(), ns.size() - 1);
+  if (n <= 0) return {};
+  std::string pid_ns(ns.data(), static_cast<size_t>(n));  // "pid:[4026531836]"
+  const size_t open = pid_ns.find('['), close = pid_ns.find(']');
+  if (open == std::string::npos || close == std::string::npos || close <= open + 1) return {};
+  pid_ns = pid_ns.substr(open + 1, close - open - 1);
+  if (pid_ns.find_first_not_of("0123456789") != std::string::npos) return {};
+  return boot_id + "." + pid_ns;
+}
+
+const std::string& ThisBootAndPidNamespace() {
+  static const std::string kHere = ReadBootAndPidNamespace();
+  return kHere;
 }
 
 // Whether the server refused a request as such (sftp-server -P, or a server without it).
@@ -292,9 +311,39 @@ SftpStore::SftpStore(SftpStoreOptions options)
                                .request_timeout = options_.request_timeout,
                                .log = options_.log},
             options_.sessions),
-      lock_token_(NewLockToken()) {
+      lock_token_(CommitLockToken(::getpid())) {
   const int slots = std::clamp(options_.sessions / 2, 0, static_cast<int>(Md5Slots::max()));
   if (slots > 0) md5_slots_ = std::make_unique<Md5Slots>(slots);
+}
+
+std::string CommitLockToken(pid_t pid) {
+  std::array<uint8_t, 16> bytes{};
+  if (RAND_bytes(bytes.data(), bytes.size()) != 1) {
+    std::random_device random;
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(random());
+  }
+  std::string token = "objfs-commit-lock-" + HexMd5(bytes);  // (any 16 bytes in hex)
+  const std::string& here = ThisBootAndPidNamespace();
+  if (!here.empty()) token += "." + here + "." + std::to_string(pid);
+  return token;
+}
+
+bool CommitLockHolderGone(std::string_view token) {
+  const std::string& here = ThisBootAndPidNamespace();
+  const size_t random_end = token.find('.');
+  if (here.empty() || random_end == std::string_view::npos) return false;
+  const std::string_view rest = token.substr(random_end + 1);
+  if (rest.size() <= here.size() + 1 || rest.substr(0, here.size()) != here ||
+      rest[here.size()] != '.') {
+    return false;  // another machine's, or another boot's or PID namespace's: not for us to tell
+  }
+  const std::string_view pid_text = rest.substr(here.size() + 1);
+  pid_t pid = 0;
+  auto [end, error] = std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
+  if (error != std::errc() || end != pid_text.data() + pid_text.size() || pid <= 1) return false;
+  // ESRCH only: a process of that PID (another user's: EPERM; or the PID used again) may be
+  // the holder, and its lock is left to stale_commit_lock.
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 Status SftpStore::CheckRoot() {
@@ -1171,8 +1220,10 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
       continue;
     }
     missing = 0;
-    if (LockLeftBehind(lock, *held)) {
-      // Left by a client that died between its lock and its rename. Moved away first, so that
+    const bool holder_gone = CommitLockHolderGone(held->token);
+    if (holder_gone || LockLeftBehind(lock, *held)) {
+      // Left by a client that died between its lock and its rename: one of this machine whose
+      // process is gone, or one whose lock stood for stale_commit_lock. Moved away first, so that
       // of two clients taking it over one does; and put back if what moved was no longer that
       // lock but a live client's new one.
       const std::string away = TempName(paths.dir);
@@ -1184,8 +1235,12 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
         // (A directory put there is removed too, when empty.)
         if (sftp_unlink(c.sftp(), away.c_str()) != 0) (void)sftp_rmdir(c.sftp(), away.c_str());
         if (options_.log) {
-          options_.log(LogLevel::kWarn, std::string(what).append(": took over ") + lock +
-                                            ", left by a client that stopped while storing it");
+          options_.log(LogLevel::kWarn,
+                       std::string(what).append(": took over ") + lock +
+                           (holder_gone ? ", left by a mount of this machine that is no longer "
+                                          "running (process " +
+                                              held->token.substr(held->token.rfind('.') + 1) + ")"
+                                        : ", left by a client that stopped while storing it"));
         }
         continue;
       }

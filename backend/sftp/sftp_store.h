@@ -19,6 +19,8 @@
 // extension when it has one. Names beginning with ".objfs-" are reserved (temporary names).
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -125,6 +127,18 @@ struct SftpStoreOptions {
   // chown; elsewhere the account's.
   bool owner_from_caller = false;
 };
+
+// What a store's commit locks point to (SftpStore::TakeCommitLock): 128 random bits, so that no
+// other client's is the same; then, where /proc tells them, this machine's boot ID, the PID
+// namespace of process `pid` and that PID. Another mount on this machine that finds the lock
+// can tell from them that the process that took it is gone (CommitLockHolderGone).
+std::string CommitLockToken(pid_t pid);
+// Whether a commit lock pointing to `token` was left by a process of this machine, this boot and
+// this PID namespace that no longer runs (no process has its PID): killed while it stored the
+// file, its lock protects nothing, and is taken over at once rather than after
+// stale_commit_lock. False for any other token: another machine's, an older objfs's, a live
+// process's or one this process cannot see.
+bool CommitLockHolderGone(std::string_view token);
 
 class SftpStore : public ObjectStore {
  public:
@@ -288,7 +302,8 @@ class SftpStore : public ObjectStore {
   // removes it after its rename. Waits for another client's lock up to commit_lock_wait (then
   // Transient, and the upload is tried again later); one this mount has seen stand unchanged
   // for stale_commit_lock (by its own monotonic clock, across those tries: a commit holds it for
-  // a few round trips), left by a client that died while committing, is taken over. One that
+  // a few round trips), left by a client that died while committing, is taken over; at once, one
+  // whose holder was a process of this machine that no longer runs (CommitLockHolderGone). One that
   // points to lock_token_ is this store's own, left by a commit whose connection broke before
   // it removed it (no commit of the key runs meanwhile: KeyLock): taken at once. Returns the
   // lock's path.

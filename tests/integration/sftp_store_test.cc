@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,6 +56,8 @@ namespace objfs {
 namespace {
 
 namespace fs = std::filesystem;
+using sftp::CommitLockHolderGone;
+using sftp::CommitLockToken;
 using sftp::SftpStore;
 using sftp::SftpStoreOptions;
 
@@ -847,6 +850,57 @@ TEST_F(SftpStoreTest, ACommitLockIsWaitedForAndOneLeftByACrashIsTakenOver) {
   ASSERT_TRUE(stored.ok()) << stored.status().ToString();
   EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d/file"), "old and new");
   EXPECT_FALSE(fs::exists(lock));
+  EXPECT_TRUE(TemporaryFiles(root_).empty()) << TemporaryFiles(root_).front();
+}
+
+// A PID no process has: a child's, after it exited and was waited for.
+pid_t GonePid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  if (child > 0) waitpid(child, &status, 0);
+  return child;
+}
+
+// A mount killed while it stored a file leaves its commit lock. The next mount on the same
+// machine sees from the lock's token that its process is gone, and takes it over at once rather
+// than after stale_commit_lock (30 s by default). A lock whose process runs, or whose token names
+// another boot, is waited for as any other.
+TEST_F(SftpStoreTest, ACommitLockOfAProcessOfThisMachineThatIsGoneIsTakenOverAtOnce) {
+  std::shared_ptr<SftpStore> store;
+  PutOptions edit;
+  fs::path lock;
+  ASSERT_NO_FATAL_FAILURE(
+      LockedByAnotherClient(std::chrono::milliseconds(300), &store, &edit, &lock));
+  const pid_t gone = GonePid();
+  ASSERT_GT(gone, 0);
+  const std::string gone_token = CommitLockToken(gone);
+  const size_t boot = gone_token.find('.');
+  ASSERT_NE(boot, std::string::npos) << "no boot ID or PID namespace in " << gone_token;
+  std::string other_boot = gone_token;
+  other_boot[boot + 1] = other_boot[boot + 1] == '0' ? '1' : '0';
+  const std::string live_token = CommitLockToken(getpid());  // another store of this process
+  EXPECT_FALSE(CommitLockHolderGone(live_token));
+  EXPECT_TRUE(CommitLockHolderGone(gone_token));
+
+  for (const std::string& held : {live_token, other_boot, std::string("objfs-commit-lock-1")}) {
+    fs::remove(lock);
+    fs::create_symlink(held, lock);
+    Result<ObjectInfo> waited =
+        store->put("d/file", MemorySource(std::string_view("old and new")), edit);
+    ASSERT_FALSE(waited.ok()) << held;
+    EXPECT_EQ(waited.status().code(), StatusCode::kTransient) << waited.status().ToString();
+    EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d/file"), "old") << held;
+    EXPECT_EQ(fs::read_symlink(lock).string(), held);
+  }
+
+  fs::remove(lock);
+  fs::create_symlink(gone_token, lock);
+  Result<ObjectInfo> stored =
+      store->put("d/file", MemorySource(std::string_view("old and new")), edit);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(ReadLocalFile(fs::path(root_) / "d/file"), "old and new");
+  EXPECT_FALSE(fs::exists(fs::symlink_status(lock)));
   EXPECT_TRUE(TemporaryFiles(root_).empty()) << TemporaryFiles(root_).front();
 }
 
