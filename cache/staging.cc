@@ -146,6 +146,14 @@ Status StagedFile::CutStaleTail() {
 }
 
 Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
+  if (reserve_ != nullptr) {
+    const uint64_t end = offset + data.size();
+    uint64_t taking = end > size_ ? end - std::max(offset, size_) : 0;
+    for (const ExtentSet::Range& r : MissingBase(offset, data.size())) {
+      taking += std::min(r.end, size_) - std::min(r.start, size_);
+    }
+    OBJFS_RETURN_IF_ERROR(reserve_->Take(taking));
+  }
   synced_ = false;
   if (offset > size_) {
     OBJFS_RETURN_IF_ERROR(CutStaleTail());
@@ -221,7 +229,13 @@ std::vector<ExtentSet::Range> StagedFile::MissingBase(uint64_t offset, uint64_t 
 }
 
 Status StagedFile::FillBase(uint64_t offset, std::span<const std::byte> data) {
-  for (const ExtentSet::Range& r : MissingBase(offset, data.size())) {
+  const std::vector<ExtentSet::Range> missing = MissingBase(offset, data.size());
+  if (reserve_ != nullptr) {
+    uint64_t taking = 0;
+    for (const ExtentSet::Range& r : missing) taking += r.end - r.start;
+    OBJFS_RETURN_IF_ERROR(reserve_->Take(taking));
+  }
+  for (const ExtentSet::Range& r : missing) {
     const std::span<const std::byte> piece = data.subspan(r.start - offset, r.end - r.start);
     size_t done = 0;
     while (done < piece.size()) {
@@ -330,7 +344,7 @@ void StagedFile::Remove() {
   removed_ = true;
 }
 
-Result<std::unique_ptr<StagingArea>> StagingArea::Open(const std::string& dir) {
+Result<std::unique_ptr<StagingArea>> StagingArea::Open(const std::string& dir, uint64_t reserve) {
   if (dir.empty()) return InvalidArgumentError("no staging directory (cache_dir) given");
   std::string path;
   for (size_t i = 0; i <= dir.size(); ++i) {
@@ -344,7 +358,7 @@ Result<std::unique_ptr<StagingArea>> StagingArea::Open(const std::string& dir) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus("stat", dir, errno);
   if (!S_ISDIR(st.st_mode)) return InvalidArgumentError(dir + " is not a directory");
-  return std::unique_ptr<StagingArea>(new StagingArea(dir));
+  return std::unique_ptr<StagingArea>(new StagingArea(dir, reserve));
 }
 
 Result<std::unique_ptr<StagedFile>> StagingArea::Create() {
@@ -358,7 +372,9 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Create() {
     }
     // A record left by an earlier process of this PID would describe the new data.
     ::unlink((base + ".meta").c_str());
-    return std::unique_ptr<StagedFile>(new StagedFile(fd, data_path, base + ".meta", 0));
+    std::unique_ptr<StagedFile> file(new StagedFile(fd, data_path, base + ".meta", 0));
+    file->reserve_ = reserve_;
+    return file;
   }
   return IoError("cannot find a free staging file name in " + dir_);
 }
@@ -483,6 +499,7 @@ Result<std::unique_ptr<StagedFile>> StagingArea::Adopt(const StagedLeftover& lef
   }
   std::unique_ptr<StagedFile> file(
       new StagedFile(fd, left.data_path, left.meta_path, static_cast<uint64_t>(st.st_size)));
+  file->reserve_ = reserve_;
   if (!left.base_key.empty()) {
     file->base_key_ = left.base_key;
     file->base_etag_ = left.base_etag;

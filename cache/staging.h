@@ -33,6 +33,7 @@
 #include "backend/mutex.h"
 #include "backend/object_store.h"
 #include "backend/status.h"
+#include "cache/disk_reserve.h"
 #include "cache/extent_set.h"
 #include "cache/records.h"
 
@@ -49,7 +50,9 @@ class StagedFile {
 
   // Reads up to buf.size() bytes at offset (short only at the end).
   Result<size_t> ReadAt(uint64_t offset, std::span<std::byte> buf) const;
-  // Writes all of `data` at offset, growing the file as needed.
+  // Writes all of `data` at offset, growing the file as needed. The bytes that take new space
+  // (past the end, or where a sparse file lacks its base's) are taken from the area's
+  // DiskReserve first: NoSpace, nothing written, when it refuses them.
   Status WriteAt(uint64_t offset, std::span<const std::byte> data);
   Status Truncate(uint64_t size);
   // Flushes the data to disk (fdatasync), unless nothing was written since the last Sync.
@@ -107,7 +110,7 @@ class StagedFile {
   std::vector<ExtentSet::Range> MissingBase(uint64_t offset, uint64_t length) const;
   // Stores `data`, the base's bytes at `offset`, where they are still missing (never over a
   // written byte), and counts them as present. Once nothing is missing the file forgets its
-  // base.
+  // base. The bytes stored are taken from the area's DiskReserve first.
   Status FillBase(uint64_t offset, std::span<const std::byte> data);
   // Deletes the data file and its sidecar (after a successful upload).
   void Remove();
@@ -125,6 +128,7 @@ class StagedFile {
   Status CutStaleTail();
 
   int fd_;
+  std::shared_ptr<DiskReserve> reserve_;  // the area's; null: none
   std::string data_path_;
   std::string meta_path_;
   uint64_t size_;
@@ -209,8 +213,9 @@ struct StagedLeftover {
 
 class StagingArea {
  public:
-  // Uses (and creates) directory `dir`.
-  static Result<std::unique_ptr<StagingArea>> Open(const std::string& dir);
+  // Uses (and creates) directory `dir`. Staged bytes leave `reserve` bytes free on its file
+  // system beyond the blocks it keeps for root (cache/disk_reserve.h).
+  static Result<std::unique_ptr<StagingArea>> Open(const std::string& dir, uint64_t reserve = 0);
 
   // A new, empty staging file, without a record (see the top of this file).
   Result<std::unique_ptr<StagedFile>> Create();
@@ -255,9 +260,12 @@ class StagingArea {
   const std::string& dir() const { return dir_; }
 
  private:
-  explicit StagingArea(std::string dir) : dir_(std::move(dir)) {}
+  StagingArea(std::string dir, uint64_t reserve)
+      : dir_(dir),
+        reserve_(std::make_shared<DiskReserve>(DiskReserve::FreeSpaceOf(dir), reserve)) {}
 
   std::string dir_;
+  std::shared_ptr<DiskReserve> reserve_;
   Mutex mu_;  // lock 6 of fs/lock_order.h
   uint64_t next_id_ GUARDED_BY(mu_) = 0;
 

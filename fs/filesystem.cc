@@ -89,7 +89,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(std::shared_ptr<ObjectSto
   if (options.content_etags == nullptr) {
     options.content_etags = dynamic_cast<ContentEtagStore*>(store.get());
   }
-  OBJFS_ASSIGN_OR_RETURN(auto staging, StagingArea::Open(options.cache_dir));
+  OBJFS_ASSIGN_OR_RETURN(auto staging, StagingArea::Open(options.cache_dir, options.cache_reserve));
   std::unique_ptr<Filesystem> fs(
       new Filesystem(std::move(store), std::move(options), metrics, std::move(clock)));
   fs->staging_ = std::move(staging);

@@ -87,8 +87,11 @@ struct FilesystemOptions {
   double entry_timeout = 1.0;     // seconds
   double negative_timeout = 1.0;  // seconds a "no such name" answer is cached
   std::string cache_dir;          // where staging files live (created if missing); required
-  PrefetchOptions prefetch;       // read_buffer and max_readahead of every open file
-  int io_threads = 8;             // threads of the backend I/O pool used by prefetching
+  // Staging leaves this many bytes free on cache_dir's file system beyond the blocks it keeps
+  // for root (cache/disk_reserve.h); a write that would take them fails with ENOSPC.
+  uint64_t cache_reserve = 0;
+  PrefetchOptions prefetch;  // read_buffer and max_readahead of every open file
+  int io_threads = 8;        // threads of the backend I/O pool used by prefetching
   // ReadDir fetches the metadata of the files of a listing page in parallel while the
   // directory's listing has not passed this many such files (0: never); the later ones are left
   // to lookups.

@@ -72,6 +72,8 @@
 //                         (backend/sftp/sftp_store.h).
 //  35. KeyResolver::root_mu_  the root's attributes the server last gave (fs/key_resolver.h);
 //                         held only to read or set them, never across a request.
+//  36. DiskReserve::mu_ (cache/disk_reserve.h)  what may still be staged before cache_dir's
+//                         free space is asked again; held across that statvfs only.
 //
 // The test fixtures' FaultProxy::mu_ and the list of test servers are leaves of the tests.
 // Counters (backend/metrics.h, ReadBudget) are atomics, never locks.

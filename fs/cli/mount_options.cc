@@ -623,6 +623,19 @@ std::vector<OptionSpec> BuildOptionSpecs() {
              state.cache_dir = true;
              return Status::Ok();
            }},
+      {.names = {"cache_reserve"},
+       .value = V::kRequired,
+       .value_name = "SIZE",
+       .meaning = "free space that writes staged in `cache_dir` leave on its disk beyond the "
+                  "blocks the file system keeps for root (ext4's 5%), which they never take "
+                  "either, even when objfs runs as root: a write that would take it fails with "
+                  "`ENOSPC`, so that no user of an `allow_other` mount can fill that disk",
+       .default_value = "0",
+       .apply = [](std::string_view name, std::string_view value, MountOptions& out,
+                   OptionState&) -> Status {
+         OBJFS_ASSIGN_OR_RETURN(out.fs.cache_reserve, ParseSizeOption(value, name, 0));
+         return Status::Ok();
+       }},
       {.names = {"data_cache"},
        .value = V::kRequired,
        .value_name = "DIR",

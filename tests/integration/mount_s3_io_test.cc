@@ -254,6 +254,54 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
   }
 }
 
+// cache_reserve: writes staged in cache_dir leave that much of its disk free. On an 8 MiB disk
+// with 6 MiB reserved, a 1 MiB file goes up and a 4 MiB one fails with ENOSPC, as on a full
+// disk, though the disk had room for it: another user of an allow_other mount cannot fill the
+// disk that root's cache_dir is on. Bad values are refused at mount.
+TEST(MountS3IoTest, CacheReserveKeepsWritesFromTakingTheLastOfTheCacheDisk) {
+  SmallDisk small;
+  ASSERT_TRUE(small.ok());
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  const std::string fits = PseudoRandomBytes(1 << 20, 30);
+  const std::string big = PseudoRandomBytes(4 << 20, 31);
+  {
+    ObjfsMount::Options options;
+    options.cache_dir = small.path() + "/cache";
+    options.extra_options = "cache_reserve=6M";
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+    ASSERT_TRUE(mount);
+    WriteFile(mount->path() + "/fits", fits);
+    int fd = ::open((mount->path() + "/big").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    size_t written = 0;
+    int error = 0;
+    while (written < big.size()) {
+      ssize_t n =
+          ::write(fd, big.data() + written, std::min<size_t>(1 << 20, big.size() - written));
+      if (n < 0) {
+        error = errno;
+        break;
+      }
+      written += static_cast<size_t>(n);
+    }
+    EXPECT_EQ(error, ENOSPC) << std::strerror(error) << " after " << written << " bytes";
+    EXPECT_LT(written, big.size());
+    EXPECT_NE(::close(fd), 0);
+    EXPECT_NE(mount->log().find("cache_reserve"), std::string::npos) << mount->log();
+    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  }
+  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(ReadFile(fresh->path() + "/fits") == fits) << "fits differs";
+  EXPECT_NE(::access((fresh->path() + "/big").c_str(), F_OK), 0) << "an unfinished file went up";
+  EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
+
+  CommandResult refused =
+      RunCommand({testing::ObjfsBinary(), url, small.path() + "/mnt", "-o", "cache_reserve=lots"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("cache_reserve"), std::string::npos) << refused.err;
+}
+
 // An edit of a stored file whose close cannot fetch what the file lacks into the full cache
 // disk (a multipart file written in every part, so no part is copied on the server): those
 // bytes are read from the server as the file goes up, so the edit is uploaded at close and its
