@@ -55,6 +55,23 @@ const std::string& ThisBootAndPidNamespace() {
   return kHere;
 }
 
+// A commit lock token's random part: 128 bits, so that no other client's is the same.
+std::string NewCommitLockId() {
+  std::array<uint8_t, 16> bytes{};
+  if (RAND_bytes(bytes.data(), bytes.size()) != 1) {
+    std::random_device random;
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(random());
+  }
+  return "objfs-commit-lock-" + HexMd5(bytes);  // (any 16 bytes in hex)
+}
+
+std::string CommitLockTokenOf(std::string_view id, pid_t pid) {
+  std::string token(id);
+  const std::string& here = ThisBootAndPidNamespace();
+  if (!here.empty()) token += "." + here + "." + std::to_string(pid);
+  return token;
+}
+
 // Whether the server refused a request as such (sftp-server -P, or a server without it).
 bool RefusedRequest(const Status& failed) {
   return failed.code() == StatusCode::kPermissionDenied ||
@@ -311,21 +328,17 @@ SftpStore::SftpStore(SftpStoreOptions options)
                                .request_timeout = options_.request_timeout,
                                .log = options_.log},
             options_.sessions),
-      lock_token_(CommitLockToken(::getpid())) {
+      lock_id_(NewCommitLockId()) {
   const int slots = std::clamp(options_.sessions / 2, 0, static_cast<int>(Md5Slots::max()));
   if (slots > 0) md5_slots_ = std::make_unique<Md5Slots>(slots);
 }
 
-std::string CommitLockToken(pid_t pid) {
-  std::array<uint8_t, 16> bytes{};
-  if (RAND_bytes(bytes.data(), bytes.size()) != 1) {
-    std::random_device random;
-    for (uint8_t& b : bytes) b = static_cast<uint8_t>(random());
-  }
-  std::string token = "objfs-commit-lock-" + HexMd5(bytes);  // (any 16 bytes in hex)
-  const std::string& here = ThisBootAndPidNamespace();
-  if (!here.empty()) token += "." + here + "." + std::to_string(pid);
-  return token;
+std::string CommitLockToken(pid_t pid) { return CommitLockTokenOf(NewCommitLockId(), pid); }
+
+std::string SftpStore::lock_token() const {
+  // The PID asked each time: objfs makes its store before it goes to the background, and the
+  // process that made it is gone by the time the mount stores anything.
+  return CommitLockTokenOf(lock_id_, ::getpid());
 }
 
 bool CommitLockHolderGone(std::string_view token) {
@@ -1139,7 +1152,8 @@ Status SftpStore::MakeLockFile(SftpConnection& c, const std::string& lock) {
 Status SftpStore::MakeCommitLock(SftpConnection& c, const std::string& lock) {
   if (lock_files_.load()) return MakeLockFile(c, lock);
   // libssh orders SYMLINK's two paths as OpenSSH, which swapped them, expects.
-  if (sftp_symlink(c.sftp(), lock_token_.c_str(), lock.c_str()) != 0) {
+  const std::string token = lock_token();
+  if (sftp_symlink(c.sftp(), token.c_str(), lock.c_str()) != 0) {
     return LibsshStatus(c, "make " + lock);
   }
   if (links_checked_.load()) return Status::Ok();
@@ -1151,10 +1165,10 @@ Status SftpStore::MakeCommitLock(SftpConnection& c, const std::string& lock) {
     return Status::Ok();
   }
   if (made.status().code() != StatusCode::kNotFound) return made.status();
-  if (!c.wire().LStat(lock_token_).ok()) {
+  if (!c.wire().LStat(token).ok()) {
     return TransientError("make " + lock + ": the link made went away at once");
   }
-  (void)sftp_unlink(c.sftp(), lock_token_.c_str());
+  (void)sftp_unlink(c.sftp(), token.c_str());
   UseLockFiles("it takes SYMLINK's paths the other way round");
   return MakeLockFile(c, lock);
 }
@@ -1178,7 +1192,7 @@ Result<std::string> SftpStore::TakeCommitLock(SftpConnection& c, const KeyPaths&
     }
     if (made.code() == StatusCode::kTransient) return made.WithContext(what);
     Result<LockHolder> held = LockHolderOf(c, lock);
-    if (held.ok() && held->token == lock_token_) {
+    if (held.ok() && held->token == lock_token()) {
       // This store's own: a commit of the key whose connection broke before it removed the
       // lock (or lost the reply to its making), and none runs now but this one.
       if (options_.log) {
@@ -1261,7 +1275,7 @@ bool SftpStore::LockLeftBehind(const std::string& lock, const LockHolder& holder
 
 Result<bool> SftpStore::CheckCommitLock(SftpConnection& c, const std::string& lock) {
   Result<LockHolder> holder = LockHolderOf(c, lock);
-  if (holder.ok()) return holder->token == lock_token_ || lock_files_.load();
+  if (holder.ok()) return holder->token == lock_token() || lock_files_.load();
   if (holder.status().code() == StatusCode::kNotFound) return false;
   return holder.status();
 }

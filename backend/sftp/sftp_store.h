@@ -196,6 +196,10 @@ class SftpStore : public ObjectStore {
   Capabilities capabilities() const override;
   std::string describe() const override;
 
+  // What this store's commit locks point to now: its random part, then (CommitLockToken) the
+  // PID this process has now, which a fork (objfs going to the background) changes.
+  std::string lock_token() const;
+
   // Removes the temporary file `path` of an upload (a name TempName made; anything else is
   // refused); ok also when there is no such file.
   Status RemoveTemporary(const std::string& path);
@@ -298,23 +302,23 @@ class SftpStore : public ObjectStore {
   // SFTP has no rename that checks the version it replaces, so a STAT then a rename leaves a
   // round trip in which another client's rename comes between them. objfs clients close it for
   // one another: a conditional commit first makes CommitLockName(paths), a symbolic link to
-  // this store's lock_token_ (SYMLINK fails where the name exists: one client at a time), and
+  // this store's lock_token() (SYMLINK fails where the name exists: one client at a time), and
   // removes it after its rename. Waits for another client's lock up to commit_lock_wait (then
   // Transient, and the upload is tried again later); one this mount has seen stand unchanged
   // for stale_commit_lock (by its own monotonic clock, across those tries: a commit holds it for
   // a few round trips), left by a client that died while committing, is taken over; at once, one
   // whose holder was a process of this machine that no longer runs (CommitLockHolderGone). One that
-  // points to lock_token_ is this store's own, left by a commit whose connection broke before
+  // points to lock_token() is this store's own, left by a commit whose connection broke before
   // it removed it (no commit of the key runs meanwhile: KeyLock): taken at once. Returns the
   // lock's path.
   // `*ours_left` says whether the lock found was this store's own, left by a commit before.
   // `op` ("put", "remove") leads its errors and log lines.
   Result<std::string> TakeCommitLock(SftpConnection& c, const KeyPaths& paths, std::string_view key,
                                      std::string_view op, bool* ours_left);
-  // Makes the lock: a link to lock_token_ or, on a server that makes none, a file (O_EXCL).
+  // Makes the lock: a link to lock_token() or, on a server that makes none, a file (O_EXCL).
   Status MakeCommitLock(SftpConnection& c, const std::string& lock);
   Status MakeLockFile(SftpConnection& c, const std::string& lock);
-  // Whether `lock` still points to lock_token_ (exists, where locks are files): false once
+  // Whether `lock` still points to lock_token() (exists, where locks are files): false once
   // another client took it over (this mount stalled for stale_commit_lock).
   Result<bool> CheckCommitLock(SftpConnection& c, const std::string& lock);
   // From now on, commit locks are files; logs `why` once.
@@ -444,8 +448,8 @@ class SftpStore : public ObjectStore {
     std::chrono::steady_clock::time_point locked;
   };
   std::map<std::string, LostRename, std::less<>> lost_renames_ GUARDED_BY(commit_locks_mu_);
-  // What this store's commit locks point to: random, so that no other client's is the same.
-  const std::string lock_token_;
+  // The random part of what this store's commit locks point to (lock_token()).
+  const std::string lock_id_;
   // The server refused to make a lock as a link, or to read one, and made it as a file.
   std::atomic<bool> lock_files_{false};
   // A link made was found at the lock's name.

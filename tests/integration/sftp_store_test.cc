@@ -904,6 +904,43 @@ TEST_F(SftpStoreTest, ACommitLockOfAProcessOfThisMachineThatIsGoneIsTakenOverAtO
   EXPECT_TRUE(TemporaryFiles(root_).empty()) << TemporaryFiles(root_).front();
 }
 
+// objfs makes its store and then goes to the background (a fork): the locks it takes from then
+// on name the PID it runs as, not that of the process that made the store, which is gone by
+// then. (Another mount on this machine would take such a lock over at once, in the middle of the
+// commit it guards, and an append of one of the two would be lost.)
+TEST_F(SftpStoreTest, ALockNamesTheProcessThatTakesItAfterAFork) {
+  std::shared_ptr<SftpStore> store = MakeStore(OptionsFor(root_));
+  ASSERT_NE(store, nullptr);
+  const std::string before = store->lock_token();
+  EXPECT_FALSE(CommitLockHolderGone(before)) << before;
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0) << std::strerror(errno);
+  const pid_t child = fork();
+  if (child == 0) {
+    const std::string token = store->lock_token();
+    const bool live = !CommitLockHolderGone(token);
+    const std::string said = (live ? "live " : "gone ") + token;
+    (void)!::write(pipe_fds[1], said.data(), said.size());
+    _exit(0);
+  }
+  ASSERT_GT(child, 0) << std::strerror(errno);
+  ::close(pipe_fds[1]);
+  std::string said;
+  char buf[256];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) said.append(buf, n);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_EQ(said.rfind("live ", 0), 0u) << said;
+  const std::string token = said.substr(5);
+  const std::string pid = "." + std::to_string(child);
+  ASSERT_GT(token.size(), pid.size());
+  EXPECT_EQ(token.substr(token.size() - pid.size()), pid) << token;
+  EXPECT_EQ(token.substr(0, token.find('.')), before.substr(0, before.find('.')));  // same store
+  EXPECT_TRUE(CommitLockHolderGone(token)) << token;  // once the child is gone
+  EXPECT_FALSE(CommitLockHolderGone(store->lock_token()));
+}
+
 // A commit waiting for a lock whose directory goes away (removed by another client, or no
 // longer writable) fails then, rather than trying to make the lock for ever. The staged file
 // gets the put's mtime, 2001, as its last step before the commit: once it shows that, the
