@@ -37,15 +37,21 @@ Status ObjectStore::rename(std::string_view from, std::string_view /*to*/) {
 
 Status ObjectStore::remove_if_match(std::string_view key, const ETag& etag,
                                     bool /*known_current*/) {
+  OBJFS_ASSIGN_OR_RETURN(bool there, HoldsVersion(key, etag));
+  return there ? remove(key) : Status::Ok();
+}
+
+Result<bool> ObjectStore::HoldsVersion(std::string_view key, const ETag& etag) {
   Result<ObjectInfo> current = head(key);
   if (!current.ok()) {
-    return current.status().code() == StatusCode::kNotFound ? Status::Ok() : current.status();
+    if (current.status().code() == StatusCode::kNotFound) return false;
+    return current.status();
   }
   if (current->etag != etag) {
     return PreconditionFailedError("remove " + std::string(key) + ": another version is there (" +
                                    current->etag.value() + ", expected " + etag.value() + ")");
   }
-  return remove(key);
+  return true;
 }
 
 Result<ObjectInfo> ObjectStore::symlink(std::string_view key, std::string_view target,

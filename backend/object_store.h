@@ -493,6 +493,11 @@ class ObjectStore {
 
   // Where this store points, for messages: "s3://bucket/prefix at http://127.0.0.1:8000".
   virtual std::string describe() const = 0;
+
+ protected:
+  // remove_if_match's look first: true when `key` holds the version `etag`, false when it holds
+  // nothing (the removal has nothing left to do), PreconditionFailed when it holds another.
+  Result<bool> HoldsVersion(std::string_view key, const ETag& etag);
 };
 
 // Forwards every call to another store. Wrappers derive from it and override only what they

@@ -1603,14 +1603,8 @@ Status S3Store::remove_if_match(std::string_view key, const ETag& etag, bool kno
   if (!known_current) {
     // Looked at first, as RGW (16) ignores If-Match on DELETE: that leaves another client the
     // round trip up to the DELETE. AWS (and RGW since 2025) checks it where it deletes.
-    Result<ObjectInfo> current = head(key);
-    if (!current.ok()) {
-      return current.status().code() == StatusCode::kNotFound ? Status::Ok() : current.status();
-    }
-    if (current->etag != etag) {
-      return PreconditionFailedError(what + ": another version is there (ETag " +
-                                     current->etag.value() + ", expected " + etag.value() + ")");
-    }
+    OBJFS_ASSIGN_OR_RETURN(bool there, HoldsVersion(key, etag));
+    if (!there) return Status::Ok();
   }
   Request req;
   req.method = "DELETE";
