@@ -149,9 +149,7 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
   if (reserve_ != nullptr) {
     const uint64_t end = offset + data.size();
     uint64_t taking = end > size_ ? end - std::max(offset, size_) : 0;
-    for (const ExtentSet::Range& r : MissingBase(offset, data.size())) {
-      taking += std::min(r.end, size_) - std::min(r.start, size_);
-    }
+    if (offset < size_) taking += NewSpaceWithin(offset, std::min(end, size_));
     OBJFS_RETURN_IF_ERROR(reserve_->Take(taking));
   }
   synced_ = false;
@@ -181,6 +179,28 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
     ForgetBaseIfWhole();
   }
   return Status::Ok();
+}
+
+uint64_t StagedFile::NewSpaceWithin(uint64_t start, uint64_t end) const {
+  // The holes the file system reports: a truncate's, a seek's past the end, a sparse file's
+  // missing base.
+  uint64_t holes = 0;
+  for (uint64_t at = start; at < end;) {
+    const off_t hole = ::lseek(fd_, static_cast<off_t>(at), SEEK_HOLE);
+    if (hole < 0) {
+      holes += end - at;  // cannot tell: all of it, as a write into a hole takes it
+      break;
+    }
+    if (static_cast<uint64_t>(hole) >= end) break;
+    const off_t data = ::lseek(fd_, hole, SEEK_DATA);
+    const uint64_t hole_end = data < 0 ? end : std::min<uint64_t>(static_cast<uint64_t>(data), end);
+    holes += hole_end - static_cast<uint64_t>(hole);
+    at = hole_end;
+  }
+  // Where the file system reports none (no SEEK_HOLE there), the base's missing ranges at least.
+  uint64_t missing = 0;
+  for (const ExtentSet::Range& r : MissingBase(start, end - start)) missing += r.end - r.start;
+  return std::max(holes, missing);
 }
 
 Status StagedFile::Truncate(uint64_t size) {

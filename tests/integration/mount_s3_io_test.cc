@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <string_view>
@@ -290,10 +291,38 @@ TEST(MountS3IoTest, CacheReserveKeepsWritesFromTakingTheLastOfTheCacheDisk) {
     EXPECT_NE(mount->log().find("cache_reserve"), std::string::npos) << mount->log();
     EXPECT_EQ(mount->Stop(), 0) << mount->log();
   }
+  // The same bytes written into a hole the file was truncated to, in one open: the room they
+  // take is counted as well. (The first try's data set aside is removed, as its user would.)
+  std::error_code ignored;
+  std::filesystem::remove_all(small.path() + "/cache/unfinished", ignored);
+  {
+    ObjfsMount::Options options;
+    options.cache_dir = small.path() + "/cache";
+    options.extra_options = "cache_reserve=6M";
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+    ASSERT_TRUE(mount);
+    int fd = ::open((mount->path() + "/holes").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(big.size())), 0) << std::strerror(errno);
+    size_t written = 0;
+    int error = 0;
+    while (written < big.size()) {
+      ssize_t n = ::pwrite(fd, big.data() + written, 1 << 20, static_cast<off_t>(written));
+      if (n < 0) {
+        error = errno;
+        break;
+      }
+      written += static_cast<size_t>(n);
+    }
+    EXPECT_EQ(error, ENOSPC) << std::strerror(error) << " after " << written << " bytes";
+    EXPECT_NE(::close(fd), 0);
+    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  }
   std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
   ASSERT_TRUE(fresh);
   EXPECT_TRUE(ReadFile(fresh->path() + "/fits") == fits) << "fits differs";
   EXPECT_NE(::access((fresh->path() + "/big").c_str(), F_OK), 0) << "an unfinished file went up";
+  EXPECT_NE(::access((fresh->path() + "/holes").c_str(), F_OK), 0) << "an unfinished file went up";
   EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
 
   CommandResult refused =
