@@ -184,6 +184,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
   FileAttr attr;
   {
     MutexLock lock(&inode->mu);
+    const bool staged_here = !inode->staged;
     if (!inode->staged) {
       MetaRecord rec;
       rec.mode = S_IFREG | (mode & 07777);
@@ -213,6 +214,13 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
     }
     Status marked = writer_->MarkDirty(*inode, key);
     if (!marked.ok()) {
+      if (staged_here) {
+        // No crash record could be written (a full cache disk): the create failed, and nothing
+        // of the new file may stay, or its name would show a file the server never gets.
+        writer_->DropStaging(*inode);
+        inode->in_store = true;
+        inode->created_as.clear();
+      }
       inodes_.Forget(ino, 1);
       return marked;
     }

@@ -255,6 +255,41 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
   }
 }
 
+// A create on a cache disk so full that not even the new file's crash record fits fails with
+// ENOSPC, and leaves no name behind: no file shows that the bucket never gets. Once there is
+// room, the same create works.
+TEST(MountS3IoTest, ACreateThatFailsOnAFullCacheDiskLeavesNoName) {
+  SmallDisk small;
+  ASSERT_TRUE(small.ok());
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  ObjfsMount::Options options;
+  options.cache_dir = small.path() + "/cache";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+  ASSERT_TRUE(mount);
+  const std::string filler = small.path() + "/filler";
+  {
+    int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    const std::string block(64 << 10, 'x');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    ::close(fd);
+  }
+  const std::string name = mount->path() + "/new";
+  errno = 0;
+  EXPECT_LT(::open(name.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 0);
+  EXPECT_EQ(errno, ENOSPC) << std::strerror(errno);
+  struct stat st {};
+  EXPECT_NE(::stat(name.c_str(), &st), 0) << "a file the bucket never got shows";
+  EXPECT_EQ(errno, ENOENT) << std::strerror(errno);
+  EXPECT_TRUE(std::filesystem::is_empty(mount->path())) << "listed";
+
+  ASSERT_EQ(::unlink(filler.c_str()), 0) << std::strerror(errno);
+  WriteFile(name, "made");
+  EXPECT_EQ(ReadFile(name), "made");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 // cache_reserve: writes staged in cache_dir leave that much of its disk free. On an 8 MiB disk
 // with 6 MiB reserved, a 1 MiB file goes up and a 4 MiB one fails with ENOSPC, as on a full
 // disk, though the disk had room for it: another user of an allow_other mount cannot fill the
