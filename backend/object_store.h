@@ -271,6 +271,10 @@ struct Capabilities {
   // Keys are UTF-8 (S3: a name that is not is refused with InvalidObjectName); false: any
   // bytes but '/' and NUL (SFTP's file names). A new name that is not fails at once.
   bool utf8_keys = false;
+  // Names beginning with this are the store's own, hidden from listings (SFTP: ".objfs-", its
+  // temporary files, commit locks and directory markers); a new name that does fails at once
+  // with InvalidArgument, as a lookup of one does. Empty: none.
+  std::string reserved_prefix;
   // User extended attributes (setfattr user.*) are kept with the object, in its metadata (S3,
   // as s3fs keeps them); false: the server has nowhere to keep them (SFTP v3 has no extended
   // attributes), and setting one fails with EOPNOTSUPP rather than vanish unsaved.

@@ -122,6 +122,7 @@ Filesystem::Filesystem(std::shared_ptr<ObjectStore> store, FilesystemOptions opt
       max_object_size_(store_->capabilities().max_object_size),
       max_key_bytes_(store_->capabilities().max_key_bytes),
       utf8_keys_(store_->capabilities().utf8_keys),
+      reserved_prefix_(store_->capabilities().reserved_prefix),
       user_xattrs_(store_->capabilities().user_xattrs),
       special_files_(store_->capabilities().special_files),
       keeps_encryption_(store_->capabilities().keeps_encryption),
@@ -258,6 +259,12 @@ Result<std::string> Filesystem::NewChildKey(uint64_t parent, std::string_view na
   if (utf8_keys_ && !IsUtf8(name)) {
     return InvalidArgumentError("the name " + Printable(name) +
                                 " is not UTF-8, which every key of this store must be");
+  }
+  if (!reserved_prefix_.empty() && name.starts_with(reserved_prefix_)) {
+    // (A lookup asks the store, which refuses it the same way; a name cached as absent from a
+    // listing would otherwise be made here, and its upload refused at every try.)
+    return InvalidArgumentError("the name " + Printable(name) + " begins with " + reserved_prefix_ +
+                                ", which this store keeps for its own files");
   }
   return key;
 }

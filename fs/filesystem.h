@@ -650,15 +650,16 @@ class Filesystem {
   Result<ETag> UserETag(const std::string& key, const MetaRecord& rec);
 
   std::shared_ptr<ObjectStore> store_;
-  bool native_etags_;         // the store's capabilities().native_etags
-  bool native_rename_;        // the store's capabilities().native_rename
-  bool stores_owner_;         // the store's capabilities().stores_owner
-  uint64_t max_object_size_;  // the store's capabilities().max_object_size (0: no limit)
-  uint64_t max_key_bytes_;    // the store's capabilities().max_key_bytes (0: no limit)
-  bool utf8_keys_;            // the store's capabilities().utf8_keys
-  bool user_xattrs_;          // the store's capabilities().user_xattrs
-  bool special_files_;        // the store's capabilities().special_files
-  bool keeps_encryption_;     // the store's capabilities().keeps_encryption
+  bool native_etags_;            // the store's capabilities().native_etags
+  bool native_rename_;           // the store's capabilities().native_rename
+  bool stores_owner_;            // the store's capabilities().stores_owner
+  uint64_t max_object_size_;     // the store's capabilities().max_object_size (0: no limit)
+  uint64_t max_key_bytes_;       // the store's capabilities().max_key_bytes (0: no limit)
+  bool utf8_keys_;               // the store's capabilities().utf8_keys
+  std::string reserved_prefix_;  // the store's capabilities().reserved_prefix
+  bool user_xattrs_;             // the store's capabilities().user_xattrs
+  bool special_files_;           // the store's capabilities().special_files
+  bool keeps_encryption_;        // the store's capabilities().keeps_encryption
   // The store's set_attributes() is no copy (!capabilities().attributes_by_copy), or it has
   // native_rename (either: no self-copies to save).
   bool attributes_in_place_;

@@ -2898,6 +2898,7 @@ Capabilities SftpStore::capabilities() const {
   caps.native_etags = false;
   caps.native_rename = true;
   caps.directory_attributes = true;
+  caps.reserved_prefix = std::string(kReservedPrefix);
   MutexLock lock(&server_mu_);
   caps.server_side_copy = copy_data_;
   caps.upload_sessions = true;

@@ -120,6 +120,44 @@ TEST(MountSftpTest, MvOfANestedDirectoryLeavesItsParentAlone) {
   EXPECT_FALSE(fs::exists(mount->path() + "/p/d"));
 }
 
+// Names beginning with ".objfs-" are the store's own on the server (temporary files, commit
+// locks, directory markers). Making one fails with EINVAL, as a lookup of one does, also right
+// after a listing of the directory told the kernel the name is absent (which made no lookup ask
+// the store): made here, the file's upload would be refused at every try. Nothing reaches
+// the server.
+TEST(MountSftpTest, ANameOfTheStoresOwnCannotBeMadeEvenAfterAListing) {
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  WriteFile(dir.path + "/kept", "kept");
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
+  ASSERT_TRUE(mount);
+  std::vector<std::string> listed;  // the listing, which caches the names absent
+  for (const auto& entry : fs::directory_iterator(mount->path())) {
+    listed.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(listed, std::vector<std::string>{"kept"});
+  WriteFile(mount->path() + "/new", "new");  // a create, whose listing knows all the rest
+  for (const std::string name : {".objfs-tmp-abc", ".objfs-dir", ".objfs-x"}) {
+    SCOPED_TRACE(name);
+    const std::string path = mount->path() + "/" + name;
+    errno = 0;
+    EXPECT_LT(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 0);
+    EXPECT_EQ(errno, EINVAL) << std::strerror(errno);
+    errno = 0;
+    EXPECT_NE(::mkdir(path.c_str(), 0755), 0);
+    EXPECT_EQ(errno, EINVAL) << std::strerror(errno);
+    errno = 0;
+    EXPECT_NE(::rename((mount->path() + "/kept").c_str(), path.c_str()), 0);
+    EXPECT_EQ(errno, EINVAL) << std::strerror(errno);
+  }
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  std::vector<std::string> on_server;
+  for (const auto& entry : fs::directory_iterator(dir.path)) {
+    on_server.push_back(entry.path().filename().string());
+  }
+  std::sort(on_server.begin(), on_server.end());
+  EXPECT_EQ(on_server, (std::vector<std::string>{"kept", "new"}));
+}
+
 // A sequential read costs one READ request per max read length of the server, not one per
 // kernel page, and no short request at the end of each read-ahead buffer. OpenSSH's
 // sftp-server answers limits@openssh.com with a read length of 261,120 bytes (256 KiB less
