@@ -274,7 +274,7 @@ struct Capabilities {
   // Names beginning with this are the store's own, hidden from listings (SFTP: ".objfs-", its
   // temporary files, commit locks and directory markers); a new name that does fails at once
   // with InvalidArgument, as a lookup of one does. Empty: none.
-  std::string reserved_prefix;
+  std::string reserved_prefix{};
   // User extended attributes (setfattr user.*) are kept with the object, in its metadata (S3,
   // as s3fs keeps them); false: the server has nowhere to keep them (SFTP v3 has no extended
   // attributes), and setting one fails with EOPNOTSUPP rather than vanish unsaved.
