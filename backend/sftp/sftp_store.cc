@@ -2188,6 +2188,7 @@ Status SftpStore::DirectoryKept(SftpConnection& c, std::string_view key, const s
   if (listed == nullptr) return refused;
   const std::string temporary = std::string(kReservedPrefix) + "tmp-";
   size_t temporaries = 0;
+  std::string hidden;  // another reserved name, which the mount does not show either
   bool others = false;
   while (Attributes a{sftp_readdir(c.sftp(), listed)}) {
     std::string_view name = a->name != nullptr ? a->name : "";
@@ -2196,6 +2197,8 @@ Status SftpStore::DirectoryKept(SftpConnection& c, std::string_view key, const s
       ++temporaries;
     } else if (!StartsWith(name, kReservedPrefix)) {
       others = true;
+    } else if (name != kMarkerFile && hidden.empty()) {
+      hidden = name;
     }
   }
   const bool complete = sftp_dir_eof(listed) != 0;
@@ -2208,6 +2211,11 @@ Status SftpStore::DirectoryKept(SftpConnection& c, std::string_view key, const s
                          std::to_string(temporaries) + " temporary files of uploads (" + temporary +
                          "*: in flight, or left by a mount that was killed, which the next "
                          "mount over its cache_dir removes)");
+  }
+  if (!hidden.empty()) {
+    return NotEmptyError("remove the directory " + std::string(key) + ": it holds " + hidden +
+                         ", a name objfs keeps for its own files and does not show, which "
+                         "another program made there");
   }
   // Emptied since (by another client), or refused for a reason of the server's: once more.
   if (sftp_rmdir(c.sftp(), dir.c_str()) == 0) return Status::Ok();

@@ -124,17 +124,21 @@ TEST(MountSftpTest, MvOfANestedDirectoryLeavesItsParentAlone) {
 // locks, directory markers). Making one fails with EINVAL, as a lookup of one does, also right
 // after a listing of the directory told the kernel the name is absent (which made no lookup ask
 // the store): made here, the file's upload would be refused at every try. Nothing reaches
-// the server.
+// the server. One another program made there stays hidden, and keeps its directory.
 TEST(MountSftpTest, ANameOfTheStoresOwnCannotBeMadeEvenAfterAListing) {
   SftpTestDir dir = CreateSftpTestDir(TestName());
   WriteFile(dir.path + "/kept", "kept");
+  fs::create_directories(dir.path + "/held");
+  WriteFile(dir.path + "/held/.objfs-x", "x");
   std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(dir.url);
   ASSERT_TRUE(mount);
   std::vector<std::string> listed;  // the listing, which caches the names absent
   for (const auto& entry : fs::directory_iterator(mount->path())) {
     listed.push_back(entry.path().filename().string());
   }
-  EXPECT_EQ(listed, std::vector<std::string>{"kept"});
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(listed, (std::vector<std::string>{"held", "kept"}));
+  EXPECT_TRUE(fs::is_empty(mount->path() + "/held"));
   WriteFile(mount->path() + "/new", "new");  // a create, whose listing knows all the rest
   for (const std::string name : {".objfs-tmp-abc", ".objfs-dir", ".objfs-x"}) {
     SCOPED_TRACE(name);
@@ -149,6 +153,13 @@ TEST(MountSftpTest, ANameOfTheStoresOwnCannotBeMadeEvenAfterAListing) {
     EXPECT_NE(::rename((mount->path() + "/kept").c_str(), path.c_str()), 0);
     EXPECT_EQ(errno, EINVAL) << std::strerror(errno);
   }
+  // Such a name another program made on the server is not shown, and keeps its directory:
+  // rmdir fails with ENOTEMPTY, as for an upload's temporary file, not EIO.
+  errno = 0;
+  EXPECT_NE(::rmdir((mount->path() + "/held").c_str()), 0);
+  EXPECT_EQ(errno, ENOTEMPTY) << std::strerror(errno);
+  EXPECT_TRUE(fs::exists(dir.path + "/held/.objfs-x"));
+  fs::remove_all(dir.path + "/held");
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
   std::vector<std::string> on_server;
   for (const auto& entry : fs::directory_iterator(dir.path)) {
