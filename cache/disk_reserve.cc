@@ -11,10 +11,10 @@
 namespace objfs {
 
 DiskReserve::FreeSpaceFn DiskReserve::FreeSpaceOf(std::string dir) {
-  return [dir = std::move(dir)]() -> Result<uint64_t> {
+  return [dir = std::move(dir)]() -> Result<Space> {
     struct statvfs st {};
     if (::statvfs(dir.c_str(), &st) != 0) return ErrnoStatus("statvfs", dir, errno);
-    return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+    return Space{static_cast<uint64_t>(st.f_bavail) * st.f_frsize, st.f_frsize};
   };
 }
 
@@ -27,18 +27,20 @@ Status DiskReserve::Take(uint64_t bytes) {
     allowance_ -= bytes;
     return Status::Ok();
   }
-  Result<uint64_t> free = free_space_();
+  Result<Space> space = free_space_();
   checked_ = now;
-  if (!free.ok()) {
+  if (!space.ok()) {
     allowance_ = 0;
     return Status::Ok();
   }
-  const uint64_t headroom = *free > reserve_ ? *free - reserve_ : 0;
+  if (space->block > 0 && space->block <= (1u << 20)) block_.store(space->block);
+  const uint64_t free = space->free;
+  const uint64_t headroom = free > reserve_ ? free - reserve_ : 0;
   if (bytes > headroom) {
     allowance_ = 0;  // asked again at the next write: space may be freed meanwhile
     return NoSpaceError("staging " + std::to_string(bytes) + " bytes would leave less than " +
                         std::to_string(reserve_) + " bytes free (cache_reserve) on the disk of " +
-                        "cache_dir, beyond the blocks it keeps for root (" + std::to_string(*free) +
+                        "cache_dir, beyond the blocks it keeps for root (" + std::to_string(free) +
                         " bytes free)");
   }
   allowance_ = std::max(std::min(headroom / 2, kMaxAllowance), bytes) - bytes;

@@ -13,6 +13,7 @@
 // they must still be written when staging is refused.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -25,8 +26,13 @@ namespace objfs {
 
 class DiskReserve {
  public:
-  // Bytes free to unprivileged users on the file system that holds the staged files.
-  using FreeSpaceFn = std::function<Result<uint64_t>()>;
+  // What the file system that holds the staged files has free for unprivileged users, and the
+  // unit it allocates in.
+  struct Space {
+    uint64_t free = 0;
+    uint64_t block = 0;
+  };
+  using FreeSpaceFn = std::function<Result<Space>()>;
   // statvfs(dir): f_bavail blocks of f_frsize bytes.
   static FreeSpaceFn FreeSpaceOf(std::string dir);
 
@@ -41,10 +47,14 @@ class DiskReserve {
   Status Take(uint64_t bytes);
 
   uint64_t reserve() const { return reserve_; }
+  // The file system's allocation unit, as last asked (4 KiB before): a write is charged the
+  // blocks it takes, not only its bytes (one byte into a new block takes all of it).
+  uint64_t block() const { return block_.load(std::memory_order_relaxed); }
 
  private:
   FreeSpaceFn free_space_;
   const uint64_t reserve_;
+  std::atomic<uint64_t> block_{4096};
   Mutex mu_;                                // lock 36 of fs/lock_order.h
   uint64_t allowance_ GUARDED_BY(mu_) = 0;  // what may be taken before the next check
   std::chrono::steady_clock::time_point checked_ GUARDED_BY(mu_);

@@ -146,10 +146,19 @@ Status StagedFile::CutStaleTail() {
 }
 
 Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
-  if (reserve_ != nullptr) {
+  if (reserve_ != nullptr && !data.empty()) {
+    // The blocks it takes: past the end, from the block after the last one the file has (or
+    // the one the write starts in, past a gap); below it, where it has holes.
+    const uint64_t block = reserve_->block();
     const uint64_t end = offset + data.size();
-    uint64_t taking = end > size_ ? end - std::max(offset, size_) : 0;
-    if (offset < size_) taking += NewSpaceWithin(offset, std::min(end, size_));
+    uint64_t taking = 0;
+    if (end > size_) {
+      const uint64_t from =
+          std::max(std::max(offset, size_) / block * block, (size_ + block - 1) / block * block);
+      const uint64_t to = (end + block - 1) / block * block;
+      taking = to > from ? to - from : 0;
+    }
+    if (offset < size_) taking += NewSpaceWithin(offset, std::min(end, size_), block);
     OBJFS_RETURN_IF_ERROR(reserve_->Take(taking));
   }
   synced_ = false;
@@ -181,25 +190,29 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
   return Status::Ok();
 }
 
-uint64_t StagedFile::NewSpaceWithin(uint64_t start, uint64_t end) const {
+uint64_t StagedFile::NewSpaceWithin(uint64_t start, uint64_t end, uint64_t block) const {
+  const auto blocks = [block](uint64_t from, uint64_t to) {  // of [from, to), whole
+    return (to + block - 1) / block * block - from / block * block;
+  };
   // The holes the file system reports: a truncate's, a seek's past the end, a sparse file's
   // missing base.
   uint64_t holes = 0;
   for (uint64_t at = start; at < end;) {
     const off_t hole = ::lseek(fd_, static_cast<off_t>(at), SEEK_HOLE);
     if (hole < 0) {
-      holes += end - at;  // cannot tell: all of it, as a write into a hole takes it
+      holes += blocks(at, end);  // cannot tell: all of it, as a write into a hole takes it
       break;
     }
     if (static_cast<uint64_t>(hole) >= end) break;
     const off_t data = ::lseek(fd_, hole, SEEK_DATA);
     const uint64_t hole_end = data < 0 ? end : std::min<uint64_t>(static_cast<uint64_t>(data), end);
-    holes += hole_end - static_cast<uint64_t>(hole);
+    holes += blocks(static_cast<uint64_t>(hole), hole_end);
     at = hole_end;
   }
   // Where the file system reports none (no SEEK_HOLE there), the base's missing ranges at least.
   uint64_t missing = 0;
-  for (const ExtentSet::Range& r : MissingBase(start, end - start)) missing += r.end - r.start;
+  for (const ExtentSet::Range& r : MissingBase(start, end - start))
+    missing += blocks(r.start, r.end);
   return std::max(holes, missing);
 }
 
@@ -251,8 +264,11 @@ std::vector<ExtentSet::Range> StagedFile::MissingBase(uint64_t offset, uint64_t 
 Status StagedFile::FillBase(uint64_t offset, std::span<const std::byte> data) {
   const std::vector<ExtentSet::Range> missing = MissingBase(offset, data.size());
   if (reserve_ != nullptr) {
+    const uint64_t block = reserve_->block();
     uint64_t taking = 0;
-    for (const ExtentSet::Range& r : missing) taking += r.end - r.start;
+    for (const ExtentSet::Range& r : missing) {
+      taking += (r.end + block - 1) / block * block - r.start / block * block;
+    }
     OBJFS_RETURN_IF_ERROR(reserve_->Take(taking));
   }
   for (const ExtentSet::Range& r : missing) {

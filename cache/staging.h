@@ -127,8 +127,8 @@ class StagedFile {
   // Cuts the data file back to size_ if a failed write left bytes past it (stale_tail_).
   Status CutStaleTail();
   // The bytes of [start, end), below size_, that a write there would newly allocate: the holes
-  // in it.
-  uint64_t NewSpaceWithin(uint64_t start, uint64_t end) const;
+  // in it, in whole blocks of `block` bytes.
+  uint64_t NewSpaceWithin(uint64_t start, uint64_t end, uint64_t block) const;
 
   int fd_;
   std::shared_ptr<DiskReserve> reserve_;  // the area's; null: none

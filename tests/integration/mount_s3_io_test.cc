@@ -353,11 +353,35 @@ TEST(MountS3IoTest, CacheReserveKeepsWritesFromTakingTheLastOfTheCacheDisk) {
     EXPECT_NE(::close(fd), 0);
     EXPECT_EQ(mount->Stop(), 0) << mount->log();
   }
+  // One byte into each 4 KiB block of such a hole takes every block: counted so.
+  std::filesystem::remove_all(small.path() + "/cache/unfinished", ignored);
+  {
+    ObjfsMount::Options options;
+    options.cache_dir = small.path() + "/cache";
+    options.extra_options = "cache_reserve=6M";
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+    ASSERT_TRUE(mount);
+    int fd = ::open((mount->path() + "/strided").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(big.size())), 0) << std::strerror(errno);
+    int error = 0;
+    for (size_t at = 0; at < big.size(); at += 4096) {
+      if (::pwrite(fd, "x", 1, static_cast<off_t>(at)) < 0) {
+        error = errno;
+        break;
+      }
+    }
+    EXPECT_EQ(error, ENOSPC) << std::strerror(error);
+    EXPECT_NE(::close(fd), 0);
+    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  }
   std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
   ASSERT_TRUE(fresh);
   EXPECT_TRUE(ReadFile(fresh->path() + "/fits") == fits) << "fits differs";
   EXPECT_NE(::access((fresh->path() + "/big").c_str(), F_OK), 0) << "an unfinished file went up";
   EXPECT_NE(::access((fresh->path() + "/holes").c_str(), F_OK), 0) << "an unfinished file went up";
+  EXPECT_NE(::access((fresh->path() + "/strided").c_str(), F_OK), 0)
+      << "an unfinished file went up";
   EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
 
   CommandResult refused =

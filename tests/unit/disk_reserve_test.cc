@@ -17,10 +17,10 @@ struct FakeDisk {
   int asked = 0;
   bool fails = false;
   DiskReserve::FreeSpaceFn Fn() {
-    return [this]() -> Result<uint64_t> {
+    return [this]() -> Result<DiskReserve::Space> {
       ++asked;
       if (fails) return IoError("statvfs: no such file");
-      return free;
+      return DiskReserve::Space{free, 4096};
     };
   }
 };
