@@ -898,6 +898,12 @@ bool FileWriter::BaseReplaced(const Status& failure) {
          (failure.code() == StatusCode::kNotFound && failure.server_code() == "NoSuchKey");
 }
 
+Result<size_t> FileWriter::ReadThroughBase(const StagedFile& staged, uint64_t offset,
+                                           std::span<std::byte> buf) {
+  const BaseFilledSource source(store_, staged, options_.read_buffer);
+  return source.read_at(offset, buf);
+}
+
 bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
   if (!inode.staged || !inode.unsaved()) return false;
   const uint64_t size = inode.staged->size();

@@ -125,6 +125,11 @@ class FileWriter {
   // written byte). The base replaced or removed on the server since: an I/O error, logged.
   Status FetchStaged(Inode& inode, const std::string& key, uint64_t offset, uint64_t length)
       REQUIRES(inode.mu);
+  // Reads [offset, offset+buf.size()) of `staged` with the base's bytes it lacks read from the
+  // server as they are needed, storing none of them: for a read that cannot fetch them into a
+  // full cache_dir (as an upload then reads them, BaseFilledSource).
+  Result<size_t> ReadThroughBase(const StagedFile& staged, uint64_t offset,
+                                 std::span<std::byte> buf);
   // Every byte of the staged file and of an accepted copy is local: before this mount removes
   // or replaces the object they were staged from.
   Status FetchAllStaged(Inode& inode, const std::string& key) REQUIRES(inode.mu);

@@ -605,6 +605,11 @@ class Filesystem {
   // holds the file's bytes (a sparse file fetches it).
   Status FetchStagedRange(uint64_t ino, Inode& inode, uint64_t offset, size_t size)
       REQUIRES(inode.mu);
+  // A read of the staged file of `inode`: fetched first (FetchStagedRange), or, where cache_dir
+  // has no room for the bytes it lacks, with them read from the server (a read never fails for
+  // a full cache disk).
+  Result<size_t> ReadStaged(uint64_t ino, Inode& inode, uint64_t offset, std::span<std::byte> buf)
+      REQUIRES(inode.mu);
   // The handle's prefetcher, made (or remade after a rename) for its current key.
   Result<std::shared_ptr<Prefetcher>> PrefetcherOf(Handle& handle);
 

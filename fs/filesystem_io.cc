@@ -270,6 +270,17 @@ Status Filesystem::FetchStagedRange(uint64_t ino, Inode& inode, uint64_t offset,
   return writer_->FetchStaged(inode, key, offset, std::min<uint64_t>(size, size_now - offset));
 }
 
+Result<size_t> Filesystem::ReadStaged(uint64_t ino, Inode& inode, uint64_t offset,
+                                      std::span<std::byte> buf) {
+  // A sparse staged file fetches the part read (in read_buffer blocks) first.
+  Status fetched = FetchStagedRange(ino, inode, offset, buf.size());
+  if (fetched.code() == StatusCode::kNoSpace && inode.staged->has_base()) {
+    return writer_->ReadThroughBase(*inode.staged, offset, buf);
+  }
+  OBJFS_RETURN_IF_ERROR(fetched);
+  return inode.staged->ReadAt(offset, buf);
+}
+
 void Filesystem::NoteReadVersion(Inode& inode, const ETag& version) {
   // A handle opened at an older version than the pages are now said to hold fills them with
   // that version's bytes: the next open must not keep them.
@@ -302,11 +313,7 @@ Result<size_t> Filesystem::Read(uint64_t fh, uint64_t offset, std::span<std::byt
   {
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
-    if (inode.staged) {
-      // A sparse staged file fetches the part read (in read_buffer blocks) first.
-      OBJFS_RETURN_IF_ERROR(FetchStagedRange(handle->ino, inode, offset, buf.size()));
-      return inode.staged->ReadAt(offset, buf);
-    }
+    if (inode.staged) return ReadStaged(handle->ino, inode, offset, buf);
     version = FollowRetagLocked(inode, *handle);
     NoteReadVersion(inode, version);
   }
@@ -347,9 +354,9 @@ Result<size_t> Filesystem::ReadSegments(uint64_t fh, uint64_t offset, size_t siz
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
     if (inode.staged) {
-      OBJFS_RETURN_IF_ERROR(FetchStagedRange(handle->ino, inode, offset, size));
       std::shared_ptr<std::byte[]> buf(new std::byte[size == 0 ? 1 : size]);
-      OBJFS_ASSIGN_OR_RETURN(size_t n, inode.staged->ReadAt(offset, std::span(buf.get(), size)));
+      OBJFS_ASSIGN_OR_RETURN(size_t n,
+                             ReadStaged(handle->ino, inode, offset, std::span(buf.get(), size)));
       if (n > 0) out->push_back(ReadSegment{buf, buf.get(), n});
       return n;
     }

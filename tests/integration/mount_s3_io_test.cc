@@ -290,6 +290,51 @@ TEST(MountS3IoTest, ACreateThatFailsOnAFullCacheDiskLeavesNoName) {
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// A file being edited is staged sparse, and a read of it fetches the bytes it lacks into
+// cache_dir. Where there is no room for them (here: cache_reserve leaves 2 MiB), the read gets
+// them from the server instead, rather than fail with ENOSPC, which no reader expects. The
+// edit still goes up whole.
+TEST(MountS3IoTest, AReadOfAnEditOnAFullCacheDiskIsServedFromTheServer) {
+  SmallDisk small;
+  ASSERT_TRUE(small.ok());
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  const std::string old = PseudoRandomBytes(16 << 20, 40);
+  WriteThroughAMount(url, "big", old);
+  std::string edited = old;
+  edited.replace(0, 4, "EDIT");
+  {
+    ObjfsMount::Options options;
+    options.cache_dir = small.path() + "/cache";
+    options.extra_options = "cache_reserve=6M";
+    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+    ASSERT_TRUE(mount);
+    int fd = ::open((mount->path() + "/big").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::pwrite(fd, "EDIT", 4, 0), 4) << std::strerror(errno);
+    std::string read(old.size(), '\0');
+    size_t got = 0;
+    int error = 0;
+    while (got < read.size()) {
+      ssize_t n = ::pread(fd, read.data() + got, std::min<size_t>(1 << 20, read.size() - got),
+                          static_cast<off_t>(got));
+      if (n <= 0) {
+        error = n < 0 ? errno : 0;
+        break;
+      }
+      got += static_cast<size_t>(n);
+    }
+    EXPECT_EQ(error, 0) << std::strerror(error) << " after " << got << " bytes";
+    EXPECT_EQ(got, old.size());
+    EXPECT_TRUE(read == edited) << "the read is not the edited file";
+    EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
+    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  }
+  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(ReadFile(fresh->path() + "/big") == edited) << "big is not the edited file";
+  EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
+}
+
 // cache_reserve: writes staged in cache_dir leave that much of its disk free. On an 8 MiB disk
 // with 6 MiB reserved, a 1 MiB file goes up and a 4 MiB one fails with ENOSPC, as on a full
 // disk, though the disk had room for it: another user of an allow_other mount cannot fill the
