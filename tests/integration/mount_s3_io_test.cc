@@ -290,6 +290,29 @@ TEST(MountS3IoTest, ACreateThatFailsOnAFullCacheDiskLeavesNoName) {
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// A mount of `url` with its cache_dir on `disk` (8 MiB) and cache_reserve=6M: 2 MiB to stage.
+std::unique_ptr<ObjfsMount> MountReserving6M(const std::string& url, const SmallDisk& disk) {
+  ObjfsMount::Options options;
+  options.cache_dir = disk.path() + "/cache";
+  options.extra_options = "cache_reserve=6M";
+  return ObjfsMount::Start(url, options);
+}
+
+// pwrite(2)s `size` bytes of `data` at every `stride` bytes from 0 on, until all of `data` is
+// covered or one fails: its errno (0: none), and what was written in *written.
+int WriteUntilRefused(int fd, const std::string& data, size_t size, size_t stride,
+                      size_t* written) {
+  *written = 0;
+  for (size_t at = 0; at < data.size(); at += stride) {
+    if (::pwrite(fd, data.data() + at, std::min(size, data.size() - at), static_cast<off_t>(at)) <
+        0) {
+      return errno;
+    }
+    *written = at + size;
+  }
+  return 0;
+}
+
 // A file being edited is staged sparse, and a read of it fetches the bytes it lacks into
 // cache_dir. Where there is no room for them (here: cache_reserve leaves 2 MiB), the read gets
 // them from the server instead, rather than fail with ENOSPC, which no reader expects. The
@@ -303,10 +326,7 @@ TEST(MountS3IoTest, AReadOfAnEditOnAFullCacheDiskIsServedFromTheServer) {
   std::string edited = old;
   edited.replace(0, 4, "EDIT");
   {
-    ObjfsMount::Options options;
-    options.cache_dir = small.path() + "/cache";
-    options.extra_options = "cache_reserve=6M";
-    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+    std::unique_ptr<ObjfsMount> mount = MountReserving6M(url, small);
     ASSERT_TRUE(mount);
     int fd = ::open((mount->path() + "/big").c_str(), O_RDWR);
     ASSERT_GE(fd, 0) << std::strerror(errno);
@@ -338,95 +358,49 @@ TEST(MountS3IoTest, AReadOfAnEditOnAFullCacheDiskIsServedFromTheServer) {
 // cache_reserve: writes staged in cache_dir leave that much of its disk free. On an 8 MiB disk
 // with 6 MiB reserved, a 1 MiB file goes up and a 4 MiB one fails with ENOSPC, as on a full
 // disk, though the disk had room for it: another user of an allow_other mount cannot fill the
-// disk that root's cache_dir is on. Bad values are refused at mount.
+// disk that root's cache_dir is on. The room a write takes counts, not its bytes: written into
+// a hole the file was truncated to, or one byte into each 4 KiB block. Bad values are refused
+// at mount.
 TEST(MountS3IoTest, CacheReserveKeepsWritesFromTakingTheLastOfTheCacheDisk) {
   SmallDisk small;
   ASSERT_TRUE(small.ok());
   const std::string url = S3MountUrl(CreateTestBucket(TestName()));
   const std::string fits = PseudoRandomBytes(1 << 20, 30);
   const std::string big = PseudoRandomBytes(4 << 20, 31);
-  {
-    ObjfsMount::Options options;
-    options.cache_dir = small.path() + "/cache";
-    options.extra_options = "cache_reserve=6M";
-    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+  struct Way {
+    const char* name;
+    bool truncated_first;
+    size_t size, stride;
+  };
+  for (const Way way : {Way{"big", false, 1 << 20, 1 << 20}, Way{"holes", true, 1 << 20, 1 << 20},
+                        Way{"strided", true, 1, 4096}}) {
+    SCOPED_TRACE(way.name);
+    std::unique_ptr<ObjfsMount> mount = MountReserving6M(url, small);
     ASSERT_TRUE(mount);
-    WriteFile(mount->path() + "/fits", fits);
-    int fd = ::open((mount->path() + "/big").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (way.name == std::string("big")) WriteFile(mount->path() + "/fits", fits);
+    const std::string path = mount->path() + "/" + way.name;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ASSERT_GE(fd, 0) << std::strerror(errno);
-    size_t written = 0;
-    int error = 0;
-    while (written < big.size()) {
-      ssize_t n =
-          ::write(fd, big.data() + written, std::min<size_t>(1 << 20, big.size() - written));
-      if (n < 0) {
-        error = errno;
-        break;
-      }
-      written += static_cast<size_t>(n);
+    if (way.truncated_first) {
+      ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(big.size())), 0) << std::strerror(errno);
     }
+    size_t written = 0;
+    const int error = WriteUntilRefused(fd, big, way.size, way.stride, &written);
     EXPECT_EQ(error, ENOSPC) << std::strerror(error) << " after " << written << " bytes";
-    EXPECT_LT(written, big.size());
     EXPECT_NE(::close(fd), 0);
     EXPECT_NE(mount->log().find("cache_reserve"), std::string::npos) << mount->log();
     EXPECT_EQ(mount->Stop(), 0) << mount->log();
-  }
-  // The same bytes written into a hole the file was truncated to, in one open: the room they
-  // take is counted as well. (The first try's data set aside is removed, as its user would.)
-  std::error_code ignored;
-  std::filesystem::remove_all(small.path() + "/cache/unfinished", ignored);
-  {
-    ObjfsMount::Options options;
-    options.cache_dir = small.path() + "/cache";
-    options.extra_options = "cache_reserve=6M";
-    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
-    ASSERT_TRUE(mount);
-    int fd = ::open((mount->path() + "/holes").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0) << std::strerror(errno);
-    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(big.size())), 0) << std::strerror(errno);
-    size_t written = 0;
-    int error = 0;
-    while (written < big.size()) {
-      ssize_t n = ::pwrite(fd, big.data() + written, 1 << 20, static_cast<off_t>(written));
-      if (n < 0) {
-        error = errno;
-        break;
-      }
-      written += static_cast<size_t>(n);
-    }
-    EXPECT_EQ(error, ENOSPC) << std::strerror(error) << " after " << written << " bytes";
-    EXPECT_NE(::close(fd), 0);
-    EXPECT_EQ(mount->Stop(), 0) << mount->log();
-  }
-  // One byte into each 4 KiB block of such a hole takes every block: counted so.
-  std::filesystem::remove_all(small.path() + "/cache/unfinished", ignored);
-  {
-    ObjfsMount::Options options;
-    options.cache_dir = small.path() + "/cache";
-    options.extra_options = "cache_reserve=6M";
-    std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
-    ASSERT_TRUE(mount);
-    int fd = ::open((mount->path() + "/strided").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0) << std::strerror(errno);
-    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(big.size())), 0) << std::strerror(errno);
-    int error = 0;
-    for (size_t at = 0; at < big.size(); at += 4096) {
-      if (::pwrite(fd, "x", 1, static_cast<off_t>(at)) < 0) {
-        error = errno;
-        break;
-      }
-    }
-    EXPECT_EQ(error, ENOSPC) << std::strerror(error);
-    EXPECT_NE(::close(fd), 0);
-    EXPECT_EQ(mount->Stop(), 0) << mount->log();
+    // What was written is set aside in cache_dir/unfinished/; its user removes it.
+    std::error_code ignored;
+    std::filesystem::remove_all(small.path() + "/cache/unfinished", ignored);
   }
   std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
   ASSERT_TRUE(fresh);
   EXPECT_TRUE(ReadFile(fresh->path() + "/fits") == fits) << "fits differs";
-  EXPECT_NE(::access((fresh->path() + "/big").c_str(), F_OK), 0) << "an unfinished file went up";
-  EXPECT_NE(::access((fresh->path() + "/holes").c_str(), F_OK), 0) << "an unfinished file went up";
-  EXPECT_NE(::access((fresh->path() + "/strided").c_str(), F_OK), 0)
-      << "an unfinished file went up";
+  for (const char* name : {"big", "holes", "strided"}) {
+    EXPECT_NE(::access((fresh->path() + "/" + name).c_str(), F_OK), 0)
+        << name << ": an unfinished file went up";
+  }
   EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
 
   CommandResult refused =
