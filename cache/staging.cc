@@ -45,6 +45,12 @@ bool PercentDecode(std::string_view s, std::string* out) {
   return true;
 }
 
+// The bytes of the whole `block`-sized blocks that [from, to) touches: what writing it into
+// unallocated space takes on disk.
+uint64_t WholeBlocks(uint64_t from, uint64_t to, uint64_t block) {
+  return (to + block - 1) / block * block - from / block * block;
+}
+
 }  // namespace
 
 bool DecodeLegacySidecar(std::string_view text, std::string* key, Metadata* metadata) {
@@ -153,10 +159,10 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
     const uint64_t end = offset + data.size();
     uint64_t taking = 0;
     if (end > size_) {
-      const uint64_t from =
-          std::max(std::max(offset, size_) / block * block, (size_ + block - 1) / block * block);
-      const uint64_t to = (end + block - 1) / block * block;
-      taking = to > from ? to - from : 0;
+      // (The block the file ends in, when it ends inside one, is its own already.)
+      const uint64_t start = std::max(offset, size_);
+      const uint64_t owned = (size_ + block - 1) / block * block;
+      taking = end > owned ? WholeBlocks(std::max(start, owned), end, block) : 0;
     }
     if (offset < size_) taking += NewSpaceWithin(offset, std::min(end, size_), block);
     OBJFS_RETURN_IF_ERROR(reserve_->Take(taking));
@@ -191,28 +197,26 @@ Status StagedFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
 }
 
 uint64_t StagedFile::NewSpaceWithin(uint64_t start, uint64_t end, uint64_t block) const {
-  const auto blocks = [block](uint64_t from, uint64_t to) {  // of [from, to), whole
-    return (to + block - 1) / block * block - from / block * block;
-  };
   // The holes the file system reports: a truncate's, a seek's past the end, a sparse file's
   // missing base.
   uint64_t holes = 0;
   for (uint64_t at = start; at < end;) {
     const off_t hole = ::lseek(fd_, static_cast<off_t>(at), SEEK_HOLE);
     if (hole < 0) {
-      holes += blocks(at, end);  // cannot tell: all of it, as a write into a hole takes it
+      // Cannot tell: all of it, as a write into a hole takes it.
+      holes += WholeBlocks(at, end, block);
       break;
     }
     if (static_cast<uint64_t>(hole) >= end) break;
     const off_t data = ::lseek(fd_, hole, SEEK_DATA);
     const uint64_t hole_end = data < 0 ? end : std::min<uint64_t>(static_cast<uint64_t>(data), end);
-    holes += blocks(static_cast<uint64_t>(hole), hole_end);
+    holes += WholeBlocks(static_cast<uint64_t>(hole), hole_end, block);
     at = hole_end;
   }
   // Where the file system reports none (no SEEK_HOLE there), the base's missing ranges at least.
   uint64_t missing = 0;
   for (const ExtentSet::Range& r : MissingBase(start, end - start))
-    missing += blocks(r.start, r.end);
+    missing += WholeBlocks(r.start, r.end, block);
   return std::max(holes, missing);
 }
 
@@ -266,9 +270,7 @@ Status StagedFile::FillBase(uint64_t offset, std::span<const std::byte> data) {
   if (reserve_ != nullptr) {
     const uint64_t block = reserve_->block();
     uint64_t taking = 0;
-    for (const ExtentSet::Range& r : missing) {
-      taking += (r.end + block - 1) / block * block - r.start / block * block;
-    }
+    for (const ExtentSet::Range& r : missing) taking += WholeBlocks(r.start, r.end, block);
     OBJFS_RETURN_IF_ERROR(reserve_->Take(taking));
   }
   for (const ExtentSet::Range& r : missing) {
