@@ -608,11 +608,12 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
       result = store_->put(key, *source, put);
     }
   }
-  if (!result.ok() && put.if_none_match && source != nullptr && BaseReplaced(result.status()) &&
-      inode.recovered && inode.recovered->key == key) {
-    // A file the earlier mount created, and may have stored itself just before it stopped (its
-    // record not dropped yet): then the name holds these very bytes, and nothing is to be done.
-    // (Another client's file of the same bytes: nothing either.)
+  if (!result.ok() && (put.if_none_match || put.if_match) && source != nullptr &&
+      BaseReplaced(result.status()) && inode.recovered && inode.recovered->key == key) {
+    // A file the earlier mount created or edited, and may have stored itself just before it
+    // stopped (its record not dropped yet): then the name holds these very bytes, and nothing
+    // is to be done. (Another client's file of the same bytes: nothing either.) Known where
+    // the stored ETag is a plain MD5; a multipart one is set aside below, as another client's.
     Result<ObjectInfo> there = store_->head(key);
     if (there.ok() && HoldsTheBytesOf(*there, *source)) result = std::move(there);
   }

@@ -2625,6 +2625,54 @@ TEST_F(BackgroundRecoveryTest, ARecoveredNewFileTheCrashedMountHadStoredIsNotSet
   EXPECT_EQ(next->recovering_files(), 0u);
 }
 
+// An edit of "log" accepted before the crash, which that mount stored just before it stopped (its
+// record not dropped yet): the object holds the edit's very bytes, under an ETag the record does
+// not know. That is no other client's version: nothing is set aside, and the log blames nobody.
+TEST_F(BackgroundRecoveryTest, ARecoveredEditTheCrashedMountHadStoredIsNotSetAside) {
+  PutObject("log", "one\n");
+  const uint64_t ino = LookupIno(kRootIno, "log");
+  auto fh = fs_->Open(ino, O_RDWR | O_APPEND);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
+  // All of it here, so that its MD5 can be checked. (Of an edit staged sparse, and its base
+  // replaced, the bytes it lacks are not known: it is set aside.)
+  EXPECT_EQ(ReadFile(*fs_, ino), "one\nmine\n");
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  const std::string image = CrashImage();
+  PutObject("log", "one\nmine\n");  // what its upload stored
+  Log log;
+  auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  ASSERT_TRUE(next->UploadDue().ok());
+  EXPECT_EQ(memory_->contents("log"), "one\nmine\n");
+  EXPECT_TRUE(SetAside(image).empty());
+  EXPECT_FALSE(log.Has("another client"));
+  EXPECT_EQ(next->recovering_files(), 0u);
+  ASSERT_TRUE(next->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("log"), "one\nmine\n");
+}
+
+// An edit of "log" accepted before the crash, of a version another client has replaced since, and
+// not with the edit's bytes: set aside, the other client's version kept.
+TEST_F(BackgroundRecoveryTest, ARecoveredEditOfAVersionAnotherClientReplacedIsSetAside) {
+  PutObject("log", "one\n");
+  const uint64_t ino = LookupIno(kRootIno, "log");
+  auto fh = fs_->Open(ino, O_RDWR | O_APPEND);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
+  EXPECT_EQ(ReadFile(*fs_, ino), "one\nmine\n");  // all of it here, as above
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  const std::string image = CrashImage();
+  PutObject("log", "one\ntheir\n");  // as long as the edit, other bytes
+  Log log;
+  auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  (void)next->UploadDue();
+  ASSERT_TRUE(next->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("log"), "one\ntheir\n");
+  EXPECT_EQ(SetAside(image), (std::map<std::string, std::string>{{"log", "one\nmine\n"}}));
+}
+
 // An edit of "log" accepted before the crash, of a version another client has replaced since,
 // then written over in every byte by the next mount before its upload: nothing of the old version
 // is left in it, and the last writer wins, as without the crash.
