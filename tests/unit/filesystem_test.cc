@@ -2409,6 +2409,20 @@ class BackgroundRecoveryTest : public WritebackTest {
     return CrashImage();
   }
 
+  // "log" ("one\n" in the store) appended "mine\n" to and closed, and read whole (so that its
+  // staged copy holds every byte, and its record names the version it was made to); then the
+  // crash. Returns the image.
+  std::string CrashWithAWholeEdit() {
+    PutObject("log", "one\n");
+    const uint64_t ino = LookupIno(kRootIno, "log");
+    auto fh = fs_->Open(ino, O_RDWR | O_APPEND);
+    EXPECT_TRUE(fh.ok()) << fh.status().ToString();
+    EXPECT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
+    EXPECT_EQ(ReadFile(*fs_, ino), "one\nmine\n");
+    EXPECT_TRUE(fs_->Release(*fh).ok());
+    return CrashImage();
+  }
+
   // The next mount over `image`, recovered, with write-back window `writeback`.
   std::unique_ptr<Filesystem> NextMount(const std::string& image, double writeback, bool thread,
                                         Log* log) {
@@ -2628,17 +2642,10 @@ TEST_F(BackgroundRecoveryTest, ARecoveredNewFileTheCrashedMountHadStoredIsNotSet
 // An edit of "log" accepted before the crash, which that mount stored just before it stopped (its
 // record not dropped yet): the object holds the edit's very bytes, under an ETag the record does
 // not know. That is no other client's version: nothing is set aside, and the log blames nobody.
+// (Staged whole, so that its MD5 can be checked. Of an edit staged sparse, its base replaced, the
+// bytes it lacks are not known: it is set aside.)
 TEST_F(BackgroundRecoveryTest, ARecoveredEditTheCrashedMountHadStoredIsNotSetAside) {
-  PutObject("log", "one\n");
-  const uint64_t ino = LookupIno(kRootIno, "log");
-  auto fh = fs_->Open(ino, O_RDWR | O_APPEND);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
-  // All of it here, so that its MD5 can be checked. (Of an edit staged sparse, and its base
-  // replaced, the bytes it lacks are not known: it is set aside.)
-  EXPECT_EQ(ReadFile(*fs_, ino), "one\nmine\n");
-  ASSERT_TRUE(fs_->Release(*fh).ok());
-  const std::string image = CrashImage();
+  const std::string image = CrashWithAWholeEdit();
   PutObject("log", "one\nmine\n");  // what its upload stored
   Log log;
   auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
@@ -2655,14 +2662,7 @@ TEST_F(BackgroundRecoveryTest, ARecoveredEditTheCrashedMountHadStoredIsNotSetAsi
 // An edit of "log" accepted before the crash, of a version another client has replaced since, and
 // not with the edit's bytes: set aside, the other client's version kept.
 TEST_F(BackgroundRecoveryTest, ARecoveredEditOfAVersionAnotherClientReplacedIsSetAside) {
-  PutObject("log", "one\n");
-  const uint64_t ino = LookupIno(kRootIno, "log");
-  auto fh = fs_->Open(ino, O_RDWR | O_APPEND);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
-  EXPECT_EQ(ReadFile(*fs_, ino), "one\nmine\n");  // all of it here, as above
-  ASSERT_TRUE(fs_->Release(*fh).ok());
-  const std::string image = CrashImage();
+  const std::string image = CrashWithAWholeEdit();
   PutObject("log", "one\ntheir\n");  // as long as the edit, other bytes
   Log log;
   auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
