@@ -282,6 +282,45 @@ Status CreatePrivateDirectories(const std::string& dir) {
   return Status::Ok();
 }
 
+// What a cache directory's staged writes, crash records and store state (db/: the ETags and
+// metadata known of its files) belong to: its file .store names the store (its URL, with any
+// prefix: CanonicalUrl), written by the first mount of the directory once its store
+// opened (so a mistyped URL claims nothing). Crash records name keys only, so the mount of
+// another store over them would upload one bucket's files into another, over its objects
+// there: refused with a one-line error instead, the data left for the mount it belongs to. (A
+// directory of an objfs before .store is taken as this store's.) `claim`: write .store when it
+// is missing; otherwise only check it.
+Status CheckCacheScope(const std::string& dir, const std::string& scope, bool claim) {
+  const std::string path = dir + "/.store";
+  Result<std::string> held = ReadSmallFile(path, 64 << 10, "cache_dir's .store file");
+  if (held.ok()) {
+    std::string_view named = *held;
+    while (!named.empty() && named.back() == '\n') named.remove_suffix(1);
+    if (named == scope) return Status::Ok();
+    return InvalidArgumentError("cache directory '" + dir + "' holds the staged writes of " +
+                                std::string(named) + ", not of " + scope +
+                                ": mount that with it (what it staged is uploaded there), or "
+                                "give this mount its own -o cache_dir=");
+  }
+  if (held.status().code() != StatusCode::kNotFound) return held.status();
+  if (!claim) return Status::Ok();
+  const std::string temporary = path + ".new";
+  const int fd =
+      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return IoError("cannot write '" + temporary + "': " + std::strerror(errno));
+  const std::string line = scope + "\n";
+  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                       ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!written || ::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int why = written ? errno : err;
+    ::unlink(temporary.c_str());
+    return IoError("cannot write '" + path + "': " + std::strerror(why));
+  }
+  return Status::Ok();
+}
+
 // What the cache directory holds is uploaded under the mounting user's credentials, and a
 // crash record there names the key: another user who can write there could have their data
 // uploaded, or a staged file swapped for a symbolic link to a private file. As ssh does with
@@ -711,6 +750,14 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
                        : "cannot lock '" + lock_path + "': " + std::strerror(err));
     return 1;
   }
+  // (Not the endpoint: the default cache directory is named after the URL alone, and one
+  // server's address may be spelt in several ways.)
+  const std::string cache_scope = CanonicalUrl(options.url);
+  if (Status scope = CheckCacheScope(options.fs.cache_dir, cache_scope, /*claim=*/false);
+      !scope.ok()) {
+    reporter.Error(scope.message());
+    return 1;
+  }
   const FilesystemOptions& fs_options = options.fs;
 
   // Idle read-ahead buffers kept for reuse count against the prefetch memory too.
@@ -743,6 +790,11 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
                                .clear_upload = &clearing});
   if (!store.ok()) {
     reporter.Error(store.status().message());
+    return 1;
+  }
+  if (Status scope = CheckCacheScope(options.fs.cache_dir, cache_scope, /*claim=*/true);
+      !scope.ok()) {
+    reporter.Error(scope.message());
     return 1;
   }
 

@@ -1208,15 +1208,14 @@ MountEnvironment CurrentMountEnvironment() {
   return env;
 }
 
+std::string CanonicalUrl(const MountUrl& url) {
+  if (url.scheme == UrlScheme::kS3) return "s3://" + url.bucket + "/" + url.prefix;
+  if (url.scheme == UrlScheme::kOther) return url.scheme_name + "://" + url.rest;
+  return "sftp://" + url.user + "@" + url.host + ":" + std::to_string(url.port) + url.path;
+}
+
 std::string MountCacheName(const MountUrl& url) {
-  std::string canonical;
-  if (url.scheme == UrlScheme::kS3) {
-    canonical = "s3://" + url.bucket + "/" + url.prefix;
-  } else if (url.scheme == UrlScheme::kOther) {
-    canonical = url.scheme_name + "://" + url.rest;
-  } else {
-    canonical = "sftp://" + url.user + "@" + url.host + ":" + std::to_string(url.port) + url.path;
-  }
+  const std::string canonical = CanonicalUrl(url);
   std::string readable;
   for (char c : canonical.substr(canonical.find("://") + 3)) {
     bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

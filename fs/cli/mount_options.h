@@ -226,6 +226,9 @@ MountEnvironment CurrentMountEnvironment();
 // The name of the per-mount cache subdirectory for `url`: readable and unique ("s3-bucket-
 // some-dir-<hash>"), a single path component.
 std::string MountCacheName(const MountUrl& url);
+// The URL as MountCacheName and a cache directory's .store name it: s3://BUCKET/PREFIX,
+// sftp://USER@HOST:PORT/PATH, the rest of another scheme's as given.
+std::string CanonicalUrl(const MountUrl& url);
 
 // Parses the arguments after the program name; URLs of the `extra` schemes are accepted too.
 Result<MountOptions> ParseMountOptions(const std::vector<std::string>& args,

@@ -629,6 +629,39 @@ TEST_P(MountSuiteTest, ASecondMountOfTheSameCacheDirectoryIsRefused) {
   EXPECT_EQ(first->Stop(), 0);
 }
 
+// A cache directory's staged writes belong to the store they were written to: a mount of another
+// store (here another prefix of it) over them would upload them there, over its files of those
+// names. It is refused; the mount the data belongs to still takes the directory, and uploads it.
+TEST_P(MountSuiteTest, ACacheDirectoryOfAnotherStoreIsRefused) {
+  ScratchDir temp;
+  ASSERT_FALSE(temp.path().empty());
+  ASSERT_TRUE(remote().Write("other/f", "theirs").ok());
+  ObjfsMount::Options options = remote().MountOptions("writeback=600");
+  options.cache_dir = temp.path() + "/cache";
+  std::unique_ptr<ObjfsMount> first = ObjfsMount::Start(remote().url(), options);
+  ASSERT_TRUE(first);
+  WriteFile(first->path() + "/f", "staged here");  // in the write-back window
+  EXPECT_EQ(first->KillAndWait(SIGKILL), 128 + SIGKILL);
+  ASSERT_FALSE(remote().Read("f").ok());
+  std::string mnt = temp.path() + "/second";
+  ASSERT_TRUE(fs::create_directory(mnt));
+  ExpectMountFails(
+      {remote().url() + "/other", mnt, "-o",
+       remote().server_options() + ",cache_dir=" + options.cache_dir},
+      remote().server_environment(), mnt,
+      "cache directory '" + options.cache_dir + "' holds the staged writes of " + remote().url());
+  EXPECT_FALSE(remote().Read("other/f/f").ok());
+  ASSERT_TRUE(first->Restart());
+  EXPECT_EQ(ReadFile(first->path() + "/f"), "staged here");
+  EXPECT_EQ(first->Stop(), 0);
+  Result<std::string> stored = remote().Read("f");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(*stored, "staged here");
+  Result<std::string> theirs = remote().Read("other/f");
+  ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
+  EXPECT_EQ(*theirs, "theirs");
+}
+
 TEST_P(MountSuiteTest, RecursiveCpInAndBackOutThroughAFreshMount) {
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());
