@@ -54,6 +54,7 @@
 #include "cache/buffer_pool.h"
 #include "cache/content_etag_store.h"
 #include "cache/data_cache.h"
+#include "cache/file_io.h"
 #include "cache/listing_attr_store.h"
 #include "cache/store_db.h"
 #include "cache/upload_records.h"
@@ -289,7 +290,8 @@ Status CreatePrivateDirectories(const std::string& dir) {
 // another store over them would upload one bucket's files into another, over its objects
 // there: refused with a one-line error instead, the data left for the mount it belongs to. (A
 // directory of an objfs before .store is taken as this store's.) `claim`: write .store when it
-// is missing; otherwise only check it.
+// is missing (not synced: lost to a power cut, it is written again by the next mount); otherwise
+// only check it.
 Status CheckCacheScope(const std::string& dir, const std::string& scope, bool claim) {
   const std::string path = dir + "/.store";
   Result<std::string> held = ReadSmallFile(path, 64 << 10, "cache_dir's .store file");
@@ -304,21 +306,7 @@ Status CheckCacheScope(const std::string& dir, const std::string& scope, bool cl
   }
   if (held.status().code() != StatusCode::kNotFound) return held.status();
   if (!claim) return Status::Ok();
-  const std::string temporary = path + ".new";
-  const int fd =
-      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return IoError("cannot write '" + temporary + "': " + std::strerror(errno));
-  const std::string line = scope + "\n";
-  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
-                       ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!written || ::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int why = written ? errno : err;
-    ::unlink(temporary.c_str());
-    return IoError("cannot write '" + path + "': " + std::strerror(why));
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, scope + "\n");
 }
 
 // What the cache directory holds is uploaded under the mounting user's credentials, and a
@@ -794,8 +782,11 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   }
   if (Status scope = CheckCacheScope(options.fs.cache_dir, cache_scope, /*claim=*/true);
       !scope.ok()) {
-    reporter.Error(scope.message());
-    return 1;
+    // A full cache disk (the mount that must upload what a crash left there) mounts all the
+    // same; only the check of a later mount is lost.
+    reporter.Warn("cache directory '" + options.fs.cache_dir + "' is not marked as " + cache_scope +
+                  "'s (" + scope.message() +
+                  "): a mount of another URL over it will not be refused");
   }
 
   // The disk cache of object data, in blocks the size of the prefetcher's reads. Opened (and

@@ -662,6 +662,26 @@ TEST_P(MountSuiteTest, ACacheDirectoryOfAnotherStoreIsRefused) {
   EXPECT_EQ(*theirs, "theirs");
 }
 
+// A cache directory that cannot be marked as the URL's (its disk full: here .store's temporary
+// name is taken) still mounts, as the mount that must upload what a crash left there: the mark
+// is a check for later mounts, never a reason to keep staged data from its bucket.
+TEST_P(MountSuiteTest, ACacheDirectoryThatCannotBeMarkedStillMounts) {
+  ScratchDir temp;
+  ASSERT_FALSE(temp.path().empty());
+  ObjfsMount::Options options = remote().MountOptions();
+  options.cache_dir = temp.path() + "/cache";
+  ASSERT_TRUE(fs::create_directories(options.cache_dir + "/.store.tmp"));
+  ASSERT_EQ(::chmod(options.cache_dir.c_str(), 0700), 0);
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(remote().url(), options);
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/f", "stored");
+  EXPECT_EQ(mount->Stop(), 0);
+  EXPECT_NE(mount->log().find("will not be refused"), std::string::npos) << mount->log();
+  Result<std::string> stored = remote().Read("f");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(*stored, "stored");
+}
+
 TEST_P(MountSuiteTest, RecursiveCpInAndBackOutThroughAFreshMount) {
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());
