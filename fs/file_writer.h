@@ -222,6 +222,12 @@ class FileWriter {
     MutexLock lock(&inode.mu);
     return Unfinished(inode);
   }
+  // The unsaved data is the stored file emptied (O_TRUNC, truncate to 0) with nothing written
+  // since: a close that finds only this leaves its upload to the release of the open file
+  // (Filesystem::Flush).
+  static bool OnlyEmptied(const Inode& inode) REQUIRES(inode.mu) {
+    return inode.unsaved() && inode.in_store && inode.attr.size == 0;
+  }
   // What a close or fsync of an Unfinished file says: the first write's failure (or the lost
   // base), named.
   Status UnfinishedError(const Inode& inode, const std::string& key) const REQUIRES(inode.mu);

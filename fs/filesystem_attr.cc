@@ -1,6 +1,8 @@
 // Filesystem: chmod, chown, utimens, truncate and extended attributes.
 #include <sys/stat.h>
 
+#include "backend/etag.h"
+#include "backend/md5.h"
 #include "fs/errno_map.h"
 #include "fs/filesystem.h"
 #include "fs/object_metadata.h"
@@ -316,6 +318,13 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
         OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
       }
       MutexLock lock(&inode->mu);
+      if (FileWriter::OnlyEmptied(*inode)) {
+        // Emptied, its upload left to the release of the open file (Filesystem::Flush), which
+        // may come after this: the empty content's MD5, as a close that stored it gave.
+        const ETag empty = ETag::FromMd5(Md5Of(std::string_view()));
+        if (name == kEtagXattr) return empty.value();
+        return std::string(ETagKindName(empty.kind()));
+      }
       if (inode->pending_metadata && !inode->removed() && !inode->unsaved()) {
         OBJFS_RETURN_IF_ERROR(writer_->ApplyHeldMetadata(*inode, key));
       }

@@ -458,6 +458,14 @@ Status Filesystem::Flush(uint64_t fh) {
       }
     }
     OBJFS_RETURN_IF_ERROR(ReportedAtClose("close", handle->ino, TrimUnaskedCopy(*handle)));
+    // `cmd > file`: the shell opens the file with O_TRUNC, gives the command a duplicate of the
+    // descriptor and closes its own. That close finds the file emptied and nothing written yet.
+    // Storing it would replace the complete file with an empty one while the command runs, and
+    // for good should objfs stop before the command's close. The release of the open file (its
+    // last descriptor gone) stores it instead; a close that finds data written stores that.
+    Inode& inode = *handle->inode;
+    MutexLock lock(&inode.mu);
+    if (FileWriter::OnlyEmptied(inode)) return Status::Ok();
   }
   if (writer_->writeback()) {
     Inode& inode = *handle->inode;

@@ -1496,6 +1496,66 @@ TEST_P(MountSuiteTest, KilledInTheMiddleOfAWriteKeepsTheOldFile) {
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// `cmd > doc` over a stored file: the shell opens doc with O_TRUNC, hands the command a
+// duplicate of the descriptor and closes its own before the command starts. That close once
+// stored the empty file: the server held nothing for as long as the command ran, and nothing for
+// good when objfs was killed before the command's close. Now the file stays whole on the server
+// until the command's output is complete, and a kill meanwhile keeps it.
+TEST_P(MountSuiteTest, AFileRedirectedIntoStaysWholeUntilTheCommandIsDone) {
+  std::unique_ptr<ObjfsMount> mount = remote().Mount();
+  ASSERT_TRUE(mount);
+  const std::string doc = mount->path() + "/doc";
+  std::string stored = PseudoRandomBytes(1u << 20, 70);
+  WriteFile(doc, stored);
+  ScratchDir local;
+  const std::string fifo = local.path() + "/fifo";
+  for (const bool killed : {false, true}) {
+    SCOPED_TRACE(killed ? "killed before the command's close" : "the command done");
+    const std::string output = PseudoRandomBytes(3u << 20, killed ? 72 : 71);
+    const size_t half = output.size() / 2;
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    CommandResult cat;
+    std::thread shell([&] { cat = RunCommand({"bash", "-c", "cat \"$0\" > \"$1\"", fifo, doc}); });
+    // cat opens the fifo after the shell's redirection, its close included.
+    int fd = -1;
+    EXPECT_TRUE(WaitFor(30, [&] {
+      fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      return fd >= 0;
+    })) << std::strerror(errno);
+    if (fd < 0) {
+      ::close(::open(fifo.c_str(), O_RDWR | O_CLOEXEC));  // lets a waiting cat go
+      shell.join();
+      FAIL() << cat.err;
+    }
+    ASSERT_EQ(::fcntl(fd, F_SETFL, 0), 0);
+    if (can().server_access) EXPECT_EQ(Digest(OnServer("doc")), Digest(stored));
+    EXPECT_EQ(::write(fd, output.data(), half), static_cast<ssize_t>(half));
+    if (killed) {
+      struct stat st {};
+      EXPECT_TRUE(WaitFor(30, [&] {
+        return ::stat(doc.c_str(), &st) == 0 && static_cast<size_t>(st.st_size) == half;
+      })) << st.st_size;
+      EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+      ::close(fd);
+      shell.join();  // (cat failed: the mount is gone)
+      ASSERT_TRUE(mount->Restart());
+      EXPECT_EQ(Digest(ReadLocal(mount->cache_dir() + "/unfinished/doc")),
+                Digest(output.substr(0, half)));
+    } else {
+      EXPECT_EQ(::write(fd, output.data() + half, output.size() - half),
+                static_cast<ssize_t>(output.size() - half));
+      ::close(fd);
+      shell.join();
+      EXPECT_EQ(cat.exit_code, 0) << cat.err;
+      stored = output;
+    }
+    if (can().server_access) EXPECT_EQ(Digest(OnServer("doc")), Digest(stored));
+    EXPECT_EQ(Digest(ReadFile(doc)), Digest(stored));
+    ASSERT_EQ(::unlink(fifo.c_str()), 0);
+  }
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+}
+
 // A server that stops answering (nothing moves, as with SIGSTOP of the server and its
 // connection processes): a read that needs it fails with EIO within operation_timeout plus
 // slack, instead of hanging, the log says why, and the same mount reads the right bytes again

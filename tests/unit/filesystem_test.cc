@@ -2800,6 +2800,42 @@ TEST_F(FilesystemTest, ACrashBeforeCloseKeepsTheOldObjectAndSetsTheNewDataAside)
   ASSERT_TRUE(fs_->Release(created->fh).ok());
 }
 
+// `cmd > doc`: the shell opens doc with O_TRUNC, hands the command a duplicate and closes its
+// own descriptor (a flush) before the command writes a byte. That close once stored the empty
+// file: the old content was gone while the command ran, and for good should the mount die
+// before the command's close. Now the release stores a file only emptied, and a close that
+// finds data stores that.
+TEST_F(FilesystemTest, ACloseOfAFileOnlyEmptiedLeavesItsUploadToTheRelease) {
+  PutObject("doc", "the complete old content");
+  const uint64_t ino = LookupIno(kRootIno, "doc");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());  // the shell's close
+  EXPECT_EQ(memory_->contents("doc"), "the complete old content");
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("the command's first")).ok());
+  // The mount dies before the command's close: the next keeps the old content.
+  const std::string image = CrashImage();
+  RecoverImage(image);
+  EXPECT_EQ(memory_->contents("doc"), "the complete old content");
+  EXPECT_EQ(SetAside(image), (std::map<std::string, std::string>{{"doc", "the command's first"}}));
+  // Or the command ends: its close stores its output.
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  EXPECT_EQ(memory_->contents("doc"), "the command's first");
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+
+  // `: > doc`: the release stores the empty file.
+  fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  EXPECT_EQ(memory_->contents("doc"), "the command's first");
+  // Its ETag, asked for before the release, is the empty file's (as the close once stored).
+  auto etag = fs_->GetXattr(ino, "user.etag");
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, "d41d8cd98f00b204e9800998ecf8427e");
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("doc"), "");
+}
+
 // A file created, or emptied by O_TRUNC, and never written when the mount died is empty: the
 // next mount keeps the stored file and says so, but sets no empty file aside in
 // cache_dir/unfinished (cp within the mount, killed during its copy on the server, left one).
