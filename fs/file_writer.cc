@@ -1632,7 +1632,17 @@ bool FileWriter::Adopt(
                           "removed on the server since, so it cannot be completed");
       return false;
     }
-    if (!filled.ok()) file = filled;
+    if (filled.code() == StatusCode::kNoSpace) {
+      // No room in cache_dir for what it lacks: it stays sparse, and its upload reads those
+      // bytes from the base as it sends them (Upload), by the same ETag. Left here, it would
+      // wait for room that the mount's own work may never leave.
+      Log(LogLevel::kWarn, "staged data of " + left.key + " lacks bytes of " + left.base_key +
+                               " that cache_dir has no room for; its upload reads them from "
+                               "the server: " +
+                               filled.message());
+    } else if (!filled.ok()) {
+      file = filled;
+    }
   }
   if (!file.ok()) {
     Log(LogLevel::kError, "staged data of " + left.key + " stays in " + left.data_path +

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -480,6 +481,43 @@ TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskIsUploadedAtClose) {
 
 TEST(MountS3IoTest, AnEditThatFillsTheCacheDiskKeepsItsOldBytesWithoutARefusedXattr) {
   EditThatFillsTheCacheDisk(/*refused_xattr=*/true);
+}
+
+// An edit accepted into the write-back window, its mount killed before the upload: the next
+// mount completes it from the object and uploads it. Where the cache disk has no room for what
+// it lacks (16 MiB here, 2 MiB of room), the upload reads those bytes from the server as it
+// sends them. (It once stayed in cache_dir "for the next mount", at every mount, and never
+// reached the server.)
+TEST(MountS3IoTest, AKilledMountsEditTooBigForTheCacheDiskIsStoredByTheNextMount) {
+  SmallDisk small;
+  ASSERT_TRUE(small.ok());
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  const std::string old = PseudoRandomBytes(16 << 20, 50);
+  WriteThroughAMount(url, "big", old);
+  std::string edited = old;
+  edited.replace(4 << 20, 16, "sixteen bytes!!\n");
+  ObjfsMount::Options options;
+  options.cache_dir = small.path() + "/cache";
+  options.extra_options = "cache_reserve=6M,writeback=600";
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url, options);
+  ASSERT_TRUE(mount);
+  int fd = ::open((mount->path() + "/big").c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(fd, edited.data() + (4 << 20), 16, 4 << 20), 16) << std::strerror(errno);
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  EXPECT_EQ(mount->KillAndWait(SIGKILL), 128 + SIGKILL);
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_TRUE(ReadFile(mount->path() + "/big") == edited) << "big is not the edited file";
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();  // uploads it, if the background has not yet
+  const std::string log = mount->log();
+  EXPECT_EQ(log.find("for the next mount"), std::string::npos) << log;
+  EXPECT_NE(log.find("its upload reads them from the server"), std::string::npos) << log;
+  EXPECT_FALSE(std::filesystem::exists(small.path() + "/cache/unfinished"));
+  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(ReadFile(fresh->path() + "/big") == edited) << "big is not the edited file";
+  EXPECT_EQ(fresh->Stop(), 0) << fresh->log();
 }
 
 // A copy_file_range made through this machine (part of a file) that fills the cache disk

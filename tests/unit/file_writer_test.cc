@@ -53,12 +53,13 @@ class FileWriterTest : public ::testing::Test {
   }
 
   // A mount over the same cache_dir; what the previous one left there stays (a crash).
-  void Mount(double writeback = 0, double hold_metadata = 0) {
+  // `reserve`: the bytes staging leaves free on the cache disk (cache_reserve).
+  void Mount(double writeback = 0, double hold_metadata = 0, uint64_t reserve = 0) {
     writer_.reset();
     inodes_ = std::make_unique<InodeTable>();
     meta_cache_ =
         std::make_unique<MetaCache>(clock_, std::chrono::seconds(1), std::chrono::seconds(1));
-    auto staging = StagingArea::Open(dir_ + "/staging");
+    auto staging = StagingArea::Open(dir_ + "/staging", reserve);
     ASSERT_TRUE(staging.ok());
     staging_ = std::move(*staging);
     FileWriter::Options options;
@@ -719,6 +720,31 @@ TEST_F(FileWriterTest, ASparseLeftoverWhoseBaseChangedIsSetAside) {
                     line.find("by its close is at [1048576, 1048581),") != std::string::npos);
   }
   EXPECT_TRUE(said) << ::testing::PrintToString(log_);
+}
+
+// ... and when cache_dir has no room for the bytes it lacks, its upload reads them from the
+// object as it sends them, by the version the edit was made to. (The next mount once waited
+// for room, "for the next mount", at every start.)
+TEST_F(FileWriterTest, ASparseLeftoverOnAFullCacheDiskIsUploadedWithItsBaseReadFromTheServer) {
+  Mount(/*writeback=*/60);
+  const std::string object = Pattern(3 << 20, 7);
+  Put("f", object);
+  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+  {
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
+    ASSERT_TRUE(inode->staged->WriteAt(1 << 20, Bytes("hello")).ok());
+    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
+  }
+  inode.reset();
+  Mount(/*writeback=*/0, /*hold_metadata=*/0, /*reserve=*/UINT64_MAX / 2);  // no room at all
+  ASSERT_TRUE(writer_->RecoverStaged().ok());
+  ASSERT_TRUE(writer_->UploadDue().ok());
+  std::string expected = object;
+  expected.replace(1 << 20, 5, "hello");
+  EXPECT_TRUE(memory_->contents("f") == expected) << ::testing::PrintToString(log_);
+  EXPECT_TRUE(Leftovers().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/staging/unfinished"));
 }
 
 TEST_F(FileWriterTest, ARefusedMetadataChangeIsUploadedWithoutIt) {
