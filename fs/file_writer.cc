@@ -1748,10 +1748,20 @@ Status FileWriter::RecoverStaged() {
                 (dropped.ok() ? "" : " (its empty staged file stays: " + dropped.message() + ")"));
         continue;
       }
-      // Written and never closed or synced (or cut short since): not what its writer meant the
-      // file to be, so it never replaces the object.
-      set_aside(left,
-                " was being written when objfs stopped, and no close or fsync had accepted it");
+      // Written and never closed or synced, or accepted and cut short since (a power loss
+      // before the disk had all of it): not what its writer meant the file to be, so it never
+      // replaces the object.
+      if (left.state == StagedUploadRecord::State::kAccepted) {
+        const bool there = ::stat(left.data_path.c_str(), &st) == 0;
+        set_aside(left,
+                  " was accepted by a close, fsync or the write-back window with " +
+                      std::to_string(left.size) + " bytes, but its staged file " +
+                      (there ? "holds " + std::to_string(st.st_size) + " bytes now" : "is gone") +
+                      " (cut short, as by a power loss before the disk had it all)");
+      } else {
+        set_aside(left,
+                  " was being written when objfs stopped, and no close or fsync had accepted it");
+      }
       continue;
     }
     auto [it, inserted] = adopt.try_emplace(left.key, i);
