@@ -32,6 +32,41 @@ bool HoldsTheBytesOf(const ObjectInfo& there, const ByteSource& source) {
   return digest.ok() && ETag::FromMd5(*digest) == there.etag;
 }
 
+// Whether the object `there`, at `key`, holds the bytes of `source` over `ranges`, read from
+// the store by its ETag in blocks of `block` (false where a read fails).
+bool SameBytesWhere(ObjectStore* store, std::string_view key, const ObjectInfo& there,
+                    const ByteSource& source, const std::vector<ExtentSet::Range>& ranges,
+                    uint64_t block) {
+  block = std::max<uint64_t>(block, 4096);
+  std::vector<std::byte> theirs(block);
+  std::vector<std::byte> mine(block);
+  const uint64_t size = std::min(there.size, source.size());
+  for (const ExtentSet::Range& range : ranges) {
+    for (uint64_t at = range.start; at < std::min(range.end, size);) {
+      const size_t want = std::min<uint64_t>(block, std::min(range.end, size) - at);
+      Result<size_t> got = store->read(key, at, std::span(theirs.data(), want), &there.etag);
+      Result<size_t> have = source.read_at(at, std::span(mine.data(), want));
+      if (!got.ok() || !have.ok() || *got != want || *have != want ||
+          !std::equal(theirs.begin(), theirs.begin() + static_cast<std::ptrdiff_t>(want),
+                      mine.begin())) {
+        return false;
+      }
+      at += want;
+    }
+  }
+  return true;
+}
+
+// Whether the object `there` holds every byte of `source`: by its plain-MD5 ETag where it has
+// one, else read back and compared.
+bool HoldsEveryByteOf(ObjectStore* store, std::string_view key, const ObjectInfo& there,
+                      const ByteSource& source, uint64_t block) {
+  if (there.size != source.size()) return false;
+  if (there.etag.is_plain_md5()) return HoldsTheBytesOf(there, source);
+  return !there.etag.empty() &&
+         SameBytesWhere(store, key, there, source, {{0, source.size()}}, block);
+}
+
 // The staged file's bytes, with the base's bytes it still lacks read from the server as they
 // are asked for rather than stored: the source of an upload made when cache_dir has no room to
 // fetch them (a file edited until the cache disk filled). They are read in aligned blocks of
@@ -612,10 +647,12 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
       BaseReplaced(result.status()) && inode.recovered && inode.recovered->key == key) {
     // A file the earlier mount created or edited, and may have stored itself just before it
     // stopped (its record not dropped yet): then the name holds these very bytes, and nothing
-    // is to be done. (Another client's file of the same bytes: nothing either.) Known where
-    // the stored ETag is a plain MD5; a multipart one is set aside below, as another client's.
+    // is to be done. (Another client's file of the same bytes: nothing either.) Told by a
+    // plain-MD5 ETag; another kind (multipart, SFTP's version) by reading the object back.
     Result<ObjectInfo> there = store_->head(key);
-    if (there.ok() && HoldsTheBytesOf(*there, *source)) result = std::move(there);
+    if (there.ok() && HoldsEveryByteOf(store_, key, *there, *source, options_.read_buffer)) {
+      result = std::move(there);
+    }
   }
   if (!result.ok() && (put.if_match || put.if_none_match) && BaseReplaced(result.status()) &&
       LoseBase(inode, key)) {
@@ -1625,6 +1662,16 @@ bool FileWriter::Adopt(
     // changed base would mix another client's bytes into what the close accepted).
     bool base_changed = false;
     Status filled = FillFromBase(**file, nullptr, left.key, 0, (*file)->size(), &base_changed);
+    if (base_changed && StoredBeforeTheStop(left, **file)) {
+      file->reset();
+      Status dropped = staging_->Drop(left);
+      Log(LogLevel::kWarn,
+          left.key +
+              " was accepted by a close, and the store already has it: the mount that "
+              "stopped had uploaded it (its size, mtime and written bytes match)" +
+              (dropped.ok() ? "" : "; its staged file stays: " + dropped.message()));
+      return false;
+    }
     if (base_changed) {
       file->reset();
       set_aside(left, " was accepted by a close, but " + left.base_key +
@@ -1681,6 +1728,21 @@ bool FileWriter::Adopt(
   recovery_.Add(ino, size);
   queue_->ScheduleAt(ino, clock_->now());  // due at once, window or not
   return true;
+}
+
+bool FileWriter::StoredBeforeTheStop(const StagedLeftover& left, const StagedFile& file) {
+  Result<ObjectInfo> there = store_->head(left.key);
+  if (!there.ok() || there->size != file.size() || there->etag.empty()) return false;
+  const std::optional<int64_t> ours = ParsePosixMetadata(left.metadata).mtime_ns;
+  const std::optional<int64_t> stored = ParsePosixMetadata(there->metadata).mtime_ns;
+  constexpr int64_t kSecond = 1000000000;
+  // A store that keeps whole seconds (SFTP) has the second of the record's time.
+  if (!ours || !stored ||
+      (*stored != *ours && (*stored % kSecond != 0 || *stored != *ours - *ours % kSecond))) {
+    return false;
+  }
+  return SameBytesWhere(store_, left.key, *there, file.Source(), file.present().Ranges(),
+                        options_.read_buffer);
 }
 
 Status FileWriter::RecoverStaged() {

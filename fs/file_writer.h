@@ -354,6 +354,11 @@ class FileWriter {
   // aside (`set_aside`) when the base changed. False when it is not taken over.
   bool Adopt(const StagedLeftover& left,
              const std::function<void(const StagedLeftover&, const std::string&)>& set_aside);
+  // Adopt, of a sparse leftover whose base is gone: whether the object now at its key is what
+  // the crashed mount's own upload of it stored (that mount stopped before it dropped the
+  // record). Its size and its mtime (to the store's precision) are the record's, and each byte
+  // the staged file holds is the object's: no other client's version matches all of that.
+  bool StoredBeforeTheStop(const StagedLeftover& left, const StagedFile& file);
 
   // Why a streamed upload was given up for a whole put at close: each is logged once.
   enum class Fallback {

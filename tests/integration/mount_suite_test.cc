@@ -1218,6 +1218,52 @@ TEST_P(MountSuiteTest, AKilledMountsEditsNeverGoOverAnotherClientsChangesAtTheNe
   EXPECT_EQ(*remote().Read("new"), "theirs\n");
 }
 
+// A mount that stored accepted edits and stopped before it dropped their crash records (here:
+// its cache_dir as it was before the uploads, put back after them): the next mount finds the
+// versions the edits were made to gone. The objects there are the edits: nothing is to be done,
+// and nothing is set aside. Told of an append staged sparse by its size, its mtime (to the
+// server's precision) and the bytes it wrote; of an edit staged whole, by every byte (SFTP has
+// no MD5 to tell it by). Both were set aside, with a log line blaming another client.
+TEST_P(MountSuiteTest, EditsTheStoppedMountHadStoredAreNotSetAsideAtTheNextMount) {
+  const std::string old_data = PseudoRandomBytes(3u << 20, 80);
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "log", old_data));
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "whole", "one\n"));
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
+  ASSERT_TRUE(mount);
+  const std::string log = mount->path() + "/log";
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "mine\n", 5), 5);
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  ASSERT_NO_FATAL_FAILURE(AppendMineReadWhole(mount->path() + "/whole"));
+  ScratchDir saved;
+  const std::string image = saved.path() + "/cache";
+  CommandResult copied = RunCommand({"cp", "-a", mount->cache_dir(), image});
+  ASSERT_EQ(copied.exit_code, 0) << copied.err;
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();  // uploads the edits
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("log")), Digest(old_data + "mine\n"));
+    EXPECT_EQ(OnServer("whole"), "one\nmine\n");
+  }
+  fs::remove_all(mount->cache_dir());
+  copied = RunCommand({"cp", "-a", image, mount->cache_dir()});
+  ASSERT_EQ(copied.exit_code, 0) << copied.err;
+
+  ASSERT_TRUE(mount->Restart());
+  EXPECT_EQ(Digest(ReadFile(log)), Digest(old_data + "mine\n"));
+  EXPECT_EQ(ReadFile(mount->path() + "/whole"), "one\nmine\n");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_NE(mount->log().find("log was accepted by a close, and the store already has it"),
+            std::string::npos)
+      << mount->log();
+  EXPECT_EQ(mount->log().find("another client"), std::string::npos) << mount->log();
+  EXPECT_FALSE(fs::exists(mount->cache_dir() + "/unfinished"));
+  if (can().server_access) {
+    EXPECT_EQ(Digest(OnServer("log")), Digest(old_data + "mine\n"));
+    EXPECT_EQ(OnServer("whole"), "one\nmine\n");
+  }
+}
+
 // rm and mv of files not uploaded yet (in the write-back window) act on what this mount made
 // and on nothing else: a file another client made of a new file's name meanwhile, or a version
 // it stored since an edit began, stays on the server, as though it came after them.

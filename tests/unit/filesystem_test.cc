@@ -2423,6 +2423,30 @@ class BackgroundRecoveryTest : public WritebackTest {
     return CrashImage();
   }
 
+  // `key` ("one\n" in the store) appended "mine\n" to and closed, never read (so that its
+  // staged copy is sparse: the edit's bytes only); then the crash. Returns the image, and the
+  // metadata its record gives the upload in *metadata.
+  std::string CrashWithASparseEdit(const std::string& key, Metadata* metadata) {
+    PutObject(key, "one\n");
+    auto fh = fs_->Open(LookupIno(kRootIno, key), O_WRONLY | O_APPEND);
+    EXPECT_TRUE(fh.ok()) << fh.status().ToString();
+    EXPECT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
+    EXPECT_TRUE(fs_->Release(*fh).ok());
+    const std::string image = CrashImage();
+    auto staging = StagingArea::Open(image);
+    EXPECT_TRUE(staging.ok());
+    if (!staging.ok()) return image;
+    auto left = (*staging)->Leftovers();
+    EXPECT_TRUE(left.ok());
+    if (!left.ok()) return image;
+    for (const StagedLeftover& l : *left) {
+      if (l.key != key) continue;
+      EXPECT_EQ(l.base_key, key);  // sparse
+      *metadata = l.metadata;
+    }
+    return image;
+  }
+
   // The next mount over `image`, recovered, with write-back window `writeback`.
   std::unique_ptr<Filesystem> NextMount(const std::string& image, double writeback, bool thread,
                                         Log* log) {
@@ -2642,8 +2666,7 @@ TEST_F(BackgroundRecoveryTest, ARecoveredNewFileTheCrashedMountHadStoredIsNotSet
 // An edit of "log" accepted before the crash, which that mount stored just before it stopped (its
 // record not dropped yet): the object holds the edit's very bytes, under an ETag the record does
 // not know. That is no other client's version: nothing is set aside, and the log blames nobody.
-// (Staged whole, so that its MD5 can be checked. Of an edit staged sparse, its base replaced, the
-// bytes it lacks are not known: it is set aside.)
+// (Staged whole, so that its MD5 can be checked; staged sparse: below.)
 TEST_F(BackgroundRecoveryTest, ARecoveredEditTheCrashedMountHadStoredIsNotSetAside) {
   const std::string image = CrashWithAWholeEdit();
   PutObject("log", "one\nmine\n");  // what its upload stored
@@ -2657,6 +2680,59 @@ TEST_F(BackgroundRecoveryTest, ARecoveredEditTheCrashedMountHadStoredIsNotSetAsi
   EXPECT_EQ(next->recovering_files(), 0u);
   ASSERT_TRUE(next->FlushAll().ok());
   EXPECT_EQ(memory_->contents("log"), "one\nmine\n");
+}
+
+// The same of an edit staged sparse (an append), whose old bytes are gone with the version it
+// was made to: the object there has the record's size and mtime and, where the staged file holds
+// bytes, those bytes. It was once set aside, with a log line blaming another client.
+TEST_F(BackgroundRecoveryTest, ARecoveredSparseEditTheCrashedMountHadStoredIsNotSetAside) {
+  Metadata metadata;
+  const std::string image = CrashWithASparseEdit("log", &metadata);
+  ASSERT_FALSE(metadata.empty());
+  PutObject("log", "one\nmine\n", metadata);  // what its upload stored
+  const int puts = faults_->calls(StoreOp::kPut);
+  Log log;
+  auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
+  ASSERT_NE(next, nullptr);
+  ASSERT_TRUE(next->UploadDue().ok());
+  ASSERT_TRUE(next->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("log"), "one\nmine\n");
+  EXPECT_EQ(faults_->calls(StoreOp::kPut), puts);  // nothing to upload again
+  EXPECT_TRUE(SetAside(image).empty());
+  EXPECT_FALSE(log.Has("cannot be completed"));
+  EXPECT_TRUE(log.Has("log was accepted by a close, and the store already has it"));
+  EXPECT_EQ(next->recovering_files(), 0u);
+}
+
+// ... but another client's version is set aside for, though it has the edit's size and bytes
+// where the edit wrote: its mtime is not the record's. So is one of the record's mtime (a copy
+// that kept it) whose bytes differ where the edit wrote.
+TEST_F(BackgroundRecoveryTest, ARecoveredSparseEditOfAVersionAnotherClientReplacedIsSetAside) {
+  struct Case {
+    const char* name;
+    std::string theirs;
+    bool same_mtime;
+  };
+  for (const Case& c : {Case{"log1", "ONE\nmine\n", false}, Case{"log2", "one\nMINE\n", true}}) {
+    SCOPED_TRACE(c.same_mtime ? "other bytes where it wrote" : "another mtime");
+    Metadata metadata;
+    const std::string image = CrashWithASparseEdit(c.name, &metadata);
+    ASSERT_FALSE(metadata.empty());
+    if (!c.same_mtime) metadata[kMtimeMetadata] = "1234567890.5";
+    PutObject(c.name, c.theirs, metadata);
+    Log log;
+    auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
+    ASSERT_NE(next, nullptr);
+    (void)next->UploadDue();
+    ASSERT_TRUE(next->FlushAll().ok());
+    EXPECT_EQ(memory_->contents(c.name), c.theirs);
+    const std::map<std::string, std::string> aside = SetAside(image);
+    ASSERT_EQ(aside.count(c.name), 1u);
+    EXPECT_EQ(aside.at(c.name).substr(4), "mine\n");  // a hole where "one\n" was
+    EXPECT_TRUE(log.Has(std::string(c.name) + " was accepted by a close, but " + c.name));
+    next.reset();
+    std::filesystem::remove_all(image);
+  }
 }
 
 // An edit of "log" accepted before the crash, of a version another client has replaced since, and
