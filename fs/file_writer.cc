@@ -1589,8 +1589,24 @@ Status FileWriter::FlushAll() {
     (void)SetAsideUnfinished(ino, inode, key);  // logged
     return true;
   };
+  // Emptied by a writer still at work (`cmd > file`), nothing written yet: not what its writer
+  // meant the file to be either, and nothing of it to keep. The stored file stays, and so does a
+  // version a close accepted, staged for the next mount.
+  auto only_emptied = [&](uint64_t ino, Inode& inode) -> bool {
+    MutexLock lock(&inode.mu);
+    if (!OnlyEmptied(inode) || inode.open_writers.load() == 0) return false;
+    Result<std::string> key = KeyOf(ino);
+    Log(LogLevel::kWarn,
+        (key.ok() ? *key : "inode " + std::to_string(ino)) +
+            " was emptied by a writer still at work as objfs stopped: not uploaded, the stored "
+            "file stays" +
+            (inode.accepted_copy ? " (the version a close accepted is uploaded by the next mount)"
+                                 : ""));
+    return true;
+  };
   Status first = queue_->RunAll(inos, [&](uint64_t ino) {
     const std::shared_ptr<Inode>& inode = local.at(ino);
+    if (only_emptied(ino, *inode)) return Status::Ok();
     OBJFS_RETURN_IF_ERROR(set_aside(ino, *inode).status());
     Status flushed = Flush(ino, inode);
     if (flushed.ok()) return flushed;
@@ -1813,13 +1829,13 @@ Status FileWriter::RecoverStaged() {
       // Written and never closed or synced, or accepted and cut short since (a power loss
       // before the disk had all of it): not what its writer meant the file to be, so it never
       // replaces the object.
-      if (left.state == StagedUploadRecord::State::kAccepted) {
-        const bool there = ::stat(left.data_path.c_str(), &st) == 0;
+      if (left.state == StagedUploadRecord::State::kAccepted &&
+          ::stat(left.data_path.c_str(), &st) == 0) {
         set_aside(left,
                   " was accepted by a close, fsync or the write-back window with " +
-                      std::to_string(left.size) + " bytes, but its staged file " +
-                      (there ? "holds " + std::to_string(st.st_size) + " bytes now" : "is gone") +
-                      " (cut short, as by a power loss before the disk had it all)");
+                      std::to_string(left.size) + " bytes, but its staged file holds " +
+                      std::to_string(st.st_size) +
+                      " bytes now (cut short, as by a power loss before the disk had it all)");
       } else {
         set_aside(left,
                   " was being written when objfs stopped, and no close or fsync had accepted it");

@@ -222,11 +222,13 @@ class FileWriter {
     MutexLock lock(&inode.mu);
     return Unfinished(inode);
   }
-  // The unsaved data is the stored file emptied (O_TRUNC, truncate to 0) with nothing written
-  // since: a close that finds only this leaves its upload to the release of the open file
-  // (Filesystem::Flush).
+  // The unsaved data is a file emptied (O_TRUNC, truncate to 0) with nothing written since, and
+  // its upload would replace data: the stored file, or a version a close accepted and that waits
+  // in the write-back window. A close that finds only this leaves its upload to the release of
+  // the last writer (Filesystem::Flush); so does unmount while a writer is at work (FlushAll).
   static bool OnlyEmptied(const Inode& inode) REQUIRES(inode.mu) {
-    return inode.unsaved() && inode.in_store && inode.attr.size == 0;
+    return inode.unsaved() && inode.attr.size == 0 &&
+           (inode.in_store || inode.accepted_copy != nullptr);
   }
   // What a close or fsync of an Unfinished file says: the first write's failure (or the lost
   // base), named.

@@ -318,7 +318,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
         OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
       }
       MutexLock lock(&inode->mu);
-      if (FileWriter::OnlyEmptied(*inode)) {
+      if (FileWriter::OnlyEmptied(*inode) && inode->open_writers.load() > 0) {
         // Emptied, its upload left to the release of the open file (Filesystem::Flush), which
         // may come after this: the empty content's MD5, as a close that stored it gave.
         const ETag empty = ETag::FromMd5(Md5Of(std::string_view()));

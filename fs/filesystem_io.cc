@@ -461,8 +461,9 @@ Status Filesystem::Flush(uint64_t fh) {
     // `cmd > file`: the shell opens the file with O_TRUNC, gives the command a duplicate of the
     // descriptor and closes its own. That close finds the file emptied and nothing written yet.
     // Storing it would replace the complete file with an empty one while the command runs, and
-    // for good should objfs stop before the command's close. The release of the open file (its
-    // last descriptor gone) stores it instead; a close that finds data written stores that.
+    // for good should objfs stop before the command's close. The release of the last writer's
+    // open file stores it instead (a failure then is logged and retried, as in the write-back
+    // window); a close that finds data written stores that.
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
     if (FileWriter::OnlyEmptied(inode)) return Status::Ok();
@@ -556,7 +557,10 @@ Status Filesystem::Release(uint64_t fh) {
       // clean copy kept only for open handles goes with the last of them.
       if (remaining == 0 && !inode.unsaved()) writer_->DropStaging(inode);
     } else {
-      if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
+      if (FileWriter::OnlyEmptied(inode) && writers > 0) {
+        // Emptied, and another writer is still at work (`cmd > file`): its close or release
+        // stores the file (see Flush).
+      } else if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
         // Uploaded, deferred or kept for a retry; or unfinished now, its base gone (below).
         status = writer_->Close(handle->ino, inode);
       } else if (!inode.unsaved() && remaining == 0) {

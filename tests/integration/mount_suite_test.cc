@@ -1546,7 +1546,8 @@ TEST_P(MountSuiteTest, KilledInTheMiddleOfAWriteKeepsTheOldFile) {
 // duplicate of the descriptor and closes its own before the command starts. That close once
 // stored the empty file: the server held nothing for as long as the command ran, and nothing for
 // good when objfs was killed before the command's close. Now the file stays whole on the server
-// until the command's output is complete, and a kill meanwhile keeps it.
+// until the command's output is complete, whatever other writers open and close it meanwhile
+// (`touch`), and objfs killed or stopped (SIGTERM) meanwhile keeps it.
 TEST_P(MountSuiteTest, AFileRedirectedIntoStaysWholeUntilTheCommandIsDone) {
   std::unique_ptr<ObjfsMount> mount = remote().Mount();
   ASSERT_TRUE(mount);
@@ -1555,9 +1556,12 @@ TEST_P(MountSuiteTest, AFileRedirectedIntoStaysWholeUntilTheCommandIsDone) {
   WriteFile(doc, stored);
   ScratchDir local;
   const std::string fifo = local.path() + "/fifo";
-  for (const bool killed : {false, true}) {
-    SCOPED_TRACE(killed ? "killed before the command's close" : "the command done");
-    const std::string output = PseudoRandomBytes(3u << 20, killed ? 72 : 71);
+  enum class End { kDone, kKilled, kStopped };
+  for (const End end : {End::kDone, End::kKilled, End::kStopped}) {
+    SCOPED_TRACE(end == End::kDone     ? "the command done"
+                 : end == End::kKilled ? "killed before the command's close"
+                                       : "stopped before the command wrote");
+    const std::string output = PseudoRandomBytes(3u << 20, 71 + static_cast<int>(end));
     const size_t half = output.size() / 2;
     ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
     CommandResult cat;
@@ -1574,9 +1578,19 @@ TEST_P(MountSuiteTest, AFileRedirectedIntoStaysWholeUntilTheCommandIsDone) {
       FAIL() << cat.err;
     }
     ASSERT_EQ(::fcntl(fd, F_SETFL, 0), 0);
+    CommandResult touched = RunCommand({"touch", doc});
+    EXPECT_EQ(touched.exit_code, 0) << touched.err;
     if (can().server_access) EXPECT_EQ(Digest(OnServer("doc")), Digest(stored));
-    EXPECT_EQ(::write(fd, output.data(), half), static_cast<ssize_t>(half));
-    if (killed) {
+    if (end == End::kStopped) {
+      EXPECT_EQ(mount->KillAndWait(SIGTERM), 0) << mount->log();
+      ::close(fd);
+      shell.join();  // (cat failed: the mount is gone)
+      EXPECT_NE(mount->log().find("doc was emptied by a writer still at work as objfs stopped"),
+                std::string::npos)
+          << mount->log();
+      ASSERT_TRUE(mount->Restart());
+    } else if (end == End::kKilled) {
+      EXPECT_EQ(::write(fd, output.data(), half), static_cast<ssize_t>(half));
       struct stat st {};
       EXPECT_TRUE(WaitFor(30, [&] {
         return ::stat(doc.c_str(), &st) == 0 && static_cast<size_t>(st.st_size) == half;
@@ -1588,8 +1602,7 @@ TEST_P(MountSuiteTest, AFileRedirectedIntoStaysWholeUntilTheCommandIsDone) {
       EXPECT_EQ(Digest(ReadLocal(mount->cache_dir() + "/unfinished/doc")),
                 Digest(output.substr(0, half)));
     } else {
-      EXPECT_EQ(::write(fd, output.data() + half, output.size() - half),
-                static_cast<ssize_t>(output.size() - half));
+      EXPECT_EQ(::write(fd, output.data(), output.size()), static_cast<ssize_t>(output.size()));
       ::close(fd);
       shell.join();
       EXPECT_EQ(cat.exit_code, 0) << cat.err;

@@ -2899,17 +2899,50 @@ TEST_F(FilesystemTest, ACloseOfAFileOnlyEmptiedLeavesItsUploadToTheRelease) {
   EXPECT_EQ(memory_->contents("doc"), "the command's first");
   ASSERT_TRUE(fs_->Release(*fh).ok());
 
+  // Another writer's open file closed meanwhile (`touch doc`) stores nothing either: the
+  // command is still at work.
+  fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  auto other = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(fs_->Flush(*other).ok());
+  ASSERT_TRUE(fs_->Release(*other).ok());
+  EXPECT_EQ(memory_->contents("doc"), "the command's first");
+  // Nor does unmount while the command is at work: the stored file stays.
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("doc"), "the command's first");
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("the second command's")).ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  EXPECT_EQ(memory_->contents("doc"), "the second command's");
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+
   // `: > doc`: the release stores the empty file.
   fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
   ASSERT_TRUE(fh.ok());
   ASSERT_TRUE(fs_->Flush(*fh).ok());
-  EXPECT_EQ(memory_->contents("doc"), "the command's first");
+  EXPECT_EQ(memory_->contents("doc"), "the second command's");
   // Its ETag, asked for before the release, is the empty file's (as the close once stored).
   auto etag = fs_->GetXattr(ino, "user.etag");
   ASSERT_TRUE(etag.ok()) << etag.status().ToString();
   EXPECT_EQ(*etag, "d41d8cd98f00b204e9800998ecf8427e");
   ASSERT_TRUE(fs_->Release(*fh).ok());
   EXPECT_EQ(memory_->contents("doc"), "");
+}
+
+// The same of a new file closed into the write-back window, not uploaded yet: `cmd > new` once
+// made the empty file the accepted version at the shell's close, and a crash then stored it in
+// place of the content the earlier close accepted.
+TEST_F(WritebackTest, ACloseOfANewFileOnlyEmptiedKeepsTheVersionACloseAccepted) {
+  const uint64_t ino = WriteAndClose("new", "accepted");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());  // the shell's close
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("the command's first")).ok());
+  const std::string image = CrashImage();
+  RecoverImage(image);
+  EXPECT_EQ(memory_->contents("new"), "accepted");
+  ASSERT_TRUE(fs_->Release(*fh).ok());
 }
 
 // A file created, or emptied by O_TRUNC, and never written when the mount died is empty: the
