@@ -1594,7 +1594,7 @@ Status FileWriter::FlushAll() {
   // version a close accepted, staged for the next mount.
   auto only_emptied = [&](uint64_t ino, Inode& inode) -> bool {
     MutexLock lock(&inode.mu);
-    if (!OnlyEmptied(inode) || inode.open_writers.load() == 0) return false;
+    if (!EmptiedWhileWritten(inode)) return false;
     Result<std::string> key = KeyOf(ino);
     Log(LogLevel::kWarn,
         (key.ok() ? *key : "inode " + std::to_string(ino)) +

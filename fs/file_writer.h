@@ -230,6 +230,12 @@ class FileWriter {
     return inode.unsaved() && inode.attr.size == 0 &&
            (inode.in_store || inode.accepted_copy != nullptr);
   }
+  // OnlyEmptied, and the writer that emptied it is still at work: the handle whose O_TRUNC or
+  // ftruncate emptied it is open (Inode::emptied_by). (Not a `truncate` by path: its caller is
+  // done.)
+  static bool EmptiedWhileWritten(const Inode& inode) REQUIRES(inode.mu) {
+    return OnlyEmptied(inode) && inode.emptied_by != 0;
+  }
   // What a close or fsync of an Unfinished file says: the first write's failure (or the lost
   // base), named.
   Status UnfinishedError(const Inode& inode, const std::string& key) const REQUIRES(inode.mu);

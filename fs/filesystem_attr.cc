@@ -214,7 +214,7 @@ Status Filesystem::TruncateLocked(Inode& inode, const std::string& key, uint64_t
 }
 
 Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr& attr,
-                                  std::optional<uint64_t> /*fh*/) {
+                                  std::optional<uint64_t> fh) {
   if (to_set & kSetSize) {
     OBJFS_RETURN_IF_ERROR(CheckWritable());
     OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
@@ -223,6 +223,8 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
     MutexLock lock(&inode->mu);
     OBJFS_RETURN_IF_ERROR(TruncateLocked(*inode, key, attr.size, /*new_mtime=*/true));
+    // ftruncate(fd, 0): that open file's release uploads the emptied file (see Release).
+    if (fh && FileWriter::OnlyEmptied(*inode)) inode->emptied_by = *fh;
   }
   uint32_t meta_fields =
       kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow | kSetAtime | kSetAtimeNow;
@@ -318,7 +320,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
         OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
       }
       MutexLock lock(&inode->mu);
-      if (FileWriter::OnlyEmptied(*inode) && inode->open_writers.load() > 0) {
+      if (FileWriter::EmptiedWhileWritten(*inode)) {
         // Emptied, its upload left to the release of the open file (Filesystem::Flush), which
         // may come after this: the empty content's MD5, as a close that stored it gave.
         const ETag empty = ETag::FromMd5(Md5Of(std::string_view()));

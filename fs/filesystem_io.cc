@@ -90,7 +90,13 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
   }
   if (options_.kernel_page_cache && keep) Bump(metrics_->page_cache_keeps);
   if (keep_cache != nullptr) *keep_cache = options_.kernel_page_cache && keep;
-  return AddHandle(std::move(handle));
+  const uint64_t fh = AddHandle(std::move(handle));
+  if (truncate) {
+    // `cmd > file`: this open file's release uploads the emptied file (see Release).
+    MutexLock lock(&inode->mu);
+    if (FileWriter::OnlyEmptied(*inode)) inode->emptied_by = fh;
+  }
+  return fh;
 }
 
 Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, uint32_t mode,
@@ -550,6 +556,8 @@ Status Filesystem::Release(uint64_t fh) {
     int remaining = inode.open_handles.fetch_sub(1) - 1;
     const bool writer = IsWritable(handle->flags);
     const int writers = writer ? inode.open_writers.fetch_sub(1) - 1 : inode.open_writers.load();
+    const bool emptier = inode.emptied_by == fh;
+    if (emptier) inode.emptied_by = 0;
     if (inode.removed()) {
       if (remaining == 0) writer_->DropStaging(inode);
     } else if (!writer && (writers > 0 || writer_->Queued(handle->ino))) {
@@ -557,9 +565,9 @@ Status Filesystem::Release(uint64_t fh) {
       // clean copy kept only for open handles goes with the last of them.
       if (remaining == 0 && !inode.unsaved()) writer_->DropStaging(inode);
     } else {
-      if (FileWriter::OnlyEmptied(inode) && writers > 0) {
-        // Emptied, and another writer is still at work (`cmd > file`): its close or release
-        // stores the file (see Flush).
+      if (FileWriter::OnlyEmptied(inode) && (inode.emptied_by != 0 || (!emptier && writers > 0))) {
+        // Emptied, and the writer that emptied it is still at work (`cmd > file`; where none
+        // is known, any writer): its close or release stores the file (see Flush).
       } else if (inode.unsaved() && !FileWriter::Unfinished(inode)) {
         // Uploaded, deferred or kept for a retry; or unfinished now, its base gone (below).
         status = writer_->Close(handle->ino, inode);

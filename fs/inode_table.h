@@ -78,6 +78,10 @@ struct Inode {
   // upload of it was given up yet.
   std::shared_ptr<StreamedUpload> stream GUARDED_BY(mu);
   bool may_stream GUARDED_BY(mu) = false;
+  // The handle whose O_TRUNC (or ftruncate to 0) emptied the unsaved file, until its release
+  // (0: none): a file only emptied is uploaded at that release, not at a close before it nor at
+  // another writer's release (FileWriter::OnlyEmptied, Filesystem::Release).
+  uint64_t emptied_by GUARDED_BY(mu) = 0;
   // The stored object the staged file was staged from or last uploaded as (its key, size and
   // ETag), and the ranges written since: a close copies the untouched parts of it on the
   // server. Unset when there is none (a new or emptied file).

@@ -2917,7 +2917,53 @@ TEST_F(FilesystemTest, ACloseOfAFileOnlyEmptiedLeavesItsUploadToTheRelease) {
   EXPECT_EQ(memory_->contents("doc"), "the second command's");
   ASSERT_TRUE(fs_->Release(*fh).ok());
 
+  // `: > doc`, while a writer that has written nothing keeps the file open (a program holding
+  // it O_RDWR): the release of the open file that emptied it stores the empty file.
+  auto holder = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(holder.ok());
+  fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  EXPECT_EQ(memory_->contents("doc"), "the second command's");
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("doc"), "");
+  ASSERT_TRUE(fs_->Release(*holder).ok());
+  // `truncate -s 0 doc` (by path) is done as it returns: unmount stores it, though a writer
+  // that has written nothing holds the file.
+  fh = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("some")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  holder = fs_->Open(ino, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(holder.ok());
+  FileAttr zero;
+  zero.size = 0;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetSize, zero, std::nullopt).ok());
+  EXPECT_EQ(memory_->contents("doc"), "some");
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("doc"), "");
+  ASSERT_TRUE(fs_->Release(*holder).ok());
+  // So does ftruncate(fd, 0)'s (logrotate's copytruncate).
+  fh = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("a log")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  holder = fs_->Open(ino, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(holder.ok());
+  fh = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetSize, zero, *fh).ok());
+  ASSERT_TRUE(fs_->Flush(*fh).ok());
+  EXPECT_EQ(memory_->contents("doc"), "a log");
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("doc"), "");
+  ASSERT_TRUE(fs_->Release(*holder).ok());
+
   // `: > doc`: the release stores the empty file.
+  fh = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(fh.ok());
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("the second command's")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
   fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
   ASSERT_TRUE(fh.ok());
   ASSERT_TRUE(fs_->Flush(*fh).ok());
