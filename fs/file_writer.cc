@@ -1752,11 +1752,7 @@ bool FileWriter::StoredBeforeTheStop(const StagedLeftover& left, const StagedFil
   const std::optional<int64_t> ours = ParsePosixMetadata(left.metadata).mtime_ns;
   const std::optional<int64_t> stored = ParsePosixMetadata(there->metadata).mtime_ns;
   constexpr int64_t kSecond = 1000000000;
-  // A store that keeps whole seconds (SFTP) has the second of the record's time.
-  if (!ours || !stored ||
-      (*stored != *ours && (*stored % kSecond != 0 || *stored != *ours - *ours % kSecond))) {
-    return false;
-  }
+  if (!ours || !stored || *stored != *ours || *ours % kSecond == 0) return false;
   return SameBytesWhere(store_, left.key, *there, file.Source(), file.present().Ranges(),
                         options_.read_buffer);
 }

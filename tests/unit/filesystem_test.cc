@@ -2426,11 +2426,19 @@ class BackgroundRecoveryTest : public WritebackTest {
   // `key` ("one\n" in the store) appended "mine\n" to and closed, never read (so that its
   // staged copy is sparse: the edit's bytes only); then the crash. Returns the image, and the
   // metadata its record gives the upload in *metadata.
-  std::string CrashWithASparseEdit(const std::string& key, Metadata* metadata) {
+  // With `mtime_ns`, the file's mtime is set to it before the close (touch -d).
+  std::string CrashWithASparseEdit(const std::string& key, Metadata* metadata,
+                                   int64_t mtime_ns = 0) {
     PutObject(key, "one\n");
-    auto fh = fs_->Open(LookupIno(kRootIno, key), O_WRONLY | O_APPEND);
+    const uint64_t ino = LookupIno(kRootIno, key);
+    auto fh = fs_->Open(ino, O_WRONLY | O_APPEND);
     EXPECT_TRUE(fh.ok()) << fh.status().ToString();
     EXPECT_TRUE(fs_->Write(*fh, 4, Bytes("mine\n")).ok());
+    if (mtime_ns != 0) {
+      FileAttr attr;
+      attr.mtime_ns = mtime_ns;
+      EXPECT_TRUE(fs_->SetAttr(ino, kSetMtime, attr, *fh).ok());
+    }
     EXPECT_TRUE(fs_->Release(*fh).ok());
     const std::string image = CrashImage();
     auto staging = StagingArea::Open(image);
@@ -2706,17 +2714,20 @@ TEST_F(BackgroundRecoveryTest, ARecoveredSparseEditTheCrashedMountHadStoredIsNot
 
 // ... but another client's version is set aside for, though it has the edit's size and bytes
 // where the edit wrote: its mtime is not the record's. So is one of the record's mtime (a copy
-// that kept it) whose bytes differ where the edit wrote.
+// that kept it) whose bytes differ where the edit wrote; and one with the record's mtime and the
+// edit's bytes where a whole-second mtime (`touch -d`, `cp -p`) proves nothing.
 TEST_F(BackgroundRecoveryTest, ARecoveredSparseEditOfAVersionAnotherClientReplacedIsSetAside) {
   struct Case {
     const char* name;
     std::string theirs;
     bool same_mtime;
+    int64_t mtime_ns = 0;  // set before the close
   };
-  for (const Case& c : {Case{"log1", "ONE\nmine\n", false}, Case{"log2", "one\nMINE\n", true}}) {
-    SCOPED_TRACE(c.same_mtime ? "other bytes where it wrote" : "another mtime");
+  for (const Case& c : {Case{"log1", "ONE\nmine\n", false}, Case{"log2", "one\nMINE\n", true},
+                        Case{"log3", "ONE\nmine\n", true, 1600000000LL * 1000000000}}) {
+    SCOPED_TRACE(c.name);
     Metadata metadata;
-    const std::string image = CrashWithASparseEdit(c.name, &metadata);
+    const std::string image = CrashWithASparseEdit(c.name, &metadata, c.mtime_ns);
     ASSERT_FALSE(metadata.empty());
     if (!c.same_mtime) metadata[kMtimeMetadata] = "1234567890.5";
     PutObject(c.name, c.theirs, metadata);
