@@ -110,6 +110,20 @@ class FileWriterTest : public ::testing::Test {
     return Status::Ok();
   }
 
+  // "f", stored as `object` (3 MiB), written "hello" at 1 MiB and closed into the write-back
+  // window of a mount whose staged file holds only that (sparse), which then "crashes": what it
+  // staged stays for the next Mount().
+  void AcceptSparseEdit(const std::string& object) {
+    Mount(/*writeback=*/60);
+    Put("f", object);
+    std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
+    MutexLock lock(&inode->mu);
+    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
+    ASSERT_TRUE(inode->staged->WriteAt(1 << 20, Bytes("hello")).ok());
+    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
+    ASSERT_TRUE(inode->staged->has_base());
+  }
+
   std::vector<StagedLeftover> Leftovers() {
     auto left = staging_->Leftovers();
     EXPECT_TRUE(left.ok());
@@ -666,18 +680,8 @@ TEST_F(FileWriterTest, OfTwoAcceptedVersionsTheNewerOneIsUploaded) {
 // A sparse file accepted by a close and left by a crash: the next mount completes it from the
 // object it was staged from and uploads it whole.
 TEST_F(FileWriterTest, ASparseAcceptedLeftoverIsCompletedFromItsBase) {
-  Mount(/*writeback=*/60);
   const std::string object = Pattern(3 << 20, 5);
-  Put("f", object);
-  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
-  {
-    MutexLock lock(&inode->mu);
-    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
-    ASSERT_TRUE(inode->staged->WriteAt(1 << 20, Bytes("hello")).ok());
-    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
-    ASSERT_TRUE(inode->staged->has_base());
-  }
-  inode.reset();
+  ASSERT_NO_FATAL_FAILURE(AcceptSparseEdit(object));
   Mount();  // the crash: nothing uploaded
   std::vector<StagedLeftover> left = Leftovers();
   ASSERT_EQ(left.size(), 1u);
@@ -694,16 +698,7 @@ TEST_F(FileWriterTest, ASparseAcceptedLeftoverIsCompletedFromItsBase) {
 // ... and when another client replaced that object meanwhile, the leftover cannot be
 // completed: it is set aside, never uploaded, and the log says which ranges it holds.
 TEST_F(FileWriterTest, ASparseLeftoverWhoseBaseChangedIsSetAside) {
-  Mount(/*writeback=*/60);
-  Put("f", Pattern(3 << 20, 6));
-  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
-  {
-    MutexLock lock(&inode->mu);
-    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
-    ASSERT_TRUE(inode->staged->WriteAt(1 << 20, Bytes("hello")).ok());
-    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
-  }
-  inode.reset();
+  ASSERT_NO_FATAL_FAILURE(AcceptSparseEdit(Pattern(3 << 20, 6)));
   Mount();
   Put("f", "another client's");
   log_.clear();
@@ -726,17 +721,8 @@ TEST_F(FileWriterTest, ASparseLeftoverWhoseBaseChangedIsSetAside) {
 // object as it sends them, by the version the edit was made to. (The next mount once waited
 // for room, "for the next mount", at every start.)
 TEST_F(FileWriterTest, ASparseLeftoverOnAFullCacheDiskIsUploadedWithItsBaseReadFromTheServer) {
-  Mount(/*writeback=*/60);
   const std::string object = Pattern(3 << 20, 7);
-  Put("f", object);
-  std::shared_ptr<Inode> inode = Staged("f", /*in_store=*/true);
-  {
-    MutexLock lock(&inode->mu);
-    ASSERT_TRUE(writer_->MarkDirty(*inode, "f").ok());
-    ASSERT_TRUE(inode->staged->WriteAt(1 << 20, Bytes("hello")).ok());
-    ASSERT_TRUE(writer_->DeferUpload(inodes_->InoOf("f"), *inode).ok());
-  }
-  inode.reset();
+  ASSERT_NO_FATAL_FAILURE(AcceptSparseEdit(object));
   Mount(/*writeback=*/0, /*hold_metadata=*/0, /*reserve=*/UINT64_MAX / 2);  // no room at all
   ASSERT_TRUE(writer_->RecoverStaged().ok());
   ASSERT_TRUE(writer_->UploadDue().ok());

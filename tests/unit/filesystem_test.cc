@@ -2941,10 +2941,7 @@ TEST_F(FilesystemTest, ACloseOfAFileOnlyEmptiedLeavesItsUploadToTheRelease) {
   ASSERT_TRUE(fs_->Release(*holder).ok());
   // `truncate -s 0 doc` (by path) is done as it returns: unmount stores it, though a writer
   // that has written nothing holds the file.
-  fh = fs_->Open(ino, O_WRONLY);
-  ASSERT_TRUE(fh.ok());
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("some")).ok());
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_NO_FATAL_FAILURE(Overwrite(ino, "some"));
   holder = fs_->Open(ino, O_WRONLY | O_APPEND);
   ASSERT_TRUE(holder.ok());
   FileAttr zero;
@@ -2955,10 +2952,7 @@ TEST_F(FilesystemTest, ACloseOfAFileOnlyEmptiedLeavesItsUploadToTheRelease) {
   EXPECT_EQ(memory_->contents("doc"), "");
   ASSERT_TRUE(fs_->Release(*holder).ok());
   // So does ftruncate(fd, 0)'s (logrotate's copytruncate).
-  fh = fs_->Open(ino, O_WRONLY);
-  ASSERT_TRUE(fh.ok());
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("a log")).ok());
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_NO_FATAL_FAILURE(Overwrite(ino, "a log"));
   holder = fs_->Open(ino, O_WRONLY | O_APPEND);
   ASSERT_TRUE(holder.ok());
   fh = fs_->Open(ino, O_WRONLY);
@@ -2971,10 +2965,7 @@ TEST_F(FilesystemTest, ACloseOfAFileOnlyEmptiedLeavesItsUploadToTheRelease) {
   ASSERT_TRUE(fs_->Release(*holder).ok());
 
   // `: > doc`: the release stores the empty file.
-  fh = fs_->Open(ino, O_WRONLY);
-  ASSERT_TRUE(fh.ok());
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("the second command's")).ok());
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_NO_FATAL_FAILURE(Overwrite(ino, "the second command's"));
   fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
   ASSERT_TRUE(fh.ok());
   ASSERT_TRUE(fs_->Flush(*fh).ok());
