@@ -223,8 +223,10 @@ Result<Entry> Filesystem::SetAttr(uint64_t ino, uint32_t to_set, const FileAttr&
     if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
     MutexLock lock(&inode->mu);
     OBJFS_RETURN_IF_ERROR(TruncateLocked(*inode, key, attr.size, /*new_mtime=*/true));
-    // ftruncate(fd, 0): that open file's release uploads the emptied file (see Release).
-    if (fh && FileWriter::OnlyEmptied(*inode)) inode->emptied_by = *fh;
+    // ftruncate(fd, 0): that open file's release uploads the emptied file (see Release). A
+    // truncate by path has no such writer (its caller is done), and an earlier emptier, writing
+    // since, is not this one.
+    inode->emptied_by = fh && FileWriter::OnlyEmptied(*inode) ? *fh : 0;
   }
   uint32_t meta_fields =
       kSetMode | kSetUid | kSetGid | kSetMtime | kSetMtimeNow | kSetAtime | kSetAtimeNow;

@@ -94,7 +94,7 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
   if (truncate) {
     // `cmd > file`: this open file's release uploads the emptied file (see Release).
     MutexLock lock(&inode->mu);
-    if (FileWriter::OnlyEmptied(*inode)) inode->emptied_by = fh;
+    inode->emptied_by = FileWriter::OnlyEmptied(*inode) ? fh : 0;
   }
   return fh;
 }

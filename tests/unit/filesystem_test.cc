@@ -2940,10 +2940,12 @@ TEST_F(FilesystemTest, ACloseOfAFileOnlyEmptiedLeavesItsUploadToTheRelease) {
   EXPECT_EQ(memory_->contents("doc"), "");
   ASSERT_TRUE(fs_->Release(*holder).ok());
   // `truncate -s 0 doc` (by path) is done as it returns: unmount stores it, though a writer
-  // that has written nothing holds the file.
-  ASSERT_NO_FATAL_FAILURE(Overwrite(ino, "some"));
-  holder = fs_->Open(ino, O_WRONLY | O_APPEND);
+  // holds the file, even one that emptied it once (O_TRUNC) and wrote since.
+  holder = fs_->Open(ino, O_WRONLY | O_TRUNC);
   ASSERT_TRUE(holder.ok());
+  ASSERT_TRUE(fs_->Write(*holder, 0, Bytes("some")).ok());
+  ASSERT_TRUE(fs_->Fsync(*holder, false).ok());
+  EXPECT_EQ(memory_->contents("doc"), "some");
   FileAttr zero;
   zero.size = 0;
   ASSERT_TRUE(fs_->SetAttr(ino, kSetSize, zero, std::nullopt).ok());
