@@ -1678,21 +1678,17 @@ bool FileWriter::Adopt(
     // changed base would mix another client's bytes into what the close accepted).
     bool base_changed = false;
     Status filled = FillFromBase(**file, nullptr, left.key, 0, (*file)->size(), &base_changed);
-    if (base_changed && StoredBeforeTheStop(left, **file)) {
-      file->reset();
-      Status dropped = staging_->Drop(left);
-      Log(LogLevel::kWarn,
-          left.key +
-              " was accepted by a close, and the store already has it: the mount that "
-              "stopped had uploaded it (its size, mtime and written bytes match)" +
-              (dropped.ok() ? "" : "; its staged file stays: " + dropped.message()));
-      return false;
-    }
     if (base_changed) {
+      const bool maybe_stored = MayBeStoredBeforeTheStop(left, **file);
       file->reset();
       set_aside(left, " was accepted by a close, but " + left.base_key +
                           ", which its unwritten bytes were to come from, changed or was "
-                          "removed on the server since, so it cannot be completed");
+                          "removed on the server since, so it cannot be completed" +
+                          (maybe_stored ? std::string(" (the file there has its size, mtime and "
+                                                      "written bytes: the mount that stopped may "
+                                                      "have stored it just before; if the file "
+                                                      "is as you meant it, delete this copy)")
+                                        : std::string()));
       return false;
     }
     if (filled.code() == StatusCode::kNoSpace) {
@@ -1746,13 +1742,17 @@ bool FileWriter::Adopt(
   return true;
 }
 
-bool FileWriter::StoredBeforeTheStop(const StagedLeftover& left, const StagedFile& file) {
+bool FileWriter::MayBeStoredBeforeTheStop(const StagedLeftover& left, const StagedFile& file) {
   Result<ObjectInfo> there = store_->head(left.key);
   if (!there.ok() || there->size != file.size() || there->etag.empty()) return false;
   const std::optional<int64_t> ours = ParsePosixMetadata(left.metadata).mtime_ns;
   const std::optional<int64_t> stored = ParsePosixMetadata(there->metadata).mtime_ns;
   constexpr int64_t kSecond = 1000000000;
-  if (!ours || !stored || *stored != *ours || *ours % kSecond == 0) return false;
+  // A store that keeps whole seconds (SFTP) has the second of the record's time.
+  if (!ours || !stored ||
+      (*stored != *ours && (*stored % kSecond != 0 || *stored != *ours - *ours % kSecond))) {
+    return false;
+  }
   return SameBytesWhere(store_, left.key, *there, file.Source(), file.present().Ranges(),
                         options_.read_buffer);
 }

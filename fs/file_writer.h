@@ -362,14 +362,13 @@ class FileWriter {
   // aside (`set_aside`) when the base changed. False when it is not taken over.
   bool Adopt(const StagedLeftover& left,
              const std::function<void(const StagedLeftover&, const std::string&)>& set_aside);
-  // Adopt, of a sparse leftover whose base is gone: whether the object now at its key is what
-  // the crashed mount's own upload of it stored (that mount stopped before it dropped the
-  // record). Its size and its mtime, to the nanosecond, are the record's, and each byte the
-  // staged file holds is the object's. The mtime is this mount's clock's, with a fraction of a
-  // second: another client's version has it only by copying this one. A whole-second mtime (set
-  // by `touch -d`, `cp -p`, or all a store keeps, SFTP) proves nothing: false, and the
-  // leftover is set aside, as one whose base another client replaced.
-  bool StoredBeforeTheStop(const StagedLeftover& left, const StagedFile& file);
+  // Adopt, of a sparse leftover whose base is gone: whether the object now at its key may be
+  // what the crashed mount's own upload of it stored (that mount stopped before it dropped the
+  // record): its size and mtime (to the store's precision) are the record's, and each byte the
+  // staged file holds is the object's. Only a hint for the log line that sets it aside: the bytes
+  // it lacks are gone with its base, and another client's version can match all of that (a
+  // copied mtime, the same bytes appended), so dropping it on this evidence could lose the edit.
+  bool MayBeStoredBeforeTheStop(const StagedLeftover& left, const StagedFile& file);
 
   // Why a streamed upload was given up for a whole put at close: each is logged once.
   enum class Fallback {
