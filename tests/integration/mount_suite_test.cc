@@ -1582,7 +1582,9 @@ TEST_P(MountSuiteTest, AFileRedirectedIntoStaysWholeUntilTheCommandIsDone) {
     ASSERT_EQ(::fcntl(fd, F_SETFL, 0), 0);
     CommandResult touched = RunCommand({"touch", doc});
     EXPECT_EQ(touched.exit_code, 0) << touched.err;
-    if (can().server_access) EXPECT_EQ(Digest(OnServer("doc")), Digest(stored));
+    if (can().server_access) {
+      EXPECT_EQ(Digest(OnServer("doc")), Digest(stored));
+    }
     if (end == End::kStopped) {
       EXPECT_EQ(mount->KillAndWait(SIGTERM), 0) << mount->log();
       ::close(fd);
@@ -1610,7 +1612,9 @@ TEST_P(MountSuiteTest, AFileRedirectedIntoStaysWholeUntilTheCommandIsDone) {
       EXPECT_EQ(cat.exit_code, 0) << cat.err;
       stored = output;
     }
-    if (can().server_access) EXPECT_EQ(Digest(OnServer("doc")), Digest(stored));
+    if (can().server_access) {
+      EXPECT_EQ(Digest(OnServer("doc")), Digest(stored));
+    }
     EXPECT_EQ(Digest(ReadFile(doc)), Digest(stored));
     ASSERT_EQ(::unlink(fifo.c_str()), 0);
   }
