@@ -225,7 +225,8 @@ class FileWriter {
   // The unsaved data is a file emptied (O_TRUNC, truncate to 0) with nothing written since, and
   // its upload would replace data: the stored file, or a version a close accepted and that waits
   // in the write-back window. A close that finds only this leaves its upload to the release of
-  // the last writer (Filesystem::Flush); so does unmount while a writer is at work (FlushAll).
+  // the open file that emptied it (Inode::emptied_by; Filesystem::Flush and Release); so does
+  // unmount while that one is open (EmptiedWhileWritten, FlushAll).
   static bool OnlyEmptied(const Inode& inode) REQUIRES(inode.mu) {
     return inode.unsaved() && inode.attr.size == 0 &&
            (inode.in_store || inode.accepted_copy != nullptr);

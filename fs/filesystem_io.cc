@@ -467,8 +467,8 @@ Status Filesystem::Flush(uint64_t fh) {
     // `cmd > file`: the shell opens the file with O_TRUNC, gives the command a duplicate of the
     // descriptor and closes its own. That close finds the file emptied and nothing written yet.
     // Storing it would replace the complete file with an empty one while the command runs, and
-    // for good should objfs stop before the command's close. The release of the last writer's
-    // open file stores it instead (a failure then is logged and retried, as in the write-back
+    // for good should objfs stop before the command's close. The release of the open file that
+    // emptied it stores it instead (a failure then is logged and retried, as in the write-back
     // window); a close that finds data written stores that.
     Inode& inode = *handle->inode;
     MutexLock lock(&inode.mu);
