@@ -30,6 +30,7 @@ std::string Metrics::ToText() const {
   line("server_copies", server_copies);
   line("bytes_copied_on_server", bytes_copied_on_server);
   line("bytes_hashed", bytes_hashed);
+  line("parts_sent_again", parts_sent_again);
   line("server_md5s", server_md5s);
   line("server_md5_probes", server_md5_probes);
   line("server_cps", server_cps);

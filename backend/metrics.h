@@ -46,7 +46,9 @@ struct Metrics {
   std::atomic<uint64_t> server_copies{0};  // copies done on the server
   std::atomic<uint64_t> bytes_copied_on_server{0};
   std::atomic<uint64_t> bytes_hashed{0};  // bytes MD5-hashed on this machine
-  std::atomic<uint64_t> server_md5s{0};   // MD5s a server computed (SFTP: md5sum run there)
+  // S3 parts whose ETag was not the MD5 of the bytes sent, sent again with Content-MD5.
+  std::atomic<uint64_t> parts_sent_again{0};
+  std::atomic<uint64_t> server_md5s{0};  // MD5s a server computed (SFTP: md5sum run there)
   // SFTP: checks of md5sum on a probe file that it passed (at most one a mount).
   std::atomic<uint64_t> server_md5_probes{0};
   std::atomic<uint64_t> server_cps{0};    // server copies made by SFTP's cp run there

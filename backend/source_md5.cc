@@ -26,4 +26,26 @@ Result<Md5Digest> Md5OfSource(const ByteSource& source, uint64_t offset, uint64_
   return md5.Final();
 }
 
+Result<size_t> Md5WhileRead::read_at(uint64_t offset, std::span<std::byte> buf) const {
+  OBJFS_ASSIGN_OR_RETURN(size_t n, source_.read_at(offset, buf));
+  if (offset == start_) {
+    md5_ = Md5();
+    next_ = start_;
+    in_order_ = true;
+  }
+  if (offset != next_) in_order_ = false;
+  if (in_order_) {
+    const size_t hashed = static_cast<size_t>(std::min<uint64_t>(n, end_ - std::min(end_, offset)));
+    md5_.Update(std::span<const std::byte>(buf.data(), hashed));
+    next_ += n;
+  }
+  return n;
+}
+
+std::optional<Md5Digest> Md5WhileRead::TakeDigest() {
+  if (!in_order_ || next_ < end_) return std::nullopt;
+  in_order_ = false;  // Final() ends the hash
+  return md5_.Final();
+}
+
 }  // namespace objfs

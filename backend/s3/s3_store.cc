@@ -811,42 +811,86 @@ Status S3Store::CheckPutConditions(std::string_view key, const PutOptions& optio
   return Status::Ok();
 }
 
-Result<S3Store::SentPart> S3Store::UploadPart(
-    std::string_view key, const std::string& upload_id, int number, const ByteSource& source,
-    uint64_t offset, uint64_t length, const std::optional<AtRestEncryption>& keep_encryption) {
+Result<HttpResponse> S3Store::SendPart(std::string_view key, const std::string& upload_id,
+                                       int number, const ByteSource& body, uint64_t offset,
+                                       uint64_t length, const std::optional<Md5Digest>& md5) {
   Request req;
   req.method = "PUT";
   req.key = std::string(key);
   req.what = What("UploadPart", key);
   req.query.emplace_back("partNumber", std::to_string(number));
   req.query.emplace_back("uploadId", upload_id);
-  // The part is hashed, then sent, straight from the source: parts grow to 5 GiB with the
-  // file, and parallel_parts of them held in memory could exhaust it. A part that changed
-  // between the two reads fails with BadDigest rather than storing other bytes.
-  std::optional<Md5Digest> digest;
-  if (options_.part_checksum == PartChecksum::kMd5) {
-    OBJFS_ASSIGN_OR_RETURN(digest, Md5OfSource(source, offset, length, metrics_));
-    req.headers.emplace_back("content-md5", ContentMd5(*digest));
-  }
-  req.body_source = &source;
+  if (md5) req.headers.emplace_back("content-md5", ContentMd5(*md5));
+  req.body_source = &body;
   req.body_offset = offset;
   req.body_size = length;
-  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
-  SentPart sent;
-  if (const std::string* v = resp.header("etag")) sent.etag = ETag::Parse(*v);
-  sent.opaque = !ETagIsMd5(keep_encryption, &resp);
-  if (!digest) {
+  return Execute(req);
+}
+
+Result<S3Store::SentPart> S3Store::UploadPart(
+    std::string_view key, const std::string& upload_id, int number, const ByteSource& source,
+    uint64_t offset, uint64_t length, const std::optional<AtRestEncryption>& keep_encryption) {
+  const std::string what = What("UploadPart", key) + ": part " + std::to_string(number);
+  auto sent_by = [&](const HttpResponse& resp) {
+    SentPart sent;
+    if (const std::string* v = resp.header("etag")) sent.etag = ETag::Parse(*v);
+    sent.opaque = !ETagIsMd5(keep_encryption, &resp);
+    return sent;
+  };
+  // The part is sent straight from the source, never held whole: parts grow to 5 GiB with the
+  // file, and parallel_parts of them in memory could exhaust it.
+  if (options_.part_checksum == PartChecksum::kNone) {
+    OBJFS_ASSIGN_OR_RETURN(HttpResponse resp,
+                           SendPart(key, upload_id, number, source, offset, length, std::nullopt));
     // Unchecked here: the part is what the server says it stored.
-    if (sent.etag.empty()) {
-      return InternalError(req.what + ": part " + std::to_string(number) + " has no ETag");
-    }
+    SentPart sent = sent_by(resp);
+    if (sent.etag.empty()) return InternalError(what + " has no ETag");
     if (!sent.opaque) sent.md5 = DigestOf(sent.etag);
     return sent;
   }
-  const ETag expected = ETag::FromMd5(*digest);
+  if (ETagIsMd5(keep_encryption, nullptr) && !part_etags_opaque_.load()) {
+    // The server's part ETag is the MD5 of the bytes it received: hashed here as they are sent,
+    // the part is checked by that ETag, in one read of it and with no hashing before its first
+    // byte leaves. A part that arrived different is sent again, with Content-MD5 (below), which
+    // the server checks itself; it is not completed into the object meanwhile.
+    Md5WhileRead hashing(source, offset, length);
+    OBJFS_ASSIGN_OR_RETURN(HttpResponse resp,
+                           SendPart(key, upload_id, number, hashing, offset, length, std::nullopt));
+    SentPart sent = sent_by(resp);
+    if (sent.opaque || !sent.etag.is_plain_md5()) {
+      if (!part_etags_opaque_.exchange(true)) {
+        LogInfo(what + ": the server's part ETags are not MD5s (" +
+                (sent.etag.empty() ? std::string("none") : sent.etag.value()) +
+                "), so parts carry Content-MD5 from now on; this one is sent again with it");
+      }
+    } else {
+      std::optional<Md5Digest> digest = hashing.TakeDigest();
+      if (digest) {
+        if (metrics_ != nullptr) Bump(metrics_->bytes_hashed, length);
+      } else {
+        // Read out of order (a send rewound to its middle): hashed from the source now.
+        OBJFS_ASSIGN_OR_RETURN(digest, Md5OfSource(source, offset, length, metrics_));
+      }
+      const ETag expected = ETag::FromMd5(*digest);
+      if (sent.etag == expected) {
+        sent.md5 = digest;
+        return sent;
+      }
+      if (metrics_ != nullptr) Bump(metrics_->parts_sent_again);
+      LogWarn(what + ": the server's ETag " + sent.etag.value() +
+              " is not the MD5 of the bytes sent, " + expected.value() +
+              " (damaged on the way?): sent again with its Content-MD5");
+    }
+  }
+  // Hashed, then sent: the server refuses a part that arrived different (BadDigest). A part
+  // that changed between the two reads fails the same way rather than storing other bytes.
+  OBJFS_ASSIGN_OR_RETURN(Md5Digest digest, Md5OfSource(source, offset, length, metrics_));
+  OBJFS_ASSIGN_OR_RETURN(HttpResponse resp,
+                         SendPart(key, upload_id, number, source, offset, length, digest));
+  SentPart sent = sent_by(resp);
+  const ETag expected = ETag::FromMd5(digest);
   if (!sent.opaque && sent.etag.is_plain_md5() && sent.etag != expected) {
-    return InternalError(req.what + ": part " + std::to_string(number) +
-                         " ETag does not match its MD5");
+    return InternalError(what + " ETag does not match its MD5");
   }
   if (sent.etag.empty()) sent.etag = expected;
   sent.md5 = digest;

@@ -47,11 +47,13 @@ inline constexpr size_t kMaxKeyBytes = 1024;            // UTF-8 bytes of a key
 // rule), at most kMaxPartSize.
 uint64_t ChoosePartSize(uint64_t size, uint64_t configured);
 
-// What each part of a multipart upload carries for the server to check it by (part_checksum=).
-// kMd5: its Content-MD5, hashed from the staged bytes before they are sent, so the server
-// refuses a part that arrived different. kNone: nothing; the part is protected in transit by
-// TLS (https) or TCP's checksum alone, and its ETag is the server's. Whole PUTs carry
-// Content-MD5 either way: their MD5 is the ETag this mount checks and reports.
+// How each part of a multipart upload is checked (part_checksum=). kMd5: by its MD5, hashed as
+// the part is sent and compared with the part ETag the server answers (the MD5 of what it
+// received); a part that arrived different is sent again with its Content-MD5, which the server
+// checks itself. Where part ETags are not MD5s, every part carries its Content-MD5, hashed
+// before it is sent. kNone: nothing; the part is protected in transit by TLS (https) or TCP's
+// checksum alone, and its ETag is the server's. Whole PUTs carry Content-MD5 either way: their
+// MD5 is the ETag this mount checks and reports.
 enum class PartChecksum { kMd5, kNone };
 
 struct S3StoreOptions {
@@ -192,8 +194,14 @@ class S3Store : public ObjectStore {
     bool opaque = false;
   };
   // UploadPart of part `number` (from 1) of `upload_id`, the bytes [offset, offset + length)
-  // of `source`, with the checksum options.part_checksum names. A part ETag that is an MD5
-  // other than the one hashed here fails.
+  // of `source`, checked as options.part_checksum says. md5: by the part ETag the server
+  // answers, against the MD5 of the bytes as they were sent, where that ETag is an MD5; a part
+  // that arrived different, and every part where ETags are not MD5s, is sent with Content-MD5
+  // for the server to check. A part ETag that is an MD5 other than the one hashed then fails.
+  // One UploadPart request of those bytes of `body`, with `md5` as its Content-MD5 if given.
+  Result<HttpResponse> SendPart(std::string_view key, const std::string& upload_id, int number,
+                                const ByteSource& body, uint64_t offset, uint64_t length,
+                                const std::optional<Md5Digest>& md5);
   Result<SentPart> UploadPart(std::string_view key, const std::string& upload_id, int number,
                               const ByteSource& source, uint64_t offset, uint64_t length,
                               const std::optional<AtRestEncryption>& keep_encryption);
@@ -248,6 +256,9 @@ class S3Store : public ObjectStore {
   // that failed quoted and passed unquoted, so that later ones send their body once.
   std::atomic<bool> unquoted_if_match_{false};
   std::atomic<bool> copy_refused_logged_{false};
+  // A part sent unhashed came back with an ETag that is not an MD5 (encryption the mount did
+  // not ask for, or a server whose part ETags are something else): parts carry Content-MD5.
+  std::atomic<bool> part_etags_opaque_{false};
   std::atomic<bool> encryption_unconfirmed_logged_{false};
 };
 

@@ -362,12 +362,16 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .value_name = "KIND",
        .schemes = s3,
        .group = G::kS3,
-       .meaning = "what each part of a multipart upload carries for the server to check: `md5`, "
-                  "its Content-MD5, hashed here before it is sent (the server refuses a part "
-                  "that arrived different); `none`, no checksum, as s3fs sends by default: no "
-                  "MD5 pass over the bytes written, and a part is protected in transit by TLS "
-                  "(`https://`) or TCP's checksum alone. The ETag shown stays the server's. A "
-                  "whole PUT (at most `multipart_threshold`) carries its Content-MD5 either way",
+       .meaning = "how each part of a multipart upload is checked: `md5`, by its MD5, hashed "
+                  "here as the part is sent and compared with the part ETag the server "
+                  "answers; a part that arrived different is sent again with its Content-MD5, "
+                  "which the server checks itself (BadDigest), and never completed into the "
+                  "object. Where part ETags are not MD5s (SSE-KMS, SSE-C), every part is hashed "
+                  "first and carries its Content-MD5. `none`: no checksum, as s3fs sends by "
+                  "default: no MD5 pass over the bytes written, and a part is protected in "
+                  "transit by TLS (`https://`) or TCP's checksum alone. The ETag shown stays the "
+                  "server's. A whole PUT (at most `multipart_threshold`) carries its Content-MD5 "
+                  "either way",
        .default_value = "md5",
        .choices = {"md5", "none"},
        .apply = Text<&MountOptions::part_checksum>},

@@ -146,6 +146,43 @@ TEST_F(S3StoreTest, MultipartUploadStreamsEachPartInsteadOfHoldingIt) {
   EXPECT_TRUE(*back == data);
 }
 
+// A source that counts the bytes read of it.
+class ReadCountingSource : public ByteSource {
+ public:
+  explicit ReadCountingSource(std::string_view data) : inner_(data) {}
+  uint64_t size() const override { return inner_.size(); }
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> buf) const override {
+    Result<size_t> n = inner_.read_at(offset, buf);
+    if (n.ok()) read_ += *n;
+    return n;
+  }
+  uint64_t read() const { return read_.load(); }
+
+ private:
+  MemorySource inner_;
+  mutable std::atomic<uint64_t> read_{0};
+};
+
+// part_checksum=md5 (the default): each part is hashed as it is sent and checked by its ETag,
+// so a file's bytes are read once for the upload, not once to hash and once to send.
+TEST_F(S3StoreTest, APartCheckedByItsMd5IsReadOnce) {
+  Metrics metrics;
+  S3StoreOptions o = OptionsFor(bucket_);
+  o.metrics = &metrics;
+  auto store = MakeStore(o);
+  ASSERT_NE(store, nullptr);
+  const std::string data = Pattern(2 * kPart + 4321, 22);
+  ReadCountingSource source(data);
+  Result<ObjectInfo> put = store->put("once", source, PutOptions{});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->etag.parts(), 3u);
+  EXPECT_EQ(source.read(), data.size());
+  EXPECT_EQ(metrics.bytes_hashed.load(), data.size());
+  EXPECT_EQ(metrics.parts_sent_again.load(), 0u);
+  EXPECT_EQ(store_->head("once")->etag, put->etag);
+  EXPECT_TRUE(*ReadAll(*store_, "once") == data);
+}
+
 // A conditional PUT whose reply was lost is sent again, and the second attempt's If-Match then
 // fails against the object the first one stored. Where the key holds exactly the bytes being
 // put, the put succeeded: an edit is not set aside as if another client had replaced its file.
@@ -744,32 +781,85 @@ TEST_F(S3IntegrityTest, PutWithAWrongETagInTheReplyFails) {
   EXPECT_EQ(head->etag, ETag::FromMd5(Md5Of(data)));
 }
 
-TEST_F(S3IntegrityTest, CorruptedUploadPartIsRefusedByContentMd5) {
+// A part is hashed as it is sent and checked by the ETag the server answers (the MD5 of what
+// it received). One damaged on the way is sent again, now with its Content-MD5, and the object
+// gets the right bytes; the damaged copy is never completed into it.
+TEST_F(S3IntegrityTest, APartDamagedOnTheWayIsSentAgainWithItsContentMd5) {
   std::string data = Pattern(kPart + (1 << 20) + 1, 13);  // two parts
   proxy_->CorruptNextRequestBody("PUT ");                 // only the parts are PUTs
   Result<ObjectInfo> put = PutProxied("big", data);
-  ASSERT_FALSE(put.ok());
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
   EXPECT_EQ(proxy_->corrupted_requests(), 1);
+  EXPECT_EQ(metrics_.parts_sent_again.load(), 1u);
+  EXPECT_EQ(metrics_.retries.load(), 0u);
+  Result<std::string> back = ReadAll(*store_, "big");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == data);
+  EXPECT_EQ(store_->head("big")->etag, put->etag);
+}
+
+// Where every body is damaged, the part sent again with its Content-MD5 is refused by the server
+// (BadDigest), and the upload is aborted, not completed.
+TEST_F(S3IntegrityTest, APartDamagedEveryTimeFailsTheUploadWithBadDigest) {
+  std::string data = Pattern(kPart + (1 << 20) + 1, 16);
+  proxy_->CorruptRequestBodies("PUT ");
+  Result<ObjectInfo> put = PutProxied("big", data);
+  ASSERT_FALSE(put.ok());
   EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status().ToString();
   EXPECT_EQ(put.status().server_code(), "BadDigest") << put.status().ToString();
   EXPECT_NE(put.status().message().find("UploadPart"), std::string::npos)
       << put.status().ToString();
+  // The server refused the bytes it got; sending the same bytes again would not change that.
   EXPECT_EQ(metrics_.retries.load(), 0u);
-  EXPECT_EQ(StoredCode("big"), StatusCode::kNotFound);  // the upload was aborted, not completed
+  EXPECT_EQ(StoredCode("big"), StatusCode::kNotFound);
 }
 
-TEST_F(S3IntegrityTest, UploadPartWithAWrongETagInTheReplyFails) {
+// A damaged reply looks the same as a damaged body: the part is sent again with its Content-MD5
+// and the upload succeeds. Where the second reply is damaged too, the part fails, and its wrong
+// ETag never goes into CompleteMultipartUpload (which RGW refuses too, but as if the server had
+// lost a part).
+TEST_F(S3IntegrityTest, UploadPartWithAWrongETagInTheReplyIsSentAgainThenFails) {
   std::string data = Pattern(kPart + (1 << 20) + 1, 14);
   proxy_->RewriteNextResponseETag("PUT ");
-  Result<ObjectInfo> put = PutProxied("big", data);
-  ASSERT_FALSE(put.ok());
+  Result<ObjectInfo> put = PutProxied("once", data);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
   EXPECT_EQ(proxy_->rewritten_etags(), 1);
-  EXPECT_EQ(put.status().code(), StatusCode::kInternal) << put.status().ToString();
-  // Without this check the wrong part ETag would go into CompleteMultipartUpload, which RGW
-  // refuses too, but as if the server had lost a part.
-  EXPECT_NE(put.status().message().find("ETag does not match its MD5"), std::string::npos)
-      << put.status().ToString();
-  EXPECT_EQ(StoredCode("big"), StatusCode::kNotFound);
+  EXPECT_EQ(metrics_.parts_sent_again.load(), 1u);
+  EXPECT_TRUE(*ReadAll(*store_, "once") == data);
+
+  // One part (an upload session's), so that both damaged replies are that part's.
+  Result<std::unique_ptr<Upload>> upload = proxied_->start_upload("twice", {});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  MemorySource source(data);
+  proxy_->RewriteNextResponseETag("PUT ", 2);
+  Status part = (*upload)->write(0, source, 0, kPart);
+  ASSERT_FALSE(part.ok());
+  EXPECT_EQ(proxy_->rewritten_etags(), 3);
+  EXPECT_EQ(part.code(), StatusCode::kInternal) << part.ToString();
+  EXPECT_NE(part.message().find("ETag does not match its MD5"), std::string::npos)
+      << part.ToString();
+  EXPECT_TRUE((*upload)->abort().ok());
+  EXPECT_EQ(StoredCode("twice"), StatusCode::kNotFound);
+}
+
+// A server that encrypts parts with KMS without being asked answers ETags that are not their
+// MD5s: the part sent unhashed is sent again with its Content-MD5, and so is every later part,
+// hashed before it is sent (each read twice).
+TEST_F(S3IntegrityTest, WhereThePartETagsAreNotMd5sPartsCarryTheirContentMd5) {
+  proxy_->AddResponseHeader("PUT ", "x-amz-server-side-encryption: aws:kms");
+  const std::string data = Pattern(kPart + (1 << 20) + 1, 17);
+  ReadCountingSource first(data);
+  Result<ObjectInfo> put = proxied_->put("first", first, PutOptions{});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_GT(first.read(), data.size());
+  EXPECT_EQ(metrics_.parts_sent_again.load(), 0u);  // not for damage
+  EXPECT_TRUE(*ReadAll(*store_, "first") == data);
+
+  ReadCountingSource second(data);
+  put = proxied_->put("second", second, PutOptions{});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(second.read(), 2 * data.size());
+  EXPECT_TRUE(*ReadAll(*store_, "second") == data);
 }
 
 // RGW answers CompleteMultipartUpload with an empty <ETag>. The upload's ETag is then the one

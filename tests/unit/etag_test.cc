@@ -7,6 +7,7 @@
 
 #include "backend/md5.h"
 #include "backend/object_version.h"
+#include "backend/source_md5.h"
 #include "backend/status.h"
 
 namespace objfs {
@@ -60,6 +61,51 @@ TEST(ETagTest, FromMd5MatchesTheDigest) {
   EXPECT_EQ(e.value(), "d41d8cd98f00b204e9800998ecf8427e");
   EXPECT_TRUE(e.is_plain_md5());
   EXPECT_EQ(ETagKindName(e.kind()), "md5");
+}
+
+// What an upload hashes as it sends a part: the bytes handed out, over one pass in order.
+TEST(Md5WhileReadTest, HashesOnePassInOrderAndStartsOverWhenRewound) {
+  std::string data(1000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  const MemorySource source(data);
+  const Md5Digest slice = Md5Of(std::string_view(data).substr(100, 500));
+  auto read = [](const ByteSource& s, uint64_t offset, size_t n) {
+    std::string buf(n, '\0');
+    Result<size_t> got =
+        s.read_at(offset, std::span(reinterpret_cast<std::byte*>(buf.data()), buf.size()));
+    return got.ok() ? *got : 0;
+  };
+
+  Md5WhileRead whole(source, 100, 500);
+  EXPECT_EQ(read(whole, 100, 200), 200u);
+  EXPECT_EQ(read(whole, 300, 300), 300u);
+  EXPECT_EQ(whole.TakeDigest(), slice);
+
+  // A send rewound and begun again: the hash is of the second pass only.
+  Md5WhileRead rewound(source, 100, 500);
+  EXPECT_EQ(read(rewound, 100, 250), 250u);
+  EXPECT_EQ(read(rewound, 100, 400), 400u);
+  EXPECT_EQ(read(rewound, 500, 100), 100u);
+  EXPECT_EQ(rewound.TakeDigest(), slice);
+
+  // A read past the slice's end hashes only up to it.
+  Md5WhileRead longer(source, 100, 500);
+  EXPECT_EQ(read(longer, 100, 450), 450u);
+  EXPECT_EQ(read(longer, 550, 100), 100u);
+  EXPECT_EQ(longer.TakeDigest(), slice);
+
+  // Not read to the end, read out of order, or taken twice: no digest.
+  Md5WhileRead partial(source, 100, 500);
+  EXPECT_EQ(read(partial, 100, 499), 499u);
+  EXPECT_EQ(partial.TakeDigest(), std::nullopt);
+  Md5WhileRead skipped(source, 100, 500);
+  EXPECT_EQ(read(skipped, 100, 100), 100u);
+  EXPECT_EQ(read(skipped, 250, 350), 350u);
+  EXPECT_EQ(skipped.TakeDigest(), std::nullopt);
+  Md5WhileRead twice(source, 100, 500);
+  EXPECT_EQ(read(twice, 100, 500), 500u);
+  EXPECT_TRUE(twice.TakeDigest().has_value());
+  EXPECT_EQ(twice.TakeDigest(), std::nullopt);
 }
 
 TEST(StatusTest, ToStringIsOneLineWithServerCode) {
