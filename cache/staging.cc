@@ -660,7 +660,7 @@ Result<uint64_t> StagingArea::RemoveUnrecorded(size_t* files) const {
 }
 
 Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
-    std::vector<std::string>* unreadable) const {
+    std::vector<std::string>* unreadable, std::vector<StagedLeftover>* without_data) const {
   std::vector<StagedLeftover> out;
   const std::string_view suffix = ".meta";
   OBJFS_RETURN_IF_ERROR(
@@ -669,7 +669,21 @@ Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
         left.meta_path = path;
         left.data_path = path.substr(0, path.size() - suffix.size()) + ".data";
         struct stat st;
-        if (::stat(left.data_path.c_str(), &st) != 0) return;
+        if (::stat(left.data_path.c_str(), &st) != 0 && errno == ENOENT) {
+          // Nothing left to upload: a stop between the two unlinks after an upload (Remove
+          // takes the data first), or data removed by hand. The record goes, so that it is
+          // not looked at by every mount, and the caller says so.
+          if (without_data != nullptr) {
+            Result<StagedUploadRecord> record = StagedUploadCodec::Decode(bytes);
+            if (record.ok()) {
+              left.key = std::move(record->key);
+              left.state = record->state;
+            }
+            without_data->push_back(left);
+          }
+          ::unlink(path.c_str());
+          return;
+        }
         bool decoded = false;
         if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == StagedUploadCodec::kTag) {
           Result<StagedUploadRecord> record = StagedUploadCodec::Decode(bytes);

@@ -1759,11 +1759,21 @@ bool FileWriter::MayBeStoredBeforeTheStop(const StagedLeftover& left, const Stag
 
 Status FileWriter::RecoverStaged() {
   std::vector<std::string> unreadable;
-  OBJFS_ASSIGN_OR_RETURN(auto leftovers, staging_->Leftovers(&unreadable));
+  std::vector<StagedLeftover> without_data;
+  OBJFS_ASSIGN_OR_RETURN(auto leftovers, staging_->Leftovers(&unreadable, &without_data));
   for (const std::string& data_path : unreadable) {
     Log(LogLevel::kError,
         "staged data " + data_path +
             " is not uploaded: the record naming its object is damaged; the data is left there");
+  }
+  for (const StagedLeftover& left : without_data) {
+    // Remove() unlinks the data before the record: a stop between the two leaves this after
+    // an upload that completed. Otherwise the data was removed by hand.
+    Log(LogLevel::kInfo,
+        "the staging record " + left.meta_path + (left.key.empty() ? "" : " of " + left.key) +
+            (left.state == StagedUploadRecord::State::kAccepted ? " (accepted)" : "") +
+            " has no data file: removed (its upload completed as the last mount stopped, or "
+            "the data was removed by hand)");
   }
   // Kept for the user to look at, never uploaded.
   auto set_aside = [this](const StagedLeftover& left, const std::string& why) {

@@ -77,6 +77,33 @@ TEST_F(StagingTest, LeftoversCarryKeyAndMetadata) {
   EXPECT_TRUE((*left)[0].publishable());
 }
 
+// A record whose data file is gone (a stop between Remove's two unlinks, which take the data
+// first; or data removed by hand) is removed and named, not skipped by every mount for ever.
+TEST_F(StagingTest, ARecordWithoutItsDataIsRemovedAndNamed) {
+  auto area = StagingArea::Open(dir_);
+  ASSERT_TRUE(area.ok());
+  std::string meta;
+  {
+    auto file = (*area)->Create();
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->WriteAt(0, Bytes("data")).ok());
+    ASSERT_TRUE((*file)->MarkAccepted("gone", {}).ok());
+    ASSERT_EQ(::unlink((*file)->data_path().c_str()), 0);
+    meta = (*file)->data_path().substr(0, (*file)->data_path().size() - 5) + ".meta";
+  }
+  ASSERT_TRUE(std::filesystem::exists(meta));
+  std::vector<StagedLeftover> without_data;
+  auto left = (*area)->Leftovers(nullptr, &without_data);
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
+  ASSERT_EQ(without_data.size(), 1u);
+  EXPECT_EQ(without_data[0].key, "gone");
+  EXPECT_EQ(without_data[0].meta_path, meta);
+  EXPECT_EQ(without_data[0].state, StagedUploadRecord::State::kAccepted);
+  EXPECT_FALSE(std::filesystem::exists(meta));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+}
+
 // The encryption of the object the data came from goes into the record, also when it is learnt
 // after the record was written, and stays through a rename (Describe), a clone and an adoption.
 TEST_F(StagingTest, LeftoversCarryTheEncryptionOfTheObjectTheDataCameFrom) {
