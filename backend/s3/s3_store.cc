@@ -857,12 +857,20 @@ Result<S3Store::SentPart> S3Store::UploadPart(
     OBJFS_ASSIGN_OR_RETURN(HttpResponse resp,
                            SendPart(key, upload_id, number, hashing, offset, length, std::nullopt));
     SentPart sent = sent_by(resp);
-    if (sent.opaque || !sent.etag.is_plain_md5()) {
+    const std::string etag = sent.etag.empty() ? std::string("none") : sent.etag.value();
+    if (sent.opaque) {
+      // Encrypted where the mount did not ask for it (the bucket's default): no part ETag of
+      // this bucket is an MD5.
       if (!part_etags_opaque_.exchange(true)) {
-        LogInfo(what + ": the server's part ETags are not MD5s (" +
-                (sent.etag.empty() ? std::string("none") : sent.etag.value()) +
+        LogInfo(what + ": the server encrypts parts (ETag " + etag +
                 "), so parts carry Content-MD5 from now on; this one is sent again with it");
       }
+    } else if (!sent.etag.is_plain_md5()) {
+      // Damaged on the way, or a server whose part ETags are something else: the reply to the
+      // send with Content-MD5 tells (below).
+      if (metrics_ != nullptr) Bump(metrics_->parts_sent_again);
+      LogWarn(what + ": the server's ETag " + etag +
+              " is not an MD5: sent again with its Content-MD5");
     } else {
       std::optional<Md5Digest> digest = hashing.TakeDigest();
       if (digest) {
@@ -891,6 +899,14 @@ Result<S3Store::SentPart> S3Store::UploadPart(
   const ETag expected = ETag::FromMd5(digest);
   if (!sent.opaque && sent.etag.is_plain_md5() && sent.etag != expected) {
     return InternalError(what + " ETag does not match its MD5");
+  }
+  if (!sent.opaque && !sent.etag.is_plain_md5() && ETagIsMd5(keep_encryption, nullptr) &&
+      !part_etags_opaque_.exchange(true)) {
+    // Twice, or for a part that the server checked by its Content-MD5: this server's part
+    // ETags are not MD5s, and parts are hashed before they are sent from now on.
+    LogInfo(what + ": the server's part ETags are not MD5s (" +
+            (sent.etag.empty() ? std::string("none") : sent.etag.value()) +
+            "), so parts carry Content-MD5 from now on");
   }
   if (sent.etag.empty()) sent.etag = expected;
   sent.md5 = digest;

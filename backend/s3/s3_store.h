@@ -256,8 +256,10 @@ class S3Store : public ObjectStore {
   // that failed quoted and passed unquoted, so that later ones send their body once.
   std::atomic<bool> unquoted_if_match_{false};
   std::atomic<bool> copy_refused_logged_{false};
-  // A part sent unhashed came back with an ETag that is not an MD5 (encryption the mount did
-  // not ask for, or a server whose part ETags are something else): parts carry Content-MD5.
+  // Part ETags here are not MD5s: a reply said the server encrypts parts (the bucket's default
+  // encryption), or a part sent with Content-MD5 got an ETag that is none. Parts then carry
+  // Content-MD5 (one damaged reply does not set this: its part is sent again, and that reply
+  // has an MD5).
   std::atomic<bool> part_etags_opaque_{false};
   std::atomic<bool> encryption_unconfirmed_logged_{false};
 };

@@ -842,6 +842,37 @@ TEST_F(S3IntegrityTest, UploadPartWithAWrongETagInTheReplyIsSentAgainThenFails) 
   EXPECT_EQ(StoredCode("twice"), StatusCode::kNotFound);
 }
 
+// One reply whose ETag is no MD5 (damaged on the way): the part is sent again with its
+// Content-MD5, and later parts are still sent once, checked by their ETags, and sent again if
+// damaged. A server whose part ETags are no MD5s even then has every later part carry its
+// Content-MD5.
+TEST_F(S3IntegrityTest, OneReplyWhoseETagIsNoMd5DoesNotMakePartsCarryContentMd5) {
+  const std::string data = Pattern(kPart + (1 << 20) + 1, 18);
+  proxy_->RewriteNextResponseETag("PUT ", 1, 'x');
+  ASSERT_TRUE(PutProxied("first", data).ok());
+  EXPECT_EQ(proxy_->rewritten_etags(), 1);
+  EXPECT_EQ(metrics_.parts_sent_again.load(), 1u);
+  EXPECT_TRUE(*ReadAll(*store_, "first") == data);
+
+  proxy_->CorruptNextRequestBody("PUT ");
+  ReadCountingSource second(data);
+  Result<ObjectInfo> put = proxied_->put("second", second, PutOptions{});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(metrics_.parts_sent_again.load(), 2u);
+  EXPECT_TRUE(*ReadAll(*store_, "second") == data);
+
+  // One part, both of its replies spoiled: from then on parts are hashed before they are sent.
+  Result<std::unique_ptr<Upload>> upload = proxied_->start_upload("third", {});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  MemorySource source(data);
+  proxy_->RewriteNextResponseETag("PUT ", 2, 'x');
+  ASSERT_TRUE((*upload)->write(0, source, 0, kPart).ok());
+  EXPECT_TRUE((*upload)->abort().ok());
+  ReadCountingSource fourth(data);
+  ASSERT_TRUE(proxied_->put("fourth", fourth, PutOptions{}).ok());
+  EXPECT_EQ(fourth.read(), 2 * data.size());
+}
+
 // A server that encrypts parts with KMS without being asked answers ETags that are not their
 // MD5s: the part sent unhashed is sent again with its Content-MD5, and so is every later part,
 // hashed before it is sent (each read twice).
