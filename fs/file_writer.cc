@@ -824,6 +824,12 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
   return Status::Ok();
 }
 
+void FileWriter::WriteFailedPartway(Inode& inode, uint64_t offset, uint64_t length) {
+  if (inode.stream && inode.staged && length > 0) {
+    inode.stream->Wrote(offset, length, inode.staged->size());
+  }
+}
+
 void FileWriter::Wrote(Inode& inode, const std::string& key, uint64_t offset, uint64_t length) {
   if (inode.base || inode.recovered) inode.touched.Add(offset, length);
   // A failed write's bytes, written after all.

@@ -165,6 +165,11 @@ class FileWriter {
   // A writer wrote [offset, offset + length) of the staged file of `key` (after MarkDirty): a
   // file written from empty here that grows past one part starts an upload of its parts while
   // it is written (fs/streamed_upload.h). Never waits for the network.
+  // A write of [offset, offset + length) failed, maybe after some of its bytes reached the
+  // staged file (a short write, then a full disk): parts of those bytes that a streamed upload
+  // sent or is sending are sent again at its end, from the staged file, which is what the
+  // mount shows.
+  static void WriteFailedPartway(Inode& inode, uint64_t offset, uint64_t length) REQUIRES(inode.mu);
   void Wrote(Inode& inode, const std::string& key, uint64_t offset, uint64_t length)
       REQUIRES(inode.mu);
   // The staged file was truncated to `size` (after MarkDirty).

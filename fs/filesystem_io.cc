@@ -394,9 +394,10 @@ Result<size_t> Filesystem::Write(uint64_t fh, uint64_t offset, std::span<const s
   Result<size_t> written = WriteLocked(*handle, inode, &offset, data);
   if (written.ok()) {
     FileWriter::CarriedOn(inode, fh);
-  } else if (note_failure) {
-    writer_->WriteFailed(inode, fh, offset, data.size(), written.status());
+    return written;
   }
+  writer_->WriteFailedPartway(inode, offset, data.size());
+  if (note_failure) writer_->WriteFailed(inode, fh, offset, data.size(), written.status());
   return written;
 }
 

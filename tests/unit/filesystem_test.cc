@@ -3189,6 +3189,50 @@ TEST_F(WritebackTest, RenameNoReplaceOntoADirectoryIsAlreadyExists) {
   EXPECT_EQ(fs_->Rename(kRootIno, "f", kRootIno, "d", 0).code(), StatusCode::kIsDirectory);
 }
 
+// A write that fails part way (the file size limit here; a cache disk that another process
+// filled meanwhile) may have put some of its bytes into a part already streamed up. That part
+// is sent again at the end, so the object holds what the mount shows, not the part as sent.
+TEST_F(FilesystemTest, AWriteFailingPartWayIntoAStreamedPartSendsThatPartAgain) {
+  constexpr uint64_t kPartBytes = 5 << 20;  // the store's parts
+  auto created = fs_->Create(kRootIno, "f", 0644, O_WRONLY | O_CREAT | O_TRUNC);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  const uint64_t fh = created->fh;
+  const std::string piece(1 << 20, 'a');
+  for (uint64_t at = 0; at < 2 * kPartBytes; at += piece.size()) {
+    ASSERT_TRUE(fs_->Write(fh, at, Bytes(piece)).ok());
+  }
+  // Both parts went up (polled, up to 10 s).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (metrics_.streamed_parts.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(metrics_.streamed_parts.load(), 2u);
+  {
+    // No file of this process may grow past the two parts: the write puts its first 100 bytes
+    // into the second part, then fails.
+    struct rlimit old {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+    sighandler_t old_handler = ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limited = old;
+    limited.rlim_cur = 2 * kPartBytes;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+    Result<size_t> failed = fs_->Write(fh, 2 * kPartBytes - 100, Bytes(std::string(200, 'b')));
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    ::signal(SIGXFSZ, old_handler);
+    ASSERT_FALSE(failed.ok());
+  }
+  // The writer goes on (its failed write forgotten by the next one through the same handle).
+  ASSERT_TRUE(fs_->Write(fh, 2 * kPartBytes, Bytes("tail")).ok());
+  ASSERT_TRUE(fs_->Release(fh).ok());
+  const std::string shown = ReadFile(*fs_, created->entry.attr.ino);
+  ASSERT_EQ(shown.size(), 2 * kPartBytes + 4);
+  EXPECT_EQ(shown.substr(2 * kPartBytes - 100, 104), std::string(100, 'b') + "tail");
+  const std::string stored = memory_->contents("f");
+  ASSERT_EQ(stored.size(), shown.size());
+  EXPECT_EQ(stored.substr(2 * kPartBytes - 100, 104), shown.substr(2 * kPartBytes - 100, 104));
+  EXPECT_TRUE(stored == shown);
+}
+
 // A write that fails (here past the largest object; on a full cache disk, ENOSPC) leaves the
 // file unfinished: neither fsync nor close uploads it over the complete stored file. Its data
 // is set aside in cache_dir/unfinished/, and the file is the stored one again.
