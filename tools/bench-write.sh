@@ -6,7 +6,9 @@
 #     defaults and with part_checksum=none (parts sent without their Content-MD5);
 #   - optionally a second objfs binary, OBJFS_BASELINE=PATH, to compare two builds;
 #   - s3fs, the peer;
-#   - for cp, a single-stream `curl -T` PUT of the same file, the ceiling.
+#   - for cp, a single-stream `curl -T` PUT of the same file, the ceiling; and curl's multipart
+#     upload of it in objfs's parts (16 MiB, 4 at a time), the ceiling of any upload that
+#     starts before the file's size is known.
 # Reports the median MiB/s with its range, and the daemon's peak resident memory (VmHWM) in
 # MiB: the median over the rounds. Each written object is deleted before the next round, so the
 # memstore OSD holds one at a time. Not a test: numbers, not assertions.
@@ -67,14 +69,46 @@ write_sample() {  # write_sample LABEL TOOL
   awk -v s="$SIZE_MIB" -v t0="$t0" -v t1="$t1" -v l="$1" -v kb="$peak" \
     'BEGIN { printf "%s|%.0f|%.0f\n", l, s / (t1 - t0), kb / 1024 }' >> "$SAMPLES"
 }
+# The file in parts of objfs's default size, for curl's multipart upload: what RGW takes in
+# parts, 4 at a time as objfs sends them, when nothing else runs on this machine but curl.
+mkdir -p "$WORK/parts"
+split -b 16M -d -a 4 "$WORK/src.bin" "$WORK/parts/p"
+put_part() {  # put_part NUMBER FILE UPLOAD_ID: prints "NUMBER ETAG"
+  local etag
+  etag=$(s3curl -T "$2" -D - -o /dev/null "$EP/bench/copied.bin?partNumber=$1&uploadId=$3" |
+    tr -d '\r' | awk -F': ' 'tolower($1) == "etag" {print $2}')
+  echo "$1 $etag"
+}
+export -f put_part s3curl
+export EP
+curl_multipart() {  # one multipart upload of $WORK/parts to copied.bin
+  local id i=0 f
+  id=$(s3curl -X POST "$EP/bench/copied.bin?uploads=" |
+    sed -n 's:.*<UploadId>\(.*\)</UploadId>.*:\1:p')
+  [ -n "$id" ] || return 1
+  for f in "$WORK"/parts/p*; do i=$((i + 1)); echo "$i $f $id"; done > "$WORK/parts.txt"
+  # shellcheck disable=SC2016 # "$@": the arguments xargs gives that bash
+  xargs -P 4 -L 1 bash -c 'put_part "$@"' put_part < "$WORK/parts.txt" > "$WORK/etags.txt"
+  { echo "<CompleteMultipartUpload>"
+    sort -n "$WORK/etags.txt" | while read -r n e; do
+      echo "<Part><PartNumber>$n</PartNumber><ETag>$e</ETag></Part>"
+    done
+    echo "</CompleteMultipartUpload>"; } > "$WORK/complete.xml"
+  s3curl -X POST --data-binary @"$WORK/complete.xml" "$EP/bench/copied.bin?uploadId=$id" |
+    grep -q '<ETag>'
+}
 CP_SAMPLES=$WORK/cp-samples.txt
 : > "$CP_SAMPLES"
-cp_sample() {  # cp_sample LABEL TOOL: cp into the mount (close included), or curl's PUT
+cp_sample() {  # cp_sample LABEL TOOL: cp into the mount (close included), or curl's upload
   local t0 t1 peak=0
   if [ "$2" = curl ]; then
     t0=$(now)
     s3curl -T "$WORK/src.bin" "$EP/bench/copied.bin" >/dev/null ||
       { echo "$1|curl failed|" >> "$CP_SAMPLES"; return; }
+    t1=$(now)
+  elif [ "$2" = curl-multipart ]; then
+    t0=$(now)
+    curl_multipart || { echo "$1|curl failed|" >> "$CP_SAMPLES"; return; }
     t1=$(now)
   else
     if ! mount_tool "$2"; then echo "$1|did not mount|" >> "$CP_SAMPLES"; unmount_all; return; fi
@@ -102,6 +136,7 @@ for round in $(seq 0 $((ROUNDS - 1))); do
   for tool in $(rotated "$round" "${TOOLS[@]}"); do write_sample "$(label "$tool")" "$tool"; done
   for tool in $(rotated "$round" "${TOOLS[@]}"); do cp_sample "$(label "$tool")" "$tool"; done
   cp_sample "curl PUT, one stream (ceiling)" curl
+  cp_sample "curl multipart, 16 MiB parts, 4 at a time" curl-multipart
 done
 echo "| what | tool | MiB/s (median, range, runs) | peak RSS MiB (median) |"
 echo "|---|---|---|---|"
