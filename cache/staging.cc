@@ -672,8 +672,8 @@ Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
         if (::stat(left.data_path.c_str(), &st) != 0 && errno == ENOENT) {
           // Nothing left to upload: a stop between the two unlinks after an upload (Remove
           // takes the data first), or data removed by hand. The record goes, so that it is
-          // not looked at by every mount, and the caller says so.
-          if (without_data != nullptr) {
+          // not looked at by every mount, and the caller says so (where it went).
+          if (::unlink(path.c_str()) == 0 && without_data != nullptr) {
             Result<StagedUploadRecord> record = StagedUploadCodec::Decode(bytes);
             if (record.ok()) {
               left.key = std::move(record->key);
@@ -681,7 +681,6 @@ Result<std::vector<StagedLeftover>> StagingArea::Leftovers(
             }
             without_data->push_back(left);
           }
-          ::unlink(path.c_str());
           return;
         }
         bool decoded = false;

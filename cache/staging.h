@@ -243,8 +243,8 @@ class StagingArea {
 
   // Staging files left by an earlier process, with a readable sidecar. The data files whose
   // sidecar does not decode (damaged, or cut short by a power loss) are left where they are
-  // and named in `unreadable`. A sidecar whose data file is gone is removed and given in
-  // `without_data` (its key and state where it decodes).
+  // and named in `unreadable`. A sidecar whose data file is gone is removed and, where that
+  // worked, given in `without_data` (its key and state where it decodes).
   Result<std::vector<StagedLeftover>> Leftovers(
       std::vector<std::string>* unreadable = nullptr,
       std::vector<StagedLeftover>* without_data = nullptr) const;

@@ -102,6 +102,15 @@ TEST_F(StagingTest, ARecordWithoutItsDataIsRemovedAndNamed) {
   EXPECT_EQ(without_data[0].state, StagedUploadRecord::State::kAccepted);
   EXPECT_FALSE(std::filesystem::exists(meta));
   EXPECT_TRUE(std::filesystem::is_empty(dir_));
+
+  // One that cannot be removed (here a directory) is not said to be.
+  ASSERT_EQ(::mkdir((dir_ + "/x.meta").c_str(), 0700), 0);
+  without_data.clear();
+  left = (*area)->Leftovers(nullptr, &without_data);
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
+  EXPECT_TRUE(without_data.empty());
+  EXPECT_TRUE(std::filesystem::is_directory(dir_ + "/x.meta"));
 }
 
 // The encryption of the object the data came from goes into the record, also when it is learnt
