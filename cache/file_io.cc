@@ -15,6 +15,8 @@ Status ErrnoStatus(std::string_view what, const std::string& path, int err) {
   m += ": ";
   m += std::strerror(err);
   if (err == ENOSPC || err == EDQUOT) return NoSpaceError(std::move(m));
+  // Past the process's file size limit (ulimit -f): its writer gets EFBIG, as on a local disk.
+  if (err == EFBIG) return Status(StatusCode::kFileTooLarge, std::move(m));
   return IoError(std::move(m));
 }
 

@@ -11,7 +11,7 @@
 namespace objfs {
 
 // "WHAT PATH: strerror(err)", as NoSpace for ENOSPC and EDQUOT (so that callers can make room),
-// else as IoError.
+// as FileTooLarge for EFBIG (the file size limit), else as IoError.
 Status ErrnoStatus(std::string_view what, const std::string& path, int err);
 
 // Writes `bytes` to "PATH.tmp" (created 0600, never through a symbolic link) and renames it over

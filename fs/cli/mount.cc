@@ -1009,6 +1009,9 @@ int RunObjfs(int argc, char** argv, const std::vector<Scheme>& schemes) {
     return RunStats(std::vector<std::string>(argv + 2, argv + argc));
   }
   InstallCrashReporter();
+  // A file size limit (ulimit -f) then fails a staged write past it with EFBIG, which its
+  // writer gets; by default its signal would end the mount.
+  ::signal(SIGXFSZ, SIG_IGN);
   KeepLargeBuffersMapped();
   std::vector<SchemeSyntax> extra;
   for (const Scheme& scheme : schemes) {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -254,6 +255,51 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
     EXPECT_TRUE(ReadFile(root + "/big") == old) << "big is not the complete file it was";
     EXPECT_TRUE(ReadFile(root + "/second") == second) << "second differs";
   }
+}
+
+// A file size limit on the daemon (ulimit -f where it was started, prlimit since) fails a
+// write that would stage more with EFBIG, and the mount goes on; its signal, SIGXFSZ, ended
+// the mount. The file is set aside as unfinished, and the stored one stays.
+TEST(MountS3IoTest, AFileSizeLimitOnTheDaemonFailsTheWriteAndTheMountGoesOn) {
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url);
+  ASSERT_TRUE(mount);
+  const std::string old = PseudoRandomBytes(1 << 20, 30);
+  WriteFile(mount->path() + "/big", old);
+  struct rlimit limit {};
+  ASSERT_EQ(::prlimit(mount->pid(), RLIMIT_FSIZE, nullptr, &limit), 0) << std::strerror(errno);
+  struct rlimit limited = limit;
+  limited.rlim_cur = 4 << 20;
+  ASSERT_EQ(::prlimit(mount->pid(), RLIMIT_FSIZE, &limited, nullptr), 0) << std::strerror(errno);
+
+  const std::string data = PseudoRandomBytes(8 << 20, 31);
+  int fd = ::open((mount->path() + "/big").c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  size_t written = 0;
+  int error = 0;
+  while (written < data.size()) {
+    ssize_t n =
+        ::write(fd, data.data() + written, std::min<size_t>(1 << 20, data.size() - written));
+    if (n < 0) {
+      error = errno;
+      break;
+    }
+    written += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(error, EFBIG) << std::strerror(error);
+  EXPECT_LT(written, data.size());
+  EXPECT_NE(::close(fd), 0);
+  ASSERT_EQ(::prlimit(mount->pid(), RLIMIT_FSIZE, &limit, nullptr), 0) << std::strerror(errno);
+
+  // The daemon still serves: the stored file is whole again, and a new file is stored.
+  EXPECT_TRUE(WaitFor(20, [&] { return ReadFile(mount->path() + "/big") == old; }))
+      << "big is not the complete file";
+  WriteFile(mount->path() + "/after", "after");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(ReadFile(fresh->path() + "/big") == old);
+  EXPECT_EQ(ReadFile(fresh->path() + "/after"), "after");
 }
 
 // A create on a cache disk so full that not even the new file's crash record fits fails with
