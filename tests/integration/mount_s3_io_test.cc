@@ -27,6 +27,19 @@
 namespace objfs::testing {
 namespace {
 
+// Writes `data` to `fd` in 1 MiB writes until one fails; `written` gets what went in. The
+// failed write's errno, or 0.
+int WriteUntilError(int fd, const std::string& data, size_t* written) {
+  *written = 0;
+  while (*written < data.size()) {
+    ssize_t n =
+        ::write(fd, data.data() + *written, std::min<size_t>(1 << 20, data.size() - *written));
+    if (n < 0) return errno;
+    *written += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 TEST(MountS3IoTest, SequentialReadIsServedByFewBackendReads) {
   const size_t kSize = 32 << 20;
   std::string data = PseudoRandomBytes(kSize, 13);
@@ -199,16 +212,7 @@ TEST(MountS3IoTest, AFullCacheDiskGivesENOSPCAndLosesNothing) {
       int fd = ::open((root + "/big").c_str(), O_WRONLY | O_TRUNC);
       ASSERT_GE(fd, 0) << std::strerror(errno);
       size_t written = 0;
-      int error = 0;
-      while (written < data.size()) {
-        ssize_t n =
-            ::write(fd, data.data() + written, std::min<size_t>(1 << 20, data.size() - written));
-        if (n < 0) {
-          error = errno;
-          break;
-        }
-        written += static_cast<size_t>(n);
-      }
+      const int error = WriteUntilError(fd, data, &written);
       EXPECT_EQ(error, ENOSPC) << std::strerror(error);
       EXPECT_GT(written, 0u);
       EXPECT_LT(written, data.size());
@@ -276,16 +280,7 @@ TEST(MountS3IoTest, AFileSizeLimitOnTheDaemonFailsTheWriteAndTheMountGoesOn) {
   int fd = ::open((mount->path() + "/big").c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   size_t written = 0;
-  int error = 0;
-  while (written < data.size()) {
-    ssize_t n =
-        ::write(fd, data.data() + written, std::min<size_t>(1 << 20, data.size() - written));
-    if (n < 0) {
-      error = errno;
-      break;
-    }
-    written += static_cast<size_t>(n);
-  }
+  const int error = WriteUntilError(fd, data, &written);
   EXPECT_EQ(error, EFBIG) << std::strerror(error);
   EXPECT_LT(written, data.size());
   EXPECT_NE(::close(fd), 0);
