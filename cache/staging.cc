@@ -603,6 +603,21 @@ Status ForEachRecordFile(const std::string& dir, std::string_view suffix,
 
 }  // namespace
 
+bool StagingArea::HoldsRecords(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return errno != ENOENT;
+  bool found = false;
+  while (struct dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    for (std::string_view suffix : {std::string_view(".meta"), std::string_view(".attrs")}) {
+      if (name.size() > suffix.size() && name.ends_with(suffix)) found = true;
+    }
+    if (found) break;
+  }
+  ::closedir(d);
+  return found;
+}
+
 Result<std::vector<AttrsLeftover>> StagingArea::AttrsLeftovers(
     std::vector<std::string>* unreadable) const {
   std::vector<AttrsLeftover> out;

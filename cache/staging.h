@@ -241,6 +241,11 @@ class StagingArea {
   // like a file closed and not uploaded yet.
   Result<std::unique_ptr<StagedFile>> Adopt(const StagedLeftover& left) const;
 
+  // Whether `dir` holds a record of staged data or of a held metadata change (readable or
+  // not): something the next mount over it uploads or applies, or sets aside. A directory that
+  // cannot be listed counts as holding one.
+  static bool HoldsRecords(const std::string& dir);
+
   // Staging files left by an earlier process, with a readable sidecar. The data files whose
   // sidecar does not decode (damaged, or cut short by a power loss) are left where they are
   // and named in `unreadable`. A sidecar whose data file is gone is removed and, where that

@@ -64,6 +64,12 @@ class UploadRecords : public UploadJournal {
     abandoned_gauge_ = gauge;
   }
 
+  // Whether an earlier mount left notes that ClearLeftovers has not handed out yet.
+  bool HoldsLeftovers() const {
+    MutexLock lock(&mu_);
+    return !leftovers_.empty();
+  }
+
   // The notes now kept: the earlier mount's that are left, and this mount's open uploads.
   size_t CountForTesting() const;
 

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -56,6 +57,7 @@
 #include "cache/data_cache.h"
 #include "cache/file_io.h"
 #include "cache/listing_attr_store.h"
+#include "cache/staging.h"
 #include "cache/store_db.h"
 #include "cache/upload_records.h"
 #include "fs/cli/stats_command.h"
@@ -283,30 +285,94 @@ Status CreatePrivateDirectories(const std::string& dir) {
   return Status::Ok();
 }
 
-// What a cache directory's staged writes, crash records and store state (db/: the ETags and
-// metadata known of its files) belong to: its file .store names the store (its URL, with any
-// prefix: CanonicalUrl), written by the first mount of the directory once its store
-// opened (so a mistyped URL claims nothing). Crash records name keys only, so the mount of
-// another store over them would upload one bucket's files into another, over its objects
-// there: refused with a one-line error instead, the data left for the mount it belongs to. (A
-// directory of an objfs before .store is taken as this store's.) `claim`: write .store when it
-// is missing (not synced: lost to a power cut, it is written again by the next mount); otherwise
-// only check it.
-Status CheckCacheScope(const std::string& dir, const std::string& scope, bool claim) {
-  const std::string path = dir + "/.store";
-  Result<std::string> held = ReadSmallFile(path, 64 << 10, "cache_dir's .store file");
-  if (held.ok()) {
-    std::string_view named = *held;
-    while (!named.empty() && named.back() == '\n') named.remove_suffix(1);
-    if (named == scope) return Status::Ok();
-    return InvalidArgumentError("cache directory '" + dir + "' holds the staged writes of " +
-                                std::string(named) + ", not of " + scope +
-                                ": mount that with it (what it staged is uploaded there), or "
-                                "give this mount its own -o cache_dir=");
+// What a cache directory's staged writes, crash records, notes of uploads and store state (db/:
+// the ETags and metadata known of its files) belong to: its file .store names the store, a
+// first line with its URL (with any prefix: CanonicalUrl) and, where the URL does not name its
+// server (S3: a bucket of one name on another endpoint is another bucket), a second line
+// "server NAME" (ServerName). The first mount of the directory writes it once its store opened
+// (so a mistyped URL claims nothing). Crash records name keys only, so the mount of another
+// store over them would upload one bucket's files into another, over its objects there:
+// refused with a one-line error instead, the data left for the mount it belongs to. The same
+// URL on another server is refused only while the directory holds something an earlier mount
+// left for its server (the default cache directory is named after the URL alone, and one
+// server's address may be spelt in several ways); otherwise the directory becomes that
+// server's. (A directory of an objfs before .store, or before its server line, is taken as
+// this store's.)
+struct CacheScope {
+  std::string url;     // CanonicalUrl
+  std::string server;  // ServerName; empty where the URL names the server, or not yet known
+  std::string Text() const {
+    return url + "\n" + (server.empty() ? "" : "server " + server + "\n");
   }
-  if (held.status().code() != StatusCode::kNotFound) return held.status();
-  if (!claim) return Status::Ok();
-  return WriteFileAtomically(path, scope + "\n");
+  std::string Describe() const { return server.empty() ? url : url + " on " + server; }
+};
+
+// An S3 endpoint as a cache directory's .store names it: the scheme and host in lower case,
+// without a default port or a trailing slash; "AWS" for AWS's own (no endpoint given).
+std::string ServerName(std::string_view endpoint) {
+  if (endpoint.empty()) return "AWS";
+  std::string name(endpoint);
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  const size_t scheme_end = name.find("://");
+  const size_t host_start = scheme_end == std::string::npos ? 0 : scheme_end + 3;
+  const size_t host_end = std::min(name.find('/', host_start), name.size());
+  for (size_t i = 0; i < host_end; ++i) {
+    name[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
+  }
+  const std::string_view scheme = std::string_view(name).substr(0, host_start);
+  const std::string_view default_port = scheme == "http://"    ? ":80"
+                                        : scheme == "https://" ? ":443"
+                                                               : "";
+  if (!default_port.empty() &&
+      std::string_view(name).substr(host_start, host_end - host_start).ends_with(default_port)) {
+    name.erase(host_end - default_port.size(), default_port.size());
+  }
+  return name;
+}
+
+// What .store in `dir` names; NotFound where it is missing.
+Result<CacheScope> ReadCacheScope(const std::string& dir) {
+  OBJFS_ASSIGN_OR_RETURN(std::string text,
+                         ReadSmallFile(dir + "/.store", 64 << 10, "cache_dir's .store file"));
+  CacheScope named;
+  std::string_view rest = text;
+  const size_t first_end = std::min(rest.find('\n'), rest.size());
+  named.url = std::string(rest.substr(0, first_end));
+  rest.remove_prefix(std::min(first_end + 1, rest.size()));
+  if (rest.starts_with("server ")) {
+    rest.remove_prefix(7);
+    named.server = std::string(rest.substr(0, rest.find('\n')));
+  }
+  return named;
+}
+
+// Refuses `dir` when its .store names another URL than `scope`'s; and, once `scope.server` is
+// known, another server while the directory holds what an earlier mount left for that one:
+// staged data, held metadata changes (`dir`'s records), or uploads noted in `uploads`.
+// `claim`: write .store when it is missing or names less or another server (not synced: lost to a
+// power cut, it is written again by the next mount).
+Status CheckCacheScope(const std::string& dir, const CacheScope& scope,
+                       const UploadRecords* uploads, bool claim) {
+  Result<CacheScope> named = ReadCacheScope(dir);
+  if (!named.ok() && named.status().code() != StatusCode::kNotFound) return named.status();
+  if (named.ok()) {
+    if (named->url != scope.url) {
+      return InvalidArgumentError("cache directory '" + dir + "' holds the staged writes of " +
+                                  named->url + ", not of " + scope.url +
+                                  ": mount that with it (what it staged is uploaded there), or "
+                                  "give this mount its own -o cache_dir=");
+    }
+    if (!scope.server.empty() && !named->server.empty() && named->server != scope.server &&
+        (StagingArea::HoldsRecords(dir) || (uploads != nullptr && uploads->HoldsLeftovers()))) {
+      return InvalidArgumentError(
+          "cache directory '" + dir + "' holds what a mount of " + named->Describe() +
+          " left, not of " + scope.Describe() + ": mount it " +
+          (named->server == "AWS" ? "without -o endpoint=" : "with -o endpoint=" + named->server) +
+          " (what it left is uploaded there), or give this mount its own -o cache_dir=");
+    }
+  }
+  if (!claim || (named.ok() && named->Text() == scope.Text())) return Status::Ok();
+  return WriteFileAtomically(dir + "/.store", scope.Text());
 }
 
 // What the cache directory holds is uploaded under the mounting user's credentials, and a
@@ -435,6 +501,7 @@ Result<std::shared_ptr<ObjectStore>> OpenS3(const StoreContext& context) {
   chain.getenv = [](const char* name) { return std::getenv(name); };
   chain.request_timeout_ms = Millis(options.request_timeout).count();
   OBJFS_RETURN_IF_ERROR(s3::ApplyEnvironment(s3_options, std::move(chain), log));
+  if (context.check_server) OBJFS_RETURN_IF_ERROR(context.check_server(s3_options.endpoint));
   const std::string endpoint = s3_options.endpoint.empty() ? "AWS" : s3_options.endpoint;
   const bool discover_region = s3_options.discover_region;
   const std::string credentials_line =
@@ -738,10 +805,9 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
                        : "cannot lock '" + lock_path + "': " + std::strerror(err));
     return 1;
   }
-  // (Not the endpoint: the default cache directory is named after the URL alone, and one
-  // server's address may be spelt in several ways.)
-  const std::string cache_scope = CanonicalUrl(options.url);
-  if (Status scope = CheckCacheScope(options.fs.cache_dir, cache_scope, /*claim=*/false);
+  // The URL is checked now, the server once the store knows it (check_server below).
+  CacheScope cache_scope{.url = CanonicalUrl(options.url), .server = ""};
+  if (Status scope = CheckCacheScope(options.fs.cache_dir, cache_scope, nullptr, /*claim=*/false);
       !scope.ok()) {
     reporter.Error(scope.message());
     return 1;
@@ -768,24 +834,29 @@ int Mount(const MountOptions& given_options, const Scheme& scheme) {
   const LogFunction log = [](LogLevel level, const std::string& message) { Log(level, message); };
   std::function<void()> stop_threads, start_threads;
   UploadClearing clearing;
-  Result<std::shared_ptr<ObjectStore>> store =
-      scheme.open(StoreContext{.options = options,
-                               .metrics = metrics,
-                               .uploads = uploads,
-                               .log = log,
-                               .stop_threads = &stop_threads,
-                               .start_threads = &start_threads,
-                               .clear_upload = &clearing});
+  Result<std::shared_ptr<ObjectStore>> store = scheme.open(StoreContext{
+      .options = options,
+      .metrics = metrics,
+      .uploads = uploads,
+      .log = log,
+      .stop_threads = &stop_threads,
+      .start_threads = &start_threads,
+      .clear_upload = &clearing,
+      .check_server = [&](std::string_view endpoint) {
+        cache_scope.server = ServerName(endpoint);
+        return CheckCacheScope(options.fs.cache_dir, cache_scope, uploads.get(), /*claim=*/false);
+      }});
   if (!store.ok()) {
     reporter.Error(store.status().message());
     return 1;
   }
-  if (Status scope = CheckCacheScope(options.fs.cache_dir, cache_scope, /*claim=*/true);
+  if (Status scope =
+          CheckCacheScope(options.fs.cache_dir, cache_scope, uploads.get(), /*claim=*/true);
       !scope.ok()) {
     // A full cache disk (the mount that must upload what a crash left there) mounts all the
     // same; only the check of a later mount is lost.
-    reporter.Warn("cache directory '" + options.fs.cache_dir + "' is not marked as " + cache_scope +
-                  "'s (" + scope.message() +
+    reporter.Warn("cache directory '" + options.fs.cache_dir + "' is not marked as " +
+                  cache_scope.Describe() + "'s (" + scope.message() +
                   "): a mount of another URL over it will not be refused");
   }
 

@@ -45,6 +45,10 @@ struct StoreContext {
   // Set by the store: how it removes from the server an upload noted in `uploads` whose abort
   // failed (the server was away then), while the mount runs and at the unmount.
   UploadClearing* clear_upload = nullptr;
+  // For a store whose URL does not name its server (S3: the endpoint): called with the server
+  // once the store knows it, before the store touches what an earlier mount left (its uploads);
+  // an error (the cache directory holds another server's staged writes) refuses the mount.
+  std::function<Status(std::string_view server)> check_server;
 };
 
 struct Scheme {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -168,6 +169,56 @@ TEST(MountLeftoversTest, S3KilledDuringAMultipartUploadTheNextMountAbortsOnlyIts
   }
   EXPECT_EQ(S3Request("DELETE", "/" + bucket + "/" + key + "?uploadId=" + foreign_id).status,
             "204");
+}
+
+// A cache directory's staged writes belong to the bucket on the server they were written to: a
+// bucket of that name on another endpoint would get them, over its objects. objfs cannot tell
+// two servers from two spellings of one (here the same RGW as "localhost"), so the mount of the
+// other endpoint is refused while the directory holds them; their own endpoint's mount uploads
+// them, and once nothing is left the directory serves the other endpoint.
+TEST(MountLeftoversTest, S3StagedWritesGoOnlyToTheEndpointTheyWereWrittenFor) {
+  const std::string bucket = CreateTestBucket(TestName());
+  ScratchDir scratch;
+  ObjfsMount::Options options;
+  options.extra_options = "writeback=600";  // f stays staged until the unmount
+  options.cache_dir = scratch.path() + "/cache";
+  std::unique_ptr<ObjfsMount> first = ObjfsMount::Start(S3MountUrl(bucket), options);
+  ASSERT_TRUE(first);
+  WriteFile(first->path() + "/f", "staged here");
+  EXPECT_EQ(first->KillAndWait(SIGKILL), 128 + SIGKILL);
+  ASSERT_EQ(S3Request("GET", "/" + bucket + "/f").status, "404");
+
+  const std::string endpoint = SharedS3Server().endpoint;
+  const size_t host = endpoint.find("127.0.0.1");
+  ASSERT_NE(host, std::string::npos) << endpoint;
+  const std::string other = std::string(endpoint).replace(host, 9, "LocalHost");
+  const std::string mnt = scratch.path() + "/second";
+  ASSERT_TRUE(fs::create_directory(mnt));
+  ExpectMountFails({S3MountUrl(bucket), mnt, "-o",
+                    S3ServerOptions() + ",endpoint=" + other + ",cache_dir=" + options.cache_dir},
+                   S3ServerEnvironment(), mnt,
+                   "cache directory '" + options.cache_dir + "' holds what a mount of s3://" +
+                       bucket + "/ on " + endpoint + " left, not of s3://" + bucket + "/ on " +
+                       std::string(endpoint).replace(host, 9, "localhost") +
+                       ": mount it with -o endpoint=" + endpoint);
+  EXPECT_EQ(S3Request("GET", "/" + bucket + "/f").status, "404");
+
+  ASSERT_TRUE(first->Restart());
+  EXPECT_EQ(ReadFile(first->path() + "/f"), "staged here");
+  EXPECT_EQ(first->Stop(), 0);
+  EXPECT_EQ(S3Request("GET", "/" + bucket + "/f").body, "staged here");
+
+  ObjfsMount::Options switched = options;
+  switched.extra_options += ",endpoint=" + other + "/";
+  std::unique_ptr<ObjfsMount> second = ObjfsMount::Start(S3MountUrl(bucket), switched);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(ReadFile(second->path() + "/f"), "staged here");
+  EXPECT_EQ(second->Stop(), 0);
+  std::ifstream store(options.cache_dir + "/.store");
+  std::stringstream named;
+  named << store.rdbuf();
+  EXPECT_EQ(named.str(), "s3://" + bucket + "/\nserver " +
+                             std::string(endpoint).replace(host, 9, "localhost") + "\n");
 }
 
 // The `.objfs-tmp-` files in `dir`.
