@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -55,11 +54,10 @@
 #include "cache/buffer_pool.h"
 #include "cache/content_etag_store.h"
 #include "cache/data_cache.h"
-#include "cache/file_io.h"
 #include "cache/listing_attr_store.h"
-#include "cache/staging.h"
 #include "cache/store_db.h"
 #include "cache/upload_records.h"
+#include "fs/cli/cache_directory.h"
 #include "fs/cli/stats_command.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_adapter.h"
@@ -269,165 +267,6 @@ class MetricsLogger {
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
-
-// Creates `dir` and the parents it lacks, each private (0700): staged data and the records
-// naming their keys live there.
-Status CreatePrivateDirectories(const std::string& dir) {
-  std::string path;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
-      path = dir.substr(0, i);
-      if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-        return IoError("cannot create cache directory '" + path + "': " + std::strerror(errno));
-      }
-    }
-  }
-  return Status::Ok();
-}
-
-// What a cache directory's staged writes, crash records, notes of uploads and store state (db/:
-// the ETags and metadata known of its files) belong to: its file .store names the store, a
-// first line with its URL (with any prefix: CanonicalUrl) and, where the URL does not name its
-// server (S3: a bucket of one name on another endpoint is another bucket), a second line
-// "server NAME" (ServerName). The first mount of the directory writes it once its store opened
-// (so a mistyped URL claims nothing). Crash records name keys only, so the mount of another
-// store over them would upload one bucket's files into another, over its objects there:
-// refused with a one-line error instead, the data left for the mount it belongs to. The same
-// URL on another server is refused only while the directory holds something an earlier mount
-// left for its server (the default cache directory is named after the URL alone, and one
-// server's address may be spelt in several ways); otherwise the directory becomes that
-// server's. (A directory of an objfs before .store, or before its server line, is taken as
-// this store's.)
-struct CacheScope {
-  std::string url;     // CanonicalUrl
-  std::string server;  // ServerName; empty where the URL names the server, or not yet known
-  std::string Text() const {
-    return url + "\n" + (server.empty() ? "" : "server " + server + "\n");
-  }
-  std::string Describe() const { return server.empty() ? url : url + " on " + server; }
-};
-
-// An S3 endpoint as a cache directory's .store names it: the scheme and host in lower case,
-// without a default port or a trailing slash; "AWS" for AWS's own (no endpoint given).
-std::string ServerName(std::string_view endpoint) {
-  if (endpoint.empty()) return "AWS";
-  std::string name(endpoint);
-  while (name.size() > 1 && name.back() == '/') name.pop_back();
-  const size_t scheme_end = name.find("://");
-  const size_t host_start = scheme_end == std::string::npos ? 0 : scheme_end + 3;
-  const size_t host_end = std::min(name.find('/', host_start), name.size());
-  for (size_t i = 0; i < host_end; ++i) {
-    name[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
-  }
-  const std::string_view scheme = std::string_view(name).substr(0, host_start);
-  const std::string_view default_port = scheme == "http://"    ? ":80"
-                                        : scheme == "https://" ? ":443"
-                                                               : "";
-  if (!default_port.empty() &&
-      std::string_view(name).substr(host_start, host_end - host_start).ends_with(default_port)) {
-    name.erase(host_end - default_port.size(), default_port.size());
-  }
-  return name;
-}
-
-// What .store in `dir` names; NotFound where it is missing.
-Result<CacheScope> ReadCacheScope(const std::string& dir) {
-  OBJFS_ASSIGN_OR_RETURN(std::string text,
-                         ReadSmallFile(dir + "/.store", 64 << 10, "cache_dir's .store file"));
-  CacheScope named;
-  std::string_view rest = text;
-  const size_t first_end = std::min(rest.find('\n'), rest.size());
-  named.url = std::string(rest.substr(0, first_end));
-  rest.remove_prefix(std::min(first_end + 1, rest.size()));
-  if (rest.starts_with("server ")) {
-    rest.remove_prefix(7);
-    named.server = std::string(rest.substr(0, rest.find('\n')));
-  }
-  return named;
-}
-
-// Refuses `dir` when its .store names another URL than `scope`'s; and, once `scope.server` is
-// known, another server while the directory holds what an earlier mount left for that one:
-// staged data, held metadata changes (`dir`'s records), or uploads noted in `uploads`.
-// `claim`: write .store when it is missing or names less or another server (not synced: lost to a
-// power cut, it is written again by the next mount).
-Status CheckCacheScope(const std::string& dir, const CacheScope& scope,
-                       const UploadRecords* uploads, bool claim) {
-  Result<CacheScope> named = ReadCacheScope(dir);
-  if (!named.ok() && named.status().code() != StatusCode::kNotFound) return named.status();
-  if (named.ok()) {
-    if (named->url != scope.url) {
-      return InvalidArgumentError("cache directory '" + dir + "' holds the staged writes of " +
-                                  named->url + ", not of " + scope.url +
-                                  ": mount that with it (what it staged is uploaded there), or "
-                                  "give this mount its own -o cache_dir=");
-    }
-    if (!scope.server.empty() && !named->server.empty() && named->server != scope.server &&
-        (StagingArea::HoldsRecords(dir) || (uploads != nullptr && uploads->HoldsLeftovers()))) {
-      return InvalidArgumentError(
-          "cache directory '" + dir + "' holds what a mount of " + named->Describe() +
-          " left, not of " + scope.Describe() + ": mount it " +
-          (named->server == "AWS" ? "without -o endpoint=" : "with -o endpoint=" + named->server) +
-          " (what it left is uploaded there), or give this mount its own -o cache_dir=");
-    }
-  }
-  if (!claim || (named.ok() && named->Text() == scope.Text())) return Status::Ok();
-  return WriteFileAtomically(dir + "/.store", scope.Text());
-}
-
-// What the cache directory holds is uploaded under the mounting user's credentials, and a
-// crash record there names the key: another user who can write there could have their data
-// uploaded, or a staged file swapped for a symbolic link to a private file. As ssh does with
-// its keys, the directory must belong to the user and be writable by nobody else; so must a
-// symbolic link naming it, and each directory above it, unless root owns that one or (like
-// /tmp) its sticky bit keeps others from renaming what they do not own.
-Status CheckCacheDirectory(const std::string& dir, std::string_view option = "cache_dir") {
-  const uid_t uid = ::getuid();
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) {
-    return IoError("cannot use cache directory '" + dir + "': " + std::strerror(errno));
-  }
-  if (S_ISLNK(st.st_mode) && st.st_uid != uid && st.st_uid != 0) {
-    return PermissionDeniedError("cache directory '" + dir + "' is a symbolic link owned by uid " +
-                                 std::to_string(st.st_uid) +
-                                 ": replace it with a directory of "
-                                 "your own, or give another -o " +
-                                 std::string(option) + "=");
-  }
-  std::error_code ec;
-  const std::filesystem::path real = std::filesystem::canonical(dir, ec);
-  if (ec) return IoError("cannot use cache directory '" + dir + "': " + ec.message());
-  if (::stat(real.c_str(), &st) != 0) {
-    return IoError("cannot use cache directory '" + dir + "': " + std::strerror(errno));
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return InvalidArgumentError("cache directory '" + dir + "' is not a directory");
-  }
-  if (st.st_uid != uid) {
-    return PermissionDeniedError("cache directory '" + real.string() + "' is owned by uid " +
-                                 std::to_string(st.st_uid) + ", not by uid " + std::to_string(uid) +
-                                 " who mounts: chown " + std::to_string(uid) + " " + real.string() +
-                                 ", or give another -o " + std::string(option) + "=");
-  }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return PermissionDeniedError("cache directory '" + real.string() +
-                                 "' is writable by group or others: chmod 700 " + real.string());
-  }
-  for (std::filesystem::path parent = real.parent_path();; parent = parent.parent_path()) {
-    if (::stat(parent.c_str(), &st) != 0) break;
-    const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
-    if ((st.st_uid != uid && st.st_uid != 0) || (others_write && (st.st_mode & S_ISVTX) == 0)) {
-      return PermissionDeniedError(
-          "cache directory '" + real.string() + "' is in '" + parent.string() +
-          "', which another user can change (owner uid " + std::to_string(st.st_uid) + ", mode " +
-          std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
-          std::to_string(st.st_mode & 7) + "): give a -o " + std::string(option) +
-          "= in a directory only you can write");
-    }
-    if (parent == parent.parent_path()) break;
-  }
-  return Status::Ok();
-}
 
 // Says what a clearing of uploads left on the server did (`kind`: what an upload is on this
 // store). At the start, before this mount serves anything, they are an earlier mount's
