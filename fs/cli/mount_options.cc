@@ -82,7 +82,7 @@ Result<uint64_t> ParseSizeOption(std::string_view text, std::string_view what, u
 // A size option bounded by S3's limits; `why` ends the message when it is out of range.
 Result<uint64_t> ParseS3Size(std::string_view text, std::string_view what, uint64_t min,
                              uint64_t max, std::string_view why) {
-  OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(text, what, 1));
+  OBJFS_ASSIGN_OR_RETURN(uint64_t size, ParseSizeOption(text, what, 0));
   if (size < min || size > max) {
     auto mib = [](uint64_t n) {
       return n % (1 << 20) == 0 ? std::to_string(n >> 20) + "M" : std::to_string(n);

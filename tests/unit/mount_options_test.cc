@@ -396,6 +396,8 @@ TEST(ParseMountOptionsTest, AllowOtherImpliesDefaultPermissions) {
 TEST(ParseMountOptionsTest, S3SizesOutsideS3sLimitsAreRefused) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"part_size=1", "part_size=1 is out of range (5M..5120M)"},
+      {"part_size=0", "part_size=0 is out of range (5M..5120M)"},
+      {"copy_part_threshold=0", "copy_part_threshold=0 is out of range (1..5120M)"},
       {"part_size=4M", "out of range"},
       {"part_size=6G", "out of range"},
       {"multipart_threshold=1M", "multipart_threshold=1M is out of range"},
@@ -447,7 +449,7 @@ TEST(ParseMountOptionsTest, BadOptionValues) {
       {"io_threads=0", "out of range"},
       {"readdir_heads=2000000", "out of range"},
       {"io_threads=many", "io_threads"},
-      {"part_size=0", "too small"},
+      {"part_size=0", "out of range"},
       {"prefetch_memory=1K", "too small"},
       {"max_rename_objects=0", "out of range"},
       {"path_style=yes", "takes no value"},
