@@ -68,6 +68,20 @@ bool NamesStandardStream(const std::string& path) {
          standard(std::string_view(target, static_cast<size_t>(n)));
 }
 
+// Whether `head`, the start of a file, is a line objfs logs to a file:
+// "2026-12-02T11:20:42.123Z objfs[PID] ...".
+bool StartsAsObjfsLog(std::string_view head) {
+  constexpr std::string_view kShape = "dddd-dd-ddTdd:dd:dd.dddZ objfs[";
+  if (head.size() < kShape.size() + 2) return false;
+  for (size_t i = 0; i < kShape.size(); ++i) {
+    const bool digit = head[i] >= '0' && head[i] <= '9';
+    if (kShape[i] == 'd' ? !digit : head[i] != kShape[i]) return false;
+  }
+  size_t i = kShape.size();
+  while (i < head.size() && head[i] >= '0' && head[i] <= '9') ++i;
+  return i > kShape.size() && i < head.size() && head[i] == ']';
+}
+
 // The file of -o log=FILE, open for appending; a one-line error for a file it must not be.
 Result<int> OpenLogFile(const std::string& path) {
   const std::string where = "log file '" + path + "'";
@@ -87,10 +101,11 @@ Result<int> OpenLogFile(const std::string& path) {
   }
   // O_NOFOLLOW: a symbolic link planted where the file is expected cannot send a root daemon's
   // lines into another file. O_EXCL: a file that was not there is created, not whatever (a FIFO,
-  // a device) was put there since. O_NONBLOCK: no open waits.
+  // a device) was put there since. O_NONBLOCK: no open waits. (An existing file is read too:
+  // its first line, below.)
   const int fd = ::open(path.c_str(),
-                        O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY |
-                            (exists ? 0 : O_CREAT | O_EXCL),
+                        (exists ? O_RDWR : O_WRONLY | O_CREAT | O_EXCL) | O_APPEND | O_NOFOLLOW |
+                            O_NONBLOCK | O_CLOEXEC | O_NOCTTY,
                         0600);
   if (fd < 0) return InvalidArgumentError("cannot open " + where + ": " + std::strerror(errno));
   // A file this open created is ours, whoever the file system says owns it (root-squashed NFS
@@ -125,6 +140,17 @@ Result<int> OpenLogFile(const std::string& path) {
   if (!created && st.st_nlink != 1) {
     return refuse(where + " has " + std::to_string(st.st_nlink) +
                   " hard links: use a file of its own");
+  }
+  // A file with lines in it must be objfs's log: a mistyped log= (an fstab line run as root)
+  // never appends to /etc/passwd or a program's own file. Empty, it is a new log (touched, or
+  // emptied by logrotate's copytruncate).
+  if (!created && st.st_size > 0) {
+    char head[64];
+    const ssize_t n = ::pread(fd, head, sizeof head, 0);
+    if (n < 0) return refuse("cannot read " + where + ": " + std::strerror(errno));
+    if (!StartsAsObjfsLog(std::string_view(head, static_cast<size_t>(n)))) {
+      return refuse(where + " is not empty and not an objfs log: name a new file");
+    }
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {

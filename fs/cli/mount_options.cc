@@ -816,7 +816,8 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .group = G::kLogs,
        .meaning = "where messages go: `syslog`, `stderr` (under systemd, the journal) or a FILE "
                   "appended to, a time stamp on each line (a regular file of the mounting user's, "
-                  "not a symbolic link, not writable by group or others; a new one is 0600). "
+                  "not a symbolic link, not writable by group or others, empty or an objfs "
+                  "log; a new one is 0600). "
                   "Without `/dev/log`, `syslog` falls back to standard error",
        .default_value = "`stderr` in the foreground or under systemd (`JOURNAL_STREAM`), else "
                         "`syslog`",

@@ -111,6 +111,12 @@ TEST(MountInputsTest, LogThroughASymbolicLinkIsRefusedAndTheTargetUntouched) {
   ASSERT_EQ(::link(victim.c_str(), hard.c_str()), 0);
   ExpectS3MountFails("log=" + hard, "has 2 hard links");
   EXPECT_EQ(ReadLocal(victim), "root:*:19000:0:99999:7:::\n");
+  // Nor the file itself, which root (these tests' user) owns as it owns /etc/shadow: a
+  // mistyped log= of an fstab line.
+  ASSERT_EQ(::unlink(hard.c_str()), 0);
+  ExpectS3MountFails("log=" + victim,
+                     "log file '" + victim + "' is not empty and not an objfs log");
+  EXPECT_EQ(ReadLocal(victim), "root:*:19000:0:99999:7:::\n");
 }
 
 TEST(MountInputsTest, LogFileOthersMayWriteOrOwnIsRefused) {

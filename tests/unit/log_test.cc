@@ -183,6 +183,20 @@ TEST(LogTest, ALogFileIsARegularPrivateFileOfItsOwn) {
               "log file '" + theirs + "' belongs to uid 65534, not to the user mounting (uid 0)");
   }
 
+  // A file with lines objfs did not write: a mistyped log= of an fstab line run as root must not
+  // append to /etc/passwd. Nor one that merely looks like it (another program's "objfs" line).
+  const std::string other = dir + "/passwd";
+  for (const std::string text : {"root:x:0:0:root:/root:/bin/bash\n",
+                                 "2026-12-02T11:20:42.123Z other[12] objfs[3] info: x\n",
+                                 "2026-12-02T11:20:42.123Z objfs[] info: x\n", "x"}) {
+    std::ofstream(other, std::ios::trunc) << text;
+    ASSERT_EQ(::chmod(other.c_str(), 0644), 0);
+    EXPECT_EQ(refused(other),
+              "log file '" + other + "' is not empty and not an objfs log: name a new file")
+        << text;
+    EXPECT_EQ(ReadAll(other), text);
+  }
+
   // A new one is 0600 whatever the umask; an existing 0640 is kept as it is.
   const mode_t old_umask = ::umask(0);
   const std::string fresh = dir + "/fresh.log";
@@ -196,6 +210,9 @@ TEST(LogTest, ALogFileIsARegularPrivateFileOfItsOwn) {
   EXPECT_TRUE(Logger::Instance().Configure(settings).ok());
   ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0640u);
+  // An objfs log, as objfs wrote it, is appended to.
+  std::ofstream(fresh) << "2026-12-02T11:20:42.123Z objfs[4242] info: s3: endpoint AWS\n";
+  EXPECT_TRUE(Logger::Instance().Configure(settings).ok());
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
