@@ -46,6 +46,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "FileTooLarge";
     case StatusCode::kTooBig:
       return "TooBig";
+    case StatusCode::kOutOfDescriptors:
+      return "OutOfDescriptors";
   }
   return "Unknown";
 }

@@ -36,6 +36,7 @@ enum class StatusCode {
   kNotPermitted,        // no one may do this, whatever the credentials (EPERM)
   kFileTooLarge,        // past the largest object the store can hold (EFBIG)
   kTooBig,              // a value larger than its container allows (E2BIG)
+  kOutOfDescriptors,    // this process has no file descriptor left (EMFILE, ENFILE): ENFILE
 };
 
 std::string_view StatusCodeName(StatusCode code);

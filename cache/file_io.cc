@@ -17,6 +17,9 @@ Status ErrnoStatus(std::string_view what, const std::string& path, int err) {
   if (err == ENOSPC || err == EDQUOT) return NoSpaceError(std::move(m));
   // Past the process's file size limit (ulimit -f): its writer gets EFBIG, as on a local disk.
   if (err == EFBIG) return Status(StatusCode::kFileTooLarge, std::move(m));
+  // objfs out of descriptors (its RLIMIT_NOFILE): the caller gets ENFILE, not an EIO that
+  // reads as a failing disk.
+  if (err == EMFILE || err == ENFILE) return Status(StatusCode::kOutOfDescriptors, std::move(m));
   return IoError(std::move(m));
 }
 

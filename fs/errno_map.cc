@@ -70,6 +70,10 @@ int ErrnoFromStatus(const Status& status) {
       return EFBIG;
     case StatusCode::kTooBig:
       return E2BIG;
+    case StatusCode::kOutOfDescriptors:
+      // The file system's own limit, not the caller's (EMFILE would say the caller has too
+      // many files open).
+      return ENFILE;
   }
   return EIO;
 }

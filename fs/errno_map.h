@@ -2,7 +2,8 @@
 //
 // Nothing else in objfs interprets status codes as errnos. Each errno has a status code of its
 // own (kNoAttribute for ENODATA, kNotPermitted for EPERM, kFileTooLarge for EFBIG, kTooBig for
-// E2BIG), made by the constructors below where a message of their own helps.
+// E2BIG, kOutOfDescriptors for ENFILE), made by the constructors below where a message of their
+// own helps.
 #pragma once
 
 #include <string>

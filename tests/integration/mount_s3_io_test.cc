@@ -297,6 +297,55 @@ TEST(MountS3IoTest, AFileSizeLimitOnTheDaemonFailsTheWriteAndTheMountGoesOn) {
   EXPECT_EQ(ReadFile(fresh->path() + "/after"), "after");
 }
 
+// objfs out of file descriptors (its RLIMIT_NOFILE) fails a create with ENFILE, the file
+// system's own limit, not an EIO that reads as a failing disk. The files it took are stored, and
+// it serves on once it has descriptors again.
+TEST(MountS3IoTest, ADaemonOutOfDescriptorsFailsACreateWithEnfileAndGoesOn) {
+  const std::string url = S3MountUrl(CreateTestBucket(TestName()));
+  std::unique_ptr<ObjfsMount> mount = ObjfsMount::Start(url);
+  ASSERT_TRUE(mount);
+  WriteFile(mount->path() + "/first", "first");  // its connection to the server is open
+  size_t open_now = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(mount->pid()) + "/fd")) {
+    (void)entry;
+    ++open_now;
+  }
+  struct rlimit limit {};
+  ASSERT_EQ(::prlimit(mount->pid(), RLIMIT_NOFILE, nullptr, &limit), 0) << std::strerror(errno);
+  struct rlimit limited = limit;
+  limited.rlim_cur = open_now + 8;
+  ASSERT_EQ(::prlimit(mount->pid(), RLIMIT_NOFILE, &limited, nullptr), 0) << std::strerror(errno);
+
+  // Each file open here keeps its staging file open in objfs.
+  std::vector<int> held;
+  int error = 0;
+  for (int i = 0; i < 64 && error == 0; ++i) {
+    const int fd = ::open((mount->path() + "/f" + std::to_string(i)).c_str(),
+                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      error = errno;
+    } else {
+      held.push_back(fd);
+      EXPECT_EQ(::write(fd, "x", 1), 1) << std::strerror(errno);
+    }
+  }
+  EXPECT_EQ(error, ENFILE) << std::strerror(error);
+  EXPECT_FALSE(held.empty());
+  ASSERT_EQ(::prlimit(mount->pid(), RLIMIT_NOFILE, &limit, nullptr), 0) << std::strerror(errno);
+  for (const int fd : held) EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
+  WriteFile(mount->path() + "/after", "after");
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+
+  std::unique_ptr<ObjfsMount> fresh = ObjfsMount::Start(url);
+  ASSERT_TRUE(fresh);
+  for (size_t i = 0; i < held.size(); ++i) {
+    EXPECT_EQ(ReadFile(fresh->path() + "/f" + std::to_string(i)), "x") << i;
+  }
+  EXPECT_FALSE(std::filesystem::exists(fresh->path() + "/f" + std::to_string(held.size())));
+  EXPECT_EQ(ReadFile(fresh->path() + "/after"), "after");
+}
+
 // A create on a cache disk so full that not even the new file's crash record fits fails with
 // ENOSPC, and leaves no name behind: no file shows that the bucket never gets. Once there is
 // room, the same create works.

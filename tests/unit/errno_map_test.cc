@@ -34,6 +34,7 @@ TEST(ErrnoMapTest, EveryCodeHasItsErrno) {
       {StatusCode::kNotPermitted, EPERM},
       {StatusCode::kFileTooLarge, EFBIG},
       {StatusCode::kTooBig, E2BIG},
+      {StatusCode::kOutOfDescriptors, ENFILE},
   };
   for (const Case& c : cases) {
     Status s = c.code == StatusCode::kOk ? Status::Ok() : Status(c.code, "m");
