@@ -491,6 +491,15 @@ Result<std::shared_ptr<ObjectStore>> OpenSftp(const StoreContext& context) {
                                   "': " + std::strerror(errno));
     }
     OBJFS_RETURN_IF_ERROR(CheckRegularFileIfExists(path, "identity file"));
+    // As ssh refuses an "UNPROTECTED PRIVATE KEY FILE": a key of the user's that others may
+    // read was as good as given away, and one they may write may be theirs by now.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && st.st_uid == ::getuid() && (st.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      return PermissionDeniedError("identity file '" + identity + "' is open to others (mode " +
+                                   mode + "), which ssh refuses too: chmod 600 it");
+    }
     sftp_options.identity_files.push_back(std::move(path));
   }
   if (!options.known_hosts_given && !config.known_hosts.empty()) {

@@ -147,6 +147,45 @@ TEST(MountSftpErrorsTest, ChangedHostKeyIsRefusedEvenWithAcceptNewHostKey) {
   }
 }
 
+// A key marked "@revoked" is refused, as ssh refuses it, though another line accepts it (libssh
+// alone skips the marked line), and accept_new_host_key does not take it either.
+TEST(MountSftpErrorsTest, RevokedHostKeyIsRefusedThoughAnotherLineListsIt) {
+  const SftpTestServer& server = SharedSftpServer();
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir temp;
+  const std::string pinned = ReadLocal(server.known_hosts);
+  std::istringstream fields(pinned);
+  std::string hosts, type, blob;
+  fields >> hosts >> type >> blob;
+  const std::string known_hosts = temp.path() + "/known_hosts";
+  const std::string text = "@revoked * " + type + " " + blob + "\n" + pinned;
+  std::ofstream(known_hosts) << text;
+  for (std::string accept : {"", ",accept_new_host_key"}) {
+    SCOPED_TRACE(accept);
+    ExpectMountFails(dir.url,
+                     "identity=" + server.key_path + ",known_hosts=" + known_hosts + accept,
+                     {"host key of " + HostPort(server), "is marked @revoked in " + known_hosts});
+    EXPECT_EQ(ReadLocal(known_hosts), text);
+  }
+}
+
+// A private key others may read or write is refused, as ssh refuses an unprotected one.
+TEST(MountSftpErrorsTest, IdentityFileOthersMayReadIsRefused) {
+  const SftpTestServer& server = SharedSftpServer();
+  SftpTestDir dir = CreateSftpTestDir(TestName());
+  ScratchDir temp;
+  const std::string key = temp.path() + "/key";
+  WriteFile(key, ReadLocal(server.key_path));
+  for (const mode_t mode : {0644, 0660, 0606}) {
+    ASSERT_EQ(::chmod(key.c_str(), mode), 0);
+    char octal[8];
+    std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mode));
+    ExpectMountFails(dir.url, "identity=" + key + ",known_hosts=" + server.known_hosts,
+                     {"identity file '" + key + "' is open to others (mode " + octal +
+                      "), which ssh refuses too: chmod 600 it"});
+  }
+}
+
 TEST(MountSftpErrorsTest, KeyTheServerDoesNotAcceptIsRefused) {
   const SftpTestServer& server = SharedSftpServer();
   SftpTestDir dir = CreateSftpTestDir(TestName());
