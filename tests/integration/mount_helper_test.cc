@@ -24,8 +24,11 @@ std::string Helper() {
 }
 
 // Runs the helper as mount(8) would, with objfs's binary and the test server's credentials.
-CommandResult RunHelper(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"env", "OBJFS_BINARY=" + ObjfsBinary()};
+// `cwd`: the directory it runs in (empty: the test's).
+CommandResult RunHelper(const std::vector<std::string>& args, const std::string& cwd = "") {
+  std::vector<std::string> argv = {"env"};
+  if (!cwd.empty()) argv.insert(argv.end(), {"-C", cwd});
+  argv.push_back("OBJFS_BINARY=" + ObjfsBinary());
   for (const auto& [name, value] : S3ServerEnvironment()) argv.push_back(name + "=" + value);
   argv.push_back("sh");
   argv.push_back(Helper());
@@ -82,6 +85,27 @@ std::string MountInfoLine(const std::string& path) {
     if (line.find(" " + path + " ") != std::string::npos) return line;
   }
   return "";
+}
+
+// An option's value is passed on as written: never matched against the names of files where
+// mount(8) runs (here "fsname=evil?" against a file "fsname=evil1").
+TEST(MountHelperTest, OptionsAreNotExpandedAsFileNames) {
+  const std::string bucket = CreateTestBucket("mount-helper-glob");
+  ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string mnt = dir.path() + "/mnt";
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0755), 0);
+  WriteFile(dir.path() + "/fsname=evil1", "");
+  UnmountGuard guard(mnt);
+  CommandResult mounted =
+      RunHelper({S3MountUrl(bucket), mnt, "-o",
+                 S3ServerOptions() + ",cache_dir=" + dir.path() + "/cache,fsname=evil?"},
+                dir.path());
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.err;
+  const std::string line = MountInfoLine(mnt);
+  EXPECT_NE(line.find(" evil? "), std::string::npos) << line;
+  EXPECT_EQ(line.find("evil1"), std::string::npos) << line;
+  EXPECT_EQ(RunCommand({"fusermount3", "-u", mnt}).exit_code, 0);
 }
 
 // An fstab line with allow_other gets the kernel's permission checks too.
