@@ -1,7 +1,9 @@
 #include "backend/log.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -141,14 +143,20 @@ Result<int> OpenLogFile(const std::string& path) {
     return refuse(where + " has " + std::to_string(st.st_nlink) +
                   " hard links: use a file of its own");
   }
+  // A file of the kernel's (/proc/sysrq-trigger, /sys/...) acts on what is written to it.
+  struct statfs fs_info {};
+  if (::fstatfs(fd, &fs_info) == 0 &&
+      (fs_info.f_type == PROC_SUPER_MAGIC || fs_info.f_type == SYSFS_MAGIC)) {
+    return refuse(where + " is a file of the kernel's (/proc, /sys), not one to log to");
+  }
   // A file with lines in it must be objfs's log: a mistyped log= (an fstab line run as root)
   // never appends to /etc/passwd or a program's own file. Empty, it is a new log (touched, or
-  // emptied by logrotate's copytruncate).
-  if (!created && st.st_size > 0) {
+  // emptied by logrotate's copytruncate). (Read whatever its size says.)
+  if (!created) {
     char head[64];
     const ssize_t n = ::pread(fd, head, sizeof head, 0);
     if (n < 0) return refuse("cannot read " + where + ": " + std::strerror(errno));
-    if (!StartsAsObjfsLog(std::string_view(head, static_cast<size_t>(n)))) {
+    if (n > 0 && !StartsAsObjfsLog(std::string_view(head, static_cast<size_t>(n)))) {
       return refuse(where + " is not empty and not an objfs log: name a new file");
     }
   }

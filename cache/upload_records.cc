@@ -1,6 +1,7 @@
 #include "cache/upload_records.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,8 +39,10 @@ uint64_t NoteNumber(const std::string& file_name) {
 
 Result<std::unique_ptr<UploadRecords>> UploadRecords::Open(std::string dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return IoError("cannot create " + dir + ": " + ec.message());
+  // Private, as the cache directory it is in: the notes name keys and upload ids.
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return IoError("cannot create " + dir + ": " + std::strerror(errno));
+  }
   std::unique_ptr<UploadRecords> records(new UploadRecords(std::move(dir)));
   MutexLock lock(&records->mu_);  // not shared yet: only for the analysis
   for (std::filesystem::directory_iterator it(records->dir_, ec), end; !ec && it != end;

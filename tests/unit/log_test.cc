@@ -197,6 +197,14 @@ TEST(LogTest, ALogFileIsARegularPrivateFileOfItsOwn) {
     EXPECT_EQ(ReadAll(other), text);
   }
 
+  // A file of the kernel's, which may act on what is written to it (/proc/sysrq-trigger; root
+  // may open these).
+  if (::geteuid() == 0) {
+    EXPECT_EQ(
+        refused("/proc/version"),
+        "log file '/proc/version' is a file of the kernel's (/proc, /sys), not one to log to");
+  }
+
   // A new one is 0600 whatever the umask; an existing 0640 is kept as it is.
   const mode_t old_umask = ::umask(0);
   const std::string fresh = dir + "/fresh.log";

@@ -1,5 +1,6 @@
 #include "cache/upload_records.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -51,6 +52,17 @@ class UploadRecordsTest : public ::testing::Test {
 
   std::string dir_;
 };
+
+// The notes name keys and upload ids: their directory is private, whatever the umask.
+TEST_F(UploadRecordsTest, TheDirectoryIsPrivate) {
+  const mode_t old_umask = ::umask(0);
+  std::unique_ptr<UploadRecords> records = Open();
+  ::umask(old_umask);
+  ASSERT_NE(records, nullptr);
+  struct stat st {};
+  ASSERT_EQ(::stat(dir_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
 
 TEST_F(UploadRecordsTest, ANextMountGetsExactlyTheUploadsThatWereNotClosed) {
   {
