@@ -320,6 +320,13 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   inode.in_store = true;  // staged from the stored object (Create clears it for a new file)
   inode.created_as.clear();
   inode.recovered.reset();
+  inode.replacing.reset();
+  // Staged empty, to be written anew (O_TRUNC): an upload after the close goes only over this
+  // version, or over no object when there is none (Inode::replacing).
+  if (empty && !rec.etag.empty()) {
+    inode.replacing = Inode::Replacing{
+        .key = key, .condition = UploadCondition{.if_match = rec.etag, .if_none_match = false}};
+  }
   // (A mode held to be set is this mount's: it wins.)
   inode.stored_file.reset();
   if (!inode.pending_metadata)
@@ -578,6 +585,10 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   // Stat and listings answer while the file goes up (its tail, or all of it).
   ServerWorkScope working(inode);
   Metadata metadata = UploadMetadata(inode);
+  // Accepted before this upload (the write-back window, a failed close, an earlier mount): a
+  // file written anew goes only over the version it replaced (Inode::replacing).
+  const std::optional<UploadCondition> later =
+      inode.staged->state() == StagedFile::State::kAccepted ? Replacing(inode, key) : std::nullopt;
   // A writer's close or an fsync vouches for the data as it is: should objfs die during the
   // upload, the next mount uploads it. (Not synced first: the upload is what keeps it, and a
   // failed one syncs it below.) Any other upload only keeps an existing record current.
@@ -596,7 +607,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   }
   // Streamed while it was written: what is left of its parts, and completed. Otherwise (or
   // when that was given up) the whole file.
-  std::optional<Result<ObjectInfo>> streamed = FinishStream(inode, key, &metadata);
+  std::optional<Result<ObjectInfo>> streamed = FinishStream(inode, key, &metadata, later);
   if (!streamed) streamed = UploadEdit(inode, key, metadata);
   PutOptions put;
   put.metadata = metadata;
@@ -604,6 +615,11 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   KeepOthersChmod(inode, put);
   put.if_match = KeptBase(inode, key);
   put.if_none_match = CreatedHere(inode, key);
+  const bool replacing_only = later && !put.if_match && !put.if_none_match;
+  if (replacing_only) {
+    put.if_match = later->if_match;
+    put.if_none_match = later->if_none_match;
+  }
   // A whole put needs every byte here: what a sparse file still lacks is fetched first (a
   // failure is the upload's, below).
   Result<ObjectInfo> result = ObjectInfo{};
@@ -655,7 +671,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     }
   }
   if (!result.ok() && (put.if_match || put.if_none_match) && BaseReplaced(result.status()) &&
-      LoseBase(inode, key)) {
+      LoseBase(inode, key, replacing_only)) {
     // Another client's version came between this edit's start and its upload: uploaded over
     // it, the edit would undo that change, which its writer was told was stored.
     meta_cache_->Invalidate(key);
@@ -706,6 +722,7 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
   inode.in_store = true;
   inode.created_as.clear();  // the name is this file's now: later uploads go by its version
   inode.recovered.reset();
+  inode.replacing.reset();
   // The records go with the upload just done; a write after it records the new version's.
   (void)SetStoredEncryption(inode, result->encryption);
   inode.may_stream = false;  // further writes edit a stored object
@@ -761,6 +778,15 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
 Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_content) {
   // (A file removed or replaced while open keeps writing to a copy nothing will upload.)
   if (!inode.staged || inode.removed()) return Status::Ok();
+  // Emptied to be written anew: what the key holds, as this mount knows it, is what an upload
+  // after the close may go over (Inode::replacing). Known already when the data pending since
+  // an earlier emptying was not uploaded yet.
+  if (!keep_content && !(inode.replacing && inode.replacing->key == key) && inode.base &&
+      inode.base->key == key && !inode.base->etag.empty()) {
+    inode.replacing = Inode::Replacing{
+        .key = key,
+        .condition = UploadCondition{.if_match = inode.base->etag, .if_none_match = false}};
+  }
   const std::optional<StagedFile::State> state = inode.staged->state();
   if (state == StagedFile::State::kWriting) {
     inode.state = Inode::FileState::kUnsaved;
@@ -928,7 +954,16 @@ std::optional<ETag> FileWriter::KeptBase(const Inode& inode, const std::string& 
 }
 
 UploadCondition FileWriter::ConditionOf(const Inode& inode, const std::string& key) {
-  return UploadCondition{KeptBase(inode, key), CreatedHere(inode, key)};
+  UploadCondition condition{KeptBase(inode, key), CreatedHere(inode, key)};
+  if (!condition.if_match && !condition.if_none_match) {
+    if (const std::optional<UploadCondition> later = Replacing(inode, key)) return *later;
+  }
+  return condition;
+}
+
+std::optional<UploadCondition> FileWriter::Replacing(const Inode& inode, const std::string& key) {
+  if (!inode.replacing || inode.replacing->key != key) return std::nullopt;
+  return inode.replacing->condition;
 }
 
 bool FileWriter::CreatedHere(const Inode& inode, const std::string& key) {
@@ -948,7 +983,7 @@ Result<size_t> FileWriter::ReadThroughBase(const StagedFile& staged, uint64_t of
   return source.read_at(offset, buf);
 }
 
-bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
+bool FileWriter::LoseBase(Inode& inode, const std::string& key, bool replaced_after_close) {
   if (!inode.staged || !inode.unsaved()) return false;
   const uint64_t size = inode.staged->size();
   // The old version's bytes the file still holds as they were: those never fetched, gone with
@@ -971,9 +1006,13 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
       size > 0 &&
       ((inode.base && inode.base->key == key && inode.base->size == 0) || CreatedHere(inode, key));
   if (onto_nothing) kept.push_back(ExtentSet::Range{0, size});
+  // Written anew and accepted by a close, then uploaded after it: the key holds another
+  // client's version since, newer than this file, which stands.
+  if (replaced_after_close && size > 0) kept.push_back(ExtentSet::Range{0, size});
   // Created here and still empty: nothing to keep, but the other client's file stands, and the
   // upload is not tried again (every 10 s, then by the next mount).
-  const bool created_empty = size == 0 && (CreatedHere(inode, key) || recovered_edit);
+  const bool created_empty =
+      size == 0 && (CreatedHere(inode, key) || recovered_edit || replaced_after_close);
   if (gone.empty() && kept.empty() && !created_empty) return false;
   Inode::Unwritten& entry = inode.unwritten[kLostBase];
   for (const ExtentSet::Range& range : gone) entry.ranges.Add(range.start, range.end - range.start);
@@ -982,7 +1021,10 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key) {
     std::string why = (inode.staged->has_base() ? inode.staged->base_key() : key) +
                       " changed or was removed on the server since " + key +
                       " was opened for writing, ";
-    if (CreatedHere(inode, key)) {
+    if (replaced_after_close) {
+      why = key + " was stored on the server by another client after this file's writer closed " +
+            "it: stored now, this file would undo that newer change";
+    } else if (CreatedHere(inode, key)) {
       why = key + " was made on the server by another client since it was created here: " +
             "stored, this file would replace that one";
     } else if (recovered_edit) {
@@ -1308,8 +1350,9 @@ void FileWriter::GiveUpStream(Inode& inode, const std::string& key, std::optiona
                            "; later files given up for this reason are not logged");
 }
 
-std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const std::string& key,
-                                                           Metadata* metadata) {
+std::optional<Result<ObjectInfo>> FileWriter::FinishStream(
+    Inode& inode, const std::string& key, Metadata* metadata,
+    const std::optional<UploadCondition>& later) {
   if (!inode.stream) return std::nullopt;
   const std::shared_ptr<StreamedUpload> stream = inode.stream;
   const uint64_t size = inode.staged->size();
@@ -1341,7 +1384,12 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(Inode& inode, const s
   }
   // Renamed meanwhile: the rename removed the old name's object, and whatever holds that name
   // now (a file created or moved there since) is another file, never completed over.
-  if (streamed_key != key || CreatedHere(inode, key)) put.if_none_match = true;
+  if (streamed_key != key || CreatedHere(inode, key)) {
+    put.if_none_match = true;
+  } else if (later) {
+    put.if_match = later->if_match;
+    put.if_none_match = later->if_none_match;
+  }
   Result<ObjectInfo> done = stream->Finish(size, put);
   const Status part_failure = stream->failure();
   if (!done.ok()) {

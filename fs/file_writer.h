@@ -194,7 +194,8 @@ class FileWriter {
   // The same for a file that holds all of its bytes, when its upload found the base replaced
   // (KeptBase): the old bytes it keeps would undo the other client's change. False when it
   // keeps no byte of its base (then it is not unfinished).
-  bool LoseBase(Inode& inode, const std::string& key) REQUIRES(inode.mu);
+  bool LoseBase(Inode& inode, const std::string& key, bool replaced_after_close = false)
+      REQUIRES(inode.mu);
   // The version an upload of the file must still find under `key` (its If-Match): the stored
   // file it was opened from, where some of that file's bytes are still in it (an append, a
   // patch, a file read and written back; anything written onto an empty version, `>>` on an
@@ -213,6 +214,10 @@ class FileWriter {
   // Both, for the crash record of the data accepted under `key`: the next mount's upload asks
   // the same of the key (Adopt).
   static UploadCondition ConditionOf(const Inode& inode, const std::string& key) REQUIRES(inode.mu);
+  // The condition an upload of `key` made after its writer's close asks of a file written anew
+  // (Inode::replacing), if any.
+  static std::optional<UploadCondition> Replacing(const Inode& inode, const std::string& key)
+      REQUIRES(inode.mu);
   // Whether a put or completion with KeptBase's If-Match failed because the base was replaced
   // or removed.
   static bool BaseReplaced(const Status& failure);
@@ -391,8 +396,11 @@ class FileWriter {
                     const Status& detail) REQUIRES(inode.mu);
   // Upload's way through inode.stream: its result, or nullopt when there is none or it was
   // given up (the caller then puts the file whole).
+  // `later`: the condition of an upload after the writer's close (Inode::replacing).
   std::optional<Result<ObjectInfo>> FinishStream(Inode& inode, const std::string& key,
-                                                 Metadata* metadata) REQUIRES(inode.mu);
+                                                 Metadata* metadata,
+                                                 const std::optional<UploadCondition>& later)
+      REQUIRES(inode.mu);
 
   // Upload's way for an edit of inode.base under its own key, with the store's copy_ranges:
   // the parts no write touched are copied from the base on the server, the others uploaded

@@ -211,6 +211,12 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
       if ((flags & O_EXCL) != 0 || (flags & O_TRUNC) == 0 ||
           (caller && caller->uid != options_.uid)) {
         inode->created_as = key;
+      } else {
+        // `cp` to a free name: the close may go over a file made there meanwhile (the latest
+        // close wins), an upload after it only onto the free name (Inode::replacing).
+        inode->replacing = Inode::Replacing{
+            .key = key,
+            .condition = UploadCondition{.if_match = std::nullopt, .if_none_match = true}};
       }
       // A new file has none of its own. (No record yet.)
       (void)SetStoredEncryption(*inode, AtRestEncryption{});

@@ -73,6 +73,18 @@ struct Inode {
     UploadCondition condition;
   };
   std::optional<Recovered> recovered GUARDED_BY(mu);
+  // What the key held, as far as this mount knew, when the file was emptied to be written anew
+  // (O_TRUNC, a truncate to 0, a create of a free name with O_TRUNC): that version, or no object.
+  // The upload at the writer's close goes over whatever the key holds then (the latest close
+  // wins, as on a local disk). One made after the close (at the end of the write-back window,
+  // a retry after a failed close, the next mount after a crash) asks the key to hold that
+  // still: a version another client stored after the close is newer, and stands
+  // (FileWriter::ConditionOf, LoseBase). Cleared by an upload, and by staging an edit.
+  struct Replacing {
+    std::string key;
+    UploadCondition condition;
+  };
+  std::optional<Replacing> replacing GUARDED_BY(mu);
   // The upload that runs while the file is written (fs/streamed_upload.h), and whether one may
   // start: the data being written began empty here (a new file, O_TRUNC, truncate to 0) and no
   // upload of it was given up yet.

@@ -1163,6 +1163,45 @@ TEST_P(MountSuiteTest, AnEditOfAVersionAnotherClientReplacedIsSetAsideNotStoredO
   EXPECT_EQ(*remote().Read("log"), "one\ntheirs\n");
 }
 
+// A file written anew (`cp`, `>`) and accepted by its close in the write-back window is stored
+// later, and by then another client may have stored that name anew: its version is the newer,
+// and stands; this file is set aside. The same for a name that was free when it was created
+// here, and after a crash, whose next mount uploads what the window held. One nobody else
+// changed is stored.
+TEST_P(MountSuiteTest, AFileWrittenAnewIsNotStoredLaterOverANewerVersion) {
+  if (!can().server_access) GTEST_SKIP() << "needs a second client on the server";
+  for (const std::string name : {"f", "calm", "crashed"}) {
+    ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), name, "old\n"));
+  }
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
+  ASSERT_TRUE(mount);
+  for (const std::string name : {"f", "new", "calm"})
+    WriteFile(mount->path() + "/" + name, "mine\n");
+  ASSERT_TRUE(remote().Write("f", "theirs\n").ok());
+  ASSERT_TRUE(remote().Write("new", "theirs\n").ok());
+  mount->Stop();
+  EXPECT_EQ(*remote().Read("f"), "theirs\n") << mount->log();
+  EXPECT_EQ(*remote().Read("new"), "theirs\n");
+  EXPECT_EQ(*remote().Read("calm"), "mine\n");
+  EXPECT_EQ(ReadLocal(mount->cache_dir() + "/unfinished/f"), "mine\n");
+  EXPECT_EQ(ReadLocal(mount->cache_dir() + "/unfinished/new"), "mine\n");
+  EXPECT_NE(mount->log().find("f was stored on the server by another client after this file's "
+                              "writer closed it"),
+            std::string::npos)
+      << mount->log();
+
+  std::unique_ptr<ObjfsMount> crashed = remote().Mount("writeback=600");
+  ASSERT_TRUE(crashed);
+  WriteFile(crashed->path() + "/crashed", "mine\n");
+  EXPECT_EQ(crashed->KillAndWait(SIGKILL), 128 + SIGKILL);
+  ASSERT_TRUE(remote().Write("crashed", "theirs\n").ok());
+  ASSERT_TRUE(crashed->Restart());
+  EXPECT_EQ(ReadFile(crashed->path() + "/crashed"), "theirs\n");
+  crashed->Stop();
+  EXPECT_EQ(*remote().Read("crashed"), "theirs\n") << crashed->log();
+  EXPECT_EQ(ReadLocal(crashed->cache_dir() + "/unfinished/crashed"), "mine\n") << crashed->log();
+}
+
 // Appends "mine\n" to the 4-byte file at `path` and reads all 9 bytes back before the close:
 // the whole file is then staged here (an edit whose upload needs nothing more of its base).
 void AppendMineReadWhole(const std::string& path) {

@@ -1554,6 +1554,38 @@ TEST_F(FilesystemTest, FailedReleaseIsRetriedInTheBackgroundWithoutAWindow) {
   EXPECT_EQ(memory_->contents("later"), "not at unmount");
 }
 
+// The upload of a file written anew whose close failed is tried again later, and by then
+// another client may have stored the file anew: that version is the newer (this one's writer was
+// told its close failed), and stands. The retry sets this file aside rather than go over it.
+TEST_F(FilesystemTest, ARetryAfterAFailedCloseDoesNotGoOverANewerVersion) {
+  PutObject("f", "old");
+  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
+  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
+  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  faults_->Clear();
+  PutObject("f", "theirs");
+  (void)fs_->Release(*fh);
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("f"), "theirs");
+  std::ifstream aside(options_.cache_dir + "/unfinished/f", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(aside), std::istreambuf_iterator<char>()),
+            "mine");
+
+  // Nobody else stored it: the retry stores it.
+  PutObject("g", "old");
+  fh = fs_->Open(LookupIno(kRootIno, "g"), O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
+  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
+  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  faults_->Clear();
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("g"), "mine");
+}
+
 TEST_F(FilesystemTest, RecoverStagedUploadsLeftovers) {
   auto created = fs_->Create(kRootIno, "crash", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(created.ok());
@@ -2389,14 +2421,15 @@ class BackgroundRecoveryTest : public WritebackTest {
   // Leaves "a" and "d/b" closed in the write-back window, then "crashes": the image of
   // cache_dir then.
   // "a" is created with O_EXCL: its recovered upload replaces no file of that name; with
-  // `a_replaces`, with O_TRUNC: it replaces whatever is there.
+  // `a_replaces`, it is the stored "the old a" opened with O_TRUNC: it replaces that.
   std::string CrashWithTwoFiles(bool a_replaces = false) {
+    if (a_replaces) PutObject("a", "the old a");  // what the recovered "a" replaces
     EXPECT_TRUE(fs_->MkDir(kRootIno, "d", 0755).ok());
     if (a_replaces) {
-      auto a = fs_->Create(kRootIno, "a", 0644, O_WRONLY | O_CREAT | O_TRUNC);
-      EXPECT_TRUE(a.ok());
-      EXPECT_TRUE(fs_->Write(a->fh, 0, Bytes("recovered a")).ok());
-      EXPECT_TRUE(fs_->Release(a->fh).ok());
+      auto fh = fs_->Open(LookupIno(kRootIno, "a"), O_WRONLY | O_TRUNC);
+      EXPECT_TRUE(fh.ok()) << fh.status().ToString();
+      EXPECT_TRUE(fs_->Write(*fh, 0, Bytes("recovered a")).ok());
+      EXPECT_TRUE(fs_->Release(*fh).ok());
     } else {
       WriteAndClose("a", "recovered a");
     }
@@ -2783,7 +2816,6 @@ TEST_F(BackgroundRecoveryTest, ARecoveredEditWrittenOverWholeIsStoredOverAnother
 
 TEST_F(BackgroundRecoveryTest, ARenameOrUnlinkBeforeTheUploadIsWhatReachesTheStore) {
   const std::string image = CrashWithTwoFiles(/*a_replaces=*/true);
-  PutObject("a", "the old a");  // what the recovered "a" replaces
   faults_->FailAll(StoreOp::kPut, TransientError("503 SlowDown"));
   Log log;
   auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
