@@ -1949,10 +1949,12 @@ size_t FileWriter::pending_uploads() const { return queue_->size(); }
 std::string FileWriter::StatsText() const {
   uint64_t files = 0;
   uint64_t bytes = 0;
+  uint64_t busy = 0;  // of `files`, those whose size is not in `bytes`
   for (auto& [ino, inode] : inodes_->WithLocalData("")) {
     // Never waits for a file's lock: an upload may hold it for minutes.
     if (!inode->mu.TryLock()) {
       ++files;
+      ++busy;
       continue;
     }
     if (inode->unsaved()) {
@@ -1972,6 +1974,7 @@ std::string FileWriter::StatsText() const {
   }
   return "pending_upload_files=" + std::to_string(files) +
          "\npending_upload_bytes=" + std::to_string(bytes) +
+         "\npending_upload_busy_files=" + std::to_string(busy) +
          "\nstaged_bytes=" + std::to_string(staged) + "\n";
 }
 

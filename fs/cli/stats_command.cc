@@ -65,8 +65,13 @@ std::string FormatStats(const std::string& stats) {
     out += text;
     out += '\n';
   };
-  row("pending uploads:", std::to_string(value("pending_upload_files")) + " files, " +
-                              Bytes(value("pending_upload_bytes")) + " bytes");
+  // A file being written or uploaded is counted without its bytes: its lock is not waited for.
+  const uint64_t busy = value("pending_upload_busy_files");
+  row("pending uploads:",
+      std::to_string(value("pending_upload_files")) + " files, " +
+          Bytes(value("pending_upload_bytes")) + " bytes" +
+          (busy == 0 ? std::string()
+                     : " (not counting " + std::to_string(busy) + " being written or uploaded)"));
   row("staged in cache_dir:", Bytes(value("staged_bytes")) + " bytes");
   row("requests in flight:", std::to_string(value("in_flight_requests")));
   row("open files:", std::to_string(value("open_files")));

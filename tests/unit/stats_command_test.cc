@@ -27,6 +27,16 @@ TEST(StatsCommandTest, SummaryFirstThenEveryCounter) {
   EXPECT_LT(text.find("pending uploads"), text.find("counters:"));
 }
 
+// A file whose lock an upload or a write holds is counted without its bytes, and says so.
+TEST(StatsCommandTest, PendingFilesBeingWrittenAreNamedAsNotCounted) {
+  const std::string text = FormatStats(
+      "pending_upload_files=2\npending_upload_bytes=1024\npending_upload_busy_files=1\n");
+  EXPECT_NE(text.find("pending uploads:        2 files, 1024 (1.0 KiB) bytes (not counting 1 being "
+                      "written or uploaded)\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(StatsCommandTest, NoFailuresSaysNone) {
   EXPECT_NE(FormatStats("failed_read=0\n").find("failed operations:      none\n"),
             std::string::npos);
