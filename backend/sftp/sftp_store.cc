@@ -443,6 +443,18 @@ Result<SftpStore::KeyPaths> SftpStore::PathsOf(std::string_view key) const {
   }
   OBJFS_RETURN_IF_ERROR(ValidateKey(key));
   std::string full = options_.root + "/" + std::string(key);
+  // A server path is at most PATH_MAX (4096) bytes with its NUL: OpenSSH's sftp-server answers
+  // a longer one with a bad message, which reads as a failure of the server. That, and room
+  // beside the file for the temporary name its upload goes to (".objfs-tmp-" and 16 digits).
+  constexpr size_t kMaxPath = 4095;
+  constexpr size_t kTempName = 1 + kReservedPrefix.size() + 4 + 16;
+  const size_t parent = full.rfind('/');
+  if (full.size() > kMaxPath || parent + kTempName > kMaxPath) {
+    return Status(StatusCode::kNameTooLong,
+                  "the server path of key '" + std::string(key.substr(0, 64)) + "...' is " +
+                      std::to_string(full.size()) + " bytes; a path on the server may have " +
+                      std::to_string(kMaxPath - kTempName) + " before its last name");
+  }
   if (IsMarker(key)) {
     // The marker "x/" is the directory "x" itself.
     full.pop_back();

@@ -1079,6 +1079,14 @@ TEST_F(SftpStoreTest, KeysThatAreNoFileNamesAreRejected) {
   Result<ObjectInfo> long_name = Put("d/" + std::string(256, 'n'), "x");
   ASSERT_FALSE(long_name.ok());
   EXPECT_EQ(long_name.status().code(), StatusCode::kNameTooLong);
+  // A path past PATH_MAX on the server (the server would call it a bad message): too long too,
+  // for a lookup as for a put.
+  std::string deep;
+  while (deep.size() < 4200) deep += std::string(200, 'd') + "/";
+  deep += "f";
+  EXPECT_EQ(store_->head(deep).status().code(), StatusCode::kNameTooLong)
+      << store_->head(deep).status().ToString();
+  EXPECT_EQ(Put(deep, "x").status().code(), StatusCode::kNameTooLong);
 }
 
 TEST_F(SftpStoreTest, DirectoryMarkerIsADirectory) {
