@@ -143,11 +143,20 @@ Result<int> OpenLogFile(const std::string& path) {
     return refuse(where + " has " + std::to_string(st.st_nlink) +
                   " hard links: use a file of its own");
   }
-  // A file of the kernel's (/proc/sysrq-trigger, /sys/...) acts on what is written to it.
+  // A file of the kernel's (/proc/sysrq-trigger, /sys/..., a cgroup's release_agent) acts on
+  // what is written to it: any of its pseudo file systems.
   struct statfs fs_info {};
-  if (::fstatfs(fd, &fs_info) == 0 &&
-      (fs_info.f_type == PROC_SUPER_MAGIC || fs_info.f_type == SYSFS_MAGIC)) {
-    return refuse(where + " is a file of the kernel's (/proc, /sys), not one to log to");
+  if (::fstatfs(fd, &fs_info) == 0) {
+    static constexpr unsigned long kKernelFileSystems[] = {
+        PROC_SUPER_MAGIC, SYSFS_MAGIC,        CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC,
+        DEBUGFS_MAGIC,    TRACEFS_MAGIC,      SECURITYFS_MAGIC,   BPF_FS_MAGIC,
+        SELINUX_MAGIC,    SMACK_MAGIC,        PSTOREFS_MAGIC,     EFIVARFS_MAGIC,
+        BINFMTFS_MAGIC,   DEVPTS_SUPER_MAGIC, 0x62656570 /* configfs */};
+    for (const unsigned long type : kKernelFileSystems) {
+      if (static_cast<unsigned long>(fs_info.f_type) == type) {
+        return refuse(where + " is a file of the kernel's (/proc, /sys), not one to log to");
+      }
+    }
   }
   // A file with lines in it must be objfs's log: a mistyped log= (an fstab line run as root)
   // never appends to /etc/passwd or a program's own file. Empty, it is a new log (touched, or

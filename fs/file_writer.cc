@@ -1407,7 +1407,25 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(
   GiveUpStream(inode, key, std::nullopt, Status::Ok());
   if (streamed_key != key) {
     // Renamed in the write-back window (rsync's temporary file): completed under the name it
-    // had, then moved on the server.
+    // had, then moved on the server. The move cannot ask the new name for a version: an upload
+    // after the close that may only go over the one it replaced checks it just before (a round
+    // trip's window).
+    if (later) {
+      Result<ObjectInfo> there = store_->head(key);
+      const bool free = there.status().code() == StatusCode::kNotFound;
+      if (!there.ok() && !free) {
+        (void)store_->remove(streamed_key);
+        return Result<ObjectInfo>(there.status());
+      }
+      const bool holds = later->if_none_match
+                             ? free
+                             : there.ok() && later->if_match && there->etag == *later->if_match;
+      if (!holds) {
+        (void)store_->remove(streamed_key);
+        return Result<ObjectInfo>(
+            PreconditionFailedError(key + " changed on the server since it was renamed to"));
+      }
+    }
     Status moved;
     if (caps_.native_rename) {
       moved = store_->rename(streamed_key, key);

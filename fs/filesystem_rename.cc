@@ -177,6 +177,23 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       if (auto ctime = metadata.find(kCtimeMetadata); ctime != metadata.end()) {
         inode->extra_metadata[kCtimeMetadata] = ctime->second;
       }
+      // Uploaded after its close under the new name, it goes only over what that name holds
+      // now as this mount knows it, or onto it still free: a version another client stores
+      // there meanwhile is the newer (Inode::replacing). The record says it too.
+      const UploadCondition onto =
+          dst.ok() && !dst->etag.empty()
+              ? UploadCondition{.if_match = dst->etag, .if_none_match = false}
+              : UploadCondition{.if_match = std::nullopt, .if_none_match = !dst.ok()};
+      const UploadCondition before = inode->staged->ConditionOf(from);
+      const UploadCondition copy_before =
+          inode->accepted_copy ? inode->accepted_copy->ConditionOf(from) : UploadCondition{};
+      auto condition_back = [&] {
+        inode->mu.AssertHeld();  // called below, under the lock
+        inode->staged->SetCondition(from, before);
+        if (inode->accepted_copy) inode->accepted_copy->SetCondition(from, copy_before);
+      };
+      inode->staged->SetCondition(to, onto);
+      if (inode->accepted_copy) inode->accepted_copy->SetCondition(to, onto);
       // The record first: from now on a crash uploads the data under its new name. (So does
       // an accepted version kept while the file is written again.)
       // The object the staged data was staged from goes with the old name: what of it the
@@ -193,15 +210,19 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       }
       Status removed;
       if (!fetched.ok()) {
+        condition_back();
         failure = fetched.WithContext("renaming " + from);
       } else if (!learnt.ok()) {
+        condition_back();
         failure = learnt.WithContext("renaming " + from);
       } else if (!described.ok()) {
         // No record under the new name (the cache disk is full): the data goes up under the
         // old one now, and the store renames it.
+        condition_back();
         Log(LogLevel::kWarn, "uploading " + from + " before its rename: " + described.message());
         failure = writer_->Upload(*inode, from, /*accept=*/false);
       } else if (inode->in_store && !(removed = RemoveEdited(*inode, from, "mv")).ok()) {
+        condition_back();
         (void)inode->staged->Describe(from, metadata);
         if (inode->accepted_copy) (void)inode->accepted_copy->Describe(from, metadata);
         failure = removed.WithContext("renaming " + from);
@@ -215,6 +236,11 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
         inode->base.reset();
         inode->touched.Clear();
         inode->recovered.reset();
+        inode->created_as.clear();
+        inode->replacing.reset();
+        if (onto.if_match || onto.if_none_match) {
+          inode->replacing = Inode::Replacing{.key = to, .condition = onto};
+        }
         // The new name before the inode is unlocked: a release racing the rename (the kernel
         // sends RELEASE after close(2) returns, so it may come after rsync's rename) describes
         // the file under the name it then has; under the old one, a crash would upload it as

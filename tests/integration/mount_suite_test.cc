@@ -1170,22 +1170,42 @@ TEST_P(MountSuiteTest, AnEditOfAVersionAnotherClientReplacedIsSetAsideNotStoredO
 // changed is stored.
 TEST_P(MountSuiteTest, AFileWrittenAnewIsNotStoredLaterOverANewerVersion) {
   if (!can().server_access) GTEST_SKIP() << "needs a second client on the server";
-  for (const std::string name : {"f", "calm", "crashed"}) {
+  for (const std::string name : {"f", "calm", "crashed", "onto", "onto-calm"}) {
     ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), name, "old\n"));
   }
   std::unique_ptr<ObjfsMount> mount = remote().Mount("writeback=600");
   ASSERT_TRUE(mount);
-  for (const std::string name : {"f", "new", "calm"})
+  for (const std::string name : {"f", "new", "calm", "moved", "onto", "onto-calm"}) {
     WriteFile(mount->path() + "/" + name, "mine\n");
-  ASSERT_TRUE(remote().Write("f", "theirs\n").ok());
-  ASSERT_TRUE(remote().Write("new", "theirs\n").ok());
+  }
+  // Renamed in the window: what the new name held (nothing, a stored file) is what it may go
+  // over. (onto goes over onto-calm, which nobody else changes; f over onto, which somebody does.)
+  // A file large enough to go up in parts while written is completed under its old name and
+  // moved: the new name is checked before the move.
+  const std::string big = PseudoRandomBytes(40 << 20, 41);
+  WriteFile(mount->path() + "/big", big);
+  fs::rename(mount->path() + "/big", mount->path() + "/big-to");
+  fs::rename(mount->path() + "/moved", mount->path() + "/moved-to");
+  fs::rename(mount->path() + "/onto", mount->path() + "/onto-calm");
+  fs::rename(mount->path() + "/f", mount->path() + "/onto");
+  for (const std::string name : {"new", "moved-to", "onto", "big-to"}) {
+    ASSERT_TRUE(remote().Write(name, "theirs\n").ok());
+  }
   mount->Stop();
-  EXPECT_EQ(*remote().Read("f"), "theirs\n") << mount->log();
-  EXPECT_EQ(*remote().Read("new"), "theirs\n");
+  EXPECT_TRUE(ReadLocal(mount->cache_dir() + "/unfinished/big-to") == big);
+  EXPECT_FALSE(remote().Read("big").ok());
+  for (const std::string name : {"new", "moved-to", "onto", "big-to"}) {
+    const Result<std::string> there = remote().Read(name);
+    ASSERT_TRUE(there.ok()) << name << ": " << there.status().ToString();
+    EXPECT_TRUE(*there == "theirs\n") << name << ": " << there->size() << " bytes\n"
+                                      << mount->log();
+    if (name != "big-to") {
+      EXPECT_EQ(ReadLocal(mount->cache_dir() + "/unfinished/" + name), "mine\n") << name;
+    }
+  }
   EXPECT_EQ(*remote().Read("calm"), "mine\n");
-  EXPECT_EQ(ReadLocal(mount->cache_dir() + "/unfinished/f"), "mine\n");
-  EXPECT_EQ(ReadLocal(mount->cache_dir() + "/unfinished/new"), "mine\n");
-  EXPECT_NE(mount->log().find("f was stored on the server by another client after this file's "
+  EXPECT_EQ(*remote().Read("onto-calm"), "mine\n");
+  EXPECT_NE(mount->log().find("new was stored on the server by another client after this file's "
                               "writer closed it"),
             std::string::npos)
       << mount->log();

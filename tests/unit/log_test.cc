@@ -203,6 +203,15 @@ TEST(LogTest, ALogFileIsARegularPrivateFileOfItsOwn) {
     EXPECT_EQ(
         refused("/proc/version"),
         "log file '/proc/version' is a file of the kernel's (/proc, /sys), not one to log to");
+    // A cgroup's file (a cgroup v1 release_agent takes a command line), where there is one.
+    for (const std::string cgroup :
+         {"/sys/fs/cgroup/pids/cgroup.procs", "/sys/fs/cgroup/cgroup.procs"}) {
+      struct stat st {};
+      if (::lstat(cgroup.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      EXPECT_EQ(
+          refused(cgroup),
+          "log file '" + cgroup + "' is a file of the kernel's (/proc, /sys), not one to log to");
+    }
   }
 
   // A new one is 0600 whatever the umask; an existing 0640 is kept as it is.
