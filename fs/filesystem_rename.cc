@@ -1,5 +1,7 @@
 // Filesystem: rename of files (server-side copy + delete) and directories (every object under
 // the prefix, bounded by max_rename_objects).
+#include <sys/stat.h>
+
 #include <future>
 #include <optional>
 #include <vector>
@@ -180,8 +182,9 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
       // Uploaded after its close under the new name, it goes only over what that name holds
       // now as this mount knows it, or onto it still free: a version another client stores
       // there meanwhile is the newer (Inode::replacing). The record says it too.
+      // (A symbolic link or other kind of file there is replaced as before, unconditionally.)
       const UploadCondition onto =
-          dst.ok() && !dst->etag.empty()
+          dst.ok() && !dst->etag.empty() && S_ISREG(dst->mode)
               ? UploadCondition{.if_match = dst->etag, .if_none_match = false}
               : UploadCondition{.if_match = std::nullopt, .if_none_match = !dst.ok()};
       const UploadCondition before = inode->staged->ConditionOf(from);
