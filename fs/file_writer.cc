@@ -324,7 +324,7 @@ Status FileWriter::Stage(Inode& inode, const std::string& key, const MetaRecord&
   // Staged empty, to be written anew (O_TRUNC): an upload after the close goes only over this
   // version, or over no object when there is none (Inode::replacing).
   if (empty && !rec.etag.empty()) {
-    inode.replacing = Inode::Replacing{
+    inode.replacing = Inode::KeyCondition{
         .key = key, .condition = UploadCondition{.if_match = rec.etag, .if_none_match = false}};
   }
   // (A mode held to be set is this mount's: it wins.)
@@ -783,7 +783,7 @@ Status FileWriter::MarkDirty(Inode& inode, const std::string& key, bool keep_con
   // an earlier emptying was not uploaded yet.
   if (!keep_content && !(inode.replacing && inode.replacing->key == key) && inode.base &&
       inode.base->key == key && !inode.base->etag.empty()) {
-    inode.replacing = Inode::Replacing{
+    inode.replacing = Inode::KeyCondition{
         .key = key,
         .condition = UploadCondition{.if_match = inode.base->etag, .if_none_match = false}};
   }
@@ -1805,7 +1805,7 @@ bool FileWriter::Adopt(
     // have; and an edit's, the version it was made to.
     inode->in_store = !left.condition.if_none_match;
     if (left.condition.if_none_match) inode->created_as = left.key;
-    inode->recovered = Inode::Recovered{left.key, left.condition};
+    inode->recovered = Inode::KeyCondition{left.key, left.condition};
     inode->has_local_data.store(true);
   }
   meta_cache_->Invalidate(left.key);

@@ -214,7 +214,7 @@ Result<CreatedFile> Filesystem::Create(uint64_t parent, std::string_view name, u
       } else {
         // `cp` to a free name: the close may go over a file made there meanwhile (the latest
         // close wins), an upload after it only onto the free name (Inode::replacing).
-        inode->replacing = Inode::Replacing{
+        inode->replacing = Inode::KeyCondition{
             .key = key,
             .condition = UploadCondition{.if_match = std::nullopt, .if_none_match = true}};
       }

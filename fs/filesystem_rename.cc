@@ -242,7 +242,7 @@ std::optional<Status> Filesystem::RenameLocalFile(const std::string& from, const
         inode->created_as.clear();
         inode->replacing.reset();
         if (onto.if_match || onto.if_none_match) {
-          inode->replacing = Inode::Replacing{.key = to, .condition = onto};
+          inode->replacing = Inode::KeyCondition{.key = to, .condition = onto};
         }
         // The new name before the inode is unlocked: a release racing the rename (the kernel
         // sends RELEASE after close(2) returns, so it may come after rsync's rename) describes

@@ -64,15 +64,16 @@ struct Inode {
   // client's file made meanwhile (O_EXCL, or no O_TRUNC: `>>` on a new name): its first upload
   // is conditional on the name being free (FileWriter::KeptBase). Empty otherwise.
   std::string created_as GUARDED_BY(mu);
+  // A key, and what an upload under it asks of it (recovered, replacing).
+  struct KeyCondition {
+    std::string key;
+    UploadCondition condition;
+  };
   // Taken over from an earlier mount's crash record (FileWriter::Adopt): the key the data was
   // accepted under, and what that mount's upload asked of it (the version an edit was made to,
   // FileWriter::KeptBase; the name free, with created_as). The upload here asks the same.
   // Cleared as created_as is.
-  struct Recovered {
-    std::string key;
-    UploadCondition condition;
-  };
-  std::optional<Recovered> recovered GUARDED_BY(mu);
+  std::optional<KeyCondition> recovered GUARDED_BY(mu);
   // What the key held, as far as this mount knew, when the file was emptied to be written anew
   // (O_TRUNC, a truncate to 0, a create of a free name with O_TRUNC): that version, or no object.
   // The upload at the writer's close goes over whatever the key holds then (the latest close
@@ -80,11 +81,7 @@ struct Inode {
   // a retry after a failed close, the next mount after a crash) asks the key to hold that
   // still: a version another client stored after the close is newer, and stands
   // (FileWriter::ConditionOf, LoseBase). Cleared by an upload, and by staging an edit.
-  struct Replacing {
-    std::string key;
-    UploadCondition condition;
-  };
-  std::optional<Replacing> replacing GUARDED_BY(mu);
+  std::optional<KeyCondition> replacing GUARDED_BY(mu);
   // The upload that runs while the file is written (fs/streamed_upload.h), and whether one may
   // start: the data being written began empty here (a new file, O_TRUNC, truncate to 0) and no
   // upload of it was given up yet.

@@ -1,7 +1,5 @@
 #include "fs/cli/cache_directory.h"
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -10,6 +8,7 @@
 
 #include "cache/upload_records.h"
 #include "gtest/gtest.h"
+#include "tests/fixtures/mount.h"
 
 namespace objfs {
 namespace {
@@ -26,12 +25,7 @@ TEST(ServerNameTest, SpellsAnEndpointOneWay) {
 
 class CacheScopeTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/objfs-cache-scope-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
 
   void Put(const std::string& name, const std::string& text) {
     std::ofstream(dir_ + "/" + name) << text;
@@ -46,7 +40,8 @@ class CacheScopeTest : public ::testing::Test {
     return CheckCacheScope(dir_, CacheScope{.url = "s3://b/", .server = server}, uploads, claim);
   }
 
-  std::string dir_;
+  testing::ScratchDir scratch_;
+  const std::string& dir_ = scratch_.path();
 };
 
 TEST_F(CacheScopeTest, AFreshDirectoryIsClaimedForItsUrlAndServer) {
