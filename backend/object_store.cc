@@ -92,4 +92,18 @@ Result<std::string> ReadAll(ObjectStore& store, std::string_view key) {
   return out;
 }
 
+Status CheckPutConditions(ObjectStore& store, std::string_view key, const PutOptions& options,
+                          const std::string& what) {
+  if (!options.if_match && !options.if_none_match) return Status::Ok();
+  Result<ObjectInfo> current = store.head(key);
+  if (!current.ok() && current.status().code() != StatusCode::kNotFound) return current.status();
+  if (options.if_none_match && current.ok()) {
+    return PreconditionFailedError(what + ": object exists");
+  }
+  if (options.if_match && (!current.ok() || current->etag != *options.if_match)) {
+    return PreconditionFailedError(what + ": object changed");
+  }
+  return Status::Ok();
+}
+
 }  // namespace objfs

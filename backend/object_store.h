@@ -563,4 +563,11 @@ class ForwardingStore : public ObjectStore {
 // Reads the whole object into a string (tests and small objects only).
 Result<std::string> ReadAll(ObjectStore& store, std::string_view key);
 
+// Whether `key` in `store` meets the conditions of `options` (If-Match, If-None-Match), checked by
+// a HEAD where the request that stores it cannot carry them (a multipart completion on a server
+// that ignores them, a move): ok; PreconditionFailed naming `what`; or the HEAD's own failure.
+// A round trip's window remains between the check and the request.
+Status CheckPutConditions(ObjectStore& store, std::string_view key, const PutOptions& options,
+                          const std::string& what);
+
 }  // namespace objfs

@@ -1411,19 +1411,14 @@ std::optional<Result<ObjectInfo>> FileWriter::FinishStream(
     // after the close that may only go over the one it replaced checks it just before (a round
     // trip's window).
     if (later) {
-      Result<ObjectInfo> there = store_->head(key);
-      const bool free = there.status().code() == StatusCode::kNotFound;
-      if (!there.ok() && !free) {
+      PutOptions asked;
+      asked.if_match = later->if_match;
+      asked.if_none_match = later->if_none_match;
+      if (Status holds =
+              CheckPutConditions(*store_, key, asked, "moving " + streamed_key + " to " + key);
+          !holds.ok()) {
         (void)store_->remove(streamed_key);
-        return Result<ObjectInfo>(there.status());
-      }
-      const bool holds = later->if_none_match
-                             ? free
-                             : there.ok() && later->if_match && there->etag == *later->if_match;
-      if (!holds) {
-        (void)store_->remove(streamed_key);
-        return Result<ObjectInfo>(
-            PreconditionFailedError(key + " changed on the server since it was renamed to"));
+        return Result<ObjectInfo>(holds);
       }
     }
     Status moved;

@@ -797,20 +797,6 @@ static Status RunParts(int count, int parallel, PartFn&& part) {
   return first_error;
 }
 
-Status S3Store::CheckPutConditions(std::string_view key, const PutOptions& options,
-                                   const std::string& what) {
-  if (!options.if_match && !options.if_none_match) return Status::Ok();
-  Result<ObjectInfo> current = head(key);
-  if (!current.ok() && current.status().code() != StatusCode::kNotFound) return current.status();
-  if (options.if_none_match && current.ok()) {
-    return PreconditionFailedError(what + ": object exists");
-  }
-  if (options.if_match && (!current.ok() || current->etag != *options.if_match)) {
-    return PreconditionFailedError(what + ": object changed");
-  }
-  return Status::Ok();
-}
-
 Result<HttpResponse> S3Store::SendPart(std::string_view key, const std::string& upload_id,
                                        int number, const ByteSource& body, uint64_t offset,
                                        uint64_t length, const std::optional<Md5Digest>& md5) {
@@ -926,7 +912,7 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
   const int count = static_cast<int>((size + part_size - 1) / part_size);
   // Conditional multipart completion is not available everywhere: checked before uploading
   // (no part sent in vain), and again right before the completion (below).
-  OBJFS_RETURN_IF_ERROR(CheckPutConditions(key, options, What("PUT", key)));
+  OBJFS_RETURN_IF_ERROR(objfs::CheckPutConditions(*this, key, options, What("PUT", key)));
   HeaderList headers;
   if (!options.content_type.empty()) headers.emplace_back("content-type", options.content_type);
   AddMetadataHeaders(options.metadata, headers);
@@ -951,7 +937,8 @@ Result<ObjectInfo> S3Store::PutMultipart(std::string_view key, const ByteSource&
     return st;
   }
   // The parts took a while, during which another client may have stored the object.
-  if (Status holds = CheckPutConditions(key, options, What("PUT", key)); !holds.ok()) {
+  if (Status holds = objfs::CheckPutConditions(*this, key, options, What("PUT", key));
+      !holds.ok()) {
     AbortMultipart(key, upload_id);
     return holds;
   }
@@ -1176,7 +1163,7 @@ class S3Store::Session : public Upload {
       OBJFS_RETURN_IF_ERROR(CheckBase(base, what, /*again=*/true));
     }
     // Conditional completion is not available everywhere: checked first, as put() does.
-    OBJFS_RETURN_IF_ERROR(store_->CheckPutConditions(key_, options, what));
+    OBJFS_RETURN_IF_ERROR(objfs::CheckPutConditions(*store_, key_, options, what));
     HeaderList conditions;
     if (options.if_match) conditions.emplace_back("if-match", options.if_match->quoted());
     if (options.if_none_match) conditions.emplace_back("if-none-match", "*");

@@ -247,11 +247,6 @@ class S3Store : public ObjectStore {
   HttpClient http_;
   Metrics own_metrics_;
   Metrics* metrics_;
-  // Whether the object under `key` is as options.if_match / if_none_match ask (a HEAD), for
-  // multipart completions, whose condition a server may ignore (RGW): PreconditionFailed if
-  // not, prefixed with `what`.
-  Status CheckPutConditions(std::string_view key, const PutOptions& options,
-                            const std::string& what);
   // The server compares a PUT's If-Match with its ETag unquoted (RGW): learned from one PUT
   // that failed quoted and passed unquoted, so that later ones send their body once.
   std::atomic<bool> unquoted_if_match_{false};
