@@ -660,11 +660,14 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     }
   }
   if (!result.ok() && (put.if_none_match || put.if_match) && source != nullptr &&
-      BaseReplaced(result.status()) && inode.recovered && inode.recovered->key == key) {
+      BaseReplaced(result.status()) &&
+      ((inode.recovered && inode.recovered->key == key) || replacing_only)) {
     // A file the earlier mount created or edited, and may have stored itself just before it
-    // stopped (its record not dropped yet): then the name holds these very bytes, and nothing
-    // is to be done. (Another client's file of the same bytes: nothing either.) Told by a
-    // plain-MD5 ETag; another kind (multipart, SFTP's version) by reading the object back.
+    // stopped (its record not dropped yet), or one whose failed close's put the server carried
+    // out after all (a stalled server does, once it goes on): then the name holds these very
+    // bytes, and nothing is to be done. (Another client's file of the same bytes: nothing
+    // either.) Told by a plain-MD5 ETag; another kind (multipart, SFTP's version) by reading the
+    // object back.
     Result<ObjectInfo> there = store_->head(key);
     if (there.ok() && HoldsEveryByteOf(store_, key, *there, *source, options_.read_buffer)) {
       result = std::move(there);

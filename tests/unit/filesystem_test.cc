@@ -1586,6 +1586,25 @@ TEST_F(FilesystemTest, ARetryAfterAFailedCloseDoesNotGoOverANewerVersion) {
   EXPECT_EQ(memory_->contents("g"), "mine");
 }
 
+// The put of a failed close may reach the server after all (a server that stalled carries out
+// the request it had): the retry's If-Match then fails on this file's own bytes, which is no
+// other client's change. It finds them there, and the file is stored, not set aside.
+TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutStoresTheFile) {
+  PutObject("f", "old");
+  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
+  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
+  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  faults_->Clear();
+  PutObject("f", "mine");  // the lost put, carried out late
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("f"), "mine");
+  EXPECT_FALSE(std::filesystem::exists(options_.cache_dir + "/unfinished/f"));
+  EXPECT_EQ(fs_->pending_uploads(), 0u);
+}
+
 TEST_F(FilesystemTest, RecoverStagedUploadsLeftovers) {
   auto created = fs_->Create(kRootIno, "crash", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(created.ok());
