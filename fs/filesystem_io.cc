@@ -46,8 +46,11 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
     if (!inode->staged) {
       // An edit (a write that keeps the stored bytes: an append, a patch) starts from the
       // version on the server now, not from one cached before another client changed it: that
-      // base would fail the upload at close (EIO, the edit set aside). One HEAD per such open.
-      if (writable && !truncate) meta_cache_.Invalidate(key);
+      // base would fail the upload at close (EIO, the edit set aside). So does a file written
+      // anew (O_TRUNC): an upload after its close goes only over the version it replaces
+      // (Inode::replacing), which a version cached before another client's change would set
+      // aside for nothing. One HEAD per such open.
+      if (writable) meta_cache_.Invalidate(key);
       OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
       if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
       if (truncate) {

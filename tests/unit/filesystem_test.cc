@@ -3235,6 +3235,22 @@ TEST_F(WritebackTest, TheClosedVersionFollowsARenameWhileTheFileIsChangedAgain) 
   EXPECT_EQ(memory_->contents("final"), "closed version + more");
 }
 
+// Another client's put between this mount's lookup (still cached) and its O_TRUNC open came
+// before the open: the file written anew goes over it at the end of the window, as it would
+// at its close, rather than being set aside as though that put were newer.
+TEST_F(WritebackTest, AVersionStoredBeforeTheTruncatingOpenIsWrittenOver) {
+  PutObject("f", "old");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  PutObject("f", "theirs, before the open");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("f"), "mine");
+  EXPECT_FALSE(std::filesystem::exists(options_.cache_dir + "/unfinished/f"));
+}
+
 TEST_F(WritebackTest, RenameNoReplaceOntoADirectoryIsAlreadyExists) {
   WriteAndClose("f", "x");
   ASSERT_TRUE(fs_->MkDir(kRootIno, "d", 0755).ok());
