@@ -46,12 +46,23 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
     if (!inode->staged) {
       // An edit (a write that keeps the stored bytes: an append, a patch) starts from the
       // version on the server now, not from one cached before another client changed it: that
-      // base would fail the upload at close (EIO, the edit set aside). So does a file written
-      // anew (O_TRUNC): an upload after its close goes only over the version it replaces
-      // (Inode::replacing), which a version cached before another client's change would set
-      // aside for nothing. One HEAD per such open.
-      if (writable) meta_cache_.Invalidate(key);
-      OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
+      // base would fail the upload at close (EIO, the edit set aside). So, with a write-back
+      // window, does a file written anew (O_TRUNC): its upload after the close goes only over
+      // the version it replaces (Inode::replacing), which a version cached before another
+      // client's change would set aside for nothing. One HEAD per such open. Without the
+      // window the close's own upload goes over whatever is there: `cp` over a file, or `>`,
+      // costs no extra round trip (only a retry after a failed close, or the next mount after
+      // a crash, asks that version, and sets the file aside, logged, should it be stale).
+      if (writable && (!truncate || options_.writeback > 0)) meta_cache_.Invalidate(key);
+      Result<MetaRecord> resolved = Resolve(key);
+      if (!resolved.ok() && resolved.status().code() == StatusCode::kNotFound) {
+        // Removed on the server since the kernel looked the name up, its entry still cached:
+        // ESTALE makes the kernel look it up again, so that `>` or `>>` (O_CREAT) makes the
+        // file anew rather than failing with ENOENT until the entry expires.
+        return Status(StatusCode::kPreconditionFailed,
+                      key + " was removed on the server since it was looked up");
+      }
+      OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, std::move(resolved));
       if (rec.is_dir) return Status(StatusCode::kIsDirectory, key + " is a directory");
       if (truncate) {
         OBJFS_RETURN_IF_ERROR(writer_->Stage(*inode, key, rec, /*empty=*/true));

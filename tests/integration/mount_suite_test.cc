@@ -1417,6 +1417,31 @@ TEST_P(MountSuiteTest, ANameMadeRightAfterALookupMissedItIsThereAtOnce) {
   EXPECT_EQ(mount->Stop(), 0) << mount->log();
 }
 
+// Another client removed files this mount still knows, their entries cached in the kernel:
+// `>` and `>>` of them make them anew, as of any missing name, rather than failing with ENOENT
+// until the entries expire.
+TEST_P(MountSuiteTest, ARedirectIntoAFileAnotherClientRemovedMakesItAnew) {
+  if (!can().server_access) GTEST_SKIP() << "needs a second client on the server";
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "truncated", "old\n"));
+  ASSERT_NO_FATAL_FAILURE(PutOnServer(remote(), "appended", "old\n"));
+  // (A write-back window: the O_TRUNC open asks the server too.)
+  std::unique_ptr<ObjfsMount> mount = remote().Mount("attr_timeout=60,writeback=600");
+  ASSERT_TRUE(mount);
+  struct stat st {};
+  for (const char* name : {"truncated", "appended"}) {
+    ASSERT_EQ(::stat((mount->path() + "/" + name).c_str(), &st), 0) << std::strerror(errno);
+    ASSERT_TRUE(remote().Remove(name).ok());
+  }
+  WriteFile(mount->path() + "/truncated", "new\n");
+  const int fd = ::open((mount->path() + "/appended").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  EXPECT_EQ(::write(fd, "more\n", 5), 5);
+  EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
+  EXPECT_EQ(mount->Stop(), 0) << mount->log();
+  EXPECT_EQ(*remote().Read("truncated"), "new\n");
+  EXPECT_EQ(*remote().Read("appended"), "more\n");
+}
+
 TEST_P(MountSuiteTest, AppendOverwriteAndTruncateMatchALocalModel) {
   ScratchDir local;
   ASSERT_FALSE(local.path().empty());

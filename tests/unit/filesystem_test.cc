@@ -1586,6 +1586,36 @@ TEST_F(FilesystemTest, ARetryAfterAFailedCloseDoesNotGoOverANewerVersion) {
   EXPECT_EQ(memory_->contents("g"), "mine");
 }
 
+// A file another client removed while this mount (and the kernel) still knew it: opening it
+// for writing is ESTALE, on which the kernel looks the name up again and, for `>>` or `>`
+// (O_CREAT), makes the file anew, rather than ENOENT until its cached entry expires.
+TEST_F(FilesystemTest, OpeningForWritingAFileRemovedOnTheServerIsStale) {
+  PutObject("gone", "old");
+  const uint64_t ino = LookupIno(kRootIno, "gone");
+  ASSERT_TRUE(memory_->remove("gone").ok());
+  auto appended = fs_->Open(ino, O_WRONLY | O_APPEND);
+  EXPECT_EQ(ErrnoFromStatus(appended.status()), ESTALE) << appended.status().ToString();
+  auto made = fs_->Create(kRootIno, "gone", 0644, O_WRONLY | O_CREAT | O_APPEND);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  ASSERT_TRUE(fs_->Write(made->fh, 0, Bytes("new")).ok());
+  ASSERT_TRUE(fs_->Release(made->fh).ok());
+  EXPECT_EQ(memory_->contents("gone"), "new");
+}
+
+// `cp` over a file, or `>`, without a write-back window: the close's upload goes over whatever
+// the name holds, so the O_TRUNC open asks the server nothing the lookup just answered.
+TEST_F(FilesystemTest, ATruncatingOpenOfALookedUpFileCostsNoRequest) {
+  PutObject("f", "old");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  const uint64_t heads = metrics_.head_requests.load();
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  EXPECT_EQ(metrics_.head_requests.load(), heads);
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_EQ(memory_->contents("f"), "mine");
+}
+
 // The put of a failed close may reach the server after all (a server that stalled carries out
 // the request it had): the retry's If-Match then fails on this file's own bytes, which is no
 // other client's change. It finds them there, and the file is stored, not set aside.
