@@ -1621,13 +1621,20 @@ TEST_F(FilesystemTest, ATruncatingOpenOfALookedUpFileCostsNoRequest) {
 // other client's change. It finds them there, and the file is stored, not set aside.
 TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutStoresTheFile) {
   PutObject("f", "old");
-  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
   ASSERT_TRUE(fh.ok()) << fh.status().ToString();
   ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
   faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
   EXPECT_FALSE(fs_->Flush(*fh).ok());
   faults_->Clear();
-  PutObject("f", "mine");  // the lost put, carried out late
+  auto attr = fs_->GetAttr(ino);
+  ASSERT_TRUE(attr.ok()) << attr.status().ToString();
+  // The lost put, carried out late, with the attributes it carried.
+  PutObject("f", "mine",
+            {{"mode", std::to_string(attr->attr.mode)},
+             {"uid", std::to_string(attr->attr.uid)},
+             {"gid", std::to_string(attr->attr.gid)}});
   EXPECT_TRUE(fs_->Release(*fh).ok());
   ASSERT_TRUE(fs_->FlushAll().ok());
   EXPECT_EQ(memory_->contents("f"), "mine");
@@ -3279,6 +3286,25 @@ TEST_F(WritebackTest, AVersionStoredBeforeTheTruncatingOpenIsWrittenOver) {
   ASSERT_TRUE(fs_->FlushAll().ok());
   EXPECT_EQ(memory_->contents("f"), "mine");
   EXPECT_FALSE(std::filesystem::exists(options_.cache_dir + "/unfinished/f"));
+}
+
+// Another client stored the same bytes after this file's close, but not its mode: that is no
+// late put of this mount's own, and stored over it, the file would lose the chmod its writer
+// made. It is another client's newer version, which stands; this file is set aside.
+TEST_F(WritebackTest, AnotherClientsSameBytesWithoutThisFilesModeAreNotTakenForItsOwnPut) {
+  PutObject("f", "0000");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("AAAA")).ok());
+  ASSERT_TRUE(fs_->Release(*fh).ok());
+  FileAttr attr;
+  attr.mode = S_IFREG | 0600;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, attr, std::nullopt).ok());
+  ASSERT_TRUE(memory_->put("f", MemorySource("AAAA"), PutOptions{}).ok());  // no metadata
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(SetAside(options_.cache_dir)["f"], "AAAA");
+  EXPECT_EQ(memory_->head("f")->metadata.count("mode"), 0u);  // theirs, as they stored it
 }
 
 TEST_F(WritebackTest, RenameNoReplaceOntoADirectoryIsAlreadyExists) {
