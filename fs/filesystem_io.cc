@@ -35,8 +35,11 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
   std::shared_ptr<Inode> inode = inodes_.Get(ino);
   if (inode == nullptr) return NotFoundError("unknown inode " + std::to_string(ino));
   auto handle = std::make_shared<Handle>(ino, flags, inode, key);
+  // An O_TRUNC of a file this mount holds empty already changes nothing (another `>` emptied it).
+  bool empty_already = false;
   {
     MutexLock lock(&inode->mu);
+    empty_already = truncate && inode->staged && inode->staged->size() == 0;
     // The self-copy that applies a pending metadata change keeps a plain-MD5 ETag but may give a
     // multipart object a new one, which would fail this handle's reads: apply it before.
     if (inode->pending_metadata && !inode->staged && !truncate &&
@@ -106,9 +109,13 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
   if (keep_cache != nullptr) *keep_cache = options_.kernel_page_cache && keep;
   const uint64_t fh = AddHandle(std::move(handle));
   if (truncate) {
-    // `cmd > file`: this open file's release uploads the emptied file (see Release).
+    // `cmd > file`: this open file's release uploads the emptied file (see Release). Emptied
+    // already by another open file still at work: that one's release does, as its close
+    // accepted the empty file (the second `>` of two at once changed nothing).
     MutexLock lock(&inode->mu);
-    inode->emptied_by = FileWriter::OnlyEmptied(*inode) ? fh : 0;
+    if (!(empty_already && inode->emptied_by != 0)) {
+      inode->emptied_by = FileWriter::OnlyEmptied(*inode) ? fh : 0;
+    }
   }
   return fh;
 }

@@ -439,6 +439,17 @@ struct FileModel {
   bool dirty = false;     // data not in the store (or not accepted)
   bool staged = false;    // objfs holds a copy in cache_dir (unsaved, or kept for handles)
   bool accepted = false;  // a close into the write-back window accepted a version not uploaded
+  // Its unsaved data is stored only over what the name held when it was staged (README):
+  // created here without O_TRUNC (`>>` on a new name: objfs's Inode::created_as), or an edit
+  // of the stored version it was staged from (objfs's Inode::base), which keeps bytes of that
+  // version or was written onto it empty. Set wherever objfs may hold either, so that the
+  // model skips another client's put there rather than mispredicting it.
+  bool created_here = false;
+  bool onto_base = false;
+  bool base_empty = false;  // that version was empty: written anew, still only over it
+  // The handle whose O_TRUNC or ftruncate to 0 emptied it, until its close (objfs's
+  // Inode::emptied_by): while the file is only emptied, no other close uploads it.
+  uint64_t emptied_by = 0;
   // Another client's object put over this clean file while its handles kept a copy here: the
   // name shows it once that copy goes (ContestedPut).
   std::shared_ptr<FileModel> theirs;
@@ -724,6 +735,9 @@ class ModelRun {
     f.dirty = false;
     f.accepted = false;
     f.meta_held = false;
+    f.created_here = false;
+    f.onto_base = true;  // the uploaded version is the base of further writes
+    f.base_empty = f.data.empty();
     // (Its write-back schedule, if any, stays: when it comes there is nothing left to do.)
     if (f.handles == 0) Idle(f);
     if (auto path = PathOf(f)) Durable(*path);
@@ -736,9 +750,16 @@ class ModelRun {
     if (!f.meta_held) f.due.reset();
   }
   // A handle of `f` closes (writer or not): README's rules for close.
-  void CloseModel(FileModel& f, bool writer) {
+  // Only emptied (README: `cmd > file`): empty, unsaved, over data the store or the write-back
+  // window has (objfs's FileWriter::OnlyEmptied).
+  static bool OnlyEmptied(const FileModel& f) {
+    return f.dirty && f.data.empty() && (f.in_store || f.accepted);
+  }
+  void CloseModel(FileModel& f, bool writer, uint64_t fh = 0) {
     f.handles--;
     if (writer) f.writers--;
+    const bool emptier = fh != 0 && f.emptied_by == fh;
+    if (emptier) f.emptied_by = 0;
     if (f.handles == 0 && !f.dirty) {
       Idle(f);
       if (f.theirs != nullptr) {
@@ -752,6 +773,12 @@ class ModelRun {
     }
     if (f.unlinked || !f.dirty) return;
     if (!writer && (f.writers > 0 || f.due)) return;
+    // Emptied, and the writer that emptied it still at work (where none is known, any writer):
+    // its close stores the file; the server keeps the complete file it had until then.
+    if (OnlyEmptied(f) && (f.emptied_by != 0 || (!emptier && f.writers > 0))) {
+      if (auto path = PathOf(f)) AddCandidate(*path, SnapOf(*path));
+      return;
+    }
     if (config_.writeback > 0) {
       if (!f.due) f.due = Now() + static_cast<int64_t>(config_.writeback * kNsPerSec);
       f.accepted = true;
@@ -892,6 +919,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         }
         const int64_t t1 = WallNs();
         std::shared_ptr<FileModel> f;
+        bool empty_already = false;
         if (node == nullptr) {
           f = NewFile();
           f->mtime_lo = t0;
@@ -899,9 +927,16 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
           f->mtime_by_writes = true;
           f->dirty = true;
           f->staged = true;
+          f->created_here = !trunc;
           nodes_[op.path] = FileNode(f);
         } else {
           f = node->file;
+          empty_already = trunc && f->staged && f->data.empty();
+          // Staged now from the stored version (its base), unless staged already.
+          if (writer && !f->staged) {
+            f->onto_base = !trunc && f->in_store;
+            f->base_empty = f->onto_base && f->data.empty();
+          }
           // O_TRUNC of a file whose staged copy is empty already changes nothing.
           if (trunc && (!f->staged || !f->data.empty())) {
             if (!f->data.empty()) f->mtime_lo = t0;
@@ -911,17 +946,29 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
             f->data.clear();
             f->dirty = true;
             f->staged = true;
+            f->created_here = false;
+            f->onto_base = f->base_empty;  // every byte written anew
             f->theirs.reset();
             f->meta_held = false;  // carried by the upload
           }
         }
         f->handles++;
         if (writer) f->writers++;
+        // A second `>` of a file emptied already changes nothing: the first one's close stores it.
+        if (trunc && !(empty_already && f->emptied_by != 0)) {
+          f->emptied_by = OnlyEmptied(*f) ? fh : 0;
+        }
         slot = Slot{true, writer, f, fh, ino};
         return "";
       }
       case Op::kWrite: {
         if (!slot.open || !slot.writer) return "";
+        // Not onto a copy kept for handles whose name another client's put took (ContestedPut):
+        // that is an edit of a version the server no longer has, which its close sets aside
+        // with EIO, and an rm leaves the other client's file (README;
+        // FilesystemTest.AnEditOfACopyKeptForAReaderAfterAnotherClientsPutIsSetAside), which
+        // this model does not follow.
+        if (slot.file->theirs != nullptr) return "";
         *applied = true;
         const std::string data = Pattern(op.value, op.size);
         auto n = fs_->Write(slot.fh, op.offset, Bytes(data));
@@ -948,7 +995,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         slot = Slot{};
         Status flushed = fs_->Flush(closing.fh);
         Status released = fs_->Release(closing.fh);
-        CloseModel(*closing.file, closing.writer);
+        CloseModel(*closing.file, closing.writer, closing.fh);
         if (!flushed.ok()) return Failed("flush", flushed);
         if (!released.ok()) return Failed("release", released);
         return "";
@@ -983,12 +1030,25 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
           fh = slot.fh;
           f = slot.file;
         }
+        // (Nor a truncate that keeps bytes of such a copy: an edit too, as a write is.)
+        if (f->theirs != nullptr && op.size > 0) {
+          *applied = false;
+          return "";
+        }
         FileAttr attr;
         attr.size = op.size;
         auto e = fs_->SetAttr(ino, kSetSize, attr, fh);
         if (!e.ok() && KnownUnlinkedWriteFailure(*f, e.status())) return "";
         if (!e.ok()) return Failed("truncate", e.status());
         f->data.resize(op.size, '\0');
+        if (!f->staged) {  // staged now: empty, or from the stored version
+          f->onto_base = op.size > 0 && !f->data.empty() && f->in_store;
+          f->base_empty = false;
+        }
+        if (op.size == 0) {  // emptied: written anew
+          f->created_here = false;
+          f->onto_base = f->base_empty;
+        }
         f->mtime_lo = t0;
         f->mtime_from_store = false;
         f->mtime_hi = WallNs();
@@ -997,6 +1057,8 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         f->staged = true;
         f->theirs.reset();
         f->meta_held = false;
+        // ftruncate(fd, 0): that handle's close stores the emptied file (not a truncate by path).
+        f->emptied_by = fh && OnlyEmptied(*f) ? *fh : 0;
         if (f->handles == 0) {
           Uploaded(*f);
         } else if (auto path = PathOf(*f)) {
@@ -1091,6 +1153,8 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
             if (f.theirs != nullptr && f.theirs->mtime_from_store && !config_.sftp) {
               f.theirs->mtime_hi = WallNs();  // their object is what the store copies
             }
+            f.onto_base = true;  // (as after an upload; or kept as it was)
+            f.base_empty = f.base_empty || f.data.empty();
             if (!local) {
               StreamedMtime(f);
               f.in_store = true;
@@ -1118,12 +1182,21 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         if (auto i = Ino(op.path); !i.ok()) return Failed("lookup " + op.path, i.status());
         Status s = fs_->Unlink(*parent, NameOf(op.path));
         if (!s.ok()) return Failed("unlink", s);
+        std::shared_ptr<FileModel> stays;
         if (node->kind == Kind::kFile) {
-          node->file->unlinked = true;
-          node->file->due.reset();
+          FileModel& f = *node->file;
+          // Never uploaded, the file has nothing on the server: another client's object of its
+          // name, put since (ContestedPut), stays (README).
+          if (f.dirty && !f.in_store) stays = f.theirs_in_store;
+          f.unlinked = true;
+          f.due.reset();
         }
         nodes_.erase(op.path);
         crash_[op.path] = {Snap{}};
+        if (stays != nullptr) {
+          nodes_[op.path] = FileNode(stays);
+          Durable(op.path);
+        }
         return "";
       }
       case Op::kMkdir: {
@@ -1189,6 +1262,14 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
         // aside (README; tested in filesystem_test and the mount suite), which this model does not
         // follow.
         if (busy && config_.writeback > 0 && node->file->dirty) return "";
+        // Nor over the unsaved data of an edit or of a file created here without O_TRUNC: that
+        // is stored only over what the name held, so its close fails with EIO and the data is
+        // set aside (README; FilesystemTest.AnEditWhoseStoredFileChangedIsSetAsideNotRetried,
+        // AnEmptyFileCreatedHereWhoseNameWasTakenIsNotRetried), which this model does not
+        // follow either.
+        if (busy && node->file->dirty && (node->file->created_here || node->file->onto_base)) {
+          return "";
+        }
         *applied = true;
         if (busy) {
           // A file staged from the stored object is sparse: the bytes nobody read or wrote
@@ -1279,10 +1360,15 @@ std::string ModelRun::ContestedPut(const Op& op, int64_t t0) {
     const uint64_t id = f.id;
     const int handles = f.handles;
     const int writers = f.writers;
+    const uint64_t emptied_by = f.emptied_by;
     f = *theirs;
     f.id = id;
     f.handles = handles;
     f.writers = writers;
+    f.emptied_by = emptied_by;
+    // Their object is what the handles' writes edit now.
+    f.onto_base = true;
+    f.base_empty = f.data.empty();
     states[0].id = id;
   }
   crash_[op.path] = states;

@@ -1586,6 +1586,31 @@ TEST_F(FilesystemTest, ARetryAfterAFailedCloseDoesNotGoOverANewerVersion) {
   EXPECT_EQ(memory_->contents("g"), "mine");
 }
 
+// A copy kept for a reader shows this mount's version until its last close, though another
+// client stored a new one meanwhile; a write through a writer's handle goes onto that copy, an
+// edit of the version the server no longer has. Its close fails (EIO) and sets the edit aside,
+// and the other client's file stands; an rm of it meanwhile leaves that file too.
+TEST_F(FilesystemTest, AnEditOfACopyKeptForAReaderAfterAnotherClientsPutIsSetAside) {
+  PutObject("b", "ours");
+  const uint64_t ino = LookupIno(kRootIno, "b");
+  auto writer = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  ASSERT_TRUE(fs_->Write(*writer, 4, Bytes(" and more")).ok());
+  ASSERT_TRUE(fs_->Flush(*writer).ok());
+  auto reader = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ASSERT_TRUE(fs_->Release(*writer).ok());  // the copy stays for the reader
+  auto again = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(memory_->put("b", MemorySource("theirs"), PutOptions{}).ok());
+  ASSERT_TRUE(fs_->Write(*again, 13, Bytes("!")).ok());
+  EXPECT_EQ(ErrnoFromStatus(fs_->Flush(*again)), EIO);
+  (void)fs_->Release(*again);
+  (void)fs_->Release(*reader);
+  EXPECT_EQ(memory_->contents("b"), "theirs");
+  EXPECT_EQ(SetAside(options_.cache_dir)["b"], "ours and more!");
+}
+
 // A file another client removed while this mount (and the kernel) still knew it: opening it
 // for writing is ESTALE, on which the kernel looks the name up again and, for `>>` or `>`
 // (O_CREAT), makes the file anew, rather than ENOENT until its cached entry expires.
@@ -1600,6 +1625,25 @@ TEST_F(FilesystemTest, OpeningForWritingAFileRemovedOnTheServerIsStale) {
   ASSERT_TRUE(fs_->Write(made->fh, 0, Bytes("new")).ok());
   ASSERT_TRUE(fs_->Release(made->fh).ok());
   EXPECT_EQ(memory_->contents("gone"), "new");
+}
+
+// Two `> a` at once: the second O_TRUNC finds the file emptied already and changes nothing, so
+// the first one's release still stores the empty file its close accepted (a crash after it
+// must not bring back the old bytes), while the second goes on writing.
+TEST_F(FilesystemTest, ASecondTruncatingOpenLeavesTheEmptyingToTheFirst) {
+  PutObject("a", "old");
+  const uint64_t ino = LookupIno(kRootIno, "a");
+  auto first = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_TRUE(fs_->Flush(*first).ok());
+  ASSERT_TRUE(fs_->Release(*first).ok());
+  EXPECT_EQ(memory_->contents("a"), "");
+  EXPECT_EQ(fs_->pending_uploads(), 0u);
+  ASSERT_TRUE(fs_->Write(*second, 0, Bytes("second")).ok());
+  ASSERT_TRUE(fs_->Release(*second).ok());
+  EXPECT_EQ(memory_->contents("a"), "second");
 }
 
 // `cp` over a file, or `>`, without a write-back window: the close's upload goes over whatever
