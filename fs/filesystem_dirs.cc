@@ -57,6 +57,14 @@ Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
   meta_cache_.Invalidate(key);
   OBJFS_ASSIGN_OR_RETURN(MetaRecord rec, Resolve(key));
   if (!rec.is_dir) return Status(StatusCode::kNotDirectory, key + " is not a directory");
+  // A directory of old s3fs's kind, told by an object without the slash: removing the
+  // directory removes that object; one that holds bytes is another client's data. (Not a
+  // store whose directories are its own: SFTP's.)
+  if (store_->capabilities().directory_attributes) rec.slashless_object.reset();
+  if (rec.slashless_object.value_or(0) != 0) {
+    return NotEmptyError(key + " is not empty: its object " + key + " holds " +
+                         std::to_string(*rec.slashless_object) + " bytes");
+  }
   const std::string marker = key + "/";
   ListOptions list;
   list.prefix = marker;
@@ -82,6 +90,7 @@ Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
     }
   }
   OBJFS_RETURN_IF_ERROR(store_->remove(marker));
+  if (rec.slashless_object) OBJFS_RETURN_IF_ERROR(store_->remove(key));
   meta_cache_.InvalidateTree(key);
   ParentChanged(key);
   inodes_.Unbind(key);

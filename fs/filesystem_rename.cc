@@ -433,11 +433,25 @@ Status Filesystem::RenameDirectory(const std::string& from, const std::string& t
     inodes_.Rename(from, to, /*subtree=*/true);
     return Status::Ok();
   }
+  // A directory of old s3fs's kind, told by an object without the slash: its attributes go to
+  // a marker of the new name, and that object goes last. One that holds bytes is another
+  // client's data, which a directory cannot take along.
+  const std::optional<uint64_t> slashless = src.slashless_object;
+  if (slashless) {
+    if (*slashless != 0) {
+      return NotEmptyError(from + " cannot be moved: its object " + from + " holds " +
+                           std::to_string(*slashless) + " bytes");
+    }
+    PutOptions marker;
+    marker.metadata = src.metadata;
+    OBJFS_RETURN_IF_ERROR(store_->put(to + "/", MemorySource(""), marker).status());
+  }
   Status moved = MoveDirectoryObjects(
-      *store_, *io_pool_, from, to, src.has_object, options_.max_rename_objects,
+      *store_, *io_pool_, from, to, src.has_object && !slashless, options_.max_rename_objects,
       [this](LogLevel level, const std::string& line) { Log(level, line); });
   meta_cache_.InvalidateTree(to);  // (copies may have landed even when one failed)
   OBJFS_RETURN_IF_ERROR(moved);
+  if (slashless) OBJFS_RETURN_IF_ERROR(store_->remove(from));
   meta_cache_.InvalidateTree(from);
   inodes_.Rename(from, to, /*subtree=*/true);
   return Status::Ok();

@@ -18,7 +18,10 @@ bool IsSpecialType(uint32_t type) {
 MetaRecord ObjectAttrs::FromInfo(const ObjectInfo& info, bool is_dir) const {
   MetaRecord rec;
   PosixMetadata posix = ParsePosixMetadata(info.metadata);
-  if (posix.mode && S_ISDIR(*posix.mode)) is_dir = true;
+  if (posix.mode && S_ISDIR(*posix.mode) && !is_dir) {
+    is_dir = true;
+    rec.slashless_object = info.size;
+  }
   rec.is_dir = is_dir;
   rec.complete = info.has_metadata;
   rec.has_object = true;

@@ -1350,6 +1350,36 @@ TEST_F(FilesystemTest, RenameDirectoryMovesEveryObject) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "old").status().code(), StatusCode::kNotFound);
 }
 
+// Directories of old s3fs's kind: an object "dir" without the slash whose mode says directory.
+// rmdir removes that object, and mv moves its attributes to a marker of the new name and
+// removes it, rather than both answering success and leaving the directory where it was. One
+// that holds bytes is another client's data: not removed, not moved.
+TEST_F(FilesystemTest, ADirectoryObjectWithoutTheSlashIsRemovedAndMovedWithTheDirectory) {
+  const Metadata dir_mode = {{"mode", std::to_string(S_IFDIR | 0750)}};
+  PutObject("legacy", "", dir_mode);
+  PutObject("legacy2", "", dir_mode);
+  PutObject("legacy2/f", "F");
+  PutObject("data", "bytes", dir_mode);
+  ASSERT_EQ(LookupIno(kRootIno, "legacy") != 0, true);
+  ASSERT_TRUE(fs_->RmDir(kRootIno, "legacy").ok());
+  EXPECT_FALSE(memory_->head("legacy").ok());
+  EXPECT_EQ(fs_->Lookup(kRootIno, "legacy").status().code(), StatusCode::kNotFound);
+
+  ASSERT_NE(LookupIno(kRootIno, "legacy2"), 0u);
+  ASSERT_TRUE(fs_->Rename(kRootIno, "legacy2", kRootIno, "moved", 0).ok());
+  EXPECT_FALSE(memory_->head("legacy2").ok());
+  EXPECT_EQ(memory_->contents("moved/f"), "F");
+  auto marker = memory_->head("moved/");
+  ASSERT_TRUE(marker.ok()) << marker.status().ToString();
+  EXPECT_EQ(marker->metadata["mode"], std::to_string(S_IFDIR | 0750));
+  EXPECT_EQ(fs_->Lookup(kRootIno, "legacy2").status().code(), StatusCode::kNotFound);
+
+  ASSERT_NE(LookupIno(kRootIno, "data"), 0u);
+  EXPECT_EQ(ErrnoFromStatus(fs_->RmDir(kRootIno, "data")), ENOTEMPTY);
+  EXPECT_EQ(ErrnoFromStatus(fs_->Rename(kRootIno, "data", kRootIno, "data2", 0)), ENOTEMPTY);
+  EXPECT_EQ(memory_->contents("data"), "bytes");
+}
+
 // A large file edited in place and fsynced while open: the upload copies its untouched parts on
 // the server, so its staged copy still lacks them and would fetch them from the object under the
 // directory's old name. After the directory's rename its handle still reads every byte, and a
