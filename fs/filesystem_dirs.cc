@@ -72,7 +72,8 @@ Status Filesystem::RmDir(uint64_t parent, std::string_view name) {
   OBJFS_ASSIGN_OR_RETURN(Listing listing, store_->list(list));
   uint64_t marker_bytes = 0;
   for (const ObjectInfo& obj : listing.objects) {
-    if (obj.key != marker) return NotEmptyError(key + " is not empty");
+    // (Named: it may be one no name can show, such as "dir/../x" or "dir//x".)
+    if (obj.key != marker) return NotEmptyError(key + " is not empty: it holds " + obj.key);
     marker_bytes = obj.size;
   }
   // Another client's data stored under the marker's name: removing the directory would delete

@@ -1339,7 +1339,7 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
     if (a == nullptr) return failed;
     if (IsDirectory(*a)) {
       return Status(StatusCode::kIsDirectory,
-                    "put " + std::string(key) + ": a directory of that name holds other keys");
+                    "put " + std::string(key) + ": a directory has that name on the server");
     }
     return PreconditionFailedError("put " + std::string(key) + ": the object exists");
   }
@@ -1406,7 +1406,7 @@ Status SftpStore::Commit(SftpConnection& c, std::string_view key, const KeyPaths
     Attributes a(sftp_stat(c.sftp(), paths.data.c_str()));
     if (a != nullptr && IsDirectory(*a)) {
       return Status(StatusCode::kIsDirectory,
-                    "put " + std::string(key) + ": a directory of that name holds other keys");
+                    "put " + std::string(key) + ": a directory has that name on the server");
     }
     return renamed;
   }

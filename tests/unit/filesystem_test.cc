@@ -1350,6 +1350,17 @@ TEST_F(FilesystemTest, RenameDirectoryMovesEveryObject) {
   EXPECT_EQ(fs_->Lookup(kRootIno, "old").status().code(), StatusCode::kNotFound);
 }
 
+// A directory that lists as empty because its only key can be no name ("dd//x"): rmdir says
+// which key keeps it, which `ls` cannot show.
+TEST_F(FilesystemTest, RmDirOfADirectoryHoldingOnlyAHiddenKeyNamesIt) {
+  PutObject("dd/", "");
+  PutObject("dd//x", "x");
+  ASSERT_NE(LookupIno(kRootIno, "dd"), 0u);
+  const Status removed = fs_->RmDir(kRootIno, "dd");
+  EXPECT_EQ(ErrnoFromStatus(removed), ENOTEMPTY);
+  EXPECT_NE(removed.message().find("dd//x"), std::string::npos) << removed.ToString();
+}
+
 // Directories of old s3fs's kind: an object "dir" without the slash whose mode says directory.
 // rmdir removes that object, and mv moves its attributes to a marker of the new name and
 // removes it, rather than both answering success and leaving the directory where it was. One
