@@ -170,6 +170,14 @@ class FilesystemTest : public ::testing::Test {
     fs_ = NewFilesystem();
   }
 
+  // The attributes this mount's put gives a regular file of `perms`: what an object it stored
+  // itself carries (and another client's put of the same bytes may lack).
+  Metadata OwnFileAttributes(uint32_t perms) const {
+    return {{"mode", std::to_string(S_IFREG | perms)},
+            {"uid", std::to_string(options_.uid)},
+            {"gid", std::to_string(options_.gid)}};
+  }
+
   void PutObject(const std::string& key, std::string_view data, Metadata metadata = {}) {
     PutOptions put;
     put.metadata = std::move(metadata);
@@ -2833,7 +2841,7 @@ TEST_F(BackgroundRecoveryTest, ARecoveredNewFileNeverReplacesAnotherClientsFileO
 // aside, and the log blames nobody.
 TEST_F(BackgroundRecoveryTest, ARecoveredNewFileTheCrashedMountHadStoredIsNotSetAside) {
   const std::string image = CrashWithTwoFiles();
-  PutObject("a", "recovered a");
+  PutObject("a", "recovered a", OwnFileAttributes(0644));
   Log log;
   auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
   ASSERT_NE(next, nullptr);
@@ -2851,7 +2859,7 @@ TEST_F(BackgroundRecoveryTest, ARecoveredNewFileTheCrashedMountHadStoredIsNotSet
 // (Staged whole, so that its MD5 can be checked; staged sparse: below.)
 TEST_F(BackgroundRecoveryTest, ARecoveredEditTheCrashedMountHadStoredIsNotSetAside) {
   const std::string image = CrashWithAWholeEdit();
-  PutObject("log", "one\nmine\n");  // what its upload stored
+  PutObject("log", "one\nmine\n", OwnFileAttributes(0644));  // what its upload stored
   Log log;
   auto next = NextMount(image, /*writeback=*/60, /*thread=*/false, &log);
   ASSERT_NE(next, nullptr);
