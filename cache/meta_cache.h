@@ -28,10 +28,6 @@ struct MetaRecord {
   bool is_dir = false;
   bool complete = false;   // mode, uid, gid, mtime and metadata are exact
   bool has_object = true;  // false for a directory with no marker object
-  // A directory told by the mode in the metadata of an object named without the trailing slash
-  // ("dir", as old s3fs wrote them), not by a marker "dir/": that object's size. rmdir and mv
-  // take that object along.
-  std::optional<uint64_t> slashless_object;
   uint32_t mode = 0;       // st_mode with type bits
   uint32_t uid = 0;
   uint32_t gid = 0;
@@ -45,6 +41,10 @@ struct MetaRecord {
   // The object's encryption at rest (S3), where a HEAD or this mount's write learnt it; unset
   // from a listing. Uploads and copies pass it on (ObjectInfo::encryption).
   std::optional<AtRestEncryption> encryption;
+  // A directory told by the mode in the metadata of an object named without the trailing slash
+  // ("dir", as old s3fs wrote them), not by a marker "dir/": that object's size. rmdir and mv
+  // take that object along.
+  std::optional<uint64_t> slashless_object;
 };
 
 class MetaCache {
