@@ -61,7 +61,14 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
       if (!resolved.ok() && resolved.status().code() == StatusCode::kNotFound) {
         // Removed on the server since the kernel looked the name up, its entry still cached:
         // ESTALE makes the kernel look it up again, so that `>` or `>>` (O_CREAT) makes the
-        // file anew rather than failing with ENOENT until the entry expires.
+        // file anew rather than failing with ENOENT until the entry expires. A metadata change
+        // held for the object goes with it: the lookup would answer from it, and every open
+        // fail the same way until the change came due.
+        if (inode->pending_metadata) {
+          Log(LogLevel::kWarn, "dropping a metadata change of " + key +
+                                   ": the file was removed on the server");
+          writer_->ForgetHeldMetadata(*inode);
+        }
         return Status(StatusCode::kPreconditionFailed,
                       key + " was removed on the server since it was looked up");
       }

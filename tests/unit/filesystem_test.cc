@@ -3855,6 +3855,24 @@ class MetadataDelayTest : public FilesystemTest {
   bool NothingRecorded() const { return std::filesystem::is_empty(options_.cache_dir); }
 };
 
+// A chmod held for a file another client then removed: the open that finds it gone (ESTALE)
+// drops the change too, so that the kernel's lookup after it finds the name missing and `>>`
+// makes the file anew, rather than every open failing until the change comes due.
+TEST_F(MetadataDelayTest, AnOpenFindingTheFileRemovedDropsAChangeHeldForIt) {
+  PutObject("g", "base");
+  const uint64_t ino = LookupIno(kRootIno, "g");
+  Chmod(ino, 0600);
+  ASSERT_TRUE(memory_->remove("g").ok());
+  auto appended = fs_->Open(ino, O_WRONLY | O_APPEND);
+  EXPECT_EQ(ErrnoFromStatus(appended.status()), ESTALE) << appended.status().ToString();
+  EXPECT_EQ(fs_->Lookup(kRootIno, "g").status().code(), StatusCode::kNotFound);
+  auto made = fs_->Create(kRootIno, "g", 0644, O_WRONLY | O_CREAT | O_APPEND);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  ASSERT_TRUE(fs_->Write(made->fh, 0, Bytes("new")).ok());
+  ASSERT_TRUE(fs_->Release(made->fh).ok());
+  EXPECT_EQ(memory_->contents("g"), "new");
+}
+
 TEST_F(MetadataDelayTest, RsyncPatternIsOneCopyPerFile) {
   // rsync: write a temporary file, close it (the upload), set its times and mode, rename it.
   uint64_t ino = WriteFile(kRootIno, ".f.tmp", "content of f");
