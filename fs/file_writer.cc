@@ -57,23 +57,36 @@ bool SameBytesWhere(ObjectStore* store, std::string_view key, const ObjectInfo& 
   return true;
 }
 
-// Whether the object `there` holds every byte of `source`: by its plain-MD5 ETag where it has
-// one, else read back and compared.
-// Whether `there` has the attributes this upload's put gives its object (`ours`): the mode, type
-// bits too, and, where the store keeps the owner it is given (S3, not SFTP: the account logged
-// in), the owner. A put of this mount's own carried them; an object of the same bytes without
-// them is another client's, which a chmod or chown made here would be lost to.
-bool CarriesAttributesOf(const Metadata& ours, const ObjectInfo& there, bool stores_owner) {
+// Whether `there` has the attributes this upload's put gives its object (`ours`). Where the
+// store keeps metadata as it is sent (S3: `attributes_by_copy`), all of it: mode, owner, times,
+// extended attributes, nothing more (but the Content-Type the store reports). Otherwise
+// (SFTP) the mode, type bits too, the mtime's second and, where the store keeps the owner it
+// is given, the owner.
+bool HasAttributesOf(const Metadata& ours, const ObjectInfo& there, const Capabilities& caps) {
+  if (caps.attributes_by_copy) {
+    Metadata mine = ours;
+    Metadata theirs = there.metadata;
+    mine.erase(kContentTypeMetadata);
+    theirs.erase(kContentTypeMetadata);
+    return theirs == mine;
+  }
   const PosixMetadata mine = ParsePosixMetadata(ours);
   const PosixMetadata theirs = ParsePosixMetadata(there.metadata);
   constexpr uint32_t kModeBits = S_IFMT | 07777;
+  constexpr int64_t kSecond = 1000000000;
   if (mine.mode && (!theirs.mode || (*theirs.mode & kModeBits) != (*mine.mode & kModeBits))) {
     return false;
   }
-  return !stores_owner ||
+  if (mine.mtime_ns &&
+      (!theirs.mtime_ns || *theirs.mtime_ns / kSecond != *mine.mtime_ns / kSecond)) {
+    return false;
+  }
+  return !caps.stores_owner ||
          ((!mine.uid || mine.uid == theirs.uid) && (!mine.gid || mine.gid == theirs.gid));
 }
 
+// Whether the object `there` holds every byte of `source`: by its plain-MD5 ETag where it has
+// one, else read back and compared.
 bool HoldsEveryByteOf(ObjectStore* store, std::string_view key, const ObjectInfo& there,
                       const ByteSource& source, uint64_t block) {
   if (there.size != source.size()) return false;
@@ -680,14 +693,20 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     // A file the earlier mount created or edited, and may have stored itself just before it
     // stopped (its record not dropped yet), or one whose failed close's put the server carried
     // out after all (a stalled server does, once it goes on): then the name holds these very
-    // bytes, and this file's attributes, and nothing is to be done. (Another client's file of
-    // the same bytes and attributes: nothing either.) Told by a plain-MD5 ETag; another kind
-    // (multipart, SFTP's version) by reading the object back.
+    // bytes, and only the attributes may be left to set: a chmod, touch or setfattr made here
+    // since that put, or, where another client stored these very bytes, all of this file's.
+    // Told by a plain-MD5 ETag; another kind (multipart, SFTP's version) by reading the object
+    // back.
     Result<ObjectInfo> there = store_->head(key);
-    if (there.ok() &&
-        CarriesAttributesOf(put.metadata, *there, store_->capabilities().stores_owner) &&
-        HoldsEveryByteOf(store_, key, *there, *source, options_.read_buffer)) {
-      result = std::move(there);
+    if (there.ok() && HoldsEveryByteOf(store_, key, *there, *source, options_.read_buffer)) {
+      if (HasAttributesOf(put.metadata, *there, store_->capabilities())) {
+        result = std::move(there);
+      } else {
+        SetAttributesOptions set;
+        set.expected = *there;
+        set.expected.key = key;
+        result = store_->set_attributes(key, put.metadata, set);
+      }
     }
   }
   if (!result.ok() && (put.if_match || put.if_none_match) && BaseReplaced(result.status()) &&

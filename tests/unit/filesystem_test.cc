@@ -1735,6 +1735,34 @@ TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutStoresTheFile) {
   EXPECT_EQ(fs_->pending_uploads(), 0u);
 }
 
+// A chmod and a setfattr made after a failed close whose put the server carried out late: the
+// retry finds the bytes there, with the attributes of that put, and sets this file's since.
+TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutKeepsTheChangesMadeSince) {
+  PutObject("f", "old");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
+  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
+  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  auto attr = fs_->GetAttr(ino);
+  ASSERT_TRUE(attr.ok()) << attr.status().ToString();
+  PutObject("f", "mine", OwnFileAttributes(attr->attr.mode & 07777));  // the lost put, late
+  FileAttr changed;
+  changed.mode = S_IFREG | 0600;
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, changed, *fh).ok());
+  ASSERT_TRUE(fs_->SetXattr(ino, "user.tag", "v", 0).ok());
+  faults_->Clear();
+  EXPECT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->FlushAll().ok());
+  EXPECT_EQ(memory_->contents("f"), "mine");
+  auto stored = memory_->head("f");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->metadata["mode"], std::to_string(S_IFREG | 0600));
+  EXPECT_EQ(stored->metadata.count("xattr"), 1u);  // user.tag
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
+}
+
 TEST_F(FilesystemTest, RecoverStagedUploadsLeftovers) {
   auto created = fs_->Create(kRootIno, "crash", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(created.ok());
@@ -3381,10 +3409,10 @@ TEST_F(WritebackTest, AVersionStoredBeforeTheTruncatingOpenIsWrittenOver) {
   EXPECT_FALSE(std::filesystem::exists(options_.cache_dir + "/unfinished/f"));
 }
 
-// Another client stored the same bytes after this file's close, but not its mode: that is no
-// late put of this mount's own, and stored over it, the file would lose the chmod its writer
-// made. It is another client's newer version, which stands; this file is set aside.
-TEST_F(WritebackTest, AnotherClientsSameBytesWithoutThisFilesModeAreNotTakenForItsOwnPut) {
+// Another client stored the same bytes after this file's close, without its mode: the name holds
+// this file's bytes, and only its attributes are left to set, lest the chmod its writer made be
+// lost. Nothing is set aside.
+TEST_F(WritebackTest, SameBytesAnotherClientStoredGetThisFilesAttributes) {
   PutObject("f", "0000");
   const uint64_t ino = LookupIno(kRootIno, "f");
   auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
@@ -3396,8 +3424,9 @@ TEST_F(WritebackTest, AnotherClientsSameBytesWithoutThisFilesModeAreNotTakenForI
   ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, attr, std::nullopt).ok());
   ASSERT_TRUE(memory_->put("f", MemorySource("AAAA"), PutOptions{}).ok());  // no metadata
   ASSERT_TRUE(fs_->FlushAll().ok());
-  EXPECT_EQ(SetAside(options_.cache_dir)["f"], "AAAA");
-  EXPECT_EQ(memory_->head("f")->metadata.count("mode"), 0u);  // theirs, as they stored it
+  EXPECT_EQ(memory_->contents("f"), "AAAA");
+  EXPECT_EQ(memory_->head("f")->metadata["mode"], std::to_string(S_IFREG | 0600));
+  EXPECT_TRUE(SetAside(options_.cache_dir).empty());
 }
 
 TEST_F(WritebackTest, RenameNoReplaceOntoADirectoryIsAlreadyExists) {
