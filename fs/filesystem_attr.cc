@@ -315,10 +315,17 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) {
   OBJFS_ASSIGN_OR_RETURN(std::string key, KeyOf(ino));
   if (name == kEtagXattr || name == kEtagKindXattr) {
     if (key.empty()) return NoXattrError(std::string(name));
-    // A closed file waiting in the write-back window has no ETag yet: asking for it uploads it.
-    // A pending metadata change goes to the store first too: a self-copy may change the ETag.
+    // A closed file waiting in the write-back window, or kept for a retry after a failed close,
+    // has no ETag yet: asking for it uploads it (and fails as the upload does), rather than
+    // answering the replaced version's. A pending metadata change goes to the store first too:
+    // a self-copy may change the ETag.
     if (std::shared_ptr<Inode> inode = inodes_.Get(ino); inode != nullptr) {
-      if (writer_->writeback() && inode->open_handles.load() == 0) {
+      bool unsaved = false;
+      {
+        MutexLock lock(&inode->mu);
+        unsaved = inode->unsaved();
+      }
+      if ((writer_->writeback() || unsaved) && inode->open_handles.load() == 0) {
         OBJFS_RETURN_IF_ERROR(writer_->Flush(ino, inode));
       }
       MutexLock lock(&inode->mu);

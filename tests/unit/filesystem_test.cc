@@ -1763,6 +1763,26 @@ TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutKeepsTheChangesMadeSince) {
   EXPECT_TRUE(SetAside(options_.cache_dir).empty());
 }
 
+// The ETag of a file whose close failed, kept for a retry, is the one its upload will give it:
+// asking for it tries the upload, and fails as that does, rather than answering the ETag of the
+// version the file replaces.
+TEST_F(FilesystemTest, TheEtagOfAFileWhoseCloseFailedIsAskedOfItsUpload) {
+  PutObject("f", "old");
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
+  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
+  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  (void)fs_->Release(*fh);
+  EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, "user.etag").status()), EIO);
+  faults_->Clear();
+  auto etag = fs_->GetXattr(ino, "user.etag");
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(*etag, "918b81db5e91d031548b963c93845e5b");  // md5("mine")
+  EXPECT_EQ(memory_->contents("f"), "mine");
+}
+
 TEST_F(FilesystemTest, RecoverStagedUploadsLeftovers) {
   auto created = fs_->Create(kRootIno, "crash", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(created.ok());
