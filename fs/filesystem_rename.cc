@@ -89,6 +89,14 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
     }
     if (!src.is_dir && dst->is_dir) return Status(StatusCode::kIsDirectory, to + " is a directory");
     if (dst->is_dir) {
+      // A target directory of old s3fs's kind (RmDir): one whose object holds bytes is another
+      // client's data; an empty one goes, as its marker would.
+      const std::optional<uint64_t> slashless =
+          store_->capabilities().directory_attributes ? std::nullopt : dst->slashless_object;
+      if (slashless.value_or(0) != 0) {
+        return NotEmptyError(to + " is not empty: its object " + to + " holds " +
+                             std::to_string(*slashless) + " bytes");
+      }
       ListOptions list;
       list.prefix = to + "/";
       list.max_keys = 2;
@@ -105,6 +113,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
         }
       }
       if (dst->has_object) OBJFS_RETURN_IF_ERROR(store_->remove(list.prefix));
+      if (slashless) OBJFS_RETURN_IF_ERROR(store_->remove(to));
     }
   }
   Status moved = src.is_dir ? RenameDirectory(from, to, src) : RenameFile(from, to, src);

@@ -1399,6 +1399,28 @@ TEST_F(FilesystemTest, ADirectoryObjectWithoutTheSlashIsRemovedAndMovedWithTheDi
   EXPECT_EQ(memory_->contents("data"), "bytes");
 }
 
+// A directory moved onto one of old s3fs's kind: an empty one goes, its object too, so that
+// the name shows the moved directory's attributes; one whose object holds bytes is another
+// client's data, and the move fails with ENOTEMPTY.
+TEST_F(FilesystemTest, ADirectoryMovedOntoADirectoryObjectWithoutTheSlashReplacesOnlyAnEmptyOne) {
+  PutObject("src/", "", {{"mode", std::to_string(S_IFDIR | 0700)}});
+  PutObject("src/f", "F");
+  PutObject("empty", "", {{"mode", std::to_string(S_IFDIR | 0755)}});
+  PutObject("full", "bytes", {{"mode", std::to_string(S_IFDIR | 0755)}});
+  ASSERT_NE(LookupIno(kRootIno, "src"), 0u);
+  ASSERT_NE(LookupIno(kRootIno, "full"), 0u);
+  EXPECT_EQ(ErrnoFromStatus(fs_->Rename(kRootIno, "src", kRootIno, "full", 0)), ENOTEMPTY);
+  EXPECT_EQ(memory_->contents("full"), "bytes");
+  EXPECT_EQ(memory_->contents("src/f"), "F");
+  ASSERT_NE(LookupIno(kRootIno, "empty"), 0u);
+  ASSERT_TRUE(fs_->Rename(kRootIno, "src", kRootIno, "empty", 0).ok());
+  EXPECT_FALSE(memory_->head("empty").ok());
+  EXPECT_EQ(memory_->contents("empty/f"), "F");
+  auto moved = fs_->Lookup(kRootIno, "empty");
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ(moved->attr.mode, S_IFDIR | 0700);
+}
+
 // A large file edited in place and fsynced while open: the upload copies its untouched parts on
 // the server, so its staged copy still lacks them and would fetch them from the object under the
 // directory's old name. After the directory's rename its handle still reads every byte, and a
