@@ -716,6 +716,13 @@ Status FileWriter::Upload(Inode& inode, const std::string& key, bool accept) {
     meta_cache_->Invalidate(key);
     return UnfinishedError(inode, key);
   }
+  if (!result.ok() && result.status().code() == StatusCode::kIsDirectory &&
+      LoseBase(inode, key, /*replaced_after_close=*/false, /*by_directory=*/true)) {
+    // Another client made a directory of the file's name (SFTP says so; an object store keeps
+    // both): set aside now, rather than retried in vain every 10 s until unmount.
+    meta_cache_->Invalidate(key);
+    return UnfinishedError(inode, key);
+  }
   if (!result.ok() && (source != nullptr || streamed) && IsPermanentRefusal(result.status())) {
     // (After a streamed or copying upload: every byte, the ones it lacks from its base.)
     if (source == nullptr) source = &filled.emplace(store_, *inode.staged, options_.read_buffer);
@@ -1022,8 +1029,10 @@ Result<size_t> FileWriter::ReadThroughBase(const StagedFile& staged, uint64_t of
   return source.read_at(offset, buf);
 }
 
-bool FileWriter::LoseBase(Inode& inode, const std::string& key, bool replaced_after_close) {
+bool FileWriter::LoseBase(Inode& inode, const std::string& key, bool replaced_after_close,
+                          bool by_directory) {
   if (!inode.staged || !inode.unsaved()) return false;
+  if (by_directory) replaced_after_close = true;
   const uint64_t size = inode.staged->size();
   // The old version's bytes the file still holds as they were: those never fetched, gone with
   // it, and (of an edit of this key) those read here but not written since.
@@ -1060,7 +1069,10 @@ bool FileWriter::LoseBase(Inode& inode, const std::string& key, bool replaced_af
     std::string why = (inode.staged->has_base() ? inode.staged->base_key() : key) +
                       " changed or was removed on the server since " + key +
                       " was opened for writing, ";
-    if (replaced_after_close) {
+    if (by_directory) {
+      why = "a directory was made on the server in the place of " + key +
+            ", which no retry gets past";
+    } else if (replaced_after_close) {
       why = key + " was stored on the server by another client after this file's writer closed " +
             "it: stored now, this file would undo that newer change";
     } else if (CreatedHere(inode, key)) {

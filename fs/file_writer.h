@@ -193,9 +193,11 @@ class FileWriter {
   // is what the store has, rather than failing its reads and retrying in vain until unmount.
   // The same for a file that holds all of its bytes, when its upload found the base replaced
   // (KeptBase): the old bytes it keeps would undo the other client's change. False when it
-  // keeps no byte of its base (then it is not unfinished).
-  bool LoseBase(Inode& inode, const std::string& key, bool replaced_after_close = false)
-      REQUIRES(inode.mu);
+  // keeps no byte of its base (then it is not unfinished). `by_directory`: the upload found a
+  // directory made in the file's place (SFTP), which no retry gets past: all of it is kept, as
+  // for `replaced_after_close`.
+  bool LoseBase(Inode& inode, const std::string& key, bool replaced_after_close = false,
+                bool by_directory = false) REQUIRES(inode.mu);
   // The version an upload of the file must still find under `key` (its If-Match): the stored
   // file it was opened from, where some of that file's bytes are still in it (an append, a
   // patch, a file read and written back; anything written onto an empty version, `>>` on an

@@ -1805,6 +1805,24 @@ TEST_F(FilesystemTest, TheEtagOfAFileWhoseCloseFailedIsAskedOfItsUpload) {
   EXPECT_EQ(memory_->contents("f"), "mine");
 }
 
+// Another client made a directory where the file was (SFTP refuses the upload: "a directory has
+// that name"): the close fails with EIO and the file is set aside at once, not retried in vain
+// every 10 s until unmount.
+TEST_F(FilesystemTest, AFileWhoseNameADirectoryTookIsSetAsideNotRetried) {
+  PutObject("k", "old");
+  const uint64_t ino = LookupIno(kRootIno, "k");
+  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
+  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
+  faults_->FailAll(StoreOp::kPut,
+                   Status(StatusCode::kIsDirectory, "put k: a directory has that name"));
+  EXPECT_EQ(ErrnoFromStatus(fs_->Flush(*fh)), EIO);
+  (void)fs_->Release(*fh);
+  faults_->Clear();
+  EXPECT_EQ(fs_->pending_uploads(), 0u);
+  EXPECT_EQ(SetAside(options_.cache_dir)["k"], "mine");
+}
+
 TEST_F(FilesystemTest, RecoverStagedUploadsLeftovers) {
   auto created = fs_->Create(kRootIno, "crash", 0644, O_WRONLY | O_CREAT);
   ASSERT_TRUE(created.ok());
