@@ -65,8 +65,8 @@ Result<uint64_t> Filesystem::Open(uint64_t ino, int flags, bool* keep_cache) {
         // held for the object goes with it: the lookup would answer from it, and every open
         // fail the same way until the change came due.
         if (inode->pending_metadata) {
-          Log(LogLevel::kWarn, "dropping a metadata change of " + key +
-                                   ": the file was removed on the server");
+          Log(LogLevel::kWarn,
+              "dropping a metadata change of " + key + ": the file was removed on the server");
           writer_->ForgetHeldMetadata(*inode);
         }
         return Status(StatusCode::kPreconditionFailed,
