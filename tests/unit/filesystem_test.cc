@@ -170,6 +170,20 @@ class FilesystemTest : public ::testing::Test {
     fs_ = NewFilesystem();
   }
 
+  // Opens the stored `key` with O_TRUNC and writes `data`, then closes it (the flush) while
+  // every put fails with `failure`: the close fails, and the file is kept for a retry. The
+  // puts still fail on return; the handle stays open. Returns it (0 on failure).
+  uint64_t WriteAnewAndFailTheClose(const std::string& key, std::string_view data,
+                                    Status failure = TransientError("connection lost")) {
+    auto fh = fs_->Open(LookupIno(kRootIno, key), O_WRONLY | O_TRUNC);
+    EXPECT_TRUE(fh.ok()) << fh.status().ToString();
+    if (!fh.ok()) return 0;
+    EXPECT_TRUE(fs_->Write(*fh, 0, Bytes(data)).ok());
+    faults_->FailAll(StoreOp::kPut, std::move(failure));
+    EXPECT_EQ(ErrnoFromStatus(fs_->Flush(*fh)), EIO);
+    return *fh;
+  }
+
   // The attributes this mount's put gives a regular file of `perms`: what an object it stored
   // itself carries (and another client's put of the same bytes may lack).
   Metadata OwnFileAttributes(uint32_t perms) const {
@@ -1630,14 +1644,11 @@ TEST_F(FilesystemTest, FailedReleaseIsRetriedInTheBackgroundWithoutAWindow) {
 // told its close failed), and stands. The retry sets this file aside rather than go over it.
 TEST_F(FilesystemTest, ARetryAfterAFailedCloseDoesNotGoOverANewerVersion) {
   PutObject("f", "old");
-  auto fh = fs_->Open(LookupIno(kRootIno, "f"), O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
-  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
-  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  const uint64_t fh = WriteAnewAndFailTheClose("f", "mine");
+  ASSERT_NE(fh, 0u);
   faults_->Clear();
   PutObject("f", "theirs");
-  (void)fs_->Release(*fh);
+  (void)fs_->Release(fh);
   ASSERT_TRUE(fs_->FlushAll().ok());
   EXPECT_EQ(memory_->contents("f"), "theirs");
   std::ifstream aside(options_.cache_dir + "/unfinished/f", std::ios::binary);
@@ -1646,13 +1657,10 @@ TEST_F(FilesystemTest, ARetryAfterAFailedCloseDoesNotGoOverANewerVersion) {
 
   // Nobody else stored it: the retry stores it.
   PutObject("g", "old");
-  fh = fs_->Open(LookupIno(kRootIno, "g"), O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
-  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
-  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  const uint64_t fh2 = WriteAnewAndFailTheClose("g", "mine");
+  ASSERT_NE(fh2, 0u);
   faults_->Clear();
-  ASSERT_TRUE(fs_->Release(*fh).ok());
+  ASSERT_TRUE(fs_->Release(fh2).ok());
   ASSERT_TRUE(fs_->FlushAll().ok());
   EXPECT_EQ(memory_->contents("g"), "mine");
 }
@@ -1737,11 +1745,8 @@ TEST_F(FilesystemTest, ATruncatingOpenOfALookedUpFileCostsNoRequest) {
 TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutStoresTheFile) {
   PutObject("f", "old");
   const uint64_t ino = LookupIno(kRootIno, "f");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
-  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
-  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  const uint64_t fh = WriteAnewAndFailTheClose("f", "mine");
+  ASSERT_NE(fh, 0u);
   faults_->Clear();
   auto attr = fs_->GetAttr(ino);
   ASSERT_TRUE(attr.ok()) << attr.status().ToString();
@@ -1750,7 +1755,7 @@ TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutStoresTheFile) {
             {{"mode", std::to_string(attr->attr.mode)},
              {"uid", std::to_string(attr->attr.uid)},
              {"gid", std::to_string(attr->attr.gid)}});
-  EXPECT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_TRUE(fs_->Release(fh).ok());
   ASSERT_TRUE(fs_->FlushAll().ok());
   EXPECT_EQ(memory_->contents("f"), "mine");
   EXPECT_FALSE(std::filesystem::exists(options_.cache_dir + "/unfinished/f"));
@@ -1762,20 +1767,17 @@ TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutStoresTheFile) {
 TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutKeepsTheChangesMadeSince) {
   PutObject("f", "old");
   const uint64_t ino = LookupIno(kRootIno, "f");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
-  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
-  EXPECT_FALSE(fs_->Flush(*fh).ok());
+  const uint64_t fh = WriteAnewAndFailTheClose("f", "mine");
+  ASSERT_NE(fh, 0u);
   auto attr = fs_->GetAttr(ino);
   ASSERT_TRUE(attr.ok()) << attr.status().ToString();
   PutObject("f", "mine", OwnFileAttributes(attr->attr.mode & 07777));  // the lost put, late
   FileAttr changed;
   changed.mode = S_IFREG | 0600;
-  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, changed, *fh).ok());
+  ASSERT_TRUE(fs_->SetAttr(ino, kSetMode, changed, fh).ok());
   ASSERT_TRUE(fs_->SetXattr(ino, "user.tag", "v", 0).ok());
   faults_->Clear();
-  EXPECT_TRUE(fs_->Release(*fh).ok());
+  EXPECT_TRUE(fs_->Release(fh).ok());
   ASSERT_TRUE(fs_->FlushAll().ok());
   EXPECT_EQ(memory_->contents("f"), "mine");
   auto stored = memory_->head("f");
@@ -1791,12 +1793,9 @@ TEST_F(FilesystemTest, ARetryFindingItsOwnLatePutKeepsTheChangesMadeSince) {
 TEST_F(FilesystemTest, TheEtagOfAFileWhoseCloseFailedIsAskedOfItsUpload) {
   PutObject("f", "old");
   const uint64_t ino = LookupIno(kRootIno, "f");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
-  faults_->FailAll(StoreOp::kPut, TransientError("connection lost"));
-  EXPECT_FALSE(fs_->Flush(*fh).ok());
-  (void)fs_->Release(*fh);
+  const uint64_t fh = WriteAnewAndFailTheClose("f", "mine");
+  ASSERT_NE(fh, 0u);
+  (void)fs_->Release(fh);
   EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, "user.etag").status()), EIO);
   faults_->Clear();
   auto etag = fs_->GetXattr(ino, "user.etag");
@@ -1810,14 +1809,10 @@ TEST_F(FilesystemTest, TheEtagOfAFileWhoseCloseFailedIsAskedOfItsUpload) {
 // every 10 s until unmount.
 TEST_F(FilesystemTest, AFileWhoseNameADirectoryTookIsSetAsideNotRetried) {
   PutObject("k", "old");
-  const uint64_t ino = LookupIno(kRootIno, "k");
-  auto fh = fs_->Open(ino, O_WRONLY | O_TRUNC);
-  ASSERT_TRUE(fh.ok()) << fh.status().ToString();
-  ASSERT_TRUE(fs_->Write(*fh, 0, Bytes("mine")).ok());
-  faults_->FailAll(StoreOp::kPut,
-                   Status(StatusCode::kIsDirectory, "put k: a directory has that name"));
-  EXPECT_EQ(ErrnoFromStatus(fs_->Flush(*fh)), EIO);
-  (void)fs_->Release(*fh);
+  const uint64_t fh = WriteAnewAndFailTheClose(
+      "k", "mine", Status(StatusCode::kIsDirectory, "put k: a directory has that name"));
+  ASSERT_NE(fh, 0u);
+  (void)fs_->Release(fh);
   faults_->Clear();
   EXPECT_EQ(fs_->pending_uploads(), 0u);
   EXPECT_EQ(SetAside(options_.cache_dir)["k"], "mine");
