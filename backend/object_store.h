@@ -265,6 +265,9 @@ struct Capabilities {
   // 10,000 parts; SFTP: any range, 0s). Upload::part_size() already respects them.
   uint64_t min_part_size = 0;
   uint64_t max_parts = 0;
+  // Parts of one upload, copy or edit the store wants sent at once (S3: parallel_parts); 0:
+  // the mount's own bound (4).
+  size_t parts_in_flight = 0;
   // The longest key, in bytes, that the store accepts (S3: 1,024, less a mount's prefix); 0: no
   // limit beyond the names'. A name whose key would be longer fails at once with NameTooLong.
   uint64_t max_key_bytes = 0;

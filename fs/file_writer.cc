@@ -260,6 +260,12 @@ FileWriter::FileWriter(ObjectStore* store, StagingArea* staging, InodeTable* ino
           [this](const std::string& key) { meta_cache_->Invalidate(key); }),
       recovery_([this](LogLevel level, const std::string& line) { Log(level, line); }),
       caps_(store_->capabilities()) {
+  // A store's own bound (S3: parallel_parts) governs streamed uploads and edits as it does its
+  // puts and copies, on as many threads as it takes.
+  if (options_.stream_parts_in_flight > 0 && caps_.parts_in_flight > 0) {
+    options_.stream_parts_in_flight = caps_.parts_in_flight;
+    options_.stream_threads = std::max(options_.stream_threads, caps_.parts_in_flight);
+  }
   if (options_.stream_parts_in_flight > 0 && caps_.upload_sessions) {
     stream_pool_ = std::make_unique<IoPool>(std::max<size_t>(options_.stream_threads, 1));
   }

@@ -94,10 +94,11 @@ class FileWriter {
     std::function<void(uint64_t ino)> data_set_aside;
     // Files uploaded at once by the write-back thread and FlushAll.
     size_t upload_threads = 4;
-    // Parts of one file being written sent at once while it is written (fs/streamed_upload.h);
-    // 0: files go up whole at close.
+    // Parts of one file being written sent at once while it is written (fs/streamed_upload.h),
+    // and pieces of an edit; the store's Capabilities::parts_in_flight instead where it says
+    // one. 0: files go up whole at close.
     size_t stream_parts_in_flight = 4;
-    // Threads sending those parts, for all files.
+    // Threads sending those parts, for all files (at least the store's parts_in_flight).
     size_t stream_threads = 4;
     // One line per problem found in the background.
     LogFunction log;

@@ -582,6 +582,7 @@ Capabilities MemoryStore::capabilities() const {
   caps.utf8_keys = options_.utf8_keys;
   caps.user_xattrs = options_.user_xattrs;
   caps.max_object_size = options_.max_object_size;
+  caps.parts_in_flight = options_.parts_in_flight;
   if (options_.native_etags) {
     caps.min_part_size = options_.part_size;
     caps.max_parts = 10000;

@@ -40,6 +40,8 @@ struct MemoryStoreOptions {
   size_t max_metadata = 0;
   // Reported in capabilities() (0: no limit); puts are not checked against it.
   uint64_t max_object_size = 0;
+  // Reported in capabilities(): parts of one upload to send at once (0: the mount's default).
+  size_t parts_in_flight = 0;
   // As SFTP's posix-rename: rename() moves a file, or a directory with every key under it, in
   // one step, keeping content, metadata, mtime and version; it replaces a file or an empty
   // directory at the target. False: rename() is Unsupported, as on S3.

@@ -308,6 +308,7 @@ Capabilities S3Store::capabilities() const {
   c.copy_ranges = true;
   c.min_part_size = kMinPartSize;
   c.max_parts = kMaxParts;
+  c.parts_in_flight = static_cast<size_t>(options_.parallel_parts);
   c.max_key_bytes = kMaxKeyBytes;
   c.utf8_keys = true;
   c.user_xattrs = true;

@@ -349,7 +349,8 @@ std::vector<OptionSpec> BuildOptionSpecs() {
        .value_name = "N",
        .schemes = s3,
        .group = G::kS3,
-       .meaning = "parts in flight per upload or copy (1..256)",
+       .meaning = "parts in flight per upload, copy or edit, a file streamed while written "
+                  "included (1..256)",
        .default_value = "4",
        .apply = [](std::string_view name, std::string_view value, MountOptions& out,
                    OptionState&) -> Status {

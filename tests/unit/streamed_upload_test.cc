@@ -369,6 +369,11 @@ class FileWriterStreamTest : public ::testing::Test {
     auto staging = StagingArea::Open(dir_ + "/staging");
     ASSERT_TRUE(staging.ok());
     staging_ = std::move(*staging);
+    MakeWriter();
+  }
+  // The writer of store_, which sends at most 2 parts at once unless the store asks otherwise.
+  void MakeWriter() {
+    writer_.reset();
     FileWriter::Options options;
     options.writeback_thread = false;
     options.stream_parts_in_flight = 2;
@@ -440,6 +445,26 @@ TEST_F(FileWriterStreamTest, ANewFileStreamsPastOnePartAndCloseCompletesIt) {
   EXPECT_EQ(store_->starts.load(), 1);
   EXPECT_EQ(inode->stream, nullptr);
   EXPECT_EQ(metrics_.streamed_fallbacks.load(), 0u);
+}
+
+TEST_F(FileWriterStreamTest, TheStoresPartsInFlightBoundTheStreamAndItsThreads) {
+  // S3's parallel_parts=6: more parts at once than the writer's own bound and its threads.
+  MemoryStoreOptions options = SmallParts();
+  options.parts_in_flight = 6;
+  memory_ = std::make_shared<MemoryStore>(options);
+  store_ = std::make_shared<GatedStore>(memory_, &gate_);
+  MakeWriter();
+  gate_.Close();
+  std::shared_ptr<Inode> inode = Create("wide");
+  const std::string data = Pattern(kPart * 8, 'w');
+  Write(*inode, "wide", 0, data);
+  const bool six = Eventually([&] { return gate_.running() == 6; });
+  gate_.Open();  // (the parts held would keep the writer's end waiting)
+  EXPECT_TRUE(six) << gate_.running() << " parts in flight";
+  EXPECT_EQ(gate_.max_running(), 6);
+  MutexLock lock(&inode->mu);
+  ASSERT_TRUE(writer_->Upload(*inode, "wide").ok());
+  EXPECT_TRUE(memory_->contents("wide") == data);
 }
 
 TEST_F(FileWriterStreamTest, ASmallFileIsOnePut) {
