@@ -72,6 +72,7 @@
 #include "cache/store_db.h"
 #include "fs/errno_map.h"
 #include "fs/filesystem.h"
+#include "fs/object_metadata.h"
 #include "gtest/gtest.h"
 
 namespace objfs {
@@ -805,6 +806,10 @@ class ModelRun {
   // null with *error set when the store refuses it.
   std::shared_ptr<FileModel> PutTheirs(const Op& op, int64_t t0, std::string* error);
   std::string MetadataChange(const Op& op, bool* applied);
+  // Whether a chmod, chown or utimens leaves the object's metadata as it is, mode, owner and
+  // mtime all there: objfs makes no request for it then, and holds nothing
+  // (Filesystem::MutateMetadata).
+  bool LeavesStoredMetadata(const Op& op) const;
   std::string Crash();
   // Everything the mount shows, path -> state, through lookups and listings.
   std::string Observe(std::map<std::string, Snap>* out);
@@ -1375,6 +1380,24 @@ std::string ModelRun::ContestedPut(const Op& op, int64_t t0) {
   return AdvanceModel(1500);
 }
 
+bool ModelRun::LeavesStoredMetadata(const Op& op) const {
+  if (op.kind != Op::kChmod && op.kind != Op::kChown && op.kind != Op::kUtimens) return false;
+  Result<ObjectInfo> head = memory_->head(op.path);
+  if (!head.ok()) return false;
+  const PosixMetadata stored = ParsePosixMetadata(head->metadata);
+  if (!stored.mode || !stored.uid || !stored.gid || !stored.mtime_ns) return false;
+  uint32_t mode = *stored.mode;
+  uint32_t uid = *stored.uid;
+  uint32_t gid = *stored.gid;
+  int64_t mtime_ns = *stored.mtime_ns;
+  if (op.kind == Op::kChmod) mode = (mode & S_IFMT) | op.value;
+  if (op.kind == Op::kChown) uid = gid = op.value;
+  if (op.kind == Op::kUtimens) mtime_ns = static_cast<int64_t>(op.value) * kNsPerSec;
+  Metadata after = head->metadata;
+  SetPosixMetadata(mode, uid, gid, mtime_ns, &after);
+  return after == head->metadata;
+}
+
 std::string ModelRun::MetadataChange(const Op& op, bool* applied) {
   auto it = nodes_.find(op.path);
   if (it == nodes_.end() || it->second.kind == Kind::kLink) return "";
@@ -1388,6 +1411,8 @@ std::string ModelRun::MetadataChange(const Op& op, bool* applied) {
   *applied = true;
   auto ino = Ino(op.path);
   if (!ino.ok()) return Failed("lookup " + op.path, ino.status());
+  const bool changes_nothing = node.kind == Kind::kFile && !node.file->dirty &&
+                               !node.file->meta_held && LeavesStoredMetadata(op);
   Status s;
   if (op.kind == Op::kSetXattr) {
     s = fs_->SetXattr(*ino, op.path2, "v" + std::to_string(op.value), 0);
@@ -1454,6 +1479,7 @@ std::string ModelRun::MetadataChange(const Op& op, bool* applied) {
     return "";
   }
   change(f);
+  if (changes_nothing) return "";  // no request, and nothing held
   if (f.dirty) {
     if (config_.writeback > 0 && f.handles == 0) {
       // A closed file in the write-back window is accepted again with the change.
