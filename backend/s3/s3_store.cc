@@ -554,6 +554,36 @@ Result<ObjectInfo> S3Store::head(std::string_view key) {
   return InfoFromHeaders(key, again);
 }
 
+namespace {
+
+// A ranged GET's body must be the bytes its Content-Range names ("bytes FIRST-LAST/TOTAL"),
+// from `offset`, and fill the buffer unless the object ends first: a body cut short (a proxy, a
+// broken gateway) would otherwise read as the file's end, and cat would exit 0 with part of it.
+// (A server that sends no Content-Range is not checked.)
+Status CheckContentRange(const HttpResponse& resp, uint64_t offset, size_t wanted,
+                         const std::string& what) {
+  const std::string* range = resp.header("content-range");
+  if (range == nullptr) return Status::Ok();
+  unsigned long long first = 0;
+  unsigned long long last = 0;
+  unsigned long long total = 0;
+  int used = 0;
+  if (std::sscanf(range->c_str(), "bytes %llu-%llu/%llu%n", &first, &last, &total, &used) != 3 ||
+      static_cast<size_t>(used) != range->size() || last < first || last >= total) {
+    return IoError(what + ": the server's Content-Range '" + *range + "' does not parse");
+  }
+  const uint64_t span = last - first + 1;
+  if (first != offset || span != resp.buffer_bytes || span > wanted ||
+      (span < wanted && last + 1 != total)) {
+    return IoError(what + ": the server sent " + std::to_string(resp.buffer_bytes) +
+                   " bytes from " + std::to_string(offset) + " where its Content-Range says '" +
+                   *range + "' (" + std::to_string(wanted) + " asked): a reply cut short");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<size_t> S3Store::read(std::string_view key, uint64_t offset, std::span<std::byte> buf,
                              const ETag* if_match) {
   if (buf.empty()) return size_t{0};
@@ -573,6 +603,9 @@ Result<size_t> S3Store::read(std::string_view key, uint64_t offset, std::span<st
     // The server ignored the range and sent the whole object from 0: never hand those bytes
     // out as if they were at `offset`.
     return InternalError(req.what + ": server ignored the Range header");
+  }
+  if (resp.status == 206) {
+    OBJFS_RETURN_IF_ERROR(CheckContentRange(resp, offset, buf.size(), req.what));
   }
   return resp.buffer_bytes;
 }

@@ -579,6 +579,29 @@ TEST_F(S3StoreTest, RangedReadsAtEdges) {
   EXPECT_EQ(*straddle, 50u);
 }
 
+TEST_F(S3StoreTest, ARangedReadWhoseReplyFallsShortOfItsContentRangeFails) {
+  const std::string data = Pattern(600, 6);
+  ASSERT_TRUE(Put("k", data).ok());
+  std::unique_ptr<testing::FaultProxy> proxy;
+  std::shared_ptr<S3Store> store = StoreThrough(&proxy);
+  std::vector<std::byte> buf(900);
+  // A reply cut short on its way (a gateway): it says it holds bytes 0-899 of 1,000, and holds
+  // the 600 the object has. Taken as the object's end, `cat` would exit 0 with part of a file.
+  proxy->AddResponseHeader("GET /" + bucket_ + "/k ", "Content-Range: bytes 0-899/1000");
+  Result<size_t> cut = store->read("k", 0, buf, nullptr);
+  ASSERT_FALSE(cut.ok()) << "read " << *cut << " bytes as if the object ended there";
+  EXPECT_EQ(cut.status().code(), StatusCode::kIoError) << cut.status().ToString();
+  EXPECT_NE(cut.status().message().find("cut short"), std::string::npos) << cut.status().ToString();
+  // Replies that hold what their Content-Range says still read, up to the object's end.
+  proxy->AddResponseHeader("nothing", "", 0);
+  Result<size_t> whole = store->read("k", 0, buf, nullptr);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(*whole, data.size());
+  Result<size_t> tail = store->read("k", 550, buf, nullptr);
+  ASSERT_TRUE(tail.ok()) << tail.status().ToString();
+  EXPECT_EQ(*tail, 50u);
+}
+
 TEST_F(S3StoreTest, IfMatchMismatchIsPreconditionFailed) {
   ASSERT_TRUE(Put("k", "one").ok());
   ETag stale = ETag::FromMd5(Md5Of(std::string_view("other")));
