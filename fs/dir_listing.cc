@@ -42,7 +42,7 @@ bool Admit(const std::string& name, const std::string& sort_key, bool is_dir, Di
 
 bool IsValidName(std::string_view name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
-         name.size() <= kMaxNameBytes;
+         name.find('\0') == std::string_view::npos && name.size() <= kMaxNameBytes;
 }
 
 std::vector<ListedName> NamesOfPage(const Listing& page, const std::string& prefix,

@@ -64,7 +64,7 @@ std::vector<ListedName> NamesOfPage(const Listing& page, const std::string& pref
                                     const ObjectAttrs& attrs, int64_t implicit_mtime_ns,
                                     DirCursor* cursor, uint64_t* skipped);
 
-// `name` may be a file name: not empty, ".", ".." or over 255 bytes, and without '/'.
+// `name` may be a file name: not empty, ".", ".." or over 255 bytes, and without '/' or NUL.
 bool IsValidName(std::string_view name);
 
 }  // namespace objfs

@@ -132,6 +132,18 @@ TEST(IsValidNameTest, Rules) {
   EXPECT_FALSE(IsValidName("a/b"));
   EXPECT_TRUE(IsValidName(std::string(255, 'a')));
   EXPECT_FALSE(IsValidName(std::string(256, 'a')));
+  EXPECT_FALSE(IsValidName(std::string("a\0b", 3)));  // no POSIX name holds one
+}
+
+TEST_F(DirListingTest, AKeyHoldingANulIsSkippedAndTheRestListed) {
+  // A server may list one (url-encoded as %00); readdir of the whole directory failed on it.
+  Listing page;
+  page.objects = {Object("d/a"), Object(std::string("d/b\0c", 6)), Object("d/d")};
+  std::vector<ListedName> names = NamesOfPage(page, "d/", attrs_, 5, &cursor_, &skipped_);
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[0].name, "a");
+  EXPECT_EQ(names[1].name, "d");
+  EXPECT_EQ(skipped_, 1u);
 }
 
 }  // namespace
