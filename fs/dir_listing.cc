@@ -40,6 +40,14 @@ bool Admit(const std::string& name, const std::string& sort_key, bool is_dir, Di
 
 }  // namespace
 
+Status NoteListingToken(const std::string& prefix, const std::string& token,
+                        std::set<std::string, std::less<>>* seen) {
+  if (token.empty() || seen->insert(token).second) return Status::Ok();
+  return IoError("listing " + (prefix.empty() ? std::string("the bucket's root") : prefix) +
+                 ": the server gave the continuation token '" + token.substr(0, 64) +
+                 "' a second time, so its listing would never end");
+}
+
 bool IsValidName(std::string_view name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
          name.find('\0') == std::string_view::npos && name.size() <= kMaxNameBytes;

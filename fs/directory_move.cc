@@ -1,10 +1,14 @@
 #include "fs/directory_move.h"
 
+#include <functional>
 #include <future>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "cache/io_pool.h"
+#include "fs/dir_listing.h"
 
 namespace objfs {
 
@@ -15,8 +19,13 @@ Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string&
   std::vector<ObjectInfo> objects;
   ListOptions list;
   list.prefix = prefix;
+  std::set<std::string, std::less<>> tokens;
   do {
     OBJFS_ASSIGN_OR_RETURN(Listing page, store.list(list));
+    if (Status looped = NoteListingToken(prefix, page.next_token, &tokens); !looped.ok()) {
+      log(LogLevel::kError, "cannot rename directory " + from + ": " + looped.message());
+      return looped;
+    }
     for (ObjectInfo& obj : page.objects) objects.push_back(std::move(obj));
     if (objects.size() > max_objects) {
       Status refused = InvalidArgumentError("cannot rename directory " + from +

@@ -497,6 +497,10 @@ Result<std::vector<DirEntry>> Filesystem::ReadDirPage(uint64_t ino, DirCursor* c
     out.push_back(DirEntry{named.name, MakeEntry(attr, exact)});
   }
   skipped_names_.fetch_add(skipped);
+  if (Status looped = NoteListingToken(prefix, page.next_token, &cursor->tokens); !looped.ok()) {
+    Log(LogLevel::kError, looped.message());
+    return looped;
+  }
   cursor->token = page.next_token;
   const bool last_page = page.next_token.empty();
   page = Listing{};

@@ -395,6 +395,47 @@ TEST_F(FilesystemTest, NameLengthLimit) {
   EXPECT_EQ(ErrnoFromStatus(c.status()), ENAMETOOLONG);
 }
 
+// A server whose listing never ends: every page says another follows, with the same token.
+class EndlessListingStore : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Result<Listing> list(const ListOptions& options) override {
+    // (Where the mount would go on for ever, the test ends.)
+    if (++calls > 100) return IoError("the test's store was listed 100 times");
+    ListOptions first = options;  // the first page, whatever the token
+    first.continuation_token.clear();
+    OBJFS_ASSIGN_OR_RETURN(Listing page, ForwardingStore::list(first));
+    page.next_token = "again";
+    return page;
+  }
+  std::atomic<int> calls{0};
+};
+
+TEST_F(FilesystemTest, AListingThatNeverEndsFailsWithoutGoingOnForEver) {
+  ASSERT_TRUE(memory_->put("d/a", MemorySource("x"), {}).ok());
+  auto endless = std::make_shared<EndlessListingStore>(memory_);
+  FilesystemOptions options = options_;
+  options.cache_dir = cache_dir_ + "/endless";
+  auto fs = Filesystem::Create(endless, options, &metrics_, clock_);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto d = (*fs)->Lookup(kRootIno, "d");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  endless->calls = 0;
+  auto listed = (*fs)->ReadDir(d->attr.ino);
+  ASSERT_FALSE(listed.ok());
+  EXPECT_EQ(ErrnoFromStatus(listed.status()), EIO) << listed.status().ToString();
+  EXPECT_NE(listed.status().message().find("a second time"), std::string::npos)
+      << listed.status().ToString();
+  EXPECT_LE(endless->calls.load(), 2);
+  // So does a directory's rename, which lists every key under it first.
+  endless->calls = 0;
+  Status moved = (*fs)->Rename(kRootIno, "d", kRootIno, "e", 0);
+  EXPECT_EQ(ErrnoFromStatus(moved), EIO) << moved.ToString();
+  EXPECT_NE(moved.message().find("a second time"), std::string::npos) << moved.ToString();
+  EXPECT_LE(endless->calls.load(), 4);
+  EXPECT_EQ(memory_->contents("d/a"), "x");
+}
+
 TEST_F(FilesystemTest, NamesWithSpacesAndUnicode) {
   const std::string name = "r\xc3\xa9sum\xc3\xa9 final \xe2\x9c\x93.txt";
   uint64_t ino = WriteFile(kRootIno, name, "content");
