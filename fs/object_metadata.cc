@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 
 namespace objfs {
@@ -26,24 +27,34 @@ std::optional<std::string_view> Find(const Metadata& metadata, const char* name)
 }  // namespace
 
 std::optional<int64_t> ParseMtime(std::string_view text) {
-  bool negative = !text.empty() && text[0] == '-';
+  const bool negative = !text.empty() && text[0] == '-';
   if (negative) text.remove_prefix(1);
-  size_t dot = text.find('.');
-  auto secs = ParseUnsigned<int64_t>(text.substr(0, dot));
+  const size_t dot = text.find('.');
+  const std::string_view whole = text.substr(0, dot);
+  // Digits only: from_chars would take a second sign.
+  if (whole.empty() || whole[0] < '0' || whole[0] > '9') return std::nullopt;
+  auto secs = ParseUnsigned<uint64_t>(whole);
   if (!secs) return std::nullopt;
-  int64_t ns = 0;
+  uint64_t ns = 0;
   if (dot != std::string_view::npos) {
     std::string_view frac = text.substr(dot + 1);
     if (frac.empty()) return std::nullopt;
-    int64_t scale = 100000000;
+    uint64_t scale = 100000000;
     for (char c : frac) {
       if (c < '0' || c > '9') return std::nullopt;
-      ns += (c - '0') * scale;
+      ns += static_cast<uint64_t>(c - '0') * scale;
       scale /= 10;
     }
   }
-  int64_t total = *secs * 1000000000 + ns;
-  return negative ? -total : total;
+  // Another writer's value past what 64-bit nanoseconds hold (1677 to 2262) is malformed, not
+  // wrapped round to another date.
+  constexpr uint64_t kLargest = static_cast<uint64_t>(INT64_MAX);
+  const uint64_t limit = negative ? kLargest + 1 : kLargest;
+  if (*secs > limit / 1000000000) return std::nullopt;
+  const uint64_t total = *secs * 1000000000 + ns;  // below 2^64: secs is at most 9223372036
+  if (total > limit) return std::nullopt;
+  if (!negative) return static_cast<int64_t>(total);
+  return total == kLargest + 1 ? INT64_MIN : -static_cast<int64_t>(total);
 }
 
 std::string FormatMtime(int64_t mtime_ns) {
@@ -91,8 +102,14 @@ uint64_t ParseRdev(const Metadata& metadata) {
 PosixMetadata ParsePosixMetadata(const Metadata& metadata) {
   PosixMetadata out;
   if (auto v = Find(metadata, kModeMetadata)) out.mode = ParseUnsigned<uint32_t>(*v);
-  if (auto v = Find(metadata, kUidMetadata)) out.uid = ParseUnsigned<uint32_t>(*v);
-  if (auto v = Find(metadata, kGidMetadata)) out.gid = ParseUnsigned<uint32_t>(*v);
+  // (uid_t)-1 is no account's: chown's "leave it as it is". The mount's own shows instead.
+  auto owner = [](std::string_view text) -> std::optional<uint32_t> {
+    std::optional<uint32_t> id = ParseUnsigned<uint32_t>(text);
+    if (id == UINT32_MAX) return std::nullopt;
+    return id;
+  };
+  if (auto v = Find(metadata, kUidMetadata)) out.uid = owner(*v);
+  if (auto v = Find(metadata, kGidMetadata)) out.gid = owner(*v);
   if (auto v = Find(metadata, kMtimeMetadata)) out.mtime_ns = ParseMtime(*v);
   return out;
 }

@@ -36,6 +36,29 @@ TEST(ObjectMetadataTest, MtimeFormats) {
   EXPECT_EQ(ParseMtime(FormatMtime(-1500000000)), int64_t{-1500000000});
 }
 
+TEST(ObjectMetadataTest, TimesPastWhatNanosecondsHoldAreMalformed) {
+  // Another writer's metadata: 64-bit nanoseconds end in 2262 (and begin in 1677). Past that
+  // the product overflowed, and 99999999999999999 showed as 1889.
+  EXPECT_FALSE(ParseMtime("99999999999999999").has_value());
+  EXPECT_FALSE(ParseMtime("9223372037").has_value());
+  EXPECT_FALSE(ParseMtime("-99999999999").has_value());
+  EXPECT_FALSE(ParseMtime("18446744073").has_value());
+  EXPECT_FALSE(ParseMtime("9223372036.9").has_value());
+  EXPECT_EQ(ParseMtime("9223372036.854775807"), INT64_MAX);
+  EXPECT_EQ(ParseMtime("-9223372036.854775807"), -INT64_MAX);
+  EXPECT_EQ(ParseMtime(FormatMtime(INT64_MAX)), INT64_MAX);
+  // One sign at most, before the digits.
+  EXPECT_FALSE(ParseMtime("--5").has_value());
+  EXPECT_FALSE(ParseMtime("-+5").has_value());
+  EXPECT_FALSE(ParseMtime("+5").has_value());
+  EXPECT_FALSE(ParseMtime("5.-1").has_value());
+  // The owner no account has ((uid_t)-1, chown's "leave it") is none: the mount's own shows.
+  PosixMetadata p = ParsePosixMetadata({{"uid", "4294967295"}, {"gid", "4294967295"}});
+  EXPECT_FALSE(p.uid.has_value());
+  EXPECT_FALSE(p.gid.has_value());
+  EXPECT_EQ(ParsePosixMetadata({{"uid", "4294967294"}}).uid, 4294967294u);
+}
+
 TEST(ObjectMetadataTest, AtimeAndCtimeAreTheMtimeUnlessStored) {
   const int64_t mtime = int64_t{1700000000} * 1000000000;
   StoredTimes none = StoredTimesOf({{"mtime", "1700000000"}}, mtime);
