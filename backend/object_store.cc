@@ -61,6 +61,13 @@ Result<ObjectInfo> ObjectStore::symlink(std::string_view key, std::string_view t
 
 Result<std::string> ObjectStore::read_link(std::string_view key) { return ReadAll(*this, key); }
 
+Status LinkTargetTooLong(std::string_view key, uint64_t size) {
+  return Status(StatusCode::kNameTooLong, "the symbolic link " + std::string(key) +
+                                              " holds a target of " + std::to_string(size) +
+                                              " bytes, longer than a path may be (" +
+                                              std::to_string(kMaxLinkTarget) + ")");
+}
+
 Result<StoreSpace> ObjectStore::space() {
   return UnsupportedError(describe() + " has no capacity to report");
 }

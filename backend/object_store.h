@@ -563,6 +563,11 @@ class ForwardingStore : public ObjectStore {
   std::shared_ptr<ObjectStore> target_;
 };
 
+// The longest target a symbolic link may have: a path (PATH_MAX, less its NUL).
+inline constexpr uint64_t kMaxLinkTarget = 4095;
+// NameTooLong, for a link `key` whose target takes `size` bytes, above kMaxLinkTarget.
+Status LinkTargetTooLong(std::string_view key, uint64_t size);
+
 // Reads the whole object into a string (tests and small objects only).
 Result<std::string> ReadAll(ObjectStore& store, std::string_view key);
 

@@ -242,7 +242,18 @@ Result<std::string> Filesystem::ReadLink(uint64_t ino) {
   if ((rec.mode & S_IFMT) != S_IFLNK) {
     return InvalidArgumentError(key + " is not a symbolic link");
   }
-  return store_->read_link(key);
+  // Another writer's object may say it is a link and hold gigabytes: no target longer than a
+  // path is fetched into memory. (Nor given to the kernel, which would refuse it and fail
+  // readlink with EIO: an SFTP server answers with the target itself.)
+  Result<std::string> target =
+      rec.size > kMaxLinkTarget ? LinkTargetTooLong(key, rec.size) : store_->read_link(key);
+  if (target.ok() && target->size() > kMaxLinkTarget) {
+    target = LinkTargetTooLong(key, target->size());
+  }
+  if (!target.ok() && target.status().code() == StatusCode::kNameTooLong) {
+    Log(LogLevel::kWarn, "readlink: " + target.status().message());
+  }
+  return target;
 }
 
 }  // namespace objfs

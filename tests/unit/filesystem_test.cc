@@ -1536,6 +1536,26 @@ TEST_F(FilesystemTest, SymlinkAndReadlink) {
   EXPECT_EQ(*target, "../target/file");
 }
 
+// Another writer's object whose mode says symbolic link, of any size: none longer than a path
+// (4,095 bytes) is fetched, where 100 MB of one took 100 MB of memory and then failed in the
+// kernel with EIO and a log line that named nothing.
+TEST_F(FilesystemTest, ALinkTargetLongerThanAPathIsRefusedWithoutFetchingIt) {
+  PutOptions link;
+  link.metadata = {{"mode", std::to_string(S_IFLNK | 0777)}};
+  ASSERT_TRUE(memory_->put("long", MemorySource(std::string(5000, 'x')), link).ok());
+  ASSERT_TRUE(memory_->put("longest", MemorySource(std::string(4095, 'y')), link).ok());
+  const uint64_t ino = LookupIno(kRootIno, "long");
+  const uint64_t reads = metrics_.read_requests.load();
+  auto refused = fs_->ReadLink(ino);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(ErrnoFromStatus(refused.status()), ENAMETOOLONG) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("long"), std::string::npos);
+  EXPECT_EQ(metrics_.read_requests.load(), reads) << "fetched a target no path can be";
+  auto longest = fs_->ReadLink(LookupIno(kRootIno, "longest"));
+  ASSERT_TRUE(longest.ok()) << longest.status().ToString();
+  EXPECT_EQ(*longest, std::string(4095, 'y'));
+}
+
 // mknod of a FIFO, socket or device: a zero-byte object with the type in "mode" (and a
 // device's number in "rdev"), seen the same by the next mount.
 TEST_F(FilesystemTest, MkNodMakesAnEmptyObjectOfThatType) {
