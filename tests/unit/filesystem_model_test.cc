@@ -810,6 +810,16 @@ class ModelRun {
   // mtime all there: objfs makes no request for it then, and holds nothing
   // (Filesystem::MutateMetadata).
   bool LeavesStoredMetadata(const Op& op) const;
+  // README: an open (not O_TRUNC) of a multipart object applies the metadata change held for
+  // it at once, as the self-copy may give it a new ETag that would fail the handle's reads.
+  void OpenedStored(FileModel& f, const std::string& path) {
+    if (config_.sftp || !f.meta_held || f.staged) return;
+    Result<ObjectInfo> head = memory_->head(path);
+    if (!head.ok() || head->etag.is_plain_md5()) return;
+    f.meta_held = false;
+    if (!f.dirty) f.due.reset();
+    Durable(path);
+  }
   std::string Crash();
   // Everything the mount shows, path -> state, through lookups and listings.
   std::string Observe(std::map<std::string, Snap>* out);
@@ -911,6 +921,7 @@ std::string ModelRun::Apply(const Op& op, bool* applied) {
           if (!i.ok()) return Failed("lookup " + op.path, i.status());
           auto h = fs_->Open(*i, flags);
           if (!h.ok()) return Failed("open", h.status());
+          if (!trunc) OpenedStored(*node->file, op.path);
           fh = *h;
           ino = *i;
         } else {
@@ -1553,6 +1564,7 @@ std::string ModelRun::CheckFile(
   }
   // A reader's open and close, as cat's: the model's rules for close apply.
   if (read) {
+    OpenedStored(*f, path);
     f->handles++;
     auto data = ReadWhole(ino);
     CloseModel(*f, false);
