@@ -375,7 +375,11 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) {
   auto extra = ExtraMetadata(ino);
   if (extra.ok()) {
     OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(*extra));
-    for (const auto& [name, value] : xattrs) names.push_back(name);
+    // Only names a read gives: another writer's metadata may hold other namespaces' (whose
+    // reads are unsupported here) or objfs's own (answered by objfs, listed above).
+    for (const auto& [name, value] : xattrs) {
+      if (IsUserXattr(name) && !IsReservedXattr(name)) names.push_back(name);
+    }
   } else if (extra.status().code() != StatusCode::kNotFound) {
     return extra.status();
   }

@@ -33,6 +33,7 @@
 #include "cache/staging.h"
 #include "fs/errno_map.h"
 #include "fs/object_metadata.h"
+#include "fs/xattr.h"
 #include "gtest/gtest.h"
 
 namespace objfs {
@@ -1375,6 +1376,25 @@ TEST_F(FilesystemTest, ExtendedAttributesOutsideUserAreUnsupported) {
   }
   EXPECT_EQ(ErrnoFromStatus(fs_->GetXattr(ino, "user.missing").status()), ENODATA);
   EXPECT_EQ(ErrnoFromStatus(fs_->RemoveXattr(ino, "user.missing")), ENODATA);
+}
+
+// Another writer's "xattr" metadata may hold names of other namespaces, or objfs's own: listed,
+// getfattr -d, rsync -aX and cp --preserve=xattr then failed on reading them.
+TEST_F(FilesystemTest, OnlyTheAttributesAReadGivesAreListed) {
+  PutOptions put;
+  put.metadata = {{"xattr", EncodeXattrs({{"security.capability", "c"},
+                                          {"trusted.x", "t"},
+                                          {"user.a", "1"},
+                                          {"user.etag", "not it"},
+                                          {"user.objfs.stats", "s"}})}};
+  ASSERT_TRUE(memory_->put("f", MemorySource("data"), put).ok());
+  const uint64_t ino = LookupIno(kRootIno, "f");
+  auto names = fs_->ListXattr(ino);
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(*names, (std::vector<std::string>{"user.etag", "user.a"}));
+  for (const std::string& name : *names) {
+    EXPECT_TRUE(fs_->GetXattr(ino, name).ok()) << name;
+  }
 }
 
 TEST_F(FilesystemTest, RenameNoReplaceAndExchange) {
