@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -115,10 +116,16 @@ std::string WithoutAwsChunked(std::string_view value) {
 }
 
 // Size, ETag, mtime, content type, user metadata and encryption from a HEAD or GET reply.
-ObjectInfo InfoFromHeaders(std::string_view key, const HttpResponse& r) {
+Result<ObjectInfo> InfoFromHeaders(std::string_view key, const HttpResponse& r) {
   ObjectInfo info;
   info.key = std::string(key);
-  if (const std::string* v = r.header("content-length")) info.size = std::stoull(*v);
+  if (const std::string* v = r.header("content-length")) {
+    const auto [end, error] = std::from_chars(v->data(), v->data() + v->size(), info.size);
+    if (error != std::errc() || end != v->data() + v->size()) {
+      return IoError("HEAD " + std::string(key) + ": the server's Content-Length '" +
+                     v->substr(0, 64) + "' is not a size objfs can take");
+    }
+  }
   if (const std::string* v = r.header("etag")) info.etag = ETag::Parse(*v);
   if (const std::string* v = r.header("last-modified")) {
     int64_t t = ParseHttpDate(*v);

@@ -602,6 +602,20 @@ TEST_F(S3StoreTest, ARangedReadWhoseReplyFallsShortOfItsContentRangeFails) {
   EXPECT_EQ(*tail, 50u);
 }
 
+TEST_F(S3StoreTest, AHeadWhoseSizeIsNoNumberFailsSayingSo) {
+  ASSERT_TRUE(Put("k", "data").ok());
+  std::unique_ptr<testing::FaultProxy> proxy;
+  std::shared_ptr<S3Store> store = StoreThrough(&proxy);
+  // Past what 64 bits hold: the message said only "stoull".
+  proxy->AddResponseHeader("HEAD /" + bucket_ + "/k ", "Content-Length: 99999999999999999999999");
+  Result<ObjectInfo> head = store->head("k");
+  ASSERT_FALSE(head.ok());
+  EXPECT_EQ(head.status().code(), StatusCode::kIoError) << head.status().ToString();
+  EXPECT_NE(head.status().message().find("Content-Length '99999999999999999999999'"),
+            std::string::npos)
+      << head.status().ToString();
+}
+
 TEST_F(S3StoreTest, IfMatchMismatchIsPreconditionFailed) {
   ASSERT_TRUE(Put("k", "one").ok());
   ETag stale = ETag::FromMd5(Md5Of(std::string_view("other")));
