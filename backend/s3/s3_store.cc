@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -571,20 +572,38 @@ Status CheckContentRange(const HttpResponse& resp, uint64_t offset, size_t wante
                          const std::string& what) {
   const std::string* range = resp.header("content-range");
   if (range == nullptr) return Status::Ok();
-  unsigned long long first = 0;
-  unsigned long long last = 0;
-  unsigned long long total = 0;
-  int used = 0;
-  if (std::sscanf(range->c_str(), "bytes %llu-%llu/%llu%n", &first, &last, &total, &used) != 3 ||
-      static_cast<size_t>(used) != range->size() || last < first || last >= total) {
-    return IoError(what + ": the server's Content-Range '" + *range + "' does not parse");
+  // "bytes FIRST-LAST/TOTAL", TOTAL "*" where the server does not know it.
+  std::string_view rest = *range;
+  auto take_number = [&rest](uint64_t* value) {
+    const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), *value);
+    if (error != std::errc() || end == rest.data()) return false;
+    rest.remove_prefix(static_cast<size_t>(end - rest.data()));
+    return true;
+  };
+  auto take = [&rest](std::string_view text) {
+    if (!rest.starts_with(text)) return false;
+    rest.remove_prefix(text.size());
+    return true;
+  };
+  uint64_t first = 0;
+  uint64_t last = 0;
+  std::optional<uint64_t> total;
+  bool parsed = take("bytes ") && take_number(&first) && take("-") && take_number(&last) &&
+                take("/") && last >= first;
+  if (parsed && !take("*")) parsed = take_number(&total.emplace()) && last < *total;
+  if (!parsed || !rest.empty()) {
+    return IoError(what + ": the server's Content-Range '" + range->substr(0, 96) +
+                   "' does not parse");
   }
   const uint64_t span = last - first + 1;
+  // Short of what was asked only where the object ends (or where its end is not known).
+  const bool ends_there = !total || last + 1 == *total;
   if (first != offset || span != resp.buffer_bytes || span > wanted ||
-      (span < wanted && last + 1 != total)) {
+      (span < wanted && !ends_there)) {
     return IoError(what + ": the server sent " + std::to_string(resp.buffer_bytes) +
                    " bytes from " + std::to_string(offset) + " where its Content-Range says '" +
-                   *range + "' (" + std::to_string(wanted) + " asked): a reply cut short");
+                   range->substr(0, 96) + "' (" + std::to_string(wanted) +
+                   " asked): a reply cut short");
   }
   return Status::Ok();
 }

@@ -592,6 +592,17 @@ TEST_F(S3StoreTest, ARangedReadWhoseReplyFallsShortOfItsContentRangeFails) {
   ASSERT_FALSE(cut.ok()) << "read " << *cut << " bytes as if the object ended there";
   EXPECT_EQ(cut.status().code(), StatusCode::kIoError) << cut.status().ToString();
   EXPECT_NE(cut.status().message().find("cut short"), std::string::npos) << cut.status().ToString();
+  // One that does not parse is no range either.
+  proxy->AddResponseHeader("GET /" + bucket_ + "/k ", "Content-Range: bytes -0-599/600");
+  Result<size_t> garbled = store->read("k", 0, buf, nullptr);
+  ASSERT_FALSE(garbled.ok());
+  EXPECT_NE(garbled.status().message().find("does not parse"), std::string::npos)
+      << garbled.status().ToString();
+  // A total the server does not know ("*") leaves the end where the body ends.
+  proxy->AddResponseHeader("GET /" + bucket_ + "/k ", "Content-Range: bytes 0-599/*");
+  Result<size_t> unknown = store->read("k", 0, buf, nullptr);
+  ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
+  EXPECT_EQ(*unknown, data.size());
   // Replies that hold what their Content-Range says still read, up to the object's end.
   proxy->AddResponseHeader("nothing", "", 0);
   Result<size_t> whole = store->read("k", 0, buf, nullptr);
