@@ -1315,8 +1315,16 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
   const std::vector<EditPiece> pieces =
       EditPieces(inode.touched, base.size, size, upload.part_size(), upload.whole_parts());
   const FileSource source = inode.staged->Source();
-  // Copies of the untouched ranges and uploads of the others, a few at a time.
+  // Copies of the untouched ranges and uploads of the others, as many at a time as a streamed
+  // upload sends (the store's parallel_parts).
   std::vector<std::future<Status>> parts;
+  size_t collected = 0;
+  auto collect = [&] {
+    Status s = parts[collected++].get();
+    // The first real failure, not a piece skipped for it.
+    if (!s.ok() && (failed.ok() || failed.code() == StatusCode::kCancelled)) failed = s;
+  };
+  const size_t at_once = std::max<size_t>(options_.stream_parts_in_flight, 1);
   // Once a piece failed the upload is given up: pieces not started yet are skipped (on a server
   // that stopped answering each would wait operation_timeout, stream_threads at a time).
   std::atomic<bool> gave_up{false};
@@ -1326,6 +1334,8 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
     const bool copy = piece.copy;
     if (!failed.ok() || gave_up.load()) break;
     if (copy && whole_copied) continue;
+    while (parts.size() - collected >= at_once) collect();
+    if (!failed.ok() || gave_up.load()) break;
     if (!copy) failed = FetchStaged(inode, key, offset, length);
     if (!failed.ok()) break;
     parts.push_back(stream_pool_->Async([&upload, &source, &base, &gave_up, offset, length, copy] {
@@ -1336,11 +1346,7 @@ std::optional<Result<ObjectInfo>> FileWriter::UploadEdit(Inode& inode, const std
       return sent;
     }));
   }
-  for (std::future<Status>& done : parts) {
-    Status s = done.get();
-    // The first real failure, not a piece skipped for it.
-    if (!s.ok() && (failed.ok() || failed.code() == StatusCode::kCancelled)) failed = s;
-  }
+  while (collected < parts.size()) collect();
   if (failed.ok()) {
     PutOptions put;
     put.metadata = metadata;

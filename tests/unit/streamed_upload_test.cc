@@ -141,6 +141,7 @@ class GatedUpload : public ForwardingUpload {
   Status write(uint64_t offset, const ByteSource& source, uint64_t source_offset,
                uint64_t length) override {
     OBJFS_RETURN_IF_ERROR(gate_->Enter());
+    copies_at_write = copies.load();
     return ForwardingUpload::write(offset, source, source_offset, length);
   }
   Status copy(uint64_t offset, const ObjectInfo& base, uint64_t base_offset,
@@ -153,6 +154,8 @@ class GatedUpload : public ForwardingUpload {
     return ForwardingUpload::abort();
   }
   static inline std::atomic<int> copies{0};
+  // The copies begun when the last write left the gate.
+  static inline std::atomic<int> copies_at_write{0};
 
  private:
   Gate* gate_;
@@ -619,6 +622,36 @@ TEST_F(FileWriterStreamTest, AnEditCopiesTheUntouchedPartsOfItsBase) {
   ASSERT_TRUE(writer_->Upload(*inode, "edit").ok());
   EXPECT_TRUE(memory_->contents("edit") == model);
   EXPECT_EQ(GatedUpload::copies.load(), 5 + 6);
+}
+
+// parallel_parts=1, for a server that throttles: an edit's pieces go one at a time too.
+TEST_F(FileWriterStreamTest, AnEditSendsNoMorePiecesAtOnceThanTheStoreSays) {
+  MemoryStoreOptions options = SmallParts();
+  options.parts_in_flight = 1;
+  memory_ = std::make_shared<MemoryStore>(options);
+  store_ = std::make_shared<GatedStore>(memory_, &gate_);
+  MakeWriter();
+  std::string model = Pattern(kPart * 6, 'x');
+  ASSERT_TRUE(memory_->put("edit", MemorySource(model), {}).ok());
+  std::shared_ptr<Inode> inode = StageStored(*this, "edit");
+  Write(*inode, "edit", kPart * 2 + 100, "patch");  // pieces: copies of 0, 1, 3, 4, 5; write 2
+  model.replace(kPart * 2 + 100, 5, "patch");
+  GatedUpload::copies = 0;
+  gate_.Close();
+  Status uploaded;
+  std::thread close([&] {
+    MutexLock lock(&inode->mu);
+    uploaded = writer_->Upload(*inode, "edit");
+  });
+  const bool waiting = Eventually([&] { return gate_.running() == 1; });  // the write
+  gate_.Open();
+  close.join();
+  ASSERT_TRUE(waiting);
+  ASSERT_TRUE(uploaded.ok()) << uploaded.ToString();
+  EXPECT_TRUE(memory_->contents("edit") == model);
+  // The copy after the write starts once the write is done, not while it waits.
+  EXPECT_EQ(GatedUpload::copies_at_write.load(), 2) << "pieces of the edit sent at once";
+  EXPECT_EQ(GatedUpload::copies.load(), 5);
 }
 
 // An edit that holds every byte (read here) but is still built on the version it was opened
