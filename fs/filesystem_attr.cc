@@ -376,9 +376,14 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) {
   if (extra.ok()) {
     OBJFS_ASSIGN_OR_RETURN(XattrMap xattrs, XattrsOf(*extra));
     // Only names a read gives: another writer's metadata may hold other namespaces' (whose
-    // reads are unsupported here) or objfs's own (answered by objfs, listed above).
+    // reads are unsupported here), objfs's own (answered by objfs, listed above), or names the
+    // kernel refuses to ask for (longer than XATTR_NAME_MAX, or holding a NUL, which would
+    // split the list).
     for (const auto& [name, value] : xattrs) {
-      if (IsUserXattr(name) && !IsReservedXattr(name)) names.push_back(name);
+      if (IsUserXattr(name) && !IsReservedXattr(name) && name.size() <= kMaxXattrName &&
+          name.find('\0') == std::string::npos) {
+        names.push_back(name);
+      }
     }
   } else if (extra.status().code() != StatusCode::kNotFound) {
     return extra.status();

@@ -27,6 +27,9 @@ inline constexpr char kStatsXattr[] = "user.objfs.stats";
 
 using XattrMap = std::map<std::string, std::string>;
 
+// The longest attribute name the kernel asks for (XATTR_NAME_MAX).
+inline constexpr size_t kMaxXattrName = 255;
+
 // user.etag and everything under user.objfs.
 bool IsReservedXattr(std::string_view name);
 // Names in the "user." namespace (the only one objfs stores).

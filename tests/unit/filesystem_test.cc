@@ -1386,7 +1386,9 @@ TEST_F(FilesystemTest, OnlyTheAttributesAReadGivesAreListed) {
                                           {"trusted.x", "t"},
                                           {"user.a", "1"},
                                           {"user.etag", "not it"},
-                                          {"user.objfs.stats", "s"}})}};
+                                          {"user.objfs.stats", "s"},
+                                          {"user." + std::string(251, 'n'), "long"},
+                                          {std::string("user.b\0c", 8), "nul"}})}};
   ASSERT_TRUE(memory_->put("f", MemorySource("data"), put).ok());
   const uint64_t ino = LookupIno(kRootIno, "f");
   auto names = fs_->ListXattr(ino);
