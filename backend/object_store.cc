@@ -59,7 +59,13 @@ Result<ObjectInfo> ObjectStore::symlink(std::string_view key, std::string_view t
   return put(key, MemorySource(target), options);
 }
 
-Result<std::string> ObjectStore::read_link(std::string_view key) { return ReadAll(*this, key); }
+Result<std::string> ObjectStore::read_link(std::string_view key) {
+  // The size asked now, not the one a cache kept: the object may have been replaced since by
+  // one of gigabytes, which must not be fetched into memory.
+  OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, head(key));
+  if (info.size > kMaxLinkTarget) return LinkTargetTooLong(key, info.size);
+  return ReadAll(*this, key);
+}
 
 Status LinkTargetTooLong(std::string_view key, uint64_t size) {
   return Status(StatusCode::kNameTooLong, "the symbolic link " + std::string(key) +

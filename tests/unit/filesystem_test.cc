@@ -1576,6 +1576,14 @@ TEST_F(FilesystemTest, ALinkTargetLongerThanAPathIsRefusedWithoutFetchingIt) {
   auto longest = fs_->ReadLink(LookupIno(kRootIno, "longest"));
   ASSERT_TRUE(longest.ok()) << longest.status().ToString();
   EXPECT_EQ(*longest, std::string(4095, 'y'));
+  // Replaced by a long one after the mount looked it up: the store's readlink asks the size
+  // again before it fetches.
+  const uint64_t replaced = LookupIno(kRootIno, "longest");
+  ASSERT_TRUE(memory_->put("longest", MemorySource(std::string(1 << 20, 'z')), link).ok());
+  auto stale = memory_->read_link("longest");
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), StatusCode::kNameTooLong) << stale.status().ToString();
+  EXPECT_EQ(ErrnoFromStatus(fs_->ReadLink(replaced).status()), ENAMETOOLONG);
 }
 
 // mknod of a FIFO, socket or device: a zero-byte object with the type in "mode" (and a
