@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -568,12 +569,25 @@ namespace {
 // from `offset`, and fill the buffer unless the object ends first: a body cut short (a proxy, a
 // broken gateway) would otherwise read as the file's end, and cat would exit 0 with part of it.
 // (A server that sends no Content-Range is not checked.)
+// Whether `text` begins with `prefix`, letters in either case (HTTP's range unit is so).
+bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
+  if (text.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(text[i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
 Status CheckContentRange(const HttpResponse& resp, uint64_t offset, size_t wanted,
                          const std::string& what) {
   const std::string* range = resp.header("content-range");
   if (range == nullptr) return Status::Ok();
+  // An empty object's "bytes */0" (older RGW answered a range of one so, not with 416).
+  if (resp.buffer_bytes == 0 && StartsWithNoCase(*range, "bytes */")) return Status::Ok();
   // "bytes FIRST-LAST/TOTAL", TOTAL "*" where the server does not know it.
   std::string_view rest = *range;
+  const bool unit = StartsWithNoCase(rest, "bytes ");
+  if (unit) rest.remove_prefix(6);
   auto take_number = [&rest](uint64_t* value) {
     const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), *value);
     if (error != std::errc() || end == rest.data()) return false;
@@ -588,8 +602,8 @@ Status CheckContentRange(const HttpResponse& resp, uint64_t offset, size_t wante
   uint64_t first = 0;
   uint64_t last = 0;
   std::optional<uint64_t> total;
-  bool parsed = take("bytes ") && take_number(&first) && take("-") && take_number(&last) &&
-                take("/") && last >= first;
+  bool parsed =
+      unit && take_number(&first) && take("-") && take_number(&last) && take("/") && last >= first;
   if (parsed && !take("*")) parsed = take_number(&total.emplace()) && last < *total;
   if (!parsed || !rest.empty()) {
     return IoError(what + ": the server's Content-Range '" + range->substr(0, 96) +
@@ -624,7 +638,22 @@ Result<size_t> S3Store::read(std::string_view key, uint64_t offset, std::span<st
   }
   req.response_buffer = buf;
   OBJFS_ASSIGN_OR_RETURN(HttpResponse resp, Execute(req));
-  if (resp.status == 416) return size_t{0};  // at or past the end
+  if (resp.status == 416) {
+    // At or past the end. A server that refuses a range that starts inside the object (one
+    // running past its end) would make the file read short: its "bytes */TOTAL" tells.
+    const std::string* range = resp.header("content-range");
+    uint64_t total = 0;
+    if (range != nullptr && StartsWithNoCase(*range, "bytes */")) {
+      const std::string_view digits = std::string_view(*range).substr(8);
+      const auto [end, error] =
+          std::from_chars(digits.data(), digits.data() + digits.size(), total);
+      if (error == std::errc() && end == digits.data() + digits.size() && offset < total) {
+        return IoError(req.what + ": the server refuses a range from " + std::to_string(offset) +
+                       " of an object it says holds " + std::to_string(total) + " bytes");
+      }
+    }
+    return size_t{0};
+  }
   if (resp.status == 200 && offset != 0) {
     // The server ignored the range and sent the whole object from 0: never hand those bytes
     // out as if they were at `offset`.

@@ -603,6 +603,16 @@ TEST_F(S3StoreTest, ARangedReadWhoseReplyFallsShortOfItsContentRangeFails) {
   Result<size_t> unknown = store->read("k", 0, buf, nullptr);
   ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
   EXPECT_EQ(*unknown, data.size());
+  // The unit in either case.
+  proxy->AddResponseHeader("GET /" + bucket_ + "/k ", "Content-Range: Bytes 0-599/600");
+  Result<size_t> capital = store->read("k", 0, buf, nullptr);
+  ASSERT_TRUE(capital.ok()) << capital.status().ToString();
+  EXPECT_EQ(*capital, data.size());
+  // A refusal of a range that starts inside the object (416) is no end of it.
+  proxy->AddResponseHeader("GET /" + bucket_ + "/k ", "Content-Range: bytes */600", 416);
+  Result<size_t> refused = store->read("k", 100, buf, nullptr);
+  ASSERT_FALSE(refused.ok()) << "read " << *refused << " bytes at 100 of 600";
+  EXPECT_EQ(refused.status().code(), StatusCode::kIoError) << refused.status().ToString();
   // Replies that hold what their Content-Range says still read, up to the object's end.
   proxy->AddResponseHeader("nothing", "", 0);
   Result<size_t> whole = store->read("k", 0, buf, nullptr);
@@ -611,6 +621,9 @@ TEST_F(S3StoreTest, ARangedReadWhoseReplyFallsShortOfItsContentRangeFails) {
   Result<size_t> tail = store->read("k", 550, buf, nullptr);
   ASSERT_TRUE(tail.ok()) << tail.status().ToString();
   EXPECT_EQ(*tail, 50u);
+  Result<size_t> end = store->read("k", 600, buf, nullptr);  // the server's own 416
+  ASSERT_TRUE(end.ok()) << end.status().ToString();
+  EXPECT_EQ(*end, 0u);
 }
 
 TEST_F(S3StoreTest, AHeadWhoseSizeIsNoNumberFailsSayingSo) {
