@@ -1,5 +1,6 @@
 #include "fs/dir_listing.h"
 
+#include <functional>
 #include <string_view>
 
 namespace objfs {
@@ -41,8 +42,8 @@ bool Admit(const std::string& name, const std::string& sort_key, bool is_dir, Di
 }  // namespace
 
 Status NoteListingToken(const std::string& prefix, const std::string& token,
-                        std::set<std::string, std::less<>>* seen) {
-  if (token.empty() || seen->insert(token).second) return Status::Ok();
+                        std::set<uint64_t>* seen) {
+  if (token.empty() || seen->insert(std::hash<std::string>{}(token)).second) return Status::Ok();
   return IoError("listing " + (prefix.empty() ? std::string("the bucket's root") : prefix) +
                  ": the server gave the continuation token '" + token.substr(0, 64) +
                  "' a second time, so its listing would never end");

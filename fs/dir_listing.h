@@ -42,15 +42,16 @@ struct DirCursor {
   std::string last_sort_key;  // of the last listed name ("name" or "name/")
   // Files staged here but not uploaded, given after the last page unless the listing had them.
   std::set<std::string, std::less<>> local_names;
-  // The continuation tokens the store's pages gave (NoteListingToken).
-  std::set<std::string, std::less<>> tokens;
+  // The continuation tokens the store's pages gave, hashed (NoteListingToken): 8 bytes a
+  // page, however long the tokens.
+  std::set<uint64_t> tokens;
 };
 
 // Notes `token`, the continuation token a page of the store's listing of `prefix` gave (empty
 // on the last page), among those `seen` before. One given a second time makes a listing that
 // would never end (a broken server): an IoError, rather than requests for ever.
 Status NoteListingToken(const std::string& prefix, const std::string& token,
-                        std::set<std::string, std::less<>>* seen);
+                        std::set<uint64_t>* seen);
 
 // A directory listing names kept in DirCursor::names at most; past it none are (the cache then
 // records no listing: memory stays bounded for huge directories).

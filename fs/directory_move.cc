@@ -19,7 +19,7 @@ Status MoveDirectoryObjects(ObjectStore& store, IoPool& pool, const std::string&
   std::vector<ObjectInfo> objects;
   ListOptions list;
   list.prefix = prefix;
-  std::set<std::string, std::less<>> tokens;
+  std::set<uint64_t> tokens;
   do {
     OBJFS_ASSIGN_OR_RETURN(Listing page, store.list(list));
     if (Status looped = NoteListingToken(prefix, page.next_token, &tokens); !looped.ok()) {
