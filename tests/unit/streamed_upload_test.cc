@@ -374,6 +374,14 @@ class FileWriterStreamTest : public ::testing::Test {
     staging_ = std::move(*staging);
     MakeWriter();
   }
+  // A new store, empty, that asks for `n` parts at once (S3's parallel_parts), and its writer.
+  void WithPartsInFlight(size_t n) {
+    MemoryStoreOptions options = SmallParts();
+    options.parts_in_flight = n;
+    memory_ = std::make_shared<MemoryStore>(options);
+    store_ = std::make_shared<GatedStore>(memory_, &gate_);
+    MakeWriter();
+  }
   // The writer of store_, which sends at most 2 parts at once unless the store asks otherwise.
   void MakeWriter() {
     writer_.reset();
@@ -452,11 +460,7 @@ TEST_F(FileWriterStreamTest, ANewFileStreamsPastOnePartAndCloseCompletesIt) {
 
 TEST_F(FileWriterStreamTest, TheStoresPartsInFlightBoundTheStreamAndItsThreads) {
   // S3's parallel_parts=6: more parts at once than the writer's own bound and its threads.
-  MemoryStoreOptions options = SmallParts();
-  options.parts_in_flight = 6;
-  memory_ = std::make_shared<MemoryStore>(options);
-  store_ = std::make_shared<GatedStore>(memory_, &gate_);
-  MakeWriter();
+  WithPartsInFlight(6);
   gate_.Close();
   std::shared_ptr<Inode> inode = Create("wide");
   const std::string data = Pattern(kPart * 8, 'w');
@@ -626,11 +630,7 @@ TEST_F(FileWriterStreamTest, AnEditCopiesTheUntouchedPartsOfItsBase) {
 
 // parallel_parts=1, for a server that throttles: an edit's pieces go one at a time too.
 TEST_F(FileWriterStreamTest, AnEditSendsNoMorePiecesAtOnceThanTheStoreSays) {
-  MemoryStoreOptions options = SmallParts();
-  options.parts_in_flight = 1;
-  memory_ = std::make_shared<MemoryStore>(options);
-  store_ = std::make_shared<GatedStore>(memory_, &gate_);
-  MakeWriter();
+  WithPartsInFlight(1);
   std::string model = Pattern(kPart * 6, 'x');
   ASSERT_TRUE(memory_->put("edit", MemorySource(model), {}).ok());
   std::shared_ptr<Inode> inode = StageStored(*this, "edit");
