@@ -117,16 +117,27 @@ std::string WithoutAwsChunked(std::string_view value) {
   return out;
 }
 
+// `text` as a number, all of it digits and within 64 bits; nullopt otherwise.
+std::optional<uint64_t> WholeNumber(std::string_view text) {
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end == text.data() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
 // Size, ETag, mtime, content type, user metadata and encryption from a HEAD or GET reply.
 Result<ObjectInfo> InfoFromHeaders(std::string_view key, const HttpResponse& r) {
   ObjectInfo info;
   info.key = std::string(key);
   if (const std::string* v = r.header("content-length")) {
-    const auto [end, error] = std::from_chars(v->data(), v->data() + v->size(), info.size);
-    if (error != std::errc() || end != v->data() + v->size()) {
+    std::optional<uint64_t> size = WholeNumber(*v);
+    if (!size) {
       return IoError("HEAD " + std::string(key) + ": the server's Content-Length '" +
                      v->substr(0, 64) + "' is not a size objfs can take");
     }
+    info.size = *size;
   }
   if (const std::string* v = r.header("etag")) info.etag = ETag::Parse(*v);
   if (const std::string* v = r.header("last-modified")) {
@@ -565,10 +576,6 @@ Result<ObjectInfo> S3Store::head(std::string_view key) {
 
 namespace {
 
-// A ranged GET's body must be the bytes its Content-Range names ("bytes FIRST-LAST/TOTAL"),
-// from `offset`, and fill the buffer unless the object ends first: a body cut short (a proxy, a
-// broken gateway) would otherwise read as the file's end, and cat would exit 0 with part of it.
-// (A server that sends no Content-Range is not checked.)
 // Whether `text` begins with `prefix`, letters in either case (HTTP's range unit is so).
 bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
   if (text.size() < prefix.size()) return false;
@@ -578,6 +585,10 @@ bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
   return true;
 }
 
+// A ranged GET's body must be the bytes its Content-Range names ("bytes FIRST-LAST/TOTAL"),
+// from `offset`, and fill the buffer unless the object ends first: a body cut short (a proxy, a
+// broken gateway) would otherwise read as the file's end, and cat would exit 0 with part of it.
+// (A server that sends no Content-Range is not checked.)
 Status CheckContentRange(const HttpResponse& resp, uint64_t offset, size_t wanted,
                          const std::string& what) {
   const std::string* range = resp.header("content-range");
@@ -642,14 +653,11 @@ Result<size_t> S3Store::read(std::string_view key, uint64_t offset, std::span<st
     // At or past the end. A server that refuses a range that starts inside the object (one
     // running past its end) would make the file read short: its "bytes */TOTAL" tells.
     const std::string* range = resp.header("content-range");
-    uint64_t total = 0;
     if (range != nullptr && StartsWithNoCase(*range, "bytes */")) {
-      const std::string_view digits = std::string_view(*range).substr(8);
-      const auto [end, error] =
-          std::from_chars(digits.data(), digits.data() + digits.size(), total);
-      if (error == std::errc() && end == digits.data() + digits.size() && offset < total) {
+      std::optional<uint64_t> total = WholeNumber(std::string_view(*range).substr(8));
+      if (total && offset < *total) {
         return IoError(req.what + ": the server refuses a range from " + std::to_string(offset) +
-                       " of an object it says holds " + std::to_string(total) + " bytes");
+                       " of an object it says holds " + std::to_string(*total) + " bytes");
       }
     }
     return size_t{0};
