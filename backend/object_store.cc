@@ -64,7 +64,7 @@ Result<std::string> ObjectStore::read_link(std::string_view key) {
   // one of gigabytes, which must not be fetched into memory.
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, head(key));
   if (info.size > kMaxLinkTarget) return LinkTargetTooLong(key, info.size);
-  return ReadAll(*this, key);
+  return ReadAllOf(*this, key, info);
 }
 
 Status LinkTargetTooLong(std::string_view key, uint64_t size) {
@@ -93,6 +93,10 @@ Result<std::unique_ptr<Upload>> ObjectStore::start_upload(std::string_view key,
 
 Result<std::string> ReadAll(ObjectStore& store, std::string_view key) {
   OBJFS_ASSIGN_OR_RETURN(ObjectInfo info, store.head(key));
+  return ReadAllOf(store, key, info);
+}
+
+Result<std::string> ReadAllOf(ObjectStore& store, std::string_view key, const ObjectInfo& info) {
   std::string out(info.size, '\0');
   size_t done = 0;
   while (done < out.size()) {

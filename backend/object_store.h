@@ -570,6 +570,8 @@ Status LinkTargetTooLong(std::string_view key, uint64_t size);
 
 // Reads the whole object into a string (tests and small objects only).
 Result<std::string> ReadAll(ObjectStore& store, std::string_view key);
+// The same for `key`, whose HEAD gave `info` (its size and ETag), without asking again.
+Result<std::string> ReadAllOf(ObjectStore& store, std::string_view key, const ObjectInfo& info);
 
 // Whether `key` in `store` meets the conditions of `options` (If-Match, If-None-Match), checked by
 // a HEAD where the request that stores it cannot carry them (a multipart completion on a server
